@@ -1,0 +1,51 @@
+"""The project's error hierarchy.
+
+Every error a user can cause is a :class:`GpuplanError` whose message names the
+file, the field, the bad value and the fix. The CLI prints ``str(error)`` on one
+line and exits with code 1; anything else is a bug and shows a traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class GpuplanError(Exception):
+    """Base class of every error caused by user input or by the environment."""
+
+
+class CatalogError(GpuplanError):
+    """A device, model or precision is unknown, or a catalog file is invalid."""
+
+
+class WorkloadError(GpuplanError):
+    """A plan or workload file is invalid."""
+
+
+class ModelError(GpuplanError):
+    """The performance or serving model cannot evaluate a configuration."""
+
+
+class InfeasibleError(GpuplanError):
+    """No plan satisfies the constraints."""
+
+
+class SolverError(GpuplanError):
+    """The MILP solver failed or is missing."""
+
+
+class OutputError(GpuplanError):
+    """An output file cannot be written safely."""
+
+
+def suggest(name: str, known: Iterable[str], n: int = 3) -> str:
+    """Return ``" (did you mean 'a', 'b'?)"`` for the closest known names, or ``""``."""
+    known = list(known)
+    close = difflib.get_close_matches(name, known, n=n, cutoff=0.5)
+    if not close:
+        lowered = name.lower()
+        close = [k for k in known if lowered in k.lower() or k.lower() in lowered][:n]
+    if not close:
+        return ""
+    return " (did you mean " + ", ".join(f"'{c}'" for c in close) + "?)"

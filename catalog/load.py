@@ -1,0 +1,213 @@
+"""Load the built-in catalog, merge a user's overrides, resolve names with suggestions."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from catalog.errors import CatalogError, suggest
+from catalog.files import format_validation_error, read_text, read_yaml
+from catalog.schema import Device, Model, Precision, Source
+
+_OVERRIDE_SECTIONS = ("devices", "models")
+
+
+def _builtin(name: str) -> list[dict[str, Any]]:
+    text = resources.files("catalog").joinpath("data", f"{name}.yaml").read_text("utf-8")
+    return yaml.safe_load(text)[name]
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Devices, models and precisions by key; models also by alias and Hugging Face id."""
+
+    devices: dict[str, Device]
+    models: dict[str, Model]
+    precisions: dict[str, Precision]
+    model_aliases: dict[str, str] = field(default_factory=dict)
+    override_file: str | None = None
+
+    def device(self, name: str) -> Device:
+        key = name.strip().lower().replace("_", "-")
+        if key in self.devices:
+            return self.devices[key]
+        raise CatalogError(f"unknown device '{name}'{suggest(key, self.devices)}; "
+                           "see `gpuplan catalog devices`")
+
+    def model(self, name: str) -> Model:
+        key = self.model_aliases.get(name) or self.model_aliases.get(name.strip().lower())
+        if key:
+            return self.models[key]
+        raise CatalogError(f"unknown model '{name}'{suggest(name.lower(), self.model_aliases)}; "
+                           "see `gpuplan catalog models`, or pass --model-config config.json")
+
+    def precision(self, name: str) -> Precision:
+        key = name.strip().lower()
+        if key in self.precisions:
+            return self.precisions[key]
+        raise CatalogError(f"unknown precision '{name}'{suggest(key, self.precisions)}; "
+                           f"known: {', '.join(self.precisions)}")
+
+    def with_model(self, model: Model) -> Catalog:
+        """A catalog that also knows ``model`` (e.g. read from a config.json)."""
+        models = {**self.models, model.key: model}
+        return Catalog(self.devices, models, self.precisions, _alias_map(models), self.override_file)
+
+    def with_device_overrides(self, overrides: dict[str, dict[str, Any]], where: str) -> Catalog:
+        """A catalog whose devices have some fields replaced (scenario what-ifs)."""
+        devices = dict(self.devices)
+        for key, fields in overrides.items():
+            base = self.device(key)
+            devices[base.key] = _validate(Device, {**base.model_dump(), **fields}, f"{where}: devices.{key}")
+        return Catalog(devices, self.models, self.precisions, self.model_aliases, self.override_file)
+
+
+def _alias_map(models: dict[str, Model]) -> dict[str, str]:
+    aliases: dict[str, str] = {}
+    for model in models.values():
+        for name in [model.key, model.hf_id, *model.aliases]:
+            aliases[name] = model.key
+            aliases[name.lower()] = model.key
+    return aliases
+
+
+def _validate(cls, data: dict[str, Any], where: str):
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise CatalogError(format_validation_error(where, exc, cls)) from None
+
+
+def _by_key(entries: list[dict[str, Any]], cls, where: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for i, entry in enumerate(entries):
+        item = _validate(cls, entry, f"{where}[{i}]")
+        if item.key in out:
+            raise CatalogError(f"{where}: duplicate key '{item.key}'")
+        out[item.key] = item
+    return out
+
+
+def _merge_overrides(
+    base: dict[str, Any], entries: Any, cls, path: Path, section: str
+) -> dict[str, Any]:
+    """Entries whose key exists replace the given fields; new keys must be complete entries."""
+    if not isinstance(entries, list):
+        raise CatalogError(f"{path}: {section}: expected a list of entries, got {type(entries).__name__}")
+    merged = dict(base)
+    for i, entry in enumerate(entries):
+        where = f"{path}: {section}[{i}]"
+        if not isinstance(entry, dict) or "key" not in entry:
+            raise CatalogError(f"{where}: each entry needs a 'key' (an existing one to override, or a new one)")
+        key = str(entry["key"])
+        data = {**base[key].model_dump(), **entry} if key in base else entry
+        try:
+            merged[key] = cls.model_validate(data)
+        except ValidationError as exc:
+            raise CatalogError(format_validation_error(str(path), exc, cls, prefix=f"{section}[{i}]")) from None
+    return merged
+
+
+def load_catalog(override_path: Path | str | None = None) -> Catalog:
+    """The built-in catalog, with the entries of a user's YAML file added or overriding.
+
+    An override file has ``devices:`` and/or ``models:`` lists; an entry whose ``key``
+    exists replaces only the fields it gives (a negotiated price, say).
+    """
+    devices = _by_key(_builtin("devices"), Device, "built-in devices.yaml")
+    models = _by_key(_builtin("models"), Model, "built-in models.yaml")
+    precisions = _by_key(_builtin("precisions"), Precision, "built-in precisions.yaml")
+    if override_path is not None:
+        path = Path(override_path)
+        data = read_yaml(path, "catalog", CatalogError)
+        unknown = set(data) - set(_OVERRIDE_SECTIONS)
+        if unknown:
+            name = sorted(unknown)[0]
+            raise CatalogError(f"{path}: unknown section '{name}'{suggest(name, _OVERRIDE_SECTIONS)}; "
+                               f"a catalog file has {' and/or '.join(_OVERRIDE_SECTIONS)}")
+        if "devices" in data:
+            devices = _merge_overrides(devices, data["devices"], Device, path, "devices")
+        if "models" in data:
+            models = _merge_overrides(models, data["models"], Model, path, "models")
+    return Catalog(devices, models, precisions, _alias_map(models),
+                   str(override_path) if override_path else None)
+
+
+def model_from_hf_config(path: Path | str, key: str | None = None) -> Model:
+    """Build a Model from a local Hugging Face ``config.json`` (dense, GQA, MoE or MLA).
+
+    Parameter count = embeddings (+ untied LM head) + per layer attention and FFN:
+    attention q/k/v/o = hidden·heads·head_dim·2 + hidden·kv_heads·head_dim·2 (MLA: its
+    low-rank projections); dense FFN = 3·hidden·intermediate; MoE layer = (experts +
+    shared) · 3·hidden·moe_intermediate + router. Norms and biases are negligible.
+    """
+    path = Path(path)
+    text = read_text(path, "model config", CatalogError)
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CatalogError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(cfg, dict):
+        raise CatalogError(f"{path}: expected a JSON object")
+
+    def need(*names: str) -> int:
+        for name in names:
+            if isinstance(cfg.get(name), int) and cfg[name] > 0:
+                return cfg[name]
+        raise CatalogError(f"{path}: {names[0]}: required positive integer is missing")
+
+    layers = need("num_hidden_layers", "n_layer", "num_layers")
+    hidden = need("hidden_size", "n_embd", "d_model")
+    heads = need("num_attention_heads", "n_head")
+    kv_heads = cfg.get("num_key_value_heads") or heads
+    head_dim = cfg.get("head_dim") or hidden // heads
+    inter = need("intermediate_size", "ffn_hidden_size", "n_inner")
+    vocab = need("vocab_size")
+    experts = cfg.get("n_routed_experts") or cfg.get("num_local_experts") or cfg.get("num_experts") or 0
+    per_tok = cfg.get("num_experts_per_tok") or cfg.get("num_experts_per_token") or 0
+    moe_inter = cfg.get("moe_intermediate_size") or (inter if experts else 0)
+    dense_first = cfg.get("first_k_dense_replace") or 0
+    moe_layers = max(layers - dense_first, 0) if experts else 0
+    shared = cfg.get("n_shared_experts") or 0
+    shared_inter = cfg.get("shared_expert_intermediate_size") or (shared * moe_inter)
+    kv_lora = cfg.get("kv_lora_rank") or 0
+    rope = cfg.get("qk_rope_head_dim") or 0
+
+    if kv_lora:
+        q_lora = cfg.get("q_lora_rank") or 0
+        nope = cfg.get("qk_nope_head_dim") or head_dim
+        v_dim = cfg.get("v_head_dim") or head_dim
+        q_proj = (hidden * q_lora + q_lora * heads * (nope + rope)) if q_lora else hidden * heads * (nope + rope)
+        attn = q_proj + hidden * (kv_lora + rope) + kv_lora * heads * (nope + v_dim) + heads * v_dim * hidden
+        head_dim = v_dim
+    else:
+        attn = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+    dense_ffn = 3 * hidden * inter
+    expert_ffn = 3 * hidden * moe_inter
+    moe_ffn = experts * expert_ffn + 3 * hidden * shared_inter + hidden * experts
+    embed = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
+    total = embed + layers * attn + (layers - moe_layers) * dense_ffn + moe_layers * moe_ffn
+    active = total - moe_layers * (experts - per_tok) * expert_ffn if experts else total
+    name = key or str(cfg.get("_name_or_path") or path.parent.name or "custom-model")
+    key = "".join(c if c.isalnum() or c in "._-" else "-" for c in name.lower()).strip("-.") or "custom-model"
+    if key[0] in "._-":
+        key = "m" + key
+    data = {
+        "key": key, "hf_id": str(cfg.get("_name_or_path") or key), "num_layers": layers,
+        "hidden_size": hidden, "num_attention_heads": heads, "num_kv_heads": kv_heads,
+        "head_dim": head_dim, "intermediate_size": inter, "vocab_size": vocab,
+        "total_params_b": total / 1e9, "active_params_b": active / 1e9,
+        "num_experts": experts, "experts_per_token": per_tok, "shared_experts": shared,
+        "moe_intermediate_size": moe_inter if experts else 0, "moe_layers": moe_layers,
+        "kv_lora_rank": kv_lora, "qk_rope_head_dim": rope if kv_lora else 0,
+        "sliding_window_tokens": cfg.get("sliding_window") or None,
+        "max_context_tokens": cfg.get("max_position_embeddings") or 4096,
+        "source": Source(source=f"local config.json {path}", as_of="local"),
+    }
+    return _validate(Model, data, str(path))

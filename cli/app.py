@@ -1,0 +1,115 @@
+"""The `gpuplan` command line: parse, call one library function, render.
+
+Library errors (GpuplanError) become one line on stderr and exit code 1; `--debug`
+shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from catalog.errors import GpuplanError
+from cli import catalog_cmd, plan_cmd
+from cli.common import CatalogOpt, JsonOpt, ModelConfigOpt, ParamsOpt
+
+app = typer.Typer(
+    help="Cheapest fleet of inference accelerators that serves LLM workloads within their SLOs.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(catalog_cmd.app, name="catalog")
+
+_state = {"debug": False}
+
+
+def _version() -> str:
+    try:
+        return version("gpuplan")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"gpuplan {_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+    _version_flag: Annotated[
+        bool, typer.Option("--version", callback=_show_version, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    _state["debug"] = debug
+
+
+@app.command()
+def validate(
+    path: Annotated[Path, typer.Argument(help="A plan .yaml file, or a measurements .csv (calibration.csv columns).")],
+    catalog: CatalogOpt = None,
+    model_config: ModelConfigOpt = None,
+    params: ParamsOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Check a plan file (and summarise it), or predict a measurements CSV and report the errors."""
+    if path.suffix.lower() == ".csv":
+        from cli.validate_cmd import validate_measurements
+
+        validate_measurements(path, catalog, params, json_out)
+        return
+    plan_cmd.ensure_yaml(path)
+    plan_cmd.validate_plan(path, catalog, model_config, json_out)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of the plan file."""
+    typer.echo(plan_cmd.plan_schema())
+
+
+def _register_optional_commands() -> None:
+    """Commands that live in their own modules register themselves here."""
+    import importlib
+
+    for name in ("estimate_cmd", "optimize_cmd", "whatif_cmd"):
+        try:
+            module = importlib.import_module(f"cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"cli.{name}":
+                raise
+            continue
+        module.register(app)
+
+
+_register_optional_commands()
+
+
+def _on_signal(signum, _frame):
+    raise KeyboardInterrupt
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, _on_signal)
+    try:
+        app()
+    except GpuplanError as exc:
+        if _state["debug"]:
+            raise
+        sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.stderr.write("error: interrupted; earlier outputs are left as they were\n")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

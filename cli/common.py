@@ -1,0 +1,68 @@
+"""Options shared by several commands, and the rendering helpers they use."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from catalog import Catalog, load_catalog
+from catalog.load import model_from_hf_config
+
+CatalogOpt = Annotated[
+    Path | None,
+    typer.Option("--catalog", help="YAML file adding devices/models or overriding fields (e.g. a negotiated price)."),
+]
+ModelConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--model-config", help="Read a model from a local Hugging Face config.json."),
+]
+ParamsOpt = Annotated[
+    Path | None,
+    typer.Option("--params", help="Calibration parameters (from `gpuplan calibrate`) to use instead of the shipped ones."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a table.")]
+
+# Wide when piped (CI logs, files); the terminal width otherwise.
+stdout = Console(width=None if sys.stdout.isatty() else 240)
+
+
+def load(catalog: Path | None = None, model_config: Path | None = None) -> Catalog:
+    """The built-in catalog plus the user's overrides and model config, if given."""
+    cat = load_catalog(catalog)
+    if model_config is not None:
+        cat = cat.with_model(model_from_hf_config(model_config))
+    return cat
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, allow_nan=False, default=_default) + "\n")
+
+
+def _default(obj: Any) -> Any:
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    if hasattr(obj, "item"):
+        return obj.item()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def table(title: str | None, columns: list[str], rows: list[list[Any]], right: set[str] | None = None) -> Table:
+    right = right or set()
+    t = Table(title=title, header_style="bold", show_lines=False)
+    for c in columns:
+        t.add_column(c, justify="right" if c in right else "left", overflow="fold")
+    for r in rows:
+        t.add_row(*["" if v is None else str(v) for v in r])
+    return t
+
+
+def fmt(value: float | None, digits: int = 0, none: str = "—") -> str:
+    if value is None:
+        return none
+    return f"{value:,.{digits}f}"

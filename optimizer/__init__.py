@@ -1,0 +1,1 @@
+"""Performance and serving models, candidate enumeration, the fleet MILP and its results."""

@@ -1,0 +1,1 @@
+"""Workbook and JSON writers for plan results."""

@@ -1,0 +1,205 @@
+"""The plan file: what must be served (workloads) and the money and facility limits.
+
+Loaded from YAML by :func:`workloads.load.load_plan`; every model here is strict
+(unknown fields are errors) and every quantity has its unit in its name.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+
+MAX_QPS = 1e7  # ten million requests per second: beyond any real service; catches unit slips
+MAX_TOKENS = 10_000_000
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LengthDist(Strict):
+    """A token-length distribution: fixed, lognormal from mean and p99, or a histogram.
+
+    Written in YAML as a number (fixed), ``{mean: M, p99: P}`` or
+    ``{histogram: [[tokens, weight], ...]}``.
+    """
+
+    mean: Annotated[float, Field(gt=0, le=MAX_TOKENS, allow_inf_nan=False)] | None = None
+    p99: Annotated[float, Field(gt=0, le=MAX_TOKENS, allow_inf_nan=False)] | None = None
+    histogram: list[tuple[Annotated[float, Field(gt=0, le=MAX_TOKENS, allow_inf_nan=False)],
+                          Annotated[float, Field(gt=0, allow_inf_nan=False)]]] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_number(cls, data):
+        if isinstance(data, int | float) and not isinstance(data, bool):
+            return {"mean": data}
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> LengthDist:
+        if self.histogram is not None:
+            if self.mean is not None or self.p99 is not None:
+                raise ValueError("give either a histogram or mean/p99, not both")
+            if not self.histogram:
+                raise ValueError("histogram is empty; give [[tokens, weight], ...]")
+            tokens = [t for t, _ in self.histogram]
+            if len(set(tokens)) != len(tokens):
+                raise ValueError("histogram repeats a token length; merge the duplicate rows")
+        elif self.mean is None:
+            raise ValueError("give a number, {mean, p99} or {histogram: [[tokens, weight], ...]}")
+        elif self.p99 is not None and self.p99 < self.mean:
+            raise ValueError(f"p99 ({self.p99:g}) is below the mean ({self.mean:g}); p99 must be >= mean")
+        return self
+
+    @property
+    def kind(self) -> Literal["fixed", "lognormal", "histogram"]:
+        if self.histogram is not None:
+            return "histogram"
+        return "fixed" if self.p99 is None or self.p99 == self.mean else "lognormal"
+
+    @property
+    def mean_tokens(self) -> float:
+        if self.histogram is not None:
+            total = sum(w for _, w in self.histogram)
+            return sum(t * w for t, w in self.histogram) / total
+        return float(self.mean)  # type: ignore[arg-type]
+
+    @property
+    def p99_tokens(self) -> float:
+        if self.histogram is not None:
+            total = sum(w for _, w in self.histogram)
+            acc = 0.0
+            for t, w in sorted(self.histogram):
+                acc += w
+                if acc >= 0.99 * total:
+                    return t
+            return max(t for t, _ in self.histogram)
+        return float(self.p99 if self.p99 is not None else self.mean)  # type: ignore[arg-type]
+
+    def lognormal_sigma(self) -> float:
+        """σ of the lognormal with this mean and p99: solve p99/mean = exp(z·σ − σ²/2), z = 2.3263."""
+        ratio = self.p99_tokens / self.mean_tokens
+        if ratio <= 1.0:
+            return 0.0
+        z = 2.326347874
+        # σ²/2 − zσ + ln(ratio) = 0 → smaller root (the larger one is an unphysical heavy tail).
+        disc = z * z - 2.0 * math.log(ratio)
+        if disc < 0:
+            return z  # ratio above exp(z²/2) ≈ 15: the largest p99/mean a lognormal can have
+        return z - math.sqrt(disc)
+
+
+class SLO(Strict):
+    """Latency objectives at the 99th percentile, in milliseconds."""
+
+    ttft_p99_ms: PositiveFloat | None = None
+    tpot_p99_ms: PositiveFloat | None = None
+    e2e_p99_ms: PositiveFloat | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        return self.ttft_p99_ms is None and self.tpot_p99_ms is None and self.e2e_p99_ms is None
+
+
+DEFAULT_PRECISIONS = ("bf16", "fp16", "fp8")
+
+
+class Workload(Strict):
+    """One service: a model, its request rate and request sizes, and its SLOs.
+
+    An online workload gives ``qps`` and an ``slo``; a batch workload gives
+    ``tokens_per_day`` (output tokens) to be processed within ``batch_window_hours``.
+    """
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
+    model: str
+    qps: Annotated[float, Field(gt=0, le=MAX_QPS, allow_inf_nan=False)] | None = None
+    tokens_per_day: Annotated[float, Field(gt=0, le=1e15, allow_inf_nan=False)] | None = None
+    batch_window_hours: Annotated[float, Field(gt=0, le=24)] = 24.0
+    prompt_tokens: LengthDist
+    output_tokens: LengthDist
+    slo: SLO = SLO()
+    precisions: list[str] = Field(default_factory=lambda: list(DEFAULT_PRECISIONS), min_length=1)
+    min_replicas: Annotated[int, Field(ge=0, le=100_000)] = 1
+    redundancy: Literal["none", "n+1"] = "none"
+
+    @model_validator(mode="after")
+    def _check(self) -> Workload:
+        if (self.qps is None) == (self.tokens_per_day is None):
+            raise ValueError("give exactly one of qps (online service) or tokens_per_day (batch volume)")
+        if self.qps is not None and self.slo.is_empty:
+            raise ValueError("an online workload (qps) needs an slo with ttft_p99_ms, tpot_p99_ms or e2e_p99_ms")
+        if len(set(self.precisions)) != len(self.precisions):
+            raise ValueError("precisions lists a precision twice")
+        return self
+
+    @property
+    def is_batch(self) -> bool:
+        return self.tokens_per_day is not None
+
+    @property
+    def request_rate_qps(self) -> float:
+        """Online: qps. Batch: tokens_per_day / (mean output tokens · window seconds)."""
+        if self.qps is not None:
+            return self.qps
+        return self.tokens_per_day / (self.output_tokens.mean_tokens * self.batch_window_hours * 3600.0)  # type: ignore[operator]
+
+    @property
+    def output_tokens_per_year(self) -> float:
+        """Output tokens served in a year at the stated rate."""
+        if self.tokens_per_day is not None:
+            return self.tokens_per_day * 365.0
+        return self.request_rate_qps * self.output_tokens.mean_tokens * 3600.0 * 8760.0
+
+
+class Budget(Strict):
+    capex_usd: PositiveFloat | None = None
+    annual_usd: PositiveFloat | None = Field(None, description="cap on yearly opex (tco) or rental (cloud)")
+
+
+class Plan(Strict):
+    """A plan file: workloads plus objective, money assumptions and facility limits."""
+
+    name: str = "plan"
+    objective: Literal["tco", "capex", "cloud"] = "tco"
+    horizon_years: Annotated[float, Field(gt=0, le=20)] = 3.0
+    electricity_usd_per_kwh: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)] = 0.10
+    pue: Annotated[float, Field(ge=1, le=5, allow_inf_nan=False)] = 1.3
+    power_utilization: Annotated[float, Field(gt=0, le=1)] = 0.7
+    maintenance_fraction_per_year: Annotated[float, Field(ge=0, le=1)] = 0.05
+    discount_rate: Annotated[float, Field(ge=0, le=1)] = 0.08
+    server_overhead_usd: NonNegFloat = 30000.0
+    server_power_w: NonNegFloat = 1500.0
+    budget: Budget = Budget()
+    max_power_kw: PositiveFloat | None = None
+    inventory: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    allowed_devices: list[str] | None = None
+    devices: dict[str, dict[str, float | str | None]] = Field(
+        default_factory=dict, description="per-device field overrides, e.g. a negotiated purchase_usd"
+    )
+    api_usd_per_million_output_tokens: PositiveFloat | None = None
+    api_usd_per_million_input_tokens: NonNegFloat = 0.0
+    workloads: list[Workload] = Field(min_length=1)
+
+    @field_validator("workloads")
+    @classmethod
+    def _unique_names(cls, workloads: list[Workload]) -> list[Workload]:
+        seen: set[str] = set()
+        for w in workloads:
+            if w.name in seen:
+                raise ValueError(f"two workloads are named '{w.name}'; names must be unique")
+            seen.add(w.name)
+        return workloads
+
+    def workload(self, name: str) -> Workload:
+        for w in self.workloads:
+            if w.name == name:
+                return w
+        raise KeyError(name)
