@@ -80,7 +80,8 @@ def _register_optional_commands() -> None:
     """Commands that live in their own modules register themselves here."""
     import importlib
 
-    for name in ("estimate_cmd", "optimize_cmd", "whatif_cmd"):
+    for name in ("estimate_cmd", "simulate_cmd", "calibrate_cmd", "roofline_cmd",
+                 "optimize_cmd", "report_cmd", "whatif_cmd"):
         try:
             module = importlib.import_module(f"cli.{name}")
         except ModuleNotFoundError as exc:

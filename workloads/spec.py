@@ -169,7 +169,7 @@ class Plan(Strict):
 
     name: str = "plan"
     objective: Literal["tco", "capex", "cloud"] = "tco"
-    horizon_years: Annotated[float, Field(gt=0, le=20)] = 3.0
+    horizon_years: Annotated[int, Field(ge=1, le=20)] = 3
     electricity_usd_per_kwh: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)] = 0.10
     pue: Annotated[float, Field(ge=1, le=5, allow_inf_nan=False)] = 1.3
     power_utilization: Annotated[float, Field(gt=0, le=1)] = 0.7
