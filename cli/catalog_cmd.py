@@ -41,7 +41,7 @@ def device_row(device: Device, weight_bytes: float | None) -> dict:
     row["bandwidth_tb_s_per_kw"] = round(device.memory_bandwidth_tb_s / (device.tdp_w / 1000), 3) if device.tdp_w else None
     row["unusable_for"] = device.unusable_for()
     if weight_bytes is not None:
-        row["bound_tokens_per_s"] = round(bw_bytes / weight_bytes, 1)
+        row["bound_tokens_per_s"] = round(bw_bytes / weight_bytes, 3)
         row["model_fits_one_gpu"] = weight_bytes <= device.memory_gb * 1e9
     return row
 

@@ -1,0 +1,38 @@
+"""Shared test helpers: run the CLI in-process and capture exit code, stdout and stderr."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+REFERENCE = REPO.parent / "shared" / "reference"
+EXAMPLES = REPO / "examples"
+
+
+@dataclass
+class CliResult:
+    code: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def run_cli(capsys, monkeypatch):
+    """Call ``cli.app.main`` as the console script would, return (code, stdout, stderr)."""
+    from cli.app import main
+
+    def run(*args: str) -> CliResult:
+        monkeypatch.setattr(sys, "argv", ["gpuplan", *map(str, args)])
+        code = 0
+        try:
+            main()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        out, err = capsys.readouterr()
+        return CliResult(code, out, err)
+
+    return run
