@@ -1,0 +1,69 @@
+"""Scenario files: dotted-path overrides, sweeps, and errors that list the valid fields."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from catalog import load_catalog
+from catalog.errors import WorkloadError
+from tests.conftest import EXAMPLES
+from workloads.scenarios import load_scenarios
+
+
+def _write(tmp_path, body: dict):
+    path = tmp_path / "s.yaml"
+    body = {"base": str(EXAMPLES / "chat-fleet.yaml"), **body}
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+def test_variants_and_sweeps_expand_in_order(tmp_path):
+    path = _write(tmp_path, {
+        "variants": [{"name": "traffic-2x", "set": {"workloads.chat.qps": 80}},
+                     {"name": "cheap-h200", "set": {"devices.h200-sxm.purchase_usd": 24000,
+                                                     "electricity_usd_per_kwh": 0.2,
+                                                     "budget.capex_usd": 2e6}}],
+        "sweeps": [{"name": "budget", "kind": "budget", "from": 1e6, "to": 3e6, "steps": 3},
+                   {"name": "growth", "kind": "demand", "multipliers": [1, 2]},
+                   {"name": "h200", "kind": "price", "device": "h200-sxm", "from": 20000, "to": 30000, "steps": 2}],
+    })
+    _, _, scenarios = load_scenarios(path, load_catalog())
+    names = [s.name for s in scenarios]
+    assert names == ["base", "traffic-2x", "cheap-h200", "budget@1,000,000", "budget@2,000,000",
+                     "budget@3,000,000", "growth@x1", "growth@x2", "h200@2e+04", "h200@3e+04"]
+    by = {s.name: s for s in scenarios}
+    assert by["traffic-2x"].plan.workload("chat").qps == 80
+    assert by["base"].plan.workload("chat").qps == 40
+    assert by["cheap-h200"].plan.devices["h200-sxm"]["purchase_usd"] == 24000
+    assert by["cheap-h200"].plan.electricity_usd_per_kwh == 0.2
+    assert by["cheap-h200"].plan.budget.capex_usd == 2e6
+    assert by["budget@2,000,000"].mode == "max_demand"
+    assert by["growth@x2"].plan.workload("code-completion").qps == 400
+    assert by["growth@x2"].plan.workload("nightly-summaries").tokens_per_day == 1e8
+
+
+@pytest.mark.parametrize("path,pattern", [
+    ("workloads.chta.qps", r"no workload 'chta' \(did you mean 'chat'"),
+    ("workloads.chat.qsp", r"unknown workload field 'qsp' \(did you mean 'qps'"),
+    ("devices.h200-sxn.purchase_usd", r"unknown device 'h200-sxn' \(did you mean 'h200-sxm'"),
+    ("devices.h200-sxm.purchase", r"unknown device field 'purchase' \(did you mean 'purchase_usd'"),
+    ("electricity_usd_per_kw", r"unknown plan field 'electricity_usd_per_kw' \(did you mean 'electricity_usd_per_kwh'"),
+    ("budget.capex", r"unknown budget field 'capex' \(did you mean 'capex_usd'"),
+])
+def test_bad_paths_list_valid_fields(tmp_path, path, pattern):
+    file = _write(tmp_path, {"variants": [{"name": "v", "set": {path: 1}}]})
+    with pytest.raises(WorkloadError, match=pattern):
+        load_scenarios(file, load_catalog())
+
+
+def test_override_value_validated_like_plan(tmp_path):
+    file = _write(tmp_path, {"variants": [{"name": "v", "set": {"workloads.chat.qps": -3}}]})
+    with pytest.raises(WorkloadError, match=r"scenario 'v'.*workloads\.0\.qps: input should be greater than 0"):
+        load_scenarios(file, load_catalog())
+
+
+def test_device_override_validated(tmp_path):
+    file = _write(tmp_path, {"variants": [{"name": "v", "set": {"devices.h200-sxm.memory_gb": 0}}]})
+    with pytest.raises(WorkloadError, match=r"devices.h200-sxm.*memory_gb"):
+        load_scenarios(file, load_catalog())

@@ -1,0 +1,260 @@
+"""Scenario files: a base plan, named variants that override fields by dotted path, sweeps.
+
+```yaml
+base: chat-fleet.yaml              # a plan file (relative to this file) ...
+# plan: {...}                      # ... or the plan inline
+variants:
+  - name: traffic-2x
+    set: {workloads.chat.qps: 80}
+  - name: h200-cheaper
+    set: {devices.h200-sxm.purchase_usd: 24000, electricity_usd_per_kwh: 0.2}
+sweeps:
+  - {name: budget, kind: budget, from: 1000000, to: 5000000, steps: 5}   # served demand vs capex budget
+  - {name: growth, kind: demand, multipliers: [1, 1.5, 2]}               # cheapest fleet vs demand
+  - {name: h200-price, kind: price, device: h200-sxm, from: 20000, to: 35000, steps: 4}
+uncertainty:                       # for --samples K
+  demand: {sigma: 0.25}            # lognormal multiplier on every workload's rate, median 1
+  prices: {h100-sxm: {low: 0.8, high: 1.2}}   # uniform multiplier on purchase_usd and cloud price
+```
+
+Dotted paths: ``workloads.NAME.FIELD`` (a workload by name), ``devices.KEY.FIELD`` (a catalog
+field of a device, e.g. a negotiated price), ``budget.capex_usd``, or any top-level plan
+field. A path that names nothing is an error listing the valid names at that level.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from catalog.errors import WorkloadError, suggest
+from catalog.files import format_validation_error, read_yaml
+from catalog.load import Catalog
+from catalog.schema import Device
+from workloads.load import parse_plan, resolve_catalog
+from workloads.spec import Plan, Workload
+
+MAX_SCENARIOS = 10_000
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Variant(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", max_length=64)
+    set: dict[str, Any] = Field(min_length=1)
+
+
+class Sweep(Strict):
+    """A generated family of scenarios.
+
+    ``budget``: capex budget levels from..to in ``steps`` (the best demand each buys);
+    ``demand``: rate multipliers (the cheapest fleet for each); ``price``: a device's
+    ``field`` (default purchase_usd) from..to in ``steps``.
+    """
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", max_length=48)
+    kind: Literal["budget", "demand", "price"]
+    from_: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(None, alias="from")
+    to: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    steps: Annotated[int, Field(ge=1, le=MAX_SCENARIOS)] = 5
+    multipliers: list[Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False)]] | None = None
+    device: str | None = None
+    field: str = "purchase_usd"
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _check(self) -> Sweep:
+        if self.kind == "demand":
+            if not self.multipliers:
+                raise ValueError("a demand sweep needs multipliers: [1, 1.5, 2, ...]")
+        else:
+            if self.from_ is None or self.to is None:
+                raise ValueError(f"a {self.kind} sweep needs from and to")
+            if self.to < self.from_:
+                raise ValueError(f"to ({self.to:g}) is below from ({self.from_:g})")
+            if self.kind == "price" and not self.device:
+                raise ValueError("a price sweep needs device: KEY")
+        return self
+
+    def levels(self) -> list[float]:
+        if self.kind == "demand":
+            return list(self.multipliers or [])
+        lo, hi = float(self.from_), float(self.to)  # type: ignore[arg-type]
+        if self.steps == 1:
+            return [lo]
+        return [lo + (hi - lo) * i / (self.steps - 1) for i in range(self.steps)]
+
+
+class PriceSpread(Strict):
+    low: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    high: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+    @model_validator(mode="after")
+    def _order(self) -> PriceSpread:
+        if self.high < self.low:
+            raise ValueError(f"high ({self.high:g}) is below low ({self.low:g})")
+        return self
+
+
+class DemandSpread(Strict):
+    sigma: Annotated[float, Field(ge=0, le=3, allow_inf_nan=False)]
+
+
+class Uncertainty(Strict):
+    demand: DemandSpread | None = None
+    prices: dict[str, PriceSpread] = Field(default_factory=dict)
+
+
+class ScenarioFile(Strict):
+    base: str | None = None
+    plan: dict[str, Any] | None = None
+    variants: list[Variant] = Field(default_factory=list)
+    sweeps: list[Sweep] = Field(default_factory=list)
+    uncertainty: Uncertainty | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> ScenarioFile:
+        if (self.base is None) == (self.plan is None):
+            raise ValueError("give exactly one of base (a plan file) or plan (an inline plan)")
+        names = [v.name for v in self.variants] + [s.name for s in self.sweeps]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup or "base" in names:
+            raise ValueError(f"scenario name '{(dup or {'base'}).pop()}' is used twice (or is 'base'); names must be unique")
+        return self
+
+
+class Scenario(Strict):
+    """One concrete what-if: a validated plan plus how it is solved."""
+
+    name: str
+    group: str = Field(description="'base', 'variant' or the sweep's name")
+    mode: Literal["min_cost", "max_demand"] = "min_cost"
+    level: float | None = Field(None, description="the sweep level (budget USD, multiplier, price)")
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    plan: Plan
+
+
+def _valid_fields(model: type[BaseModel]) -> list[str]:
+    return list(model.model_fields)
+
+
+def apply_override(data: dict[str, Any], path: str, value: Any, catalog: Catalog, where: str) -> None:
+    """Set ``path`` (dotted) in a raw plan mapping, or raise naming the valid fields there."""
+    parts = path.split(".")
+    top = parts[0]
+    plan_fields = _valid_fields(Plan)
+    if top == "workloads":
+        names = [w.get("name") for w in data.get("workloads", []) if isinstance(w, dict)]
+        if len(parts) != 3:
+            raise WorkloadError(f"{where}: '{path}': write workloads.NAME.FIELD (workloads: {', '.join(map(str, names))})")
+        name, field = parts[1], parts[2]
+        if name not in names:
+            raise WorkloadError(f"{where}: '{path}': no workload '{name}'{suggest(name, names)}; "
+                                f"workloads: {', '.join(map(str, names))}")
+        if field not in Workload.model_fields or field == "name":
+            raise WorkloadError(f"{where}: '{path}': unknown workload field '{field}'"
+                                f"{suggest(field, Workload.model_fields)}; valid: {', '.join(Workload.model_fields)}")
+        for w in data["workloads"]:
+            if isinstance(w, dict) and w.get("name") == name:
+                w[field] = value
+        return
+    if top == "devices":
+        if len(parts) != 3:
+            raise WorkloadError(f"{where}: '{path}': write devices.KEY.FIELD, e.g. devices.h200-sxm.purchase_usd")
+        key, field = parts[1].lower(), parts[2]
+        if key not in catalog.devices:
+            raise WorkloadError(f"{where}: '{path}': unknown device '{parts[1]}'{suggest(key, catalog.devices)}")
+        editable = [f for f in Device.model_fields if f not in {"key", "sources", "estimated", "ranges"}]
+        if field not in editable:
+            raise WorkloadError(f"{where}: '{path}': unknown device field '{field}'{suggest(field, editable)}; "
+                                f"valid: {', '.join(editable)}")
+        data.setdefault("devices", {}).setdefault(key, {})[field] = value
+        return
+    if top not in plan_fields:
+        raise WorkloadError(f"{where}: '{path}': unknown plan field '{top}'{suggest(top, plan_fields)}; "
+                            f"valid: {', '.join(plan_fields)}")
+    if len(parts) == 1:
+        data[top] = value
+        return
+    sub = Plan.model_fields[top].annotation
+    if top == "budget" and len(parts) == 2:
+        from workloads.spec import Budget
+        if parts[1] not in Budget.model_fields:
+            raise WorkloadError(f"{where}: '{path}': unknown budget field '{parts[1]}'"
+                                f"{suggest(parts[1], Budget.model_fields)}; valid: {', '.join(Budget.model_fields)}")
+        data.setdefault("budget", {})[parts[1]] = value
+        return
+    if top == "inventory" and len(parts) == 2:
+        data.setdefault("inventory", {})[parts[1]] = value
+        return
+    raise WorkloadError(f"{where}: '{path}': {top} ({getattr(sub, '__name__', sub)}) has no sub-field path "
+                        f"'{'.'.join(parts[1:])}'")
+
+
+def _scaled(data: dict[str, Any], multiplier: float) -> dict[str, Any]:
+    out = copy.deepcopy(data)
+    for w in out.get("workloads", []):
+        for field in ("qps", "tokens_per_day"):
+            if isinstance(w, dict) and isinstance(w.get(field), int | float):
+                w[field] = w[field] * multiplier
+    return out
+
+
+def _make(name: str, group: str, data: dict[str, Any], catalog: Catalog, where: str, **kw) -> Scenario:
+    plan = parse_plan(data, f"{where}: scenario '{name}'")
+    resolve_catalog(plan, catalog, f"{where}: scenario '{name}'")
+    return Scenario(name=name, group=group, plan=plan, **kw)
+
+
+def expand_scenarios(spec: ScenarioFile, base_data: dict[str, Any], catalog: Catalog, where: str) -> list[Scenario]:
+    """The base, each variant, then each sweep's levels, in file order (the order of results)."""
+    out = [_make("base", "base", copy.deepcopy(base_data), catalog, where)]
+    for v in spec.variants:
+        data = copy.deepcopy(base_data)
+        for path, value in v.set.items():
+            apply_override(data, path, value, catalog, f"{where}: variants.{v.name}")
+        out.append(_make(v.name, "variant", data, catalog, where, overrides=dict(v.set)))
+    for s in spec.sweeps:
+        for level in s.levels():
+            if s.kind == "budget":
+                data = copy.deepcopy(base_data)
+                data.setdefault("budget", {})["capex_usd"] = level
+                out.append(_make(f"{s.name}@{level:,.0f}", s.name, data, catalog, where, mode="max_demand",
+                                 level=level, overrides={"budget.capex_usd": level}))
+            elif s.kind == "demand":
+                out.append(_make(f"{s.name}@x{level:g}", s.name, _scaled(base_data, level), catalog, where,
+                                 level=level, overrides={"demand_multiplier": level}))
+            else:
+                data = copy.deepcopy(base_data)
+                path = f"devices.{s.device}.{s.field}"
+                apply_override(data, path, level, catalog, f"{where}: sweeps.{s.name}")
+                out.append(_make(f"{s.name}@{level:,.4g}", s.name, data, catalog, where, level=level,
+                                 overrides={path: level}))
+    if len(out) > MAX_SCENARIOS:
+        raise WorkloadError(f"{where}: {len(out)} scenarios, over the limit of {MAX_SCENARIOS}; use fewer steps")
+    return out
+
+
+def load_scenarios(path: Path | str, catalog: Catalog) -> tuple[ScenarioFile, dict[str, Any], list[Scenario]]:
+    """Parse a scenario file and expand it into validated scenarios (base first)."""
+    path = Path(path)
+    raw = read_yaml(path, "scenario", WorkloadError)
+    try:
+        spec = ScenarioFile.model_validate(raw)
+    except ValidationError as exc:
+        raise WorkloadError(format_validation_error(str(path), exc, ScenarioFile)) from None
+    if spec.base is not None:
+        base_path = (path.parent / spec.base) if not Path(spec.base).is_absolute() else Path(spec.base)
+        base_data = read_yaml(base_path, "plan", WorkloadError)
+    else:
+        base_data = dict(spec.plan or {})
+    for name in (spec.uncertainty.prices if spec.uncertainty else {}):
+        if name.lower() not in catalog.devices:
+            raise WorkloadError(f"{path}: uncertainty.prices: unknown device '{name}'{suggest(name.lower(), catalog.devices)}")
+    return spec, base_data, expand_scenarios(spec, base_data, catalog, str(path))
