@@ -158,10 +158,10 @@ def build_configs(
     for i, (d, q) in enumerate(zip(devices, precs, strict=True)):
         why = pair_reason[(d.key, q.key)]
         if why is None and not fits[i]:
-            need = (weight_per_gpu[i] + params.workspace_gb_per_gpu * GIB_BYTES) / GIB_BYTES
-            why = (f"{model.key} in {q.key} needs {weight_per_gpu[i] / GIB_BYTES:.1f} GiB of weights per GPU "
-                   f"(+{params.workspace_gb_per_gpu:g} GiB workspace = {need:.1f} GiB) at tp{tp[i]}·pp{pp[i]}; "
-                   f"{d.key} has {usable[i] / GIB_BYTES:.1f} GiB usable of {d.memory_gb:g} GB; "
+            ws = params.workspace_gb_per_gpu * GIB_BYTES
+            why = (f"{model.key} in {q.key} needs {weight_per_gpu[i] / 1e9:.1f} GB of weights per GPU "
+                   f"+ {ws / 1e9:.1f} GB workspace at tp{tp[i]}·pp{pp[i]}; {d.key} has {usable[i] / 1e9:.1f} GB "
+                   f"usable ({params.memory_usable_fraction:.0%} of {d.memory_gb:g} GiB); "
                    "raise tp/pp or use a smaller precision")
         reason.append(why)
 
