@@ -1,0 +1,134 @@
+"""`gpuplan whatif SCENARIOS.yaml`: compare variants, sweep budgets and demand, sample uncertainty."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from catalog.errors import GpuplanError
+from catalog.files import write_atomic
+from cli.common import CatalogOpt, ParamsOpt, fmt, load, stdout, table
+
+
+def _progress_bar(total: int):
+    """A rich progress bar on a terminal; nothing when output is piped (CI, files)."""
+    if not sys.stderr.isatty():
+        return None
+    return Progress(TextColumn("solving scenarios"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    transient=True)
+
+
+def _run(scenarios, options, workers, backend, address):
+    from optimizer.whatif import run_scenarios
+
+    bar = _progress_bar(len(scenarios))
+    if bar is None:
+        return run_scenarios(scenarios, options, workers=workers, backend=backend, address=address)
+    with bar:
+        task = bar.add_task("scenarios", total=len(scenarios))
+        return run_scenarios(scenarios, options, workers=workers, backend=backend, address=address,
+                             progress=lambda n: bar.advance(task, n))
+
+
+def _slo_text(row: dict[str, Any]) -> str:
+    parts = []
+    for w in row["workloads"]:
+        if w.get("met") is None:
+            continue
+        mark = "ok" if w["met"] else "MISSED"
+        p = []
+        for field, slo in (("ttft_p99_ms", "slo_ttft_p99_ms"), ("tpot_p99_ms", "slo_tpot_p99_ms"),
+                           ("e2e_p99_ms", "slo_e2e_p99_ms")):
+            if w.get(slo) is not None and w.get(field) is not None:
+                p.append(f"{field.split('_')[0]} {w[field]:,.0f}/{w[slo]:,.0f}")
+        parts.append(f"{w['name']} {mark} ({', '.join(p)})" if p else f"{w['name']} {mark}")
+    return "; ".join(parts)
+
+
+def whatif(
+    path: Annotated[Path, typer.Argument(help="Scenario file: a base plan, variants, sweeps.")],
+    out: Annotated[Path | None, typer.Option("--out", help="Write the comparison workbook (.xlsx).")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write every scenario's result as JSON.")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write the two frontiers as a PNG.")] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="Worker processes (default: cores).")] = None,
+    backend: Annotated[str, typer.Option(help="local (process pool) or ray.")] = "local",
+    address: Annotated[str | None, typer.Option(help="Ray address: auto or ray://host:port.")] = None,
+    samples: Annotated[int, typer.Option(min=0, max=100000, help="Monte Carlo draws of demand/prices from the file's uncertainty section.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed for --samples.")] = 0,
+    time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Seconds per solve.")] = 30.0,
+    catalog: CatalogOpt = None,
+    params: ParamsOpt = None,
+) -> None:
+    """Solve every scenario of a what-if file and compare them."""
+    from optimizer.whatif import (
+        SolveOptions,
+        fixed_fleet_meets,
+        percentile,
+        uncertainty_scenarios,
+    )
+    from workloads.scenarios import load_scenarios
+
+    if backend not in ("local", "ray"):
+        raise GpuplanError(f"--backend: unknown backend '{backend}'; use local or ray")
+    for target in (out, json_path, plot):
+        if target is not None and target.resolve() == path.resolve():
+            raise GpuplanError(f"{target}: output path is the scenario file; choose another output path")
+    cat = load(catalog)
+    spec, _base_data, scenarios = load_scenarios(path, cat)
+    if samples and not (spec.uncertainty and (spec.uncertainty.demand or spec.uncertainty.prices)):
+        raise GpuplanError(f"{path}: --samples needs an uncertainty section (demand: {{sigma}} and/or prices)")
+    if samples:
+        scenarios = scenarios + uncertainty_scenarios(scenarios[0].plan, spec.uncertainty, samples, seed, cat)
+    options = SolveOptions(catalog_path=str(catalog) if catalog else None,
+                           params_path=str(params) if params else None, time_limit_s=time_limit)
+    rows = _run(scenarios, options, workers, backend, address)
+
+    summary: dict[str, Any] = {"file": str(path), "scenarios": [{k: v for k, v in r.items() if k != "plan"} for r in rows]}
+    sample_rows = [r for r in rows if r["group"] == "samples"]
+    if sample_rows:
+        costs = [r["objective_usd"] for r in sample_rows if r["status"] in ("optimal", "feasible")]
+        meets = fixed_fleet_meets(rows[0]["plan"], [r["level"] or 1.0 for r in sample_rows])
+        summary["uncertainty"] = {
+            "samples": len(sample_rows), "seed": seed,
+            "cost_p50_usd": percentile(costs, 50), "cost_p90_usd": percentile(costs, 90),
+            "infeasible_samples": len(sample_rows) - len(costs),
+            "base_fleet_meets_slo_probability": sum(meets) / len(meets),
+        }
+
+    t_rows = []
+    for r in rows:
+        if r["group"] == "samples":
+            continue
+        fleet = ", ".join(f"{g}×{d}" for d, g in sorted(r["fleet"].items()))
+        t_rows.append([r["name"], r["status"], fmt(r["objective_usd"]), fmt(r["capex_usd"]), fleet,
+                       f"{r['demand_multiplier']:.2f}× ({r['served_qps']:,.1f} req/s)", _slo_text(r),
+                       fmt(r["power_kw"], 1)])
+    stdout.print(table("What-if scenarios", ["scenario", "status", "objective $", "capex $", "fleet (GPUs)",
+                                             "served demand", "p99 vs SLO (ms)", "power kW"], t_rows,
+                       right={"objective $", "capex $", "power kW"}))
+    if "uncertainty" in summary:
+        u = summary["uncertainty"]
+        stdout.print(f"Uncertainty over {u['samples']} samples (seed {seed}): cost p50 {fmt(u['cost_p50_usd'])} $, "
+                     f"p90 {fmt(u['cost_p90_usd'])} $; the base fleet meets every SLO in "
+                     f"{u['base_fleet_meets_slo_probability']:.0%} of samples.")
+
+    if json_path is not None:
+        full = {**summary, "scenarios": rows}
+        write_atomic(json_path, json.dumps(full, indent=2, allow_nan=False) + "\n", inputs=(path,))
+    if out is not None:
+        from reports.whatif_workbook import write_whatif_workbook
+
+        write_whatif_workbook([r for r in rows if r["group"] != "samples"], out, inputs=(path,))
+    if plot is not None:
+        from reports.whatif_workbook import write_frontier_plot
+
+        write_frontier_plot(rows, plot, inputs=(path,))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("whatif")(whatif)

@@ -1,0 +1,276 @@
+"""What-if scenarios: solve many variants of a plan, in parallel, in a stable order.
+
+Each scenario is solved independently (a pure function of the scenario, the catalog
+override file and the calibration file), so results are the same whatever the backend
+(``local`` process pool or ``ray``) and the number of workers; they come back in the
+order of the scenario list.
+
+Modes:
+- ``min_cost``: the cheapest fleet that serves the scenario's demand (``optimize_plan``).
+- ``max_demand``: the largest common demand multiplier s that the scenario's budget can
+  serve within SLOs. Cost is non-decreasing in demand, so feasibility is monotone in s and
+  s is found by bracketing and bisection to ``DEMAND_TOLERANCE`` relative.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from catalog.load import Catalog, load_catalog
+from workloads.load import resolve_catalog
+from workloads.scenarios import Scenario, Uncertainty
+from workloads.spec import Plan
+
+DEMAND_TOLERANCE = 0.02
+MAX_DEMAND_MULTIPLIER = 1024.0
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    catalog_path: str | None = None
+    params_path: str | None = None
+    time_limit_s: float = 30.0
+    gap: float = 0.001
+
+
+@lru_cache(maxsize=4)
+def _catalog(path: str | None) -> Catalog:
+    return load_catalog(path)
+
+
+@lru_cache(maxsize=4)
+def _params(path: str | None):
+    from optimizer.params import load_params
+
+    return load_params(path)
+
+
+def _scaled(plan: Plan, multiplier: float) -> Plan:
+    data = plan.model_dump(mode="python", by_alias=True)
+    for w in data["workloads"]:
+        if w.get("qps") is not None:
+            w["qps"] = w["qps"] * multiplier
+        if w.get("tokens_per_day") is not None:
+            w["tokens_per_day"] = w["tokens_per_day"] * multiplier
+    return Plan.model_validate(data)
+
+
+def _optimize(plan: Plan, options: SolveOptions) -> dict[str, Any]:
+    from optimizer.optimize import optimize_plan
+
+    catalog = resolve_catalog(plan, _catalog(options.catalog_path), plan.name)
+    result = optimize_plan(plan, catalog, _params(options.params_path),
+                           time_limit_s=options.time_limit_s, gap=options.gap)
+    return result.to_json()
+
+
+def _has_plan(result: dict[str, Any]) -> bool:
+    return result["status"] in ("optimal", "feasible")
+
+
+def max_demand(plan: Plan, options: SolveOptions,
+               solve: Callable[[Plan, SolveOptions], dict[str, Any]] = _optimize) -> tuple[float, dict[str, Any]]:
+    """Largest multiplier s of every workload's rate whose cheapest fleet fits the plan's limits.
+
+    Returns (s, result at s). s = 0 with the s-probe result when even the smallest demand
+    probed does not fit.
+    """
+    lo, lo_result = 0.0, None
+    hi = 1.0
+    result = solve(_scaled(plan, hi), options)
+    if _has_plan(result):
+        lo, lo_result = hi, result
+        while hi < MAX_DEMAND_MULTIPLIER:
+            hi *= 2.0
+            result = solve(_scaled(plan, hi), options)
+            if not _has_plan(result):
+                break
+            lo, lo_result = hi, result
+        else:
+            return lo, lo_result  # type: ignore[return-value]
+    else:
+        probe = 1.0
+        while probe > 1.0 / 256:
+            probe /= 2.0
+            result = solve(_scaled(plan, probe), options)
+            if _has_plan(result):
+                lo, lo_result, hi = probe, result, probe * 2.0
+                break
+        if lo_result is None:
+            return 0.0, result
+    while (hi - lo) / hi > DEMAND_TOLERANCE:
+        mid = 0.5 * (lo + hi)
+        result = solve(_scaled(plan, mid), options)
+        if _has_plan(result):
+            lo, lo_result = mid, result
+        else:
+            hi = mid
+    return lo, lo_result  # type: ignore[return-value]
+
+
+def summarise(scenario: Scenario, result: dict[str, Any], multiplier: float) -> dict[str, Any]:
+    """One row of the comparison: cost, fleet by device, served demand, p99s vs SLOs, power."""
+    base_qps = sum(w.request_rate_qps for w in scenario.plan.workloads)
+    return {
+        "name": scenario.name,
+        "group": scenario.group,
+        "mode": scenario.mode,
+        "level": scenario.level,
+        "overrides": scenario.overrides,
+        "status": result["status"],
+        "status_detail": result.get("status_detail", ""),
+        "objective": result.get("objective"),
+        "objective_usd": result.get("objective_usd"),
+        "capex_usd": result.get("capex_usd"),
+        "annual_opex_usd": result.get("annual_opex_usd"),
+        "tco_usd": result.get("tco_usd"),
+        "power_kw": result.get("power_kw"),
+        "gpus_total": result.get("gpus_total"),
+        "fleet": {row["device"]: row["gpus"] for row in result.get("fleet", [])},
+        "demand_multiplier": multiplier,
+        "served_qps": base_qps * multiplier if _has_plan(result) else 0.0,
+        "workloads": [
+            {k: w.get(k) for k in ("name", "qps", "met", "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms",
+                                   "slo_ttft_p99_ms", "slo_tpot_p99_ms", "slo_e2e_p99_ms")}
+            for w in result.get("workloads", [])
+        ],
+        "plan": result,
+    }
+
+
+def run_scenario(scenario: Scenario, options: SolveOptions) -> dict[str, Any]:
+    """Solve one scenario in its mode and summarise it (runs in a worker process)."""
+    if scenario.mode == "max_demand":
+        multiplier, result = max_demand(scenario.plan, options)
+        return summarise(scenario, result, multiplier)
+    return summarise(scenario, _optimize(scenario.plan, options), 1.0 if scenario.group != "growth"
+                     else (scenario.level or 1.0))
+
+
+def _run_local(scenarios: Sequence[Scenario], options: SolveOptions, workers: int,
+               progress: Callable[[int], None] | None) -> list[dict[str, Any]]:
+    if workers <= 1 or len(scenarios) <= 1:
+        out = []
+        for s in scenarios:
+            out.append(run_scenario(s, options))
+            if progress:
+                progress(1)
+        return out
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("fork") if hasattr(os, "fork") else None
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        futures = [pool.submit(run_scenario, s, options) for s in scenarios]
+        out = []
+        for f in futures:  # in submission order: results keep the scenario order
+            out.append(f.result())
+            if progress:
+                progress(1)
+        return out
+
+
+def _run_ray(scenarios: Sequence[Scenario], options: SolveOptions, address: str | None,
+             progress: Callable[[int], None] | None) -> list[dict[str, Any]]:
+    from catalog.errors import GpuplanError
+
+    try:
+        import ray
+    except ImportError:
+        raise GpuplanError("--backend ray needs ray: pip install 'gpuplan[ray]'") from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     logging_level="ERROR", configure_logging=False)
+        except Exception as exc:  # ray raises several types for a bad address
+            raise GpuplanError(f"--address {address}: cannot connect to a Ray cluster ({exc}); "
+                               "start one with `ray start --head` or use --address auto") from None
+    try:
+        remote = ray.remote(run_scenario)
+        refs = [remote.remote(s, options) for s in scenarios]
+        out = []
+        for ref in refs:  # in submission order
+            out.append(ray.get(ref))
+            if progress:
+                progress(1)
+        return out
+    finally:
+        if started_here and address is None:
+            ray.shutdown()
+
+
+def run_scenarios(scenarios: Sequence[Scenario], options: SolveOptions, *, workers: int | None = None,
+                  backend: str = "local", address: str | None = None,
+                  progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+    """Solve every scenario; results in the order given, identical for every backend and worker count."""
+    if backend == "ray":
+        return _run_ray(scenarios, options, address, progress)
+    workers = workers or os.cpu_count() or 1
+    return _run_local(scenarios, options, workers, progress)
+
+
+def sample_uncertainty(base: Plan, uncertainty: Uncertainty, samples: int, seed: int) -> list[tuple[float, dict[str, float]]]:
+    """K draws of (demand multiplier, {device: price multiplier}); seeded, deterministic.
+
+    Demand: lognormal with median 1 and the given σ. Prices: uniform in [low, high].
+    """
+    rng = np.random.default_rng(seed)
+    draws = []
+    sigma = uncertainty.demand.sigma if uncertainty.demand else 0.0
+    for _ in range(samples):
+        demand = float(math.exp(rng.normal(0.0, sigma))) if sigma > 0 else 1.0
+        prices = {k: float(rng.uniform(v.low, v.high)) for k, v in sorted(uncertainty.prices.items())}
+        draws.append((demand, prices))
+    return draws
+
+
+def uncertainty_scenarios(base: Plan, uncertainty: Uncertainty, samples: int, seed: int,
+                          catalog: Catalog) -> list[Scenario]:
+    """One min-cost scenario per draw (demand scaled, device prices multiplied)."""
+    out = []
+    for i, (demand, prices) in enumerate(sample_uncertainty(base, uncertainty, samples, seed)):
+        plan = _scaled(base, demand)
+        if prices:
+            data = plan.model_dump(mode="python", by_alias=True)
+            devices = copy.deepcopy(data.get("devices") or {})
+            for key, mult in prices.items():
+                dev = catalog.device(key)
+                fields = devices.setdefault(dev.key, {})
+                for field in ("purchase_usd", "cloud_usd_per_gpu_hour"):
+                    base_value = fields.get(field, getattr(dev, field))
+                    if base_value is not None:
+                        fields[field] = float(base_value) * mult
+            data["devices"] = devices
+            plan = Plan.model_validate(data)
+        out.append(Scenario(name=f"sample-{i + 1}", group="samples", level=demand, plan=plan,
+                            overrides={"demand_multiplier": demand, **{f"price:{k}": v for k, v in prices.items()}}))
+    return out
+
+
+def fixed_fleet_meets(base_result: dict[str, Any], multipliers: Sequence[float]) -> list[bool]:
+    """Whether the base plan's fleet still meets every SLO when all demand is scaled by each multiplier.
+
+    A workload is met while its scaled rate is within the capacity at SLO of the replicas
+    deployed for it (Σ capacity_qps of its deployments; routing is free to rebalance).
+    """
+    capacity: dict[str, float] = {}
+    for d in base_result.get("deployments", []):
+        capacity[d["workload"]] = capacity.get(d["workload"], 0.0) + d["capacity_qps"]
+    rates = {w["name"]: w["qps"] for w in base_result.get("workloads", [])}
+    if not rates or base_result["status"] not in ("optimal", "feasible"):
+        return [False for _ in multipliers]
+    return [all(rates[n] * m <= capacity.get(n, 0.0) * (1 + 1e-9) for n in rates) for m in multipliers]
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return float(np.percentile(finite, q)) if finite else None
