@@ -82,6 +82,8 @@ class CalibrationParams(_Strict):
         0.6, description="achieved / dense peak tensor FLOPS of the compute dtype")
     step_overhead_ms: NonNeg = Field(
         1.0, description="fixed time per scheduler step (launches, sampling, scheduling)")
+    sequence_overhead_us: NonNeg = Field(
+        1.0, description="host time per running sequence per step (sampling, scheduling, detokenising)")
     link_efficiency: Fraction = Field(
         0.7, description="achieved / peak per-direction link bandwidth in all-reduce")
     allreduce_latency_us: NonNeg = Field(

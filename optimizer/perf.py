@@ -18,8 +18,9 @@ once. Physics per ``DESIGN.md`` §1/§5 (t = tp, p = pp, W = weight bytes of the
   ``t_mem = (weights/(t·p) + (b/p)·c·kv/(kv_shards·p)) / (bw · eff_bw)``,
   ``t_compute = (2·active·(b+n)/p + attention) / (t·p) / (peak · eff_flops)``,
   ``t_comm = layers/p · 2 · (2·(t−1)/t · tokens·hidden·act_bytes / link + latency)``;
-  the step (every sequence advances one token) = ``p · stage + overhead``. For p = 1
-  this is exactly ``max(t_mem, t_compute) + t_comm + t_overhead``. Stage-to-stage
+  the step (every sequence advances one token) = ``p · stage + overhead`` with
+  overhead = step_overhead + b · sequence_overhead (host work per running sequence). For
+  p = 1 this is exactly ``max(t_mem, t_compute) + t_comm + t_overhead``. Stage-to-stage
   activation transfers are neglected.
 - link = interconnect_gb_s/2 per direction when t ≤ interconnect_domain_gpus, else the
   host link pcie_gb_s/2, times ``link_efficiency``.
@@ -81,6 +82,7 @@ class Configs:
     # model constants (bytes per parameter folded in)
     dense_weight_bytes: np.ndarray  # bytes read every step whatever the routing
     expert_weight_bytes: np.ndarray  # bytes of one routed expert over all MoE layers
+    sequence_overhead_s: float  # host time per running sequence per step (sampling, bookkeeping)
     max_batch_sequences: int  # scheduler cap on running sequences (offline runs)
     kv_reserved_output_fraction: float  # share of the output whose KV a running sequence reserves
 
@@ -181,6 +183,7 @@ def build_configs(
         link_bytes_s=link_bytes_s, allreduce_latency_s=latency_s,
         activation_bytes=per_prec(lambda q: q.activation_bytes),
         dense_weight_bytes=dense * wbpp, expert_weight_bytes=ppe * wbpp,
+        sequence_overhead_s=params.sequence_overhead_us / 1e6,
         max_batch_sequences=params.max_batch_sequences,
         kv_reserved_output_fraction=params.kv_reserved_output_fraction,
     )
@@ -262,7 +265,8 @@ def decode_parts(c: Configs, batch, context_tokens, prefill_tokens=0.0,
     flops = (2.0 * active * tokens + attn) / (t * p)
     compute_s = flops / _col(c.peak_flops * c.compute_efficiency, ndim)
     comm_s = (c.model.num_layers / p) * 2.0 * _allreduce_s(c, tokens, ndim)
-    step_s = p * (np.maximum(mem_s, compute_s) + comm_s) + _col(c.step_overhead_s, ndim)
+    overhead_s = _col(c.step_overhead_s, ndim) + b * c.sequence_overhead_s
+    step_s = p * (np.maximum(mem_s, compute_s) + comm_s) + overhead_s
     return StepParts(mem_s, compute_s, comm_s, step_s)
 
 

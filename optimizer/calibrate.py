@@ -1,0 +1,218 @@
+"""Fit the performance model's efficiency factors to measured offline throughput.
+
+Predicted offline throughput (``predict_offline_throughput``) is the steady state of
+``optimizer.perf.offline_throughput_tokens_s``: all requests at once, the running batch
+limited by the KV cache that fits (and the scheduler cap), fixed input/output lengths,
+output tokens/s of the whole TP group.
+
+The fit minimises Σ (log predicted − log measured)² over the offline rows by cyclic
+coordinate search on a log-spaced grid per parameter, shrinking the grid each sweep
+(numpy only; the objective is cheap, non-smooth — max() and floor() — and has few
+parameters, so a derivative-free search is the robust choice). Every source group
+(software version) gets equal total weight, so the larger tables do not dominate.
+
+Fitted: the global memory-bandwidth and compute efficiencies, the per-step overhead,
+the usable memory fraction, the KV reservation of the output, and per-class overrides
+(memory type for bandwidth, generation for compute) when the data hold devices of that
+class. Never per device key.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import date
+
+import numpy as np
+
+from catalog.load import Catalog
+from optimizer.measurements import Measurement
+from optimizer.params import CalibrationParams, FactorOverride, FitRecord
+from optimizer.perf import build_configs, offline_throughput_tokens_s
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted value of each row (NaN where unpredictable) and why not."""
+
+    predicted: np.ndarray
+    batch: np.ndarray
+    skipped: list[str | None]
+
+
+def offline_skip_reason(m: Measurement) -> str | None:
+    """Why an offline row cannot be predicted, or None."""
+    if m.unresolved:
+        return m.unresolved
+    if not m.is_offline:
+        return "not an offline max-throughput row (latency-under-load rows need the serving model)"
+    if m.input_tokens is None or m.output_tokens is None or m.input_tokens < 1 or m.output_tokens < 1:
+        return "input_len/output_len missing"
+    if m.throughput_tok_s is None or m.throughput_tok_s <= 0:
+        return "throughput_tok_s missing"
+    return None
+
+
+def predict_offline_throughput(rows: Sequence[Measurement], cat: Catalog,
+                               params: CalibrationParams) -> Prediction:
+    """Output tokens/s of the replica for each offline row (vectorised per model)."""
+    n = len(rows)
+    pred = np.full(n, np.nan)
+    batch = np.full(n, np.nan)
+    skipped: list[str | None] = [offline_skip_reason(m) for m in rows]
+    by_model: dict[str, list[int]] = defaultdict(list)
+    for i, m in enumerate(rows):
+        if skipped[i] is None:
+            by_model[m.model_key].append(i)  # type: ignore[index]
+    for model_key, idx in by_model.items():
+        model = cat.models[model_key]
+        combos = [(cat.devices[rows[i].device_key], cat.precisions[rows[i].precision_key],  # type: ignore[index]
+                   rows[i].tp, rows[i].pp) for i in idx]
+        c = build_configs(model, combos, params)
+        inp = np.array([rows[i].input_tokens for i in idx], dtype=float)
+        out = np.array([rows[i].output_tokens for i in idx], dtype=float)
+        b, tput = offline_throughput_tokens_s(c, inp, out)
+        for j, i in enumerate(idx):
+            if not c.supported[j]:
+                skipped[i] = c.reason[j]
+            elif b[j] < 1:
+                skipped[i] = c.reason[j] or "model predicts not even one sequence fits in memory"
+            else:
+                pred[i] = tput[j]
+                batch[i] = b[j]
+    return Prediction(pred, batch, skipped)
+
+
+# ---------------------------------------------------------------------------------------
+# Fitting
+
+
+@dataclass(frozen=True)
+class _Knob:
+    """One fitted scalar: how to read it from and write it into the params."""
+
+    name: str
+    low: float
+    high: float
+    get: Callable[[CalibrationParams], float]
+    set: Callable[[CalibrationParams, float], CalibrationParams]
+
+
+def _field_knob(name: str, low: float, high: float, integer: bool = False) -> _Knob:
+    return _Knob(name, low, high, lambda p: float(getattr(p, name)),
+                 lambda p, v: p.model_copy(update={name: int(round(v)) if integer else v}))
+
+
+def _override_knob(idx: int, field: str, low: float, high: float) -> _Knob:
+    def get(p: CalibrationParams) -> float:
+        value = getattr(p.overrides[idx], field)
+        return float(value) if value is not None else float(getattr(p, field))
+
+    def put(p: CalibrationParams, v: float) -> CalibrationParams:
+        ovs = list(p.overrides)
+        ovs[idx] = ovs[idx].model_copy(update={field: v})
+        return p.model_copy(update={"overrides": ovs})
+
+    return _Knob(f"overrides[{idx}].{field}", low, high, get, put)
+
+
+def _weights(rows: Sequence[Measurement]) -> np.ndarray:
+    """Equal total weight per source group."""
+    counts: dict[str, int] = defaultdict(int)
+    for m in rows:
+        counts[m.source_group] += 1
+    return np.array([1.0 / counts[m.source_group] for m in rows])
+
+
+def abs_pct_errors(pred: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    return np.abs(pred / measured - 1.0) * 100.0
+
+
+def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationParams | None = None,
+               data_file: str = "", sweeps: int = 6) -> CalibrationParams:
+    """Fit the factors to the offline rows of ``rows``; returns params with a FitRecord."""
+    usable = [m for m in rows if offline_skip_reason(m) is None]
+    if not usable:
+        from catalog.errors import ModelError
+
+        raise ModelError(f"{data_file or 'measurements'}: no offline max-throughput rows to fit "
+                         "(need scenario 'offline ...' rows with input_len, output_len, throughput_tok_s)")
+    params = start or CalibrationParams()
+    devices = [cat.devices[k] for k in sorted({m.device_key for m in usable})]  # type: ignore[index]
+    # Class overrides only where the data have devices of that class *and* of another one.
+    overrides: list[FactorOverride] = []
+    mem_types = sorted({d.memory_type for d in devices})
+    gens = sorted({d.generation for d in devices})
+    if len(mem_types) > 1:
+        overrides += [FactorOverride(memory_type=t, note=f"fitted on {', '.join(sorted(d.key for d in devices if d.memory_type == t))}")
+                      for t in mem_types if t != "hbm"]
+    if len(gens) > 1:
+        overrides += [FactorOverride(generation=g, note=f"fitted on {', '.join(sorted(d.key for d in devices if d.generation == g))}")
+                      for g in gens]
+    params = params.model_copy(update={"overrides": overrides})
+    knobs = [
+        _field_knob("memory_bandwidth_efficiency", 0.3, 1.0),
+        _field_knob("compute_efficiency", 0.15, 1.0),
+        _field_knob("step_overhead_ms", 0.05, 30.0),
+        _field_knob("memory_usable_fraction", 0.7, 1.0),
+        _field_knob("kv_reserved_output_fraction", 0.3, 1.0),
+        _field_knob("sequence_overhead_us", 0.5, 200.0),
+        _field_knob("link_efficiency", 0.1, 1.0),
+        _field_knob("allreduce_latency_us", 1.0, 100.0),
+        _field_knob("workspace_gb_per_gpu", 0.2, 20.0),
+        _field_knob("max_batch_sequences", 64, 8192, integer=True),
+    ]
+    for i, o in enumerate(overrides):
+        if o.memory_type is not None:
+            knobs.append(_override_knob(i, "memory_bandwidth_efficiency", 0.3, 1.0))
+        if o.generation is not None:
+            knobs.append(_override_knob(i, "compute_efficiency", 0.15, 1.0))
+    measured = np.array([m.throughput_tok_s for m in usable], dtype=float)
+    w = _weights(usable)
+
+    def loss(p: CalibrationParams) -> float:
+        pred = predict_offline_throughput(usable, cat, p).predicted
+        err = np.log(np.where(np.isfinite(pred) & (pred > 0), pred, 1e-3) / measured)
+        return float(np.sum(w * err**2))
+
+    best = loss(params)
+    span = 0.5  # half-width of the search in log space, shrinks each sweep
+    for _ in range(sweeps):
+        for k in knobs:
+            x0 = k.get(params)
+            grid = np.exp(np.linspace(math.log(x0) - span, math.log(x0) + span, 9))
+            for x in np.clip(grid, k.low, k.high):
+                cand = k.set(params, float(x))
+                val = loss(cand)
+                if val < best - 1e-12:
+                    best, params = val, cand
+        span *= 0.6
+    return params.model_copy(update={"fit": fit_record(usable, cat, params, data_file)})
+
+
+def fit_record(rows: Sequence[Measurement], cat: Catalog, params: CalibrationParams,
+               data_file: str) -> FitRecord:
+    pred = predict_offline_throughput(rows, cat, params).predicted
+    measured = np.array([m.throughput_tok_s for m in rows], dtype=float)
+    ok = np.isfinite(pred)
+    err = abs_pct_errors(pred[ok], measured[ok])
+
+    def summary(mask: np.ndarray) -> dict[str, float]:
+        e = abs_pct_errors(pred[mask & ok], measured[mask & ok])
+        return {"n": int(e.size), "median_abs_pct_error": round(float(np.median(e)), 2) if e.size else 0.0,
+                "p90_abs_pct_error": round(float(np.percentile(e, 90)), 2) if e.size else 0.0}
+
+    groups = np.array([m.source_group for m in rows])
+    devs = np.array([m.device_key for m in rows])
+    return FitRecord(
+        data_file=data_file, rows_used=int(ok.sum()),
+        method="coordinate search on log-spaced grids, least squares of log(pred/measured), "
+               "equal weight per source_group",
+        median_abs_pct_error=round(float(np.median(err)), 2),
+        p90_abs_pct_error=round(float(np.percentile(err, 90)), 2),
+        by_source_group={g: summary(groups == g) for g in sorted(set(groups))},
+        by_device={d: summary(devs == d) for d in sorted(set(devs))},
+        fitted_on=date.today().isoformat(),
+    )
