@@ -1,0 +1,268 @@
+"""The typed result of a fleet optimization, and its JSON form (``docs/plan-json.md``).
+
+A solve always returns a :class:`PlanResult` with a :class:`SolveStatus`, never ``None``:
+an infeasible plan carries empty fleet/deployments and diagnostics saying why.
+``PlanResult.to_json()`` produces exactly the keys of the contract, plus two tables that
+make the plan checkable without the solver: ``buckets[]`` (each workload's request-size
+buckets and their rates) and ``routing[]`` (the load of each bucket routed to each
+deployment).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class SolveStatus(StrEnum):
+    """Outcome of a solve: proven optimal, feasible (time limit hit, with a gap), infeasible, error."""
+
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"
+    INFEASIBLE = "infeasible"
+    ERROR = "error"
+
+    @property
+    def has_plan(self) -> bool:
+        return self in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE)
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    objective: str
+    horizon_years: int
+    electricity_usd_per_kwh: float
+    pue: float
+    power_utilization: float
+    maintenance_fraction_per_year: float
+    discount_rate: float
+    server_overhead_usd: float
+    server_power_w: float
+    hours_per_year: float
+    capex_budget_usd: float | None
+    annual_budget_usd: float | None
+    max_power_kw: float | None
+    api_usd_per_million_output_tokens: float | None
+    api_usd_per_million_input_tokens: float | None
+
+
+@dataclass(frozen=True)
+class FleetRow:
+    """GPUs and servers of one device in the fleet, with the figures its money comes from."""
+
+    device: str
+    gpus: int
+    nodes: int
+    gpus_per_node: int
+    purchase_usd: float | None
+    cloud_usd_per_gpu_hour: float | None
+    tdp_w: float | None
+    capex_usd: float
+    power_kw: float
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Replicas of one candidate serving one workload, with the load routed to them."""
+
+    workload: str
+    key: str
+    device: str
+    precision: str | None
+    tp: int
+    pp: int
+    replicas: int
+    qps: float
+    capacity_qps: float
+    ttft_p99_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    e2e_p99_ms: float | None = None
+
+    @property
+    def gpus(self) -> int:
+        return self.replicas * self.tp * self.pp
+
+
+@dataclass(frozen=True)
+class WorkloadResult:
+    name: str
+    model: str
+    qps: float
+    met: bool
+    kind: str
+    ttft_p99_ms: float | None
+    tpot_p99_ms: float | None
+    e2e_p99_ms: float | None
+    slo_ttft_p99_ms: float | None
+    slo_tpot_p99_ms: float | None
+    slo_e2e_p99_ms: float | None
+    output_tokens_per_year: float
+    input_tokens_per_year: float
+    cost_per_million_output_tokens_usd: float | None
+    min_replicas: int = 0
+    redundancy: str = "none"
+
+
+@dataclass(frozen=True)
+class BucketRow:
+    """One request-size bucket of a workload: its share of requests and its rate."""
+
+    workload: str
+    bucket: int
+    fraction: float
+    qps: float
+    prompt_tokens_mean: float | None = None
+    output_tokens_mean: float | None = None
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Route:
+    """Load of one bucket of one workload routed to one deployment (req/s)."""
+
+    workload: str
+    bucket: int
+    key: str
+    qps: float
+
+
+@dataclass(frozen=True)
+class CandidateRow:
+    """One candidate of one workload in one bucket, kept or pruned (with its reason)."""
+
+    workload: str
+    bucket: int
+    key: str
+    device: str
+    precision: str | None
+    tp: int
+    pp: int
+    gpus: int
+    capacity_qps: float
+    cost_per_replica_usd: float | None
+    cost_per_qps_usd: float | None
+    limited_by: str | None
+    pruned_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    level: str  # "info" | "warning" | "error"
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class SourceRow:
+    device: str
+    field: str
+    source: str
+    as_of: str
+    estimated: bool
+
+
+@dataclass(frozen=True)
+class SingleDeviceBest:
+    device: str
+    objective_usd: float
+    gpus: int
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """Everything a solve found: status, money, fleet, deployments, per-workload outcome."""
+
+    status: SolveStatus
+    status_detail: str
+    objective: str
+    objective_usd: float = 0.0
+    capex_usd: float = 0.0
+    annual_opex_usd: float = 0.0
+    annual_power_usd: float = 0.0
+    annual_maintenance_usd: float = 0.0
+    annual_cloud_usd: float = 0.0
+    tco_usd: float = 0.0
+    npv_usd: float = 0.0
+    power_kw: float = 0.0
+    gpus_total: int = 0
+    nodes_total: int = 0
+    output_tokens_per_year: float = 0.0
+    cost_per_million_output_tokens_usd: float | None = None
+    solve_seconds: float = 0.0
+    gap: float = 0.0
+    solver: str = "highs"
+    plan_name: str = ""
+    input_file: str = ""
+    input_sha256: str = ""
+    gpuplan_version: str = ""
+    created_utc: str = ""
+    assumptions: Assumptions | None = None
+    fleet: tuple[FleetRow, ...] = ()
+    deployments: tuple[Deployment, ...] = ()
+    workloads: tuple[WorkloadResult, ...] = ()
+    single_device_best: SingleDeviceBest | None = None
+    candidates: tuple[CandidateRow, ...] = ()
+    diagnostics: tuple[Diagnostic, ...] = ()
+    sources: tuple[SourceRow, ...] = field(default=())
+    buckets: tuple[BucketRow, ...] = ()
+    routing: tuple[Route, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as a JSON-ready dict with the keys of ``docs/plan-json.md`` (finite floats)."""
+        out: dict[str, Any] = {
+            "status": str(self.status),
+            "status_detail": self.status_detail,
+            "objective": self.objective,
+        }
+        for name in ("objective_usd", "capex_usd", "annual_opex_usd", "annual_power_usd",
+                     "annual_maintenance_usd", "annual_cloud_usd", "tco_usd", "npv_usd", "power_kw"):
+            out[name] = _num(getattr(self, name))
+        out["gpus_total"] = int(self.gpus_total)
+        out["nodes_total"] = int(self.nodes_total)
+        out["output_tokens_per_year"] = _num(self.output_tokens_per_year)
+        out["cost_per_million_output_tokens_usd"] = _num(self.cost_per_million_output_tokens_usd)
+        out["solve_seconds"] = _num(self.solve_seconds)
+        out["gap"] = _num(self.gap)
+        for name in ("solver", "plan_name", "input_file", "input_sha256", "gpuplan_version", "created_utc"):
+            out[name] = getattr(self, name)
+        out["assumptions"] = _clean(asdict(self.assumptions)) if self.assumptions else None
+        out["fleet"] = [_clean(asdict(r)) for r in self.fleet]
+        out["deployments"] = [_clean(_deployment_json(d)) for d in self.deployments]
+        out["workloads"] = [_clean(_workload_json(w)) for w in self.workloads]
+        out["single_device_best"] = _clean(asdict(self.single_device_best)) if self.single_device_best else None
+        out["candidates"] = [_clean(asdict(c)) for c in self.candidates]
+        out["diagnostics"] = [asdict(d) for d in self.diagnostics]
+        out["sources"] = [asdict(s) for s in self.sources]
+        out["buckets"] = [_clean(asdict(b)) for b in self.buckets]
+        out["routing"] = [_clean(asdict(r)) for r in self.routing]
+        return out
+
+
+_DEPLOYMENT_KEYS = ("workload", "device", "precision", "tp", "pp", "replicas", "qps", "capacity_qps",
+                    "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms", "key")
+_WORKLOAD_KEYS = ("name", "model", "qps", "met", "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms",
+                  "slo_ttft_p99_ms", "slo_tpot_p99_ms", "slo_e2e_p99_ms", "kind",
+                  "output_tokens_per_year", "input_tokens_per_year",
+                  "cost_per_million_output_tokens_usd", "min_replicas", "redundancy")
+
+
+def _deployment_json(d: Deployment) -> dict[str, Any]:
+    return {k: getattr(d, k) for k in _DEPLOYMENT_KEYS}
+
+
+def _workload_json(w: WorkloadResult) -> dict[str, Any]:
+    return {k: getattr(w, k) for k in _WORKLOAD_KEYS}
+
+
+def _num(value: float | None) -> float | None:
+    """A finite float, or None (JSON has no inf/nan)."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _clean(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: (_num(v) if isinstance(v, float) else v) for k, v in row.items()}
