@@ -131,7 +131,8 @@ def abs_pct_errors(pred: np.ndarray, measured: np.ndarray) -> np.ndarray:
 
 
 def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationParams | None = None,
-               data_file: str = "", sweeps: int = 6) -> CalibrationParams:
+               data_file: str = "", sweeps: int = 6, by_generation: bool = False,
+               by_memory_type: bool = True) -> CalibrationParams:
     """Fit the factors to the offline rows of ``rows``; returns params with a FitRecord."""
     usable = [m for m in rows if offline_skip_reason(m) is None]
     if not usable:
@@ -145,10 +146,10 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
     overrides: list[FactorOverride] = []
     mem_types = sorted({d.memory_type for d in devices})
     gens = sorted({d.generation for d in devices})
-    if len(mem_types) > 1:
+    if by_memory_type and len(mem_types) > 1:
         overrides += [FactorOverride(memory_type=t, note=f"fitted on {', '.join(sorted(d.key for d in devices if d.memory_type == t))}")
                       for t in mem_types if t != "hbm"]
-    if len(gens) > 1:
+    if by_generation and len(gens) > 1:
         overrides += [FactorOverride(generation=g, note=f"fitted on {', '.join(sorted(d.key for d in devices if d.generation == g))}")
                       for g in gens]
     params = params.model_copy(update={"overrides": overrides})

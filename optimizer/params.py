@@ -64,12 +64,13 @@ class FitRecord(_Strict):
     """Where fitted parameters came from and how well they fit (never hidden)."""
 
     data_file: str
+    data_sha256: str = ""
     rows_used: int = Field(ge=0)
     method: str
     median_abs_pct_error: NonNeg
     p90_abs_pct_error: NonNeg
-    by_source_group: dict[str, dict[str, float]] = Field(default_factory=dict)
-    by_device: dict[str, dict[str, float]] = Field(default_factory=dict)
+    by_source_group: dict[str, dict[str, float | int]] = Field(default_factory=dict)
+    by_device: dict[str, dict[str, float | int]] = Field(default_factory=dict)
     fitted_on: str = ""
 
 

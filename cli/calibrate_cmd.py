@@ -1,0 +1,53 @@
+"""`gpuplan calibrate MEASUREMENTS.csv --out params.yaml`: fit the model's factors to your data."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from catalog.files import write_atomic
+from cli.common import CatalogOpt, JsonOpt, ParamsOpt, fmt, load, print_json, stdout, table
+from optimizer.calibrate import fit_params
+from optimizer.measurements import load_measurements
+from optimizer.params import load_params, params_to_yaml
+
+
+def calibrate(
+    measurements: Annotated[Path, typer.Argument(help="Measurements CSV with the columns of calibration.csv.")],
+    out: Annotated[Path, typer.Option("--out", help="Where to write the fitted parameters (YAML).")],
+    params: ParamsOpt = None,
+    catalog: CatalogOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Fit efficiency factors and overheads to offline max-throughput rows; write them for --params."""
+    cat = load(catalog)
+    rows = load_measurements(measurements, cat)
+    start = load_params(params) if params is not None else None
+    fitted = fit_params(rows, cat, start=start, data_file=str(measurements))
+    digest = hashlib.sha256(measurements.read_bytes()).hexdigest()
+    fitted = fitted.model_copy(update={"fit": fitted.fit.model_copy(update={"data_sha256": digest})})
+    fit = fitted.fit
+    header = (f"gpuplan calibration parameters, fitted by `gpuplan calibrate {measurements.name}`\n"
+              f"fit: {fit.rows_used} offline rows, median |error| {fit.median_abs_pct_error}% , "
+              f"p90 {fit.p90_abs_pct_error}%\n"
+              "use with --params FILE; see optimizer/params.py for the meaning of each field")
+    write_atomic(out, params_to_yaml(fitted, header), inputs=(measurements,) + ((params,) if params else ()))
+    if json_out:
+        print_json({"out": str(out), "params": fitted.model_dump(mode="json", exclude_none=True)})
+        return
+    rows_out = [[k, v] for k, v in fitted.model_dump(exclude={"overrides", "fit"}).items()]
+    rows_out += [[f"override {o.vendor or ''}{o.generation or ''}{o.memory_type or ''}",
+                  ", ".join(f"{k}={v:.3g}" for k, v in o.model_dump(
+                      exclude={"vendor", "generation", "memory_type", "note"}, exclude_none=True).items())]
+                 for o in fitted.overrides]
+    stdout.print(table(f"fitted on {fit.rows_used} rows of {measurements}", ["parameter", "value"],
+                       [[k, f"{v:.4g}" if isinstance(v, float) else str(v)] for k, v in rows_out]))
+    stdout.print(f"fit error: median {fmt(fit.median_abs_pct_error, 1)} %, p90 {fmt(fit.p90_abs_pct_error, 1)} %"
+                 f" (absolute, on output tokens/s); written to {out}", markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("calibrate")(calibrate)
