@@ -1,0 +1,361 @@
+"""Discrete-event simulator of one replica: continuous batching with chunked prefill.
+
+The check on the analytic serving model (``optimizer.serving``): the same scheduler,
+step by step, with sampled request lengths and Poisson arrivals. Pure (no I/O); seeded
+and deterministic.
+
+Scheduler (iteration-level, vLLM/TensorRT-LLM style), per step:
+
+1. arrivals up to the step start join the waiting queue (FCFS);
+2. admission: the head of the waiting queue enters prefill while its prompt (plus any
+   tokens it already generated before a preemption) fits in the free KV cache and fewer
+   than ``max_sequences`` requests are admitted;
+3. if the running sequences' next tokens do not fit in the KV cache, the most recently
+   admitted running sequence is preempted (recompute: its KV is freed and it returns to
+   the front of the waiting queue with prompt + generated tokens as its new prompt);
+4. the step decodes one token for each of the ``b`` running sequences and spends up to
+   ``prefill_chunk_tokens`` on prompts in FCFS order (chunked prefill);
+5. it lasts ``decode_step_s(b, mean context, prefill tokens, mean prefill span)``
+   from ``optimizer.perf``; a request whose prompt completes emits its first token at
+   the end of the step (TTFT), then one token per step until its output is done (E2E).
+
+TPOT of a request = (E2E − TTFT) / (output tokens − 1), as MLPerf and vLLM define it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from catalog.errors import ModelError
+from optimizer import perf
+from optimizer.lengths import sample_tokens
+from optimizer.perf import Configs
+from workloads.spec import LengthDist
+
+DEFAULT_PREFILL_CHUNK_TOKENS = 2048
+PERCENTILES = (50.0, 90.0, 99.0)
+
+
+class StepTime:
+    """Fast scalar step time of one configuration, exact to ``optimizer.perf.decode_step_s``.
+
+    The perf model's stage time is ``max(mem, compute) + comm`` where, for T = b + n
+    tokens in the step, ``mem = mem0(T) + kv·b·c``, ``compute = comp0(T) + att·(b·c +
+    n·span)`` and ``comm = comm0(T)``; the step is ``pp·stage + overhead(b)`` (a fixed
+    and a per-sequence part). The functions of T and b (MoE expert reads make ``mem0``
+    non-linear) are tabulated at whole tokens by one
+    vectorised call of ``perf.decode_parts``; ``kv`` and ``att`` are read off two probes.
+    The construction checks the result against ``decode_step_s`` at random points and
+    raises if they differ by more than 1e-9 (relative), so a change of the perf model
+    cannot go unnoticed.
+    """
+
+    def __init__(self, c: Configs, index: int, max_tokens: int):
+        one = _select(c, index)
+        if not bool(one.supported[0]):
+            raise ModelError(f"{one.keys[0]}: {one.reason[0]}")
+        tokens = np.arange(max_tokens + 1, dtype=float)
+        zero = np.zeros_like(tokens)
+        parts = perf.decode_parts(one, tokens[None, :], zero[None, :])
+        self._mem0 = parts.mem_s[0].tolist()
+        self._comp0 = parts.compute_s[0].tolist()
+        self._comm0 = np.broadcast_to(parts.comm_s, parts.mem_s.shape)[0].tolist()
+        stage = np.maximum(parts.mem_s, parts.compute_s) + parts.comm_s
+        self._overhead = (parts.step_s - float(one.pp[0]) * stage)[0].tolist()  # fixed + per-sequence
+        probe = perf.decode_parts(one, np.array([[1.0, 1.0]]), np.array([[0.0, 1000.0]]))
+        self._kv = float(probe.mem_s[0, 1] - probe.mem_s[0, 0]) / 1000.0
+        self._att = float(probe.compute_s[0, 1] - probe.compute_s[0, 0]) / 1000.0
+        self._pp = float(one.pp[0])
+        self.max_tokens = max_tokens
+        self._check(one)
+
+    def __call__(self, batch: int, context_tokens: float, prefill_tokens: int = 0,
+                 prefill_span_tokens: float = 0.0) -> float:
+        """Seconds of one step: ``pp·(max(mem, compute) + comm) + overhead(b)``."""
+        t = batch + prefill_tokens
+        s = batch * context_tokens
+        mem = self._mem0[t] + self._kv * s
+        comp = self._comp0[t] + self._att * (s + prefill_tokens * prefill_span_tokens)
+        return self._pp * ((mem if mem > comp else comp) + self._comm0[t]) + self._overhead[batch]
+
+    def _check(self, one: Configs) -> None:
+        rng = np.random.default_rng(0)
+        b = rng.integers(0, self.max_tokens // 2 + 1, 64)
+        n = rng.integers(0, self.max_tokens // 2 + 1, 64)
+        ctx = rng.uniform(0, 20000, 64)
+        span = rng.uniform(0, 8000, 64)
+        want = perf.decode_step_s(one, b[None, :], ctx[None, :], n[None, :], span[None, :])[0]
+        got = np.array([self(int(bi), float(ci), int(ni), float(si)) for bi, ci, ni, si in zip(b, ctx, n, span, strict=True)])
+        err = float(np.max(np.abs(got - want) / want))
+        if not err <= 1e-9:
+            raise ModelError(f"simulator step-time table disagrees with optimizer.perf.decode_step_s by {err:.2e} "
+                             "(relative); the perf model's step structure changed: update optimizer.simulate.StepTime")
+
+
+def _select(c: Configs, index: int) -> Configs:
+    """A one-config view of ``c`` (row ``index`` of every array field)."""
+    kwargs = {}
+    for name in c.__dataclass_fields__:
+        v = getattr(c, name)
+        if isinstance(v, np.ndarray):
+            kwargs[name] = v[index:index + 1]
+        elif isinstance(v, list):
+            kwargs[name] = v[index:index + 1]
+        else:
+            kwargs[name] = v
+    return Configs(**kwargs)
+
+
+@dataclass(frozen=True)
+class Percentile:
+    """One latency percentile (ms) with a 95 % order-statistic (binomial) confidence interval."""
+
+    value_ms: float
+    ci_low_ms: float
+    ci_high_ms: float
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Per-request latencies (s) of a simulation and their percentiles (ms).
+
+    ``ttft_s``, ``e2e_s`` have one entry per measured request; ``tpot_s`` per measured
+    request with more than one output token. The first ``warmup`` requests (arriving into
+    an empty replica) are excluded from all statistics.
+    """
+
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    e2e_s: np.ndarray
+    ttft: dict[float, Percentile]
+    tpot: dict[float, Percentile]
+    e2e: dict[float, Percentile]
+    mean_ttft_s: float
+    mean_tpot_s: float
+    mean_itl_s: float  # token-weighted mean inter-token latency (what benchmarks call ITL)
+    output_tokens_per_s: float
+    requests: int
+    steps: int
+    preemptions: int
+    mean_batch: float
+    max_kv_tokens: float
+    duration_s: float
+    backlog_at_end: int  # requests not finished when the arrivals stopped (saturation sign)
+
+
+def percentile_ci(x: np.ndarray, q: float, confidence: float = 0.95) -> Percentile:
+    """The q-th percentile of ``x`` (ms) and a distribution-free CI from order statistics.
+
+    The number of samples below the true quantile is Binomial(n, q/100); the CI is the
+    pair of order statistics at ``n·p ± z·sqrt(n·p·(1−p))`` (normal approximation).
+    """
+    n = len(x)
+    if n == 0:
+        nan = float("nan")
+        return Percentile(nan, nan, nan)
+    s = np.sort(x)
+    p = q / 100.0
+    z = 1.959963985 if confidence == 0.95 else float(np.sqrt(2) * _erfinv(confidence))
+    half = z * np.sqrt(n * p * (1 - p))
+    lo = int(np.clip(np.floor(n * p - half) - 1, 0, n - 1))
+    hi = int(np.clip(np.ceil(n * p + half), 0, n - 1))
+    return Percentile(float(np.percentile(s, q)) * 1e3, float(s[lo]) * 1e3, float(s[hi]) * 1e3)
+
+
+def _erfinv(y: float) -> float:
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf((1 + y) / 2) / np.sqrt(2)
+
+
+def simulate(
+    c: Configs,
+    index: int,
+    qps: float,
+    prompt: LengthDist,
+    output: LengthDist,
+    requests: int = 20_000,
+    seed: int = 0,
+    prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
+    max_sequences: int | None = None,
+    warmup_fraction: float = 0.05,
+    step_time: StepTime | None = None,
+) -> SimResult:
+    """Simulate ``requests`` Poisson arrivals at ``qps`` on configuration ``index`` of ``c``.
+
+    Lengths are sampled from ``prompt``/``output`` (whole tokens), arrival gaps are
+    Exp(qps); both from ``numpy.random.default_rng(seed)`` so a seed fixes the result.
+    KV capacity is ``c.kv_capacity_tokens[index]``; the running-sequence cap is
+    ``max_sequences`` (default ``c.max_batch_sequences``).
+    """
+    if not qps > 0:
+        raise ModelError(f"request rate must be > 0 req/s (got {qps})")
+    if requests < 1:
+        raise ModelError(f"requests must be >= 1 (got {requests})")
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1.0 / qps, requests))
+    prompts = sample_tokens(prompt, requests, rng)
+    outputs = sample_tokens(output, requests, rng)
+    cap_kv = float(c.kv_capacity_tokens[index])
+    max_seqs = int(max_sequences or c.max_batch_sequences)
+    chunk = int(prefill_chunk_tokens)
+    if step_time is None:
+        step_time = StepTime(c, index, max_seqs + chunk)
+    longest = int(prompts.max() + outputs.max())
+    if longest > cap_kv:
+        raise ModelError(f"{c.keys[index]}: a request of {longest:,} tokens does not fit in the KV cache "
+                         f"({cap_kv:,.0f} tokens); shorten the requests or raise tp/pp")
+    return _run(step_time, arrivals, prompts, outputs, cap_kv, max_seqs, chunk, warmup_fraction)
+
+
+def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: np.ndarray,
+         cap_kv: float, max_seqs: int, chunk: int, warmup_fraction: float) -> SimResult:
+    n_req = len(arrivals)
+    arr = arrivals.tolist()
+    plen = prompts.tolist()
+    olen = outputs.tolist()
+    first = [0.0] * n_req
+    finish = [0.0] * n_req
+    generated = [0] * n_req  # output tokens emitted so far
+    eff_prompt = plen[:]  # tokens to (re)prefill: prompt + tokens generated before a preemption
+    epoch = [0] * n_req  # bumped on preemption to invalidate scheduled completions
+    entry_step = [0] * n_req  # step index at which the sequence's context was ctx_at_entry
+    ctx_entry = [0] * n_req
+
+    waiting: deque[int] = deque()
+    prefilling: deque[list] = deque()  # [rid, remaining prompt tokens, processed tokens]
+    running_order: list[int] = []  # admission order of decoding sequences (for LIFO preemption)
+    is_running = [False] * n_req
+    done_at: dict[int, list[tuple[int, int]]] = {}  # step -> [(rid, epoch)]
+
+    t = 0.0
+    step = 0
+    nxt = 0  # next arrival index
+    b = 0  # decoding sequences
+    ctx_sum = 0.0  # Σ context of decoding sequences
+    kv_used = 0.0
+    n_admitted = 0
+    preemptions = 0
+    batch_time = 0.0
+    max_kv = 0.0
+    out_tokens_done = 0
+    backlog_at_end = -1
+
+    while True:
+        while nxt < n_req and arr[nxt] <= t:
+            waiting.append(nxt)
+            nxt += 1
+        if backlog_at_end < 0 and nxt == n_req:
+            backlog_at_end = len(waiting) + len(prefilling) + b
+        # admission (FCFS, head of line blocks)
+        while waiting and n_admitted < max_seqs and kv_used + eff_prompt[waiting[0]] + 1 <= cap_kv:
+            rid = waiting.popleft()
+            kv_used += eff_prompt[rid]
+            prefilling.append([rid, eff_prompt[rid], 0])
+            n_admitted += 1
+        if b == 0 and not prefilling:
+            if nxt >= n_req and not waiting:
+                break
+            if nxt < n_req:
+                t = max(t, arr[nxt])
+                continue
+            raise ModelError("simulator stalled: a waiting request can never be admitted")  # pragma: no cover
+        # make room for this step's decode tokens: preempt the latest admitted running sequence
+        while b and kv_used + b > cap_kv:
+            while running_order and not is_running[running_order[-1]]:
+                running_order.pop()
+            victim = running_order.pop()
+            is_running[victim] = False
+            ctx_v = ctx_entry[victim] + (step - entry_step[victim])
+            generated[victim] += step - entry_step[victim]
+            ctx_sum -= ctx_v
+            kv_used -= ctx_v
+            b -= 1
+            n_admitted -= 1
+            epoch[victim] += 1
+            eff_prompt[victim] = plen[victim] + generated[victim]
+            waiting.appendleft(victim)
+            preemptions += 1
+        # chunked prefill, FCFS
+        budget = chunk
+        n_pre = 0
+        span_tok = 0.0
+        completed: list[int] = []
+        for item in prefilling:
+            if budget <= 0:
+                break
+            take = item[1] if item[1] < budget else budget
+            span_tok += take * (item[2] + take / 2.0)
+            item[1] -= take
+            item[2] += take
+            budget -= take
+            n_pre += take
+            if item[1] == 0:
+                completed.append(item[0])
+        for _ in completed:
+            prefilling.popleft()
+        dt = step_s(b, ctx_sum / b if b else 0.0, n_pre, span_tok / n_pre if n_pre else 0.0)
+        t += dt
+        batch_time += b * dt
+        step += 1
+        # decode: every running sequence emitted one token during this step
+        ctx_sum += b
+        kv_used += b
+        out_tokens_done += b
+        for rid, ep in done_at.pop(step, ()):
+            if epoch[rid] != ep:
+                continue
+            is_running[rid] = False
+            finish[rid] = t
+            generated[rid] = olen[rid]
+            ctx_v = ctx_entry[rid] + (step - entry_step[rid])
+            ctx_sum -= ctx_v
+            kv_used -= ctx_v
+            b -= 1
+            n_admitted -= 1
+        # prefill completions emit a token at the end of this step
+        for rid in completed:
+            if generated[rid] == 0:
+                first[rid] = t
+            generated[rid] += 1
+            out_tokens_done += 1
+            kv_used += 1
+            remaining = olen[rid] - generated[rid]
+            if remaining <= 0:
+                finish[rid] = t
+                kv_used -= eff_prompt[rid] + 1
+                n_admitted -= 1
+                continue
+            is_running[rid] = True
+            running_order.append(rid)
+            entry_step[rid] = step
+            ctx_entry[rid] = eff_prompt[rid] + 1
+            ctx_sum += ctx_entry[rid]
+            b += 1
+            done_at.setdefault(step + remaining, []).append((rid, epoch[rid]))
+        if kv_used > max_kv:
+            max_kv = kv_used
+
+    warm = int(n_req * warmup_fraction)
+    a = np.asarray(arr[warm:])
+    ttft = np.asarray(first[warm:]) - a
+    e2e = np.asarray(finish[warm:]) - a
+    o = np.asarray(olen[warm:])
+    multi = o > 1
+    tpot = (e2e[multi] - ttft[multi]) / (o[multi] - 1)
+    itl = float((e2e[multi] - ttft[multi]).sum() / (o[multi] - 1).sum()) if multi.any() else float("nan")
+    return SimResult(
+        ttft_s=ttft, tpot_s=tpot, e2e_s=e2e,
+        ttft={q: percentile_ci(ttft, q) for q in PERCENTILES},
+        tpot={q: percentile_ci(tpot, q) for q in PERCENTILES},
+        e2e={q: percentile_ci(e2e, q) for q in PERCENTILES},
+        mean_ttft_s=float(ttft.mean()), mean_tpot_s=float(tpot.mean()) if len(tpot) else float("nan"),
+        mean_itl_s=itl,
+        output_tokens_per_s=float(out_tokens_done / t) if t > 0 else 0.0,
+        requests=len(a), steps=step, preemptions=preemptions,
+        mean_batch=batch_time / t if t > 0 else 0.0, max_kv_tokens=max_kv, duration_s=t,
+        backlog_at_end=max(backlog_at_end, 0),
+    )
