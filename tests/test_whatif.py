@@ -1,0 +1,112 @@
+"""What-if: frontier properties, base = plain optimize, same results for any backend or worker count."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from catalog import load_catalog
+from tests.conftest import EXAMPLES
+from workloads.scenarios import load_scenarios
+
+pytest.importorskip("optimizer.optimize")
+
+SMALL = {
+    "base": str(EXAMPLES / "chat-fleet.yaml"),
+    "variants": [{"name": "traffic-2x", "set": {"workloads.chat.qps": 80}}],
+    "sweeps": [{"name": "budget", "kind": "budget", "from": 400000, "to": 1600000, "steps": 3},
+               {"name": "growth", "kind": "demand", "multipliers": [1, 2]}],
+    "uncertainty": {"demand": {"sigma": 0.3}},
+}
+
+
+def _strip(row):
+    """A result without its timings (the only fields allowed to differ between runs)."""
+    row = json.loads(json.dumps(row))
+    for r in [row, row.get("plan", {})]:
+        for key in ("solve_seconds", "created_utc"):
+            r.pop(key, None)
+    return row
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    path = tmp_path_factory.mktemp("whatif") / "small.yaml"
+    path.write_text(yaml.safe_dump(SMALL))
+    _, _, scenarios = load_scenarios(path, load_catalog())
+    from optimizer.whatif import SolveOptions, run_scenarios
+
+    rows = run_scenarios(scenarios, SolveOptions(), workers=1)
+    return path, scenarios, rows
+
+
+def test_base_equals_plain_optimize(small):
+    _, scenarios, rows = small
+    from optimizer.optimize import optimize_plan
+
+    from optimizer.params import load_params
+    from workloads import resolve_catalog
+
+    plan = scenarios[0].plan
+    direct = optimize_plan(plan, resolve_catalog(plan, load_catalog(), "x"), load_params()).to_json()
+    assert rows[0]["name"] == "base"
+    assert rows[0]["objective_usd"] == pytest.approx(direct["objective_usd"], rel=1e-9)
+    assert rows[0]["fleet"] == {r["device"]: r["gpus"] for r in direct["fleet"]}
+
+
+def test_served_demand_never_falls_as_budget_rises(small):
+    _, _, rows = small
+    budget = [r for r in rows if r["group"] == "budget"]
+    assert [r["level"] for r in budget] == sorted(r["level"] for r in budget)
+    served = [r["demand_multiplier"] for r in budget]
+    assert all(b >= a for a, b in zip(served, served[1:], strict=False)), served
+    for r in budget:
+        if r["status"] in ("optimal", "feasible"):
+            assert r["capex_usd"] <= r["level"] * (1 + 1e-6)
+
+
+def test_cost_never_falls_as_demand_rises(small):
+    _, _, rows = small
+    growth = sorted((r["level"], r["objective_usd"]) for r in rows if r["group"] == "growth")
+    costs = [c for _, c in growth]
+    assert all(b >= a - 1e-6 for a, b in zip(costs, costs[1:], strict=False)), growth
+    base = next(r for r in rows if r["name"] == "base")
+    assert growth[0][1] == pytest.approx(base["objective_usd"], rel=1e-9)
+
+
+def test_same_results_with_two_workers(small):
+    _, scenarios, rows = small
+    from optimizer.whatif import SolveOptions, run_scenarios
+
+    rows2 = run_scenarios(scenarios, SolveOptions(), workers=2)
+    assert [_strip(r) for r in rows2] == [_strip(r) for r in rows]
+
+
+def test_ray_backend_same_results(small):
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'gpuplan[ray]'); Ray backend untested")
+    _, scenarios, rows = small
+    from optimizer.whatif import SolveOptions, run_scenarios
+
+    subset = scenarios[:3]
+    rows_ray = run_scenarios(subset, SolveOptions(), backend="ray")
+    assert [_strip(r) for r in rows_ray] == [_strip(r) for r in rows[:3]]
+
+
+def test_cli_outputs(run_cli, small, tmp_path):
+    path, _, _ = small
+    out, js, png = tmp_path / "c.xlsx", tmp_path / "c.json", tmp_path / "f.png"
+    r = run_cli("whatif", str(path), "--out", str(out), "--json", str(js), "--plot", str(png),
+                "--workers", "1", "--samples", "4")
+    assert r.code == 0, r.stderr
+    data = json.loads(js.read_text())
+    assert [s["name"] for s in data["scenarios"]][:2] == ["base", "traffic-2x"]
+    u = data["uncertainty"]
+    assert u["samples"] == 4 and 0.0 <= u["base_fleet_meets_slo_probability"] <= 1.0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from openpyxl import load_workbook
+
+    wb = load_workbook(out)
+    assert wb.sheetnames[:3] == ["Scenarios", "Budget frontier", "Demand frontier"]
+    assert wb["Scenarios"]["B1"].value == "base"
