@@ -1,0 +1,192 @@
+"""The plan result (docs/plan-json.md) as the workbook reads it.
+
+The optimizer writes this JSON; `gpuplan report PLAN.json` reads it back. The models
+here check only what the workbook needs, ignore keys they do not know (the contract may
+grow) and turn a missing or wrong key into one line naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from catalog.errors import GpuplanError
+from catalog.files import format_validation_error, read_text
+
+Num = Annotated[float, Field(allow_inf_nan=False)]
+NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Count = Annotated[int, Field(ge=0)]
+
+
+class PlanResultError(GpuplanError):
+    """A plan result JSON file (or dict) is missing a key or has a wrong value."""
+
+
+class _Loose(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class Assumptions(_Loose):
+    """Money and facility inputs; each becomes a named input cell on the Assumptions sheet."""
+
+    objective: Literal["tco", "capex", "cloud"]
+    horizon_years: Annotated[int, Field(ge=1, le=100)]
+    electricity_usd_per_kwh: NonNeg
+    pue: Annotated[float, Field(ge=1, allow_inf_nan=False)]
+    power_utilization: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+    maintenance_fraction_per_year: NonNeg
+    discount_rate: Annotated[float, Field(gt=-1, allow_inf_nan=False)]
+    server_overhead_usd: NonNeg
+    server_power_w: NonNeg
+    hours_per_year: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 8760
+    capex_budget_usd: NonNeg | None = None
+    annual_budget_usd: NonNeg | None = None
+    max_power_kw: NonNeg | None = None
+    api_usd_per_million_output_tokens: NonNeg | None = None
+    api_usd_per_million_input_tokens: NonNeg | None = None
+
+
+class FleetRow(_Loose):
+    device: str
+    gpus: Count
+    nodes: Count
+    gpus_per_node: Annotated[int, Field(ge=1)]
+    purchase_usd: NonNeg | None = None
+    cloud_usd_per_gpu_hour: NonNeg | None = None
+    tdp_w: NonNeg
+    capex_usd: Num | None = None
+    power_kw: Num | None = None
+
+
+class Deployment(_Loose):
+    workload: str
+    device: str
+    precision: str
+    tp: Annotated[int, Field(ge=1)]
+    pp: Annotated[int, Field(ge=1)]
+    replicas: Count
+    qps: NonNeg
+    capacity_qps: NonNeg | None = None
+    ttft_p99_ms: NonNeg | None = None
+    tpot_p99_ms: NonNeg | None = None
+    e2e_p99_ms: NonNeg | None = None
+    key: str = ""
+
+
+class Workload(_Loose):
+    name: str
+    model: str
+    qps: NonNeg
+    met: bool | None = None
+    ttft_p99_ms: NonNeg | None = None
+    tpot_p99_ms: NonNeg | None = None
+    e2e_p99_ms: NonNeg | None = None
+    slo_ttft_p99_ms: NonNeg | None = None
+    slo_tpot_p99_ms: NonNeg | None = None
+    slo_e2e_p99_ms: NonNeg | None = None
+    kind: Literal["online", "batch"] = "online"
+    output_tokens_per_year: NonNeg
+    input_tokens_per_year: NonNeg = 0.0
+    cost_per_million_output_tokens_usd: Num | None = None
+
+
+class SingleDeviceBest(_Loose):
+    device: str
+    objective_usd: Num
+    gpus: Count
+
+
+class Candidate(_Loose):
+    workload: str
+    bucket: str | int | None = None
+    key: str
+    device: str
+    precision: str
+    tp: Annotated[int, Field(ge=1)]
+    pp: Annotated[int, Field(ge=1)]
+    gpus: Count | None = None
+    capacity_qps: Num | None = None
+    cost_per_replica_usd: Num | None = None
+    cost_per_qps_usd: Num | None = None
+    limited_by: str | None = None
+    pruned_reason: str | None = None
+
+
+class Diagnostic(_Loose):
+    level: str = "info"
+    code: str = ""
+    message: str
+
+
+class Source(_Loose):
+    device: str = ""
+    field: str = ""
+    source: str = ""
+    as_of: str | int | None = None
+    estimated: bool = False
+
+
+class PlanResult(_Loose):
+    """The keys of the plan result JSON that the workbook uses (docs/plan-json.md)."""
+
+    status: Literal["optimal", "feasible", "infeasible", "error"]
+    status_detail: str = ""
+    objective: Literal["tco", "capex", "cloud"]
+    objective_usd: Num | None = None
+    capex_usd: Num | None = None
+    annual_opex_usd: Num | None = None
+    annual_power_usd: Num | None = None
+    annual_maintenance_usd: Num | None = None
+    annual_cloud_usd: Num | None = None
+    tco_usd: Num | None = None
+    npv_usd: Num | None = None
+    power_kw: Num | None = None
+    gpus_total: Count | None = None
+    nodes_total: Count | None = None
+    output_tokens_per_year: NonNeg | None = None
+    cost_per_million_output_tokens_usd: Num | None = None
+    solve_seconds: NonNeg | None = None
+    gap: Num | None = None
+    solver: str = ""
+    plan_name: str = ""
+    input_file: str = ""
+    input_sha256: str = ""
+    gpuplan_version: str = ""
+    created_utc: str = ""
+    assumptions: Assumptions
+    fleet: list[FleetRow] = []
+    deployments: list[Deployment] = []
+    workloads: list[Workload] = []
+    single_device_best: SingleDeviceBest | None = None
+    candidates: list[Candidate] = []
+    diagnostics: list[Diagnostic] = []
+    sources: list[Source] = []
+
+
+def parse_result(data: Any, where: str = "plan result") -> PlanResult:
+    """Check a plan result dict; raise PlanResultError naming ``where`` and the key."""
+    if not isinstance(data, dict):
+        raise PlanResultError(f"{where}: expected a JSON object at the top level, got {type(data).__name__}")
+    try:
+        return PlanResult.model_validate(data)
+    except ValidationError as exc:
+        raise PlanResultError(format_validation_error(where, exc, PlanResult)) from None
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def load_result(path: Path | str) -> tuple[dict[str, Any], PlanResult]:
+    """Read a plan result JSON file: the raw dict and its checked form."""
+    text = read_text(path, "plan result JSON", PlanResultError)
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise PlanResultError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError as exc:
+        raise PlanResultError(f"{path}: not valid JSON: {exc}") from None
+    return data, parse_result(data, str(path))

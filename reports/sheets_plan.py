@@ -1,0 +1,221 @@
+"""Deployments, Workloads and Candidates: what runs where, against which SLO, and why.
+
+A deployment's share of the fleet cost is its GPUs' share of its device's cost over the
+horizon (purchase or rental, power, maintenance, and their share of server overhead);
+a workload's cost per million output tokens is the sum of its deployments' shares over
+its own output tokens (docs/plan-json.md).
+"""
+
+from __future__ import annotations
+
+from openpyxl.formatting.rule import FormulaRule
+from openpyxl.utils import get_column_letter
+
+from reports import styles
+from reports.context import FIRST_ROW, HEADER_ROW, Ctx, title
+from reports.xl import Formula, ref
+
+DEPLOYMENT_COLUMNS: list[tuple[str, str, str]] = [
+    ("workload", "Workload", ""),
+    ("device", "Device", ""),
+    ("precision", "Precision", ""),
+    ("tp", "Tensor parallel", styles.INT),
+    ("pp", "Pipeline parallel", styles.INT),
+    ("replicas", "Replicas", styles.THOUSANDS),
+    ("gpus", "GPUs", styles.THOUSANDS),
+    ("qps", "Load routed (req/s)", styles.DEC2),
+    ("capacity", "Capacity at SLO (req/s)", styles.DEC2),
+    ("load", "Load / capacity", styles.PCT),
+    ("ttft", "TTFT p99 (ms)", styles.MS),
+    ("slo_ttft", "TTFT SLO (ms)", styles.MS),
+    ("tpot", "TPOT p99 (ms)", styles.MS),
+    ("slo_tpot", "TPOT SLO (ms)", styles.MS),
+    ("e2e", "E2E p99 (ms)", styles.MS),
+    ("slo_e2e", "E2E SLO (ms)", styles.MS),
+    ("cost", "Share of cost over horizon ($)", styles.USD),
+    ("key", "Configuration key", ""),
+]
+
+WORKLOAD_COLUMNS: list[tuple[str, str, str]] = [
+    ("name", "Workload", ""),
+    ("model", "Model", ""),
+    ("kind", "Kind", ""),
+    ("qps", "Requests per second", styles.DEC2),
+    ("out", "Output tokens per year", styles.THOUSANDS),
+    ("in", "Input tokens per year", styles.THOUSANDS),
+    ("ttft", "TTFT p99 (ms)", styles.MS),
+    ("slo_ttft", "TTFT SLO (ms)", styles.MS),
+    ("tpot", "TPOT p99 (ms)", styles.MS),
+    ("slo_tpot", "TPOT SLO (ms)", styles.MS),
+    ("e2e", "E2E p99 (ms)", styles.MS),
+    ("slo_e2e", "E2E SLO (ms)", styles.MS),
+    ("met", "SLOs met", ""),
+    ("gpus", "GPUs", styles.THOUSANDS),
+    ("cost", "Cost over horizon ($)", styles.USD),
+    ("per_m", "Cost per million output tokens ($)", styles.USD_CENTS),
+]
+
+CANDIDATE_COLUMNS: list[tuple[str, str]] = [
+    ("Workload", ""), ("Bucket", ""), ("Configuration key", ""), ("Device", ""), ("Precision", ""),
+    ("Tensor parallel", styles.INT), ("Pipeline parallel", styles.INT), ("GPUs per replica", styles.INT),
+    ("Capacity at SLO (req/s)", styles.DEC2), ("Cost per replica ($)", styles.USD),
+    ("Cost per req/s ($)", styles.USD), ("Limited by", ""), ("Chosen", ""), ("Pruned because", ""),
+]
+
+
+def _slo_rules(ws, pairs: list[tuple[int, int]], first: int, last: int) -> None:
+    """Green where a predicted p99 meets its SLO, red where it misses (same-sheet formulas)."""
+    for p99_col, slo_col in pairs:
+        p, s = get_column_letter(p99_col), get_column_letter(slo_col)
+        area = f"{p}{first}:{p}{last}"
+        both = f"ISNUMBER({p}{first}),ISNUMBER({s}{first})"
+        ws.conditional_formatting.add(area, FormulaRule(
+            formula=[f"AND({both},{p}{first}>{s}{first})"], fill=styles.BAD_FILL, font=styles.BAD_FONT))
+        ws.conditional_formatting.add(area, FormulaRule(
+            formula=[f"AND({both},{p}{first}<={s}{first})"], fill=styles.GOOD_FILL, font=styles.GOOD_FONT))
+
+
+def build_deployments(ctx: Ctx) -> None:
+    """One row per (workload, configuration): replicas, load, capacity, p99s next to the SLOs."""
+    sheet = ctx.sheets["Deployments"]
+    title(sheet, "Deployments",
+          "Each workload's chosen configurations. Predicted p99 latencies are green where they meet the "
+          "SLO and red where they miss it; the cost share is the GPUs' share of their device's cost.")
+    col = {key: i for i, (key, _, _) in enumerate(DEPLOYMENT_COLUMNS, start=1)}
+    ctx.deployment_cols = col
+    L = {k: get_column_letter(c) for k, c in col.items()}  # noqa: N806 - column letters
+    sheet.header(HEADER_ROW, 1, [h for _, h, _ in DEPLOYMENT_COLUMNS])
+    slos = {w.name: w for w in ctx.result.workloads}
+    fleet = ctx.sheets["Fleet"].ws
+    fcol = ctx.fleet_cols
+    fleet_by_device = {f.device: f for f in ctx.result.fleet}
+    row = FIRST_ROW
+    for d in ctx.result.deployments:
+        r = str(row)
+        w = slos.get(d.workload)
+        gpus = d.replicas * d.tp * d.pp
+        cells = {
+            "workload": d.workload, "device": d.device, "precision": d.precision,
+            "tp": d.tp, "pp": d.pp, "replicas": d.replicas,
+            "gpus": Formula(f"={L['replicas']}{r}*{L['tp']}{r}*{L['pp']}{r}", gpus),
+            "qps": d.qps, "capacity": d.capacity_qps,
+            "load": (Formula(f"=IF({L['capacity']}{r}>0,{L['qps']}{r}/{L['capacity']}{r},0)",
+                             d.qps / d.capacity_qps) if d.capacity_qps else None),
+            "ttft": d.ttft_p99_ms, "tpot": d.tpot_p99_ms, "e2e": d.e2e_p99_ms,
+            "slo_ttft": w.slo_ttft_p99_ms if w else None,
+            "slo_tpot": w.slo_tpot_p99_ms if w else None,
+            "slo_e2e": w.slo_e2e_p99_ms if w else None,
+            "cost": None, "key": d.key,
+        }
+        frow = ctx.fleet_row.get(d.device)
+        if frow is not None:
+            fgpus = ref(fleet, frow, fcol["gpus"])
+            ftotal = ref(fleet, frow, fcol["total"])
+            share = gpus / max(fleet_by_device[d.device].gpus, 1) * ctx.fleet_cost_usd[d.device]
+            cells["cost"] = Formula(f"=IF({fgpus}>0,{L['gpus']}{r}/{fgpus}*{ftotal},0)", share)
+            ctx.deployment_cost_usd.append(share)
+        else:
+            ctx.deployment_cost_usd.append(0.0)
+            ctx.notes.append(f"deployment {d.workload}/{d.key}: device {d.device} is not in the fleet; "
+                             "its cost share is left blank")
+        for key, _, fmt in DEPLOYMENT_COLUMNS:
+            sheet.put(row, col[key], cells[key], fmt or None)
+        ctx.deployment_rows.append(row)
+        row += 1
+    last = row - 1
+    if sheet.table("DeploymentsTable", HEADER_ROW, 1, last, len(DEPLOYMENT_COLUMNS)) is not None:
+        _slo_rules(sheet.ws, [(col["ttft"], col["slo_ttft"]), (col["tpot"], col["slo_tpot"]),
+                              (col["e2e"], col["slo_e2e"])], FIRST_ROW, last)
+    else:
+        sheet.put(FIRST_ROW, 1, f"No deployments: plan status is {ctx.result.status}.", font=styles.NOTE_FONT)
+    sheet.ws.freeze_panes = sheet.ws.cell(row=FIRST_ROW, column=2)
+    sheet.finish(title_rows=f"{HEADER_ROW}:{HEADER_ROW}")
+
+
+def build_workloads(ctx: Ctx) -> None:
+    """One row per workload: volume, p99s against SLOs, GPUs, cost and cost per million tokens."""
+    sheet = ctx.sheets["Workloads"]
+    title(sheet, "Workloads",
+          "What must be served, whether the plan meets its SLOs, and what each workload costs over the "
+          "horizon (its GPUs' share of the fleet cost).")
+    col = {key: i for i, (key, _, _) in enumerate(WORKLOAD_COLUMNS, start=1)}
+    ctx.workload_cols = col
+    L = {k: get_column_letter(c) for k, c in col.items()}  # noqa: N806 - column letters
+    sheet.header(HEADER_ROW, 1, [h for _, h, _ in WORKLOAD_COLUMNS])
+    dep_ws = ctx.sheets["Deployments"].ws
+    dcol = ctx.deployment_cols
+    row = FIRST_ROW
+    for w in ctx.result.workloads:
+        r = str(row)
+        mine = [drow for drow, d in zip(ctx.deployment_rows, ctx.result.deployments, strict=True)
+                if d.workload == w.name]
+        gpus = sum(d.replicas * d.tp * d.pp for d in ctx.result.deployments if d.workload == w.name)
+        gpu_refs = "+".join(ref(dep_ws, drow, dcol["gpus"], absolute=False) for drow in mine) or "0"
+        cost_refs = "+".join(ref(dep_ws, drow, dcol["cost"], absolute=False) for drow in mine) or "0"
+        met = "yes" if w.met else ("no" if w.met is not None else "n/a")
+        cells = {
+            "name": w.name, "model": w.model, "kind": w.kind, "qps": w.qps,
+            "out": w.output_tokens_per_year, "in": w.input_tokens_per_year,
+            "ttft": w.ttft_p99_ms, "slo_ttft": w.slo_ttft_p99_ms, "tpot": w.tpot_p99_ms,
+            "slo_tpot": w.slo_tpot_p99_ms, "e2e": w.e2e_p99_ms, "slo_e2e": w.slo_e2e_p99_ms,
+            "met": met,
+            "gpus": Formula(f"={gpu_refs}", gpus),
+            "cost": Formula(f"={cost_refs}", sum(c for c, d in zip(ctx.deployment_cost_usd, ctx.result.deployments,
+                                                                   strict=True) if d.workload == w.name)),
+            "per_m": Formula(f"=IF({L['out']}{r}>0,{L['cost']}{r}/(horizon_years*{L['out']}{r}/1000000),0)",
+                             w.cost_per_million_output_tokens_usd),
+        }
+        for key, _, fmt in WORKLOAD_COLUMNS:
+            sheet.put(row, col[key], cells[key], fmt or None)
+        row += 1
+    last = max(row - 1, FIRST_ROW)
+    has_rows = sheet.table("WorkloadsTable", HEADER_ROW, 1, row - 1, len(WORKLOAD_COLUMNS)) is not None
+    ctx.workload_total_row = row
+    sheet.put(row, 1, "Total", font=styles.BOLD, fill=styles.TOTAL_FILL)
+    for key, _, fmt in WORKLOAD_COLUMNS[1:]:
+        value = None
+        if key in ("out", "in", "gpus", "cost"):
+            value = Formula(f"=SUM({L[key]}{FIRST_ROW}:{L[key]}{last})")
+        elif key == "per_m":
+            value = Formula(f"=IF({L['out']}{row}>0,{L['cost']}{row}/(horizon_years*{L['out']}{row}/1000000),0)",
+                            ctx.result.cost_per_million_output_tokens_usd)
+        elif key == "met":
+            met = sum(1 for w in ctx.result.workloads if w.met)
+            value = f"{met} of {len(ctx.result.workloads)}"
+        sheet.put(row, col[key], value, fmt or None, font=styles.BOLD, fill=styles.TOTAL_FILL)
+    if has_rows:
+        _slo_rules(sheet.ws, [(col["ttft"], col["slo_ttft"]), (col["tpot"], col["slo_tpot"]),
+                              (col["e2e"], col["slo_e2e"])], FIRST_ROW, row - 1)
+        m = f"{L['met']}{FIRST_ROW}"
+        area = f"{m}:{L['met']}{row - 1}"
+        sheet.ws.conditional_formatting.add(area, FormulaRule(
+            formula=[f'{m}="no"'], fill=styles.BAD_FILL, font=styles.BAD_FONT))
+        sheet.ws.conditional_formatting.add(area, FormulaRule(
+            formula=[f'{m}="yes"'], fill=styles.GOOD_FILL, font=styles.GOOD_FONT))
+    sheet.ws.freeze_panes = sheet.ws.cell(row=FIRST_ROW, column=2)
+    sheet.finish(title_rows=f"{HEADER_ROW}:{HEADER_ROW}")
+
+
+def build_candidates(ctx: Ctx) -> None:
+    """Every configuration the optimizer evaluated, kept or pruned (with the reason)."""
+    sheet = ctx.sheets["Candidates"]
+    title(sheet, "Candidates",
+          "Every configuration evaluated per workload: its capacity at the SLO and cost per req/s at "
+          "catalog prices under the objective; pruned ones say why.")
+    sheet.header(HEADER_ROW, 1, [h for h, _ in CANDIDATE_COLUMNS])
+    chosen = {(d.workload, d.key) for d in ctx.result.deployments}
+    row = FIRST_ROW
+    for c in ctx.result.candidates:
+        bucket = "" if c.bucket is None else str(c.bucket)
+        values = [c.workload, bucket, c.key, c.device, c.precision, c.tp, c.pp,
+                  c.gpus if c.gpus is not None else c.tp * c.pp, c.capacity_qps,
+                  c.cost_per_replica_usd, c.cost_per_qps_usd, c.limited_by or "",
+                  "yes" if (c.workload, c.key) in chosen else "", c.pruned_reason or ""]
+        for i, ((_, fmt), v) in enumerate(zip(CANDIDATE_COLUMNS, values, strict=True), start=1):
+            sheet.put(row, i, v, fmt or None, size=i != len(CANDIDATE_COLUMNS))
+        row += 1
+    if sheet.table("CandidatesTable", HEADER_ROW, 1, row - 1, len(CANDIDATE_COLUMNS)) is None:
+        sheet.put(FIRST_ROW, 1, "The plan result lists no candidates.", font=styles.NOTE_FONT)
+    sheet.width(len(CANDIDATE_COLUMNS), 70, cap=True)
+    sheet.ws.freeze_panes = sheet.ws.cell(row=FIRST_ROW, column=2)
+    sheet.finish(title_rows=f"{HEADER_ROW}:{HEADER_ROW}")
