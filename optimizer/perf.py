@@ -398,7 +398,9 @@ def estimate_config(
     kv_cache_bytes_per_token, max_concurrency (sequences of input+output tokens that fit),
     tpot_bound_ms. With ``batch``: tpot_ms (decode step at mean context input + output/2),
     ttft_ms (prefill of one prompt), output_tokens_per_s (= batch / tpot), bound. With
-    ``max_throughput``: batch and output_tokens_per_s of an offline run (memory-limited batch).
+    ``max_throughput``: batch and output_tokens_per_s of an offline run (memory-limited batch;
+    it reserves input + kv_reserved_output_fraction·output tokens per sequence, so it may exceed
+    max_concurrency, which counts full input + output).
     Times are None when the configuration cannot run.
     """
     c = build_configs(model, [(device, precision, tp, pp)], params)

@@ -1,0 +1,91 @@
+"""`gpuplan roofline`: throughput and time per token against batch size, with the roofs marked."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+
+from catalog.errors import ModelError
+from catalog.files import write_atomic
+from cli.common import CatalogOpt, ModelConfigOpt, ParamsOpt, load, stdout
+from cli.estimate_cmd import DeviceOpt, InputOpt, ModelOpt, OutputOpt, PpOpt, PrecisionOpt, TpOpt
+from optimizer.params import load_params
+from optimizer.perf import build_configs, decode_parts, max_sequences, tpot_bound_ms
+
+
+def roofline_data(c, input_tokens: int, output_tokens: int, max_batch: int) -> dict[str, np.ndarray]:
+    """Curves for config 0 of ``c``: batch, tokens/s, TPOT and the memory/compute roofs."""
+    batch = np.unique(np.round(np.logspace(0, np.log10(max_batch), 200))).reshape(1, -1)
+    ctx = input_tokens + output_tokens / 2.0
+    parts = decode_parts(c, batch, ctx)
+    p = float(c.pp[0])
+    return {
+        "batch": batch[0],
+        "tokens_s": (batch / parts.step_s)[0],
+        "tpot_ms": parts.step_s[0] * 1e3,
+        "memory_roof_tokens_s": (batch / (p * parts.mem_s))[0],
+        "compute_roof_tokens_s": (batch / (p * parts.compute_s))[0],
+    }
+
+
+def roofline(
+    model: ModelOpt,
+    device: DeviceOpt,
+    precision: PrecisionOpt,
+    input_tokens: InputOpt,
+    output_tokens: OutputOpt,
+    out: Annotated[Path, typer.Option("--out", help="PNG file to write.")],
+    tp: TpOpt = 1,
+    pp: PpOpt = 1,
+    params: ParamsOpt = None,
+    catalog: CatalogOpt = None,
+    model_config: ModelConfigOpt = None,
+) -> None:
+    """Plot output tokens/s and time per token against batch with memory/compute roofs and the KV limit."""
+    if out.suffix.lower() != ".png":
+        raise ModelError(f"{out}: --out must name a .png file")
+    cat = load(catalog, model_config)
+    m, d, q = cat.model(model), cat.device(device), cat.precision(precision)
+    c = build_configs(m, [(d, q, tp, pp)], load_params(params))
+    if not c.runnable[0]:
+        raise ModelError(f"{c.keys[0]}: cannot plot, {c.reason[0]}")
+    max_conc = int(max_sequences(c, input_tokens + output_tokens)[0])
+    data = roofline_data(c, input_tokens, output_tokens, max(2 * max_conc, 64))
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
+    ax1.plot(data["batch"], data["tokens_s"], label="model: output tokens/s", lw=2)
+    ax1.plot(data["batch"], data["memory_roof_tokens_s"], "--", label="memory roof (weights + KV reads)")
+    ax1.plot(data["batch"], data["compute_roof_tokens_s"], ":", label="compute roof")
+    ax2.plot(data["batch"], data["tpot_ms"], label="model: time per output token", lw=2)
+    ax2.axhline(float(tpot_bound_ms(c)[0]), color="grey", ls="--", label="bandwidth bound at batch 1 (peak)")
+    for ax in (ax1, ax2):
+        if max_conc >= 1:
+            ax.axvline(max_conc, color="red", ls="-.", label=f"KV memory limit: {max_conc} sequences")
+        ax.set_xscale("log")
+        ax.set_xlabel("batch (running sequences)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    ax1.set_yscale("log")
+    ax1.set_ylabel("output tokens/s per replica")
+    ax2.set_ylabel("time per output token (ms)")
+    fig.suptitle(f"{m.key} on {tp * pp}x {d.key} ({q.key}, tp{tp} pp{pp}), "
+                 f"{input_tokens} in / {output_tokens} out")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    write_atomic(out, buf.getvalue())
+    stdout.print(f"wrote {out}", markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("roofline")(roofline)

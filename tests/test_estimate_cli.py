@@ -1,0 +1,122 @@
+"""CLI: `gpuplan estimate`, `validate MEASUREMENTS.csv`, `calibrate`, `roofline` — exit codes, keys, messages."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from tests.conftest import REFERENCE
+
+CSV = REFERENCE / "calibration.csv"
+ALWAYS = {"model", "device", "precision", "tp", "pp", "fits", "reason", "weights_gb_per_gpu",
+          "kv_cache_bytes_per_token", "max_concurrency", "tpot_bound_ms"}
+BASE = ("estimate", "--model", "llama-3.1-70b", "--device", "h100-sxm", "--precision", "fp8", "--tp", "4",
+        "--input-tokens", "1000", "--output-tokens", "1000")
+
+
+def test_estimate_batch_json_keys(run_cli):
+    r = run_cli(*BASE, "--batch", "32", "--json")
+    assert r.code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert set(out) == ALWAYS | {"tpot_ms", "ttft_ms", "output_tokens_per_s", "bound"}
+    assert out["fits"] is True and out["reason"] is None
+    assert out["kv_cache_bytes_per_token"] == 163_840  # FP8 KV: 2·80·8·128·1
+    assert out["tpot_bound_ms"] == pytest.approx(70.6e9 / 4 / 3.35e12 * 1e3, rel=1e-3)  # 5.27 ms
+    assert out["weights_gb_per_gpu"] == pytest.approx(17.65)
+    assert out["output_tokens_per_s"] == pytest.approx(32 / out["tpot_ms"] * 1e3, rel=1e-3)
+    assert out["bound"] in {"memory", "compute", "communication"}
+
+
+def test_estimate_max_throughput_json_keys(run_cli):
+    r = run_cli(*BASE, "--max-throughput", "--json")
+    assert r.code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert set(out) == ALWAYS | {"batch", "output_tokens_per_s"}
+    # the offline batch reserves input + f·output tokens per sequence (f = kv_reserved_output_fraction
+    # <= 1, fitted), so it can exceed max_concurrency (full input + output) by up to 1/f
+    assert 1 <= out["batch"] <= out["max_concurrency"] * 2000 / (1000 + 1000 * 0.5)
+    # TensorRT-LLM v0.17 measured 7,431 tok/s for this cell (../shared/reference/calibration.csv)
+    assert out["output_tokens_per_s"] == pytest.approx(7431, rel=0.3)
+
+
+def test_estimate_does_not_fit_exits_zero_with_reason(run_cli):
+    r = run_cli("estimate", "--model", "llama-3.1-405b", "--device", "l4", "--precision", "bf16",
+                "--input-tokens", "100", "--output-tokens", "100", "--batch", "1", "--json")
+    assert r.code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["fits"] is False and "raise tp/pp" in out["reason"]
+    assert out["max_concurrency"] == 0
+
+
+def test_estimate_fp8_on_a100_rejected(run_cli):
+    r = run_cli("estimate", "--model", "llama-3.1-8b", "--device", "a100-80gb-sxm", "--precision", "fp8",
+                "--input-tokens", "100", "--output-tokens", "100", "--batch", "4", "--json")
+    out = json.loads(r.stdout)
+    assert r.code == 0 and out["fits"] is False and "no native fp8" in out["reason"]
+    assert out["tpot_ms"] is None
+
+
+def test_estimate_table_and_errors(run_cli):
+    r = run_cli(*BASE, "--batch", "8")
+    assert r.code == 0 and "TPOT" in r.stdout
+    r = run_cli(*BASE, "--batch", "8", "--max-throughput")
+    assert r.code == 1 and "exclude each other" in r.stderr
+    r = run_cli("estimate", "--model", "llama-3.1-70b", "--device", "h100-sx", "--precision", "fp8",
+                "--input-tokens", "1", "--output-tokens", "1")
+    assert r.code == 1 and "unknown device 'h100-sx'" in r.stderr and "did you mean" in r.stderr
+
+
+def test_params_flag_changes_the_answer(run_cli, tmp_path):
+    slow = tmp_path / "slow.yaml"
+    slow.write_text(yaml.safe_dump({"memory_bandwidth_efficiency": 0.1}))
+    fast = json.loads(run_cli(*BASE, "--batch", "1", "--json").stdout)
+    slow_out = json.loads(run_cli(*BASE, "--batch", "1", "--json", "--params", str(slow)).stdout)
+    assert slow_out["tpot_ms"] > 2 * fast["tpot_ms"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("memory_bandwith_efficiency: 0.5\n")
+    r = run_cli(*BASE, "--batch", "1", "--params", str(bad))
+    assert r.code == 1 and "bad.yaml" in r.stderr and "memory_bandwidth_efficiency" in r.stderr
+
+
+def test_validate_measurements_json(run_cli):
+    r = run_cli("validate", str(CSV), "--json")
+    assert r.code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert {"rows", "by_device", "overall", "skipped"} <= set(out)
+    assert out["overall"]["n"] == 426 and out["overall"]["median_abs_pct_error"] <= 15.0
+    assert set(out["by_device"]) == {"h100-sxm", "a100-80gb-sxm", "l40s"}
+    assert len(out["skipped"]) == 36
+
+
+def test_validate_measurements_table(run_cli):
+    r = run_cli("validate", str(CSV))
+    assert r.code == 0, r.stderr
+    assert "by device" in r.stdout and "overall" in r.stdout and "not predicted" in r.stdout
+
+
+def test_calibrate_writes_params_and_refuses_input(run_cli, tmp_path):
+    small = tmp_path / "m.csv"
+    lines = CSV.read_text().splitlines()
+    small.write_text("\n".join(lines[:60]) + "\n")
+    out = tmp_path / "p.yaml"
+    r = run_cli("calibrate", str(small), "--out", str(out))
+    assert r.code == 0, r.stderr
+    data = yaml.safe_load(out.read_text())
+    assert data["fit"]["rows_used"] == 59 and data["fit"]["median_abs_pct_error"] >= 0
+    r = run_cli(*BASE, "--batch", "4", "--params", str(out), "--json")
+    assert r.code == 0, r.stderr
+    r = run_cli("calibrate", str(small), "--out", str(small))
+    assert r.code == 1 and "output path is the input" in r.stderr
+
+
+def test_roofline_png(run_cli, tmp_path):
+    out = tmp_path / "r.png"
+    r = run_cli("roofline", "--model", "llama-3.1-8b", "--device", "l40s", "--precision", "fp8",
+                "--input-tokens", "500", "--output-tokens", "500", "--out", str(out))
+    assert r.code == 0, r.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    r = run_cli("roofline", "--model", "llama-3.1-405b", "--device", "l4", "--precision", "bf16",
+                "--input-tokens", "500", "--output-tokens", "500", "--out", str(out))
+    assert r.code == 1 and "cannot plot" in r.stderr
