@@ -69,7 +69,7 @@ def build_assumptions(ctx: Ctx) -> None:
     row += 1
     dev_header = row
     sheet.header(row, 1, ["Device", "Purchase price ($ per GPU)", "Cloud price ($ per GPU-hour)",
-                          "Nameplate power (W per GPU)", "Defined names", "Price source (as of)"])
+                          "Nameplate power (W per GPU)", "Price source (as of)"])
     row += 1
     sources = _price_sources(ctx)
     for f in ctx.result.fleet:
@@ -82,12 +82,15 @@ def build_assumptions(ctx: Ctx) -> None:
             sheet.put(row, col, 0.0 if value is None else float(value), fmt,
                       font=styles.INPUT_FONT, fill=styles.INPUT_FILL)
             define_name(ctx.wb, f"{prefix}_{s}", sheet.ws, row, col)
-        sheet.put(row, 5, f"purchase_usd_{s}, cloud_usd_per_gpu_hour_{s}, tdp_w_{s}", font=styles.NOTE_FONT)
-        sheet.put(row, 6, sources.get(f.device, ""), font=styles.NOTE_FONT, size=False)
+        sheet.put(row, 5, sources.get(f.device, ""), font=styles.NOTE_FONT, wrap=True)
         row += 1
-    sheet.table("DevicePricesTable", dev_header, 1, row - 1, 6)
-    sheet.width(5, 34)
-    sheet.width(6, 70)
+    sheet.table("DevicePricesTable", dev_header, 1, row - 1, 5)
+    if ctx.result.fleet:
+        example = ctx.device_slug[ctx.result.fleet[0].device]
+        sheet.put(row + 1, 1, "Each device's cells are named purchase_usd_<device>, cloud_usd_per_gpu_hour_<device> "
+                  f"and tdp_w_<device> (e.g. purchase_usd_{example}); the Fleet sheet refers to them.",
+                  font=styles.NOTE_FONT, size=False)
+    sheet.width(5, 64)
     sheet.ws.freeze_panes = sheet.ws.cell(row=FIRST_ROW, column=1)
     sheet.finish(title_rows=f"{HEADER_ROW}:{HEADER_ROW}")
 
@@ -99,7 +102,7 @@ def _input_row(ctx: Ctx, row: int, label: str, value, unit: str, name: str, note
     sheet.put(row, 2, value, fmt, font=styles.INPUT_FONT, fill=styles.INPUT_FILL)
     sheet.put(row, 3, unit)
     sheet.put(row, 4, name, font=styles.NOTE_FONT)
-    sheet.put(row, 5, note, font=styles.NOTE_FONT, size=False)
+    sheet.put(row, 5, note, font=styles.NOTE_FONT, wrap=True)
     define_name(ctx.wb, name, sheet.ws, row, 2)
 
 

@@ -63,6 +63,19 @@ CANDIDATE_COLUMNS: list[tuple[str, str]] = [
 ]
 
 
+def _unused_metrics(ctx: Ctx) -> set[str]:
+    """Latency metrics (ttft/tpot/e2e) with no SLO and no prediction anywhere: their columns are left out."""
+    unused = set()
+    for m in ("ttft", "tpot", "e2e"):
+        field = f"{m}_p99_ms"
+        used = any(getattr(w, field) is not None or getattr(w, f"slo_{field}") is not None
+                   for w in ctx.result.workloads)
+        used = used or any(getattr(d, field) is not None for d in ctx.result.deployments)
+        if not used:
+            unused |= {m, f"slo_{m}"}
+    return unused
+
+
 def _slo_rules(ws, pairs: list[tuple[int, int]], first: int, last: int) -> None:
     """Green where a predicted p99 meets its SLO, red where it misses (same-sheet formulas)."""
     for p99_col, slo_col in pairs:
@@ -81,10 +94,12 @@ def build_deployments(ctx: Ctx) -> None:
     title(sheet, "Deployments",
           "Each workload's chosen configurations. Predicted p99 latencies are green where they meet the "
           "SLO and red where they miss it; the cost share is the GPUs' share of their device's cost.")
-    col = {key: i for i, (key, _, _) in enumerate(DEPLOYMENT_COLUMNS, start=1)}
+    unused = _unused_metrics(ctx)
+    columns = [c for c in DEPLOYMENT_COLUMNS if c[0] not in unused]
+    col = {key: i for i, (key, _, _) in enumerate(columns, start=1)}
     ctx.deployment_cols = col
     L = {k: get_column_letter(c) for k, c in col.items()}  # noqa: N806 - column letters
-    sheet.header(HEADER_ROW, 1, [h for _, h, _ in DEPLOYMENT_COLUMNS])
+    sheet.header(HEADER_ROW, 1, [h for _, h, _ in columns])
     slos = {w.name: w for w in ctx.result.workloads}
     fleet = ctx.sheets["Fleet"].ws
     fcol = ctx.fleet_cols
@@ -118,14 +133,14 @@ def build_deployments(ctx: Ctx) -> None:
             ctx.deployment_cost_usd.append(0.0)
             ctx.notes.append(f"deployment {d.workload}/{d.key}: device {d.device} is not in the fleet; "
                              "its cost share is left blank")
-        for key, _, fmt in DEPLOYMENT_COLUMNS:
-            sheet.put(row, col[key], cells[key], fmt or None)
+        for key, _, fmt in columns:
+            sheet.put(row, col[key], cells[key], fmt or None, align="left" if key == "key" else None)
         ctx.deployment_rows.append(row)
         row += 1
     last = row - 1
-    if sheet.table("DeploymentsTable", HEADER_ROW, 1, last, len(DEPLOYMENT_COLUMNS)) is not None:
-        _slo_rules(sheet.ws, [(col["ttft"], col["slo_ttft"]), (col["tpot"], col["slo_tpot"]),
-                              (col["e2e"], col["slo_e2e"])], FIRST_ROW, last)
+    if sheet.table("DeploymentsTable", HEADER_ROW, 1, last, len(columns)) is not None:
+        _slo_rules(sheet.ws, [(col[m], col[f"slo_{m}"]) for m in ("ttft", "tpot", "e2e") if m in col],
+                   FIRST_ROW, last)
     else:
         sheet.put(FIRST_ROW, 1, f"No deployments: plan status is {ctx.result.status}.", font=styles.NOTE_FONT)
     sheet.ws.freeze_panes = sheet.ws.cell(row=FIRST_ROW, column=2)
@@ -138,10 +153,12 @@ def build_workloads(ctx: Ctx) -> None:
     title(sheet, "Workloads",
           "What must be served, whether the plan meets its SLOs, and what each workload costs over the "
           "horizon (its GPUs' share of the fleet cost).")
-    col = {key: i for i, (key, _, _) in enumerate(WORKLOAD_COLUMNS, start=1)}
+    unused = _unused_metrics(ctx)
+    columns = [c for c in WORKLOAD_COLUMNS if c[0] not in unused]
+    col = {key: i for i, (key, _, _) in enumerate(columns, start=1)}
     ctx.workload_cols = col
     L = {k: get_column_letter(c) for k, c in col.items()}  # noqa: N806 - column letters
-    sheet.header(HEADER_ROW, 1, [h for _, h, _ in WORKLOAD_COLUMNS])
+    sheet.header(HEADER_ROW, 1, [h for _, h, _ in columns])
     dep_ws = ctx.sheets["Deployments"].ws
     dcol = ctx.deployment_cols
     row = FIRST_ROW
@@ -165,14 +182,14 @@ def build_workloads(ctx: Ctx) -> None:
             "per_m": Formula(f"=IF({L['out']}{r}>0,{L['cost']}{r}/(horizon_years*{L['out']}{r}/1000000),0)",
                              w.cost_per_million_output_tokens_usd),
         }
-        for key, _, fmt in WORKLOAD_COLUMNS:
+        for key, _, fmt in columns:
             sheet.put(row, col[key], cells[key], fmt or None)
         row += 1
     last = max(row - 1, FIRST_ROW)
-    has_rows = sheet.table("WorkloadsTable", HEADER_ROW, 1, row - 1, len(WORKLOAD_COLUMNS)) is not None
+    has_rows = sheet.table("WorkloadsTable", HEADER_ROW, 1, row - 1, len(columns)) is not None
     ctx.workload_total_row = row
     sheet.put(row, 1, "Total", font=styles.BOLD, fill=styles.TOTAL_FILL)
-    for key, _, fmt in WORKLOAD_COLUMNS[1:]:
+    for key, _, fmt in columns[1:]:
         value = None
         if key in ("out", "in", "gpus", "cost"):
             value = Formula(f"=SUM({L[key]}{FIRST_ROW}:{L[key]}{last})")
@@ -184,8 +201,8 @@ def build_workloads(ctx: Ctx) -> None:
             value = f"{met} of {len(ctx.result.workloads)}"
         sheet.put(row, col[key], value, fmt or None, font=styles.BOLD, fill=styles.TOTAL_FILL)
     if has_rows:
-        _slo_rules(sheet.ws, [(col["ttft"], col["slo_ttft"]), (col["tpot"], col["slo_tpot"]),
-                              (col["e2e"], col["slo_e2e"])], FIRST_ROW, row - 1)
+        _slo_rules(sheet.ws, [(col[m], col[f"slo_{m}"]) for m in ("ttft", "tpot", "e2e") if m in col],
+                   FIRST_ROW, row - 1)
         m = f"{L['met']}{FIRST_ROW}"
         area = f"{m}:{L['met']}{row - 1}"
         sheet.ws.conditional_formatting.add(area, FormulaRule(

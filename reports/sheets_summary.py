@@ -32,8 +32,8 @@ def build_summary(ctx: Ctx) -> None:
         nonlocal row
         font = styles.BOLD if bold else None
         sheet.put(row, 1, label, font=font)
-        sheet.put(row, 2, value, fmt, font=font)
-        sheet.put(row, 3, unit)
+        sheet.put(row, 2, value, fmt, font=font, align="right")
+        sheet.put(row, 3, unit, align="left")
         sheet.put(row, 4, note, font=styles.NOTE_FONT, size=False)
         if name:
             define_name(ctx.wb, name, sheet.ws, row, 2)

@@ -8,6 +8,7 @@ show as ``#####``.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,6 +111,8 @@ class Sheet:
     ws: Worksheet
     widths: dict[int, float] = field(default_factory=dict)
     max_width: dict[int, float] = field(default_factory=dict)
+    wrapped: list[tuple[int, int, str]] = field(default_factory=list)
+    header_rows: dict[int, int] = field(default_factory=dict)
 
     @property
     def wb(self):
@@ -141,8 +144,12 @@ class Sheet:
             cell.font = font
         if fill is not None:
             cell.fill = fill
-        if wrap or align:
-            cell.alignment = Alignment(wrap_text=wrap, horizontal=align, vertical="top" if wrap else None)
+        if isinstance(value, str) and align is None:
+            align = "left"  # text with a small indent, so it never touches a number to its left
+        cell.alignment = Alignment(wrap_text=wrap, horizontal=align, vertical="top",
+                                   indent=1 if align == "left" else 0)
+        if wrap and isinstance(shown, str):
+            self.wrapped.append((row, col, shown))
         if size and not wrap:
             need = _display_width(shown, fmt)
             if font is not None and font.sz and font.sz > 11:
@@ -154,12 +161,18 @@ class Sheet:
 
     def header(self, row: int, col: int, labels: list[str]) -> None:
         """A table header row: bold, wrapped, shaded."""
+        lines = 1
         for i, label in enumerate(labels):
             cell = self.put(row, col + i, label, font=styles.HEADER_FONT, fill=styles.HEADER_FILL, size=False)
             cell.alignment = Alignment(wrap_text=True, vertical="center", horizontal="center")
             cell.border = Border(bottom=Side(style="thin"))
             words = max((len(w) for w in label.split()), default=0)
-            self.widths[col + i] = max(self.widths.get(col + i, 0), min(len(label), 14) + 1, words + 2)
+            # at most two lines of header text: wide enough for half the label and its longest word
+            need = max(words + 2, math.ceil(len(label) / 2) + 3) if len(label) > 12 else len(label) + 2
+            self.widths[col + i] = max(self.widths.get(col + i, 0), need)
+            if len(label) > 12:
+                lines = 2
+        self.header_rows[row] = lines
 
     def table(self, name: str, first_row: int, first_col: int, last_row: int, last_col: int,
               style: str = "TableStyleLight9") -> Table | None:
@@ -186,9 +199,18 @@ class Sheet:
 
     def finish(self, title_rows: str | None = None, landscape: bool = True) -> None:
         """Column widths, and a printable page: landscape, fit to width, repeated titles."""
+        final: dict[int, float] = {}
         for col, need in self.widths.items():
-            width = min(max(need + 1.5, 6), self.max_width.get(col, 60))
-            self.ws.column_dimensions[get_column_letter(col)].width = round(width, 1)
+            final[col] = min(max(need + 1.5, 6), self.max_width.get(col, 60))
+            self.ws.column_dimensions[get_column_letter(col)].width = round(final[col], 1)
+        # Applications do not grow rows for wrapped text on open: set the heights.
+        heights: dict[int, float] = {row: 15.0 * n + 3 for row, n in self.header_rows.items()}
+        for row, col, text in self.wrapped:
+            chars = max(final.get(col, 8.43) * 1.05 - 1, 1)
+            n = sum(max(1, math.ceil(len(part) / chars)) for part in text.split("\n"))
+            heights[row] = max(heights.get(row, 15.0), 14.0 * n + 2)
+        for row, height in heights.items():
+            self.ws.row_dimensions[row].height = height
         ps = self.ws.page_setup
         ps.orientation = "landscape" if landscape else "portrait"
         ps.paperSize = self.ws.PAPERSIZE_A4
