@@ -1,0 +1,319 @@
+"""Capacity tables: measured capacities at the SLO instead of the performance model.
+
+For users who profiled their own serving stack (the input of Mélange, arXiv 2404.14527):
+``gpuplan optimize PLAN.yaml --capacity-table FILE.csv``. One CSV, one row per
+(workload, unit, request-size bucket)::
+
+    workload,unit,gpus,cost_usd_per_hour,input_bucket,output_bucket,max_request_rate_qps,bucket_fraction,total_request_rate_qps
+    chat,A10G,1,1.01,0,0,2,0.2,30
+    chat,A100-80GB,1,3.67,0,0,20,0.2,30
+    ...
+
+Required columns
+
+- ``workload``: a workload name of the plan.
+- ``unit``: what one replica runs on — a device or a multi-GPU unit (``2xA100``).
+- ``cost_usd_per_hour``: rental price of one unit (the plan's objective must be ``cloud``).
+- ``input_bucket``, ``output_bucket``: labels of the request-size bucket (e.g. ``0`` or
+  ``1-25``); the pair identifies the bucket.
+- ``max_request_rate_qps``: the largest request rate (req/s) one unit sustains *within the
+  SLO* when serving only this bucket; 0 = cannot meet the SLO on this bucket.
+- ``bucket_fraction``: the bucket's share of the workload's requests (sums to 1).
+- ``total_request_rate_qps``: the workload's total rate; must equal the plan's ``qps``.
+
+Optional columns
+
+- ``gpus`` (default 1): GPUs in one unit; ``gpus_per_node`` (default = ``gpus``): GPUs per
+  server or cloud instance; ``device``: catalog key of the GPU (gives ``tdp_w`` for the
+  power figures); ``precision``, ``tp``, ``pp``: how the unit serves, for the report.
+
+Rules (each broken rule is a one-line error naming file, row, column and fix): every
+unit lists every bucket of its workload; a unit keeps one cost and one size on every
+row; a bucket keeps one fraction and a workload one total rate on every row. Lines
+starting with ``#`` are comments.
+
+With continuous routing shares in the MILP the answer is exact for these tables, never
+worse than Mélange's slice-based assignment.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from catalog.errors import GpuplanError, suggest
+from catalog.files import read_text
+from catalog.load import Catalog
+from optimizer.candidates import (
+    BucketSpec,
+    Candidate,
+    CandidateSet,
+    UnitSpec,
+    WorkloadCandidates,
+    cost_per_replica_usd,
+)
+from optimizer.milp import slug
+from optimizer.money import MoneyAssumptions, UnitPrice
+from workloads.spec import Plan
+
+REQUIRED = ("workload", "unit", "cost_usd_per_hour", "input_bucket", "output_bucket",
+            "max_request_rate_qps", "bucket_fraction", "total_request_rate_qps")
+OPTIONAL = ("gpus", "gpus_per_node", "device", "precision", "tp", "pp")
+
+
+class CapacityTableError(GpuplanError):
+    """A capacity-table CSV is malformed or disagrees with the plan."""
+
+
+@dataclass(frozen=True)
+class TableUnit:
+    """One unit (a replica's hardware) as the table prices and sizes it."""
+
+    name: str
+    cost_usd_per_hour: float
+    gpus: int = 1
+    gpus_per_node: int = 1
+    device: str | None = None
+    precision: str = ""
+    tp: int = 1
+    pp: int = 1
+
+
+@dataclass(frozen=True)
+class TableWorkload:
+    """A workload's buckets, their fractions, its total rate and each unit's capacity per bucket."""
+
+    name: str
+    total_request_rate_qps: float
+    buckets: tuple[tuple[str, str], ...]
+    fractions: tuple[float, ...]
+    capacity_qps: dict[str, tuple[float, ...]] = field(default_factory=dict)
+
+    @property
+    def bucket_qps(self) -> tuple[float, ...]:
+        return tuple(f * self.total_request_rate_qps for f in self.fractions)
+
+
+@dataclass(frozen=True)
+class CapacityTable:
+    path: str
+    workloads: dict[str, TableWorkload]
+    units: dict[str, TableUnit]
+
+
+def _err(path: str, row: int | None, column: str | None, msg: str) -> CapacityTableError:
+    where = path
+    if row is not None:
+        where += f": row {row}"
+    if column is not None:
+        where += f", column {column}"
+    return CapacityTableError(f"{where}: {msg}")
+
+
+def _number(path: str, row: int, col: str, text: str, *, positive: bool = False) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise _err(path, row, col, f"not a number (got {text!r}); write a decimal number") from None
+    if not math.isfinite(value):
+        raise _err(path, row, col, f"must be a finite number (got {text!r})")
+    if value < 0 or (positive and value == 0):
+        raise _err(path, row, col, f"must be {'> 0' if positive else '>= 0'} (got {text!r})")
+    return value
+
+
+def _integer(path: str, row: int, col: str, text: str) -> int:
+    value = _number(path, row, col, text, positive=True)
+    if value != int(value):
+        raise _err(path, row, col, f"must be a whole number (got {text!r})")
+    return int(value)
+
+
+def parse_capacity_table(text: str, path: str) -> CapacityTable:
+    """Parse and check the CSV text of a capacity table (see the module docstring)."""
+    # Comment lines become blank lines, so that reader.line_num stays the file's line number.
+    lines = ["" if ln.lstrip().startswith("#") else ln for ln in text.splitlines()]
+    reader = csv.reader(io.StringIO("\n".join(lines)))
+    header: list[str] = []
+    for first in reader:
+        if any(c.strip() for c in first):
+            header = [h.strip() for h in first]
+            break
+    if not header:
+        raise _err(path, None, None, "empty capacity table; write a header row and one row per unit and bucket")
+    header_row = reader.line_num
+    for h in header:
+        if h not in REQUIRED and h not in OPTIONAL:
+            raise _err(path, header_row, h, f"unknown column{suggest(h, REQUIRED + OPTIONAL)}; "
+                       f"columns are {', '.join(REQUIRED + OPTIONAL)}")
+    if len(set(header)) != len(header):
+        raise _err(path, header_row, None, "a column name appears twice; keep one")
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise _err(path, header_row, missing[0], "required column is missing; add it "
+                   f"(required: {', '.join(REQUIRED)})")
+
+    units: dict[str, TableUnit] = {}
+    unit_row: dict[str, int] = {}
+    rows_by_workload: dict[str, list[tuple[int, dict[str, str]]]] = {}
+    for raw in reader:
+        i = reader.line_num
+        if not any(c.strip() for c in raw):
+            continue
+        if len(raw) != len(header):
+            raise _err(path, i, None, f"has {len(raw)} fields, the header has {len(header)}; "
+                       "fix the commas")
+        rec = {h: c.strip() for h, c in zip(header, raw, strict=True)}
+        for col in REQUIRED:
+            if not rec[col]:
+                raise _err(path, i, col, "empty; every row needs a value here")
+        unit = _unit_of(path, i, rec)
+        if unit.name in units and units[unit.name] != unit:
+            raise _err(path, i, None, f"unit '{unit.name}' differs from its definition on row "
+                       f"{unit_row[unit.name]} (cost, gpus, device, precision, tp or pp); "
+                       "use one name per distinct unit")
+        units.setdefault(unit.name, unit)
+        unit_row.setdefault(unit.name, i)
+        rows_by_workload.setdefault(rec["workload"], []).append((i, rec))
+    if not rows_by_workload:
+        raise _err(path, None, None, "no data rows; add one row per unit and bucket")
+    workloads = {w: _workload_of(path, w, rows) for w, rows in rows_by_workload.items()}
+    return CapacityTable(path, workloads, units)
+
+
+def _unit_of(path: str, i: int, rec: dict[str, str]) -> TableUnit:
+    gpus = _integer(path, i, "gpus", rec["gpus"]) if rec.get("gpus") else 1
+    per_node = _integer(path, i, "gpus_per_node", rec["gpus_per_node"]) if rec.get("gpus_per_node") else gpus
+    tp = _integer(path, i, "tp", rec["tp"]) if rec.get("tp") else 1
+    pp = _integer(path, i, "pp", rec["pp"]) if rec.get("pp") else 1
+    if tp * pp > gpus and (rec.get("tp") or rec.get("pp")):
+        raise _err(path, i, "tp", f"tp·pp = {tp * pp} exceeds the unit's gpus ({gpus}); fix tp, pp or gpus")
+    if per_node % gpus and gpus % per_node:
+        raise _err(path, i, "gpus_per_node", f"{per_node} GPUs per server cannot hold units of {gpus} GPUs "
+                   "without waste; use a multiple or a divisor of gpus")
+    return TableUnit(
+        name=rec["unit"], cost_usd_per_hour=_number(path, i, "cost_usd_per_hour", rec["cost_usd_per_hour"]),
+        gpus=gpus, gpus_per_node=max(per_node, gpus), device=rec.get("device") or None,
+        precision=rec.get("precision") or "", tp=tp, pp=pp,
+    )
+
+
+def _workload_of(path: str, name: str, rows: list[tuple[int, dict[str, str]]]) -> TableWorkload:
+    buckets: list[tuple[str, str]] = []
+    fraction: dict[tuple[str, str], tuple[float, int]] = {}
+    total: tuple[float, int] | None = None
+    cap: dict[tuple[str, tuple[str, str]], float] = {}
+    for i, rec in rows:
+        b = (rec["input_bucket"], rec["output_bucket"])
+        f = _number(path, i, "bucket_fraction", rec["bucket_fraction"])
+        if f > 1:
+            raise _err(path, i, "bucket_fraction", f"a share of requests must be <= 1 (got {f:g})")
+        if b in fraction and abs(fraction[b][0] - f) > 1e-12:
+            raise _err(path, i, "bucket_fraction", f"bucket {b[0]}/{b[1]} of '{name}' has fraction {f:g} here "
+                       f"and {fraction[b][0]:g} on row {fraction[b][1]}; give one fraction per bucket")
+        if b not in fraction:
+            buckets.append(b)
+            fraction[b] = (f, i)
+        t = _number(path, i, "total_request_rate_qps", rec["total_request_rate_qps"], positive=True)
+        if total is not None and abs(total[0] - t) > 1e-12 * max(1.0, t):
+            raise _err(path, i, "total_request_rate_qps", f"workload '{name}' has total rate {t:g} here and "
+                       f"{total[0]:g} on row {total[1]}; give one total rate per workload")
+        total = total or (t, i)
+        key = (rec["unit"], b)
+        if key in cap:
+            raise _err(path, i, None, f"unit '{rec['unit']}' lists bucket {b[0]}/{b[1]} of '{name}' twice; "
+                       "keep one row")
+        cap[key] = _number(path, i, "max_request_rate_qps", rec["max_request_rate_qps"])
+    fractions = tuple(fraction[b][0] for b in buckets)
+    if abs(sum(fractions) - 1.0) > 1e-6:
+        raise _err(path, rows[0][0], "bucket_fraction", f"the bucket fractions of '{name}' sum to "
+                   f"{sum(fractions):.6g}, not 1; fix them so they add up to 1")
+    units = list(dict.fromkeys(rec["unit"] for _, rec in rows))
+    capacity: dict[str, tuple[float, ...]] = {}
+    for u in units:
+        for b in buckets:
+            if (u, b) not in cap:
+                raise _err(path, None, None, f"unit '{u}' has no row for bucket {b[0]}/{b[1]} of '{name}'; "
+                           "add it (max_request_rate_qps 0 if it cannot meet the SLO there)")
+        capacity[u] = tuple(cap[(u, b)] for b in buckets)
+    if total is None:  # unreachable: a workload has at least one row
+        raise _err(path, None, None, f"workload '{name}' has no rows")
+    return TableWorkload(name, total[0], tuple(buckets), fractions, capacity)
+
+
+def load_capacity_table(path: Path | str) -> CapacityTable:
+    """Read and check a capacity-table CSV file."""
+    return parse_capacity_table(read_text(path, "capacity table", CapacityTableError), str(path))
+
+
+def check_against_plan(table: CapacityTable, plan: Plan, where: str = "plan") -> None:
+    """The table and the plan name the same workloads at the same rates, under the cloud objective."""
+    if plan.objective != "cloud":
+        raise CapacityTableError(
+            f"{table.path}: prices units by the hour (cost_usd_per_hour), but {where} has objective "
+            f"'{plan.objective}'; set `objective: cloud` in the plan")
+    names = [w.name for w in plan.workloads]
+    for name, tw in table.workloads.items():
+        if name not in names:
+            raise CapacityTableError(f"{table.path}: workload '{name}' is not in {where}{suggest(name, names)}; "
+                                     "use a workload name of the plan")
+        qps = plan.workload(name).request_rate_qps
+        if abs(qps - tw.total_request_rate_qps) > 1e-9 * max(1.0, qps):
+            raise CapacityTableError(
+                f"{table.path}: total_request_rate_qps of '{name}' is {tw.total_request_rate_qps:g} but {where} "
+                f"says qps {qps:g}; make them agree")
+    for name in names:
+        if name not in table.workloads:
+            raise CapacityTableError(f"{table.path}: no rows for workload '{name}' of {where}; "
+                                     "add its units and buckets, or remove it from the plan")
+
+
+def table_candidates(table: CapacityTable, plan: Plan, catalog: Catalog | None = None) -> CandidateSet:
+    """The table as a :class:`optimizer.candidates.CandidateSet` (one candidate per unit and workload).
+
+    A unit is its own "device" in the MILP: its GPUs are counted in servers of
+    ``gpus_per_node``, priced at ``cost_usd_per_hour / gpus`` per GPU-hour, and draw the
+    catalog ``tdp_w`` of its ``device`` (0 W when it names none).
+    """
+    check_against_plan(table, plan)
+    a = MoneyAssumptions.from_plan(plan)
+    allowed = None
+    if plan.allowed_devices is not None and catalog is not None:
+        allowed = {catalog.device(d).key for d in plan.allowed_devices}
+    units = {}
+    for u in table.units.values():
+        dev = None
+        if u.device is not None and catalog is not None:
+            try:
+                dev = catalog.device(u.device)
+            except GpuplanError as exc:
+                raise CapacityTableError(f"{table.path}: unit '{u.name}': device: {exc}") from None
+        units[u.name] = UnitSpec(
+            key=u.name, gpus_per_node=u.gpus_per_node,
+            price=UnitPrice(None, u.cost_usd_per_hour / u.gpus, dev.tdp_w if dev else None),
+            inventory_gpus=plan.inventory.get(dev.key) if dev is not None else None,
+            allowed=allowed is None or (dev is not None and dev.key in allowed), device=dev,
+        )
+    workloads = []
+    for w in plan.workloads:
+        tw = table.workloads[w.name]
+        buckets = tuple(
+            BucketSpec(i, f, f * tw.total_request_rate_qps, label=f"in {b[0]} / out {b[1]}")
+            for i, (b, f) in enumerate(zip(tw.buckets, tw.fractions, strict=True))
+        )
+        cands = []
+        for name, caps in tw.capacity_qps.items():
+            u = table.units[name]
+            reason = None if any(c > 0 for c in caps) else "max_request_rate_qps is 0 in every bucket"
+            if not units[name].allowed:
+                reason = f"device {u.device or name} is not in allowed_devices"
+            cands.append(Candidate(
+                workload=w.name, key=slug(name), device=name, precision=u.precision, tp=u.tp, pp=u.pp,
+                gpus=u.gpus, capacity_qps=caps, limited_by=tuple("measured" for _ in caps),
+                cost_per_replica_usd=cost_per_replica_usd(units[name], u.gpus, a), pruned_reason=reason,
+            ))
+        workloads.append(WorkloadCandidates(w, w.model, buckets, tuple(cands)))
+    return CandidateSet(tuple(workloads), units)

@@ -1,0 +1,219 @@
+"""An independent check of a plan result: recompute everything from the plan alone.
+
+:func:`check_plan` uses only the :class:`~optimizer.plan.PlanResult` (its buckets, routing,
+candidate capacities, deployments, fleet and assumptions) — no solver, no model, and its
+own arithmetic rather than :mod:`optimizer.money` — and returns the violations it finds:
+
+- demand: every bucket's routed load adds up to its rate;
+- capacity: Σ_b routed[w,b,k] / μ[w,b,k] ≤ replicas (− 1 for N+1 when loaded); nothing is
+  routed where μ = 0; each deployment's capacity_qps covers its qps;
+- SLOs: every loaded deployment's predicted p99s are within its workload's SLOs, and the
+  ``met`` flags agree; min_replicas holds;
+- servers: the fleet's GPUs per device equal the deployments' replicas · tp · pp and fit in
+  nodes · gpus_per_node, with tp ≤ gpus_per_node;
+- budgets and power: capex ≤ capex budget, opex ≤ annual budget, power ≤ max_power_kw,
+  and (given the plan) GPUs ≤ inventory and only allowed devices;
+- money: every total of ``docs/plan-json.md`` recomputed from the fleet and assumptions,
+  and the workloads' cost shares adding up to tco_usd.
+"""
+
+from __future__ import annotations
+
+from optimizer.plan import PlanResult
+
+REL_TOL = 1e-6
+
+
+def _close(a: float | None, b: float | None, tol: float = REL_TOL) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return abs(a - b) <= tol * max(1.0, abs(a), abs(b))
+
+
+def _le(a: float, b: float, tol: float = REL_TOL) -> bool:
+    return a <= b + tol * max(1.0, abs(b))
+
+
+def check_plan(result: PlanResult, plan=None) -> list[str]:
+    """Violations of the plan's constraints and money formulas; [] for a sound plan.
+
+    Results without a plan (infeasible, error) are checked only for being empty.
+    """
+    if not result.status.has_plan:
+        return [] if not result.fleet and not result.deployments else ["a result without a plan lists a fleet"]
+    out: list[str] = []
+    out += _check_demand(result)
+    out += _check_capacity(result)
+    out += _check_slos(result)
+    out += _check_servers(result)
+    out += _check_limits(result, plan)
+    out += _check_money(result)
+    return out
+
+
+def _check_demand(r: PlanResult) -> list[str]:
+    out = []
+    routed: dict[tuple[str, int], float] = {}
+    for route in r.routing:
+        if route.qps < 0:
+            out.append(f"routing {route.workload}/b{route.bucket}/{route.key}: negative load {route.qps}")
+        routed[(route.workload, route.bucket)] = routed.get((route.workload, route.bucket), 0.0) + route.qps
+    for b in r.buckets:
+        got = routed.get((b.workload, b.bucket), 0.0)
+        if not _close(got, b.qps):
+            out.append(f"demand {b.workload}/b{b.bucket}: routed {got:.6g} req/s, needs {b.qps:.6g}")
+    for w in r.workloads:
+        total = sum(b.qps for b in r.buckets if b.workload == w.name)
+        if not _close(total, w.qps):
+            out.append(f"workload {w.name}: buckets add up to {total:.6g} req/s, not {w.qps:.6g}")
+    return out
+
+
+def _check_capacity(r: PlanResult) -> list[str]:
+    out = []
+    mu = {(c.workload, c.bucket, c.key): c.capacity_qps for c in r.candidates}
+    n_plus_one = {w.name for w in r.workloads if w.redundancy == "n+1"}
+    for d in r.deployments:
+        routes = [x for x in r.routing if x.workload == d.workload and x.key == d.key]
+        load = 0.0
+        for x in routes:
+            cap = mu.get((d.workload, x.bucket, d.key), 0.0)
+            if cap <= 0:
+                if x.qps > 1e-9:
+                    out.append(f"capacity {d.workload}/{d.key}: {x.qps:.6g} req/s of bucket {x.bucket} routed "
+                               "to a candidate with no capacity there")
+                continue
+            load += x.qps / cap
+        spare = 1 if d.workload in n_plus_one and load > 1e-9 else 0
+        if not _le(load, d.replicas - spare):
+            out.append(f"capacity {d.workload}/{d.key}: load {load:.6g} replicas' worth on {d.replicas} replicas"
+                       + (" (N+1 keeps one spare)" if spare else ""))
+        if not _close(sum(x.qps for x in routes), d.qps):
+            out.append(f"deployment {d.workload}/{d.key}: qps {d.qps:.6g} is not its routed load")
+        if not _le(d.qps, d.capacity_qps):
+            out.append(f"deployment {d.workload}/{d.key}: qps {d.qps:.6g} exceeds capacity_qps {d.capacity_qps:.6g}")
+    keys = {(d.workload, d.key) for d in r.deployments}
+    for x in r.routing:
+        if (x.workload, x.key) not in keys and x.qps > 1e-9:
+            out.append(f"routing {x.workload}/{x.key}: load routed to a candidate with no replicas")
+    return out
+
+
+def _check_slos(r: PlanResult) -> list[str]:
+    out = []
+    for w in r.workloads:
+        deps = [d for d in r.deployments if d.workload == w.name]
+        if sum(d.replicas for d in deps) < w.min_replicas:
+            out.append(f"min_replicas {w.name}: {sum(d.replicas for d in deps)} < {w.min_replicas}")
+        ok = True
+        for d in deps:
+            if d.qps <= 0:
+                continue
+            for metric in ("ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms"):
+                got, slo = getattr(d, metric), getattr(w, f"slo_{metric}")
+                if got is not None and slo is not None and not _le(got, slo):
+                    ok = False
+                    out.append(f"SLO {w.name}/{d.key}: {metric} {got:.6g} > {slo:.6g}")
+        if w.met != ok:
+            out.append(f"workload {w.name}: met is {w.met} but the deployments say {ok}")
+    return out
+
+
+def _check_servers(r: PlanResult) -> list[str]:
+    out = []
+    gpus: dict[str, int] = {}
+    for d in r.deployments:
+        if d.replicas <= 0:
+            out.append(f"deployment {d.workload}/{d.key}: {d.replicas} replicas")
+        gpus[d.device] = gpus.get(d.device, 0) + d.replicas * d.tp * d.pp
+    fleet = {f.device: f for f in r.fleet}
+    for dev, g in gpus.items():
+        f = fleet.get(dev)
+        if f is None:
+            out.append(f"servers {dev}: deployments use {g} GPUs but the fleet has none")
+            continue
+        if f.gpus != g:
+            out.append(f"servers {dev}: fleet has {f.gpus} GPUs, deployments use {g}")
+    for f in r.fleet:
+        if f.gpus > f.nodes * f.gpus_per_node:
+            out.append(f"servers {f.device}: {f.gpus} GPUs do not fit {f.nodes} × {f.gpus_per_node}")
+        if f.device not in gpus:
+            out.append(f"servers {f.device}: in the fleet but used by no deployment")
+    for d in r.deployments:
+        f = fleet.get(d.device)
+        if f is not None and d.tp > f.gpus_per_node:
+            out.append(f"servers {d.device}: tp {d.tp} spans servers of {f.gpus_per_node} GPUs")
+    if r.gpus_total != sum(f.gpus for f in r.fleet):
+        out.append(f"gpus_total {r.gpus_total} != Σ fleet gpus {sum(f.gpus for f in r.fleet)}")
+    if r.nodes_total != sum(f.nodes for f in r.fleet):
+        out.append(f"nodes_total {r.nodes_total} != Σ fleet nodes {sum(f.nodes for f in r.fleet)}")
+    return out
+
+
+def _check_limits(r: PlanResult, plan) -> list[str]:
+    out = []
+    a = r.assumptions
+    if a is None:
+        return ["assumptions missing"]
+    if a.capex_budget_usd is not None and not _le(r.capex_usd, a.capex_budget_usd):
+        out.append(f"capex budget: {r.capex_usd:,.2f} > {a.capex_budget_usd:,.2f}")
+    if a.annual_budget_usd is not None and not _le(r.annual_opex_usd, a.annual_budget_usd):
+        out.append(f"annual budget: {r.annual_opex_usd:,.2f} > {a.annual_budget_usd:,.2f}")
+    if a.max_power_kw is not None and not _le(r.power_kw, a.max_power_kw):
+        out.append(f"power: {r.power_kw:,.3f} kW > {a.max_power_kw:,.3f} kW")
+    if plan is not None:
+        inventory = {k.lower(): v for k, v in plan.inventory.items()}
+        allowed = {d.lower() for d in plan.allowed_devices} if plan.allowed_devices is not None else None
+        for f in r.fleet:
+            key = f.device.lower()
+            if key in inventory and f.gpus > inventory[key]:
+                out.append(f"inventory {f.device}: {f.gpus} GPUs > {inventory[key]}")
+            if allowed is not None and key not in allowed:
+                out.append(f"allowed_devices: {f.device} is not allowed")
+    return out
+
+
+def _check_money(r: PlanResult) -> list[str]:
+    out = []
+    a = r.assumptions
+    if a is None:
+        return []
+    cloud = a.objective == "cloud"
+    capex = power_w = rental_per_hour = 0.0
+    for f in r.fleet:
+        f_capex = 0.0 if cloud else f.gpus * (f.purchase_usd or 0.0) + f.nodes * a.server_overhead_usd
+        f_power_kw = (f.gpus * (f.tdp_w or 0.0) + f.nodes * a.server_power_w) / 1000.0
+        if not _close(f.capex_usd, f_capex):
+            out.append(f"fleet {f.device}: capex_usd {f.capex_usd:,.2f}, recomputed {f_capex:,.2f}")
+        if not _close(f.power_kw, f_power_kw):
+            out.append(f"fleet {f.device}: power_kw {f.power_kw:.6g}, recomputed {f_power_kw:.6g}")
+        capex += f_capex
+        power_w += f.gpus * (f.tdp_w or 0.0) + f.nodes * a.server_power_w
+        if cloud:
+            rental_per_hour += f.gpus * (f.cloud_usd_per_gpu_hour or 0.0)
+    power_kw = power_w / 1000.0
+    annual_power = 0.0 if cloud else power_kw * a.power_utilization * a.pue * a.hours_per_year * a.electricity_usd_per_kwh
+    maintenance = capex * a.maintenance_fraction_per_year
+    annual_cloud = rental_per_hour * a.hours_per_year
+    opex = annual_power + maintenance + annual_cloud
+    tco = capex + a.horizon_years * opex
+    npv = capex + sum(opex / (1 + a.discount_rate) ** y for y in range(1, a.horizon_years + 1))
+    objective = {"tco": tco, "capex": capex, "cloud": a.horizon_years * annual_cloud}[a.objective]
+    expected = {
+        "capex_usd": capex, "power_kw": power_kw, "annual_power_usd": annual_power,
+        "annual_maintenance_usd": maintenance, "annual_cloud_usd": annual_cloud, "annual_opex_usd": opex,
+        "tco_usd": tco, "npv_usd": npv, "objective_usd": objective,
+    }
+    for name, value in expected.items():
+        if not _close(getattr(r, name), value):
+            out.append(f"{name}: reported {getattr(r, name):,.6g}, recomputed {value:,.6g}")
+    tokens = sum(w.output_tokens_per_year for w in r.workloads)
+    if not _close(r.output_tokens_per_year, tokens):
+        out.append(f"output_tokens_per_year {r.output_tokens_per_year:.6g} != Σ workloads {tokens:.6g}")
+    if tokens > 0 and not _close(r.cost_per_million_output_tokens_usd, tco / (a.horizon_years * tokens / 1e6)):
+        out.append("cost_per_million_output_tokens_usd does not match tco_usd / output tokens")
+    shares = sum((w.cost_per_million_output_tokens_usd or 0.0) * a.horizon_years * w.output_tokens_per_year / 1e6
+                 for w in r.workloads)
+    if not _close(shares, tco):
+        out.append(f"workload cost shares add up to {shares:,.2f}, not tco_usd {tco:,.2f}")
+    return out

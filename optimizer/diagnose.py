@@ -1,0 +1,180 @@
+"""Why a plan is infeasible, and what the cheapest one-device fleet would cost.
+
+- :func:`unservable`: a workload bucket that no candidate serves — every candidate pruned
+  (memory, precision support, devices not allowed or missing a price) or none meets the
+  SLO at any load; it names the best p99 any candidate reaches and by which config.
+- :func:`binding_limits`: a plan that the capex budget, annual budget, power cap or an
+  inventory makes infeasible. Each limit L is dropped in turn and the MILP re-solved
+  *minimising L's own figure* with every other limit kept: if that is feasible, L binds
+  and the minimum is the smallest value of L that makes the plan feasible.
+- :func:`single_device_best`: the cheapest fleet using one device type only (same limits),
+  for "why not all H100?".
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from optimizer.candidates import CandidateSet, WorkloadCandidates
+from optimizer.milp import FleetProblem, FleetSolution, Limits, Minimise, solve_fleet, uncovered_buckets
+from optimizer.plan import Diagnostic, SingleDeviceBest
+
+METRIC_LABEL = {"ttft_p99_ms": "TTFT p99", "tpot_p99_ms": "TPOT p99", "e2e_p99_ms": "E2E p99"}
+
+
+def unservable(cset: CandidateSet) -> list[Diagnostic]:
+    """One error per workload bucket (with load) that no kept candidate has capacity for."""
+    out = []
+    for wc in cset.workloads:
+        for b in wc.buckets:
+            if b.qps <= 0 or any(c.capacity_qps[b.index] > 0 for c in wc.kept):
+                continue
+            out.append(Diagnostic("error", "workload_unservable", _why_unservable(wc, b.index)))
+    return out
+
+
+def _why_unservable(wc: WorkloadCandidates, bucket: int) -> str:
+    w = wc.workload
+    where = f"workload '{w.name}' ({wc.model})"
+    if len(wc.buckets) > 1:
+        where += f", bucket {wc.buckets[bucket].label or bucket} ({wc.buckets[bucket].fraction:.0%} of requests)"
+    if not wc.candidates:
+        return f"{where}: no candidate at all; allow more devices or precisions"
+    slo_limited = [c for c in wc.candidates
+                   if c.pruned_reason is None or c.pruned_reason.startswith("no capacity at the SLO")]
+    if not slo_limited:
+        reasons: dict[str, int] = {}
+        for c in wc.candidates:
+            kind = (c.pruned_reason or "").split(";")[0]
+            reasons[kind] = reasons.get(kind, 0) + 1
+        example = max(wc.candidates, key=lambda c: c.gpus)
+        return (f"{where}: every candidate is pruned ({len(wc.candidates)}); e.g. {example.key}: "
+                f"{example.pruned_reason}")
+    # Best p99 any candidate reaches (at near-zero load) against each SLO.
+    parts = []
+    for metric, label in METRIC_LABEL.items():
+        slo = getattr(w.slo, metric)
+        if slo is None:
+            continue
+        best = None
+        for c in slo_limited:
+            if c.floor_p99_ms is None:
+                continue
+            v = c.floor_p99_ms[bucket].get(metric)
+            if v is not None and (best is None or v < best[0]):
+                best = (v, c.key)
+        if best is not None and best[0] > slo:
+            parts.append(f"the best {label} any candidate reaches is {best[0]:,.0f} ms ({best[1]}) "
+                         f"against the SLO of {slo:,.0f} ms")
+    binding = sorted({c.limited_by[bucket] for c in slo_limited if c.limited_by[bucket]})
+    if not parts:
+        parts.append("no candidate meets the SLO at any load"
+                     + (f" (limited by {', '.join(binding)})" if binding else ""))
+    return f"{where}: " + "; ".join(parts) + "; relax the SLO, allow faster devices or lower precisions"
+
+
+# ---------------------------------------------------------------------------------------
+# Limits
+# ---------------------------------------------------------------------------------------
+
+
+def _resource(problem: FleetProblem, sol: FleetSolution, what: Minimise) -> float:
+    """The minimised figure of a solution, recomputed at whole servers."""
+    if isinstance(what, tuple):
+        return float(sol.gpus.get(what[1], 0))
+    field_name = {"objective": "objective_usd", "capex": "capex_usd", "annual_opex": "annual_opex_usd",
+                  "power": "power_kw"}[what]
+    return sum(getattr(problem.units[d], field_name).at(g, sol.nodes[d]) for d, g in sol.gpus.items())
+
+
+def _without_inventory(problem: FleetProblem, device: str | None = None) -> FleetProblem:
+    units = {k: (replace(u, inventory_gpus=None) if device is None or k == device else u)
+             for k, u in problem.units.items()}
+    return replace(problem, units=units)
+
+
+def binding_limits(problem: FleetProblem, *, time_limit_s: float, gap: float, solver: str = "highs") -> list[Diagnostic]:
+    """Name the limits that make ``problem`` infeasible and the smallest feasible value of each."""
+    lim = problem.limits
+    free = _without_inventory(replace(problem, limits=Limits()))
+    sol_free = solve_fleet(free, time_limit_s=time_limit_s, gap=gap, solver=solver)
+    if not sol_free.status.has_plan:
+        return [Diagnostic("error", "infeasible_without_limits",
+                           "the plan is infeasible even without budgets, power cap and inventory "
+                           f"({sol_free.detail}); check min_replicas, redundancy and allowed_devices")]
+    checks: list[tuple[str, str, Minimise, FleetProblem, float, str]] = []
+    if lim.capex_usd is not None:
+        checks.append(("capex_budget", "budget.capex_usd", "capex", replace(problem, limits=replace(lim, capex_usd=None)),
+                       lim.capex_usd, "$"))
+    if lim.annual_opex_usd is not None:
+        checks.append(("annual_budget", "budget.annual_usd", "annual_opex",
+                       replace(problem, limits=replace(lim, annual_opex_usd=None)), lim.annual_opex_usd, "$"))
+    if lim.power_kw is not None:
+        checks.append(("max_power_kw", "max_power_kw", "power", replace(problem, limits=replace(lim, power_kw=None)),
+                       lim.power_kw, "kW"))
+    for d, u in sorted(problem.units.items()):
+        if u.inventory_gpus is not None:
+            checks.append((f"inventory__{d}", f"inventory.{d}", ("gpus", d), _without_inventory(problem, d),
+                           float(u.inventory_gpus), "GPUs"))
+    out = []
+    for code, field_name, what, relaxed, value, unit in checks:
+        sol = solve_fleet(relaxed, time_limit_s=time_limit_s, gap=gap, solver=solver, minimise=what)
+        if sol.status.has_plan:
+            need = _resource(relaxed, sol, what)
+            out.append(Diagnostic("error", f"binding_{code}",
+                                  f"{field_name} = {_fmt(value, unit)} binds: the smallest value that makes the plan "
+                                  f"feasible (other limits kept) is {_fmt(need, unit)}"))
+    if not out:
+        needs = {name: _resource(free, sol_free, what) for name, what in
+                 (("capex", "capex"), ("annual opex", "annual_opex"), ("power", "power"))}
+        out.append(Diagnostic(
+            "error", "binding_combination",
+            "no single limit is the cause; the limits together are too tight. The cheapest plan without them "
+            f"needs capex {_fmt(needs['capex'], '$')}, annual opex {_fmt(needs['annual opex'], '$')} and "
+            f"{_fmt(needs['power'], 'kW')}" + _gpu_text(sol_free)))
+    return out
+
+
+def _gpu_text(sol: FleetSolution) -> str:
+    if not sol.gpus:
+        return ""
+    return " (" + ", ".join(f"{g} × {d}" for d, g in sorted(sol.gpus.items())) + ")"
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "$":
+        return f"${value:,.0f}"
+    if unit == "kW":
+        return f"{value:,.2f} kW"
+    return f"{value:,.0f} {unit}"
+
+
+# ---------------------------------------------------------------------------------------
+# Single-device comparison
+# ---------------------------------------------------------------------------------------
+
+
+def single_device_best(
+    problem: FleetProblem, *, time_limit_s: float, gap: float, solver: str = "highs"
+) -> SingleDeviceBest | None:
+    """The cheapest fleet of one device type that serves every workload under the same limits."""
+    best: SingleDeviceBest | None = None
+    for d in sorted({o.device for o in problem.options}):
+        sub = replace(problem, options=tuple(o for o in problem.options if o.device == d),
+                      units={d: problem.units[d]})
+        if uncovered_buckets(sub) or not problem.units[d].allowed:
+            continue
+        sol = solve_fleet(sub, time_limit_s=time_limit_s, gap=gap, solver=solver)
+        if sol.status.has_plan and sol.objective_usd is not None and (best is None or sol.objective_usd < best.objective_usd):
+            best = SingleDeviceBest(d, sol.objective_usd, sum(sol.gpus.values()))
+    return best
+
+
+def single_device_note(best: SingleDeviceBest | None, objective_usd: float) -> Diagnostic:
+    if best is None:
+        return Diagnostic("info", "single_device_best", "no single device type can serve every workload alone")
+    extra = best.objective_usd - objective_usd
+    pct = 100.0 * extra / objective_usd if objective_usd > 0 else 0.0
+    return Diagnostic("info", "single_device_best",
+                      f"the cheapest one-device fleet is {best.gpus} × {best.device} at ${best.objective_usd:,.0f}, "
+                      f"{pct:+.1f} % vs this plan")
