@@ -56,7 +56,7 @@ class FleetRow(_Loose):
     gpus_per_node: Annotated[int, Field(ge=1)]
     purchase_usd: NonNeg | None = None
     cloud_usd_per_gpu_hour: NonNeg | None = None
-    tdp_w: NonNeg
+    tdp_w: NonNeg | None = None
     capex_usd: Num | None = None
     power_kw: Num | None = None
 
@@ -64,7 +64,7 @@ class FleetRow(_Loose):
 class Deployment(_Loose):
     workload: str
     device: str
-    precision: str
+    precision: str | None = None
     tp: Annotated[int, Field(ge=1)]
     pp: Annotated[int, Field(ge=1)]
     replicas: Count
@@ -104,7 +104,7 @@ class Candidate(_Loose):
     bucket: str | int | None = None
     key: str
     device: str
-    precision: str
+    precision: str | None = None
     tp: Annotated[int, Field(ge=1)]
     pp: Annotated[int, Field(ge=1)]
     gpus: Count | None = None

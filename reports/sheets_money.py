@@ -63,7 +63,7 @@ def build_fleet(ctx: Ctx) -> None:
         ext = f.gpus * purchase if buy else 0.0
         ovh = f.nodes * a.server_overhead_usd if buy else 0.0
         capex = ext + ovh
-        kw = (f.gpus * f.tdp_w + f.nodes * a.server_power_w) / 1000
+        kw = (f.gpus * (f.tdp_w or 0.0) + f.nodes * a.server_power_w) / 1000
         power = kw * a.power_utilization * a.pue * a.hours_per_year * a.electricity_usd_per_kwh if buy else 0.0
         maint = capex * a.maintenance_fraction_per_year
         cloud = 0.0 if buy else f.gpus * rate * a.hours_per_year

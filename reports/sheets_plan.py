@@ -110,7 +110,7 @@ def build_deployments(ctx: Ctx) -> None:
         w = slos.get(d.workload)
         gpus = d.replicas * d.tp * d.pp
         cells = {
-            "workload": d.workload, "device": d.device, "precision": d.precision,
+            "workload": d.workload, "device": d.device, "precision": d.precision or "",
             "tp": d.tp, "pp": d.pp, "replicas": d.replicas,
             "gpus": Formula(f"={L['replicas']}{r}*{L['tp']}{r}*{L['pp']}{r}", gpus),
             "qps": d.qps, "capacity": d.capacity_qps,
@@ -224,7 +224,7 @@ def build_candidates(ctx: Ctx) -> None:
     row = FIRST_ROW
     for c in ctx.result.candidates:
         bucket = "" if c.bucket is None else str(c.bucket)
-        values = [c.workload, bucket, c.key, c.device, c.precision, c.tp, c.pp,
+        values = [c.workload, bucket, c.key, c.device, c.precision or "", c.tp, c.pp,
                   c.gpus if c.gpus is not None else c.tp * c.pp, c.capacity_qps,
                   c.cost_per_replica_usd, c.cost_per_qps_usd, c.limited_by or "",
                   "yes" if (c.workload, c.key) in chosen else "", c.pruned_reason or ""]

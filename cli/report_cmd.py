@@ -1,0 +1,29 @@
+"""`gpuplan report PLAN.json --out REPORT.xlsx`: the finance workbook from a saved plan result.
+
+No re-solve: the workbook is rebuilt from the JSON that `gpuplan optimize --json` wrote
+(docs/plan-json.md). A missing or malformed key is one line naming the file and the key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def report(
+    plan_json: Annotated[Path, typer.Argument(help="A plan result JSON written by `gpuplan optimize --json`.")],
+    out: Annotated[Path, typer.Option("--out", help="The workbook to write (.xlsx).")],
+) -> None:
+    """Write the finance workbook (live formulas over named assumptions) from a saved plan result."""
+    from reports.result import load_result
+    from reports.workbook import write_workbook
+
+    data, _ = load_result(plan_json)
+    path = write_workbook(data, out, inputs=(plan_json,))
+    typer.echo(f"wrote {path}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report)
