@@ -16,7 +16,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from optimizer.candidates import CandidateSet, WorkloadCandidates
-from optimizer.milp import FleetProblem, FleetSolution, Limits, Minimise, solve_fleet, uncovered_buckets
+from optimizer.milp import (
+    FleetProblem,
+    FleetSolution,
+    Limits,
+    Minimise,
+    solve_fleet,
+    uncovered_buckets,
+)
 from optimizer.plan import Diagnostic, SingleDeviceBest
 
 METRIC_LABEL = {"ttft_p99_ms": "TTFT p99", "tpot_p99_ms": "TPOT p99", "e2e_p99_ms": "E2E p99"}

@@ -28,6 +28,7 @@ import os
 import re
 import sys
 import time
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -124,8 +125,11 @@ class FleetSolution:
 
 
 def slug(text: str) -> str:
-    """A domain key as a name part: lower case, runs of other characters become ``_``."""
-    out = re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+    """A domain key as a name part: lower case, runs of characters outside ``[a-z0-9_]`` become ``_``.
+
+    Keys already in that alphabet (``h100_sxm__fp8__tp4__pp1``) pass through unchanged.
+    """
+    out = re.sub(r"[^a-z0-9_]+", "_", text.lower()).strip("_")
     return out or "x"
 
 
@@ -397,7 +401,10 @@ class SolveRun:
 def _solver(name: str, time_limit_s: float, gap: float) -> Any:
     if name == "highs":
         return pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=gap, threads=1)
-    return pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, math.ceil(time_limit_s)), gapRel=gap)
+    with warnings.catch_warnings():
+        # PuLP 3.3 flags its bundled CBC as going away in 4.0; it is only our fallback.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, math.ceil(time_limit_s)), gapRel=gap)
 
 
 def solve_model(model: FleetModel, *, time_limit_s: float, gap: float, solver: str = "highs") -> SolveRun:
@@ -484,7 +491,7 @@ def extract(model: FleetModel, run: SolveRun, build_seconds: float) -> FleetSolu
         if r:
             gpus[o.device] = gpus.get(o.device, 0) + r * o.gpus
     nodes = {d: math.ceil(g / units[d].gpus_per_node) for d, g in gpus.items()}
-    objective = sum(units[d].objective_usd.at(g, nodes[d]) for d, g in gpus.items())
+    objective = float(sum(units[d].objective_usd.at(g, nodes[d]) for d, g in gpus.items()))
     return FleetSolution(run.status, run.detail, objective, run.gap, run.solve_seconds, build_seconds,
                          run.solver, replicas, routed, gpus, nodes, **stats)
 
