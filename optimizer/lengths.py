@@ -82,11 +82,16 @@ def sample_tokens(dist: LengthDist, n: int, rng: np.random.Generator) -> np.ndar
     return np.maximum(np.rint(x), 1).astype(np.int64)
 
 
-def quadrature(dist: LengthDist, n_nodes: int = 16) -> tuple[np.ndarray, np.ndarray]:
+TAIL_EDGES = (0.001, 0.005, 0.01, 0.02, 0.05, 0.95, 0.98, 0.99, 0.995, 0.999)
+
+
+def quadrature(dist: LengthDist, n_nodes: int = 10) -> tuple[np.ndarray, np.ndarray]:
     """Nodes (tokens) and weights (sum 1) such that ``Σ w·f(x) ≈ E[f(X)]``.
 
-    Fixed: one node. Histogram: its own values. Lognormal: ``n_nodes`` equal-probability
-    strata, each represented by its conditional mean (so Σ w·x = E[X] exactly):
+    Fixed: one node. Histogram: its own values. Lognormal: probability strata — ``n_nodes``
+    equal ones between 5 % and 95 % plus finer ones in both tails (``TAIL_EDGES``), so
+    p99s that depend on the longest or shortest requests are resolved — each represented
+    by its conditional mean (so Σ w·x = E[X] exactly):
     ``E[X | q_i < U < q_{i+1}] = mean · (Phi(z_{i+1} − sigma) − Phi(z_i − sigma)) / (q_{i+1} − q_i)``.
     Nodes are rounded to whole tokens (>= 1) only in the simulator, not here.
     """
@@ -95,7 +100,7 @@ def quadrature(dist: LengthDist, n_nodes: int = 16) -> tuple[np.ndarray, np.ndar
     if dist.kind == "histogram":
         return _histogram(dist)
     _, sigma = _lognormal_mu_sigma(dist)
-    edges_q = np.linspace(0.0, 1.0, n_nodes + 1)
+    edges_q = np.unique(np.concatenate([[0.0, 1.0], TAIL_EDGES, np.linspace(0.05, 0.95, n_nodes + 1)]))
     z = normal_ppf(edges_q)
     z[0], z[-1] = -np.inf, np.inf
     cdf = np.array([_STD_NORMAL.cdf(v) if np.isfinite(v) else (0.0 if v < 0 else 1.0) for v in z - sigma])

@@ -1,0 +1,656 @@
+"""Analytic serving model of one replica under Poisson load, vectorised over configurations.
+
+Scheduler (the one ``optimizer.simulate`` runs step by step): continuous batching; every
+step decodes one token for each of the ``b`` running sequences and processes up to
+``prefill_chunk_tokens`` prompt tokens FCFS (chunked prefill); a prompt's last chunk
+emits the first token. Step time ``t(b, c, n, span)`` is ``optimizer.perf.decode_step_s``.
+
+Mean behaviour (all arrays over the N configurations):
+
+- ``D(b) = t(b, c̄, 0, 0)``: a decode-only step at mean context
+  ``c̄ = E[L] + E[(O−1)·O]/(2·E[O−1])`` (time-weighted context of a running sequence).
+- ``e(L) = Σ_chunks [t(b, c̄, n_j, s_j) − D(b)]``: extra step time a prompt of L tokens
+  costs when its chunks ride alone; when ``m = λ·t̄`` prompts arrive per step they share
+  steps, and the per-prompt cost ``ε`` blends ``E[e(L)]`` (weight ``e^{−m}``) with the
+  full-step rate ``E[L]·e(n₊)/n₊``, ``n₊ = min(C, E[L]·(1 + m))``.
+- Step time and running batch (Little's law), a fixed point solved by Newton's method:
+  ``t̄ = D(b)/(1 − λ·ε)``, ``b = λ·E[O−1]·t̄``. No root (or ``λ·ε >= 1``, or a batch over
+  the scheduler cap) = saturated. ``utilization = λ·(ε + E[O−1]·dD/db)`` (→ 1 at the
+  compute limit).
+
+Tails (per request; moments, then a shifted gamma with the Wilson–Hilferty tail, mixed
+over quadrature nodes of the length distributions and inverted by bisection):
+
+- **TPOT** of a request with O outputs lives ``W = (O−1)·t̄``: mean ``t̄`` (batch b + 1
+  seen by the tagged request), plus the prompts of the ``Poisson(λW)`` arrivals during its
+  life (compound Poisson: variance ``λ·W·E[ε_L²]/(O−1)²``) and the batch fluctuation of the
+  M/G/∞ decode population averaged over W (``(dD/db)²·(2λ/W²)∫₀^W (W−τ)E[(S−τ)⁺]dτ``).
+- **TTFT** = residual of the step in progress (length-biased step durations, uniform
+  residual; zero when the replica is idle, probability ``e^{−b}``) + prompts that join the
+  same step + an M/G/1-type queue of prompt work at the full-chunk rate beyond one step
+  (``E[W_q] = λE[S²]/2 · u/(1−u)``, ``u = λ·E[L]·t(b, C)/C``) + its own prefill steps.
+- **E2E** = TTFT + (O − 1)·TPOT.
+- **KV cache** (p99 occupancy, not the mean): resident tokens are an M/G/∞ shot noise,
+  ``mean = λ·t̄·E[Σ_j (L+j)]``, ``var = λ·t̄·E[Σ_j (L+j)²]`` (j = 1..O−1), p99 ≈
+  mean + 2.326·sd, plus prompts waiting for prefill; fits when p99 ≤ KV capacity.
+
+Pure: no I/O, no printing. Times in seconds internally; ``_ms`` fields in results.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from catalog.errors import ModelError
+from optimizer import perf
+from optimizer.lengths import quadrature
+from optimizer.params import CalibrationParams
+from optimizer.perf import Configs
+from workloads.spec import SLO, LengthDist
+
+DEFAULT_PREFILL_CHUNK_TOKENS = 2048
+Z99 = 2.326347874
+QUAD_NODES = 12
+NEWTON_ITERATIONS = 40
+BISECTION_ITERATIONS = 32
+_LIMITS = ("ttft", "tpot", "e2e")
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """Latency percentiles (ms) and state of each configuration at one request rate (arrays (N,)).
+
+    ``saturated`` configurations have no steady state (their latencies are ``inf``);
+    ``kv_fits`` is False when the p99 KV occupancy exceeds the cache (requests would queue
+    for memory or be preempted, which the percentiles here do not include).
+    """
+
+    qps: np.ndarray
+    ttft_mean_ms: np.ndarray
+    ttft_p50_ms: np.ndarray
+    ttft_p99_ms: np.ndarray
+    tpot_mean_ms: np.ndarray
+    tpot_p50_ms: np.ndarray
+    tpot_p99_ms: np.ndarray
+    e2e_mean_ms: np.ndarray
+    e2e_p50_ms: np.ndarray
+    e2e_p99_ms: np.ndarray
+    utilization: np.ndarray
+    saturated: np.ndarray
+    running_batch: np.ndarray  # mean decoding sequences (Little's law)
+    step_ms: np.ndarray  # mean step duration t̄
+    kv_p99_tokens: np.ndarray
+    kv_capacity_tokens: np.ndarray
+    kv_fits: np.ndarray
+    output_tokens_per_s: np.ndarray  # λ·E[O]
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Largest request rate per configuration at which every given p99 SLO holds and KV fits.
+
+    ``limited_by[i]`` is ``'ttft'``, ``'tpot'``, ``'e2e'`` or ``'memory'`` (the limit that
+    binds just above ``max_qps``), or ``'unservable'`` when even λ → 0 misses the SLO (then
+    ``why[i]`` says which bound and by how much, and the p99 arrays hold the best
+    achievable values). ``max_qps`` is 0 for unservable or unrunnable configurations.
+    """
+
+    max_qps: np.ndarray
+    output_tokens_per_s: np.ndarray
+    limited_by: list[str]
+    why: list[str | None]
+    ttft_p99_ms: np.ndarray
+    tpot_p99_ms: np.ndarray
+    e2e_p99_ms: np.ndarray
+    at_capacity: LoadResult | None = field(default=None, repr=False)
+
+
+# ---------------------------------------------------------------------------------------
+# Distributions as quadrature
+
+
+@dataclass(frozen=True)
+class _Lengths:
+    l_nodes: np.ndarray  # prompt tokens, (QL,)
+    l_w: np.ndarray
+    o_nodes: np.ndarray  # output tokens, (QO,)
+    o_w: np.ndarray
+    mean_l: float
+    mean_o1: float  # E[O − 1]
+    mean_o: float
+    ctx: float  # time-weighted mean context of a decoding sequence
+    kv_tok_steps: float  # E[Σ_{j=1}^{O−1} (L + j)]
+    kv_tok2_steps: float  # E[Σ_{j=1}^{O−1} (L + j)²]
+
+
+def _lengths(prompt: LengthDist, output: LengthDist) -> _Lengths:
+    ln, lw = quadrature(prompt, QUAD_NODES)
+    on, ow = quadrature(output, QUAD_NODES)
+    ln = np.maximum(ln, 1.0)
+    on = np.maximum(on, 1.0)
+    el = float(lw @ ln)
+    n = np.maximum(on - 1.0, 0.0)  # decode steps per request
+    eo1 = float(ow @ n)
+    sum_j = n * (n + 1) / 2.0  # Σ j
+    sum_j2 = n * (n + 1) * (2 * n + 1) / 6.0  # Σ j²
+    el2 = float(lw @ ln**2)
+    kv1 = float(ow @ (n * el + sum_j))
+    kv2 = float(ow @ (n * el2 + 2 * el * sum_j + sum_j2))
+    ctx = el + (float(ow @ (n * (n + 1))) / (2.0 * eo1) if eo1 > 0 else 0.0)
+    return _Lengths(ln, lw, on, ow, el, eo1, float(ow @ on), ctx, kv1, kv2)
+
+
+# ---------------------------------------------------------------------------------------
+# Step-time pieces
+
+
+def _chunked_extra_s(c: Configs, b: np.ndarray, ctx: float, n_tokens: np.ndarray, chunk: int,
+                     d: np.ndarray, single_prompt: bool, prompt_tokens: float = 0.0) -> np.ndarray:
+    """g(n) = Σ_chunks [t(b, c̄, n_j, span_j) − D(b)]: extra step time of n prefill tokens.
+
+    The tokens go through ``ceil(n/C)`` steps of at most C tokens. ``single_prompt``: one
+    prompt, chunk j attends to ``j·C + n_j/2`` tokens on average; otherwise several prompts
+    of ``prompt_tokens`` each, span ``prompt_tokens/2``. Shapes: b, d (N, 1); n (N, J).
+    """
+    n_tokens = np.broadcast_to(n_tokens, np.broadcast_shapes(n_tokens.shape, b.shape))
+    out = np.zeros(n_tokens.shape)
+    n_chunks = int(math.ceil(float(n_tokens.max()) / chunk)) if n_tokens.size else 0
+    for j in range(n_chunks):
+        start = j * chunk
+        n = np.clip(n_tokens - start, 0.0, chunk)
+        live = n > 0
+        span = start + n / 2.0 if single_prompt else np.full(n.shape, prompt_tokens / 2.0)
+        t = perf.decode_step_s(c, b, ctx, n, span)
+        out += np.where(live, t - d, 0.0)
+    return out
+
+
+def _poisson_pmf(m: np.ndarray, k_max: int) -> np.ndarray:
+    """P(K = k), k = 0..k_max, for K ~ Poisson(m) (N,) → (N, k_max + 1); the tail folds into k_max."""
+    k = np.arange(k_max + 1, dtype=float)
+    lg = np.array([math.lgamma(x + 1.0) for x in k])
+    mm = np.maximum(m, 1e-300)[:, None]
+    p = np.exp(-mm + k[None, :] * np.log(mm) - lg[None, :])
+    p = np.where(m[:, None] > 0, p, (k[None, :] == 0).astype(float))
+    p[:, -1] += np.clip(1.0 - p.sum(axis=1), 0.0, 1.0)
+    return p
+
+
+def _k_max(m: np.ndarray) -> int:
+    top = float(np.max(np.where(np.isfinite(m), m, 0.0), initial=0.0))
+    return int(min(200, math.ceil(top + 6.0 * math.sqrt(top) + 4.0)))
+
+
+@dataclass
+class _Steps:
+    """Distribution of one step's duration: values (N, J) with probabilities (N, J)."""
+
+    d: np.ndarray  # decode-only step D(b), (N,)
+    values: np.ndarray
+    probs: np.ndarray
+    g1: np.ndarray  # (N, QL) extra of one prompt of each node length, alone
+
+    def moment(self, r: int) -> np.ndarray:
+        return np.sum(self.probs * self.values**r, axis=1)
+
+
+def _steps(c: Configs, b: np.ndarray, m: np.ndarray, lens: _Lengths, chunk: int) -> _Steps:
+    """Step durations when K ~ Poisson(m) prompts (those that arrived during the previous
+    step) ride in it: ``T = D(b) + g(K prompts)``; K = 1 resolves the prompt length by
+    quadrature, K >= 2 uses K·E[L] tokens."""
+    bb = b[:, None]
+    d = perf.decode_step_s(c, bb, lens.ctx)
+    g1 = _chunked_extra_s(c, bb, lens.ctx, lens.l_nodes[None, :], chunk, d, True)
+    k_max = max(_k_max(m), 1)
+    pk = _poisson_pmf(m, k_max)
+    ks = np.arange(2, k_max + 1, dtype=float)
+    gk = (_chunked_extra_s(c, bb, lens.ctx, ks[None, :] * lens.mean_l, chunk, d, False, lens.mean_l)
+          if len(ks) else np.zeros((len(b), 0)))
+    # K >= 2: the sum of K prompts has variance K·Var(L); spread it over two points ±sd
+    # (at the local per-token cost g_K / (K·E[L])) so the step variance keeps it.
+    var_l = float(lens.l_w @ (lens.l_nodes - lens.mean_l) ** 2)
+    spread = np.sqrt(ks * var_l)[None, :] * gk / np.maximum(ks * lens.mean_l, 1.0)[None, :]
+    lo = np.maximum(gk - spread, 0.0)
+    hi = gk + (gk - lo)
+    values = np.concatenate([d, d + g1, d + lo, d + hi], axis=1)
+    half = pk[:, 2:] / 2.0
+    probs = np.concatenate([pk[:, :1], pk[:, 1:2] * lens.l_w[None, :], half, half], axis=1)
+    return _Steps(d[:, 0], values, probs, g1)
+
+
+@dataclass
+class _State:
+    b: np.ndarray  # mean running batch (N,)
+    step_s: np.ndarray  # t̄ = E[T]
+    steps: _Steps
+    slope_s: np.ndarray  # dD/db
+    eps_s: np.ndarray  # mean extra step time per prompt, (E[T] − D)/m
+    rho1: np.ndarray  # lag-1 correlation of step durations, λ·dE[T]/dm
+    t_full_s: np.ndarray  # t(b, C) a full prefill step
+    saturated: np.ndarray
+
+
+def _solve_state(c: Configs, lam: np.ndarray, lens: _Lengths, chunk: int, t0: np.ndarray | None = None) -> _State:
+    """Smallest root of h(t) = E[T | b = λ·E[O−1]·t, m = λ·t] − t by Newton's method from below.
+
+    h is convex with h(D(0)) > 0, so Newton from the left converges monotonically to the
+    stable (smaller) root; no root (h' >= 0 while h > 0) or a batch over the scheduler cap
+    means saturated.
+    """
+    n = len(c)
+    cap = float(c.max_batch_sequences)
+    zero = np.zeros(n)
+    t = perf.decode_step_s(c, zero, lens.ctx) if t0 is None else np.asarray(t0, dtype=float).copy()
+    t = np.where(np.isfinite(t), t, perf.decode_step_s(c, zero, lens.ctx))
+    saturated = ~np.isfinite(t)
+
+    def h(tv):
+        b = np.minimum(lam * lens.mean_o1 * tv, cap)
+        return _steps(c, b, lam * tv, lens, chunk).moment(1) - tv
+
+    for _ in range(NEWTON_ITERATIONS):
+        hv = h(t)
+        dt = np.maximum(1e-9, 1e-4 * t)
+        dh = (h(t + dt) - hv) / dt
+        bad = (dh >= 0) & (hv > 1e-12 * t)
+        saturated |= bad | ~np.isfinite(hv)
+        move = np.where(saturated | (hv <= 0), 0.0, -hv / np.where(dh < 0, dh, -1.0))
+        t = t + move
+        saturated |= lam * lens.mean_o1 * t > cap
+        if np.all(saturated | (move <= 1e-7 * t)):
+            break
+    b = np.minimum(lam * lens.mean_o1 * t, cap)
+    m = lam * t
+    st = _steps(c, b, m, lens, chunk)
+    mean_t = st.moment(1)
+    dm = np.maximum(1e-3, 0.01 * m)
+    slope_m = (_steps(c, b, m + dm, lens, chunk).moment(1) - mean_t) / dm
+    rho1 = np.clip(lam * slope_m, 0.0, 0.95)
+    eps = np.where(m > 0, (mean_t - st.d) / np.maximum(m, 1e-300), st.g1 @ lens.l_w)
+    slope = perf.decode_step_s(c, b + 1.0, lens.ctx) - st.d
+    t_full = perf.decode_step_s(c, b, lens.ctx, float(chunk), chunk / 2.0)
+    t = np.where(saturated, np.inf, mean_t)
+    return _State(b, t, st, slope, eps, rho1, t_full, saturated)
+
+
+# ---------------------------------------------------------------------------------------
+# Shifted-gamma tails and mixture quantiles
+
+
+def _std_normal_sf(z: np.ndarray) -> np.ndarray:
+    """1 − Φ(z) (Abramowitz–Stegun 7.1.26 erfc, |error| < 1.5e-7)."""
+    x = np.abs(z) / math.sqrt(2.0)
+    t = 1.0 / (1.0 + 0.3275911 * x)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    erfc = poly * np.exp(-x * x)
+    return np.where(z >= 0, 0.5 * erfc, 1.0 - 0.5 * erfc)
+
+
+def _tail(x: np.ndarray, mean: np.ndarray, var: np.ndarray, k3: np.ndarray) -> np.ndarray:
+    """P(X > x) for X with the given mean, variance and third cumulant.
+
+    Shifted gamma (shape k = 4/γ², scale θ = κ3/(2·var), shift mean − kθ) with the
+    Wilson–Hilferty approximation ``P(G > y) ≈ 1 − Φ(((y/kθ)^{1/3} − 1 + 1/(9k))·3√k)``;
+    normal when the skewness is ~0.
+    """
+    sd = np.sqrt(np.maximum(var, 0.0))
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        gamma = np.where(sd > 0, k3 / np.maximum(sd, 1e-300) ** 3, 0.0)
+    gamma = np.nan_to_num(gamma, nan=0.0, posinf=0.0)
+    skewed = gamma > 1e-3
+    g = np.where(skewed, gamma, 1.0)
+    k = 4.0 / (g * g)
+    theta = sd * g / 2.0
+    shift = mean - k * theta
+    y = (x - shift) / np.maximum(k * theta, 1e-300)
+    z_gamma = (np.cbrt(np.maximum(y, 0.0)) - 1.0 + 1.0 / (9.0 * k)) * 3.0 * np.sqrt(k)
+    p_gamma = np.where(y <= 0, 1.0, _std_normal_sf(z_gamma))
+    z_norm = (x - mean) / np.maximum(sd, 1e-300)
+    p_norm = np.where(sd > 0, _std_normal_sf(z_norm), (x < mean).astype(float))
+    return np.where(skewed, p_gamma, p_norm)
+
+
+def _mixture_quantile(q: float, weights: np.ndarray, mean, var, k3) -> np.ndarray:
+    """x with Σ_j w_j·P(X_j > x) = 1 − q; components on the last axis of (N, J) arrays."""
+    mean, var, k3 = np.broadcast_arrays(mean, var, k3)
+    sd = np.sqrt(np.maximum(var, 0.0))
+    finite = np.all(np.isfinite(mean), axis=-1)
+    safe_mean = np.where(np.isfinite(mean), mean, 0.0)
+    lo = np.min(safe_mean - 8 * sd, axis=-1)
+    hi = np.max(safe_mean + 12 * sd + 1e-12, axis=-1)
+    lo = np.minimum(lo, hi)
+    target = 1.0 - q
+    for _ in range(BISECTION_ITERATIONS + 8):
+        mid = 0.5 * (lo + hi)
+        p = _tail(mid[:, None], mean, var, k3) @ weights
+        above = p > target
+        lo = np.where(above, mid, lo)
+        hi = np.where(above, hi, mid)
+    return np.where(finite, 0.5 * (lo + hi), np.inf)
+
+
+# ---------------------------------------------------------------------------------------
+# Public API
+
+
+def _check_rate(qps) -> np.ndarray:
+    lam = np.asarray(qps, dtype=float)
+    if lam.size and not np.all(np.isfinite(lam) & (lam > 0)):
+        bad = lam[~(np.isfinite(lam) & (lam > 0))].ravel()[0]
+        raise ModelError(f"request rate must be a positive number of requests per second (got {bad:g}); "
+                         "give --qps > 0")
+    return lam
+
+
+def serve_at_rate(
+    c: Configs,
+    qps,
+    prompt: LengthDist,
+    output: LengthDist,
+    params: CalibrationParams | None = None,
+    prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
+    percentiles: bool = True,
+) -> LoadResult:
+    """Latencies and state of every configuration at ``qps`` requests/s (scalar or (N,)).
+
+    See the module docstring for the formulas. ``params`` is accepted for symmetry with
+    the perf model (its factors are already folded into ``c``).
+    """
+    lam = np.broadcast_to(_check_rate(qps), (len(c),)).astype(float)
+    lens = _lengths(prompt, output)
+    return _evaluate(c, lam, lens, prefill_chunk_tokens, need=set(_LIMITS) if percentiles else set())
+
+
+def _evaluate(c: Configs, lam: np.ndarray, lens: _Lengths, chunk: int, need: set[str],
+              t0: np.ndarray | None = None) -> LoadResult:
+    runnable = np.asarray(c.supported, dtype=bool)
+    s = _solve_state(c, lam, lens, chunk, t0)
+    sat = s.saturated | ~runnable
+    tbar = np.where(sat, np.nan, s.step_s)
+    o1 = np.maximum(lens.o_nodes - 1.0, 0.0)  # (QO,) decode steps of a request
+
+    # ---- TPOT | O = mean of O−1 step durations (lag-1 correlated) + batch drift over W
+    m1, m2, m3 = (s.steps.moment(r) for r in (1, 2, 3))
+    var_t = np.maximum(m2 - m1**2, 0.0)
+    k3_t = m3 - 3 * m1 * m2 + 2 * m1**3
+    d_tag = perf.decode_step_s(c, s.b + 1.0, lens.ctx)
+    mean_tpot = m1 + (d_tag - s.steps.d)  # the tagged request is in its own batch
+    inflate = (1.0 + s.rho1) / (1.0 - s.rho1)
+    steps_n = np.maximum(o1, 1.0)[None, :]
+    window = o1[None, :] * tbar[:, None]  # (N, QO)
+    var_b = _batch_average_var(lam, tbar, window, o1, lens.o_w)
+    var_tpot = (var_t * inflate)[:, None] / steps_n + (s.slope_s[:, None] ** 2) * var_b
+    k3_tpot = (k3_t * inflate**1.5)[:, None] / steps_n**2
+    has_tpot = o1 >= 0.5
+    w_tpot = np.where(has_tpot, lens.o_w, 0.0)
+    w_tpot = w_tpot / w_tpot.sum() if w_tpot.sum() > 0 else w_tpot
+    mt = np.broadcast_to(mean_tpot[:, None], var_tpot.shape)
+
+    # ---- TTFT | L
+    ttft_m, ttft_v, ttft_k3 = _ttft_moments(c, lam, lens, s, chunk)
+
+    nan = np.full(len(c), np.nan)
+    out = {k: nan.copy() for k in ("tpot_p50", "tpot_p99", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99")}
+    if "tpot" in need and w_tpot.sum() > 0:
+        out["tpot_p99"] = _mixture_quantile(0.99, w_tpot, mt, var_tpot, k3_tpot)
+        out["tpot_p50"] = _mixture_quantile(0.50, w_tpot, mt, var_tpot, k3_tpot)
+    if "ttft" in need:
+        out["ttft_p99"] = _mixture_quantile(0.99, lens.l_w, ttft_m, ttft_v, ttft_k3)
+        out["ttft_p50"] = _mixture_quantile(0.50, lens.l_w, ttft_m, ttft_v, ttft_k3)
+    if "e2e" in need:
+        # components (L node, O node): TTFT(L) + (O−1)·TPOT(O), independent
+        ql, qo = len(lens.l_w), len(lens.o_w)
+        m = ttft_m[:, :, None] + o1[None, None, :] * mt[:, None, :]
+        v = ttft_v[:, :, None] + (o1**2)[None, None, :] * var_tpot[:, None, :]
+        k3 = ttft_k3[:, :, None] + (o1**3)[None, None, :] * k3_tpot[:, None, :]
+        w = (lens.l_w[:, None] * lens.o_w[None, :]).reshape(ql * qo)
+        n = len(c)
+        out["e2e_p99"] = _mixture_quantile(0.99, w, m.reshape(n, -1), v.reshape(n, -1), k3.reshape(n, -1))
+        out["e2e_p50"] = _mixture_quantile(0.50, w, m.reshape(n, -1), v.reshape(n, -1), k3.reshape(n, -1))
+    ttft_mean = ttft_m @ lens.l_w
+    e2e_mean = ttft_mean + lens.mean_o1 * mean_tpot
+
+    # ---- KV occupancy (M/G/∞ shot noise) and utilisation
+    kv_mean = lam * tbar * lens.kv_tok_steps + lam * ttft_mean * lens.mean_l
+    kv_sd = np.sqrt(lam * tbar * lens.kv_tok2_steps)
+    kv_p99 = kv_mean + Z99 * kv_sd
+    b_p99 = s.b + Z99 * np.sqrt(s.b)
+    kv_cap = np.asarray(c.kv_capacity_tokens, dtype=float)
+    kv_fits = (kv_p99 <= kv_cap) & (b_p99 <= c.max_batch_sequences) & ~sat
+    util = lam * (s.eps_s + lens.mean_o1 * s.slope_s)
+    util = np.where(sat, np.maximum(util, 1.0), util)
+
+    def ms(x):
+        return np.where(sat, np.inf, x * 1e3)
+
+    return LoadResult(
+        qps=lam,
+        ttft_mean_ms=ms(ttft_mean), ttft_p50_ms=ms(out["ttft_p50"]), ttft_p99_ms=ms(out["ttft_p99"]),
+        tpot_mean_ms=ms(mean_tpot), tpot_p50_ms=ms(out["tpot_p50"]), tpot_p99_ms=ms(out["tpot_p99"]),
+        e2e_mean_ms=ms(e2e_mean), e2e_p50_ms=ms(out["e2e_p50"]), e2e_p99_ms=ms(out["e2e_p99"]),
+        utilization=util, saturated=sat, running_batch=s.b, step_ms=ms(tbar),
+        kv_p99_tokens=np.where(sat, np.inf, kv_p99), kv_capacity_tokens=kv_cap, kv_fits=kv_fits,
+        output_tokens_per_s=np.where(sat, np.nan, lam * lens.mean_o),
+    )
+
+
+def _batch_average_var(lam, tbar, window, o1, o_w) -> np.ndarray:
+    """Variance of the M/G/∞ population averaged over a window W (per config, per O node).
+
+    ``(2λ/W²)·Σ_q w_q·I(s_q, W)`` with service ``s_q = (O_q−1)·t̄`` and
+    ``I = W²s/2 − W³/6`` (s >= W) or ``W·s²/2 − s³/6`` (s < W).
+    """
+    s = o1[None, None, :] * tbar[:, None, None]  # (N, 1, QO') others' service
+    w = window[:, :, None]  # (N, QO, 1)
+    big = w * w * s / 2.0 - w**3 / 6.0
+    small = w * s * s / 2.0 - s**3 / 6.0
+    integral = np.where(s >= w, big, small) @ o_w  # (N, QO)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        v = 2.0 * lam[:, None] * integral / np.maximum(window, 1e-300) ** 2
+    return np.where(window > 0, v, 0.0)
+
+
+def _ttft_moments(c: Configs, lam: np.ndarray, lens: _Lengths, s: _State, chunk: int):
+    """Mean, variance, third cumulant of TTFT for each prompt node (N, QL).
+
+    TTFT = R + T_next + W_q: the residual R of the step in progress (length-biased, uniform
+    inside the step; 0 when the replica is idle), the step(s) that carry the prompt with
+    J ~ Poisson(λ·E[T²]/E[T]) other prompts that arrived during the same step, and the
+    M/G/1 queue of prompt work beyond one step at the full-chunk rate.
+    """
+    st = s.steps
+    mom = [st.moment(r) for r in (1, 2, 3, 4)]
+    busy = 1.0 - np.exp(-s.b)
+    r1 = busy * mom[1] / (2.0 * mom[0])
+    r2 = busy * mom[2] / (3.0 * mom[0])
+    r3 = busy * mom[3] / (4.0 * mom[0])
+    var_r = r2 - r1**2
+    k3_r = r3 - 3 * r1 * r2 + 2 * r1**3
+    # the step(s) carrying the prompt: D + g(L + J·E[L]) (N, QL, J)
+    lb_mean = mom[1] / mom[0]
+    mj = busy * lam * lb_mean
+    j_max = _k_max(mj)
+    pj = _poisson_pmf(mj, j_max)  # (N, J)
+    n_tok = lens.l_nodes[None, :, None] + np.arange(j_max + 1)[None, None, :] * lens.mean_l  # (1, QL, J)
+    b3 = s.b[:, None, None]
+    d3 = st.d[:, None, None]
+    g = np.zeros((len(c), len(lens.l_nodes), j_max + 1))
+    n_chunks = int(math.ceil(float(n_tok.max()) / chunk))
+    for j in range(n_chunks):
+        start = j * chunk
+        n = np.clip(n_tok - start, 0.0, chunk)
+        t = perf.decode_step_s(c, b3, lens.ctx, n, np.minimum(start + n / 2.0, lens.l_nodes[None, :, None]))
+        g += np.where(n > 0, t - d3, 0.0)
+    k_chunks = np.ceil(n_tok / chunk)
+    own = k_chunks * d3 + g  # (N, QL, J)
+    pj3 = pj[:, None, :]
+    o1 = np.sum(pj3 * own, axis=2)
+    o2 = np.sum(pj3 * own**2, axis=2)
+    o3 = np.sum(pj3 * own**3, axis=2)
+    var_o = np.maximum(o2 - o1**2, 0.0)
+    k3_o = o3 - 3 * o1 * o2 + 2 * o1**3
+    # R and J grow together with the length of the step in progress: Cov(R, own) ≈ λ/2·Var_lb(T)·ε_J
+    var_lb = mom[2] / mom[0] - lb_mean**2
+    eps_j = np.sum(pj3 * own * (np.arange(j_max + 1)[None, None, :] - mj[:, None, None]), axis=2) / np.maximum(mj, 1e-12)[:, None]
+    cov = busy[:, None] * lam[:, None] / 2.0 * var_lb[:, None] * np.where(mj[:, None] > 0, eps_j, 0.0)
+    # queue of prompt work beyond one step: M/G/1 at the full-chunk rate, excess over one residual
+    sec_per_token = s.t_full_s / chunk
+    u = lam * lens.mean_l * sec_per_token
+    es2 = float(lens.l_w @ lens.l_nodes**2) * sec_per_token**2
+    stable = u < 1
+    wq_mean = np.where(stable, lam * es2 / 2.0 * u / np.where(stable, 1.0 - u, 1.0), 0.0)
+    p_w = np.clip(u * u, 1e-12, 1.0)
+    theta = wq_mean / p_w
+    w1 = p_w * theta
+    w2 = 2 * p_w * theta**2 - w1**2
+    w3 = 6 * p_w * theta**3 - 6 * p_w * theta**2 * w1 + 2 * w1**3
+    mean = o1 + (r1 + w1)[:, None]
+    var = var_o + (var_r + w2)[:, None] + 2.0 * cov
+    k3 = k3_o + (k3_r + w3)[:, None]
+    unstable = ~stable[:, None] | s.saturated[:, None]
+    return np.where(unstable, np.inf, mean), np.where(unstable, 0.0, var), np.where(unstable, 0.0, k3)
+
+
+def _slo_targets(slo: SLO) -> dict[str, float]:
+    return {k: getattr(slo, f"{k}_p99_ms") for k in _LIMITS if getattr(slo, f"{k}_p99_ms") is not None}
+
+
+def capacity_at_slo(
+    c: Configs,
+    prompt: LengthDist,
+    output: LengthDist,
+    slo: SLO,
+    params: CalibrationParams | None = None,
+    prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
+) -> Capacity:
+    """Max request rate (req/s) per configuration with every p99 in ``slo`` met and KV at p99 fitting.
+
+    Geometric bisection on λ, vectorised over configurations (BISECTION_ITERATIONS steps
+    between λ_lo = 1e-6·λ_hi and λ_hi = max_batch / (E[O−1]·D(0)) — no replica can hold
+    more decoding sequences than its scheduler cap). Feasible(λ) = not saturated ∧ KV fits
+    ∧ every given p99 ≤ its target; assumed monotone in λ.
+    """
+    targets = _slo_targets(slo)
+    n = len(c)
+    lens = _lengths(prompt, output)
+    chunk = prefill_chunk_tokens
+    need = set(targets)
+    runnable = np.asarray(c.supported, dtype=bool)
+    d0 = perf.decode_step_s(c, 1.0, lens.ctx)
+    d0 = np.where(runnable, d0, 1.0)
+    lam_hi = float(c.max_batch_sequences) / (max(lens.mean_o1, 0.5) * d0)
+    lam_lo = lam_hi * 1e-6
+
+    def feasible(lam, t0=None):
+        r = _evaluate(c, lam, lens, chunk, need, t0)
+        ok = ~r.saturated & r.kv_fits
+        for k, target in targets.items():
+            ok &= getattr(r, f"{k}_p99_ms") <= target
+        return ok, r
+
+    ok_lo, r_lo = feasible(lam_lo)
+    ok_hi, r_hi = feasible(lam_hi)
+    lo = np.where(ok_lo, lam_lo, 0.0)
+    hi = lam_hi.copy()
+    t_lo = r_lo.step_ms / 1e3
+    active = ok_lo & ~ok_hi
+    for _ in range(BISECTION_ITERATIONS):
+        mid = np.sqrt(np.maximum(lo, lam_lo) * hi)
+        ok, r = feasible(mid, t_lo)
+        lo = np.where(active & ok, mid, lo)
+        hi = np.where(active & ~ok, mid, hi)
+        t_lo = np.where(active & ok, r.step_ms / 1e3, t_lo)
+    max_qps = np.where(ok_hi, lam_hi, lo)
+    max_qps = np.where(ok_lo & runnable, max_qps, 0.0)
+    at_cap = _evaluate(c, np.where(max_qps > 0, max_qps, lam_lo), lens, chunk, set(_LIMITS))
+    above = _evaluate(c, np.where(max_qps > 0, np.minimum(hi, max_qps * 1.02), lam_lo), lens, chunk, need)
+    limited_by: list[str] = []
+    why: list[str | None] = []
+    for i in range(n):
+        if not runnable[i]:
+            limited_by.append("unservable")
+            why.append(c.reason[i] or "cannot run")
+            continue
+        if not ok_lo[i]:
+            limited_by.append("unservable")
+            why.append(_unservable_why(r_lo, i, targets, c))
+            continue
+        if ok_hi[i]:
+            limited_by.append("memory")
+            why.append(f"scheduler cap of {c.max_batch_sequences} running sequences")
+            continue
+        limited_by.append(_binding(above, i, targets))
+        why.append(None)
+    best = np.where(ok_lo, 0.0, 1.0).astype(bool)
+    pick = at_cap
+    return Capacity(
+        max_qps=max_qps,
+        output_tokens_per_s=max_qps * lens.mean_o,
+        limited_by=limited_by,
+        why=why,
+        ttft_p99_ms=np.where(best, r_lo.ttft_p99_ms, pick.ttft_p99_ms),
+        tpot_p99_ms=np.where(best, r_lo.tpot_p99_ms, pick.tpot_p99_ms),
+        e2e_p99_ms=np.where(best, r_lo.e2e_p99_ms, pick.e2e_p99_ms),
+        at_capacity=at_cap,
+    )
+
+
+def _binding(r: LoadResult, i: int, targets: dict[str, float]) -> str:
+    """The limit violated (or closest to it) just above capacity: memory first, then the worst SLO ratio."""
+    if r.saturated[i] and not targets:
+        return "memory"
+    if not r.kv_fits[i] and not r.saturated[i]:
+        return "memory"
+    ratios = {k: float(getattr(r, f"{k}_p99_ms")[i]) / t for k, t in targets.items()}
+    if not ratios:
+        return "memory"
+    return max(ratios, key=lambda k: ratios[k])
+
+
+def _unservable_why(r: LoadResult, i: int, targets: dict[str, float], c: Configs) -> str:
+    parts = []
+    for k, t in targets.items():
+        best = float(getattr(r, f"{k}_p99_ms")[i])
+        if not best <= t:
+            parts.append(f"{k}_p99_ms {t:g} is below the best this configuration reaches at λ → 0, "
+                         f"{best:.1f} ms (short by {best - t:.1f} ms)")
+    if not r.kv_fits[i]:
+        parts.append(f"the KV cache ({r.kv_capacity_tokens[i]:,.0f} tokens) cannot hold even one request's p99 context")
+    return f"{c.keys[i]}: " + "; ".join(parts) if parts else f"{c.keys[i]}: cannot meet the SLO"
+
+
+def check_slo_floor(c: Configs, slo: SLO) -> None:
+    """Raise ModelError when an SLO is below a configuration's physical floor.
+
+    TPOT cannot beat ``tpot_bound_ms`` (weights / peak bandwidth at batch 1); TTFT cannot
+    beat one prefill step. Only configuration 0 is checked (the CLI's single config).
+    """
+    if slo.tpot_p99_ms is not None:
+        floor = float(perf.tpot_bound_ms(c)[0])
+        if slo.tpot_p99_ms < floor:
+            raise ModelError(
+                f"tpot_p99_ms {slo.tpot_p99_ms:g} is below the physical floor of {c.keys[0]}: "
+                f"{floor:.2f} ms per token (weights / peak memory bandwidth at batch 1), short by "
+                f"{floor - slo.tpot_p99_ms:.2f} ms; relax the SLO, raise tp or use a smaller precision")
+
+
+def batch_throughput(
+    c: Configs,
+    prompt: LengthDist,
+    output: LengthDist,
+    params: CalibrationParams | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(output tokens/s, requests/s) per configuration for a batch workload at full load.
+
+    The replica runs the memory-limited batch continuously (``perf.offline_throughput_tokens_s``
+    at the mean prompt and output lengths: batch = min(scheduler cap, sequences whose KV
+    fits), each step decodes the batch and prefills its amortised prompts).
+    requests/s = tokens/s / E[O]. Zero where not even one sequence fits.
+    """
+    el, eo = prompt.mean_tokens, output.mean_tokens
+    _, tok_s = perf.offline_throughput_tokens_s(c, el, eo)
+    tok_s = np.where(np.asarray(c.supported, dtype=bool), np.nan_to_num(tok_s, nan=0.0), 0.0)
+    return tok_s, tok_s / eo
