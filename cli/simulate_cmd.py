@@ -1,0 +1,103 @@
+"""`gpuplan simulate`: the discrete-event simulator next to the analytic serving model."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from catalog.errors import ModelError
+from cli.common import (
+    CatalogOpt,
+    JsonOpt,
+    ModelConfigOpt,
+    ParamsOpt,
+    load,
+    print_json,
+    stdout,
+    table,
+)
+from optimizer import perf, serving
+from optimizer.params import load_params
+from optimizer.simulate import simulate as run_simulation
+from workloads.spec import LengthDist
+
+
+def length_dist(mean: int, p99: int | None, flag: str) -> LengthDist:
+    """Fixed length, or lognormal {mean, p99} when a p99 is given; p99 below the mean is an error."""
+    if p99 is None:
+        return LengthDist(mean=mean)
+    if p99 < mean:
+        raise ModelError(f"{flag}-p99 {p99} is below the mean {flag}-tokens {mean} by {mean - p99}; "
+                         "a p99 must be >= the mean")
+    return LengthDist(mean=mean, p99=p99)
+
+
+def simulate(
+    model: Annotated[str, typer.Option("--model", help="Model key, alias or HF id.")],
+    device: Annotated[str, typer.Option("--device", help="Device key.")],
+    precision: Annotated[str, typer.Option("--precision", help="bf16, fp16, fp8, int8, int4 or fp4.")],
+    qps: Annotated[float, typer.Option("--qps", help="Poisson arrival rate (requests/s).")],
+    input_tokens: Annotated[int, typer.Option("--input-tokens", min=1, help="Prompt length (mean if --input-p99).")],
+    output_tokens: Annotated[int, typer.Option("--output-tokens", min=1, help="Output length (mean if --output-p99).")],
+    tp: Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel degree.")] = 1,
+    pp: Annotated[int, typer.Option("--pp", min=1, help="Pipeline-parallel degree.")] = 1,
+    input_p99: Annotated[int | None, typer.Option("--input-p99", min=1, help="p99 prompt length: lognormal prompts.")] = None,
+    output_p99: Annotated[int | None, typer.Option("--output-p99", min=1, help="p99 output length: lognormal outputs.")] = None,
+    requests: Annotated[int, typer.Option("--requests", min=100, help="Requests to simulate.")] = 20_000,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed (same seed, same result).")] = 0,
+    params: ParamsOpt = None,
+    catalog: CatalogOpt = None,
+    model_config: ModelConfigOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Simulate one replica at a request rate; print simulated percentiles (95 % CI) next to the analytic ones."""
+    if not qps > 0:
+        raise ModelError(f"--qps must be > 0 requests/s (got {qps:g})")
+    prompt = length_dist(input_tokens, input_p99, "--input")
+    output = length_dist(output_tokens, output_p99, "--output")
+    cat = load(catalog, model_config)
+    c = perf.build_configs(cat.model(model), [(cat.device(device), cat.precision(precision), tp, pp)],
+                           load_params(params))
+    if not bool(c.runnable[0]):
+        raise ModelError(f"{c.keys[0]} cannot run: {c.reason[0]}")
+    analytic = serving.serve_at_rate(c, qps, prompt, output)
+    sim = run_simulation(c, 0, qps, prompt, output, requests=requests, seed=seed)
+    rows = []
+    result: dict = {"config": c.keys[0], "qps": qps, "requests": sim.requests, "seed": seed,
+                    "preemptions": sim.preemptions, "steps": sim.steps,
+                    "simulated_mean_batch": round(sim.mean_batch, 2),
+                    "analytic_running_batch": _num(analytic.running_batch[0]),
+                    "analytic_utilization": _num(analytic.utilization[0]),
+                    "analytic_saturated": bool(analytic.saturated[0]),
+                    "analytic_kv_fits": bool(analytic.kv_fits[0]),
+                    "simulated_output_tokens_per_s": round(sim.output_tokens_per_s, 1)}
+    for metric, sim_pct in (("ttft", sim.ttft), ("tpot", sim.tpot), ("e2e", sim.e2e)):
+        for q in (50.0, 90.0, 99.0):
+            p = sim_pct[q]
+            key = f"{metric}_p{int(q)}_ms"
+            an = getattr(analytic, key, None)
+            a = _num(an[0]) if an is not None else None
+            result[f"simulated_{key}"] = round(p.value_ms, 3)
+            result[f"simulated_{key}_ci95"] = [round(p.ci_low_ms, 3), round(p.ci_high_ms, 3)]
+            if a is not None:
+                result[f"analytic_{key}"] = a
+            rows.append([key, f"{p.value_ms:,.2f}", f"{p.ci_low_ms:,.2f} – {p.ci_high_ms:,.2f}",
+                         "—" if a is None else f"{a:,.2f}"])
+    if json_out:
+        print_json(result)
+        return
+    stdout.print(table(f"{c.keys[0]} at {qps:g} req/s ({sim.requests:,} requests measured, seed {seed})",
+                       ["percentile", "simulated", "95 % CI", "analytic"], rows,
+                       right={"simulated", "95 % CI", "analytic"}))
+    stdout.print(f"mean batch: simulated {sim.mean_batch:.1f}, analytic {analytic.running_batch[0]:.1f}; "
+                 f"utilization {analytic.utilization[0]:.2f}; preemptions {sim.preemptions}", markup=False)
+
+
+def _num(x) -> float | None:
+    x = float(x)
+    return round(x, 3) if x == x and abs(x) != float("inf") else None
+
+
+def register(app: typer.Typer) -> None:
+    app.command("simulate")(simulate)
