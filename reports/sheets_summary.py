@@ -61,7 +61,7 @@ def build_summary(ctx: Ctx) -> None:
                  r.objective_usd), "$", styles.USD, "what the optimizer minimised", "objective_usd")
     line("Output tokens", Formula(f"={ref(wl, wt, wc['out'])}", r.output_tokens_per_year), "per year",
          styles.THOUSANDS, "sum over workloads", "output_tokens_per_year")
-    line("Input tokens", Formula(f"={ref(wl, wt, wc['in'])}", None), "per year",
+    line("Input tokens", Formula(f"={ref(wl, wt, wc['in'])}", sum(w.input_tokens_per_year for w in r.workloads)), "per year",
          styles.THOUSANDS, "sum over workloads", "input_tokens_per_year")
     line("Cost per million output tokens",
          Formula("=IF(output_tokens_per_year>0,tco_usd/(horizon_years*output_tokens_per_year/1000000),0)",
