@@ -11,6 +11,11 @@ from reports.xl import Formula, define_name, ref
 _BASIS = {"tco": "buy and run", "capex": "buy (capex objective)", "cloud": "rent by the GPU-hour"}
 
 
+def _n(count: int, noun: str) -> str:
+    """``1 year``, ``3 years``."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 def build_summary(ctx: Ctx) -> None:
     """Key figures (named cells), status, single-device and API comparisons, charts."""
     sheet = ctx.sheets["Summary"]
@@ -22,7 +27,7 @@ def build_summary(ctx: Ctx) -> None:
     wc, wt = ctx.workload_cols, ctx.workload_total_row
     name = r.plan_name or "plan"
     title(sheet, f"{name}: fleet plan",
-          f"Status {r.status}. Fleet priced to {_BASIS[r.objective]} over {a.horizon_years} years. "
+          f"Status {r.status}. Fleet priced to {_BASIS[r.objective]} over {_n(a.horizon_years, 'year')}. "
           "Every money figure is a live formula over the Assumptions sheet.")
     sheet.header(HEADER_ROW, 1, ["Figure", "Value", "Unit", "How it is computed"])
     row = FIRST_ROW
@@ -77,7 +82,7 @@ def build_summary(ctx: Ctx) -> None:
     line("Status", r.status, "", None, r.status_detail)
     met = sum(1 for w in r.workloads if w.met)
     missed = [w.name for w in r.workloads if w.met is False]
-    line("SLOs met", f"{met} of {len(r.workloads)} workloads", "", None,
+    line("SLOs met", f"{met} of {_n(len(r.workloads), 'workload')}", "", None,
          ("missed: " + ", ".join(missed)) if missed else "see Deployments and Workloads")
 
     best = r.single_device_best

@@ -588,3 +588,33 @@ def test_chat_fleet_recalculates_to_optimizer_totals(chat_fleet_json, tmp_path):
     assert result["status"] in ("optimal", "feasible"), result["status_detail"]
     path = write_workbook(copy.deepcopy(result), tmp_path / "chat-fleet.xlsx", inputs=(chat_fleet_json,))
     check_recalculated(recalculate(path, tmp_path / "out"), result)
+
+
+@pytest.fixture(scope="module")
+def melange_json(tmp_path_factory) -> Path:
+    """A real optimizer result today: the Mélange example (cloud objective, measured capacity table)."""
+    from catalog import load_catalog
+    from optimizer.optimize import optimize_plan
+    from workloads import load_plan, resolve_catalog
+
+    plan = load_plan(EXAMPLES / "melange-example.yaml")
+    cat = resolve_catalog(plan, load_catalog(), "melange-example.yaml")
+    result = optimize_plan(plan, cat, capacity_table=EXAMPLES / "melange-example.csv",
+                           input_file="examples/melange-example.yaml")
+    out = tmp_path_factory.mktemp("melange") / "melange.json"
+    out.write_text(json.dumps(result.to_json(), allow_nan=False))
+    return out
+
+
+def test_melange_report_from_real_optimizer(melange_json, run_cli, tmp_path):
+    out = tmp_path / "melange.xlsx"
+    r = run_cli("report", melange_json, "--out", out)
+    assert r.code == 0, r.stderr
+
+
+@needs_soffice
+def test_melange_recalculates_to_optimizer_totals(melange_json, tmp_path):
+    result = json.loads(melange_json.read_text())
+    assert result["objective"] == "cloud" and result["status"] == "optimal"
+    path = write_workbook(result, tmp_path / "melange.xlsx", inputs=(melange_json,))
+    check_recalculated(recalculate(path, tmp_path / "out"), result)
