@@ -56,6 +56,7 @@ Z99 = 2.326347874
 QUAD_NODES = 12
 NEWTON_ITERATIONS = 40
 BISECTION_ITERATIONS = 32
+MAX_EXPLICIT_CHUNKS = 4  # longer prefills: the rest at the 4th chunk's per-token cost
 _LIMITS = ("ttft", "tpot", "e2e")
 
 
@@ -158,13 +159,16 @@ def _chunked_extra_s(c: Configs, b: np.ndarray, ctx: float, n_tokens: np.ndarray
     n_tokens = np.broadcast_to(n_tokens, np.broadcast_shapes(n_tokens.shape, b.shape))
     out = np.zeros(n_tokens.shape)
     n_chunks = int(math.ceil(float(n_tokens.max()) / chunk)) if n_tokens.size else 0
-    for j in range(n_chunks):
+    for j in range(min(n_chunks, MAX_EXPLICIT_CHUNKS)):
         start = j * chunk
         n = np.clip(n_tokens - start, 0.0, chunk)
+        if j == MAX_EXPLICIT_CHUNKS - 1:
+            n = np.clip(n_tokens - start, 0.0, None)  # the rest, at this chunk's per-token cost
         live = n > 0
-        span = start + n / 2.0 if single_prompt else np.full(n.shape, prompt_tokens / 2.0)
-        t = perf.decode_step_s(c, b, ctx, n, span)
-        out += np.where(live, t - d, 0.0)
+        n_step = np.minimum(n, chunk)
+        span = start + n_step / 2.0 if single_prompt else np.full(n.shape, prompt_tokens / 2.0)
+        t = perf.decode_step_s(c, b, ctx, n_step, span)
+        out += np.where(live, (t - d) * n / np.maximum(n_step, 1e-300), 0.0)
     return out
 
 
@@ -181,7 +185,7 @@ def _poisson_pmf(m: np.ndarray, k_max: int) -> np.ndarray:
 
 def _k_max(m: np.ndarray) -> int:
     top = float(np.max(np.where(np.isfinite(m), m, 0.0), initial=0.0))
-    return int(min(200, math.ceil(top + 6.0 * math.sqrt(top) + 4.0)))
+    return int(min(60, math.ceil(top + 6.0 * math.sqrt(top) + 4.0)))
 
 
 @dataclass
@@ -282,7 +286,7 @@ def _solve_state(c: Configs, lam: np.ndarray, lens: _Lengths, chunk: int, t0: np
 
 def _std_normal_sf(z: np.ndarray) -> np.ndarray:
     """1 − Φ(z) (Abramowitz–Stegun 7.1.26 erfc, |error| < 1.5e-7)."""
-    x = np.abs(z) / math.sqrt(2.0)
+    x = np.minimum(np.abs(np.nan_to_num(z, nan=0.0)), 60.0) / math.sqrt(2.0)
     t = 1.0 / (1.0 + 0.3275911 * x)
     poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
     erfc = poly * np.exp(-x * x)
@@ -559,7 +563,7 @@ def capacity_at_slo(
     active = ok_lo & ~ok_hi
     for _ in range(BISECTION_ITERATIONS):
         mid = np.sqrt(np.maximum(lo, lam_lo) * hi)
-        ok, r = feasible(mid, t_lo)
+        ok, r = feasible(mid)
         lo = np.where(active & ok, mid, lo)
         hi = np.where(active & ~ok, mid, hi)
         t_lo = np.where(active & ok, r.step_ms / 1e3, t_lo)

@@ -253,7 +253,7 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
         # admission (FCFS, head of line blocks)
         while waiting and n_admitted < max_seqs and kv_used + eff_prompt[waiting[0]] + 1 <= cap_kv:
             rid = waiting.popleft()
-            kv_used += eff_prompt[rid]
+            kv_used += eff_prompt[rid] + 1  # the prompt and the token its prefill emits
             prefilling.append([rid, eff_prompt[rid], 0])
             n_admitted += 1
         if b == 0 and not prefilling:
@@ -322,7 +322,6 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
                 first[rid] = t
             generated[rid] += 1
             out_tokens_done += 1
-            kv_used += 1
             remaining = olen[rid] - generated[rid]
             if remaining <= 0:
                 finish[rid] = t

@@ -1,0 +1,130 @@
+"""Analytic serving model: paper limits, monotonicity, bad input, and agreement with the simulator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from catalog import load_catalog
+from catalog.errors import GpuplanError, ModelError
+from optimizer import perf, serving
+from optimizer.lengths import quadrature, quantile_tokens, sample_tokens, split_buckets
+from optimizer.params import load_params
+from optimizer.simulate import simulate
+from workloads.spec import SLO, LengthDist
+
+CAT = load_catalog(None)
+PARAMS = load_params()
+FIXED_P, FIXED_O = LengthDist(mean=467), LengthDist(mean=256)
+
+
+def cfg(model="llama-3.1-8b", device="h100-sxm", prec="bf16", tp=1, pp=1):
+    return perf.build_configs(CAT.model(model), [(CAT.device(device), CAT.precision(prec), tp, pp)], PARAMS)
+
+
+def test_lognormal_quantiles_and_quadrature_match_mean_and_p99():
+    d = LengthDist(mean=1000, p99=4000)
+    assert quantile_tokens(d, 0.99) == pytest.approx(4000, rel=1e-6)
+    nodes, w = quadrature(d)
+    assert w.sum() == pytest.approx(1.0) and nodes @ w == pytest.approx(1000, rel=1e-9)
+    x = sample_tokens(d, 200_000, np.random.default_rng(0))
+    assert x.mean() == pytest.approx(1000, rel=0.02)
+    assert np.percentile(x, 99) == pytest.approx(4000, rel=0.05)
+
+
+def test_split_buckets_fractions_and_order():
+    b = split_buckets(LengthDist(mean=1000, p99=4000), LengthDist(mean=200, p99=800), 3)
+    assert [x.fraction for x in b] == pytest.approx([1 / 3] * 3, abs=1e-3)
+    sizes = [x.prompt.mean_tokens + x.output.mean_tokens for x in b]
+    assert sizes == sorted(sizes)
+    assert len(split_buckets(FIXED_P, FIXED_O, 4)) == 1
+    assert split_buckets(FIXED_P, LengthDist(mean=200, p99=800), 1)[0].fraction == 1.0
+
+
+def test_zero_load_limit_is_one_prefill_and_batch_one_steps():
+    """λ → 0: TTFT → prefill of one prompt (plus nothing), TPOT → a batch-1 decode step."""
+    c = cfg()
+    r = serving.serve_at_rate(c, 1e-4, FIXED_P, FIXED_O)
+    prefill_ms = perf.prefill_s(c, 467)[0] * 1e3
+    step_ms = perf.decode_step_s(c, 1, 467 + 128)[0] * 1e3
+    assert r.ttft_p50_ms[0] == pytest.approx(prefill_ms, rel=0.01)
+    assert r.tpot_p50_ms[0] == pytest.approx(step_ms, rel=0.01)
+    assert r.running_batch[0] == pytest.approx(1e-4 * 255 * step_ms / 1e3, rel=0.02)
+
+
+def test_littles_law_fixed_point():
+    """b = λ·E[O−1]·t̄ at the solution (t̄ = mean step)."""
+    c = cfg()
+    r = serving.serve_at_rate(c, 20.0, FIXED_P, FIXED_O)
+    assert r.running_batch[0] == pytest.approx(20.0 * 255 * r.step_ms[0] / 1e3, rel=1e-6)
+
+
+def test_p99_blows_up_as_utilisation_approaches_one():
+    c = cfg()
+    cap = serving.capacity_at_slo(c, FIXED_P, FIXED_O, SLO()).max_qps[0]
+    loads = [0.2, 0.5, 0.8, 0.95]
+    r = serving.serve_at_rate(c, np.array([cap * f for f in loads]), FIXED_P, FIXED_O) if False else None
+    ttft = [serving.serve_at_rate(c, cap * f, FIXED_P, FIXED_O).ttft_p99_ms[0] for f in loads]
+    tpot = [serving.serve_at_rate(c, cap * f, FIXED_P, FIXED_O).tpot_p99_ms[0] for f in loads]
+    assert r is None
+    assert ttft == sorted(ttft) and tpot == sorted(tpot)
+    assert ttft[-1] > 2.5 * ttft[0]
+    over = serving.serve_at_rate(c, cap * 5, FIXED_P, FIXED_O)
+    assert over.saturated[0] or not over.kv_fits[0]
+
+
+def test_capacity_is_monotone_in_the_slo_and_vectorised():
+    combos = [(CAT.device(d), CAT.precision(p), t, 1) for d, p, t in
+              [("h100-sxm", "bf16", 1), ("a100-80gb-sxm", "bf16", 1), ("l40s", "fp8", 1), ("h100-sxm", "fp8", 2)]]
+    c = perf.build_configs(CAT.model("llama-3.1-8b"), combos, PARAMS)
+    caps = [serving.capacity_at_slo(c, FIXED_P, FIXED_O, SLO(tpot_p99_ms=t)).max_qps for t in (20, 30, 50, 80)]
+    for a, b in zip(caps, caps[1:], strict=False):
+        assert np.all(b >= a * (1 - 1e-6))
+    cap = serving.capacity_at_slo(c, FIXED_P, FIXED_O, SLO(tpot_p99_ms=30, ttft_p99_ms=500))
+    assert set(cap.limited_by) <= {"ttft", "tpot", "e2e", "memory", "unservable"}
+    ok = cap.max_qps > 0
+    at = serving.serve_at_rate(c, np.where(ok, cap.max_qps, 1.0), FIXED_P, FIXED_O)
+    assert np.all(at.tpot_p99_ms[ok] <= 30 * 1.001) and np.all(at.ttft_p99_ms[ok] <= 500 * 1.001)
+
+
+def test_slo_below_floor_is_unservable_with_the_gap():
+    c = cfg()
+    cap = serving.capacity_at_slo(c, FIXED_P, FIXED_O, SLO(tpot_p99_ms=2.0))
+    assert cap.max_qps[0] == 0 and cap.limited_by[0] == "unservable"
+    assert "tpot_p99_ms 2" in cap.why[0] and "short by" in cap.why[0]
+    with pytest.raises(ModelError, match="physical floor"):
+        serving.check_slo_floor(c, SLO(tpot_p99_ms=1.0))
+
+
+@pytest.mark.parametrize("qps", [0.0, -1.0, float("nan")])
+def test_bad_rate_is_a_clear_error(qps):
+    with pytest.raises(GpuplanError, match="positive"):
+        serving.serve_at_rate(cfg(), qps, FIXED_P, FIXED_O)
+
+
+def test_batch_throughput_is_positive_and_memory_limited():
+    c = cfg()
+    tok, req = serving.batch_throughput(c, FIXED_P, FIXED_O)
+    assert tok[0] > 0 and req[0] == pytest.approx(tok[0] / 256)
+    assert tok[0] == pytest.approx(perf.offline_throughput_tokens_s(c, 467, 256)[1][0])
+
+
+# A subset of scripts/agreement.py: analytic vs simulated p99 (20,000 requests, seed 1).
+# Stated tolerances: 15 % TTFT p99 and 15 % TPOT p99 at 20 %-70 % of capacity.
+AGREEMENT = [
+    ("llama-3.1-8b", "h100-sxm", "bf16", 1, FIXED_P, FIXED_O, 0.2),
+    ("llama-3.1-8b", "h100-sxm", "bf16", 1, FIXED_P, FIXED_O, 0.5),
+    ("llama-3.1-70b", "h100-sxm", "bf16", 8, LengthDist(mean=202), LengthDist(mean=214), 0.5),
+    ("mixtral-8x7b", "h100-sxm", "fp8", 2, LengthDist(mean=512), LengthDist(mean=256, p99=1024), 0.7),
+    ("qwen2.5-72b", "mi300x", "fp8", 2, LengthDist(mean=800), LengthDist(mean=300), 0.7),
+]
+
+
+@pytest.mark.parametrize("model,device,prec,tp,p,o,load", AGREEMENT)
+def test_agreement_with_simulator(model, device, prec, tp, p, o, load):
+    c = cfg(model, device, prec, tp)
+    qps = serving.capacity_at_slo(c, p, o, SLO()).max_qps[0] * load
+    a = serving.serve_at_rate(c, qps, p, o)
+    s = simulate(c, 0, qps, p, o, requests=20_000, seed=1)
+    assert a.ttft_p99_ms[0] == pytest.approx(s.ttft[99.0].value_ms, rel=0.15)
+    assert a.tpot_p99_ms[0] == pytest.approx(s.tpot[99.0].value_ms, rel=0.15)
