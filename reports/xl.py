@@ -206,7 +206,7 @@ class Sheet:
         # Applications do not grow rows for wrapped text on open: set the heights.
         heights: dict[int, float] = {row: 15.0 * n + 3 for row, n in self.header_rows.items()}
         for row, col, text in self.wrapped:
-            chars = max(final.get(col, 8.43) * 1.05 - 1, 1)
+            chars = max(final.get(col, 8.43) * 1.15 - 1, 1)
             n = sum(max(1, math.ceil(len(part) / chars)) for part in text.split("\n"))
             heights[row] = max(heights.get(row, 15.0), 14.0 * n + 2)
         for row, height in heights.items():
@@ -219,7 +219,9 @@ class Sheet:
         self.ws.sheet_properties.pageSetUpPr.fitToPage = True
         self.ws.print_options.gridLines = False
         self.ws.page_margins.left = self.ws.page_margins.right = 0.4
-        self.ws.page_margins.top = self.ws.page_margins.bottom = 0.6
+        self.ws.page_margins.top = 0.6
+        self.ws.page_margins.bottom = 0.8
+        self.ws.page_margins.header = self.ws.page_margins.footer = 0.3
         if title_rows:
             self.ws.print_title_rows = title_rows
         self.ws.oddFooter.left.text = "&A"
