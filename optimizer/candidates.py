@@ -27,6 +27,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from catalog.load import Catalog
 from catalog.schema import Device
 from optimizer.milp import Demand, FleetProblem, Limits, Option, UnitTerms
@@ -246,3 +248,154 @@ def tp_degrees(device: Device) -> list[int]:
 
 def finite_or_zero(x: float) -> float:
     return float(x) if math.isfinite(x) and x > 0 else 0.0
+
+
+def _bucket_specs(w: Workload, n_buckets: int) -> tuple[BucketSpec, ...]:
+    """Request-size buckets: online workloads split by size (``split_buckets``); batch ones whole."""
+    from optimizer.lengths import split_buckets
+
+    rate = w.request_rate_qps
+    parts = split_buckets(w.prompt_tokens, w.output_tokens, 1 if w.is_batch else n_buckets)
+    return tuple(
+        BucketSpec(i, b.fraction, b.fraction * rate, b.label, b.prompt.mean_tokens, b.output.mean_tokens,
+                   b.prompt, b.output)
+        for i, b in enumerate(parts)
+    )
+
+
+def _combos(w: Workload, catalog: Catalog, units: dict[str, UnitSpec], plan: Plan, n_buckets: int
+            ) -> tuple[list[tuple], list[Candidate]]:
+    """(device, precision, tp) triples to evaluate, and candidates pruned before any model runs."""
+    from optimizer.perf import config_key
+
+    todo, pruned = [], []
+    zeros, nones = (0.0,) * n_buckets, (None,) * n_buckets
+    for key, unit in units.items():
+        dev = unit.device
+        if dev is None:
+            continue
+        why = None
+        if not unit.allowed:
+            why = f"{key} is not in the plan's allowed_devices"
+        elif unit.inventory_gpus == 0:
+            why = f"inventory of {key} is 0"
+        elif missing := missing_figures(dev, plan):
+            why = f"{key} has no {', '.join(missing)}; add it with --catalog or the plan's devices section"
+        for q_name in w.precisions:
+            q = catalog.precision(q_name)
+            q_why = why or q.unsupported_reason(dev)
+            for t in tp_degrees(dev):
+                if q_why is not None:
+                    pruned.append(Candidate(w.name, config_key(dev, q, t, 1), key, q.key, t, 1, t, zeros, nones,
+                                            pruned_reason=q_why))
+                else:
+                    todo.append((dev, q, t))
+    return todo, pruned
+
+
+def workload_candidates(
+    w: Workload, plan: Plan, catalog: Catalog, units: dict[str, UnitSpec], params, a: MoneyAssumptions,
+    n_buckets: int,
+) -> WorkloadCandidates:
+    """Every candidate of one workload, evaluated in every bucket, pruned with reasons."""
+    from optimizer import serving
+    from optimizer.perf import build_configs
+
+    model = catalog.model(w.model)
+    buckets = _bucket_specs(w, n_buckets)
+    nb = len(buckets)
+    todo, pruned = _combos(w, catalog, units, plan, nb)
+
+    # pp: the smallest degree that fits; pp = 1 is kept (pruned, with the memory reason) when it does not.
+    grid = [(d, q, t, p) for d, q, t in todo for p in PP_DEGREES]
+    fit = build_configs(model, grid, params) if grid else None
+    chosen: list[tuple] = []
+    for j, (d, q, t) in enumerate(todo):
+        rows = range(j * len(PP_DEGREES), (j + 1) * len(PP_DEGREES))
+        first = next((i for i in rows if fit.runnable[i]), None)
+        if first is None or grid[first][3] > 1:
+            i = rows[0]
+            pruned.append(Candidate(w.name, fit.keys[i], d.key, q.key, t, 1, t, tuple(0.0 for _ in buckets),
+                                    tuple("memory" for _ in buckets),
+                                    pruned_reason=fit.reason[i] or "does not fit in memory"))
+        if first is not None:
+            chosen.append(grid[first])
+
+    kept: list[Candidate] = []
+    if chosen:
+        configs = build_configs(model, chosen, params)
+        caps = np.zeros((len(chosen), nb))
+        limited = [["" for _ in range(nb)] for _ in chosen]
+        floors: list[list[dict[str, float]]] = [[{} for _ in range(nb)] for _ in chosen]
+        whys: list[str | None] = [None] * len(chosen)
+        for b in buckets:
+            if w.is_batch:
+                _, req_s = serving.batch_throughput(configs, b.prompt, b.output, params)
+                caps[:, b.index] = np.nan_to_num(req_s, nan=0.0)
+                for i in range(len(chosen)):
+                    limited[i][b.index] = "throughput"
+                continue
+            cap = serving.capacity_at_slo(configs, b.prompt, b.output, w.slo, params)
+            caps[:, b.index] = np.nan_to_num(cap.max_qps, nan=0.0)
+            for i in range(len(chosen)):
+                limited[i][b.index] = cap.limited_by[i]
+                if cap.limited_by[i] == "unservable":
+                    floors[i][b.index] = {f"{m}_p99_ms": float(getattr(cap, f"{m}_p99_ms")[i])
+                                          for m in ("ttft", "tpot", "e2e")
+                                          if math.isfinite(float(getattr(cap, f"{m}_p99_ms")[i]))}
+                    whys[i] = whys[i] or cap.why[i]
+        for i, (d, q, t, p) in enumerate(chosen):
+            capacity = tuple(finite_or_zero(x) for x in caps[i])
+            reason = None
+            if not any(capacity):
+                reason = "no capacity at the SLO in any bucket" + (f": {whys[i]}" if whys[i] else "")
+            kept.append(Candidate(
+                w.name, configs.keys[i], d.key, q.key, t, p, t * p, capacity, tuple(limited[i]),
+                cost_per_replica_usd(units[d.key], t * p, a), pruned_reason=reason, floor_p99_ms=tuple(floors[i]),
+            ))
+        kept = prune_dominated(kept)
+    predictor = _predictor(model, {c.key: c for c in kept}, chosen, buckets, params) if chosen else None
+    return WorkloadCandidates(w, model.key, buckets, tuple(kept + pruned), predictor)
+
+
+def _predictor(model, by_key: dict[str, Candidate], chosen: list[tuple], buckets, params) -> Predictor:
+    """p99s (ms) of one candidate on one bucket at a rate per replica, via ``serve_at_rate``."""
+    from optimizer import serving
+    from optimizer.perf import build_configs, config_key
+
+    combos = {config_key(d, q, t, p): (d, q, t, p) for d, q, t, p in chosen}
+    cache: dict[str, object] = {}
+
+    def predict(key: str, bucket: int, qps: float) -> tuple[float | None, float | None, float | None]:
+        if qps <= 0 or key not in combos:
+            return (None, None, None)
+        if key not in cache:
+            cache[key] = build_configs(model, [combos[key]], params)
+        b = buckets[bucket]
+        r = serving.serve_at_rate(cache[key], qps, b.prompt, b.output, params)
+        return tuple(_finite(getattr(r, f"{m}_p99_ms")[0]) for m in ("ttft", "tpot", "e2e"))  # type: ignore[return-value]
+
+    return predict
+
+
+def _finite(x) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def model_candidates(plan: Plan, catalog: Catalog, params=None, *, n_buckets: int = 4) -> CandidateSet:
+    """Candidates of every workload from the performance and serving models."""
+    from optimizer.params import load_params
+
+    params = params if params is not None else load_params(None)
+    units = catalog_units(plan, catalog)
+    a = MoneyAssumptions.from_plan(plan)
+    workloads = tuple(workload_candidates(w, plan, catalog, units, params, a, n_buckets) for w in plan.workloads)
+    diagnostics = []
+    lacking = sorted(k for k, u in units.items() if u.device is not None and u.allowed
+                     and missing_figures(u.device, plan))
+    if lacking:
+        diagnostics.append(Diagnostic("info", "devices_missing_figures",
+                                      f"{len(lacking)} devices lack a figure this plan needs and were not "
+                                      f"considered: {', '.join(lacking)}"))
+    return CandidateSet(workloads, units, tuple(diagnostics))
