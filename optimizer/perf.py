@@ -31,7 +31,7 @@ Units: bytes, seconds, FLOPs in arrays; ``_ms`` / ``_gb`` only where the name sa
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -91,6 +91,18 @@ class Configs:
 
     def index(self, key: str) -> int:
         return self.keys.index(key)
+
+    def take(self, indices: Sequence[int] | np.ndarray) -> Configs:
+        """The configurations at ``indices`` (in that order), every aligned array sliced alike."""
+        idx = np.asarray(indices, dtype=int)
+        changes = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, np.ndarray):
+                changes[f.name] = value[idx]
+            elif isinstance(value, list):
+                changes[f.name] = [value[i] for i in idx]
+        return replace(self, **changes)
 
 
 def build_configs(

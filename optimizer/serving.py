@@ -55,7 +55,8 @@ DEFAULT_PREFILL_CHUNK_TOKENS = 2048
 Z99 = 2.326347874
 QUAD_NODES = 12
 NEWTON_ITERATIONS = 40
-BISECTION_ITERATIONS = 32
+BISECTION_ITERATIONS = 16  # geometric, over λ_hi/λ_lo = 1e6: final bracket ratio 1e6^(2^-16) ≈ 1.0002
+QUANTILE_ITERATIONS = 24  # linear, over ~20 sd: final bracket ~1e-6 sd
 MAX_EXPLICIT_CHUNKS = 4  # longer prefills: the rest at the 4th chunk's per-token cost
 _LIMITS = ("ttft", "tpot", "e2e")
 
@@ -327,7 +328,7 @@ def _mixture_quantile(q: float, weights: np.ndarray, mean, var, k3) -> np.ndarra
     hi = np.max(safe_mean + 12 * sd + 1e-12, axis=-1)
     lo = np.minimum(lo, hi)
     target = 1.0 - q
-    for _ in range(BISECTION_ITERATIONS + 8):
+    for _ in range(QUANTILE_ITERATIONS):
         mid = 0.5 * (lo + hi)
         p = _tail(mid[:, None], mean, var, k3) @ weights
         above = p > target
@@ -537,6 +538,10 @@ def capacity_at_slo(
     more decoding sequences than its scheduler cap). Feasible(λ) = not saturated ∧ KV fits
     ∧ every given p99 ≤ its target; assumed monotone in λ.
     """
+    runnable_idx = np.flatnonzero(np.asarray(c.supported, dtype=bool) & np.asarray(c.runnable, dtype=bool))
+    if len(runnable_idx) < len(c):
+        return _scatter_capacity(c, runnable_idx, capacity_at_slo(
+            c.take(runnable_idx), prompt, output, slo, params, prefill_chunk_tokens) if len(runnable_idx) else None)
     targets = _slo_targets(slo)
     n = len(c)
     lens = _lengths(prompt, output)
@@ -599,6 +604,34 @@ def capacity_at_slo(
         tpot_p99_ms=np.where(best, r_lo.tpot_p99_ms, pick.tpot_p99_ms),
         e2e_p99_ms=np.where(best, r_lo.e2e_p99_ms, pick.e2e_p99_ms),
         at_capacity=at_cap,
+    )
+
+
+def _scatter_capacity(c: Configs, idx: np.ndarray, sub: Capacity | None) -> Capacity:
+    """A Capacity over all of ``c`` from one over the runnable subset ``idx``; the rest unservable."""
+    n = len(c)
+
+    def full(values, fill=np.nan):
+        out = np.full(n, fill, dtype=float)
+        if sub is not None:
+            out[idx] = values
+        return out
+
+    limited_by = ["unservable"] * n
+    why: list[str | None] = [c.reason[i] or "cannot run" for i in range(n)]
+    if sub is not None:
+        for j, i in enumerate(idx):
+            limited_by[i] = sub.limited_by[j]
+            why[i] = sub.why[j]
+    return Capacity(
+        max_qps=full(sub.max_qps if sub else None, 0.0),
+        output_tokens_per_s=full(sub.output_tokens_per_s if sub else None, 0.0),
+        limited_by=limited_by,
+        why=why,
+        ttft_p99_ms=full(sub.ttft_p99_ms if sub else None),
+        tpot_p99_ms=full(sub.tpot_p99_ms if sub else None),
+        e2e_p99_ms=full(sub.e2e_p99_ms if sub else None),
+        at_capacity=None,
     )
 
 
