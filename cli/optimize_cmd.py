@@ -1,0 +1,137 @@
+"""`gpuplan optimize PLAN.yaml`: the cheapest fleet that serves the plan's workloads within their SLOs.
+
+Parses, calls ``optimizer.optimize.optimize_plan`` and renders: the fleet, the
+per-workload deployments with predicted p99s against the SLOs, and the costs.
+``--json OUT.json`` writes the result (docs/plan-json.md) atomically (``--json -``
+prints it to stdout instead of the tables); ``--out REPORT.xlsx`` writes the finance
+workbook. An infeasible plan prints its diagnostics and exits with code 1, after writing
+the JSON if asked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from catalog.files import write_atomic
+from cli.common import CatalogOpt, ModelConfigOpt, ParamsOpt, fmt, load, stdout, table
+from workloads import load_plan, resolve_catalog
+
+stderr = Console(stderr=True, width=None if sys.stderr.isatty() else 240)
+
+
+def optimize(
+    plan_path: Annotated[Path, typer.Argument(metavar="PLAN.yaml", help="The plan file (workloads, money, limits).")],
+    json_path: Annotated[Path | None, typer.Option(
+        "--json", help="Write the result as JSON to this file (docs/plan-json.md); '-' prints it instead of tables.")] = None,
+    capacity_table: Annotated[Path | None, typer.Option(
+        "--capacity-table", help="Measured capacities (CSV, Mélange-style) to use instead of the models.")] = None,
+    time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Solver time limit (s).")] = 10.0,
+    gap: Annotated[float, typer.Option("--gap", min=0.0, max=1.0, help="Relative MIP gap to stop at (0.001 = 0.1 %).")] = 1e-3,
+    buckets: Annotated[int, typer.Option("--buckets", min=1, max=16, help="Request-size buckets per workload.")] = 4,
+    out: Annotated[Path | None, typer.Option("--out", help="Also write the finance workbook (.xlsx).")] = None,
+    params: ParamsOpt = None,
+    catalog: CatalogOpt = None,
+    model_config: ModelConfigOpt = None,
+) -> None:
+    """Find the cheapest fleet (devices, precision, sharding, replicas) that meets every workload's SLOs."""
+    from optimizer.optimize import optimize_plan
+    from optimizer.params import load_params
+
+    cat = load(catalog, model_config)
+    plan = load_plan(plan_path)
+    cat = resolve_catalog(plan, cat, str(plan_path))
+    calibration = load_params(params) if capacity_table is None else None
+    digest = hashlib.sha256(plan_path.read_bytes()).hexdigest()
+    busy = stderr.status("optimizing…") if sys.stderr.isatty() else nullcontext()
+    with busy:
+        result = optimize_plan(plan, cat, calibration, time_limit_s=time_limit, gap=gap,
+                               capacity_table=capacity_table, n_buckets=buckets,
+                               input_file=str(plan_path), input_sha256=digest)
+    data = result.to_json()
+    inputs = tuple(p for p in (plan_path, capacity_table, params, catalog) if p is not None)
+    to_stdout = json_path is not None and str(json_path) == "-"
+    if json_path is not None and not to_stdout:
+        write_atomic(json_path, json.dumps(data, indent=2, allow_nan=False) + "\n", inputs=inputs)
+    if out is not None and result.status.has_plan:
+        from reports.workbook import write_workbook
+
+        write_workbook(data, out, inputs=inputs)
+    if to_stdout:
+        sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
+    else:
+        render(data)
+        for path in (json_path, out if result.status.has_plan else None):
+            if path is not None:
+                stdout.print(f"wrote {path}", markup=False)
+    if not result.status.has_plan:
+        stderr.print(f"error: no fleet found ({data['status']}): {' '.join(data['status_detail'].split())}",
+                     markup=False, highlight=False)
+        for d in data["diagnostics"]:
+            if d["level"] == "error":
+                stderr.print(f"  - {d['message']}", markup=False, highlight=False)
+        raise typer.Exit(code=1)
+
+
+def _ms(value: float | None, slo: float | None) -> str:
+    if value is None:
+        return "—" if slo is None else f"— / {slo:,.0f}"
+    text = f"{value:,.0f}"
+    return text if slo is None else f"{text} / {slo:,.0f}"
+
+
+def render(data: dict[str, Any]) -> None:
+    """The fleet, the deployments with p99s against the SLOs, the workloads and the money."""
+    stdout.print(f"plan '{data['plan_name']}': {data['status']} ({data['status_detail']}), "
+                 f"objective {data['objective']}, solved in {data['solve_seconds']:.2f} s by {data['solver']}",
+                 markup=False, highlight=False)
+    if data["status"] not in ("optimal", "feasible"):
+        return
+    fleet_rows = [[f["device"], f["gpus"], f["nodes"], fmt(f["capex_usd"]), fmt(f["power_kw"], 1)] for f in data["fleet"]]
+    stdout.print(table("Fleet", ["device", "GPUs", "servers", "capex $", "power kW"], fleet_rows,
+                       right={"GPUs", "servers", "capex $", "power kW"}))
+    slo = {w["name"]: w for w in data["workloads"]}
+    dep_rows = []
+    for d in data["deployments"]:
+        w = slo[d["workload"]]
+        dep_rows.append([
+            d["workload"], d["device"], d["precision"] or "—", f"tp{d['tp']} pp{d['pp']}", d["replicas"],
+            fmt(d["qps"], 2), fmt(d["capacity_qps"], 2),
+            _ms(d["ttft_p99_ms"], w["slo_ttft_p99_ms"]), _ms(d["tpot_p99_ms"], w["slo_tpot_p99_ms"]),
+            _ms(d["e2e_p99_ms"], w["slo_e2e_p99_ms"]),
+        ])
+    cols = ["workload", "device", "precision", "sharding", "replicas", "req/s", "capacity req/s",
+            "TTFT p99 / SLO ms", "TPOT p99 / SLO ms", "E2E p99 / SLO ms"]
+    stdout.print(table("Deployments", cols, dep_rows, right=set(cols[4:])))
+    w_rows = [[w["name"], w["model"], w["kind"], fmt(w["qps"], 2), "yes" if w["met"] else "NO",
+               fmt(w["cost_per_million_output_tokens_usd"], 3)] for w in data["workloads"]]
+    stdout.print(table("Workloads", ["workload", "model", "kind", "req/s", "SLOs met", "$ / M output tokens"],
+                       w_rows, right={"req/s", "$ / M output tokens"}))
+    money = [
+        ["objective (" + data["objective"] + ")", fmt(data["objective_usd"])],
+        ["capex", fmt(data["capex_usd"])],
+        ["opex per year", fmt(data["annual_opex_usd"])],
+        ["  power per year", fmt(data["annual_power_usd"])],
+        ["  maintenance per year", fmt(data["annual_maintenance_usd"])],
+        ["  cloud rental per year", fmt(data["annual_cloud_usd"])
+         + (f" ({data['annual_cloud_usd'] / 8760:,.2f} / h)" if data["objective"] == "cloud" else "")],
+        [f"TCO over {data['assumptions']['horizon_years']} years", fmt(data["tco_usd"])],
+        ["NPV of costs", fmt(data["npv_usd"])],
+        ["power (nameplate)", fmt(data["power_kw"], 1) + " kW"],
+        ["GPUs / servers", f"{data['gpus_total']} / {data['nodes_total']}"],
+        ["$ per million output tokens", fmt(data["cost_per_million_output_tokens_usd"], 3)],
+    ]
+    stdout.print(table("Costs (USD)", ["", "value"], money, right={"value"}))
+    for d in data["diagnostics"]:
+        stdout.print(f"{d['level']}: {d['message']}", markup=False, highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("optimize")(optimize)
