@@ -68,6 +68,10 @@ class Device(Strict):
     gpus_per_node: PositiveInt
     purchase_usd: PositiveFloat | None = None
     cloud_usd_per_gpu_hour: PositiveFloat | None = None
+    consumer: bool = Field(
+        False, description="consumer card whose licence restricts datacenter use (e.g. GeForce EULA); "
+        "planned only when a plan lists it in allowed_devices"
+    )
     ranges: dict[str, tuple[float, float]] = Field(
         default_factory=dict, description="published low/high of a figure whose default is picked"
     )
@@ -114,6 +118,8 @@ class Device(Strict):
             missing.append("cloud (no hourly price)")
         if self.tdp_w is None:
             missing.append("power cap/tco power (no TDP)")
+        if self.consumer:
+            missing.append("default plans (consumer card: list it in allowed_devices)")
         return missing
 
 
