@@ -298,7 +298,6 @@ def workload_candidates(
     n_buckets: int,
 ) -> WorkloadCandidates:
     """Every candidate of one workload, evaluated in every bucket, pruned with reasons."""
-    from optimizer import serving
     from optimizer.perf import build_configs
 
     model = catalog.model(w.model)
@@ -314,8 +313,10 @@ def workload_candidates(
         rows = range(j * len(PP_DEGREES), (j + 1) * len(PP_DEGREES))
         first = next((i for i in rows if fit.runnable[i]), None)
         if first is None or grid[first][3] > 1:
-            i = rows[0]
-            pruned.append(Candidate(w.name, fit.keys[i], d.key, q.key, t, 1, t, tuple(0.0 for _ in buckets),
+            # Record the pp = 1 config (pp was needed), or the largest pp tried when nothing fits.
+            i = rows[0] if first is not None else rows[-1]
+            p = grid[i][3]
+            pruned.append(Candidate(w.name, fit.keys[i], d.key, q.key, t, p, t * p, tuple(0.0 for _ in buckets),
                                     tuple("memory" for _ in buckets),
                                     pruned_reason=fit.reason[i] or "does not fit in memory"))
         if first is not None:
@@ -329,21 +330,12 @@ def workload_candidates(
         floors: list[list[dict[str, float]]] = [[{} for _ in range(nb)] for _ in chosen]
         whys: list[str | None] = [None] * len(chosen)
         for b in buckets:
-            if w.is_batch:
-                _, req_s = serving.batch_throughput(configs, b.prompt, b.output, params)
-                caps[:, b.index] = np.nan_to_num(req_s, nan=0.0)
-                for i in range(len(chosen)):
-                    limited[i][b.index] = "throughput"
-                continue
-            cap = serving.capacity_at_slo(configs, b.prompt, b.output, w.slo, params)
-            caps[:, b.index] = np.nan_to_num(cap.max_qps, nan=0.0)
+            ev = bucket_capacity(configs, chosen, b, w, params)
+            caps[:, b.index] = ev.capacity_qps
             for i in range(len(chosen)):
-                limited[i][b.index] = cap.limited_by[i]
-                if cap.limited_by[i] == "unservable":
-                    floors[i][b.index] = {f"{m}_p99_ms": float(getattr(cap, f"{m}_p99_ms")[i])
-                                          for m in ("ttft", "tpot", "e2e")
-                                          if math.isfinite(float(getattr(cap, f"{m}_p99_ms")[i]))}
-                    whys[i] = whys[i] or cap.why[i]
+                limited[i][b.index] = ev.limited_by[i]
+                floors[i][b.index] = ev.floor_p99_ms[i]
+                whys[i] = whys[i] or ev.why[i]
         for i, (d, q, t, p) in enumerate(chosen):
             capacity = tuple(finite_or_zero(x) for x in caps[i])
             reason = None
@@ -356,6 +348,67 @@ def workload_candidates(
         kept = prune_dominated(kept)
     predictor = _predictor(model, {c.key: c for c in kept}, chosen, buckets, params) if chosen else None
     return WorkloadCandidates(w, model.key, buckets, tuple(kept + pruned), predictor)
+
+
+@dataclass(frozen=True)
+class BucketEvaluation:
+    """Capacity (req/s per replica) of N configs on one bucket, what limits it, best p99s when 0."""
+
+    capacity_qps: np.ndarray
+    limited_by: list[str]
+    floor_p99_ms: list[dict[str, float]]
+    why: list[str | None]
+
+
+_CAPACITY_CACHE: dict[tuple, BucketEvaluation] = {}
+_CAPACITY_CACHE_MAX = 512
+
+
+def _cache_key(configs, chosen: list[tuple], b: BucketSpec, w: Workload, params) -> tuple:
+    devices = tuple(sorted({d.model_dump_json() for d, _, _, _ in chosen}))
+    combos = tuple((d.key, q.key, t, p) for d, q, t, p in chosen)
+    return (configs.model.model_dump_json(), devices, combos, b.prompt.model_dump_json(),
+            b.output.model_dump_json(), w.slo.model_dump_json(), w.is_batch,
+            params.model_dump_json() if hasattr(params, "model_dump_json") else repr(params))
+
+
+def bucket_capacity(configs, chosen: list[tuple], b: BucketSpec, w: Workload, params) -> BucketEvaluation:
+    """Capacity at the SLO of every config on one bucket (``capacity_at_slo``), or for a batch
+    workload its SLO-free throughput (``batch_throughput``, req/s). Memoised per process:
+    capacity does not depend on the rate, so what-if sweeps and repeated solves reuse it.
+
+    NaN/inf from the serving model (saturated or unrunnable configs) count as 0 capacity.
+    """
+    from optimizer import serving
+
+    key = _cache_key(configs, chosen, b, w, params)
+    hit = _CAPACITY_CACHE.get(key)
+    if hit is not None:
+        return hit
+    n = len(chosen)
+    with np.errstate(all="ignore"):
+        if w.is_batch:
+            _, req_s = serving.batch_throughput(configs, b.prompt, b.output, params)
+            ev = BucketEvaluation(np.array([finite_or_zero(x) for x in req_s]), ["throughput"] * n,
+                                  [{} for _ in range(n)], [None] * n)
+        else:
+            cap = serving.capacity_at_slo(configs, b.prompt, b.output, w.slo, params)
+            floors: list[dict[str, float]] = []
+            for i in range(n):
+                floor = {}
+                if cap.limited_by[i] == "unservable":
+                    for m in ("ttft", "tpot", "e2e"):
+                        v = float(getattr(cap, f"{m}_p99_ms")[i])
+                        if math.isfinite(v):
+                            floor[f"{m}_p99_ms"] = v
+                floors.append(floor)
+            ev = BucketEvaluation(np.array([finite_or_zero(x) for x in cap.max_qps]), list(cap.limited_by),
+                                  floors, [cap.why[i] if cap.limited_by[i] == "unservable" else None
+                                           for i in range(n)])
+    if len(_CAPACITY_CACHE) >= _CAPACITY_CACHE_MAX:
+        _CAPACITY_CACHE.clear()
+    _CAPACITY_CACHE[key] = ev
+    return ev
 
 
 def _predictor(model, by_key: dict[str, Candidate], chosen: list[tuple], buckets, params) -> Predictor:
@@ -372,7 +425,8 @@ def _predictor(model, by_key: dict[str, Candidate], chosen: list[tuple], buckets
         if key not in cache:
             cache[key] = build_configs(model, [combos[key]], params)
         b = buckets[bucket]
-        r = serving.serve_at_rate(cache[key], qps, b.prompt, b.output, params)
+        with np.errstate(all="ignore"):
+            r = serving.serve_at_rate(cache[key], qps, b.prompt, b.output, params)
         return tuple(_finite(getattr(r, f"{m}_p99_ms")[0]) for m in ("ttft", "tpot", "e2e"))  # type: ignore[return-value]
 
     return predict

@@ -50,13 +50,12 @@ def _why_unservable(wc: WorkloadCandidates, bucket: int) -> str:
     slo_limited = [c for c in wc.candidates
                    if c.pruned_reason is None or c.pruned_reason.startswith("no capacity at the SLO")]
     if not slo_limited:
-        reasons: dict[str, int] = {}
-        for c in wc.candidates:
-            kind = (c.pruned_reason or "").split(";")[0]
-            reasons[kind] = reasons.get(kind, 0) + 1
-        example = max(wc.candidates, key=lambda c: c.gpus)
-        return (f"{where}: every candidate is pruned ({len(wc.candidates)}); e.g. {example.key}: "
-                f"{example.pruned_reason}")
+        # Prefer what the models say (memory, precision) over plan exclusions (allowed, prices).
+        excluded = [c for c in wc.candidates if _excluded_by_plan(c.pruned_reason or "")]
+        informative = [c for c in wc.candidates if c not in excluded] or list(wc.candidates)
+        example = max(informative, key=lambda c: (c.gpus, c.key))
+        note = f"; {len(excluded)} more excluded by the plan (allowed_devices, inventory, prices)" if excluded else ""
+        return (f"{where}: every candidate is pruned; the largest, {example.key}: {example.pruned_reason}{note}")
     # Best p99 any candidate reaches (at near-zero load) against each SLO.
     parts = []
     for metric, label in METRIC_LABEL.items():
@@ -78,6 +77,10 @@ def _why_unservable(wc: WorkloadCandidates, bucket: int) -> str:
         parts.append("no candidate meets the SLO at any load"
                      + (f" (limited by {', '.join(binding)})" if binding else ""))
     return f"{where}: " + "; ".join(parts) + "; relax the SLO, allow faster devices or lower precisions"
+
+
+def _excluded_by_plan(reason: str) -> bool:
+    return any(t in reason for t in ("allowed_devices", "inventory of", "add it with --catalog"))
 
 
 # ---------------------------------------------------------------------------------------

@@ -61,15 +61,20 @@ def optimize_plan(
     input_sha256: str = "",
     compare_single_device: bool = True,
     solver: str = "highs",
+    candidates: CandidateSet | None = None,
 ) -> PlanResult:
     """The cheapest fleet for ``plan`` (catalog already resolved against the plan).
 
     ``params`` are the performance model's calibration (``optimizer.params.load_params``;
     None = shipped). With ``capacity_table`` the measured capacities replace the models.
     Never returns None: infeasible plans come back with status ``infeasible`` and
-    diagnostics naming the cause.
+    diagnostics naming the cause. ``candidates`` reuses a candidate set computed for the
+    same workloads (what-if sweeps over limits); budgets, power cap and the rates of its
+    buckets then come from ``plan``.
     """
-    if capacity_table is not None:
+    if candidates is not None:
+        cset = rebase_candidates(candidates, plan)
+    elif capacity_table is not None:
         table = capacity_table if isinstance(capacity_table, CapacityTable) else load_capacity_table(capacity_table)
         cset = table_candidates(table, plan, catalog)
     else:
@@ -95,6 +100,24 @@ def optimize_plan(
     if sol.status == SolveStatus.FEASIBLE:
         diagnostics.append(Diagnostic("warning", "not_proven_optimal", sol.detail))
     return assemble(plan, cset, sol, diagnostics, single, input_file, input_sha256, problem)
+
+
+def rebase_candidates(cset: CandidateSet, plan: Plan) -> CandidateSet:
+    """A candidate set with the workload specs (rates, replica rules) of ``plan``."""
+    from dataclasses import replace
+
+    workloads = []
+    for wc in cset.workloads:
+        w = plan.workload(wc.workload.name)
+        old = wc.workload
+        if (w.model, w.prompt_tokens, w.output_tokens, w.slo, w.precisions) != (
+                old.model, old.prompt_tokens, old.output_tokens, old.slo, old.precisions):
+            raise ValueError(f"workload '{w.name}' changed its model, lengths, SLO or precisions; "
+                             "recompute the candidates")
+        rate = w.request_rate_qps
+        buckets = tuple(replace(b, qps=b.fraction * rate) for b in wc.buckets)
+        workloads.append(replace(wc, workload=w, buckets=buckets))
+    return replace(cset, workloads=tuple(workloads))
 
 
 # ---------------------------------------------------------------------------------------
