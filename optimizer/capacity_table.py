@@ -23,9 +23,10 @@ Required columns
 
 Optional columns
 
-- ``gpus`` (default 1): GPUs in one unit; ``gpus_per_node`` (default = ``gpus``): GPUs per
-  server or cloud instance; ``device``: catalog key of the GPU (gives ``tdp_w`` for the
-  power figures); ``precision``, ``tp``, ``pp``: how the unit serves, for the report.
+- ``gpus`` (default 1): GPUs in one unit (one replica); ``gpus_per_node`` (default =
+  ``gpus``): GPUs per server or cloud instance; ``device``: catalog key of the GPU (gives
+  ``tdp_w`` for the power figures); ``precision``, ``tp``, ``pp``: how the unit serves, for
+  the report (tp·pp = gpus; tp defaults to gpus / pp).
 
 Rules (each broken rule is a one-line error naming file, row, column and fix): every
 unit lists every bucket of its workload; a unit keeps one cost and one size on every
@@ -187,10 +188,11 @@ def parse_capacity_table(text: str, path: str) -> CapacityTable:
 def _unit_of(path: str, i: int, rec: dict[str, str]) -> TableUnit:
     gpus = _integer(path, i, "gpus", rec["gpus"]) if rec.get("gpus") else 1
     per_node = _integer(path, i, "gpus_per_node", rec["gpus_per_node"]) if rec.get("gpus_per_node") else gpus
-    tp = _integer(path, i, "tp", rec["tp"]) if rec.get("tp") else 1
     pp = _integer(path, i, "pp", rec["pp"]) if rec.get("pp") else 1
-    if tp * pp > gpus and (rec.get("tp") or rec.get("pp")):
-        raise _err(path, i, "tp", f"tp·pp = {tp * pp} exceeds the unit's gpus ({gpus}); fix tp, pp or gpus")
+    tp = _integer(path, i, "tp", rec["tp"]) if rec.get("tp") else max(gpus // pp, 1)
+    if tp * pp != gpus:
+        raise _err(path, i, "tp", f"tp·pp = {tp}·{pp} = {tp * pp} differs from the unit's gpus ({gpus}); "
+                   "a unit is one replica: make tp·pp equal gpus")
     if per_node % gpus and gpus % per_node:
         raise _err(path, i, "gpus_per_node", f"{per_node} GPUs per server cannot hold units of {gpus} GPUs "
                    "without waste; use a multiple or a divisor of gpus")
