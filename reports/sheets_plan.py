@@ -229,7 +229,8 @@ def build_candidates(ctx: Ctx) -> None:
                   c.cost_per_replica_usd, c.cost_per_qps_usd, c.limited_by or "",
                   "yes" if (c.workload, c.key) in chosen else "", c.pruned_reason or ""]
         for i, ((_, fmt), v) in enumerate(zip(CANDIDATE_COLUMNS, values, strict=True), start=1):
-            sheet.put(row, i, v, fmt or None, size=i != len(CANDIDATE_COLUMNS))
+            last_col = i == len(CANDIDATE_COLUMNS)  # the reason: wrapped, so it never widens the page
+            sheet.put(row, i, v, fmt or None, wrap=last_col and bool(v))
         row += 1
     if sheet.table("CandidatesTable", HEADER_ROW, 1, row - 1, len(CANDIDATE_COLUMNS)) is None:
         sheet.put(FIRST_ROW, 1, "The plan result lists no candidates.", font=styles.NOTE_FONT)
