@@ -109,6 +109,25 @@ def quadrature(dist: LengthDist, n_nodes: int = 10) -> tuple[np.ndarray, np.ndar
     return nodes, weights
 
 
+def quadrature_spread(dist: LengthDist, n_nodes: int = 10) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``quadrature`` plus the variance of the length inside each node's stratum (tokens²).
+
+    Lognormal: ``E[X² | stratum] = e^{2mu + 2sigma²}·(Phi(z_{i+1} − 2sigma) − Phi(z_i − 2sigma))/(q_{i+1} − q_i)``
+    minus the node². Fixed and histogram nodes are exact values (variance 0). A mixture over
+    strata with their spread has a continuous CDF, so its p99 is not stuck on a node.
+    """
+    nodes, weights = quadrature(dist, n_nodes)
+    if dist.kind != "lognormal":
+        return nodes, weights, np.zeros_like(nodes)
+    mu, sigma = _lognormal_mu_sigma(dist)
+    edges_q = np.concatenate([[0.0], np.cumsum(weights)])
+    z = normal_ppf(np.clip(edges_q, 0.0, 1.0))
+    z[0], z[-1] = -np.inf, np.inf
+    cdf2 = np.array([_STD_NORMAL.cdf(v) if np.isfinite(v) else (0.0 if v < 0 else 1.0) for v in z - 2 * sigma])
+    second = np.exp(2 * mu + 2 * sigma * sigma) * np.diff(cdf2) / weights
+    return nodes, weights, np.maximum(second - nodes**2, 0.0)
+
+
 @dataclass(frozen=True)
 class Bucket:
     """A request-size class: its share of the requests and its prompt/output distributions."""

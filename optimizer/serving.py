@@ -46,7 +46,7 @@ import numpy as np
 
 from catalog.errors import ModelError
 from optimizer import perf
-from optimizer.lengths import quadrature
+from optimizer.lengths import normal_ppf, quadrature_spread
 from optimizer.params import CalibrationParams
 from optimizer.perf import Configs
 from workloads.spec import SLO, LengthDist
@@ -55,8 +55,10 @@ DEFAULT_PREFILL_CHUNK_TOKENS = 2048
 Z99 = 2.326347874
 QUAD_NODES = 12
 NEWTON_ITERATIONS = 40
-BISECTION_ITERATIONS = 16  # geometric, over λ_hi/λ_lo = 1e6: final bracket ratio 1e6^(2^-16) ≈ 1.0002
-QUANTILE_ITERATIONS = 24  # linear, over ~20 sd: final bracket ~1e-6 sd
+BISECTION_ITERATIONS = 40  # safeguarded regula falsi steps on ln λ (typically < 10)
+CAPACITY_RTOL = 5e-4  # capacity bracket hi/lo − 1
+QUANTILE_ITERATIONS = 24  # Illinois steps, safeguarded inside the component-quantile bracket
+QUANTILE_RTOL = 1e-5
 MAX_EXPLICIT_CHUNKS = 4  # longer prefills: the rest at the 4th chunk's per-token cost
 _LIMITS = ("ttft", "tpot", "e2e")
 
@@ -97,7 +99,8 @@ class Capacity:
     ``limited_by[i]`` is ``'ttft'``, ``'tpot'``, ``'e2e'`` or ``'memory'`` (the limit that
     binds just above ``max_qps``), or ``'unservable'`` when even λ → 0 misses the SLO (then
     ``why[i]`` says which bound and by how much, and the p99 arrays hold the best
-    achievable values). ``max_qps`` is 0 for unservable or unrunnable configurations.
+    achievable values). ``e2e_p99_ms`` (and ``at_capacity``'s E2E percentiles) are NaN
+    unless E2E is one of the SLOs; ``serve_at_rate`` at ``max_qps`` gives them all. ``max_qps`` is 0 for unservable or unrunnable configurations.
     """
 
     max_qps: np.ndarray
@@ -120,6 +123,8 @@ class _Lengths:
     l_w: np.ndarray
     o_nodes: np.ndarray  # output tokens, (QO,)
     o_w: np.ndarray
+    l_var: np.ndarray  # variance of the prompt length inside each node's stratum, (QL,)
+    o_var: np.ndarray  # same for the output length, (QO,)
     mean_l: float
     mean_o1: float  # E[O − 1]
     mean_o: float
@@ -129,8 +134,8 @@ class _Lengths:
 
 
 def _lengths(prompt: LengthDist, output: LengthDist) -> _Lengths:
-    ln, lw = quadrature(prompt, QUAD_NODES)
-    on, ow = quadrature(output, QUAD_NODES)
+    ln, lw, lv = quadrature_spread(prompt, QUAD_NODES)
+    on, ow, ov = quadrature_spread(output, QUAD_NODES)
     ln = np.maximum(ln, 1.0)
     on = np.maximum(on, 1.0)
     el = float(lw @ ln)
@@ -142,7 +147,7 @@ def _lengths(prompt: LengthDist, output: LengthDist) -> _Lengths:
     kv1 = float(ow @ (n * el + sum_j))
     kv2 = float(ow @ (n * el2 + 2 * el * sum_j + sum_j2))
     ctx = el + (float(ow @ (n * (n + 1))) / (2.0 * eo1) if eo1 > 0 else 0.0)
-    return _Lengths(ln, lw, on, ow, el, eo1, float(ow @ on), ctx, kv1, kv2)
+    return _Lengths(ln, lw, on, ow, lv, ov, el, eo1, float(ow @ on), ctx, kv1, kv2)
 
 
 # ---------------------------------------------------------------------------------------
@@ -241,9 +246,9 @@ class _State:
 def _solve_state(c: Configs, lam: np.ndarray, lens: _Lengths, chunk: int, t0: np.ndarray | None = None) -> _State:
     """Smallest root of h(t) = E[T | b = λ·E[O−1]·t, m = λ·t] − t by Newton's method from below.
 
-    h is convex with h(D(0)) > 0, so Newton from the left converges monotonically to the
-    stable (smaller) root; no root (h' >= 0 while h > 0) or a batch over the scheduler cap
-    means saturated.
+    h(D(0)) > 0 and h is near-convex, so Newton from the left approaches the stable
+    (smaller) root (an overshoot is corrected by a step back); no root (h' >= 0 while h > 0)
+    or a batch over the scheduler cap means saturated.
     """
     n = len(c)
     cap = float(c.max_batch_sequences)
@@ -252,21 +257,28 @@ def _solve_state(c: Configs, lam: np.ndarray, lens: _Lengths, chunk: int, t0: np
     t = np.where(np.isfinite(t), t, perf.decode_step_s(c, zero, lens.ctx))
     saturated = ~np.isfinite(t)
 
-    def h(tv):
-        b = np.minimum(lam * lens.mean_o1 * tv, cap)
-        return _steps(c, b, lam * tv, lens, chunk).moment(1) - tv
+    def h(cs, lv, tv):
+        b = np.minimum(lv * lens.mean_o1 * tv, cap)
+        return _steps(cs, b, lv * tv, lens, chunk).moment(1) - tv
 
-    for _ in range(NEWTON_ITERATIONS):
-        hv = h(t)
-        dt = np.maximum(1e-9, 1e-4 * t)
-        dh = (h(t + dt) - hv) / dt
-        bad = (dh >= 0) & (hv > 1e-12 * t)
-        saturated |= bad | ~np.isfinite(hv)
-        move = np.where(saturated | (hv <= 0), 0.0, -hv / np.where(dh < 0, dh, -1.0))
-        t = t + move
-        saturated |= lam * lens.mean_o1 * t > cap
-        if np.all(saturated | (move <= 1e-7 * t)):
+    done = saturated.copy()
+    for _ in range(NEWTON_ITERATIONS):  # only the rows still moving
+        rows = np.flatnonzero(~done)
+        if not len(rows):
             break
+        cs = c if len(rows) == n else c.take(rows)
+        lv, tv = lam[rows], t[rows]
+        hv = h(cs, lv, tv)
+        dt = np.maximum(1e-9, 1e-4 * tv)
+        dh = (h(cs, lv, tv + dt) - hv) / dt
+        sat = ((dh >= 0) & (hv > 1e-12 * tv)) | ~np.isfinite(hv)
+        # h is not convex everywhere (the max() in the step time): a step past the root
+        # comes back with the next (negative) move
+        move = np.where(sat, 0.0, -hv / np.where(dh < 0, dh, -1.0))
+        t[rows] = np.maximum(tv + move, 0.5 * tv)
+        sat |= lv * lens.mean_o1 * t[rows] > cap
+        saturated[rows] |= sat
+        done[rows] = sat | (np.abs(move) <= 1e-7 * tv)
     b = np.minimum(lam * lens.mean_o1 * t, cap)
     m = lam * t
     st = _steps(c, b, m, lens, chunk)
@@ -287,20 +299,28 @@ def _solve_state(c: Configs, lam: np.ndarray, lens: _Lengths, chunk: int, t0: np
 
 def _std_normal_sf(z: np.ndarray) -> np.ndarray:
     """1 − Φ(z) (Abramowitz–Stegun 7.1.26 erfc, |error| < 1.5e-7)."""
-    x = np.minimum(np.abs(np.nan_to_num(z, nan=0.0)), 60.0) / math.sqrt(2.0)
+    x = np.minimum(np.abs(z), 60.0) / math.sqrt(2.0)
     t = 1.0 / (1.0 + 0.3275911 * x)
     poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
     erfc = poly * np.exp(-x * x)
     return np.where(z >= 0, 0.5 * erfc, 1.0 - 0.5 * erfc)
 
 
-def _tail(x: np.ndarray, mean: np.ndarray, var: np.ndarray, k3: np.ndarray) -> np.ndarray:
-    """P(X > x) for X with the given mean, variance and third cumulant.
+@dataclass(frozen=True)
+class _Shape:
+    """Per-component constants of the shifted gamma (or normal) fitted to (mean, var, κ3)."""
 
-    Shifted gamma (shape k = 4/γ², scale θ = κ3/(2·var), shift mean − kθ) with the
-    Wilson–Hilferty approximation ``P(G > y) ≈ 1 − Φ(((y/kθ)^{1/3} − 1 + 1/(9k))·3√k)``;
-    normal when the skewness is ~0.
-    """
+    mean: np.ndarray
+    sd: np.ndarray
+    skewed: np.ndarray
+    k: np.ndarray  # gamma shape 4/γ²
+    scale: np.ndarray  # k·θ
+    shift: np.ndarray  # mean − k·θ
+
+
+def _shape(mean: np.ndarray, var: np.ndarray, k3: np.ndarray) -> _Shape:
+    """Shifted gamma with shape k = 4/γ², scale θ = κ3/(2·var), shift mean − kθ (γ = κ3/sd³);
+    normal when the skewness is ~0 (γ <= 1e-3)."""
     sd = np.sqrt(np.maximum(var, 0.0))
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         gamma = np.where(sd > 0, k3 / np.maximum(sd, 1e-300) ** 3, 0.0)
@@ -308,33 +328,86 @@ def _tail(x: np.ndarray, mean: np.ndarray, var: np.ndarray, k3: np.ndarray) -> n
     skewed = gamma > 1e-3
     g = np.where(skewed, gamma, 1.0)
     k = 4.0 / (g * g)
-    theta = sd * g / 2.0
-    shift = mean - k * theta
-    y = (x - shift) / np.maximum(k * theta, 1e-300)
-    z_gamma = (np.cbrt(np.maximum(y, 0.0)) - 1.0 + 1.0 / (9.0 * k)) * 3.0 * np.sqrt(k)
+    scale = np.maximum(k * sd * g / 2.0, 1e-300)
+    return _Shape(mean, sd, skewed, k, scale, mean - k * sd * g / 2.0)
+
+
+def _shape_sf(x: np.ndarray, sh: _Shape) -> np.ndarray:
+    """P(X > x): Wilson–Hilferty ``1 − Φ(((y/kθ)^{1/3} − 1 + 1/(9k))·3√k)``, y = x − shift
+    (1 for y <= 0); normal ``1 − Φ((x − mean)/sd)`` where unskewed."""
+    y = (x - sh.shift) / sh.scale
+    z_gamma = (np.cbrt(np.maximum(y, 0.0)) - 1.0 + 1.0 / (9.0 * sh.k)) * 3.0 * np.sqrt(sh.k)
     p_gamma = np.where(y <= 0, 1.0, _std_normal_sf(z_gamma))
-    z_norm = (x - mean) / np.maximum(sd, 1e-300)
-    p_norm = np.where(sd > 0, _std_normal_sf(z_norm), (x < mean).astype(float))
-    return np.where(skewed, p_gamma, p_norm)
+    z_norm = (x - sh.mean) / np.maximum(sh.sd, 1e-300)
+    p_norm = np.where(sh.sd > 0, _std_normal_sf(z_norm), (x < sh.mean).astype(float))
+    return np.where(sh.skewed, p_gamma, p_norm)
+
+
+def _shape_quantile(q: float, sh: _Shape) -> np.ndarray:
+    """Inverse of ``_shape_sf`` at 1 − q: ``shift + kθ·(z_q/(3√k) + 1 − 1/(9k))³`` or ``mean + z_q·sd``."""
+    z = float(normal_ppf(q))
+    base = z / (3.0 * np.sqrt(sh.k)) + 1.0 - 1.0 / (9.0 * sh.k)
+    x_gamma = sh.shift + sh.scale * np.maximum(base, 0.0) ** 3
+    return np.where(sh.skewed, x_gamma, sh.mean + z * sh.sd)
+
+
+def _tail(x: np.ndarray, mean: np.ndarray, var: np.ndarray, k3: np.ndarray) -> np.ndarray:
+    """P(X > x) for X with the given mean, variance and third cumulant (see ``_shape``)."""
+    return _shape_sf(x, _shape(mean, var, k3))
 
 
 def _mixture_quantile(q: float, weights: np.ndarray, mean, var, k3) -> np.ndarray:
-    """x with Σ_j w_j·P(X_j > x) = 1 − q; components on the last axis of (N, J) arrays."""
+    """x with Σ_j w_j·P(X_j > x) = 1 − q; components on the last axis of (N, J) arrays.
+
+    The root lies between the smallest and largest component quantile (components with
+    weight > 0). It is found there by the Illinois variant of regula falsi on
+    ``ln P(X > x) − ln(1 − q)`` (near-linear in x for gamma-like tails), row by row until
+    the bracket is within QUANTILE_RTOL of the value or the tail within 0.1 % of 1 − q.
+    """
     mean, var, k3 = np.broadcast_arrays(mean, var, k3)
-    sd = np.sqrt(np.maximum(var, 0.0))
     finite = np.all(np.isfinite(mean), axis=-1)
-    safe_mean = np.where(np.isfinite(mean), mean, 0.0)
-    lo = np.min(safe_mean - 8 * sd, axis=-1)
-    hi = np.max(safe_mean + 12 * sd + 1e-12, axis=-1)
-    lo = np.minimum(lo, hi)
-    target = 1.0 - q
+    ok = np.isfinite(mean)
+    sh = _shape(np.where(ok, mean, 0.0), np.where(ok, var, 0.0), np.where(ok, k3, 0.0))
+    xq = _shape_quantile(q, sh)
+    used = np.broadcast_to(np.asarray(weights) > 0, xq.shape)
+    lo = np.min(np.where(used, xq, np.inf), axis=-1)
+    hi = np.max(np.where(used, xq, -np.inf), axis=-1)
+    log_target = math.log(1.0 - q)
+
+    def f(x, rows):  # decreasing in x
+        sub = _Shape(*(a[rows] for a in (sh.mean, sh.sd, sh.skewed, sh.k, sh.scale, sh.shift)))
+        return np.log(np.maximum(_shape_sf(x[:, None], sub) @ weights, 1e-300)) - log_target
+
+    every = np.arange(len(lo))
+    # the bracket is exact only up to rounding of the inverse: widen where it left the root out
+    span = np.maximum(hi - lo, 1e-9 * np.maximum(np.abs(hi), 1e-12))
+    lo, hi = lo - 1e-6 * span, hi + 1e-6 * span
+    f_lo, f_hi = f(lo, every), f(hi, every)
+    lo, f_lo = np.where(f_lo < 0, lo - span, lo), np.where(f_lo < 0, f(lo - span, every), f_lo)
+    hi, f_hi = np.where(f_hi > 0, hi + span, hi), np.where(f_hi > 0, f(hi + span, every), f_hi)
+    side = np.zeros(lo.shape)
     for _ in range(QUANTILE_ITERATIONS):
-        mid = 0.5 * (lo + hi)
-        p = _tail(mid[:, None], mean, var, k3) @ weights
-        above = p > target
-        lo = np.where(above, mid, lo)
-        hi = np.where(above, hi, mid)
-    return np.where(finite, 0.5 * (lo + hi), np.inf)
+        width = hi - lo
+        done = ((width <= QUANTILE_RTOL * np.maximum(np.abs(hi), 1e-12))
+                | (np.minimum(-f_hi, f_lo) <= 1e-3) | ~finite)
+        rows = np.flatnonzero(~done)
+        if not len(rows):
+            break
+        a, b, fa, fb = lo[rows], hi[rows], f_lo[rows], f_hi[rows]
+        denom = fa - fb
+        x = np.where(denom > 0, a + (b - a) * fa / np.where(denom > 0, denom, 1.0), 0.5 * (a + b))
+        x = np.clip(x, a + 1e-4 * (b - a), b - 1e-4 * (b - a))
+        fx = f(x, rows)
+        right = fx > 0  # root above x
+        s_ = side[rows]
+        lo[rows] = np.where(right, x, a)
+        hi[rows] = np.where(right, b, x)
+        # Illinois: halve the stale end's value when the same end is kept twice
+        f_hi[rows] = np.where(right, np.where(s_ > 0, fb / 2.0, fb), fx)
+        f_lo[rows] = np.where(right, fx, np.where(s_ < 0, fa / 2.0, fa))
+        side[rows] = np.where(right, 1.0, -1.0)
+    x = np.where(np.abs(f_lo) < np.abs(f_hi), lo, hi)
+    return np.where(finite, x, np.inf)
 
 
 # ---------------------------------------------------------------------------------------
@@ -369,10 +442,18 @@ def serve_at_rate(
     return _evaluate(c, lam, lens, prefill_chunk_tokens, need=set(_LIMITS) if percentiles else set())
 
 
+def _take_state(s: _State, rows: np.ndarray) -> _State:
+    """The state of the configurations at ``rows``."""
+    st = s.steps
+    steps = _Steps(st.d[rows], st.values[rows], st.probs[rows], st.g1[rows])
+    return _State(s.b[rows], s.step_s[rows], steps, s.slope_s[rows], s.eps_s[rows], s.rho1[rows],
+                  s.t_full_s[rows], s.saturated[rows])
+
+
 def _evaluate(c: Configs, lam: np.ndarray, lens: _Lengths, chunk: int, need: set[str],
-              t0: np.ndarray | None = None) -> LoadResult:
+              t0: np.ndarray | None = None, p50: bool = True, state: _State | None = None) -> LoadResult:
     runnable = np.asarray(c.supported, dtype=bool)
-    s = _solve_state(c, lam, lens, chunk, t0)
+    s = _solve_state(c, lam, lens, chunk, t0) if state is None else state
     sat = s.saturated | ~runnable
     tbar = np.where(sat, np.nan, s.step_s)
     o1 = np.maximum(lens.o_nodes - 1.0, 0.0)  # (QO,) decode steps of a request
@@ -401,20 +482,24 @@ def _evaluate(c: Configs, lam: np.ndarray, lens: _Lengths, chunk: int, need: set
     out = {k: nan.copy() for k in ("tpot_p50", "tpot_p99", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99")}
     if "tpot" in need and w_tpot.sum() > 0:
         out["tpot_p99"] = _mixture_quantile(0.99, w_tpot, mt, var_tpot, k3_tpot)
-        out["tpot_p50"] = _mixture_quantile(0.50, w_tpot, mt, var_tpot, k3_tpot)
+        if p50:
+            out["tpot_p50"] = _mixture_quantile(0.50, w_tpot, mt, var_tpot, k3_tpot)
     if "ttft" in need:
         out["ttft_p99"] = _mixture_quantile(0.99, lens.l_w, ttft_m, ttft_v, ttft_k3)
-        out["ttft_p50"] = _mixture_quantile(0.50, lens.l_w, ttft_m, ttft_v, ttft_k3)
+        if p50:
+            out["ttft_p50"] = _mixture_quantile(0.50, lens.l_w, ttft_m, ttft_v, ttft_k3)
     if "e2e" in need:
         # components (L node, O node): TTFT(L) + (O−1)·TPOT(O), independent
         ql, qo = len(lens.l_w), len(lens.o_w)
         m = ttft_m[:, :, None] + o1[None, None, :] * mt[:, None, :]
-        v = ttft_v[:, :, None] + (o1**2)[None, None, :] * var_tpot[:, None, :]
+        v = (ttft_v[:, :, None] + (o1**2)[None, None, :] * var_tpot[:, None, :]
+             + (mt**2 * lens.o_var[None, :])[:, None, :])  # output length spread inside a stratum
         k3 = ttft_k3[:, :, None] + (o1**3)[None, None, :] * k3_tpot[:, None, :]
         w = (lens.l_w[:, None] * lens.o_w[None, :]).reshape(ql * qo)
         n = len(c)
         out["e2e_p99"] = _mixture_quantile(0.99, w, m.reshape(n, -1), v.reshape(n, -1), k3.reshape(n, -1))
-        out["e2e_p50"] = _mixture_quantile(0.50, w, m.reshape(n, -1), v.reshape(n, -1), k3.reshape(n, -1))
+        if p50:
+            out["e2e_p50"] = _mixture_quantile(0.50, w, m.reshape(n, -1), v.reshape(n, -1), k3.reshape(n, -1))
     ttft_mean = ttft_m @ lens.l_w
     e2e_mean = ttft_mean + lens.mean_o1 * mean_tpot
 
@@ -458,6 +543,30 @@ def _batch_average_var(lam, tbar, window, o1, o_w) -> np.ndarray:
     return np.where(window > 0, v, 0.0)
 
 
+def _prompt_chunks_extra_s(c: Configs, b: np.ndarray, ctx: float, n_tok: np.ndarray, prompt_tokens: np.ndarray,
+                           chunk: int, d: np.ndarray) -> np.ndarray:
+    """Σ_chunks [t(b, c̄, n_j, min(j·C + n_j/2, L)) − D(b)] for ``n_tok`` tokens cut into chunks of C.
+
+    ``n_tok = K·C + r``: K full chunks and a partial one of r tokens. Full chunk k attends to
+    ``min(k·C + C/2, L)``, which is L from ``k_L = ceil((L − C/2)/C)`` on, so the K full
+    chunks cost a cumulative sum over k < k_max (k_max = max k_L) plus (K − k_max)⁺ times
+    the chunk at span L: two step-time evaluations instead of one per chunk.
+    Shapes: b, d (N, 1, 1); n_tok (1, QL, J); prompt_tokens (1, QL, 1).
+    """
+    full = np.floor(n_tok / chunk)
+    rem = n_tok - full * chunk
+    k_max = max(int(math.ceil(float(np.max(prompt_tokens - chunk / 2.0)) / chunk)), 0)
+    k = np.arange(k_max + 1, dtype=float)[None, None, :]
+    per_chunk = perf.decode_step_s(c, b, ctx, float(chunk), np.minimum(k * chunk + chunk / 2.0, prompt_tokens)) - d
+    cum = np.concatenate([np.zeros(per_chunk.shape[:-1] + (1,)), np.cumsum(per_chunk, axis=-1)], axis=-1)
+    idx = np.minimum(full, k_max + 1).astype(np.int64)
+    idx = np.broadcast_to(idx, np.broadcast_shapes(idx.shape, cum.shape[:-1] + (1,)))
+    cum = np.broadcast_to(cum, idx.shape[:-1] + cum.shape[-1:])
+    total = np.take_along_axis(cum, idx, axis=-1) + np.maximum(full - k_max - 1, 0.0) * per_chunk[..., -1:]
+    partial = perf.decode_step_s(c, b, ctx, rem, np.minimum(full * chunk + rem / 2.0, prompt_tokens)) - d
+    return total + np.where(rem > 0, partial, 0.0)
+
+
 def _ttft_moments(c: Configs, lam: np.ndarray, lens: _Lengths, s: _State, chunk: int):
     """Mean, variance, third cumulant of TTFT for each prompt node (N, QL).
 
@@ -482,13 +591,7 @@ def _ttft_moments(c: Configs, lam: np.ndarray, lens: _Lengths, s: _State, chunk:
     n_tok = lens.l_nodes[None, :, None] + np.arange(j_max + 1)[None, None, :] * lens.mean_l  # (1, QL, J)
     b3 = s.b[:, None, None]
     d3 = st.d[:, None, None]
-    g = np.zeros((len(c), len(lens.l_nodes), j_max + 1))
-    n_chunks = int(math.ceil(float(n_tok.max()) / chunk))
-    for j in range(n_chunks):
-        start = j * chunk
-        n = np.clip(n_tok - start, 0.0, chunk)
-        t = perf.decode_step_s(c, b3, lens.ctx, n, np.minimum(start + n / 2.0, lens.l_nodes[None, :, None]))
-        g += np.where(n > 0, t - d3, 0.0)
+    g = _prompt_chunks_extra_s(c, b3, lens.ctx, n_tok, lens.l_nodes[None, :, None], chunk, d3)
     k_chunks = np.ceil(n_tok / chunk)
     own = k_chunks * d3 + g  # (N, QL, J)
     pj3 = pj[:, None, :]
@@ -513,7 +616,8 @@ def _ttft_moments(c: Configs, lam: np.ndarray, lens: _Lengths, s: _State, chunk:
     w2 = 2 * p_w * theta**2 - w1**2
     w3 = 6 * p_w * theta**3 - 6 * p_w * theta**2 * w1 + 2 * w1**3
     mean = o1 + (r1 + w1)[:, None]
-    var = var_o + (var_r + w2)[:, None] + 2.0 * cov
+    # the prompt length spread inside each stratum, at the full-chunk cost per token
+    var = var_o + (var_r + w2)[:, None] + 2.0 * cov + (sec_per_token**2)[:, None] * lens.l_var[None, :]
     k3 = k3_o + (k3_r + w3)[:, None]
     unstable = ~stable[:, None] | s.saturated[:, None]
     return np.where(unstable, np.inf, mean), np.where(unstable, 0.0, var), np.where(unstable, 0.0, k3)
@@ -533,10 +637,13 @@ def capacity_at_slo(
 ) -> Capacity:
     """Max request rate (req/s) per configuration with every p99 in ``slo`` met and KV at p99 fitting.
 
-    Geometric bisection on λ, vectorised over configurations (BISECTION_ITERATIONS steps
-    between λ_lo = 1e-6·λ_hi and λ_hi = max_batch / (E[O−1]·D(0)) — no replica can hold
-    more decoding sequences than its scheduler cap). Feasible(λ) = not saturated ∧ KV fits
-    ∧ every given p99 ≤ its target; assumed monotone in λ.
+    Feasible(λ) = not saturated ∧ KV fits ∧ every given p99 ≤ its target, assumed monotone
+    in λ; its margin ``max(ln(p99/target), ln(kv_p99/kv_capacity), ln(b_p99/max_batch))``
+    (∞ when saturated) is continuous, so the root is found by regula falsi (Illinois) in
+    ln λ, with a geometric bisection step whenever the upper end is saturated or the
+    previous step did not halve the bracket, until the bracket is within CAPACITY_RTOL. Unservable = infeasible at λ_lo = 1e-6·(scheduler-cap
+    rate). Bracket top: ``_feasible_qps_bound``. Each step evaluates only the
+    configurations still bracketing (``Configs.take``), p99s only.
     """
     runnable_idx = np.flatnonzero(np.asarray(c.supported, dtype=bool) & np.asarray(c.runnable, dtype=bool))
     if len(runnable_idx) < len(c):
@@ -548,34 +655,100 @@ def capacity_at_slo(
     chunk = prefill_chunk_tokens
     need = set(targets)
     runnable = np.asarray(c.supported, dtype=bool)
-    d0 = perf.decode_step_s(c, 1.0, lens.ctx)
-    d0 = np.where(runnable, d0, 1.0)
-    lam_hi = float(c.max_batch_sequences) / (max(lens.mean_o1, 0.5) * d0)
-    lam_lo = lam_hi * 1e-6
+    lam_cap = _scheduler_cap_qps(c, lens)
+    lam_lo = lam_cap * 1e-6
+    lam_hi = np.minimum(lam_cap, _feasible_qps_bound(c, lens))
 
-    def feasible(lam, t0=None):
-        r = _evaluate(c, lam, lens, chunk, need, t0)
-        ok = ~r.saturated & r.kv_fits
-        for k, target in targets.items():
-            ok &= getattr(r, f"{k}_p99_ms") <= target
-        return ok, r
+    def margin(rows, lam, t0=None):
+        """max over the limits of ln(value / limit) (> 0: infeasible; inf: saturated).
 
-    ok_lo, r_lo = feasible(lam_lo)
-    ok_hi, r_hi = feasible(lam_hi)
+        Returns (margin, step time in s, index of the binding limit in ``names``, −1 when
+        saturated); the tails are computed only where not saturated."""
+        cs = c.take(rows)
+        st = _solve_state(cs, lam, lens, chunk, t0)
+        f = np.full(len(rows), np.inf)
+        step_s = np.full(len(rows), np.inf)
+        bind = np.full(len(rows), -1)
+        live = np.flatnonzero(~st.saturated)
+        if not len(live):
+            return f, step_s, bind
+        r = _evaluate(cs.take(live), lam[live], lens, chunk, need, p50=False, state=_take_state(st, live))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            terms = [np.log(r.kv_p99_tokens / np.maximum(r.kv_capacity_tokens, 1e-300)),
+                     np.log(np.maximum(r.running_batch + Z99 * np.sqrt(r.running_batch), 1e-300)
+                            / c.max_batch_sequences)]
+            terms += [np.log(getattr(r, f"{k}_p99_ms") / t) for k, t in targets.items()]
+        terms = np.nan_to_num(np.array(terms), nan=np.inf)
+        f_live = np.max(terms, axis=0)
+        bind[live] = np.where(r.saturated, -1, np.where(r.kv_fits, np.argmax(terms, axis=0), 0))
+        f[live] = np.where(r.saturated | ~r.kv_fits & (f_live <= 0), np.inf, f_live)  # kv_fits is the authority
+        step_s[live] = r.step_ms / 1e3
+        return f, step_s, bind
+
+    names = ["memory", "memory", *targets]  # the terms of the margin, in order
+
+    every = np.arange(n)
+    f_lo, t_lo, _ = margin(every, lam_lo)
+    bind_hi = np.full(n, -1)  # binding limit at the lowest infeasible probe
+    t_lo = np.where(np.isfinite(t_lo), t_lo, np.nan)  # Newton warm start (from below)
+    ok_lo = f_lo <= 0
+    f_hi = np.full(n, np.inf)  # the bound is infeasible by construction (checked below if never probed)
+    ok_hi = np.zeros(n, dtype=bool)
     lo = np.where(ok_lo, lam_lo, 0.0)
     hi = lam_hi.copy()
-    t_lo = r_lo.step_ms / 1e3
+    fl, fh = f_lo.copy(), f_hi.copy()
+    side = np.zeros(n)
+    stalls = np.zeros(n)  # consecutive steps that kept the same end
     active = ok_lo & ~ok_hi
     for _ in range(BISECTION_ITERATIONS):
-        mid = np.sqrt(np.maximum(lo, lam_lo) * hi)
-        ok, r = feasible(mid)
-        lo = np.where(active & ok, mid, lo)
-        hi = np.where(active & ~ok, mid, hi)
-        t_lo = np.where(active & ok, r.step_ms / 1e3, t_lo)
+        rows = np.flatnonzero(active & (hi > lo * (1.0 + CAPACITY_RTOL)))
+        if not len(rows):
+            break
+        a_lam, b_lam = lo[rows], hi[rows]
+        # slack g = e^{−margin} − 1 = limit/value − 1 (−1 when saturated): ~linear in λ where
+        # a p99 grows like 1/(1 − λ/λ_sat), so regula falsi on it converges fast
+        ga, gb = np.expm1(-fl[rows]), np.expm1(-fh[rows])
+        t = np.clip(np.where(ga > gb, ga / np.where(ga > gb, ga - gb, 1.0), 0.5), 0.02, 0.98)
+        mid = a_lam + t * (b_lam - a_lam)
+        # a saturated top has no slack to interpolate: bisect (top/3 while the bottom is
+        # still under top/16, geometric while the bracket spans more than 4×, else linear);
+        # every third step that keeps the same end, too
+        bisect = np.where(b_lam > 4.0 * a_lam, np.sqrt(a_lam * b_lam), 0.5 * (a_lam + b_lam))
+        bisect = np.where(a_lam < b_lam / 16.0, b_lam / 3.0, bisect)  # far below: descend by 3× steps
+        bisecting = ~np.isfinite(fh[rows]) | (stalls[rows] >= 2)
+        mid = np.where(bisecting, bisect, mid)
+        f_mid, t_mid, b_mid = margin(rows, mid, t_lo[rows])
+        ok = f_mid <= 0
+        bind_hi[rows] = np.where(ok, bind_hi[rows], b_mid)
+        t_lo[rows] = np.where(ok, t_mid, t_lo[rows])
+        s_ = side[rows]
+        lo[rows] = np.where(ok, mid, lo[rows])
+        hi[rows] = np.where(ok, hi[rows], mid)
+        # Illinois: halve the stale end's slack when the same end is kept twice
+        fl[rows] = np.where(ok, f_mid, np.where(s_ < 0, -np.log1p(ga / 2.0), fl[rows]))
+        fh[rows] = np.where(ok, np.where(s_ > 0, -np.log1p(gb / 2.0), fh[rows]), f_mid)
+        new_side = np.where(ok, 1.0, -1.0)
+        stalls[rows] = np.where((new_side == s_) & ~bisecting, stalls[rows] + 1, 0.0)
+        side[rows] = new_side
+    # every probe feasible: check the bound itself; feasible there too → the scheduler cap binds
+    untested = np.flatnonzero(ok_lo & (hi == lam_hi))
+    if len(untested):
+        f_b, _, _ = margin(untested, lam_hi[untested])
+        at_bound = untested[f_b <= 0]
+        lo[at_bound] = lam_hi[at_bound]
+        if len(at_bound):
+            f_cap, _, _ = margin(at_bound, lam_cap[at_bound])
+            ok_hi[at_bound] = f_cap <= 0
+            lam_hi[at_bound] = np.where(f_cap <= 0, lam_cap[at_bound], lam_hi[at_bound])
     max_qps = np.where(ok_hi, lam_hi, lo)
     max_qps = np.where(ok_lo & runnable, max_qps, 0.0)
-    at_cap = _evaluate(c, np.where(max_qps > 0, max_qps, lam_lo), lens, chunk, set(_LIMITS))
-    above = _evaluate(c, np.where(max_qps > 0, np.minimum(hi, max_qps * 1.02), lam_lo), lens, chunk, need)
+    # at capacity: TTFT and TPOT percentiles always, E2E (a costly L × O mixture) when it is an SLO
+    at_cap = _evaluate(c, np.where(max_qps > 0, max_qps, lam_lo), lens, chunk, need | {"ttft", "tpot"})
+    # the binding limit: from the probe just above capacity, or (saturated there) 2 % above
+    unknown = np.flatnonzero(ok_lo & ~ok_hi & (bind_hi < 0))
+    above = (_evaluate(c.take(unknown), np.minimum(hi, max_qps * 1.02)[unknown], lens, chunk, need, p50=False)
+             if len(unknown) else None)
+    where_unknown = {int(i): j for j, i in enumerate(unknown)}
     limited_by: list[str] = []
     why: list[str | None] = []
     for i in range(n):
@@ -585,26 +758,49 @@ def capacity_at_slo(
             continue
         if not ok_lo[i]:
             limited_by.append("unservable")
-            why.append(_unservable_why(r_lo, i, targets, c))
+            why.append(_unservable_why(at_cap, i, targets, c))
             continue
         if ok_hi[i]:
             limited_by.append("memory")
             why.append(f"scheduler cap of {c.max_batch_sequences} running sequences")
             continue
-        limited_by.append(_binding(above, i, targets))
+        limited_by.append(names[bind_hi[i]] if bind_hi[i] >= 0
+                          else _binding(above, where_unknown[i], targets))  # type: ignore[arg-type]
         why.append(None)
-    best = np.where(ok_lo, 0.0, 1.0).astype(bool)
-    pick = at_cap
-    return Capacity(
+    return Capacity(  # unservable rows: at_cap is at λ_lo, the best they reach
         max_qps=max_qps,
         output_tokens_per_s=max_qps * lens.mean_o,
         limited_by=limited_by,
         why=why,
-        ttft_p99_ms=np.where(best, r_lo.ttft_p99_ms, pick.ttft_p99_ms),
-        tpot_p99_ms=np.where(best, r_lo.tpot_p99_ms, pick.tpot_p99_ms),
-        e2e_p99_ms=np.where(best, r_lo.e2e_p99_ms, pick.e2e_p99_ms),
+        ttft_p99_ms=at_cap.ttft_p99_ms,
+        tpot_p99_ms=at_cap.tpot_p99_ms,
+        e2e_p99_ms=at_cap.e2e_p99_ms,
         at_capacity=at_cap,
     )
+
+
+def _scheduler_cap_qps(c: Configs, lens: _Lengths) -> np.ndarray:
+    """max_batch / (E[O−1]·D(1)) req/s: no replica holds more decoding sequences than its cap."""
+    d1 = np.where(np.asarray(c.supported, dtype=bool), perf.decode_step_s(c, 1.0, lens.ctx), 1.0)
+    return float(c.max_batch_sequences) / (max(lens.mean_o1, 0.5) * d1)
+
+
+def _feasible_qps_bound(c: Configs, lens: _Lengths) -> np.ndarray:
+    """An upper bound on the feasible request rate (req/s), from two rooflines.
+
+    - Decode: the batch is ``b = λ·E[O−1]·t̄`` with ``t̄ >= D(b)``, and feasibility needs
+      ``b <= b_max = min(max_batch, kv_capacity / c̄)`` (mean KV ``b·c̄`` under the p99);
+      b/D(b) grows with b, so ``λ <= b_max / (E[O−1]·D(b_max))`` (only when E[O−1] > 0).
+    - Compute: every request needs ``E[L] + E[O−1]`` token passes at no more than
+      ``compute_bound_tokens_s``, so ``λ <= compute_bound_tokens_s / (E[L] + E[O−1])``.
+    """
+    bound = np.full(len(c), np.inf)
+    if lens.mean_o1 > 0:
+        b_max = np.maximum(np.minimum(float(c.max_batch_sequences), c.kv_capacity_tokens / max(lens.ctx, 1.0)), 1.0)
+        bound = b_max / (lens.mean_o1 * perf.decode_step_s(c, b_max, lens.ctx))
+    roof = perf.compute_bound_tokens_s(c) / max(lens.mean_l + lens.mean_o1, 1.0)
+    out = np.fmin(bound, roof) * (1.0 + 1e-6)
+    return np.where(np.isfinite(out) & (out > 0), out, np.inf)
 
 
 def _scatter_capacity(c: Configs, idx: np.ndarray, sub: Capacity | None) -> Capacity:
