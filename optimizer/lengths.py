@@ -184,3 +184,16 @@ def split_buckets(prompt: LengthDist, output: LengthDist, n_buckets: int) -> lis
             label=f"b{k}_{int(total.min())}_{int(total.max())}tok",
         ))
     return buckets
+
+
+def length_from_flags(mean: float, p99: float | None, what: str) -> LengthDist:
+    """Fixed ``mean`` tokens, or the lognormal fitted to ``{mean, p99}`` when ``p99`` is given.
+
+    A p99 below the mean is a WorkloadError naming both flags and the gap.
+    """
+    from catalog.errors import WorkloadError
+
+    if p99 is not None and p99 < mean:
+        raise WorkloadError(f"--{what}-p99 {p99:g} is below the mean --{what}-tokens {mean:g} (short by "
+                            f"{mean - p99:g} tokens); a p99 must be >= the mean")
+    return LengthDist(mean=mean, p99=p99)

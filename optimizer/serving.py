@@ -46,7 +46,7 @@ import numpy as np
 
 from catalog.errors import ModelError
 from optimizer import perf
-from optimizer.lengths import normal_ppf, quadrature_spread
+from optimizer.lengths import normal_ppf, quadrature_spread, quantile_tokens
 from optimizer.params import CalibrationParams
 from optimizer.perf import Configs
 from workloads.spec import SLO, LengthDist
@@ -887,3 +887,88 @@ def batch_throughput(
     _, tok_s = perf.offline_throughput_tokens_s(c, el, eo)
     tok_s = np.where(np.asarray(c.supported, dtype=bool), np.nan_to_num(tok_s, nan=0.0), 0.0)
     return tok_s, tok_s / eo
+
+
+def slo_floor_ms(c: Configs, prompt: LengthDist, output: LengthDist) -> dict[str, np.ndarray]:
+    """Physical lower bounds (ms) on each p99 per configuration, whatever the load.
+
+    - ``tpot``: ``tpot_bound_ms`` (weights / peak memory bandwidth at batch 1);
+    - ``ttft``: one prefill of the p99 prompt, ``prefill_s(L_p99)`` (1 % of the prompts are
+      at least that long, and no schedule prefills them faster);
+    - ``e2e``: ``(O_p99 − 1)·tpot_bound_ms`` (1 % of the requests decode at least O_p99 − 1
+      tokens, each no faster than the TPOT bound).
+    """
+    l99 = float(quantile_tokens(prompt, 0.99))
+    o99 = float(quantile_tokens(output, 0.99))
+    tpot = perf.tpot_bound_ms(c)
+    return {"tpot": tpot, "ttft": perf.prefill_s(c, l99) * 1e3, "e2e": max(o99 - 1.0, 0.0) * tpot}
+
+
+def check_slo_floors(c: Configs, slo: SLO, prompt: LengthDist, output: LengthDist) -> None:
+    """Raise ModelError naming the bound and the gap when an SLO is below configuration 0's floor.
+
+    The floors are ``slo_floor_ms``; the CLI checks its single configuration with this.
+    """
+    floors = slo_floor_ms(c, prompt, output)
+    why = {"tpot": "weights / peak memory bandwidth at batch 1",
+           "ttft": f"one prefill of the p99 prompt, {float(quantile_tokens(prompt, 0.99)):,.0f} tokens",
+           "e2e": f"(p99 output {float(quantile_tokens(output, 0.99)):,.0f} − 1) tokens at the TPOT bound"}
+    for k, target in _slo_targets(slo).items():
+        floor = float(floors[k][0])
+        if np.isfinite(floor) and target < floor:
+            raise ModelError(
+                f"{k}_p99_ms {target:g} is below the physical floor of {c.keys[0]}: {floor:.2f} ms "
+                f"({why[k]}), short by {floor - target:.2f} ms; relax the SLO, raise tp or use a smaller precision")
+
+
+def _round(x, digits: int = 3) -> float | None:
+    x = float(x)
+    return round(x, digits) if np.isfinite(x) else None
+
+
+def estimate_serving(
+    c: Configs,
+    prompt: LengthDist,
+    output: LengthDist,
+    qps: float | None = None,
+    slo: SLO | None = None,
+    prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
+) -> dict:
+    """JSON-ready serving figures of configuration 0 (what `gpuplan estimate --qps/--*-p99-ms` adds).
+
+    With ``qps`` (req/s, > 0): ``ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, tpot_p99_ms,
+    e2e_p99_ms, utilization, saturated, kv_fits`` from ``serve_at_rate`` (``kv_fits`` False:
+    the p99 KV occupancy exceeds the cache, so requests would queue for memory or be
+    preempted, which the percentiles do not include). With a non-empty ``slo``:
+    ``max_qps_at_slo`` (req/s), ``output_tokens_per_s_at_slo`` (= max_qps·E[O]) and
+    ``limited_by`` from ``capacity_at_slo`` (plus ``why`` when unservable). An SLO below
+    the physical floor (``slo_floor_ms``) raises ModelError. A configuration that cannot
+    run gets the same keys with null values (``limited_by`` 'unservable').
+    """
+    out: dict = {}
+    runs = bool(c.runnable[0])
+    if qps is not None:
+        lam = float(_check_rate(qps))
+        keys = ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "e2e_p99_ms", "utilization", "saturated",
+                "kv_fits")
+        if runs:
+            r = serve_at_rate(c, lam, prompt, output, prefill_chunk_tokens=prefill_chunk_tokens)
+            for k in keys[:5]:
+                out[k] = _round(getattr(r, k)[0])
+            out["utilization"] = _round(r.utilization[0], 4)
+            out["saturated"] = bool(r.saturated[0])
+            out["kv_fits"] = bool(r.kv_fits[0])
+        else:
+            out.update(dict.fromkeys(keys))
+    if slo is not None and not slo.is_empty:
+        if runs:
+            check_slo_floors(c, slo, prompt, output)
+            cap = capacity_at_slo(c, prompt, output, slo, prefill_chunk_tokens=prefill_chunk_tokens)
+            out["max_qps_at_slo"] = _round(cap.max_qps[0], 4)
+            out["output_tokens_per_s_at_slo"] = _round(cap.output_tokens_per_s[0], 2)
+            out["limited_by"] = cap.limited_by[0]
+            if cap.why[0]:
+                out["why"] = cap.why[0]
+        else:
+            out.update({"max_qps_at_slo": None, "output_tokens_per_s_at_slo": None, "limited_by": "unservable"})
+    return out

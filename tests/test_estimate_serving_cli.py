@@ -1,0 +1,81 @@
+"""CLI: `gpuplan estimate --qps` and the SLO flags — keys, every model × device, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from catalog import load_catalog
+
+CAT = load_catalog(None)
+BASE = ("estimate", "--model", "llama-3.1-70b", "--device", "h100-sxm", "--precision", "fp8", "--tp", "4",
+        "--input-tokens", "1000", "--output-tokens", "200", "--json")
+LOAD_KEYS = {"ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "e2e_p99_ms", "utilization", "saturated",
+             "kv_fits"}
+SLO_KEYS = {"max_qps_at_slo", "output_tokens_per_s_at_slo", "limited_by"}
+
+
+def test_qps_gives_percentiles_under_load(run_cli):
+    r = run_cli(*BASE, "--qps", "4")
+    assert r.code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert LOAD_KEYS <= set(out) and not SLO_KEYS & set(out)
+    assert out["ttft_p50_ms"] <= out["ttft_p99_ms"] and out["tpot_p50_ms"] <= out["tpot_p99_ms"]
+    assert out["tpot_p50_ms"] >= out["tpot_bound_ms"]
+    assert out["e2e_p99_ms"] >= 199 * out["tpot_p50_ms"]  # 199 decode steps after the first token
+    assert 0 < out["utilization"] < 1 and out["saturated"] is False
+
+
+def test_slo_flags_give_capacity_that_meets_the_slo(run_cli):
+    r = run_cli(*BASE, "--tpot-p99-ms", "40", "--ttft-p99-ms", "1500")
+    assert r.code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert SLO_KEYS <= set(out) and not LOAD_KEYS & set(out)
+    assert out["max_qps_at_slo"] > 0 and out["limited_by"] in {"ttft", "tpot", "memory"}
+    assert out["output_tokens_per_s_at_slo"] == pytest.approx(out["max_qps_at_slo"] * 200, rel=1e-3)
+    at = json.loads(run_cli(*BASE, "--qps", str(out["max_qps_at_slo"])).stdout)
+    assert at["tpot_p99_ms"] <= 40 * 1.002 and at["ttft_p99_ms"] <= 1500 * 1.002
+
+
+def test_lognormal_lengths_raise_the_tails(run_cli):
+    fixed = json.loads(run_cli(*BASE, "--qps", "2").stdout)
+    spread = json.loads(run_cli(*BASE, "--qps", "2", "--input-p99", "4000", "--output-p99", "800").stdout)
+    assert spread["ttft_p99_ms"] > fixed["ttft_p99_ms"] * 1.2
+    assert spread["e2e_p99_ms"] > fixed["e2e_p99_ms"] * 1.5
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--qps", "0"), "request rate must be a positive number"),
+    (("--qps", "-2"), "request rate must be a positive number"),
+    (("--input-p99", "500"), "--input-p99 500 is below the mean --input-tokens 1000 (short by 500 tokens)"),
+    (("--output-p99", "100"), "--output-p99 100 is below the mean --output-tokens 200 (short by 100 tokens)"),
+    (("--tpot-p99-ms", "2"), "tpot_p99_ms 2 is below the physical floor of h100_sxm__fp8__tp4__pp1: 5.27 ms"),
+    (("--ttft-p99-ms", "5"), "ttft_p99_ms 5 is below the physical floor"),
+    (("--e2e-p99-ms", "100"), "e2e_p99_ms 100 is below the physical floor"),
+    (("--tpot-p99-ms", "-1"), "--tpot-p99-ms must be a positive number"),
+])
+def test_impossible_input_is_one_line_with_the_gap(run_cli, args, message):
+    r = run_cli(*BASE, *args)
+    assert r.code == 1
+    assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    if "floor" in message:
+        assert "short by" in r.stderr
+
+
+@pytest.mark.parametrize("model", sorted(CAT.models))
+def test_every_device_answers_for_every_model(run_cli, model):
+    """--qps and an SLO flag on every catalog device (bf16, tp 1): fits or says why, exit 0."""
+    for device in sorted(CAT.devices):
+        r = run_cli("estimate", "--model", model, "--device", device, "--precision", "bf16",
+                    "--input-tokens", "512", "--output-tokens", "128", "--qps", "0.5", "--tpot-p99-ms", "5000",
+                    "--json")
+        assert r.code == 0, (device, r.stderr)
+        out = json.loads(r.stdout)
+        assert LOAD_KEYS | SLO_KEYS <= set(out), device
+        if not out["fits"]:
+            assert out["reason"], device
+        if out["tpot_p99_ms"] is not None:
+            assert out["tpot_p99_ms"] >= out["tpot_bound_ms"] * 0.999, device
+        if out["max_qps_at_slo"] is None:
+            assert out["limited_by"] == "unservable", device
