@@ -32,6 +32,7 @@ def validate_measurements(path: Path, catalog: Path | None, params: Path | None,
     right = {"n", "median |err| %", "p90 |err| %"}
     stdout.print(table("by device", cols, summary_rows(result["by_device"]), right))
     stdout.print(table("by source group", cols, summary_rows(result["by_source_group"]), right))
+    stdout.print(table("by metric", cols, summary_rows(result["by_metric"]), right))
     stdout.print(table("overall", cols, summary_rows({"all predicted rows": result["overall"]}), right))
     if result["skipped"]:
         stdout.print(table(f"{len(result['skipped'])} rows not predicted", ["line", "row", "why"],

@@ -3,8 +3,9 @@
 Predictors are functions ``(rows, catalog, params) -> (predictions, reasons)`` where
 ``predictions`` maps a row index to the metrics predicted for it and ``reasons`` maps a
 row index to why the predictor cannot predict it. ``PREDICTORS`` holds the offline
-max-throughput predictor; the serving model adds a latency-under-load predictor by
-appending to it (or by passing ``predictors=``). A row no predictor handles is listed
+max-throughput predictor and the online-serving predictor (latency and throughput at a
+fixed request rate, from the serving model); more can be appended (or passed as
+``predictors=``). A row no predictor handles is listed
 under ``skipped`` with every predictor's reason.
 
 Error of one prediction = 100 · |predicted / measured − 1| (absolute % error).
@@ -55,7 +56,72 @@ def offline_predictor(rows: Sequence[Measurement], cat: Catalog,
     return out, reasons
 
 
-PREDICTORS: list[Predictor] = [offline_predictor]
+def _is_online(m: Measurement) -> bool:
+    return "online" in m.scenario.lower() or "online" in m.source_group.lower()
+
+
+def online_predictor(rows: Sequence[Measurement], cat: Catalog,
+                     params: CalibrationParams) -> tuple[dict[int, list[RowPrediction]], dict[int, str]]:
+    """Online-serving rows at a fixed request rate (``optimizer.serving.serve_at_rate``).
+
+    Poisson arrivals at ``request_rate_qps`` (the sources do not state the arrival process),
+    fixed input/output lengths. Predicts ``ttft_mean_ms``, ``tpot_mean_ms`` (mean time per
+    output token after the first; the TensorRT-LLM rows give mean inter-token latency, the
+    same quantity for fixed lengths) and ``output_tokens_per_s`` (= λ·O while the replica
+    keeps up; at saturation the offline max throughput). Rows at an unlimited rate (INF)
+    are an offline run and are left to the offline predictor.
+    """
+    from optimizer import serving
+    from optimizer.perf import build_configs
+    from workloads.spec import LengthDist
+
+    out: dict[int, list[RowPrediction]] = {}
+    reasons: dict[int, str] = {}
+    for i, m in enumerate(rows):
+        if not _is_online(m):
+            reasons[i] = "not an online-serving row"
+            continue
+        lam = m.request_rate_qps
+        if m.unresolved or m.model_key is None or m.device_key is None or m.precision_key is None:
+            reasons[i] = m.unresolved or "unresolved names"
+            continue
+        if lam is None or not np.isfinite(lam) or lam <= 0:
+            reasons[i] = "online row without a finite request rate (INF = all requests at once)"
+            continue
+        if not m.input_tokens or not m.output_tokens:
+            reasons[i] = "online row without input/output lengths"
+            continue
+        c = build_configs(cat.models[m.model_key], [(cat.devices[m.device_key], cat.precisions[m.precision_key],
+                                                     m.tp, m.pp)], params)
+        if not c.runnable[0]:
+            reasons[i] = c.reason[0] or "cannot run"
+            continue
+        prompt, output = LengthDist(mean=m.input_tokens), LengthDist(mean=m.output_tokens)
+        r = serving.serve_at_rate(c, lam, prompt, output, params)
+        sat = bool(r.saturated[0])
+        detail: dict[str, float | int | str | None] = {
+            "qps": lam, "utilization": round(float(r.utilization[0]), 3), "saturated": str(sat),
+            "running_batch": round(float(r.running_batch[0]), 1)}
+        preds = []
+        if sat:
+            tok_s, _ = serving.batch_throughput(c, prompt, output, params)
+            tput = float(tok_s[0])
+        else:
+            tput = float(r.output_tokens_per_s[0])
+            if m.ttft_mean_ms:
+                preds.append(RowPrediction("ttft_mean_ms", m.ttft_mean_ms, float(r.ttft_mean_ms[0]), detail))
+            if m.tpot_mean_ms:
+                preds.append(RowPrediction("tpot_mean_ms", m.tpot_mean_ms, float(r.tpot_mean_ms[0]), detail))
+        if m.throughput_tok_s:
+            preds.append(RowPrediction("output_tokens_per_s", m.throughput_tok_s, tput, detail))
+        if preds:
+            out[i] = preds
+        else:
+            reasons[i] = "saturated at this rate and no throughput measured"
+    return out, reasons
+
+
+PREDICTORS: list[Predictor] = [offline_predictor, online_predictor]
 
 
 def _summary(errors: Sequence[float]) -> dict[str, float | int]:

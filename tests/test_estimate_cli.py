@@ -85,9 +85,12 @@ def test_validate_measurements_json(run_cli):
     assert r.code == 0, r.stderr
     out = json.loads(r.stdout)
     assert {"rows", "by_device", "overall", "skipped"} <= set(out)
-    assert out["overall"]["n"] == 426 and out["overall"]["median_abs_pct_error"] <= 15.0
+    # 426 offline rows + 82 predictions on the 30 finite-rate online rows (TTFT, TPOT, tokens/s)
+    assert out["overall"]["n"] == 508 and out["overall"]["median_abs_pct_error"] <= 15.0
+    assert out["by_metric"]["output_tokens_per_s"]["n"] == 456
+    assert out["by_metric"]["ttft_mean_ms"]["n"] == out["by_metric"]["tpot_mean_ms"]["n"] == 26
     assert set(out["by_device"]) == {"h100-sxm", "a100-80gb-sxm", "l40s"}
-    assert len(out["skipped"]) == 36
+    assert len(out["skipped"]) == 6  # online rows at an unlimited (INF) rate
 
 
 def test_validate_measurements_table(run_cli):
