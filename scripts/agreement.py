@@ -39,6 +39,10 @@ CONFIGS = [
 ]
 LOADS = (0.2, 0.5, 0.7, 0.9)
 CAPACITY_SLO = {"tpot_p99_ms": 1.6, "ttft_p99_ms": 6.0}  # multiples of the zero-load values
+# MoE: the experts one step reads grow from k to ~E between batch 1 and ~4, so TPOT jumps
+# from 6.3 ms to ~15 ms by batch 2 and then stays flat. 1.6x the zero-load TPOT sits on that
+# step (capacity < 0.4 req/s, set by rare batch fluctuations); 3x puts the SLO on the plateau.
+CAPACITY_SLO_BY_MODEL = {"mixtral-8x7b": {"tpot_p99_ms": 3.0, "ttft_p99_ms": 6.0}}
 
 
 def configs(cat, params, row):
@@ -104,13 +108,15 @@ def main(argv=None) -> int:
           f"TPOT p99: median {np.median(d_tpot):.1%}, worst {np.max(d_tpot):.1%}  "
           "(targets: median <= 10 %, worst <= 25 %)")
     if not args.no_capacity:
-        print("\ncapacity at SLO (tpot_p99 = 1.6 x and ttft_p99 = 6 x the zero-load p99s), analytic vs simulator bisection")
+        print("\ncapacity at SLO (tpot_p99 = 1.6 x (mixtral 3 x) and ttft_p99 = 6 x the zero-load p99s), "
+              "analytic vs simulator bisection")
         diffs = []
         for row in CONFIGS:
             c, p, o, label = configs(cat, params, row)
             zero = serving.serve_at_rate(c, 1e-3, p, o)
-            slo = SLO(tpot_p99_ms=float(zero.tpot_p99_ms[0]) * CAPACITY_SLO["tpot_p99_ms"],
-                      ttft_p99_ms=float(zero.ttft_p99_ms[0]) * CAPACITY_SLO["ttft_p99_ms"])
+            mult = CAPACITY_SLO_BY_MODEL.get(row[0], CAPACITY_SLO)
+            slo = SLO(tpot_p99_ms=float(zero.tpot_p99_ms[0]) * mult["tpot_p99_ms"],
+                      ttft_p99_ms=float(zero.ttft_p99_ms[0]) * mult["ttft_p99_ms"])
             cap = serving.capacity_at_slo(c, p, o, slo)
             a = float(cap.max_qps[0])
             s = sim_capacity(c, p, o, slo, a, args.capacity_requests)
