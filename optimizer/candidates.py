@@ -295,7 +295,7 @@ def _combos(w: Workload, catalog: Catalog, units: dict[str, UnitSpec], plan: Pla
 
 def workload_candidates(
     w: Workload, plan: Plan, catalog: Catalog, units: dict[str, UnitSpec], params, a: MoneyAssumptions,
-    n_buckets: int,
+    n_buckets: int, prune: bool = True,
 ) -> WorkloadCandidates:
     """Every candidate of one workload, evaluated in every bucket, pruned with reasons."""
     from optimizer.perf import build_configs
@@ -345,7 +345,8 @@ def workload_candidates(
                 w.name, configs.keys[i], d.key, q.key, t, p, t * p, capacity, tuple(limited[i]),
                 cost_per_replica_usd(units[d.key], t * p, a), pruned_reason=reason, floor_p99_ms=tuple(floors[i]),
             ))
-        kept = prune_dominated(kept)
+        if prune:
+            kept = prune_dominated(kept)
     predictor = _predictor(model, {c.key: c for c in kept}, chosen, buckets, params) if chosen else None
     return WorkloadCandidates(w, model.key, buckets, tuple(kept + pruned), predictor)
 
@@ -437,14 +438,20 @@ def _finite(x) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def model_candidates(plan: Plan, catalog: Catalog, params=None, *, n_buckets: int = 4) -> CandidateSet:
-    """Candidates of every workload from the performance and serving models."""
+def model_candidates(
+    plan: Plan, catalog: Catalog, params=None, *, n_buckets: int = 4, prune: bool = True
+) -> CandidateSet:
+    """Candidates of every workload from the performance and serving models.
+
+    ``prune=False`` keeps dominated candidates (for measuring what pruning buys).
+    """
     from optimizer.params import load_params
 
     params = params if params is not None else load_params(None)
     units = catalog_units(plan, catalog)
     a = MoneyAssumptions.from_plan(plan)
-    workloads = tuple(workload_candidates(w, plan, catalog, units, params, a, n_buckets) for w in plan.workloads)
+    workloads = tuple(workload_candidates(w, plan, catalog, units, params, a, n_buckets, prune)
+                      for w in plan.workloads)
     diagnostics = []
     lacking = sorted(k for k, u in units.items() if u.device is not None and u.allowed
                      and missing_figures(u.device, plan))

@@ -30,7 +30,7 @@ import sys
 import time
 import warnings
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import pulp
@@ -117,6 +117,7 @@ class FleetSolution:
     n_variables: int = 0
     n_integer_variables: int = 0
     n_constraints: int = 0
+    bound_usd: float | None = None  # the solver's proven lower bound on the minimised figure
 
 
 # ---------------------------------------------------------------------------------------
@@ -333,6 +334,57 @@ def define_allowed_devices(model: FleetModel) -> None:
             model.prob += m == 0, f"allowed__{model.d_name[d]}"
 
 
+def amortised_usd_per_replica(problem: FleetProblem, option: Option) -> float:
+    """Objective $ of one replica with its servers' cost spread over their GPUs:
+    g[k] · (c_gpu[d] + c_node[d] / gpus_per_node[d])."""
+    unit = problem.units[option.device]
+    return option.gpus * (unit.objective_usd.per_gpu + unit.objective_usd.per_node / unit.gpus_per_node)
+
+
+def define_workload_bounds(model: FleetModel, bounds_usd: Mapping[str, float]) -> None:
+    """Valid cuts from the workloads solved one at a time (see :func:`workload_lower_bounds`).
+
+    Σ_k a[k]·n[w,k] ≥ L[w], with a[k] the amortised cost of a replica and L[w] a proven
+    lower bound on the cheapest fleet of w alone at amortised prices. Valid because
+    c_node·m[d] ≥ c_node·gpus[d]/G[d], so the objective ≥ Σ_w Σ_k a[k]·n[w,k], and w's own
+    replicas satisfy every constraint of its one-workload problem. The cuts lift the LP
+    bound to about Σ_w L[w], leaving only the sharing of partly filled servers to branch on.
+    Named ``workload_bound__{workload}``.
+    """
+    reps: dict[str, list[tuple[pulp.LpVariable, float]]] = {}
+    for o in model.problem.options:
+        reps.setdefault(o.workload, []).append((model.n[(o.workload, o.key)],
+                                                amortised_usd_per_replica(model.problem, o)))
+    for w, bound in bounds_usd.items():
+        if bound > 0 and w in reps:
+            model.prob += (pulp.LpAffineExpression([(v, a) for v, a in reps[w]]) >= bound,
+                           f"workload_bound__{model.w_name[w]}")
+
+
+def workload_lower_bounds(problem: FleetProblem, *, time_limit_s: float, gap: float,
+                          solver: str = "highs") -> dict[str, float]:
+    """L[w]: each workload alone, servers amortised per GPU, budgets and power dropped.
+
+    Every feasible fleet's replicas of w are feasible here, so the proven lower bound of
+    this small MILP (its dual bound; the optimum when solved) bounds w's amortised cost.
+    """
+    units = {d: replace(u, objective_usd=LinearTerms(u.objective_usd.per_gpu
+                                                     + u.objective_usd.per_node / u.gpus_per_node, 0.0))
+             for d, u in problem.units.items()}
+    out = {}
+    for dem in problem.demands:
+        opts = tuple(o for o in problem.options if o.workload == dem.workload)
+        sub = FleetProblem((dem,), opts, {o.device: units[o.device] for o in opts}, Limits())
+        if uncovered_buckets(sub):
+            continue
+        sol = solve_fleet(sub, time_limit_s=time_limit_s, gap=min(gap, 1e-6), solver=solver, bounds=False)
+        bound = sol.bound_usd if sol.bound_usd is not None else (
+            sol.objective_usd if sol.status == SolveStatus.OPTIMAL else None)
+        if bound is not None:
+            out[dem.workload] = bound * (1 - 1e-9) - 1e-6  # a hair below: never cut off the optimum
+    return out
+
+
 def define_objective(model: FleetModel, minimise: Minimise = "objective") -> None:
     """Minimise Σ_d c_gpu[d]·gpus[d] + c_node[d]·m[d] for the plan's objective (USD).
 
@@ -346,7 +398,8 @@ def define_objective(model: FleetModel, minimise: Minimise = "objective") -> Non
         model.prob += model.total(field_name)
 
 
-def build_model(problem: FleetProblem, minimise: Minimise = "objective") -> FleetModel:
+def build_model(problem: FleetProblem, minimise: Minimise = "objective",
+                workload_bounds_usd: Mapping[str, float] | None = None) -> FleetModel:
     """The whole MILP: variables, one builder per constraint family, the objective."""
     model = define_variables(problem)
     define_demand(model)
@@ -359,6 +412,7 @@ def build_model(problem: FleetProblem, minimise: Minimise = "objective") -> Flee
     define_power_cap(model)
     define_inventory(model)
     define_allowed_devices(model)
+    define_workload_bounds(model, workload_bounds_usd or {})
     define_objective(model, minimise)
     return model
 
@@ -396,6 +450,7 @@ class SolveRun:
     gap: float | None
     solve_seconds: float
     solver: str
+    bound: float | None = None
 
 
 def _solver(name: str, time_limit_s: float, gap: float) -> Any:
@@ -434,13 +489,13 @@ def solve_model(model: FleetModel, *, time_limit_s: float, gap: float, solver: s
 def _classify(model: FleetModel, solver: str, seconds: float, time_limit_s: float) -> SolveRun:
     prob = model.prob
     status, sol = prob.status, prob.sol_status
-    gap = _highs_gap(prob) if solver == "highs" else None
+    gap, bound = _highs_gap(prob) if solver == "highs" else (None, None)
     if status == pulp.LpStatusOptimal and sol == pulp.LpSolutionOptimal:
         return SolveRun(SolveStatus.OPTIMAL, "proven optimal" + _gap_text(gap), gap if gap is not None else 0.0,
-                        seconds, solver)
+                        seconds, solver, bound)
     if status == pulp.LpStatusOptimal and sol == pulp.LpSolutionIntegerFeasible:
         return SolveRun(SolveStatus.FEASIBLE, f"time limit ({time_limit_s:g} s) reached" + _gap_text(gap),
-                        gap, seconds, solver)
+                        gap, seconds, solver, bound)
     if status == pulp.LpStatusInfeasible or sol == pulp.LpSolutionInfeasible:
         return SolveRun(SolveStatus.INFEASIBLE, "no fleet satisfies every constraint", None, seconds, solver)
     if status == pulp.LpStatusNotSolved:
@@ -449,13 +504,14 @@ def _classify(model: FleetModel, solver: str, seconds: float, time_limit_s: floa
     return SolveRun(SolveStatus.ERROR, f"solver status {pulp.LpStatus.get(status, status)}", None, seconds, solver)
 
 
-def _highs_gap(prob: pulp.LpProblem) -> float | None:
-    """Relative MIP gap |primal − dual bound| / |primal| as HiGHS reports it."""
+def _highs_gap(prob: pulp.LpProblem) -> tuple[float | None, float | None]:
+    """(relative MIP gap |primal − dual bound| / |primal|, dual bound) as HiGHS reports them."""
     try:
-        g = float(prob.solverModel.getInfo().mip_gap)
+        info = prob.solverModel.getInfo()
+        g, b = float(info.mip_gap), float(info.mip_dual_bound)
     except Exception:  # noqa: BLE001 - a missing info field only loses the gap figure
-        return None
-    return g if math.isfinite(g) else None
+        return None, None
+    return (g if math.isfinite(g) else None), (b if math.isfinite(b) else None)
 
 
 def _gap_text(gap: float | None) -> str:
@@ -480,11 +536,18 @@ def extract(model: FleetModel, run: SolveRun, build_seconds: float) -> FleetSolu
     units = model.problem.units
     replicas = {idx: int(round(v.value() or 0)) for idx, v in model.n.items()}
     replicas = {idx: r for idx, r in replicas.items() if r > 0}
-    routed: dict[tuple[str, int, str], float] = {}
+    # Shares of candidates left without replicas (solver tolerance: n ≈ 1e-7) are dropped and
+    # each bucket's remaining shares renormalised, so routed load adds up to the bucket's rate.
+    shares: dict[tuple[str, int], dict[str, float]] = {}
     for (w, b, key), v in model.x.items():
         share = min(max(v.value() or 0.0, 0.0), 1.0)
-        if share > 1e-9:
-            routed[(w, b, key)] = share * model.demands[w].bucket_qps[b]
+        if share > 1e-12 and (w, key) in replicas:
+            shares.setdefault((w, b), {})[key] = share
+    routed: dict[tuple[str, int, str], float] = {}
+    for (w, b), by_key in shares.items():
+        total = sum(by_key.values())
+        for key, share in by_key.items():
+            routed[(w, b, key)] = share / total * model.demands[w].bucket_qps[b]
     gpus: dict[str, int] = {}
     for o in model.problem.options:
         r = replicas.get((o.workload, o.key), 0)
@@ -493,7 +556,7 @@ def extract(model: FleetModel, run: SolveRun, build_seconds: float) -> FleetSolu
     nodes = {d: math.ceil(g / units[d].gpus_per_node) for d, g in gpus.items()}
     objective = float(sum(units[d].objective_usd.at(g, nodes[d]) for d, g in gpus.items()))
     return FleetSolution(run.status, run.detail, objective, run.gap, run.solve_seconds, build_seconds,
-                         run.solver, replicas, routed, gpus, nodes, **stats)
+                         run.solver, replicas, routed, gpus, nodes, **stats, bound_usd=run.bound)
 
 
 def uncovered_buckets(problem: FleetProblem) -> list[tuple[str, int]]:
@@ -514,14 +577,22 @@ def solve_fleet(
     gap: float = 1e-3,
     solver: str = "highs",
     minimise: Minimise = "objective",
+    bounds: bool = True,
 ) -> FleetSolution:
-    """Build → solve → extract. Buckets no option serves make the plan infeasible up front."""
+    """Build → solve → extract. Buckets no option serves make the plan infeasible up front.
+
+    With several workloads and ``bounds``, each is first solved alone for the cuts of
+    :func:`define_workload_bounds` (their time counts as build time).
+    """
     missing = uncovered_buckets(problem)
     if missing:
         where = ", ".join(f"{w} bucket {b}" for w, b in missing)
         return FleetSolution(SolveStatus.INFEASIBLE, f"no candidate can serve {where}", solver=solver)
     start = time.perf_counter()
-    model = build_model(problem, minimise)
+    cuts = None
+    if bounds and minimise == "objective" and len(problem.demands) > 1:
+        cuts = workload_lower_bounds(problem, time_limit_s=time_limit_s, gap=gap, solver=solver)
+    model = build_model(problem, minimise, cuts)
     build_seconds = time.perf_counter() - start
     run = solve_model(model, time_limit_s=time_limit_s, gap=gap, solver=solver)
     return extract(model, run, build_seconds)
