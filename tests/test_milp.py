@@ -243,3 +243,28 @@ def test_money_terms_match_the_formulas():
     assert (mc.capex_usd, mc.annual_power_usd) == (0.0, 0.0)
     assert mc.objective_usd == pytest.approx(3 * 8 * 2.5 * 8760)
     assert objective_terms(price, cloud).per_node == 0.0
+
+
+def test_workload_bound_cuts_keep_the_optimum(monkeypatch):
+    # Two workloads, two devices with server overhead: the cuts (each workload alone at
+    # amortised server prices) must not cut off the joint optimum, only tighten the bound.
+    from optimizer import milp
+
+    p = FleetProblem(
+        (Demand("a", (3.0, 1.0), min_replicas=1), Demand("b", (5.0,), n_plus_one=True)),
+        (Option("a", "x1", "x", 1, (1.0, 0.5)), Option("a", "y2", "y", 2, (3.0, 2.0)),
+         Option("b", "x1", "x", 1, (2.0,)), Option("b", "y2", "y", 2, (4.5,))),
+        {"x": unit("x", 10, gpn=4, obj_node=8), "y": unit("y", 9, gpn=8, obj_node=30)},
+    )
+    plain = solve_fleet(p, gap=0.0, bounds=False)
+    monkeypatch.setattr(milp, "BOUNDS_MIN_OPTIONS", 0)
+    cuts = milp.workload_lower_bounds(p, time_limit_s=5, gap=0.0)
+    assert set(cuts) == {"a", "b"}
+    # Each bound is at most the amortised cost of that workload's replicas in the optimum.
+    amortised = {w: sum(milp.amortised_usd_per_replica(p, o) * plain.replicas.get((w, o.key), 0)
+                        for o in p.options if o.workload == w) for w in cuts}
+    assert all(cuts[w] <= amortised[w] + 1e-6 for w in cuts)
+    model = build_model(p, "objective", cuts)
+    assert {"workload_bound__a", "workload_bound__b"} <= {c.name for c in model.prob.constraints()}
+    cut = solve_fleet(p, gap=0.0)
+    assert cut.objective_usd == pytest.approx(plain.objective_usd)

@@ -171,3 +171,28 @@ def test_tightening_an_slo_never_lowers_cost(ttft, tpot, shrink, which):
     tight = optimize_plan(tight_plan, catalog, gap=0.0, compare_single_device=False)
     assert check_plan(loose, loose_plan) == [] and check_plan(tight, tight_plan) == []
     assert cost(tight) >= cost(loose) * (1 - 1e-9)
+
+
+@st.composite
+def two_workload_problems(draw):
+    base = draw(server_problems())
+    second = tuple(replace(o, workload="v", capacity_qps=(draw(st.floats(0.5, 10)), draw(st.floats(0.5, 10))))
+                   for o in base.options)
+    demand = Demand("v", (draw(st.floats(0.1, 30)), draw(st.floats(0.1, 30))), draw(st.integers(0, 2)),
+                    draw(st.booleans()))
+    return replace(base, demands=base.demands + (demand,), options=base.options + second)
+
+
+@SETTINGS
+@given(p=two_workload_problems())
+def test_bound_cuts_never_change_the_optimum(p):
+    import optimizer.milp as milp
+
+    plain = solve_fleet(p, gap=0.0, bounds=False)
+    old = milp.BOUNDS_MIN_OPTIONS
+    milp.BOUNDS_MIN_OPTIONS = 0
+    try:
+        cut = solve_fleet(p, gap=0.0)
+    finally:
+        milp.BOUNDS_MIN_OPTIONS = old
+    assert cut.objective_usd == pytest.approx(plain.objective_usd, rel=1e-7, abs=1e-6)
