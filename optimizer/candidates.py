@@ -122,6 +122,8 @@ class CandidateSet:
     workloads: tuple[WorkloadCandidates, ...]
     units: dict[str, UnitSpec]
     diagnostics: tuple[Diagnostic, ...] = field(default=())
+    objective: str = ""  # the plan objective the set was computed for ("" = any)
+    allowed_devices: tuple[str, ...] | None = None
 
     def workload(self, name: str) -> WorkloadCandidates:
         return next(wc for wc in self.workloads if wc.workload.name == name)
@@ -459,4 +461,5 @@ def model_candidates(
         diagnostics.append(Diagnostic("info", "devices_missing_figures",
                                       f"{len(lacking)} devices lack a figure this plan needs and were not "
                                       f"considered: {', '.join(lacking)}"))
-    return CandidateSet(workloads, units, tuple(diagnostics))
+    allowed = tuple(plan.allowed_devices) if plan.allowed_devices is not None else None
+    return CandidateSet(workloads, units, tuple(diagnostics), plan.objective, allowed)

@@ -318,4 +318,5 @@ def table_candidates(table: CapacityTable, plan: Plan, catalog: Catalog | None =
                 cost_per_replica_usd=cost_per_replica_usd(units[name], u.gpus, a), pruned_reason=reason,
             ))
         workloads.append(WorkloadCandidates(w, w.model, buckets, tuple(cands)))
-    return CandidateSet(tuple(workloads), units)
+    allowed_list = tuple(plan.allowed_devices) if plan.allowed_devices is not None else None
+    return CandidateSet(tuple(workloads), units, (), plan.objective, allowed_list)

@@ -12,6 +12,7 @@ import datetime as _dt
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from catalog.errors import SolverError
 from catalog.load import Catalog
 from optimizer.candidates import CandidateSet, WorkloadCandidates, fleet_problem
 from optimizer.capacity_table import CapacityTable, load_capacity_table, table_candidates
@@ -72,6 +73,12 @@ def optimize_plan(
     same workloads (what-if sweeps over limits); budgets, power cap and the rates of its
     buckets then come from ``plan``.
     """
+    if not time_limit_s > 0:
+        raise SolverError(f"time limit must be > 0 seconds (got {time_limit_s}); e.g. --time-limit 10")
+    if not 0 <= gap < 1:
+        raise SolverError(f"gap must be a fraction in [0, 1) (got {gap}); e.g. --gap 0.001 for 0.1 %")
+    if n_buckets < 1:
+        raise SolverError(f"n_buckets must be >= 1 (got {n_buckets}); e.g. --buckets 4")
     if candidates is not None:
         cset = rebase_candidates(candidates, plan)
     elif capacity_table is not None:
@@ -103,9 +110,20 @@ def optimize_plan(
 
 
 def rebase_candidates(cset: CandidateSet, plan: Plan) -> CandidateSet:
-    """A candidate set with the workload specs (rates, replica rules) of ``plan``."""
+    """A candidate set with the workload rates, replica rules and inventory of ``plan``.
+
+    The workloads' models, lengths, SLOs and precisions, the objective and the allowed
+    devices must be those the set was computed for (they decide capacities and pruning).
+    """
     from dataclasses import replace
 
+    if cset.objective and cset.objective != plan.objective:
+        raise ValueError(f"candidates were computed for objective '{cset.objective}', not '{plan.objective}'")
+    if cset.allowed_devices != (tuple(plan.allowed_devices) if plan.allowed_devices is not None else None):
+        raise ValueError("candidates were computed for other allowed_devices; recompute them")
+    inventory = {k.lower(): v for k, v in plan.inventory.items()}
+    units = {k: (replace(u, inventory_gpus=inventory.get(k)) if u.device is not None else u)
+             for k, u in cset.units.items()}
     workloads = []
     for wc in cset.workloads:
         w = plan.workload(wc.workload.name)
@@ -117,7 +135,7 @@ def rebase_candidates(cset: CandidateSet, plan: Plan) -> CandidateSet:
         rate = w.request_rate_qps
         buckets = tuple(replace(b, qps=b.fraction * rate) for b in wc.buckets)
         workloads.append(replace(wc, workload=w, buckets=buckets))
-    return replace(cset, workloads=tuple(workloads))
+    return replace(cset, workloads=tuple(workloads), units=units)
 
 
 # ---------------------------------------------------------------------------------------
@@ -164,7 +182,7 @@ def assemble(
         solve_seconds=sol.solve_seconds, gap=sol.gap if sol.gap is not None else float("nan"),
         solver=sol.solver, plan_name=plan.name, input_file=input_file, input_sha256=input_sha256,
         gpuplan_version=_version(), created_utc=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        assumptions=assumptions_of(plan), candidates=tuple(candidate_rows(cset)),
+        assumptions=assumptions_of(plan), candidates=tuple(candidate_rows(cset, a)),
         buckets=tuple(bucket_rows(cset)),
     )
     if not sol.status.has_plan:
@@ -281,11 +299,16 @@ def workload_row(
     )
 
 
-def candidate_rows(cset: CandidateSet) -> list[CandidateRow]:
+def candidate_rows(cset: CandidateSet, a: MoneyAssumptions) -> list[CandidateRow]:
     """Every candidate of every workload in every bucket, kept or pruned."""
     rows = []
     for wc in cset.workloads:
         for c in wc.candidates:
+            unit = cset.units.get(c.device)
+            power = None
+            if unit is not None:
+                t = power_kw_terms(unit.price, a)
+                power = c.gpus * (t.per_gpu + t.per_node / unit.gpus_per_node)
             for b in wc.buckets:
                 mu = c.capacity_qps[b.index]
                 cost = c.cost_per_replica_usd
@@ -293,7 +316,7 @@ def candidate_rows(cset: CandidateSet) -> list[CandidateRow]:
                     workload=wc.workload.name, bucket=b.index, key=c.key, device=c.device, precision=c.precision,
                     tp=c.tp, pp=c.pp, gpus=c.gpus, capacity_qps=mu, cost_per_replica_usd=cost,
                     cost_per_qps_usd=cost / mu if cost is not None and mu > 0 else None,
-                    limited_by=c.limited_by[b.index], pruned_reason=c.pruned_reason,
+                    limited_by=c.limited_by[b.index], pruned_reason=c.pruned_reason, power_kw=power,
                 ))
     return rows
 

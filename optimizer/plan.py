@@ -145,6 +145,7 @@ class CandidateRow:
     cost_per_qps_usd: float | None
     limited_by: str | None
     pruned_reason: str | None = None
+    power_kw: float | None = None  # one replica: its GPUs' TDP plus their share of server power
 
 
 @dataclass(frozen=True)

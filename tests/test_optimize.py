@@ -221,3 +221,37 @@ def test_dominance_pruning():
     assert out["d__fp8__tp2__pp1"].startswith("dominated by 2 ×")
     assert out["d__fp8__tp4__pp1"] is None and out["e__fp8__tp2__pp1"] is None
     assert [out["d__fp8__tp1__pp1"], out["d__bf16__tp1__pp1"]].count(None) == 1
+
+
+@pytest.mark.parametrize("objective", ["capex", "cloud"])
+def test_chat_fleet_other_objectives(objective):
+    plan, catalog = load("chat-fleet.yaml")
+    plan = plan.model_copy(update={"objective": objective})
+    r = optimize_plan(plan, catalog, compare_single_device=False)
+    assert r.status == SolveStatus.OPTIMAL
+    assert check_plan(r, plan) == []
+    if objective == "capex":
+        assert r.objective_usd == pytest.approx(r.capex_usd)
+    else:
+        assert r.capex_usd == 0 and r.annual_power_usd == 0
+        assert r.objective_usd == pytest.approx(plan.horizon_years * r.annual_cloud_usd)
+        assert all(f.cloud_usd_per_gpu_hour for f in r.fleet)
+
+
+def test_candidates_of_another_objective_are_refused(chat):
+    plan, catalog, params, cset = chat
+    with pytest.raises(ValueError, match="objective"):
+        optimize_plan(plan.model_copy(update={"objective": "cloud"}), catalog, params, candidates=cset)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"time_limit_s": 0}, "time limit must be > 0"),
+    ({"gap": 1.5}, "gap must be a fraction"),
+    ({"n_buckets": 0}, "n_buckets must be >= 1"),
+])
+def test_bad_solver_options(chat, kwargs, message):
+    from catalog.errors import SolverError
+
+    plan, catalog, params, cset = chat
+    with pytest.raises(SolverError, match=message):
+        optimize_plan(plan, catalog, params, candidates=cset, **kwargs)
