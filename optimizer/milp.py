@@ -15,6 +15,10 @@ figure is linear in (gpus[d], m[d]) — see :mod:`optimizer.money` — so the ob
 documenting its maths; constraint names are built from domain keys in ``[a-z0-9_]`` joined
 by ``__`` (``capacity__chat__h100_sxm__fp8__tp4__pp1``).
 
+Large multi-workload problems also get valid cuts from each workload solved alone
+(:func:`define_workload_bounds`), which lift the LP bound to about the sum of the
+one-workload optima; dominated candidates are pruned before (``optimizer.candidates``).
+
 The orchestrator is :func:`solve_fleet`: build the model, solve it, extract the plan.
 The solver is HiGHS (highspy via ``pulp.HiGHS``), or CBC when HiGHS is unavailable.
 """
@@ -372,7 +376,9 @@ def workload_lower_bounds(problem: FleetProblem, *, time_limit_s: float, gap: fl
 
     Every feasible fleet's replicas of w are feasible here, so the proven lower bound of
     this small MILP (its dual bound; the optimum when solved) bounds w's amortised cost.
+    ``time_limit_s`` is the budget of all of them together.
     """
+    per_workload_s = max(0.2, time_limit_s / max(len(problem.demands), 1))
     units = {d: replace(u, objective_usd=LinearTerms(u.objective_usd.per_gpu
                                                      + u.objective_usd.per_node / u.gpus_per_node, 0.0))
              for d, u in problem.units.items()}
@@ -382,7 +388,7 @@ def workload_lower_bounds(problem: FleetProblem, *, time_limit_s: float, gap: fl
         sub = FleetProblem((dem,), opts, {o.device: units[o.device] for o in opts}, Limits())
         if uncovered_buckets(sub):
             continue
-        sol = solve_fleet(sub, time_limit_s=time_limit_s, gap=min(gap, 1e-6), solver=solver, bounds=False)
+        sol = solve_fleet(sub, time_limit_s=per_workload_s, gap=min(gap, 1e-6), solver=solver, bounds=False)
         bound = sol.bound_usd if sol.bound_usd is not None else (
             sol.objective_usd if sol.status == SolveStatus.OPTIMAL else None)
         if bound is not None:
@@ -597,8 +603,9 @@ def solve_fleet(
     start = time.perf_counter()
     cuts = None
     if bounds and minimise == "objective" and len(problem.demands) > 1 and len(problem.options) >= BOUNDS_MIN_OPTIONS:
-        cuts = workload_lower_bounds(problem, time_limit_s=time_limit_s, gap=gap, solver=solver)
+        cuts = workload_lower_bounds(problem, time_limit_s=0.25 * time_limit_s, gap=gap, solver=solver)
     model = build_model(problem, minimise, cuts)
     build_seconds = time.perf_counter() - start
-    run = solve_model(model, time_limit_s=time_limit_s, gap=gap, solver=solver)
+    remaining_s = max(time_limit_s - build_seconds, 0.1 * time_limit_s)
+    run = solve_model(model, time_limit_s=remaining_s, gap=gap, solver=solver)
     return extract(model, run, build_seconds)
