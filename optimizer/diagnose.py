@@ -135,13 +135,17 @@ def binding_limits(problem: FleetProblem, *, time_limit_s: float, gap: float, so
                                   f"{field_name} = {_fmt(value, unit)} binds: the smallest value that makes the plan "
                                   f"feasible (other limits kept) is {_fmt(need, unit)}"))
     if not out:
-        needs = {name: _resource(free, sol_free, what) for name, what in
-                 (("capex", "capex"), ("annual opex", "annual_opex"), ("power", "power"))}
+        # Each limit's own minimum with every limit dropped: what each needs at least.
+        parts = []
+        for _code, field_name, what, _, value, unit in checks:
+            sol = solve_fleet(free, time_limit_s=time_limit_s, gap=gap, solver=solver, minimise=what)
+            if sol.status.has_plan:
+                parts.append(f"{field_name} >= {_fmt(_resource(free, sol, what), unit)} (now {_fmt(value, unit)})")
         out.append(Diagnostic(
             "error", "binding_combination",
-            "no single limit is the cause; the limits together are too tight. The cheapest plan without them "
-            f"needs capex {_fmt(needs['capex'], '$')}, annual opex {_fmt(needs['annual opex'], '$')} and "
-            f"{_fmt(needs['power'], 'kW')}" + _gpu_text(sol_free)))
+            "no single limit is the cause; the limits are too tight together. Each alone needs "
+            + "; ".join(parts) + f". The cheapest plan without limits costs ${sol_free.objective_usd or 0:,.0f}"
+            + _gpu_text(sol_free) + "; raise several limits together"))
     return out
 
 

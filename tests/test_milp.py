@@ -268,3 +268,23 @@ def test_workload_bound_cuts_keep_the_optimum(monkeypatch):
     assert {"workload_bound__a", "workload_bound__b"} <= {c.name for c in model.prob.constraints()}
     cut = solve_fleet(p, gap=0.0)
     assert cut.objective_usd == pytest.approx(plain.objective_usd)
+
+
+def test_infeasible_inventory_names_device_and_smallest_value():
+    p = two_device_problem()
+    p = replace(p, units={k: replace(u, inventory_gpus=1) for k, u in p.units.items()})
+    assert solve_fleet(p).status == SolveStatus.INFEASIBLE
+    diags = {d.code: d.message for d in binding_limits(p, time_limit_s=5, gap=1e-6)}
+    # Either device alone needs 3 more GPUs: with the other's 1 GPU kept, 3 of its own.
+    assert set(diags) == {"binding_inventory__a", "binding_inventory__b"}
+    assert "inventory.a = 1 GPUs binds" in diags["binding_inventory__a"] and "is 3 GPUs" in diags["binding_inventory__a"]
+
+
+def test_limits_binding_only_together():
+    # 4 GPUs needed; capex ≥ 20 (all B) and power ≥ 2 kW (all B): capex 15 and power 1.5 each
+    # stay infeasible when the other is dropped, so no single limit is named.
+    p = two_device_problem(capex_usd=15.0, power_kw=1.5)
+    diags = binding_limits(p, time_limit_s=5, gap=1e-6)
+    assert [d.code for d in diags] == ["binding_combination"]
+    assert "capex_usd >= $20 (now $15)" in diags[0].message
+    assert "max_power_kw >= 2.00 kW (now 1.50 kW)" in diags[0].message
