@@ -63,6 +63,7 @@ def optimize_plan(
     compare_single_device: bool = True,
     solver: str = "highs",
     candidates: CandidateSet | None = None,
+    diagnose: bool = True,
 ) -> PlanResult:
     """The cheapest fleet for ``plan`` (catalog already resolved against the plan).
 
@@ -71,7 +72,8 @@ def optimize_plan(
     Never returns None: infeasible plans come back with status ``infeasible`` and
     diagnostics naming the cause. ``candidates`` reuses a candidate set computed for the
     same workloads (what-if sweeps over limits); budgets, power cap and the rates of its
-    buckets then come from ``plan``.
+    buckets then come from ``plan``. ``diagnose=False`` skips the extra solves that explain
+    an infeasible plan (feasibility probes in what-if bisections).
     """
     if not time_limit_s > 0:
         raise SolverError(f"time limit must be > 0 seconds (got {time_limit_s}); e.g. --time-limit 10")
@@ -99,7 +101,7 @@ def optimize_plan(
         return assemble(plan, cset, sol, diagnostics + missing, None, input_file, input_sha256)
     sol = solve_fleet(problem, **solve)
     single = None
-    if sol.status == SolveStatus.INFEASIBLE:
+    if sol.status == SolveStatus.INFEASIBLE and diagnose:
         diagnostics += binding_limits(problem, **solve)
     elif sol.status.has_plan and compare_single_device:
         single = single_device_best(problem, **solve)

@@ -15,6 +15,7 @@ Modes:
 from __future__ import annotations
 
 import copy
+import json
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -63,57 +64,100 @@ def _scaled(plan: Plan, multiplier: float) -> Plan:
     return Plan.model_validate(data)
 
 
-def _optimize(plan: Plan, options: SolveOptions) -> dict[str, Any]:
+def _solve(plan: Plan, options: SolveOptions, *, full: bool, candidates=None):
+    """optimize_plan on a scenario's plan; ``full=False`` skips the diagnostics a probe does not need.
+
+    The one-device-type comparison (27 extra solves) is left to `gpuplan optimize`.
+    """
     from optimizer.optimize import optimize_plan
 
     catalog = resolve_catalog(plan, _catalog(options.catalog_path), plan.name)
-    result = optimize_plan(plan, catalog, _params(options.params_path),
-                           time_limit_s=options.time_limit_s, gap=options.gap)
-    return result.to_json()
+    return optimize_plan(plan, catalog, _params(options.params_path), time_limit_s=options.time_limit_s,
+                         gap=options.gap, compare_single_device=False, diagnose=full, candidates=candidates)
 
 
-def _has_plan(result: dict[str, Any]) -> bool:
-    return result["status"] in ("optimal", "feasible")
+def _optimize(plan: Plan, options: SolveOptions) -> dict[str, Any]:
+    return _solve(plan, options, full=True, candidates=_candidates(plan, options)).to_json()
 
 
-def max_demand(plan: Plan, options: SolveOptions,
-               solve: Callable[[Plan, SolveOptions], dict[str, Any]] = _optimize) -> tuple[float, dict[str, Any]]:
+# Plan fields that rebase_candidates takes from the plan itself: they never change capacities.
+_REBASED_PLAN_FIELDS = ("name", "budget", "max_power_kw", "inventory")
+_REBASED_WORKLOAD_FIELDS = ("qps", "tokens_per_day", "min_replicas", "redundancy")
+
+
+def _candidate_key(plan: Plan) -> str:
+    data = plan.model_dump(mode="json", exclude=set(_REBASED_PLAN_FIELDS))
+    for w in data["workloads"]:
+        for field in _REBASED_WORKLOAD_FIELDS:
+            w.pop(field, None)
+    return json.dumps(data, sort_keys=True)
+
+
+_CANDIDATE_CACHE: dict[tuple[str, SolveOptions], Any] = {}
+_CANDIDATE_CACHE_SIZE = 16
+
+
+def _candidates(plan: Plan, options: SolveOptions):
+    """The plan's candidate set, shared by plans that differ only in rates and limits.
+
+    Capacities at the SLOs do not depend on rates, budgets or inventory, so a demand
+    bisection or a budget sweep computes them once per worker process and
+    ``optimize_plan`` rebases them onto each plan's rates and limits.
+    """
+    from optimizer.candidates import model_candidates
+    from optimizer.optimize import DEFAULT_N_BUCKETS
+
+    key = (_candidate_key(plan), options)
+    if key not in _CANDIDATE_CACHE:
+        if len(_CANDIDATE_CACHE) >= _CANDIDATE_CACHE_SIZE:
+            _CANDIDATE_CACHE.pop(next(iter(_CANDIDATE_CACHE)))
+        catalog = resolve_catalog(plan, _catalog(options.catalog_path), plan.name)
+        _CANDIDATE_CACHE[key] = model_candidates(plan, catalog, _params(options.params_path),
+                                                 n_buckets=DEFAULT_N_BUCKETS)
+    return _CANDIDATE_CACHE[key]
+
+
+def max_demand(plan: Plan, options: SolveOptions) -> tuple[float, dict[str, Any]]:
     """Largest multiplier s of every workload's rate whose cheapest fleet fits the plan's limits.
 
-    Returns (s, result at s). s = 0 with the s-probe result when even the smallest demand
-    probed does not fit.
+    Bracket by doubling (or halving) from s = 1, then bisect until the bracket is within
+    DEMAND_TOLERANCE. Probes reuse one candidate set and skip diagnostics; the answer is
+    solved once more in full. Returns (s, full result at s); s = 0 (with the result at
+    1/256) when nothing fits.
     """
-    lo, lo_result = 0.0, None
-    hi = 1.0
-    result = solve(_scaled(plan, hi), options)
-    if _has_plan(result):
-        lo, lo_result = hi, result
+    cset = _candidates(plan, options)
+
+    def feasible(s: float) -> bool:
+        return _solve(_scaled(plan, s), options, full=False, candidates=cset).status.has_plan
+
+    def answer(s: float) -> dict[str, Any]:
+        return _solve(_scaled(plan, s), options, full=True, candidates=cset).to_json()
+
+    lo, hi = 0.0, 1.0
+    if feasible(1.0):
+        lo = 1.0
         while hi < MAX_DEMAND_MULTIPLIER:
             hi *= 2.0
-            result = solve(_scaled(plan, hi), options)
-            if not _has_plan(result):
+            if not feasible(hi):
                 break
-            lo, lo_result = hi, result
+            lo = hi
         else:
-            return lo, lo_result  # type: ignore[return-value]
+            return lo, answer(lo)
     else:
         probe = 1.0
-        while probe > 1.0 / 256:
+        while probe > 1.0 / 256 and lo == 0.0:
             probe /= 2.0
-            result = solve(_scaled(plan, probe), options)
-            if _has_plan(result):
-                lo, lo_result, hi = probe, result, probe * 2.0
-                break
-        if lo_result is None:
-            return 0.0, result
+            if feasible(probe):
+                lo, hi = probe, probe * 2.0
+        if lo == 0.0:
+            return 0.0, answer(probe)
     while (hi - lo) / hi > DEMAND_TOLERANCE:
         mid = 0.5 * (lo + hi)
-        result = solve(_scaled(plan, mid), options)
-        if _has_plan(result):
-            lo, lo_result = mid, result
+        if feasible(mid):
+            lo = mid
         else:
             hi = mid
-    return lo, lo_result  # type: ignore[return-value]
+    return lo, answer(lo)
 
 
 def summarise(scenario: Scenario, result: dict[str, Any], multiplier: float) -> dict[str, Any]:
@@ -136,7 +180,7 @@ def summarise(scenario: Scenario, result: dict[str, Any], multiplier: float) -> 
         "gpus_total": result.get("gpus_total"),
         "fleet": {row["device"]: row["gpus"] for row in result.get("fleet", [])},
         "demand_multiplier": multiplier,
-        "served_qps": base_qps * multiplier if _has_plan(result) else 0.0,
+        "served_qps": base_qps * multiplier if result["status"] in ("optimal", "feasible") else 0.0,
         "workloads": [
             {k: w.get(k) for k in ("name", "qps", "met", "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms",
                                    "slo_ttft_p99_ms", "slo_tpot_p99_ms", "slo_e2e_p99_ms")}
