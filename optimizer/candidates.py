@@ -150,15 +150,22 @@ def missing_figures(device: Device, plan: Plan) -> list[str]:
 
 
 def catalog_units(plan: Plan, catalog: Catalog) -> dict[str, UnitSpec]:
-    """Every catalog device as a unit, with the plan's inventory and allowed-devices list."""
-    allowed = {catalog.device(d).key for d in plan.allowed_devices} if plan.allowed_devices is not None else None
+    """Every catalog device as a unit, with the plan's inventory and allowed-devices list.
+
+    Without an ``allowed_devices`` list every datacenter device is allowed; consumer cards
+    (``Device.consumer``, e.g. GeForce, whose licence restricts datacenter use) only when listed.
+    """
+    if plan.allowed_devices is not None:
+        allowed = {catalog.device(d).key for d in plan.allowed_devices}
+    else:
+        allowed = {k for k, d in catalog.devices.items() if not d.consumer}
     inventory = {catalog.device(d).key: n for d, n in plan.inventory.items()}
     units = {}
     for key, dev in sorted(catalog.devices.items()):
         units[key] = UnitSpec(
             key=key, gpus_per_node=dev.gpus_per_node,
             price=UnitPrice(dev.purchase_usd, dev.cloud_usd_per_gpu_hour, dev.tdp_w),
-            inventory_gpus=inventory.get(key), allowed=allowed is None or key in allowed, device=dev,
+            inventory_gpus=inventory.get(key), allowed=key in allowed, device=dev,
         )
     return units
 
@@ -278,7 +285,8 @@ def _combos(w: Workload, catalog: Catalog, units: dict[str, UnitSpec], plan: Pla
             continue
         why = None
         if not unit.allowed:
-            why = f"{key} is not in the plan's allowed_devices"
+            why = (f"{key} is a consumer card (licence restricts datacenter use); list it in allowed_devices to plan it"
+                   if plan.allowed_devices is None else f"{key} is not in the plan's allowed_devices")
         elif unit.inventory_gpus == 0:
             why = f"inventory of {key} is 0"
         elif missing := missing_figures(dev, plan):
