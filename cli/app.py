@@ -15,7 +15,17 @@ from typing import Annotated
 import typer
 
 from catalog.errors import GpuplanError
-from cli import catalog_cmd, plan_cmd
+from cli import (
+    calibrate_cmd,
+    catalog_cmd,
+    estimate_cmd,
+    optimize_cmd,
+    plan_cmd,
+    report_cmd,
+    roofline_cmd,
+    simulate_cmd,
+    whatif_cmd,
+)
 from cli.common import CatalogOpt, JsonOpt, ModelConfigOpt, ParamsOpt
 
 app = typer.Typer(
@@ -76,22 +86,8 @@ def schema() -> None:
     typer.echo(plan_cmd.plan_schema())
 
 
-def _register_optional_commands() -> None:
-    """Commands that live in their own modules register themselves here."""
-    import importlib
-
-    for name in ("estimate_cmd", "simulate_cmd", "calibrate_cmd", "roofline_cmd",
-                 "optimize_cmd", "report_cmd", "whatif_cmd"):
-        try:
-            module = importlib.import_module(f"cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"cli.{name}":
-                raise
-            continue
-        module.register(app)
-
-
-_register_optional_commands()
+for _module in (estimate_cmd, simulate_cmd, calibrate_cmd, roofline_cmd, optimize_cmd, report_cmd, whatif_cmd):
+    _module.register(app)
 
 
 def _on_signal(signum, _frame):
