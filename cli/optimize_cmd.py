@@ -72,11 +72,13 @@ def optimize(
             if path is not None:
                 stdout.print(f"wrote {path}", markup=False)
     if not result.status.has_plan:
-        stderr.print(f"error: no fleet found ({data['status']}): {' '.join(data['status_detail'].split())}",
-                     markup=False, highlight=False)
-        for d in data["diagnostics"]:
-            if d["level"] == "error":
-                stderr.print(f"  - {d['message']}", markup=False, highlight=False)
+        # One line (the CLI's error contract), naming the plan file: the status detail, then
+        # each error diagnostic it does not already say (the binding limit and its fix).
+        parts = [data["status_detail"]]
+        parts += [d["message"] for d in data["diagnostics"]
+                  if d["level"] == "error" and d["message"] not in data["status_detail"]]
+        text = "; ".join(" ".join(p.split()) for p in parts)
+        sys.stderr.write(f"error: {plan_path}: no fleet found ({data['status']}): {text}\n")
         raise typer.Exit(code=1)
 
 

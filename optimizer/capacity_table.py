@@ -292,7 +292,8 @@ def table_candidates(table: CapacityTable, plan: Plan, catalog: Catalog | None =
             try:
                 dev = catalog.device(u.device)
             except GpuplanError as exc:
-                raise CapacityTableError(f"{table.path}: unit '{u.name}': device: {exc}") from None
+                detail = str(exc).removeprefix(f"{u.device}: ")
+                raise CapacityTableError(f"{table.path}: unit '{u.name}', column device: {detail}") from None
         units[u.name] = UnitSpec(
             key=u.name, gpus_per_node=u.gpus_per_node,
             price=UnitPrice(None, u.cost_usd_per_hour / u.gpus, dev.tdp_w if dev else None),

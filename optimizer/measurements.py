@@ -107,7 +107,8 @@ def _number(value: str, path: Path, line: int, column: str, *, integer: bool = F
     try:
         number = float(text)
     except ValueError:
-        raise ModelError(f"{path}: line {line}: column '{column}': not a number (got {value!r})") from None
+        raise ModelError(f"{path}: line {line}: column '{column}': not a number (got {value!r}); "
+                         "write a plain decimal number such as 1234.5") from None
     if allow_inf and number == math.inf:
         return number
     if not math.isfinite(number) or number < 0:
