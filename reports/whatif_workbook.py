@@ -16,21 +16,13 @@ from typing import Any
 
 from openpyxl import Workbook
 from openpyxl.chart import LineChart, Reference
-from openpyxl.styles import Alignment, Font, PatternFill
-from openpyxl.utils import get_column_letter
+from openpyxl.styles import PatternFill
 
 from catalog.files import write_atomic
+from reports.xl import Sheet
 
-HEADER_FONT = Font(bold=True)
 DIFF_FILL = PatternFill("solid", fgColor="FFF2CC")
 MONEY = '"$"#,##0'
-
-
-def safe_text(value: Any) -> Any:
-    """User text never becomes a formula: a leading = + - @ (or tab/CR) gets a quote prefix."""
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
-        return "'" + value
-    return value
 
 
 def _sheet_title(name: str, used: set[str]) -> str:
@@ -80,26 +72,22 @@ def _scenario_columns(rows: Sequence[dict[str, Any]]) -> list[tuple[str, list[An
 
 def _frontier_sheet(wb: Workbook, title: str, x_label: str, y_label: str, points: list[tuple[float, float]],
                     x_fmt: str, y_fmt: str) -> None:
-    ws = wb.create_sheet(title)
-    ws.append([x_label, y_label])
-    for c in ws[1]:
-        c.font = HEADER_FONT
-    for x, y in points:
-        ws.append([x, y])
-    for row in ws.iter_rows(min_row=2):
-        row[0].number_format, row[1].number_format = x_fmt, y_fmt
-    ws.column_dimensions["A"].width = 24
-    ws.column_dimensions["B"].width = 28
-    ws.freeze_panes = "A2"
+    sheet = Sheet(wb.create_sheet(title))
+    sheet.header(1, 1, [x_label, y_label])
+    for i, (x, y) in enumerate(points):
+        sheet.put(i + 2, 1, x, x_fmt)
+        sheet.put(i + 2, 2, y, y_fmt)
+    sheet.ws.freeze_panes = "A2"
     if points:
         chart = LineChart()
         chart.title = f"{y_label} vs {x_label}"
         chart.x_axis.title = x_label
         chart.y_axis.title = y_label
-        chart.add_data(Reference(ws, min_col=2, min_row=1, max_row=len(points) + 1), titles_from_data=True)
-        chart.set_categories(Reference(ws, min_col=1, min_row=2, max_row=len(points) + 1))
+        chart.add_data(Reference(sheet.ws, min_col=2, min_row=1, max_row=len(points) + 1), titles_from_data=True)
+        chart.set_categories(Reference(sheet.ws, min_col=1, min_row=2, max_row=len(points) + 1))
         chart.width, chart.height = 18, 9
-        ws.add_chart(chart, "D2")
+        sheet.ws.add_chart(chart, "D2")
+    sheet.finish("1:1")
 
 
 def budget_frontier(rows: Sequence[dict[str, Any]]) -> list[tuple[float, float]]:
@@ -115,47 +103,44 @@ def demand_frontier(rows: Sequence[dict[str, Any]]) -> list[tuple[float, float]]
 
 
 def write_whatif_workbook(rows: Sequence[dict[str, Any]], path: Path | str, inputs: tuple = ()) -> Path:
-    """Write the comparison workbook atomically (never over an input file)."""
+    """Write the comparison workbook atomically (never over an input file).
+
+    Every user string goes through ``Sheet.put``: text stays text, never a formula.
+    """
     wb = Workbook()
-    ws = wb.active
-    ws.title = "Scenarios"
-    ws.append(["scenario", *[safe_text(r["name"]) for r in rows]])
-    for c in ws[1]:
-        c.font = HEADER_FONT
-        c.alignment = Alignment(wrap_text=True, horizontal="center")
+    sheet = Sheet(wb.active)
+    sheet.ws.title = "Scenarios"
+    sheet.header(1, 1, ["scenario", *[str(r["name"]) for r in rows]])
+    row = 1
     for label, values, fmt in _scenario_columns(rows):
-        ws.append([label, *[safe_text(v) for v in values]])
-        row = ws.max_row
+        row += 1
+        sheet.put(row, 1, label)
         for j, v in enumerate(values):
-            cell = ws.cell(row=row, column=j + 2)
-            if fmt and isinstance(v, int | float):
-                cell.number_format = fmt
-            if j > 0 and v != values[0]:
-                cell.fill = DIFF_FILL
-    ws.append([])
-    ws.append(["Highlighted cells differ from the base scenario (first column)."])
-    ws.column_dimensions["A"].width = 34
-    for j in range(len(rows)):
-        ws.column_dimensions[get_column_letter(j + 2)].width = 18
-    ws.freeze_panes = "B2"
+            value = v if isinstance(v, str | int | float | bool) or v is None else str(v)
+            fill = DIFF_FILL if j > 0 and v != values[0] else None
+            sheet.put(row, j + 2, value, fmt if isinstance(v, int | float) else None, fill=fill)
+    sheet.put(row + 2, 1, "Highlighted cells differ from the base scenario (first column).")
+    sheet.width(1, 34)
+    sheet.ws.freeze_panes = "B2"
+    sheet.finish("1:1")
     _frontier_sheet(wb, "Budget frontier", "capex budget ($)", "demand multiplier served",
                     budget_frontier(rows), MONEY, "0.00")
     _frontier_sheet(wb, "Demand frontier", "demand multiplier", "cheapest cost ($)",
                     demand_frontier(rows), "0.00", MONEY)
     used = {s.title.lower() for s in wb.worksheets}
     for r in rows:
-        fs = wb.create_sheet(_sheet_title("Fleet " + r["name"], used))
-        fs.append(["device", "GPUs"])
-        for c in fs[1]:
-            c.font = HEADER_FONT
+        fleet = Sheet(wb.create_sheet(_sheet_title("Fleet " + r["name"], used)))
+        fleet.header(1, 1, ["device", "GPUs"])
+        n = 1
         for device, gpus in sorted(r["fleet"].items()):
-            fs.append([safe_text(device), gpus])
-        fs.append([])
-        fs.append(["status", safe_text(r["status"])])
-        fs.append(["objective ($)", r["objective_usd"]])
-        fs.cell(row=fs.max_row, column=2).number_format = MONEY
-        fs.column_dimensions["A"].width = 20
-        fs.column_dimensions["B"].width = 16
+            n += 1
+            fleet.put(n, 1, str(device))
+            fleet.put(n, 2, gpus, "#,##0")
+        fleet.put(n + 2, 1, "status")
+        fleet.put(n + 2, 2, str(r["status"]))
+        fleet.put(n + 3, 1, "objective ($)")
+        fleet.put(n + 3, 2, r["objective_usd"], MONEY)
+        fleet.finish("1:1")
     buf = io.BytesIO()
     wb.save(buf)
     return write_atomic(path, buf.getvalue(), inputs=inputs)

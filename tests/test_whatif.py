@@ -45,7 +45,6 @@ def small(tmp_path_factory):
 def test_base_equals_plain_optimize(small):
     _, scenarios, rows = small
     from optimizer.optimize import optimize_plan
-
     from optimizer.params import load_params
     from workloads import resolve_catalog
 
@@ -113,3 +112,22 @@ def test_cli_outputs(run_cli, tmp_path):
     wb = load_workbook(out)
     assert wb.sheetnames[:3] == ["Scenarios", "Budget frontier", "Demand frontier"]
     assert wb["Scenarios"]["B1"].value == "base"
+
+
+def test_comparison_workbook_keeps_text_as_text(tmp_path):
+    """No user string becomes a formula in the what-if workbook (reports.xl.Sheet.put)."""
+    from openpyxl import load_workbook
+
+    from reports.whatif_workbook import write_whatif_workbook
+
+    evil = ['=HYPERLINK("http://x","y")', "+cmd|' /C calc'!A0", "@SUM(A1)"]
+    row = {"name": "base", "group": "base", "mode": "min_cost", "level": None, "overrides": {},
+           "status": "optimal", "objective_usd": 1.0, "capex_usd": 1.0, "annual_opex_usd": 0.0, "tco_usd": 1.0,
+           "power_kw": 1.0, "gpus_total": 1, "fleet": {evil[1]: 1}, "demand_multiplier": 1.0, "served_qps": 1.0,
+           "workloads": [{"name": n, "qps": 1.0, "met": True, "ttft_p99_ms": 1.0} for n in evil]}
+    path = write_whatif_workbook([row], tmp_path / "w.xlsx")
+    wb = load_workbook(path)
+    texts = [c for ws in wb.worksheets for r in ws.iter_rows() for c in r if isinstance(c.value, str)]
+    risky = [c for c in texts if c.value[:1] in "=+@"]
+    assert len(risky) >= 4
+    assert all(c.data_type == "s" for c in risky)
