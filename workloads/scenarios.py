@@ -214,6 +214,9 @@ def _make(name: str, group: str, data: dict[str, Any], catalog: Catalog, where: 
 
 def expand_scenarios(spec: ScenarioFile, base_data: dict[str, Any], catalog: Catalog, where: str) -> list[Scenario]:
     """The base, each variant, then each sweep's levels, in file order (the order of results)."""
+    count = 1 + len(spec.variants) + sum(s.steps if s.kind != "demand" else len(s.multipliers or []) for s in spec.sweeps)
+    if count > MAX_SCENARIOS:  # checked before validating thousands of plans
+        raise WorkloadError(f"{where}: {count} scenarios, over the limit of {MAX_SCENARIOS}; use fewer steps")
     out = [_make("base", "base", copy.deepcopy(base_data), catalog, where)]
     for v in spec.variants:
         data = copy.deepcopy(base_data)
