@@ -473,11 +473,14 @@ def _solver(name: str, time_limit_s: float, gap: float) -> Any:
         return pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, math.ceil(time_limit_s)), gapRel=gap)
 
 
-def solve_model(model: FleetModel, *, time_limit_s: float, gap: float, solver: str = "highs") -> SolveRun:
+def solve_model(model: FleetModel, *, time_limit_s: float, gap: float, solver: str = "highs",
+                reported_limit_s: float | None = None) -> SolveRun:
     """Solve with HiGHS (CBC if HiGHS is unavailable or fails) and classify the outcome.
 
     PuLP reports a solve stopped by the time limit as status "Optimal"; only
     ``prob.sol_status`` (integer-feasible vs optimal) tells them apart, so both are read.
+    ``reported_limit_s`` is the limit the user gave, named in the messages (default
+    ``time_limit_s``, which may be what is left of it after building the model).
     """
     names = [solver] + (["cbc"] if solver == "highs" else [])
     last_error = ""
@@ -493,7 +496,7 @@ def solve_model(model: FleetModel, *, time_limit_s: float, gap: float, solver: s
             last_error = f"{name}: {exc}"
             continue
         seconds = time.perf_counter() - start
-        return _classify(model, name, seconds, time_limit_s)
+        return _classify(model, name, seconds, reported_limit_s or time_limit_s)
     raise SolverError(f"no MILP solver could run ({last_error}); install highspy: pip install highspy")
 
 
@@ -501,6 +504,9 @@ def _classify(model: FleetModel, solver: str, seconds: float, time_limit_s: floa
     prob = model.prob
     status, sol = prob.status, prob.sol_status
     gap, bound = _highs_gap(prob) if solver == "highs" else (None, None)
+    if status == pulp.LpStatusOptimal and solver == "highs" and not _highs_has_solution(prob):
+        # PuLP maps a HiGHS stop without any incumbent (an interrupt) to "Optimal": no plan.
+        status = pulp.LpStatusNotSolved
     if status == pulp.LpStatusOptimal and sol == pulp.LpSolutionOptimal:
         return SolveRun(SolveStatus.OPTIMAL, "proven optimal" + _gap_text(gap), gap if gap is not None else 0.0,
                         seconds, solver, bound)
@@ -510,9 +516,17 @@ def _classify(model: FleetModel, solver: str, seconds: float, time_limit_s: floa
     if status == pulp.LpStatusInfeasible or sol == pulp.LpSolutionInfeasible:
         return SolveRun(SolveStatus.INFEASIBLE, "no fleet satisfies every constraint", None, seconds, solver)
     if status == pulp.LpStatusNotSolved:
-        return SolveRun(SolveStatus.ERROR, f"no feasible fleet found within the time limit ({time_limit_s:g} s); "
+        return SolveRun(SolveStatus.ERROR, f"no solution found in {time_limit_s:g} s (the time limit); "
                         "raise --time-limit", None, seconds, solver)
     return SolveRun(SolveStatus.ERROR, f"solver status {pulp.LpStatus.get(status, status)}", None, seconds, solver)
+
+
+def _highs_has_solution(prob: pulp.LpProblem) -> bool:
+    """HiGHS holds a feasible primal solution (``primal_solution_status`` 2); True if it cannot tell."""
+    try:
+        return int(prob.solverModel.getInfo().primal_solution_status) == 2
+    except Exception:  # noqa: BLE001 - older highspy: trust PuLP's status
+        return True
 
 
 def _highs_gap(prob: pulp.LpProblem) -> tuple[float | None, float | None]:
@@ -607,5 +621,5 @@ def solve_fleet(
     model = build_model(problem, minimise, cuts)
     build_seconds = time.perf_counter() - start
     remaining_s = max(time_limit_s - build_seconds, 0.1 * time_limit_s)
-    run = solve_model(model, time_limit_s=remaining_s, gap=gap, solver=solver)
+    run = solve_model(model, time_limit_s=remaining_s, gap=gap, solver=solver, reported_limit_s=time_limit_s)
     return extract(model, run, build_seconds)
