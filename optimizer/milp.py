@@ -21,6 +21,13 @@ one-workload optima; dominated candidates are pruned before (``optimizer.candida
 
 The orchestrator is :func:`solve_fleet`: build the model, solve it, extract the plan.
 The solver is HiGHS (highspy via ``pulp.HiGHS``), or CBC when HiGHS is unavailable.
+
+Determinism: the same problem gives the same fleet. Variables and constraints are created
+in a fixed order (workloads and candidates in plan order, devices in sorted key order),
+HiGHS runs single-threaded (``threads=1``) and deterministically, and exact ties between
+fleets of equal cost are broken by :func:`tie_break` (GPUs go to the device whose key sorts
+first). Near-ties closer than the relative gap (``--gap``, default 0.1 %) are not ties: the
+solver may stop at either, and the same input still gives the same one.
 """
 
 from __future__ import annotations
@@ -392,20 +399,46 @@ def workload_lower_bounds(problem: FleetProblem, *, time_limit_s: float, gap: fl
         bound = sol.bound_usd if sol.bound_usd is not None else (
             sol.objective_usd if sol.status == SolveStatus.OPTIMAL else None)
         if bound is not None:
-            out[dem.workload] = bound * (1 - 1e-9) - 1e-6  # a hair below: never cut off the optimum
+            # a hair below, and below the sub-solve's tie-break term: never cut off the optimum
+            out[dem.workload] = bound * (1 - TIE_BREAK_FRACTION - 1e-9) - 1e-6
     return out
 
 
+# Tie-break weight: the whole term is at most this fraction of the cheapest GPU's cost per GPU.
+TIE_BREAK_FRACTION = 1e-6
+
+
+def tie_break(model: FleetModel) -> pulp.LpAffineExpression:
+    """ε·Σ_d r[d]·gpus[d]: among fleets of equal cost, the GPUs go to devices whose keys sort first.
+
+    r[d] is the rank of device key d in sorted order (0 for the first) and
+    ε = TIE_BREAK_FRACTION · (cheapest amortised $ per GPU) / (number of devices), so the term
+    never outweighs a cost difference of more than a millionth of one GPU's price. The
+    reported objective is recomputed from the fleet without it (:func:`extract`).
+
+    Routing is deliberately left out: where replicas have spare capacity the split of a
+    bucket among them is open, and a linear tie-break would push the first candidate to
+    exactly its SLO capacity. The split is the solver's (the same input gives the same one).
+    """
+    units = model.problem.units
+    per_gpu = [units[d].objective_usd.per_gpu + units[d].objective_usd.per_node / units[d].gpus_per_node
+               for d in model.m]
+    cheapest = min((c for c in per_gpu if c > 0), default=1.0)
+    eps = TIE_BREAK_FRACTION * cheapest / max(len(model.m), 1)
+    return pulp.lpSum(eps * rank * model.gpus[d] for rank, d in enumerate(sorted(model.m)) if rank)
+
+
 def define_objective(model: FleetModel, minimise: Minimise = "objective") -> None:
-    """Minimise Σ_d c_gpu[d]·gpus[d] + c_node[d]·m[d] for the plan's objective (USD).
+    """Minimise Σ_d c_gpu[d]·gpus[d] + c_node[d]·m[d] for the plan's objective (USD), plus :func:`tie_break`.
 
     Diagnostics minimise another figure instead: capex, annual opex, power, or one device's GPUs.
     """
     if isinstance(minimise, tuple):
         model.prob += model.gpus[minimise[1]]
+    elif minimise == "objective":
+        model.prob += model.total("objective_usd") + tie_break(model)
     else:
-        field_name = {"objective": "objective_usd", "capex": "capex_usd",
-                      "annual_opex": "annual_opex_usd", "power": "power_kw"}[minimise]
+        field_name = {"capex": "capex_usd", "annual_opex": "annual_opex_usd", "power": "power_kw"}[minimise]
         model.prob += model.total(field_name)
 
 
