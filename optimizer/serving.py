@@ -21,10 +21,15 @@ Mean behaviour (all arrays over the N configurations):
 Tails (per request; moments, then a shifted gamma with the Wilson–Hilferty tail, mixed
 over quadrature nodes of the length distributions and inverted by bisection):
 
-- **TPOT** of a request with O outputs lives ``W = (O−1)·t̄``: mean ``t̄`` (batch b + 1
-  seen by the tagged request), plus the prompts of the ``Poisson(λW)`` arrivals during its
-  life (compound Poisson: variance ``λ·W·E[ε_L²]/(O−1)²``) and the batch fluctuation of the
-  M/G/∞ decode population averaged over W (``(dD/db)²·(2λ/W²)∫₀^W (W−τ)E[(S−τ)⁺]dτ``).
+- **TPOT** of a request with O outputs lives ``W = (O−1)·t̄``: mean ``t̄`` plus the
+  request-weighted bias ``Cov(b, T)/b̄`` (requests see steps in proportion to the batch),
+  plus the prompts of the ``Poisson(λW)`` arrivals during its life (compound Poisson:
+  variance ``λ·W·E[ε_L²]/(O−1)²``), the batch fluctuation of the M/G/∞ decode population
+  averaged over W (``(dD/db)²·(2λ/W²)∫₀^W (W−τ)E[(S−τ)⁺]dτ``) and their covariance — all
+  amplified by load feedback (a long step admits more arrivals, whose prefill and decode
+  lengthen later steps: a self-exciting process with branching ratio ``λ·(ε + E[O−1]·dD/db)``,
+  see ``_feedback``). The prefill share of TPOT is an average of per-step extras in
+  ``[0, t(b, C) − D(b)]`` (a step carries at most one chunk), which bounds its variance.
 - **TTFT** = residual of the step in progress (length-biased step durations, uniform
   residual; zero when the replica is idle, probability ``e^{−b}``) + prompts that join the
   same step + an M/G/1-type queue of prompt work at the full-chunk rate beyond one step
@@ -458,18 +463,24 @@ def _evaluate(c: Configs, lam: np.ndarray, lens: _Lengths, chunk: int, need: set
     tbar = np.where(sat, np.nan, s.step_s)
     o1 = np.maximum(lens.o_nodes - 1.0, 0.0)  # (QO,) decode steps of a request
 
-    # ---- TPOT | O = mean of O−1 step durations (lag-1 correlated) + batch drift over W
+    # ---- TPOT | O = mean of O−1 step durations + batch drift over W, with load feedback
     m1, m2, m3 = (s.steps.moment(r) for r in (1, 2, 3))
     var_t = np.maximum(m2 - m1**2, 0.0)
     k3_t = m3 - 3 * m1 * m2 + 2 * m1**3
     d_tag = perf.decode_step_s(c, s.b + 1.0, lens.ctx)
-    mean_tpot = m1 + (d_tag - s.steps.d)  # the tagged request is in its own batch
-    inflate = (1.0 + s.rho1) / (1.0 - s.rho1)
+    fb = _feedback(lam, s, lens)
+    # request-weighted mean step E[b·T]/E[b] = t̄ + Cov(b, T)/b̄, Little's law shift included
+    mean_tpot = m1 + np.where(sat, 0.0, fb.bias_s)
     steps_n = np.maximum(o1, 1.0)[None, :]
     window = o1[None, :] * tbar[:, None]  # (N, QO)
     var_b = _batch_average_var(lam, tbar, window, o1, lens.o_w)
-    var_tpot = (var_t * inflate)[:, None] / steps_n + (s.slope_s[:, None] ** 2) * var_b
-    k3_tpot = (k3_t * inflate**1.5)[:, None] / steps_n**2
+    var_pref = (var_t * fb.prefill_factor)[:, None] / steps_n + fb.cross_var_s2[:, None]
+    # prefill share Y = TPOT − D(b+1) is a per-step average in [0, e_full]: Var ≤ Ȳ·(e_full − Ȳ)
+    y_bar = np.maximum(mean_tpot - d_tag, 0.0)
+    bound = y_bar * np.maximum(s.t_full_s - s.steps.d - y_bar, 0.0)
+    shrink = np.minimum(1.0, bound[:, None] / np.maximum(var_pref, 1e-300))
+    var_tpot = var_pref * shrink + (s.slope_s[:, None] ** 2) * var_b * fb.batch_factor[:, None]
+    k3_tpot = (k3_t * fb.prefill_factor**1.5)[:, None] / steps_n**2 * shrink**1.5
     has_tpot = o1 >= 0.5
     w_tpot = np.where(has_tpot, lens.o_w, 0.0)
     w_tpot = w_tpot / w_tpot.sum() if w_tpot.sum() > 0 else w_tpot
@@ -524,6 +535,80 @@ def _evaluate(c: Configs, lam: np.ndarray, lens: _Lengths, chunk: int, need: set
         utilization=util, saturated=sat, running_batch=s.b, step_ms=ms(tbar),
         kv_p99_tokens=np.where(sat, np.inf, kv_p99), kv_capacity_tokens=kv_cap, kv_fits=kv_fits,
         output_tokens_per_s=np.where(sat, np.nan, lam * lens.mean_o),
+    )
+
+
+# Window integrals of the linear load-feedback model (see ``_feedback``), as functions of the
+# decode gain v: I_a(v) = (1/2π)∫ K(θ)²/|1 − v·K₁(θ)|² dθ, I_b(v) = (1/2π)∫ K(θ)·Re K₁(θ)/|1 − v·K₁(θ)|² dθ
+# with K₁(θ) = (1 − e^{−iθ})/(iθ) (a boxcar of one lifetime, θ = ω·steps) and K = |K₁|². Both are
+# tabulated as 1/(1 − v) − Δ(v) (I_c(v) = (1/2π)∫ K/|1 − vK₁|² = 1/(1 − v) exactly), Δ by
+# quadrature on θ ∈ [0, 6000] with dθ = 1e-3 (tests/test_serving.py re-checks three points).
+# Exact ends: I_a(0) = 2/3, I_b(0) = 1/2.
+_FEEDBACK_V = np.array([0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.98])
+_DELTA_A = np.array([1 / 3, 0.3417, 0.3505, 0.3598, 0.3694, 0.3794, 0.3899, 0.4008, 0.4064, 0.4122,
+                     0.4180, 0.4240, 0.4302, 0.4340])
+_DELTA_B = np.array([0.5, 0.5170, 0.5349, 0.5539, 0.5738, 0.5947, 0.6169, 0.6402, 0.6523, 0.6648,
+                     0.6776, 0.6908, 0.7043, 0.7126])
+_MAX_GAIN = 0.98
+
+
+def feedback_integrals(v) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(I_a, I_b, I_c) of the load-feedback model at decode gain ``v`` in [0, 0.98] (see the table above)."""
+    v = np.clip(np.asarray(v, dtype=float), 0.0, _MAX_GAIN)
+    ic = 1.0 / (1.0 - v)
+    return ic - np.interp(v, _FEEDBACK_V, _DELTA_A), ic - np.interp(v, _FEEDBACK_V, _DELTA_B), ic
+
+
+@dataclass(frozen=True)
+class _Feedback:
+    """Load-feedback factors of the TPOT moments (arrays (N,))."""
+
+    bias_s: np.ndarray  # request-weighted mean TPOT − t̄
+    prefill_factor: np.ndarray  # long-window variance factor of the per-step prefill noise
+    batch_factor: np.ndarray  # factor on the M/G/∞ batch-average variance
+    cross_var_s2: np.ndarray  # covariance of prefill noise and batch drift (s²)
+
+
+def _feedback(lam: np.ndarray, s: _State, lens: _Lengths) -> _Feedback:
+    """Load feedback: a longer step admits more arrivals, which make later steps longer.
+
+    Linearised in the step clock, arrivals per step are ``a_k = ξ_k + λ·δT_k`` (ξ Poisson,
+    variance λ·t̄) and the step time is ``δT_k = s·δb_k + ε·a_{k−1}`` with the batch
+    ``δb_k = Σ_{m=1..n} a_{k−m}`` (n = E[O−1] steps of decoding, s = dD/db, ε = ∂E[T]/∂m the
+    marginal prefill cost of one prompt). That is a self-exciting (Hawkes) process with
+    branching ratio ``u_p + u_d``, ``u_p = λ·ε`` (``rho1``) and ``u_d = λ·n·s``: each request's
+    own prefill and decode time lets ``u_p + u_d`` further requests in, which do the same.
+    In the frequency domain (θ = ω·n) the gain is ``u_p + u_d·K₁(θ)``, so fluctuations slower
+    than one lifetime are amplified by ``1/|1 − u_p − u_d·K₁|²``. Averaging over a request's
+    n steps (window |K₁|² = K) gives, with ``v = u_d/(1 − u_p)`` and ``A = 1/(1 − u_p)²``:
+
+    - batch drift: M/G/∞ variance × ``A·I_a(v)/I_a(0)``;
+    - prefill noise: ``Var(T)/n × A·I_c(v)`` (was the lag-1 factor (1 + ρ₁)/(1 − ρ₁));
+    - cross term (the same arrivals are prefilled in and then decode during the window):
+      ``2·λ·t̄·s·ε·A·I_b(v)``;
+    - mean: requests see steps weighted by the batch, ``E[bT]/E[b] = t̄ + Cov(b, T)/b̄`` with
+      ``Cov(b, T)/b̄ = A·(s·I_c(v) + ε/n·(I_c(v) − 1/2)) − ε/(2n)``; the larger batch this
+      implies lengthens t̄ itself by ``u_d/(1 − g)`` of it (linear response of the fixed
+      point, g = u_p + u_d), so the shift is ``bias·(1 − u_p)/(1 − g)``.
+
+    At u_p = u_d = 0 this is the old model plus the cross term and ``s`` (the tagged request
+    in its own batch). g is capped at 0.98.
+    """
+    n = max(lens.mean_o1, 1.0)
+    up = np.clip(s.rho1, 0.0, 0.95)
+    slope = np.maximum(s.slope_s, 0.0)
+    eps = np.maximum(s.eps_s, 0.0)
+    ud = lam * lens.mean_o1 * slope
+    g = np.minimum(up + ud, _MAX_GAIN)
+    ia, ib, ic = feedback_integrals(ud / (1.0 - up))
+    amp = 1.0 / (1.0 - up) ** 2
+    cov = amp * (slope * ic + eps / n * (ic - 0.5)) - eps / (2.0 * n)
+    tbar = np.where(np.isfinite(s.step_s), s.step_s, 0.0)
+    return _Feedback(
+        bias_s=cov * (1.0 - up) / (1.0 - g),
+        prefill_factor=amp * ic,
+        batch_factor=amp * ia / (2.0 / 3.0),
+        cross_var_s2=2.0 * lam * tbar * slope * eps * amp * ib,
     )
 
 
