@@ -90,12 +90,16 @@ for _module in (estimate_cmd, simulate_cmd, calibrate_cmd, roofline_cmd, optimiz
     _module.register(app)
 
 
+class Interrupted(BaseException):  # noqa: N818 - a signal, not an error of the program
+    """SIGINT/SIGTERM. Not a KeyboardInterrupt: click would swallow that (exit 130, no message)."""
+
+
 def _on_signal(signum, _frame):
-    raise KeyboardInterrupt
+    raise Interrupted(signum)
 
 
 def main() -> None:
-    signal.signal(signal.SIGTERM, _on_signal)
+    previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         app()
     except GpuplanError as exc:
@@ -103,9 +107,12 @@ def main() -> None:
             raise
         sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")
         sys.exit(1)
-    except KeyboardInterrupt:
+    except (Interrupted, KeyboardInterrupt):
         sys.stderr.write("error: interrupted; earlier outputs are left as they were\n")
         sys.exit(130)
+    finally:  # main() also runs in-process (tests): give the caller its handlers back
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 if __name__ == "__main__":
