@@ -160,9 +160,15 @@ def max_demand(plan: Plan, options: SolveOptions) -> tuple[float, dict[str, Any]
     return lo, answer(lo)
 
 
-def summarise(scenario: Scenario, result: dict[str, Any], multiplier: float) -> dict[str, Any]:
-    """One row of the comparison: cost, fleet by device, served demand, p99s vs SLOs, power."""
-    base_qps = sum(w.request_rate_qps for w in scenario.plan.workloads)
+def summarise(scenario: Scenario, result: dict[str, Any], scale: float = 1.0) -> dict[str, Any]:
+    """One row of the comparison: cost, fleet by device, served demand, p99s vs SLOs, power.
+
+    ``scale`` multiplies the scenario plan's rates (the answer of a max-demand search);
+    ``demand_multiplier`` is the served demand relative to the base file's: ``scale`` for
+    a budget level, the level of a demand sweep or Monte Carlo draw, else 1.
+    """
+    plan_qps = sum(w.request_rate_qps for w in scenario.plan.workloads)
+    multiplier = scale * float(scenario.overrides.get("demand_multiplier", 1.0))
     return {
         "name": scenario.name,
         "group": scenario.group,
@@ -180,7 +186,7 @@ def summarise(scenario: Scenario, result: dict[str, Any], multiplier: float) -> 
         "gpus_total": result.get("gpus_total"),
         "fleet": {row["device"]: row["gpus"] for row in result.get("fleet", [])},
         "demand_multiplier": multiplier,
-        "served_qps": base_qps * multiplier if result["status"] in ("optimal", "feasible") else 0.0,
+        "served_qps": plan_qps * scale if result["status"] in ("optimal", "feasible") else 0.0,
         "workloads": [
             {k: w.get(k) for k in ("name", "qps", "met", "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms",
                                    "slo_ttft_p99_ms", "slo_tpot_p99_ms", "slo_e2e_p99_ms")}
@@ -195,8 +201,7 @@ def run_scenario(scenario: Scenario, options: SolveOptions) -> dict[str, Any]:
     if scenario.mode == "max_demand":
         multiplier, result = max_demand(scenario.plan, options)
         return summarise(scenario, result, multiplier)
-    return summarise(scenario, _optimize(scenario.plan, options), 1.0 if scenario.group != "growth"
-                     else (scenario.level or 1.0))
+    return summarise(scenario, _optimize(scenario.plan, options))
 
 
 def _run_local(scenarios: Sequence[Scenario], options: SolveOptions, workers: int,

@@ -73,6 +73,9 @@ def test_cost_never_falls_as_demand_rises(small):
     assert all(b >= a - 1e-6 for a, b in zip(costs, costs[1:], strict=False)), growth
     base = next(r for r in rows if r["name"] == "base")
     assert growth[0][1] == pytest.approx(base["objective_usd"], rel=1e-9)
+    x2 = next(r for r in rows if r["group"] == "growth" and r["level"] == 2)
+    assert x2["demand_multiplier"] == 2
+    assert x2["served_qps"] == pytest.approx(2 * base["served_qps"], rel=1e-9)
 
 
 def test_same_results_with_two_workers(small):
