@@ -134,3 +134,18 @@ def test_comparison_workbook_keeps_text_as_text(tmp_path):
     risky = [c for c in texts if c.value[:1] in "=+@"]
     assert len(risky) >= 4
     assert all(c.data_type == "s" for c in risky)
+
+
+def test_shipped_example(run_cli, tmp_path):
+    """examples/whatif-budget.yaml end to end: every scenario solved, frontiers monotone."""
+    js = tmp_path / "whatif.json"
+    r = run_cli("whatif", str(EXAMPLES / "whatif-budget.yaml"), "--json", str(js), "--workers", "2")
+    assert r.code == 0, r.stderr
+    rows = json.loads(js.read_text())["scenarios"]
+    assert [r["name"] for r in rows[:3]] == ["base", "traffic-2x", "h200-price-drop"]
+    assert all(r["status"] in ("optimal", "feasible") for r in rows)
+    budget = [r["demand_multiplier"] for r in rows if r["group"] == "budget"]
+    assert len(budget) == 5 and budget == sorted(budget)
+    assert budget[0] < 1 < budget[-1]  # $100k cannot carry today's demand; $500k carries more
+    growth = [r["objective_usd"] for r in rows if r["group"] == "growth"]
+    assert growth == sorted(growth)
