@@ -303,17 +303,29 @@ def _combos(w: Workload, catalog: Catalog, units: dict[str, UnitSpec], plan: Pla
     return todo, pruned
 
 
-def workload_candidates(
-    w: Workload, plan: Plan, catalog: Catalog, units: dict[str, UnitSpec], params, a: MoneyAssumptions,
-    n_buckets: int, prune: bool = True,
-) -> WorkloadCandidates:
-    """Every candidate of one workload, evaluated in every bucket, pruned with reasons."""
+@dataclass(frozen=True)
+class _Prepared:
+    """A workload before the serving model runs: its buckets, the configs to evaluate, early prunes."""
+
+    model: object
+    buckets: tuple[BucketSpec, ...]
+    pruned: list[Candidate]
+    chosen: list[tuple]
+    configs: object | None
+
+    def jobs(self, w: Workload, params) -> list[tuple]:
+        """(configs, chosen, bucket, workload, params) of every bucket to evaluate."""
+        return [(self.configs, self.chosen, b, w, params) for b in self.buckets] if self.chosen else []
+
+
+def _prepare(w: Workload, plan: Plan, catalog: Catalog, units: dict[str, UnitSpec], params,
+             n_buckets: int) -> _Prepared:
+    """Enumerate, fit in memory (smallest pp that fits) and build the configs of one workload."""
     from optimizer.perf import build_configs
 
     model = catalog.model(w.model)
     buckets = _bucket_specs(w, n_buckets)
-    nb = len(buckets)
-    todo, pruned = _combos(w, catalog, units, plan, nb)
+    todo, pruned = _combos(w, catalog, units, plan, len(buckets))
 
     # pp: the smallest degree that fits; pp = 1 is kept (pruned, with the memory reason) when it does not.
     grid = [(d, q, t, p) for d, q, t in todo for p in PP_DEGREES]
@@ -331,16 +343,25 @@ def workload_candidates(
                                     pruned_reason=fit.reason[i] or "does not fit in memory"))
         if first is not None:
             chosen.append(grid[first])
+    configs = build_configs(model, chosen, params) if chosen else None
+    return _Prepared(model, buckets, pruned, chosen, configs)
 
+
+def _finish(w: Workload, prep: _Prepared, units: dict[str, UnitSpec], params, a: MoneyAssumptions,
+            prune: bool, evaluated: dict[tuple, BucketEvaluation] | None = None) -> WorkloadCandidates:
+    """Capacities per bucket (``evaluated`` first, else ``bucket_capacity``), costs, pruning."""
+    buckets, chosen, configs = prep.buckets, prep.chosen, prep.configs
+    nb = len(buckets)
     kept: list[Candidate] = []
     if chosen:
-        configs = build_configs(model, chosen, params)
         caps = np.zeros((len(chosen), nb))
         limited = [["" for _ in range(nb)] for _ in chosen]
         floors: list[list[dict[str, float]]] = [[{} for _ in range(nb)] for _ in chosen]
         whys: list[str | None] = [None] * len(chosen)
         for b in buckets:
-            ev = bucket_capacity(configs, chosen, b, w, params)
+            ev = evaluated.get(_cache_key(configs, chosen, b, w, params)) if evaluated else None
+            if ev is None:
+                ev = bucket_capacity(configs, chosen, b, w, params)
             caps[:, b.index] = ev.capacity_qps
             for i in range(len(chosen)):
                 limited[i][b.index] = ev.limited_by[i]
@@ -357,8 +378,16 @@ def workload_candidates(
             ))
         if prune:
             kept = prune_dominated(kept)
-    predictor = _predictor(model, {c.key: c for c in kept}, chosen, buckets, params) if chosen else None
-    return WorkloadCandidates(w, model.key, buckets, tuple(kept + pruned), predictor)
+    predictor = _predictor(prep.model, {c.key: c for c in kept}, chosen, buckets, params) if chosen else None
+    return WorkloadCandidates(w, prep.model.key, buckets, tuple(kept + prep.pruned), predictor)
+
+
+def workload_candidates(
+    w: Workload, plan: Plan, catalog: Catalog, units: dict[str, UnitSpec], params, a: MoneyAssumptions,
+    n_buckets: int, prune: bool = True,
+) -> WorkloadCandidates:
+    """Every candidate of one workload, evaluated in every bucket, pruned with reasons."""
+    return _finish(w, _prepare(w, plan, catalog, units, params, n_buckets), units, params, a, prune)
 
 
 @dataclass(frozen=True)
@@ -376,11 +405,16 @@ _CAPACITY_CACHE_MAX = 512
 
 
 def _cache_key(configs, chosen: list[tuple], b: BucketSpec, w: Workload, params) -> tuple:
+    """Everything a bucket's capacities depend on, as a compact digest (keys stay small when
+    thousands of evaluations are held at once)."""
+    import hashlib
+
     devices = tuple(sorted({d.model_dump_json() for d, _, _, _ in chosen}))
     combos = tuple((d.key, q.key, t, p) for d, q, t, p in chosen)
-    return (configs.model.model_dump_json(), devices, combos, b.prompt.model_dump_json(),
+    full = (configs.model.model_dump_json(), devices, combos, b.prompt.model_dump_json(),
             b.output.model_dump_json(), w.slo.model_dump_json(), w.is_batch,
             params.model_dump_json() if hasattr(params, "model_dump_json") else repr(params))
+    return (len(chosen), hashlib.blake2b(repr(full).encode(), digest_size=20).hexdigest())
 
 
 def bucket_capacity(configs, chosen: list[tuple], b: BucketSpec, w: Workload, params) -> BucketEvaluation:
@@ -390,12 +424,25 @@ def bucket_capacity(configs, chosen: list[tuple], b: BucketSpec, w: Workload, pa
 
     NaN/inf from the serving model (saturated or unrunnable configs) count as 0 capacity.
     """
-    from optimizer import serving
-
     key = _cache_key(configs, chosen, b, w, params)
     hit = _CAPACITY_CACHE.get(key)
     if hit is not None:
         return hit
+    ev = _evaluate_bucket(configs, chosen, b, w, params)
+    _remember(key, ev)
+    return ev
+
+
+def _remember(key: tuple, ev: BucketEvaluation) -> None:
+    if len(_CAPACITY_CACHE) >= _CAPACITY_CACHE_MAX:
+        _CAPACITY_CACHE.clear()
+    _CAPACITY_CACHE[key] = ev
+
+
+def _evaluate_bucket(configs, chosen: list[tuple], b: BucketSpec, w: Workload, params) -> BucketEvaluation:
+    """``bucket_capacity`` without the memo."""
+    from optimizer import serving
+
     n = len(chosen)
     with np.errstate(all="ignore"):
         if w.is_batch:
@@ -416,10 +463,89 @@ def bucket_capacity(configs, chosen: list[tuple], b: BucketSpec, w: Workload, pa
             ev = BucketEvaluation(np.array([finite_or_zero(x) for x in cap.max_qps]), list(cap.limited_by),
                                   floors, [cap.why[i] if cap.limited_by[i] == "unservable" else None
                                            for i in range(n)])
-    if len(_CAPACITY_CACHE) >= _CAPACITY_CACHE_MAX:
-        _CAPACITY_CACHE.clear()
-    _CAPACITY_CACHE[key] = ev
     return ev
+
+
+# Below this many bucket evaluations a worker pool costs more than it saves.
+PARALLEL_MIN_JOBS = 4
+_POOL_JOBS: list[tuple] = []  # the jobs of the pool being run (inherited by its forked workers)
+
+
+def parallel_workers() -> int:
+    """Worker processes for bucket evaluations: ``GPUPLAN_WORKERS`` if set, else the usable CPUs
+    (1 = serial; parallel only where ``fork`` exists, so workers inherit the jobs without pickling)."""
+    import multiprocessing
+    import os
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    env = os.environ.get("GPUPLAN_WORKERS", "").strip()
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            return 1
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+def _pool_init() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops the pool
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _pool_job(i: int) -> BucketEvaluation:
+    return _evaluate_bucket(*_POOL_JOBS[i])
+
+
+def evaluate_buckets(jobs: Sequence[tuple]) -> dict[tuple, BucketEvaluation]:
+    """The capacities of many (configs, chosen, bucket, workload, params) jobs, by cache key.
+
+    Memoised ones come from the cache; the rest run in a pool of forked worker processes
+    (``parallel_workers``) when there are at least PARALLEL_MIN_JOBS of them, serially
+    otherwise. The serving model is pure, so the results are those of the serial path.
+    """
+    global _POOL_JOBS
+    out: dict[tuple, BucketEvaluation] = {}
+    todo: list[tuple] = []
+    keys: list[tuple] = []
+    seen: set[tuple] = set()
+    for job in jobs:
+        key = _cache_key(*job)
+        if key in seen:
+            continue
+        seen.add(key)
+        hit = _CAPACITY_CACHE.get(key)
+        if hit is not None:
+            out[key] = hit
+        else:
+            todo.append(job)
+            keys.append(key)
+    workers = min(parallel_workers(), len(todo))
+    if workers < 2 or len(todo) < PARALLEL_MIN_JOBS:
+        results = [_evaluate_bucket(*job) for job in todo]
+    else:
+        import multiprocessing
+
+        # biggest first (more configs, longer), so the last job does not run alone
+        order = sorted(range(len(todo)), key=lambda i: -len(todo[i][1]))
+        _POOL_JOBS = [todo[i] for i in order]
+        try:
+            with multiprocessing.get_context("fork").Pool(workers, initializer=_pool_init) as pool:
+                done = pool.map(_pool_job, range(len(order)), chunksize=1)
+        finally:
+            _POOL_JOBS = []
+        results = [None] * len(todo)  # type: ignore[list-item]
+        for j, i in enumerate(order):
+            results[i] = done[j]
+    for key, ev in zip(keys, results, strict=True):
+        out[key] = ev
+        _remember(key, ev)
+    return out
 
 
 def _predictor(model, by_key: dict[str, Candidate], chosen: list[tuple], buckets, params) -> Predictor:
@@ -460,8 +586,11 @@ def model_candidates(
     params = params if params is not None else load_params(None)
     units = catalog_units(plan, catalog)
     a = MoneyAssumptions.from_plan(plan)
-    workloads = tuple(workload_candidates(w, plan, catalog, units, params, a, n_buckets, prune)
-                      for w in plan.workloads)
+    prepared = [_prepare(w, plan, catalog, units, params, n_buckets) for w in plan.workloads]
+    evaluated = evaluate_buckets([job for w, prep in zip(plan.workloads, prepared, strict=True)
+                                  for job in prep.jobs(w, params)])
+    workloads = tuple(_finish(w, prep, units, params, a, prune, evaluated)
+                      for w, prep in zip(plan.workloads, prepared, strict=True))
     diagnostics = []
     lacking = sorted(k for k, u in units.items() if u.device is not None and u.allowed
                      and missing_figures(u.device, plan))
