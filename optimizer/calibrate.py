@@ -132,8 +132,15 @@ def abs_pct_errors(pred: np.ndarray, measured: np.ndarray) -> np.ndarray:
 
 def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationParams | None = None,
                data_file: str = "", sweeps: int = 6, by_generation: bool = False,
-               by_memory_type: bool = True) -> CalibrationParams:
-    """Fit the factors to the offline rows of ``rows``; returns params with a FitRecord."""
+               by_memory_type: bool = True, online_itl_weight: float = 0.0) -> CalibrationParams:
+    """Fit the factors to the offline rows of ``rows``; returns params with a FitRecord.
+
+    ``online_itl_weight`` > 0 adds ``weight · mean (log predicted/measured)²`` over the
+    online-serving rows' mean inter-token latency (``optimizer.validation.online_predictor``,
+    rows the serving model finds unsaturated): the offline rows are large-batch runs, and
+    alone they let a low bandwidth efficiency and a high all-reduce latency absorb effects
+    absent at batch ~1-50; the ITL rows pin the small-batch step time.
+    """
     usable = [m for m in rows if offline_skip_reason(m) is None]
     if not usable:
         from catalog.errors import ModelError
@@ -173,10 +180,21 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
     measured = np.array([m.throughput_tok_s for m in usable], dtype=float)
     w = _weights(usable)
 
+    online = [m for m in rows if online_itl_weight > 0 and m.tpot_mean_ms and m.request_rate_qps
+              and math.isfinite(m.request_rate_qps) and "online" in m.source_group.lower()]
+
     def loss(p: CalibrationParams) -> float:
         pred = predict_offline_throughput(usable, cat, p).predicted
         err = np.log(np.where(np.isfinite(pred) & (pred > 0), pred, 1e-3) / measured)
-        return float(np.sum(w * err**2))
+        total = float(np.sum(w * err**2))
+        if online:
+            from optimizer.validation import online_predictor
+
+            found, _ = online_predictor(online, cat, p)
+            itl = [math.log(r.predicted / r.measured) for ps in found.values() for r in ps
+                   if r.metric == "tpot_mean_ms" and r.predicted > 0]
+            total += online_itl_weight * (float(np.mean(np.square(itl))) if itl else 25.0)
+        return total
 
     best = loss(params)
     span = 0.5  # half-width of the search in log space, shrinks each sweep
@@ -190,7 +208,11 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
                 if val < best - 1e-12:
                     best, params = val, cand
         span *= 0.6
-    return params.model_copy(update={"fit": fit_record(usable, cat, params, data_file)})
+    record = fit_record(usable, cat, params, data_file)
+    if online:
+        record = record.model_copy(update={"method": record.method + f"; plus {online_itl_weight:g} x mean "
+                                           f"squared log error of mean ITL over {len(online)} online-serving rows"})
+    return params.model_copy(update={"fit": record})
 
 
 def fit_record(rows: Sequence[Measurement], cat: Catalog, params: CalibrationParams,

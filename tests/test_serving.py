@@ -146,8 +146,10 @@ def test_feedback_window_integrals_match_quadrature(v):
 
 def test_online_serving_rows_are_predicted_with_their_errors():
     """TensorRT-LLM v0.14 online rows (fixed request rate): errors as measured when written —
-    mean TTFT median 10.9 %, mean ITL 21.6 % (the perf model's small-batch step is ~20 % slow
-    against TRT-LLM), output tokens/s 7.5 %; tolerances just above."""
+    mean TTFT median 18.9 %, mean ITL 9.4 %, output tokens/s 6.9 %; tolerances just above.
+    (Before the joint offline + online-ITL calibration: TTFT 10.9 %, ITL 21.6-22.7 %. The
+    shipped factors now fit the small-batch step; the model's TTFT has no per-request
+    front-end latency, so a faster step makes the low-load TTFTs ~5 ms short on the 8B rows.)"""
     from collections import defaultdict
 
     from optimizer.measurements import load_measurements
@@ -160,6 +162,6 @@ def test_online_serving_rows_are_predicted_with_their_errors():
     for r in result["rows"]:
         errs[r["metric"]].append(abs(r["pct_error"]))
     assert {k: len(v) for k, v in errs.items()} == {"ttft_mean_ms": 26, "tpot_mean_ms": 26, "output_tokens_per_s": 30}
-    assert np.median(errs["ttft_mean_ms"]) <= 12.0
-    assert np.median(errs["tpot_mean_ms"]) <= 23.0
-    assert np.median(errs["output_tokens_per_s"]) <= 9.0
+    assert np.median(errs["ttft_mean_ms"]) <= 20.0
+    assert np.median(errs["tpot_mean_ms"]) <= 11.0
+    assert np.median(errs["output_tokens_per_s"]) <= 8.0
