@@ -20,6 +20,9 @@ Scheduler (iteration-level, vLLM/TensorRT-LLM style), per step:
    the end of the step (TTFT), then one token per step until its output is done (E2E).
 
 TPOT of a request = (E2E − TTFT) / (output tokens − 1), as MLPerf and vLLM define it.
+KV occupancy (prompts admitted to prefill + contexts of running sequences, tokens) is
+sampled at the end of every step; ``kv_p99_tokens`` is its p99 over the steps that end
+while the measured requests arrive (no warm-up, no drain).
 """
 
 from __future__ import annotations
@@ -142,6 +145,8 @@ class SimResult:
     preemptions: int
     mean_batch: float
     max_kv_tokens: float
+    kv_p99_tokens: float  # p99 of the KV occupancy sampled once per step (steady-state window)
+    kv_mean_tokens: float  # mean of the same samples
     duration_s: float
     backlog_at_end: int  # requests not finished when the arrivals stopped (saturation sign)
 
@@ -243,6 +248,8 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
     max_kv = 0.0
     out_tokens_done = 0
     backlog_at_end = -1
+    kv_steps: list[float] = []  # KV occupancy at the end of each step
+    t_steps: list[float] = []
 
     while True:
         while nxt < n_req and arr[nxt] <= t:
@@ -337,6 +344,8 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
             done_at.setdefault(step + remaining, []).append((rid, epoch[rid]))
         if kv_used > max_kv:
             max_kv = kv_used
+        kv_steps.append(kv_used)
+        t_steps.append(t)
 
     warm = int(n_req * warmup_fraction)
     a = np.asarray(arr[warm:])
@@ -346,6 +355,10 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
     multi = o > 1
     tpot = (e2e[multi] - ttft[multi]) / (o[multi] - 1)
     itl = float((e2e[multi] - ttft[multi]).sum() / (o[multi] - 1).sum()) if multi.any() else float("nan")
+    # KV occupancy per step while the measured requests arrive (no warm-up, no drain)
+    ts = np.asarray(t_steps)
+    steady = (ts >= (arr[warm] if warm < n_req else 0.0)) & (ts <= arr[-1])
+    kv = np.asarray(kv_steps)[steady] if steady.any() else np.asarray(kv_steps or [0.0])
     return SimResult(
         ttft_s=ttft, tpot_s=tpot, e2e_s=e2e,
         ttft={q: percentile_ci(ttft, q) for q in PERCENTILES},
@@ -355,6 +368,7 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
         mean_itl_s=itl,
         output_tokens_per_s=float(out_tokens_done / t) if t > 0 else 0.0,
         requests=len(a), steps=step, preemptions=preemptions,
-        mean_batch=batch_time / t if t > 0 else 0.0, max_kv_tokens=max_kv, duration_s=t,
+        mean_batch=batch_time / t if t > 0 else 0.0, max_kv_tokens=max_kv,
+        kv_p99_tokens=float(np.percentile(kv, 99.0)), kv_mean_tokens=float(kv.mean()), duration_s=t,
         backlog_at_end=max(backlog_at_end, 0),
     )

@@ -1,11 +1,13 @@
 """Analytic serving model vs the discrete-event simulator: p99 TTFT/TPOT and capacity at SLO.
 
-Usage: python scripts/agreement.py [--requests 20000] [--quick]
+Usage: python scripts/agreement.py [--requests 20000] [--no-capacity]
 
 Grid: several models, devices, precisions and tp degrees, with fixed and lognormal
 lengths, at 20 %-90 % of each configuration's analytic capacity (the largest rate at
 which the replica is not saturated and the KV cache holds its p99 occupancy). Prints
-one row per point and the median / worst relative difference |analytic − sim| / sim.
+one row per point and the median / worst relative difference |analytic − sim| / sim,
+for p99 TTFT, p99 TPOT and p99 KV-cache occupancy (tokens; the simulator's occupancy is
+sampled once per step while the measured requests arrive).
 Then capacity at an SLO: the analytic bisection vs a bisection on the simulator.
 """
 
@@ -91,9 +93,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     cat, params = load_catalog(None), load_params()
     t0 = time.perf_counter()
-    rows, d_ttft, d_tpot = [], [], []
+    rows, d_ttft, d_tpot, d_kv = [], [], [], []
     print(f"{'configuration':58s} {'load':>5s} {'qps':>8s} | {'TTFT p99 ms an/sim':>19s} {'diff':>6s} | "
-          f"{'TPOT p99 ms an/sim':>19s} {'diff':>6s}")
+          f"{'TPOT p99 ms an/sim':>19s} {'diff':>6s} | {'KV p99 ktok an/sim':>17s} {'diff':>6s}")
     for c, p, o, label, q, f in grid_points(cat, params):
         a = serving.serve_at_rate(c, q, p, o)
         s = simulate(c, 0, q, p, o, requests=args.requests, seed=1)
@@ -101,12 +103,15 @@ def main(argv=None) -> int:
         ap_, sp = float(a.tpot_p99_ms[0]), s.tpot[99.0].value_ms
         d_ttft.append(rel(at, st))
         d_tpot.append(rel(ap_, sp))
-        rows.append((label, f, q, at, st, ap_, sp))
+        ak, sk = float(a.kv_p99_tokens[0]) / 1e3, s.kv_p99_tokens / 1e3
+        d_kv.append(rel(ak, sk))
+        rows.append((label, f, q, at, st, ap_, sp, ak, sk))
         print(f"{label:58s} {f:5.0%} {q:8.2f} | {at:9.1f} {st:9.1f} {d_ttft[-1]:6.1%} | "
-              f"{ap_:9.2f} {sp:9.2f} {d_tpot[-1]:6.1%}")
+              f"{ap_:9.2f} {sp:9.2f} {d_tpot[-1]:6.1%} | {ak:8.1f} {sk:8.1f} {d_kv[-1]:6.1%}")
     print(f"\n{len(rows)} points; TTFT p99: median {np.median(d_ttft):.1%}, worst {np.max(d_ttft):.1%}; "
           f"TPOT p99: median {np.median(d_tpot):.1%}, worst {np.max(d_tpot):.1%}  "
           "(targets: median <= 10 %, worst <= 25 %)")
+    print(f"KV p99 occupancy: median {np.median(d_kv):.1%}, worst {np.max(d_kv):.1%}")
     if not args.no_capacity:
         print("\ncapacity at SLO (tpot_p99 = 1.6 x (mixtral 3 x) and ttft_p99 = 6 x the zero-load p99s), "
               "analytic vs simulator bisection")
