@@ -85,6 +85,11 @@ class CalibrationParams(_Strict):
         1.0, description="fixed time per scheduler step (launches, sampling, scheduling)")
     sequence_overhead_us: NonNeg = Field(
         1.0, description="host time per running sequence per step (sampling, scheduling, detokenising)")
+    request_overhead_ms: NonNeg = Field(
+        0.0, description="front-end time per request outside the scheduler's steps (tokenising, "
+        "queueing into the engine, first-token detokenising and HTTP), added once to TTFT and to "
+        "E2E, not to TPOT; fitted to the online-serving TTFT rows (0 = parameter files fitted "
+        "before it existed)")
     link_efficiency: Fraction = Field(
         0.7, description="achieved / peak per-direction link bandwidth in all-reduce")
     allreduce_latency_us: NonNeg = Field(

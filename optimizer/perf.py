@@ -83,6 +83,7 @@ class Configs:
     dense_weight_bytes: np.ndarray  # bytes read every step whatever the routing
     expert_weight_bytes: np.ndarray  # bytes of one routed expert over all MoE layers
     sequence_overhead_s: float  # host time per running sequence per step (sampling, bookkeeping)
+    request_overhead_s: float  # front-end time per request, added once to TTFT and E2E (not a step)
     max_batch_sequences: int  # scheduler cap on running sequences (offline runs)
     kv_reserved_output_fraction: float  # share of the output whose KV a running sequence reserves
 
@@ -196,6 +197,7 @@ def build_configs(
         activation_bytes=per_prec(lambda q: q.activation_bytes),
         dense_weight_bytes=dense * wbpp, expert_weight_bytes=ppe * wbpp,
         sequence_overhead_s=params.sequence_overhead_us / 1e6,
+        request_overhead_s=params.request_overhead_ms / 1e3,
         max_batch_sequences=params.max_batch_sequences,
         kv_reserved_output_fraction=params.kv_reserved_output_fraction,
     )
