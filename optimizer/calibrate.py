@@ -14,7 +14,9 @@ parameters, so a derivative-free search is the robust choice). Every source grou
 Fitted: the global memory-bandwidth and compute efficiencies, the per-step overhead,
 the usable memory fraction, the KV reservation of the output, and per-class overrides
 (memory type for bandwidth, generation for compute) when the data hold devices of that
-class. Never per device key.
+class. Never per device key. With ``online_weight`` > 0 and online-serving rows, the
+serving model's mean TTFT and mean ITL enter the loss too, and the per-request front-end
+time ``request_overhead_ms`` (which only TTFT and E2E see) is fitted with the rest.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from catalog.load import Catalog
 from optimizer.measurements import Measurement
 from optimizer.params import CalibrationParams, FactorOverride, FitRecord
 from optimizer.perf import build_configs, offline_throughput_tokens_s
+
+SHIPPED_ONLINE_WEIGHT = 1.0  # online_weight of the shipped optimizer/data/calibration.yaml fit
 
 
 @dataclass(frozen=True)
@@ -132,14 +136,18 @@ def abs_pct_errors(pred: np.ndarray, measured: np.ndarray) -> np.ndarray:
 
 def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationParams | None = None,
                data_file: str = "", sweeps: int = 6, by_generation: bool = False,
-               by_memory_type: bool = True, online_itl_weight: float = 0.0) -> CalibrationParams:
+               by_memory_type: bool = True, online_weight: float = 0.0) -> CalibrationParams:
     """Fit the factors to the offline rows of ``rows``; returns params with a FitRecord.
 
-    ``online_itl_weight`` > 0 adds ``weight · mean (log predicted/measured)²`` over the
-    online-serving rows' mean inter-token latency (``optimizer.validation.online_predictor``,
-    rows the serving model finds unsaturated): the offline rows are large-batch runs, and
-    alone they let a low bandwidth efficiency and a high all-reduce latency absorb effects
-    absent at batch ~1-50; the ITL rows pin the small-batch step time.
+    ``online_weight`` = w > 0 adds, over the online-serving rows (``optimizer.validation``:
+    'online' in the scenario or source group, a finite request rate, a measured mean TTFT or
+    mean ITL), ``w·mean_rows (log ITL_pred/ITL_meas)² + w·mean_rows (log TTFT_pred/TTFT_meas)²``
+    (``online_predictor``, rows the serving model finds unsaturated; a metric with rows but
+    no unsaturated prediction costs w·25): the offline rows are large-batch runs, and alone
+    they let a low bandwidth efficiency and a high all-reduce latency absorb effects absent
+    at batch ~1-50; the ITL rows pin the small-batch step time, the TTFT rows the front-end
+    time ``request_overhead_ms`` (a knob only when TTFT rows exist; started at >= 1 ms, as
+    the search is multiplicative).
     """
     usable = [m for m in rows if offline_skip_reason(m) is None]
     if not usable:
@@ -180,8 +188,11 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
     measured = np.array([m.throughput_tok_s for m in usable], dtype=float)
     w = _weights(usable)
 
-    online = [m for m in rows if online_itl_weight > 0 and m.tpot_mean_ms and m.request_rate_qps
-              and math.isfinite(m.request_rate_qps) and "online" in m.source_group.lower()]
+    online = online_fit_rows(rows) if online_weight > 0 else []
+    metrics = [k for k in ("tpot_mean_ms", "ttft_mean_ms") if any(getattr(m, k) for m in online)]
+    if "ttft_mean_ms" in metrics:
+        params = params.model_copy(update={"request_overhead_ms": max(params.request_overhead_ms, 1.0)})
+        knobs.append(_field_knob("request_overhead_ms", 0.01, 50.0))
 
     def loss(p: CalibrationParams) -> float:
         pred = predict_offline_throughput(usable, cat, p).predicted
@@ -191,9 +202,10 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
             from optimizer.validation import online_predictor
 
             found, _ = online_predictor(online, cat, p)
-            itl = [math.log(r.predicted / r.measured) for ps in found.values() for r in ps
-                   if r.metric == "tpot_mean_ms" and r.predicted > 0]
-            total += online_itl_weight * (float(np.mean(np.square(itl))) if itl else 25.0)
+            for metric in metrics:
+                err = [math.log(r.predicted / r.measured) for ps in found.values() for r in ps
+                       if r.metric == metric and r.predicted > 0]
+                total += online_weight * (float(np.mean(np.square(err))) if err else 25.0)
         return total
 
     best = loss(params)
@@ -210,9 +222,19 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
         span *= 0.6
     record = fit_record(usable, cat, params, data_file)
     if online:
-        record = record.model_copy(update={"method": record.method + f"; plus {online_itl_weight:g} x mean "
-                                           f"squared log error of mean ITL over {len(online)} online-serving rows"})
+        names = " and ".join({"tpot_mean_ms": "mean ITL", "ttft_mean_ms": "mean TTFT"}[k] for k in metrics)
+        record = record.model_copy(update={"method": record.method + f"; plus {online_weight:g} x mean "
+                                           f"squared log error of {names} over {len(online)} online-serving rows"})
     return params.model_copy(update={"fit": record})
+
+
+def online_fit_rows(rows: Sequence[Measurement]) -> list[Measurement]:
+    """The online-serving rows a fit can use: online (``optimizer.validation``), a finite
+    request rate > 0, and a measured mean TTFT or mean ITL."""
+    from optimizer.validation import _is_online
+
+    return [m for m in rows if _is_online(m) and (m.tpot_mean_ms or m.ttft_mean_ms) and m.request_rate_qps
+            and math.isfinite(m.request_rate_qps) and m.request_rate_qps > 0]
 
 
 def fit_record(rows: Sequence[Measurement], cat: Catalog, params: CalibrationParams,

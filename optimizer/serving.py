@@ -33,8 +33,10 @@ over quadrature nodes of the length distributions and inverted by bisection):
 - **TTFT** = residual of the step in progress (length-biased step durations, uniform
   residual; zero when the replica is idle, probability ``e^{−b}``) + prompts that join the
   same step + an M/G/1-type queue of prompt work at the full-chunk rate beyond one step
-  (``E[W_q] = λE[S²]/2 · u/(1−u)``, ``u = λ·E[L]·t(b, C)/C``) + its own prefill steps.
-- **E2E** = TTFT + (O − 1)·TPOT.
+  (``E[W_q] = λE[S²]/2 · u/(1−u)``, ``u = λ·E[L]·t(b, C)/C``) + its own prefill steps
+  + the front-end time ``request_overhead_s`` (tokenising, engine queueing, first-token
+  detokenising/HTTP; a constant, calibrated on the online TTFT rows).
+- **E2E** = TTFT + (O − 1)·TPOT (so the front-end time counts once in E2E too).
 - **KV cache** (p99 occupancy, not the mean): resident tokens are an M/G/∞ shot noise
   over-dispersed by the same load feedback as the batch,
   ``mean = λ·(t̄ + bias)·E[Σ_j (L+j)] + λ·E[TTFT]·E[L]`` (decoding sequences at the
@@ -717,7 +719,7 @@ def _ttft_moments(c: Configs, lam: np.ndarray, lens: _Lengths, s: _State, chunk:
     w1 = p_w * theta
     w2 = 2 * p_w * theta**2 - w1**2
     w3 = 6 * p_w * theta**3 - 6 * p_w * theta**2 * w1 + 2 * w1**3
-    mean = o1 + (r1 + w1)[:, None]
+    mean = o1 + (r1 + w1)[:, None] + c.request_overhead_s  # + the per-request front-end time
     # the prompt length spread inside each stratum, at the full-chunk cost per token
     var = var_o + (var_r + w2)[:, None] + 2.0 * cov + (sec_per_token**2)[:, None] * lens.l_var[None, :]
     k3 = k3_o + (k3_r + w3)[:, None]
@@ -995,15 +997,17 @@ def slo_floor_ms(c: Configs, prompt: LengthDist, output: LengthDist) -> dict[str
     """Physical lower bounds (ms) on each p99 per configuration, whatever the load.
 
     - ``tpot``: ``tpot_bound_ms`` (weights / peak memory bandwidth at batch 1);
-    - ``ttft``: one prefill of the p99 prompt, ``prefill_s(L_p99)`` (1 % of the prompts are
-      at least that long, and no schedule prefills them faster);
+    - ``ttft``: one prefill of the p99 prompt plus the front-end time,
+      ``prefill_s(L_p99) + request_overhead_s`` (1 % of the prompts are at least that long,
+      and no schedule prefills them faster);
     - ``e2e``: ``(O_p99 − 1)·tpot_bound_ms`` (1 % of the requests decode at least O_p99 − 1
       tokens, each no faster than the TPOT bound).
     """
     l99 = float(quantile_tokens(prompt, 0.99))
     o99 = float(quantile_tokens(output, 0.99))
     tpot = perf.tpot_bound_ms(c)
-    return {"tpot": tpot, "ttft": perf.prefill_s(c, l99) * 1e3, "e2e": max(o99 - 1.0, 0.0) * tpot}
+    return {"tpot": tpot, "ttft": (perf.prefill_s(c, l99) + c.request_overhead_s) * 1e3,
+            "e2e": max(o99 - 1.0, 0.0) * tpot}
 
 
 def check_slo_floors(c: Configs, slo: SLO, prompt: LengthDist, output: LengthDist) -> None:
@@ -1013,7 +1017,8 @@ def check_slo_floors(c: Configs, slo: SLO, prompt: LengthDist, output: LengthDis
     """
     floors = slo_floor_ms(c, prompt, output)
     why = {"tpot": "weights / peak memory bandwidth at batch 1",
-           "ttft": f"one prefill of the p99 prompt, {float(quantile_tokens(prompt, 0.99)):,.0f} tokens",
+           "ttft": f"one prefill of the p99 prompt, {float(quantile_tokens(prompt, 0.99)):,.0f} tokens"
+                   + (f", plus {c.request_overhead_s * 1e3:.1f} ms front-end time" if c.request_overhead_s else ""),
            "e2e": f"(p99 output {float(quantile_tokens(output, 0.99)):,.0f} − 1) tokens at the TPOT bound"}
     for k, target in _slo_targets(slo).items():
         floor = float(floors[k][0])

@@ -19,6 +19,10 @@ Scheduler (iteration-level, vLLM/TensorRT-LLM style), per step:
    from ``optimizer.perf``; a request whose prompt completes emits its first token at
    the end of the step (TTFT), then one token per step until its output is done (E2E).
 
+TTFT and E2E include the configuration's per-request front-end time
+``c.request_overhead_s`` (``CalibrationParams.request_overhead_ms``: tokenising, engine
+queueing, first-token detokenising/HTTP), a constant outside the scheduler, added once to
+both exactly as the analytic model does; step times are untouched.
 TPOT of a request = (E2E − TTFT) / (output tokens − 1), as MLPerf and vLLM define it.
 KV occupancy (prompts admitted to prefill + contexts of running sequences, tokens) is
 sampled at the end of every step; ``kv_p99_tokens`` is its p99 over the steps that end
@@ -213,11 +217,13 @@ def simulate(
     if longest > cap_kv:
         raise ModelError(f"{c.keys[index]}: a request of {longest:,} tokens does not fit in the KV cache "
                          f"({cap_kv:,.0f} tokens); shorten the requests or raise tp/pp")
-    return _run(step_time, arrivals, prompts, outputs, cap_kv, max_seqs, chunk, warmup_fraction)
+    return _run(step_time, arrivals, prompts, outputs, cap_kv, max_seqs, chunk, warmup_fraction,
+                float(c.request_overhead_s))
 
 
 def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: np.ndarray,
-         cap_kv: float, max_seqs: int, chunk: int, warmup_fraction: float) -> SimResult:
+         cap_kv: float, max_seqs: int, chunk: int, warmup_fraction: float,
+         request_overhead_s: float = 0.0) -> SimResult:
     n_req = len(arrivals)
     arr = arrivals.tolist()
     plen = prompts.tolist()
@@ -349,8 +355,8 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
 
     warm = int(n_req * warmup_fraction)
     a = np.asarray(arr[warm:])
-    ttft = np.asarray(first[warm:]) - a
-    e2e = np.asarray(finish[warm:]) - a
+    ttft = np.asarray(first[warm:]) - a + request_overhead_s  # front-end time, once per request
+    e2e = np.asarray(finish[warm:]) - a + request_overhead_s
     o = np.asarray(olen[warm:])
     multi = o > 1
     tpot = (e2e[multi] - ttft[multi]) / (o[multi] - 1)

@@ -28,11 +28,12 @@ def test_step_table_equals_perf_model():
 
 
 def test_fixed_lengths_zero_load_ttft_is_prefill_and_tpot_is_step_time():
-    """Arrivals 10^5 s apart never overlap: TTFT = prefill_s(L), TPOT = mean of batch-1 steps."""
+    """Arrivals 10^5 s apart never overlap: TTFT = prefill_s(L) + the front-end time
+    (request_overhead_s), TPOT = mean of batch-1 steps."""
     c = cfg()
     L, out = 467, 32
     r = simulate(c, 0, 1e-5, LengthDist(mean=L), LengthDist(mean=out), requests=20, seed=3, warmup_fraction=0)
-    prefill = float(perf.prefill_s(c, L)[0])
+    prefill = float(perf.prefill_s(c, L)[0]) + c.request_overhead_s
     steps = perf.decode_step_s(c, 1, L + np.arange(1, out))  # context L + g before emitting token g + 1
     assert np.allclose(r.ttft_s, prefill, rtol=1e-12)
     assert np.allclose(r.tpot_s, steps.mean(), rtol=1e-12)
