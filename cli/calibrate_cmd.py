@@ -10,7 +10,7 @@ import typer
 
 from catalog.files import write_atomic
 from cli.common import CatalogOpt, JsonOpt, ParamsOpt, fmt, load, print_json, stdout, table
-from optimizer.calibrate import fit_params
+from optimizer.calibrate import SHIPPED_ONLINE_WEIGHT, fit_params, online_fit_rows
 from optimizer.measurements import load_measurements
 from optimizer.params import load_params, params_to_yaml
 
@@ -21,18 +21,27 @@ def calibrate(
     params: ParamsOpt = None,
     catalog: CatalogOpt = None,
     json_out: JsonOpt = False,
+    online_weight: Annotated[float, typer.Option(
+        "--online-weight", min=0.0,
+        help="Weight of the online-serving rows (fixed request rate, mean TTFT / mean ITL) against the "
+             "offline max-throughput rows; 0 fits the offline rows only. Default: what the shipped "
+             f"parameters used ({SHIPPED_ONLINE_WEIGHT:g}).")] = SHIPPED_ONLINE_WEIGHT,
 ) -> None:
-    """Fit efficiency factors and overheads to offline max-throughput rows; write them for --params."""
+    """Fit efficiency factors and overheads to offline max-throughput rows (and, weighted by
+    --online-weight, the mean TTFT and mean ITL of online-serving rows); write them for --params."""
     cat = load(catalog)
     rows = load_measurements(measurements, cat)
     start = load_params(params) if params is not None else None
-    fitted = fit_params(rows, cat, start=start, data_file=str(measurements))
+    fitted = fit_params(rows, cat, start=start, data_file=str(measurements), online_weight=online_weight)
+    n_online = len(online_fit_rows(rows)) if online_weight > 0 else 0
     digest = hashlib.sha256(measurements.read_bytes()).hexdigest()
     fitted = fitted.model_copy(update={"fit": fitted.fit.model_copy(update={"data_sha256": digest})})
     fit = fitted.fit
     header = (f"gpuplan calibration parameters, fitted by `gpuplan calibrate {measurements.name}`\n"
               f"fit: {fit.rows_used} offline rows, median |error| {fit.median_abs_pct_error}% , "
-              f"p90 {fit.p90_abs_pct_error}%\n"
+              f"p90 {fit.p90_abs_pct_error}%"
+              + (f" (+ {n_online} online-serving rows at weight {online_weight:g}, see fit.method)" if n_online else "")
+              + "\n"
               "use with --params FILE; see optimizer/params.py for the meaning of each field")
     write_atomic(out, params_to_yaml(fitted, header), inputs=(measurements,) + ((params,) if params else ()))
     if json_out:
@@ -46,7 +55,9 @@ def calibrate(
     stdout.print(table(f"fitted on {fit.rows_used} rows of {measurements}", ["parameter", "value"],
                        [[k, f"{v:.4g}" if isinstance(v, float) else str(v)] for k, v in rows_out]))
     stdout.print(f"fit error: median {fmt(fit.median_abs_pct_error, 1)} %, p90 {fmt(fit.p90_abs_pct_error, 1)} %"
-                 f" (absolute, on output tokens/s); written to {out}", markup=False)
+                 f" (absolute, on offline output tokens/s)"
+                 + (f"; also fitted to {n_online} online-serving rows (weight {online_weight:g})" if n_online else "")
+                 + f"; written to {out}", markup=False)
 
 
 def register(app: typer.Typer) -> None:

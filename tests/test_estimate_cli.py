@@ -114,6 +114,31 @@ def test_calibrate_writes_params_and_refuses_input(run_cli, tmp_path):
     assert r.code == 1 and "output path is the input" in r.stderr
 
 
+def test_calibrate_online_weight_fits_online_rows(run_cli, tmp_path):
+    """--online-weight W: the online-serving rows' mean TTFT and ITL enter the fit (and the
+    front-end time request_overhead_ms is fitted); 0 = offline rows only; default = the shipped weight."""
+    lines = CSV.read_text().splitlines()
+    offline = [ln for ln in lines[1:] if "offline" in ln][:20]
+    online = [ln for ln in lines[1:] if "online serving" in ln and ",INF," not in ln][:2]
+    small = tmp_path / "m.csv"
+    small.write_text("\n".join([lines[0], *offline, *online]) + "\n")
+    out0, out1 = tmp_path / "p0.yaml", tmp_path / "p1.yaml"
+    r = run_cli("calibrate", str(small), "--out", str(out0), "--online-weight", "0")
+    assert r.code == 0, r.stderr
+    p0 = yaml.safe_load(out0.read_text())
+    assert "online" not in p0["fit"]["method"] and p0["request_overhead_ms"] == 0.0
+    r = run_cli("calibrate", str(small), "--out", str(out1))  # default: the shipped fit's weight (1)
+    assert r.code == 0, r.stderr
+    assert "2 online-serving rows (weight 1)" in r.stdout
+    text = out1.read_text()
+    p1 = yaml.safe_load(text)
+    assert "mean ITL and mean TTFT over 2 online-serving rows" in p1["fit"]["method"]
+    assert "+ 2 online-serving rows at weight 1" in text.splitlines()[1]
+    assert p1["request_overhead_ms"] > 0 and p1["fit"]["rows_used"] == 20
+    r = run_cli("calibrate", str(small), "--out", str(out1), "--online-weight", "-1")
+    assert r.code != 0 and "online-weight" in r.stderr
+
+
 def test_roofline_png(run_cli, tmp_path):
     out = tmp_path / "r.png"
     r = run_cli("roofline", "--model", "llama-3.1-8b", "--device", "l40s", "--precision", "fp8",
