@@ -409,12 +409,27 @@ def _cache_key(configs, chosen: list[tuple], b: BucketSpec, w: Workload, params)
     thousands of evaluations are held at once)."""
     import hashlib
 
-    devices = tuple(sorted({d.model_dump_json() for d, _, _, _ in chosen}))
+    devices = tuple(sorted({_json(d) for d, _, _, _ in chosen}))
     combos = tuple((d.key, q.key, t, p) for d, q, t, p in chosen)
     full = (configs.model.model_dump_json(), devices, combos, b.prompt.model_dump_json(),
             b.output.model_dump_json(), w.slo.model_dump_json(), w.is_batch,
             params.model_dump_json() if hasattr(params, "model_dump_json") else repr(params))
     return (len(chosen), hashlib.blake2b(repr(full).encode(), digest_size=20).hexdigest())
+
+
+_JSON_MEMO: dict[int, tuple[object, str]] = {}
+
+
+def _json(obj) -> str:
+    """``obj.model_dump_json()``, memoised by identity (the same catalog devices recur in every key)."""
+    hit = _JSON_MEMO.get(id(obj))
+    if hit is not None and hit[0] is obj:
+        return hit[1]
+    if len(_JSON_MEMO) >= 4096:
+        _JSON_MEMO.clear()
+    text = obj.model_dump_json()
+    _JSON_MEMO[id(obj)] = (obj, text)
+    return text
 
 
 def bucket_capacity(configs, chosen: list[tuple], b: BucketSpec, w: Workload, params) -> BucketEvaluation:
@@ -468,6 +483,8 @@ def _evaluate_bucket(configs, chosen: list[tuple], b: BucketSpec, w: Workload, p
 
 # Below this many bucket evaluations a worker pool costs more than it saves.
 PARALLEL_MIN_JOBS = 4
+# Workloads whose configs are built and evaluated together (memory stays bounded for large plans).
+WORKLOADS_PER_BATCH = 32
 _POOL_JOBS: list[tuple] = []  # the jobs of the pool being run (inherited by its forked workers)
 
 
@@ -586,11 +603,14 @@ def model_candidates(
     params = params if params is not None else load_params(None)
     units = catalog_units(plan, catalog)
     a = MoneyAssumptions.from_plan(plan)
-    prepared = [_prepare(w, plan, catalog, units, params, n_buckets) for w in plan.workloads]
-    evaluated = evaluate_buckets([job for w, prep in zip(plan.workloads, prepared, strict=True)
-                                  for job in prep.jobs(w, params)])
-    workloads = tuple(_finish(w, prep, units, params, a, prune, evaluated)
-                      for w, prep in zip(plan.workloads, prepared, strict=True))
+    done: list[WorkloadCandidates] = []
+    for start in range(0, len(plan.workloads), WORKLOADS_PER_BATCH):  # bounded memory for large plans
+        batch = plan.workloads[start:start + WORKLOADS_PER_BATCH]
+        prepared = [_prepare(w, plan, catalog, units, params, n_buckets) for w in batch]
+        evaluated = evaluate_buckets([job for w, prep in zip(batch, prepared, strict=True)
+                                      for job in prep.jobs(w, params)])
+        done += [_finish(w, prep, units, params, a, prune, evaluated) for w, prep in zip(batch, prepared, strict=True)]
+    workloads = tuple(done)
     diagnostics = []
     lacking = sorted(k for k, u in units.items() if u.device is not None and u.allowed
                      and missing_figures(u.device, plan))
