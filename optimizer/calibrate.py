@@ -172,7 +172,7 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
         _field_knob("memory_bandwidth_efficiency", 0.3, 1.0),
         _field_knob("compute_efficiency", 0.15, 1.0),
         _field_knob("step_overhead_ms", 0.05, 30.0),
-        _field_knob("memory_usable_fraction", 0.7, 1.0),
+        _field_knob("memory_usable_fraction", 0.7, 0.97),  # engines keep a reserve; 1.0 is not physical
         _field_knob("kv_reserved_output_fraction", 0.3, 1.0),
         _field_knob("sequence_overhead_us", 0.5, 200.0),
         _field_knob("link_efficiency", 0.1, 1.0),
