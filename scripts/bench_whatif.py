@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Benchmark: a 200-scenario capex-budget sweep of the chat fleet, by backend and worker count.
+
+    python scripts/bench_whatif.py [--scenarios 200] [--backends local1,local2,ray]
+
+Each scenario is a budget level (max-demand search: ~10 MILP solves on one shared candidate
+set per worker). Prints wall time per run and checks that every run returns the same results
+(apart from solve timings) in the same order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from catalog import load_catalog  # noqa: E402
+from optimizer.whatif import SolveOptions, run_scenarios  # noqa: E402
+from workloads.scenarios import load_scenarios  # noqa: E402
+
+
+def _strip(rows):
+    out = json.loads(json.dumps(rows))
+    for r in out:
+        for d in (r, r.get("plan", {})):
+            d.pop("solve_seconds", None)
+            d.pop("created_utc", None)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenarios", type=int, default=200)
+    ap.add_argument("--backends", default="local1,local2,ray")
+    args = ap.parse_args()
+    spec = {"base": str(REPO / "examples" / "chat-fleet.yaml"),
+            "sweeps": [{"name": "budget", "kind": "budget", "from": 100000, "to": 2000000,
+                        "steps": args.scenarios - 1}]}
+    path = Path(tempfile.mkdtemp()) / "sweep.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    _, _, scenarios = load_scenarios(path, load_catalog())
+    print(f"{len(scenarios)} scenarios (base + {args.scenarios - 1} budget levels)")
+    reference = None
+    for backend in args.backends.split(","):
+        kind = "ray" if backend == "ray" else "local"
+        workers = None if kind == "ray" else int(backend.removeprefix("local") or 1)
+        if kind == "ray":
+            try:
+                import ray  # noqa: F401
+            except ImportError:
+                print("ray: not installed (pip install -e '.[ray]'); skipped")
+                continue
+        start = time.perf_counter()
+        rows = run_scenarios(scenarios, SolveOptions(), workers=workers, backend=kind)
+        wall = time.perf_counter() - start
+        same = "reference" if reference is None else ("same results" if _strip(rows) == reference else "DIFFERENT")
+        reference = reference or _strip(rows)
+        print(f"{backend:8s} wall {wall:7.1f} s  ({wall / len(scenarios):.2f} s/scenario)  {same}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
