@@ -490,11 +490,12 @@ _POOL_JOBS: list[tuple] = []  # the jobs of the pool being run (inherited by its
 
 def parallel_workers() -> int:
     """Worker processes for bucket evaluations: ``GPUPLAN_WORKERS`` if set, else the usable CPUs
-    (1 = serial; parallel only where ``fork`` exists, so workers inherit the jobs without pickling)."""
+    (1 = serial; parallel only where ``fork`` exists, so workers inherit the jobs without pickling,
+    and never inside a worker process — what-if scenarios already run one per CPU)."""
     import multiprocessing
     import os
 
-    if "fork" not in multiprocessing.get_all_start_methods():
+    if "fork" not in multiprocessing.get_all_start_methods() or multiprocessing.parent_process() is not None:
         return 1
     env = os.environ.get("GPUPLAN_WORKERS", "").strip()
     if env:
