@@ -168,11 +168,13 @@ def _fmt(value: float, unit: str) -> str:
 # ---------------------------------------------------------------------------------------
 
 
-def single_device_best(
+def single_device_solution(
     problem: FleetProblem, *, time_limit_s: float, gap: float, solver: str = "highs"
-) -> SingleDeviceBest | None:
-    """The cheapest fleet of one device type that serves every workload under the same limits."""
+) -> tuple[SingleDeviceBest | None, FleetSolution | None]:
+    """The cheapest fleet of one device type that serves every workload under the same
+    limits, and its solution (a feasible solution of ``problem`` itself)."""
     best: SingleDeviceBest | None = None
+    best_sol: FleetSolution | None = None
     for d in sorted({o.device for o in problem.options}):
         sub = replace(problem, options=tuple(o for o in problem.options if o.device == d),
                       units={d: problem.units[d]})
@@ -181,7 +183,15 @@ def single_device_best(
         sol = solve_fleet(sub, time_limit_s=time_limit_s, gap=gap, solver=solver)
         if sol.status.has_plan and sol.objective_usd is not None and (best is None or sol.objective_usd < best.objective_usd):
             best = SingleDeviceBest(d, sol.objective_usd, sum(sol.gpus.values()))
-    return best
+            best_sol = sol
+    return best, best_sol
+
+
+def single_device_best(
+    problem: FleetProblem, *, time_limit_s: float, gap: float, solver: str = "highs"
+) -> SingleDeviceBest | None:
+    """The cheapest fleet of one device type that serves every workload under the same limits."""
+    return single_device_solution(problem, time_limit_s=time_limit_s, gap=gap, solver=solver)[0]
 
 
 def single_device_note(best: SingleDeviceBest | None, objective_usd: float) -> Diagnostic:

@@ -17,7 +17,12 @@ from catalog.errors import SolverError
 from catalog.load import Catalog
 from optimizer.candidates import CandidateSet, WorkloadCandidates, fleet_problem
 from optimizer.capacity_table import CapacityTable, load_capacity_table, table_candidates
-from optimizer.diagnose import binding_limits, single_device_best, single_device_note, unservable
+from optimizer.diagnose import (
+    binding_limits,
+    single_device_note,
+    single_device_solution,
+    unservable,
+)
 from optimizer.milp import (
     FleetProblem,
     FleetSolution,
@@ -112,7 +117,20 @@ def optimize_plan(
     if sol.status == SolveStatus.INFEASIBLE and diagnose:
         diagnostics += binding_limits(problem, **solve)
     elif sol.status.has_plan and compare_single_device:
-        single = single_device_best(single_device_shortlist(problem, gap), **solve)
+        single, single_sol = single_device_solution(single_device_shortlist(problem, gap), **solve)
+        if (sol.status == SolveStatus.FEASIBLE and single_sol is not None and single_sol.objective_usd is not None
+                and sol.objective_usd is not None and single_sol.objective_usd < sol.objective_usd):
+            # A solve stopped by its time limit can hold a worse plan than a one-device fleet
+            # (seen at 500 workloads); that fleet satisfies every constraint, so return it.
+            diagnostics.append(Diagnostic(
+                "warning", "time_limit_fallback",
+                f"the solver stopped at its time limit with a ${sol.objective_usd:,.0f} plan; the cheapest one-device "
+                f"fleet (${single_sol.objective_usd:,.0f}) is returned instead; raise --time-limit for a mixed fleet"))
+            bound = sol.bound_usd
+            gap_now = (single_sol.objective_usd - bound) / single_sol.objective_usd if bound is not None else sol.gap
+            sol = replace(single_sol, status=SolveStatus.FEASIBLE, gap=gap_now, bound_usd=bound,
+                          solve_seconds=sol.solve_seconds + single_sol.solve_seconds,
+                          detail=f"time limit reached; one-device fleet; gap {100 * (gap_now or 0):.1f} %")
         diagnostics.append(single_device_note(single, sol.objective_usd or 0.0))
     if sol.status == SolveStatus.FEASIBLE:
         diagnostics.append(Diagnostic("warning", "not_proven_optimal", sol.detail))
@@ -251,9 +269,12 @@ def assemble(
         solve_seconds=sol.solve_seconds, gap=sol.gap if sol.gap is not None else float("nan"),
         solver=sol.solver, plan_name=plan.name, input_file=input_file, input_sha256=input_sha256,
         gpuplan_version=_version(), created_utc=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        assumptions=assumptions_of(plan), candidates=tuple(candidate_rows(cset, a)),
-        buckets=tuple(bucket_rows(cset)),
+        assumptions=assumptions_of(plan), buckets=tuple(bucket_rows(cset)),
     )
+    rows, note = bounded_candidate_rows(candidate_rows(cset, a), sol)
+    common["candidates"] = tuple(rows)
+    if note is not None:
+        diagnostics = [*diagnostics, note]
     if not sol.status.has_plan:
         workloads = tuple(workload_row(wc, [], None, a, met=False) for wc in cset.workloads)
         return PlanResult(**common, workloads=workloads, diagnostics=tuple(diagnostics),
@@ -366,6 +387,39 @@ def workload_row(
         output_tokens_per_year=out_tokens, input_tokens_per_year=requests_per_year * w.prompt_tokens.mean_tokens,
         cost_per_million_output_tokens_usd=cpm, min_replicas=w.min_replicas, redundancy=w.redundancy,
     )
+
+
+MAX_CANDIDATE_ROWS = 20_000
+
+
+def bounded_candidate_rows(rows: list[CandidateRow], sol: FleetSolution) -> tuple[list[CandidateRow], Diagnostic | None]:
+    """All candidate rows, or — past MAX_CANDIDATE_ROWS (a 500-workload plan has millions) —
+    the rows of every chosen candidate plus the cheapest kept ones per (workload, bucket) by
+    cost per req/s, with a diagnostic counting what was left out and why."""
+    if len(rows) <= MAX_CANDIDATE_ROWS:
+        return rows, None
+    chosen = {(w, k) for (w, k), n in sol.replicas.items() if n > 0}
+    groups: dict[tuple[str, int], list[CandidateRow]] = {}
+    for r in rows:
+        if r.pruned_reason is None and r.capacity_qps > 0:
+            groups.setdefault((r.workload, r.bucket), []).append(r)
+    per_group = max(1, MAX_CANDIDATE_ROWS // max(1, len(groups)))
+    keep = [r for r in rows if (r.workload, r.key) in chosen]
+    seen = {id(r) for r in keep}
+    for group in groups.values():
+        group.sort(key=lambda r: (r.cost_per_qps_usd if r.cost_per_qps_usd is not None else float("inf"), r.key))
+        keep += [r for r in group[:per_group] if id(r) not in seen]
+    reasons: dict[str, int] = {}
+    for r in rows:
+        if r.pruned_reason is not None:
+            head = r.pruned_reason.split(";")[0].split(" (")[0]
+            reasons[head] = reasons.get(head, 0) + 1
+    top = ", ".join(f"{n:,} {why}" for why, n in sorted(reasons.items(), key=lambda x: -x[1])[:3])
+    note = Diagnostic("info", "candidates_trimmed",
+                      f"{len(rows):,} candidate rows evaluated; listed: the chosen ones and the {per_group} cheapest "
+                      f"kept per workload and bucket ({len(keep):,} rows); pruned: {sum(reasons.values()):,}"
+                      + (f" (most: {top})" if top else ""))
+    return keep, note
 
 
 def candidate_rows(cset: CandidateSet, a: MoneyAssumptions) -> list[CandidateRow]:
