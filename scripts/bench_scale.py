@@ -18,12 +18,14 @@ and fleet size. The run must end (optimal, or feasible at the time limit with it
 within bounded memory; candidate generation and the per-workload bound solves come before
 the solver's time limit and are included in the wall time.
 
-Measured (2 shared cores, other jobs running; --time-limit 120, seed 0): exit 0, wall 764 s,
-peak RSS 13.9 GB; status feasible at the time limit with gap 100 % (the bound never rose),
-92,480 GPUs on 176 device types, $2.33 B — while the single-device best in its own
-diagnostic is $306 M. Where it goes: candidate generation ~10 min (96 memoised
-capacity_at_slo calls, 24 classes x 4 buckets); 3.5 M candidates[] rows (1.6 M dominated,
-0.6 M kept) make a 1.8 GB JSON and most of the memory.
+Measured (2 shared cores, other jobs running; --time-limit 120, seed 0):
+- first run: exit 0, wall 764 s, peak RSS 13.9 GB; feasible at the time limit with gap 100 %,
+  92,480 GPUs on 176 device types, $2.33 B, while its own one-device diagnostic was $306 M;
+  3.5 M candidates[] rows made a 1.8 GB JSON.
+- after capacities in a worker pool, workloads evaluated 32 at a time, candidates[] bounded
+  at 20,000 rows and the time-limit fallback to the cheapest one-device fleet: exit 0, wall
+  262 s, peak RSS 3.5 GB; feasible (one-device fleet, gap 16.6 % against the main solve's
+  bound), 4,509 GPUs on 564 servers, $219.7 M; 21,712 candidate rows.
 """
 
 from __future__ import annotations
