@@ -144,14 +144,9 @@ def write_atomic(path: Path | str, data: bytes | str, inputs: tuple[Path | str, 
     from catalog.errors import OutputError
 
     path = Path(path)
-    for src in inputs:
-        try:
-            if Path(src).exists() and path.exists() and path.resolve() == Path(src).resolve():
-                raise OutputError(f"{path}: output path is the input file; choose another output path")
-            if path.resolve() == Path(src).resolve():
-                raise OutputError(f"{path}: output path is the input file; choose another output path")
-        except OSError:
-            pass
+    target = path.resolve()
+    if any(target == Path(src).resolve() for src in inputs):
+        raise OutputError(f"{path}: output path is the input file; choose another output path")
     if path.is_dir():
         raise OutputError(f"{path}: is a directory; give a file name")
     parent = path.parent if str(path.parent) else Path(".")
