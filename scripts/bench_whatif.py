@@ -6,6 +6,9 @@
 Each scenario is a budget level (max-demand search: ~10 MILP solves on one shared candidate
 set per worker). Prints wall time per run and checks that every run returns the same results
 (apart from solve timings) in the same order.
+
+Measured (2 cores, 2026-11-29): local 1 worker 463.7 s (2.32 s/scenario), local 2 workers
+228.7 s, ray (local instance, 2 CPUs) 236.6 s; all three identical.
 """
 
 from __future__ import annotations
