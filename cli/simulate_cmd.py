@@ -67,8 +67,8 @@ def simulate(
     result: dict = {"config": c.keys[0], "qps": qps, "requests": sim.requests, "seed": seed,
                     "preemptions": sim.preemptions, "steps": sim.steps,
                     "simulated_mean_batch": round(sim.mean_batch, 2),
-                    "analytic_running_batch": _num(analytic.running_batch[0]),
-                    "analytic_utilization": _num(analytic.utilization[0]),
+                    "analytic_running_batch": perf.finite_round(analytic.running_batch[0], 3),
+                    "analytic_utilization": perf.finite_round(analytic.utilization[0], 3),
                     "analytic_saturated": bool(analytic.saturated[0]),
                     "analytic_kv_fits": bool(analytic.kv_fits[0]),
                     "simulated_output_tokens_per_s": round(sim.output_tokens_per_s, 1)}
@@ -77,7 +77,7 @@ def simulate(
             p = sim_pct[q]
             key = f"{metric}_p{int(q)}_ms"
             an = getattr(analytic, key, None)
-            a = _num(an[0]) if an is not None else None
+            a = perf.finite_round(an[0], 3) if an is not None else None
             result[f"simulated_{key}"] = round(p.value_ms, 3)
             result[f"simulated_{key}_ci95"] = [round(p.ci_low_ms, 3), round(p.ci_high_ms, 3)]
             if a is not None:
@@ -92,11 +92,6 @@ def simulate(
                        right={"simulated", "95 % CI", "analytic"}))
     stdout.print(f"mean batch: simulated {sim.mean_batch:.1f}, analytic {analytic.running_batch[0]:.1f}; "
                  f"utilization {analytic.utilization[0]:.2f}; preemptions {sim.preemptions}", markup=False)
-
-
-def _num(x) -> float | None:
-    x = float(x)
-    return round(x, 3) if x == x and abs(x) != float("inf") else None
 
 
 def register(app: typer.Typer) -> None:

@@ -389,7 +389,8 @@ def offline_throughput_tokens_s(c: Configs, input_tokens, output_tokens) -> tupl
 # One configuration as a plain dict (what `gpuplan estimate --json` prints)
 
 
-def _num(x, digits: int = 4) -> float | None:
+def finite_round(x, digits: int = 4) -> float | None:
+    """``x`` rounded for JSON output, or None when it is NaN or infinite (JSON has neither)."""
     x = float(x)
     return round(x, digits) if np.isfinite(x) else None
 
@@ -434,19 +435,19 @@ def estimate_config(
         "weights_gb_per_gpu": round(float(c.weight_bytes_per_gpu[0]) / 1e9, 3),
         "kv_cache_bytes_per_token": int(round(float(c.kv_bytes_per_token[0]))),
         "max_concurrency": max_conc,
-        "tpot_bound_ms": _num(tpot_bound_ms(c)[0]),
+        "tpot_bound_ms": finite_round(tpot_bound_ms(c)[0]),
     }
     runs = bool(c.supported[0])
     if batch is not None:
         ctx = input_tokens + output_tokens / 2.0
         step = float(decode_step_s(c, batch, ctx)[0]) if runs else float("nan")
-        out["tpot_ms"] = _num(step * 1e3)
-        out["ttft_ms"] = _num(float(prefill_s(c, input_tokens)[0]) * 1e3) if runs else None
-        out["output_tokens_per_s"] = _num(batch / step, 2) if runs else None
+        out["tpot_ms"] = finite_round(step * 1e3)
+        out["ttft_ms"] = finite_round(float(prefill_s(c, input_tokens)[0]) * 1e3) if runs else None
+        out["output_tokens_per_s"] = finite_round(batch / step, 2) if runs else None
         out["bound"] = str(bound_kind(c, batch, ctx)[0]) if runs else None
     if max_throughput:
         b, tput = offline_throughput_tokens_s(c, input_tokens, output_tokens)
         ok = runs and b[0] >= 1
         out["batch"] = int(b[0]) if ok else 0
-        out["output_tokens_per_s"] = _num(tput[0], 2) if ok else None
+        out["output_tokens_per_s"] = finite_round(tput[0], 2) if ok else None
     return out

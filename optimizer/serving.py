@@ -1028,9 +1028,6 @@ def check_slo_floors(c: Configs, slo: SLO, prompt: LengthDist, output: LengthDis
                 f"({why[k]}), short by {floor - target:.2f} ms; relax the SLO, raise tp or use a smaller precision")
 
 
-def _round(x, digits: int = 3) -> float | None:
-    x = float(x)
-    return round(x, digits) if np.isfinite(x) else None
 
 
 def estimate_serving(
@@ -1061,8 +1058,8 @@ def estimate_serving(
         if runs:
             r = serve_at_rate(c, lam, prompt, output, prefill_chunk_tokens=prefill_chunk_tokens)
             for k in keys[:5]:
-                out[k] = _round(getattr(r, k)[0])
-            out["utilization"] = _round(r.utilization[0], 4)
+                out[k] = perf.finite_round(getattr(r, k)[0], 3)
+            out["utilization"] = perf.finite_round(r.utilization[0], 4)
             out["saturated"] = bool(r.saturated[0])
             out["kv_fits"] = bool(r.kv_fits[0])
         else:
@@ -1071,8 +1068,8 @@ def estimate_serving(
         if runs:
             check_slo_floors(c, slo, prompt, output)
             cap = capacity_at_slo(c, prompt, output, slo, prefill_chunk_tokens=prefill_chunk_tokens)
-            out["max_qps_at_slo"] = _round(cap.max_qps[0], 4)
-            out["output_tokens_per_s_at_slo"] = _round(cap.output_tokens_per_s[0], 2)
+            out["max_qps_at_slo"] = perf.finite_round(cap.max_qps[0], 4)
+            out["output_tokens_per_s_at_slo"] = perf.finite_round(cap.output_tokens_per_s[0], 2)
             out["limited_by"] = cap.limited_by[0]
             if cap.why[0]:
                 out["why"] = cap.why[0]
