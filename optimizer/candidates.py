@@ -7,7 +7,9 @@ Enumeration: every allowed device × every allowed precision the device runs × 
 pp that fits at that tp, and none beyond). Each gets its capacity at the workload's SLO
 (req/s per replica) in every request-size bucket — ``capacity_at_slo`` of the serving
 model; for a batch workload the SLO-free throughput ``batch_throughput`` — its cost per
-replica under the plan's objective and its power.
+replica under the plan's objective and its power. An online workload is evaluated both
+split into buckets and whole, and planned the way that costs less alone
+(:mod:`optimizer.bucketing`: a split bucket must meet the p99s on its own).
 
 Pruned candidates keep their reason (``pruned_reason``):
 
@@ -31,7 +33,8 @@ import numpy as np
 
 from catalog.load import Catalog
 from catalog.schema import Device
-from optimizer.milp import Demand, FleetProblem, Limits, Option, UnitTerms
+from optimizer.bucketing import choose_bucketing, problem_parts
+from optimizer.milp import FleetProblem, Limits, UnitTerms
 from optimizer.money import (
     MoneyAssumptions,
     UnitPrice,
@@ -234,11 +237,9 @@ def fleet_problem(cset: CandidateSet, plan: Plan) -> FleetProblem:
     a = MoneyAssumptions.from_plan(plan)
     demands, options = [], []
     for wc in cset.workloads:
-        w = wc.workload
-        demands.append(Demand(w.name, tuple(b.qps for b in wc.buckets), w.min_replicas, w.redundancy == "n+1"))
-        for c in wc.kept:
-            if any(mu > 0 for mu in c.capacity_qps):
-                options.append(Option(w.name, c.key, c.device, c.gpus, c.capacity_qps))
+        demand, opts = problem_parts(wc)
+        demands.append(demand)
+        options += opts
     used = {o.device for o in options}
     units = {k: unit_terms(u, a) for k, u in cset.units.items() if k in used}
     limits = Limits(plan.budget.capex_usd, plan.budget.annual_usd, plan.max_power_kw)
@@ -345,6 +346,14 @@ def _prepare(w: Workload, plan: Plan, catalog: Catalog, units: dict[str, UnitSpe
             chosen.append(grid[first])
     configs = build_configs(model, chosen, params) if chosen else None
     return _Prepared(model, buckets, pruned, chosen, configs)
+
+
+def _as_whole(w: Workload, prep: _Prepared) -> _Prepared | None:
+    """The same configs with the workload as one bucket, when ``prep`` splits it (else None)."""
+    if len(prep.buckets) < 2:
+        return None
+    pruned = [replace(c, capacity_qps=c.capacity_qps[:1], limited_by=c.limited_by[:1]) for c in prep.pruned]
+    return replace(prep, buckets=_bucket_specs(w, 1), pruned=pruned)
 
 
 def _finish(w: Workload, prep: _Prepared, units: dict[str, UnitSpec], params, a: MoneyAssumptions,
@@ -604,15 +613,23 @@ def model_candidates(
     params = params if params is not None else load_params(None)
     units = catalog_units(plan, catalog)
     a = MoneyAssumptions.from_plan(plan)
+    terms = {k: unit_terms(u, a) for k, u in units.items()}
     done: list[WorkloadCandidates] = []
+    notes: list[Diagnostic] = []
     for start in range(0, len(plan.workloads), WORKLOADS_PER_BATCH):  # bounded memory for large plans
         batch = plan.workloads[start:start + WORKLOADS_PER_BATCH]
         prepared = [_prepare(w, plan, catalog, units, params, n_buckets) for w in batch]
-        evaluated = evaluate_buckets([job for w, prep in zip(batch, prepared, strict=True)
-                                      for job in prep.jobs(w, params)])
-        done += [_finish(w, prep, units, params, a, prune, evaluated) for w, prep in zip(batch, prepared, strict=True)]
+        wholes = [_as_whole(w, prep) for w, prep in zip(batch, prepared, strict=True)]
+        evaluated = evaluate_buckets([job for w, prep in zip(batch + batch, prepared + wholes, strict=True)
+                                      if prep is not None for job in prep.jobs(w, params)])
+        for w, prep, whole in zip(batch, prepared, wholes, strict=True):
+            split = _finish(w, prep, units, params, a, prune, evaluated)
+            if whole is not None:  # keep the split or the whole workload: optimizer.bucketing
+                split, note = choose_bucketing(split, _finish(w, whole, units, params, a, prune, evaluated), terms)
+                notes += [note] if note else []
+            done.append(split)
     workloads = tuple(done)
-    diagnostics = []
+    diagnostics = notes
     lacking = sorted(k for k, u in units.items() if u.device is not None and u.allowed
                      and missing_figures(u.device, plan))
     if lacking:

@@ -381,31 +381,47 @@ def define_workload_bounds(model: FleetModel, bounds_usd: Mapping[str, float]) -
                            f"workload_bound__{model.w_name[w]}")
 
 
+def amortised_units(units: Mapping[str, UnitTerms]) -> dict[str, UnitTerms]:
+    """The units with each server's objective $ spread over its GPUs: c_gpu + c_node / gpus_per_node per GPU."""
+    return {d: replace(u, objective_usd=LinearTerms(u.objective_usd.per_gpu
+                                                    + u.objective_usd.per_node / u.gpus_per_node, 0.0))
+            for d, u in units.items()}
+
+
+def solve_alone(demand: Demand, options: tuple[Option, ...], units: Mapping[str, UnitTerms], *,
+                time_limit_s: float, gap: float, solver: str = "highs") -> FleetSolution | None:
+    """One workload on its own: servers amortised per GPU (``amortised_units``), budgets and power dropped.
+
+    Every fleet's replicas of the workload are feasible here, so this optimum bounds the
+    workload's share of any fleet's cost. None when some bucket has no option at all.
+    """
+    amortised = amortised_units({o.device: units[o.device] for o in options})
+    sub = FleetProblem((demand,), options, amortised, Limits())
+    if uncovered_buckets(sub):
+        return None
+    return solve_fleet(sub, time_limit_s=time_limit_s, gap=gap, solver=solver, bounds=False)
+
+
 def workload_lower_bounds(problem: FleetProblem, *, time_limit_s: float, gap: float,
                           solver: str = "highs") -> dict[str, float]:
-    """L[w]: each workload alone, servers amortised per GPU, budgets and power dropped.
+    """L[w]: each workload alone (:func:`solve_alone`).
 
-    Every feasible fleet's replicas of w are feasible here, so the proven lower bound of
-    this small MILP (its dual bound; the optimum when solved) bounds w's amortised cost.
+    Every feasible fleet's replicas of w are feasible there, so the proven lower bound of
+    that small MILP (its dual bound; the optimum when solved) bounds w's amortised cost.
     ``time_limit_s`` is the budget of all of them together.
     """
     per_workload_s = max(0.2, time_limit_s / max(len(problem.demands), 1))
     deadline = time.perf_counter() + time_limit_s
-    units = {d: replace(u, objective_usd=LinearTerms(u.objective_usd.per_gpu
-                                                     + u.objective_usd.per_node / u.gpus_per_node, 0.0))
-             for d, u in problem.units.items()}
     by_workload = options_by_workload(problem)
     out = {}
     for dem in problem.demands:
         left = deadline - time.perf_counter()
         if left <= 0.01:  # the budget is spent: the other workloads go without a cut (cuts are optional)
             break
-        opts = by_workload.get(dem.workload, ())
-        sub = FleetProblem((dem,), opts, {o.device: units[o.device] for o in opts}, Limits())
-        if uncovered_buckets(sub):
+        sol = solve_alone(dem, by_workload.get(dem.workload, ()), problem.units,
+                          time_limit_s=min(per_workload_s, left), gap=min(gap, 1e-6), solver=solver)
+        if sol is None:
             continue
-        sol = solve_fleet(sub, time_limit_s=min(per_workload_s, left), gap=min(gap, 1e-6), solver=solver,
-                          bounds=False)
         bound = sol.bound_usd if sol.bound_usd is not None else (
             sol.objective_usd if sol.status == SolveStatus.OPTIMAL else None)
         if bound is not None:

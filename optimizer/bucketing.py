@@ -1,0 +1,62 @@
+"""Split a workload into request-size buckets, or plan it whole: whichever costs less.
+
+A split workload's candidates have a capacity per bucket, each bucket meeting the SLO's
+p99s on its own. That is sufficient for the workload — its tail is the mixture
+P(X > T) = Σ_b f_b·P(X_b > T) ≤ Σ_b f_b·1 % = 1 % — but stricter than the SLO asks: with
+4 equal buckets the longest bucket alone must meet the p99 of its own lengths, about the
+workload's p99.75 length. Where routing short requests to cheap devices saves less than
+that costs (long prompts under a tight TTFT), the split plan is dearer than serving the
+whole length distribution on every replica: the 405B workload of
+``scripts/bench_optimizer.py`` costs $6.74 M split into 4 buckets and $2.61 M whole, and
+one whose longest bucket no device can serve is still servable whole.
+
+So every online workload with more than one bucket is planned both ways on its own
+(:func:`optimizer.milp.solve_alone`: integer replicas, servers amortised per GPU, budgets
+dropped) and the cheaper kept; on a tie (within ``SPLIT_TIE_RTOL``) the split, which
+leaves the fleet MILP free to route short requests to cheap devices. A workload neither
+way can serve stays split, so its diagnostics name the bucket that fails.
+"""
+
+from __future__ import annotations
+
+from optimizer.milp import Demand, FleetSolution, Option, UnitTerms, solve_alone
+from optimizer.plan import Diagnostic
+
+# Whole must be cheaper than split by more than this fraction to replace it.
+SPLIT_TIE_RTOL = 1e-4
+# Each of the two small solves per workload stops here (they take milliseconds).
+ALONE_TIME_LIMIT_S = 5.0
+
+
+def problem_parts(wc) -> tuple[Demand, tuple[Option, ...]]:
+    """The MILP demand of a :class:`~optimizer.candidates.WorkloadCandidates` and its options
+    (kept candidates with capacity in some bucket)."""
+    w = wc.workload
+    demand = Demand(w.name, tuple(b.qps for b in wc.buckets), w.min_replicas, w.redundancy == "n+1")
+    options = tuple(Option(w.name, c.key, c.device, c.gpus, c.capacity_qps)
+                    for c in wc.kept if any(mu > 0 for mu in c.capacity_qps))
+    return demand, options
+
+
+def alone_usd(wc, units: dict[str, UnitTerms]) -> float | None:
+    """The workload's cheapest deployment on its own (amortised objective $), None if it has none."""
+    demand, options = problem_parts(wc)
+    sol: FleetSolution | None = solve_alone(demand, options, units, time_limit_s=ALONE_TIME_LIMIT_S, gap=1e-6)
+    return sol.objective_usd if sol is not None and sol.status.has_plan else None
+
+
+def choose_bucketing(split, whole, units: dict[str, UnitTerms]) -> tuple[object, Diagnostic | None]:
+    """``whole`` (the workload as one bucket) when it is cheaper alone than ``split``, else ``split``.
+
+    Returns the chosen WorkloadCandidates and, when whole wins, an info diagnostic with both costs.
+    """
+    split_usd, whole_usd = alone_usd(split, units), alone_usd(whole, units)
+    if whole_usd is None or (split_usd is not None and whole_usd >= split_usd * (1 - SPLIT_TIE_RTOL)):
+        return split, None
+    name, n = split.workload.name, len(split.buckets)
+    if split_usd is None:
+        why = f"split into {n} request-size buckets no candidate serves every bucket"
+    else:
+        why = (f"alone it costs ${whole_usd:,.0f} whole vs ${split_usd:,.0f} split into {n} request-size "
+               "buckets, where each bucket must meet the p99s on its own")
+    return whole, Diagnostic("info", "planned_whole", f"{name} is planned as one bucket: {why}")

@@ -1,0 +1,81 @@
+"""Split into request-size buckets or whole: the cheaper way alone is kept (optimizer.bucketing)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from catalog import load_catalog
+from optimizer import candidates as cand
+from optimizer.bucketing import alone_usd
+from optimizer.candidates import model_candidates, unit_terms
+from optimizer.check import check_plan
+from optimizer.money import MoneyAssumptions
+from optimizer.optimize import optimize_plan
+from optimizer.params import load_params
+from tests.conftest import EXAMPLES
+from workloads import load_plan, parse_plan, resolve_catalog
+
+# Long prompts under a tight TTFT (the 405B service of scripts/bench_optimizer.py, at a
+# lower rate): the longest of 4 buckets alone must meet the p99 of its own lengths.
+LONG_PROMPTS = {
+    "name": "long-prompts", "objective": "tco", "allowed_devices": ["h100-sxm", "h200-sxm", "b200", "b300", "mi300x"],
+    "workloads": [{
+        "name": "rag", "model": "llama-3.1-405b", "qps": 8,
+        "prompt_tokens": {"mean": 512, "p99": 4096}, "output_tokens": {"mean": 256, "p99": 1024},
+        "slo": {"ttft_p99_ms": 500, "tpot_p99_ms": 200}, "precisions": ["fp8", "bf16"],
+    }],
+}
+
+
+def long_prompts(ttft_p99_ms: float):
+    spec = copy.deepcopy(LONG_PROMPTS)
+    spec["workloads"][0]["slo"]["ttft_p99_ms"] = ttft_p99_ms
+    plan = parse_plan(spec, "long-prompts")
+    return plan, resolve_catalog(plan, load_catalog(), "long-prompts"), load_params(None)
+
+
+def both_ways(plan, catalog, params):
+    """The workload's candidates split into 4 buckets and whole, without the choice."""
+    w = plan.workloads[0]
+    units = cand.catalog_units(plan, catalog)
+    a = MoneyAssumptions.from_plan(plan)
+    split = cand._prepare(w, plan, catalog, units, params, 4)
+    whole = cand._as_whole(w, split)
+    terms = {k: unit_terms(u, a) for k, u in units.items()}
+    return (cand._finish(w, split, units, params, a, True), cand._finish(w, whole, units, params, a, True), terms)
+
+
+@pytest.mark.parametrize("ttft_p99_ms, split_servable", [(500, False), (700, True)])
+def test_whole_is_kept_when_split_costs_more(ttft_p99_ms, split_servable):
+    """500 ms: the longest bucket alone meets it on no device, the whole workload does; 700 ms: both
+    can, split costs about twice as much (one B200 pair vs two, on the shipped catalog)."""
+    plan, catalog, params = long_prompts(ttft_p99_ms)
+    split, whole, terms = both_ways(plan, catalog, params)
+    split_usd, whole_usd = alone_usd(split, terms), alone_usd(whole, terms)
+    assert len(split.buckets) == 4 and len(whole.buckets) == 1
+    assert whole_usd is not None
+    assert (split_usd is not None) == split_servable
+    if split_servable:
+        assert whole_usd < 0.9 * split_usd
+
+    cset = model_candidates(plan, catalog, params, n_buckets=4)
+    assert len(cset.workload("rag").buckets) == 1
+    notes = [d for d in cset.diagnostics if d.code == "planned_whole"]
+    assert len(notes) == 1 and notes[0].message.startswith("rag is planned as one bucket")
+
+    four = optimize_plan(plan, catalog, params, n_buckets=4, diagnose=False, compare_single_device=False)
+    one = optimize_plan(plan, catalog, params, n_buckets=1, diagnose=False, compare_single_device=False)
+    assert check_plan(four, plan) == [] and four.workloads[0].met
+    assert four.objective_usd == pytest.approx(one.objective_usd, rel=1e-9)
+    assert any(d.code == "planned_whole" for d in four.diagnostics)
+
+
+def test_split_is_kept_on_a_tie():
+    """The chat fleet costs the same either way: its online workloads stay split (routing is free to mix)."""
+    plan = load_plan(EXAMPLES / "chat-fleet.yaml")
+    catalog = resolve_catalog(plan, load_catalog(), "chat-fleet.yaml")
+    cset = model_candidates(plan, catalog, load_params(None), n_buckets=4)
+    assert [len(wc.buckets) for wc in cset.workloads] == [4, 4, 1]  # the batch job is always whole
+    assert not [d for d in cset.diagnostics if d.code == "planned_whole"]
