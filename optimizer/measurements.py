@@ -164,4 +164,7 @@ def load_measurements(path: Path | str, cat: Catalog) -> list[Measurement]:
             tpot_mean_ms=nums.get("tpot_mean_ms"), tpot_p99_ms=nums.get("tpot_p99_ms"),
             e2e_latency_s=nums.get("e2e_latency_s"),
         ))
+    if not rows:
+        raise ModelError(f"{path}: the header has no rows under it; add at least one measurement row "
+                         "(the format of calibration.csv)")
     return rows
