@@ -31,7 +31,8 @@ Units: bytes, seconds, FLOPs in arrays; ``_ms`` / ``_gb`` only where the name sa
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -93,16 +94,21 @@ class Configs:
     def index(self, key: str) -> int:
         return self.keys.index(key)
 
-    def take(self, indices: Sequence[int] | np.ndarray) -> Configs:
-        """The configurations at ``indices`` (in that order), every aligned array sliced alike."""
-        idx = np.asarray(indices, dtype=int)
+    @cached_property
+    def stage(self) -> StageConstants:
+        """The step-independent factors of a pipeline-stage time, computed once per Configs."""
+        return stage_constants(self)
+
+    def take(self, indices: Sequence[int] | np.ndarray | slice) -> Configs:
+        """The configurations at ``indices`` (in that order; a slice gives views), every aligned array sliced alike."""
+        idx = indices if isinstance(indices, slice) else np.asarray(indices, dtype=int)
         changes = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, np.ndarray):
                 changes[f.name] = value[idx]
             elif isinstance(value, list):
-                changes[f.name] = [value[i] for i in idx]
+                changes[f.name] = value[idx] if isinstance(idx, slice) else [value[i] for i in idx]
         return replace(self, **changes)
 
 
@@ -226,13 +232,74 @@ def experts_touched(num_experts: int, experts_per_token: int, tokens) -> np.ndar
     return num_experts * (1.0 - (1.0 - experts_per_token / num_experts) ** np.maximum(tokens, 0.0))
 
 
+@dataclass(frozen=True)
+class StageConstants:
+    """The factors of a pipeline-stage time that depend on the configuration only: arrays (N,),
+    or (N, 1, ...) columns from ``shaped``.
+
+    Folded once per :class:`Configs` (``Configs.stage``): the step-time functions are called
+    many times on the same configurations and then only do the per-step arithmetic.
+    """
+
+    pp: np.ndarray  # p, as float
+    gpus: np.ndarray  # t·p, as float
+    weight_bytes_total: np.ndarray
+    weight_bytes_per_gpu: np.ndarray
+    dense_weight_bytes: np.ndarray
+    expert_weight_bytes: np.ndarray
+    kv_bytes_per_token: np.ndarray
+    kv_gpus: np.ndarray  # kv_shards·p: GPUs one token's KV is spread over
+    memory_bytes_s: np.ndarray  # achieved memory bandwidth per GPU, bw·eff_bw
+    flops_s: np.ndarray  # achieved compute per GPU, peak·eff_flops (NaN if unsupported)
+    allreduces: np.ndarray  # all-reduces per stage pass, layers/p · 2
+    ring_factor: np.ndarray  # 2·(t−1)/t: share of the bytes each GPU sends in a ring all-reduce
+    multi_gpu: np.ndarray  # t > 1 (no all-reduce otherwise)
+    activation_bytes: np.ndarray
+    link_bytes_s: np.ndarray
+    allreduce_latency_s: np.ndarray
+    step_overhead_s: np.ndarray
+    _shaped: dict[int, StageConstants] = field(default_factory=dict, repr=False, compare=False)
+
+    def shaped(self, ndim: int) -> StageConstants:
+        """The constants as (N, 1, ...) columns that broadcast against ``ndim``-dimensional inputs (cached)."""
+        if ndim <= 1:
+            return self
+        if ndim not in self._shaped:
+            self._shaped[ndim] = StageConstants(
+                *(_col(getattr(self, f.name), ndim) for f in fields(self) if f.name != "_shaped"))
+        return self._shaped[ndim]
+
+
+def stage_constants(c: Configs) -> StageConstants:
+    """The :class:`StageConstants` of every configuration of ``c``."""
+    p = c.pp.astype(float)
+    t = c.tp.astype(float)
+    return StageConstants(
+        pp=p, gpus=t * p, weight_bytes_total=c.weight_bytes_total, weight_bytes_per_gpu=c.weight_bytes_per_gpu,
+        dense_weight_bytes=c.dense_weight_bytes, expert_weight_bytes=c.expert_weight_bytes,
+        kv_bytes_per_token=c.kv_bytes_per_token, kv_gpus=c.kv_shards * p,
+        memory_bytes_s=c.memory_bandwidth_bytes_s * c.memory_bandwidth_efficiency,
+        flops_s=c.peak_flops * c.compute_efficiency,
+        allreduces=(c.model.num_layers / p) * 2.0, ring_factor=2.0 * (t - 1.0) / t, multi_gpu=t > 1,
+        activation_bytes=c.activation_bytes, link_bytes_s=c.link_bytes_s, allreduce_latency_s=c.allreduce_latency_s,
+        step_overhead_s=c.step_overhead_s,
+    )
+
+
 def _weight_bytes_read(c: Configs, tokens: np.ndarray, ndim: int) -> np.ndarray:
     """Weight bytes the whole replica reads for one pass of ``tokens`` tokens (MoE-aware)."""
-    m = c.model
+    m, k = c.model, c.stage.shaped(ndim)
     if not m.is_moe:
-        return _col(c.weight_bytes_total, ndim) + 0.0 * tokens
+        return k.weight_bytes_total + 0.0 * tokens
     touched = experts_touched(m.num_experts, m.experts_per_token, np.maximum(tokens, 1.0))
-    return _col(c.dense_weight_bytes, ndim) + touched * _col(c.expert_weight_bytes, ndim)
+    return k.dense_weight_bytes + touched * k.expert_weight_bytes
+
+
+def _weight_bytes_read_per_gpu(c: Configs, tokens: np.ndarray, ndim: int) -> np.ndarray:
+    """``_weight_bytes_read``/(t·p); for a dense model the (N, 1, ...) column W/(t·p), whatever ``tokens``."""
+    if not c.model.is_moe:
+        return c.stage.shaped(ndim).weight_bytes_per_gpu
+    return _weight_bytes_read(c, tokens, ndim) / c.stage.shaped(ndim).gpus
 
 
 def attention_flops_per_context_token(model: Model) -> float:
@@ -242,10 +309,10 @@ def attention_flops_per_context_token(model: Model) -> float:
 
 def _allreduce_s(c: Configs, tokens: np.ndarray, ndim: int) -> np.ndarray:
     """One ring all-reduce of ``tokens``·hidden activations: 2·(t−1)/t · bytes / link + latency (0 at t=1)."""
-    t = _col(c.tp.astype(float), ndim)
-    nbytes = tokens * c.model.hidden_size * _col(c.activation_bytes, ndim)
-    time = 2.0 * (t - 1.0) / t * nbytes / _col(c.link_bytes_s, ndim) + _col(c.allreduce_latency_s, ndim)
-    return np.where(t > 1, time, 0.0)
+    k = c.stage.shaped(ndim)
+    nbytes = tokens * c.model.hidden_size * k.activation_bytes
+    time = k.ring_factor * nbytes / k.link_bytes_s + k.allreduce_latency_s
+    return np.where(k.multi_gpu, time, 0.0)
 
 
 @dataclass(frozen=True)
@@ -258,30 +325,38 @@ class StepParts:
     step_s: np.ndarray
 
 
+def _decode_step(c: Configs, batch, context_tokens, prefill_tokens, prefill_context_tokens) -> StepParts:
+    """``decode_parts``, each part at its own broadcast shape: terms that do not depend on the
+    prefill tokens stay as small as the batch (N, 1, ...), so (N, K, ...) prefill grids cost less."""
+    ndim, (b, ctx, npre, pctx) = _prep(c, batch, context_tokens, prefill_tokens, prefill_context_tokens)
+    k = c.stage.shaped(ndim)
+    micro_b = b / k.pp
+    micro_n = npre / k.pp
+    tokens = micro_b + micro_n
+    decode_ctx = micro_b * ctx  # context tokens the decoding micro-batch attends to
+    weights = _weight_bytes_read_per_gpu(c, tokens, ndim)
+    mem_s = (weights + decode_ctx * k.kv_bytes_per_token / k.kv_gpus) / k.memory_bytes_s
+    active = c.model.active_params_b * 1e9
+    attn = attention_flops_per_context_token(c.model) * (decode_ctx + micro_n * pctx)
+    compute_s = (2.0 * active * tokens + attn) / k.gpus / k.flops_s
+    comm_s = k.allreduces * _allreduce_s(c, tokens, ndim)
+    overhead_s = k.step_overhead_s + b * c.sequence_overhead_s
+    step_s = k.pp * (np.maximum(mem_s, compute_s) + comm_s) + overhead_s
+    return StepParts(mem_s, compute_s, comm_s, step_s)
+
+
 def decode_parts(c: Configs, batch, context_tokens, prefill_tokens=0.0,
                  prefill_context_tokens=0.0) -> StepParts:
-    """Stage times and step time of a decode step (see module docstring for the formulas).
+    """Stage times and step time of a decode step (see module docstring for the formulas),
+    all four of the same (broadcast) shape.
 
     ``prefill_context_tokens`` is the mean context (attention span) of the prefill tokens;
     a prompt of length L processed whole has mean span L/2.
     """
-    ndim, (b, ctx, npre, pctx) = _prep(c, batch, context_tokens, prefill_tokens, prefill_context_tokens)
-    p = _col(c.pp.astype(float), ndim)
-    t = _col(c.tp.astype(float), ndim)
-    micro_b = b / p
-    micro_n = npre / p
-    tokens = micro_b + micro_n
-    weights = _weight_bytes_read(c, tokens, ndim) / (t * p)
-    kv = micro_b * ctx * _col(c.kv_bytes_per_token, ndim) / (_col(c.kv_shards, ndim) * p)
-    mem_s = (weights + kv) / (_col(c.memory_bandwidth_bytes_s * c.memory_bandwidth_efficiency, ndim))
-    active = c.model.active_params_b * 1e9
-    attn = attention_flops_per_context_token(c.model) * (micro_b * ctx + micro_n * pctx)
-    flops = (2.0 * active * tokens + attn) / (t * p)
-    compute_s = flops / _col(c.peak_flops * c.compute_efficiency, ndim)
-    comm_s = (c.model.num_layers / p) * 2.0 * _allreduce_s(c, tokens, ndim)
-    overhead_s = _col(c.step_overhead_s, ndim) + b * c.sequence_overhead_s
-    step_s = p * (np.maximum(mem_s, compute_s) + comm_s) + overhead_s
-    return StepParts(mem_s, compute_s, comm_s, step_s)
+    parts = _decode_step(c, batch, context_tokens, prefill_tokens, prefill_context_tokens)
+    shape = parts.step_s.shape
+    return StepParts(*(np.broadcast_to(x, shape) for x in (parts.mem_s, parts.compute_s, parts.comm_s)),
+                     parts.step_s)
 
 
 def decode_step_s(c: Configs, batch, context_tokens, prefill_tokens=0.0,
@@ -294,7 +369,7 @@ def decode_step_s(c: Configs, batch, context_tokens, prefill_tokens=0.0,
     of batch/pp (see module docstring). Broadcasts against (N,) or (N, K) inputs; NaN where
     the device cannot compute in the precision.
     """
-    return decode_parts(c, batch, context_tokens, prefill_tokens, prefill_context_tokens).step_s
+    return _decode_step(c, batch, context_tokens, prefill_tokens, prefill_context_tokens).step_s
 
 
 def tpot_s(c: Configs, batch, context_tokens) -> np.ndarray:
@@ -319,16 +394,13 @@ def prefill_s(c: Configs, prompt_tokens, batch_prompts=1) -> np.ndarray:
     ``pp · (max(weights/(t·p)/bw, FLOPs/(t·p)/flops) + t_comm) + t_overhead``.
     """
     ndim, (L, n) = _prep(c, prompt_tokens, batch_prompts)
-    p = _col(c.pp.astype(float), ndim)
-    t = _col(c.tp.astype(float), ndim)
+    k = c.stage.shaped(ndim)
     tokens = L * n
-    weights = _weight_bytes_read(c, tokens, ndim) / (t * p)
-    mem_s = weights / _col(c.memory_bandwidth_bytes_s * c.memory_bandwidth_efficiency, ndim)
+    mem_s = _weight_bytes_read_per_gpu(c, tokens, ndim) / k.memory_bytes_s
     attn = attention_flops_per_context_token(c.model) * tokens * L / 2.0
-    flops = (2.0 * c.model.active_params_b * 1e9 * tokens + attn) / (t * p)
-    compute_s = flops / _col(c.peak_flops * c.compute_efficiency, ndim)
-    comm_s = (c.model.num_layers / p) * 2.0 * _allreduce_s(c, tokens, ndim)
-    return p * (np.maximum(mem_s, compute_s) + comm_s) + _col(c.step_overhead_s, ndim)
+    compute_s = (2.0 * c.model.active_params_b * 1e9 * tokens + attn) / k.gpus / k.flops_s
+    comm_s = k.allreduces * _allreduce_s(c, tokens, ndim)
+    return k.pp * (np.maximum(mem_s, compute_s) + comm_s) + k.step_overhead_s
 
 
 def max_sequences(c: Configs, tokens_per_sequence) -> np.ndarray:

@@ -54,7 +54,7 @@ Pure: no I/O, no printing. Times in seconds internally; ``_ms`` fields in result
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -73,7 +73,9 @@ BISECTION_ITERATIONS = 40  # safeguarded regula falsi steps on ln λ (typically 
 CAPACITY_RTOL = 5e-4  # capacity bracket hi/lo − 1
 QUANTILE_ITERATIONS = 24  # Illinois steps, safeguarded inside the component-quantile bracket
 QUANTILE_RTOL = 1e-5
+POISSON_K_MAX = 60  # largest count of prompts per step resolved (the Poisson tail folds into it)
 MAX_EXPLICIT_CHUNKS = 4  # longer prefills: the rest at the 4th chunk's per-token cost
+GRID_BLOCK_ELEMENTS = 1 << 15  # row-wise grids are evaluated by blocks of rows this large (256 KB arrays)
 _LIMITS = ("ttft", "tpot", "e2e")
 
 
@@ -140,11 +142,14 @@ class _Lengths:
     l_var: np.ndarray  # variance of the prompt length inside each node's stratum, (QL,)
     o_var: np.ndarray  # same for the output length, (QO,)
     mean_l: float
+    var_l: float  # Var(L) over the nodes, Σ w·(L − E[L])²
     mean_o1: float  # E[O − 1]
     mean_o: float
     ctx: float  # time-weighted mean context of a decoding sequence
     kv_tok_steps: float  # E[Σ_{j=1}^{O−1} (L + j)]
     kv_tok2_steps: float  # E[Σ_{j=1}^{O−1} (L + j)²]
+    prompt_grids: dict[tuple[int, int], _PromptTokens] = field(default_factory=dict, repr=False,
+                                                               compare=False)  # ``_prompt_tokens`` by (k_max, C)
 
 
 def _lengths(prompt: LengthDist, output: LengthDist) -> _Lengths:
@@ -161,41 +166,88 @@ def _lengths(prompt: LengthDist, output: LengthDist) -> _Lengths:
     kv1 = float(ow @ (n * el + sum_j))
     kv2 = float(ow @ (n * el2 + 2 * el * sum_j + sum_j2))
     ctx = el + (float(ow @ (n * (n + 1))) / (2.0 * eo1) if eo1 > 0 else 0.0)
-    return _Lengths(ln, lw, on, ow, lv, ov, el, eo1, float(ow @ on), ctx, kv1, kv2)
+    var_l = float(lw @ (ln - el) ** 2)
+    return _Lengths(ln, lw, on, ow, lv, ov, el, var_l, eo1, float(ow @ on), ctx, kv1, kv2)
 
 
 # ---------------------------------------------------------------------------------------
 # Step-time pieces
 
 
-def _chunked_extra_s(c: Configs, b: np.ndarray, ctx: float, n_tokens: np.ndarray, chunk: int,
-                     d: np.ndarray, single_prompt: bool, prompt_tokens: float = 0.0) -> np.ndarray:
-    """g(n) = Σ_chunks [t(b, c̄, n_j, span_j) − D(b)]: extra step time of n prefill tokens.
+@dataclass(frozen=True)
+class _PromptTokens:
+    """The prefill tokens n a step can carry, as J columns: one prompt of each node length L
+    (QL columns), then K = 2..k_max prompts of E[L] tokens; with what ``_steps`` and
+    ``_chunked_extra_s`` need of them that does not depend on the configuration. Shapes (1, J)
+    unless noted."""
 
-    The tokens go through ``ceil(n/C)`` steps of at most C tokens. ``single_prompt``: one
-    prompt, chunk j attends to ``j·C + n_j/2`` tokens on average; otherwise several prompts
-    of ``prompt_tokens`` each, span ``prompt_tokens/2``. Shapes: b, d (N, 1); n (N, J).
+    n_one: int  # QL: the first columns are one prompt each
+    rest: np.ndarray  # tokens of the chunk that carries the remainder (more than C only in the last explicit one)
+    n_step: np.ndarray  # its step size, min(rest, C)
+    rest_span: np.ndarray  # its attention span
+    full_span: np.ndarray  # (1, MAX_EXPLICIT_CHUNKS): full chunk j < last of one prompt, then of several
+    before: np.ndarray  # (J,) column of the full chunks before the remainder, in ``_chunked_extra_s``'s table
+    sd_tokens: np.ndarray  # (1, K − 1) √(K·Var(L))
+    k_tokens: np.ndarray  # (1, K − 1) max(K·E[L], 1)
+
+
+def _prompt_tokens(lens: _Lengths, k_max: int, chunk: int) -> _PromptTokens:
+    """The :class:`_PromptTokens` for K up to ``k_max`` and chunks of C = ``chunk`` tokens (cached on ``lens``).
+
+    Chunk j of one prompt attends to ``j·C + n_j/2`` tokens on average; chunks of several
+    prompts to E[L]/2. The chunk carrying the remainder is ``min(⌊n/C⌋, MAX_EXPLICIT_CHUNKS − 1)``.
     """
-    n_tokens = np.broadcast_to(n_tokens, np.broadcast_shapes(n_tokens.shape, b.shape))
-    out = np.zeros(n_tokens.shape)
-    n_chunks = int(math.ceil(float(n_tokens.max()) / chunk)) if n_tokens.size else 0
-    for j in range(min(n_chunks, MAX_EXPLICIT_CHUNKS)):
-        start = j * chunk
-        n = np.clip(n_tokens - start, 0.0, chunk)
-        if j == MAX_EXPLICIT_CHUNKS - 1:
-            n = np.clip(n_tokens - start, 0.0, None)  # the rest, at this chunk's per-token cost
-        live = n > 0
-        n_step = np.minimum(n, chunk)
-        span = start + n_step / 2.0 if single_prompt else np.full(n.shape, prompt_tokens / 2.0)
-        t = perf.decode_step_s(c, b, ctx, n_step, span)
-        out += np.where(live, (t - d) * n / np.maximum(n_step, 1e-300), 0.0)
-    return out
+    key = (k_max, chunk)
+    if key not in lens.prompt_grids:
+        last = MAX_EXPLICIT_CHUNKS - 1
+        ks = np.arange(2, k_max + 1, dtype=float)
+        n_tokens = np.concatenate([lens.l_nodes, ks * lens.mean_l])[None, :]
+        single = np.arange(n_tokens.shape[1]) < len(lens.l_nodes)
+        j_rest = np.clip(np.floor(n_tokens / chunk), 0.0, last)
+        rest = n_tokens - j_rest * chunk
+        n_step = np.minimum(rest, chunk)
+        lens.prompt_grids[key] = _PromptTokens(
+            n_one=len(lens.l_nodes), rest=rest, n_step=n_step,
+            rest_span=np.where(single, j_rest * chunk + n_step / 2.0, lens.mean_l / 2.0),
+            full_span=np.append(np.arange(last) * chunk + chunk / 2.0, lens.mean_l / 2.0)[None, :],
+            before=j_rest[0].astype(np.int64) + np.where(single, 0, last + 1),
+            sd_tokens=np.sqrt(ks * lens.var_l)[None, :], k_tokens=np.maximum(ks * lens.mean_l, 1.0)[None, :],
+        )
+    return lens.prompt_grids[key]
+
+
+def _chunk_extra_s(t: np.ndarray, d: np.ndarray, n: np.ndarray, n_step: np.ndarray) -> np.ndarray:
+    """(t − D)·n/n_step: the extra time of a step of n_step prefill tokens, charged for n tokens (0 if n <= 0)."""
+    return np.where(n > 0, (t - d) * n / np.maximum(n_step, 1e-300), 0.0)
+
+
+def _chunked_extra_s(c: Configs, b: np.ndarray, ctx: float, n: _PromptTokens, chunk: int,
+                     d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """g(n) = Σ_chunks [t(b, c̄, n_j, span_j) − D(b)]: extra step time of the prefill tokens of
+    each column of ``n`` (spans there); returns (N, QL) for one prompt, (N, K − 1) for several.
+
+    The tokens go through ``ceil(n/C)`` steps of at most C tokens; beyond MAX_EXPLICIT_CHUNKS
+    chunks the rest is charged at the last explicit chunk's per-token cost. Full chunks cost
+    the same whatever n, so they are evaluated once per configuration, and only the chunk that
+    carries the remainder once per n. Shapes: b, d (N, 1).
+    """
+    last = MAX_EXPLICIT_CHUNKS - 1
+    full = _chunk_extra_s(perf.decode_step_s(c, b, ctx, float(chunk), n.full_span), d, float(chunk), float(chunk))
+    zero = np.zeros((len(full), 1))
+    before = np.concatenate([zero, np.cumsum(full[:, :last], axis=1),  # the full chunks before chunk j
+                             zero, np.cumsum(np.repeat(full[:, last:], last, axis=1), axis=1)], axis=1)
+    t_rest = perf.decode_step_s(c, b, ctx, n.n_step, n.rest_span)
+    g = before[:, n.before] + _chunk_extra_s(t_rest, d, n.rest, n.n_step)
+    return g[:, :n.n_one], g[:, n.n_one:]
+
+
+_LOG_FACTORIAL = np.array([math.lgamma(k + 1.0) for k in range(POISSON_K_MAX + 1)])  # ln k!
 
 
 def _poisson_pmf(m: np.ndarray, k_max: int) -> np.ndarray:
-    """P(K = k), k = 0..k_max, for K ~ Poisson(m) (N,) → (N, k_max + 1); the tail folds into k_max."""
+    """P(K = k), k = 0..k_max (<= POISSON_K_MAX), for K ~ Poisson(m) (N,) → (N, k_max + 1); the tail folds into k_max."""
     k = np.arange(k_max + 1, dtype=float)
-    lg = np.array([math.lgamma(x + 1.0) for x in k])
+    lg = _LOG_FACTORIAL[:k_max + 1]
     mm = np.maximum(m, 1e-300)[:, None]
     p = np.exp(-mm + k[None, :] * np.log(mm) - lg[None, :])
     p = np.where(m[:, None] > 0, p, (k[None, :] == 0).astype(float))
@@ -205,7 +257,7 @@ def _poisson_pmf(m: np.ndarray, k_max: int) -> np.ndarray:
 
 def _k_max(m: np.ndarray) -> int:
     top = float(np.max(np.where(np.isfinite(m), m, 0.0), initial=0.0))
-    return int(min(60, math.ceil(top + 6.0 * math.sqrt(top) + 4.0)))
+    return int(min(POISSON_K_MAX, math.ceil(top + 6.0 * math.sqrt(top) + 4.0)))
 
 
 @dataclass
@@ -216,9 +268,13 @@ class _Steps:
     values: np.ndarray
     probs: np.ndarray
     g1: np.ndarray  # (N, QL) extra of one prompt of each node length, alone
+    _moments: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
     def moment(self, r: int) -> np.ndarray:
-        return np.sum(self.probs * self.values**r, axis=1)
+        """E[T^r] (N,), computed once per r."""
+        if r not in self._moments:
+            self._moments[r] = np.sum(self.probs * self.values**r, axis=1)
+        return self._moments[r]
 
 
 def _steps(c: Configs, b: np.ndarray, m: np.ndarray, lens: _Lengths, chunk: int) -> _Steps:
@@ -227,16 +283,13 @@ def _steps(c: Configs, b: np.ndarray, m: np.ndarray, lens: _Lengths, chunk: int)
     quadrature, K >= 2 uses K·E[L] tokens."""
     bb = b[:, None]
     d = perf.decode_step_s(c, bb, lens.ctx)
-    g1 = _chunked_extra_s(c, bb, lens.ctx, lens.l_nodes[None, :], chunk, d, True)
     k_max = max(_k_max(m), 1)
     pk = _poisson_pmf(m, k_max)
-    ks = np.arange(2, k_max + 1, dtype=float)
-    gk = (_chunked_extra_s(c, bb, lens.ctx, ks[None, :] * lens.mean_l, chunk, d, False, lens.mean_l)
-          if len(ks) else np.zeros((len(b), 0)))
+    n = _prompt_tokens(lens, k_max, chunk)
+    g1, gk = _chunked_extra_s(c, bb, lens.ctx, n, chunk, d)
     # K >= 2: the sum of K prompts has variance K·Var(L); spread it over two points ±sd
     # (at the local per-token cost g_K / (K·E[L])) so the step variance keeps it.
-    var_l = float(lens.l_w @ (lens.l_nodes - lens.mean_l) ** 2)
-    spread = np.sqrt(ks * var_l)[None, :] * gk / np.maximum(ks * lens.mean_l, 1.0)[None, :]
+    spread = n.sd_tokens * gk / n.k_tokens
     lo = np.maximum(gk - spread, 0.0)
     hi = gk + (gk - lo)
     values = np.concatenate([d, d + g1, d + lo, d + hi], axis=1)
@@ -327,9 +380,17 @@ class _Shape:
     mean: np.ndarray
     sd: np.ndarray
     skewed: np.ndarray
-    k: np.ndarray  # gamma shape 4/γ²
-    scale: np.ndarray  # k·θ
+    scale: np.ndarray  # k·θ, k = 4/γ² the gamma shape
     shift: np.ndarray  # mean − k·θ
+    inv_9k: np.ndarray  # 1/(9k) and √k, of the Wilson–Hilferty transform
+    sqrt_k: np.ndarray
+
+    @property
+    def all_skewed(self) -> bool:
+        return bool(self.skewed.all())
+
+    def take(self, rows: np.ndarray) -> _Shape:
+        return _Shape(*(getattr(self, f.name)[rows] for f in fields(self)))
 
 
 def _shape(mean: np.ndarray, var: np.ndarray, k3: np.ndarray) -> _Shape:
@@ -343,24 +404,27 @@ def _shape(mean: np.ndarray, var: np.ndarray, k3: np.ndarray) -> _Shape:
     g = np.where(skewed, gamma, 1.0)
     k = 4.0 / (g * g)
     scale = np.maximum(k * sd * g / 2.0, 1e-300)
-    return _Shape(mean, sd, skewed, k, scale, mean - k * sd * g / 2.0)
+    return _Shape(mean, sd, skewed, scale, mean - k * sd * g / 2.0, 1.0 / (9.0 * k), np.sqrt(k))
 
 
 def _shape_sf(x: np.ndarray, sh: _Shape) -> np.ndarray:
     """P(X > x): Wilson–Hilferty ``1 − Φ(((y/kθ)^{1/3} − 1 + 1/(9k))·3√k)``, y = x − shift
     (1 for y <= 0); normal ``1 − Φ((x − mean)/sd)`` where unskewed."""
     y = (x - sh.shift) / sh.scale
-    z_gamma = (np.cbrt(np.maximum(y, 0.0)) - 1.0 + 1.0 / (9.0 * sh.k)) * 3.0 * np.sqrt(sh.k)
-    p_gamma = np.where(y <= 0, 1.0, _std_normal_sf(z_gamma))
+    z_gamma = (np.cbrt(np.maximum(y, 0.0)) - 1.0 + sh.inv_9k) * 3.0 * sh.sqrt_k
+    if sh.all_skewed:
+        return np.where(y <= 0, 1.0, _std_normal_sf(z_gamma))
     z_norm = (x - sh.mean) / np.maximum(sh.sd, 1e-300)
-    p_norm = np.where(sh.sd > 0, _std_normal_sf(z_norm), (x < sh.mean).astype(float))
+    p = _std_normal_sf(np.where(sh.skewed, z_gamma, z_norm))
+    p_gamma = np.where(y <= 0, 1.0, p)
+    p_norm = np.where(sh.sd > 0, p, (x < sh.mean).astype(float))
     return np.where(sh.skewed, p_gamma, p_norm)
 
 
 def _shape_quantile(q: float, sh: _Shape) -> np.ndarray:
     """Inverse of ``_shape_sf`` at 1 − q: ``shift + kθ·(z_q/(3√k) + 1 − 1/(9k))³`` or ``mean + z_q·sd``."""
     z = float(normal_ppf(q))
-    base = z / (3.0 * np.sqrt(sh.k)) + 1.0 - 1.0 / (9.0 * sh.k)
+    base = z / (3.0 * sh.sqrt_k) + 1.0 - sh.inv_9k
     x_gamma = sh.shift + sh.scale * np.maximum(base, 0.0) ** 3
     return np.where(sh.skewed, x_gamma, sh.mean + z * sh.sd)
 
@@ -389,7 +453,7 @@ def _mixture_quantile(q: float, weights: np.ndarray, mean, var, k3) -> np.ndarra
     log_target = math.log(1.0 - q)
 
     def f(x, rows):  # decreasing in x
-        sub = _Shape(*(a[rows] for a in (sh.mean, sh.sd, sh.skewed, sh.k, sh.scale, sh.shift)))
+        sub = sh.take(rows)
         return np.log(np.maximum(_shape_sf(x[:, None], sub) @ weights, 1e-300)) - log_target
 
     every = np.arange(len(lo))
@@ -671,6 +735,45 @@ def _prompt_chunks_extra_s(c: Configs, b: np.ndarray, ctx: float, n_tok: np.ndar
     return total + np.where(rem > 0, partial, 0.0)
 
 
+def _row_blocks(n: int, elements_per_row: int):
+    """Slices of the rows of an (n, ...) array, each of at most GRID_BLOCK_ELEMENTS elements
+    (at least one row). Row-wise computations on large grids go by blocks: the temporaries
+    stay in cache and out of fresh memory pages, and the result is that of one pass."""
+    step = max(1, GRID_BLOCK_ELEMENTS // max(elements_per_row, 1))
+    for start in range(0, n, step):
+        yield slice(start, min(start + step, n))
+
+
+def _carrying_step_sums(c: Configs, s: _State, lens: _Lengths, chunk: int, mj: np.ndarray):
+    """E[own], E[own²], E[own³] and E[own·(J − m_J)] (each (N, QL)) of the time ``own`` of the
+    step(s) that carry a prompt of each node length L with J ~ Poisson(m_J) others:
+    ``own = ceil(n/C)·D(b) + g(n)``, n = L + J·E[L] (``_prompt_chunks_extra_s``).
+
+    The (N, QL, J) grid is the largest array of the serving model; it is evaluated by
+    ``_row_blocks``.
+    """
+    j_max = _k_max(mj)
+    pj = _poisson_pmf(mj, j_max)  # (N, J)
+    j = np.arange(j_max + 1)
+    n_tok = lens.l_nodes[None, :, None] + j[None, None, :] * lens.mean_l  # (1, QL, J)
+    k_chunks = np.ceil(n_tok / chunk)
+    n = len(c)
+    sums = np.empty((4, n, len(lens.l_nodes)))
+    for rows in _row_blocks(n, n_tok.size):
+        cs = c if rows == slice(0, n) else c.take(rows)
+        b3 = s.b[rows, None, None]
+        d3 = s.steps.d[rows, None, None]
+        g = _prompt_chunks_extra_s(cs, b3, lens.ctx, n_tok, lens.l_nodes[None, :, None], chunk, d3)
+        own = k_chunks * d3 + g  # (rows, QL, J)
+        pj3 = pj[rows, None, :]
+        p_own = pj3 * own
+        sums[0, rows] = np.sum(p_own, axis=2)
+        sums[1, rows] = np.sum(pj3 * own**2, axis=2)
+        sums[2, rows] = np.sum(pj3 * own**3, axis=2)
+        sums[3, rows] = np.sum(p_own * (j[None, None, :] - mj[rows, None, None]), axis=2)
+    return sums[0], sums[1], sums[2], sums[3]
+
+
 def _ttft_moments(c: Configs, lam: np.ndarray, lens: _Lengths, s: _State, chunk: int):
     """Mean, variance, third cumulant of TTFT for each prompt node (N, QL).
 
@@ -690,23 +793,12 @@ def _ttft_moments(c: Configs, lam: np.ndarray, lens: _Lengths, s: _State, chunk:
     # the step(s) carrying the prompt: D + g(L + J·E[L]) (N, QL, J)
     lb_mean = mom[1] / mom[0]
     mj = busy * lam * lb_mean
-    j_max = _k_max(mj)
-    pj = _poisson_pmf(mj, j_max)  # (N, J)
-    n_tok = lens.l_nodes[None, :, None] + np.arange(j_max + 1)[None, None, :] * lens.mean_l  # (1, QL, J)
-    b3 = s.b[:, None, None]
-    d3 = st.d[:, None, None]
-    g = _prompt_chunks_extra_s(c, b3, lens.ctx, n_tok, lens.l_nodes[None, :, None], chunk, d3)
-    k_chunks = np.ceil(n_tok / chunk)
-    own = k_chunks * d3 + g  # (N, QL, J)
-    pj3 = pj[:, None, :]
-    o1 = np.sum(pj3 * own, axis=2)
-    o2 = np.sum(pj3 * own**2, axis=2)
-    o3 = np.sum(pj3 * own**3, axis=2)
+    o1, o2, o3, o_j = _carrying_step_sums(c, s, lens, chunk, mj)
     var_o = np.maximum(o2 - o1**2, 0.0)
     k3_o = o3 - 3 * o1 * o2 + 2 * o1**3
     # R and J grow together with the length of the step in progress: Cov(R, own) ≈ λ/2·Var_lb(T)·ε_J
     var_lb = mom[2] / mom[0] - lb_mean**2
-    eps_j = np.sum(pj3 * own * (np.arange(j_max + 1)[None, None, :] - mj[:, None, None]), axis=2) / np.maximum(mj, 1e-12)[:, None]
+    eps_j = o_j / np.maximum(mj, 1e-12)[:, None]
     cov = busy[:, None] * lam[:, None] / 2.0 * var_lb[:, None] * np.where(mj[:, None] > 0, eps_j, 0.0)
     # queue of prompt work beyond one step: M/G/1 at the full-chunk rate, excess over one residual
     sec_per_token = s.t_full_s / chunk
