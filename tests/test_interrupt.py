@@ -1,12 +1,14 @@
-"""Files and signals: an interrupted `gpuplan optimize` leaves earlier outputs whole.
+"""Files and signals: an interrupted `gpuplan optimize` or `gpuplan whatif` leaves earlier outputs whole.
 
 SIGINT or SIGTERM sent to a real subprocess while it computes: exit code 130, one line on
 stderr, the pre-existing ``--json`` and ``--out`` files byte-identical, no temporary files
-left (every output goes through ``catalog.files.write_atomic``: temp file + rename).
+left (every output goes through ``catalog.files.write_atomic``: temp file + rename); and
+no what-if worker process outlives the runner.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -32,8 +34,6 @@ def _slow_plan(path: Path) -> None:
 
 def _cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    import os
-
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -64,3 +64,57 @@ def test_interrupted_optimize_keeps_earlier_outputs(tmp_path, signum):
     assert "Traceback" not in stdout
     assert out_json.read_bytes() == EARLIER and out_xlsx.read_bytes() == EARLIER
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.xlsx", "result.json", "slow.yaml"]
+
+
+def _process_group(pgid: int) -> list[int]:
+    """Pids of the live processes in process group ``pgid`` (field 5 of /proc/PID/stat)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to see the workers")
+@pytest.mark.parametrize("how", ["ctrl-c to the group", "sigterm to the parent"])
+def test_interrupted_whatif_with_workers_stops_them_and_keeps_earlier_outputs(tmp_path, how):
+    """Ctrl-C reaches the runner and its worker processes; SIGTERM only the runner. Either way:
+    exit 130, one line, the earlier --json output byte-identical, no worker left running."""
+    for name in ("whatif-budget.yaml", "chat-fleet.yaml"):
+        (tmp_path / name).write_bytes((REPO / "examples" / name).read_bytes())
+    out_json = tmp_path / "whatif.json"
+    out_json.write_bytes(EARLIER)
+    proc = subprocess.Popen([sys.executable, "-m", "cli.app", "whatif", str(tmp_path / "whatif-budget.yaml"),
+                             "--workers", "2", "--json", str(out_json)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and len(_process_group(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # the workers are solving scenarios (the whole file takes tens of seconds)
+        assert proc.poll() is None, "finished before it could be interrupted"
+        if how == "ctrl-c to the group":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=90)
+        deadline = time.monotonic() + 10
+        while _process_group(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = _process_group(proc.pid)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in _process_group(proc.pid):
+            os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 130, (proc.returncode, stderr)
+    assert stderr.strip() == "error: interrupted; earlier outputs are left as they were"
+    assert left == [], f"worker processes still running: {left}"
+    assert out_json.read_bytes() == EARLIER
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chat-fleet.yaml", "whatif-budget.yaml", "whatif.json"]
