@@ -35,7 +35,7 @@ def optimize(
         "--capacity-table", help="Measured capacities (CSV, Mélange-style) to use instead of the models.")] = None,
     time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Solver time limit (s).")] = 10.0,
     gap: Annotated[float, typer.Option("--gap", min=0.0, max=1.0, help="Relative MIP gap to stop at (0.001 = 0.1 %).")] = 1e-3,
-    buckets: Annotated[int, typer.Option("--buckets", min=1, max=16, help="Request-size buckets per workload (each online workload is planned split or whole, whichever costs less).")] = 4,
+    buckets: Annotated[int, typer.Option("--buckets", min=1, max=16, help="Request-size buckets per workload (used where splitting lowers its cost; otherwise one).")] = 4,
     out: Annotated[Path | None, typer.Option("--out", help="Also write the finance workbook (.xlsx).")] = None,
     params: ParamsOpt = None,
     catalog: CatalogOpt = None,

@@ -72,10 +72,30 @@ def test_whole_is_kept_when_split_costs_more(ttft_p99_ms, split_servable):
     assert any(d.code == "planned_whole" for d in four.diagnostics)
 
 
-def test_split_is_kept_on_a_tie():
-    """The chat fleet costs the same either way: its online workloads stay split (routing is free to mix)."""
+def test_a_tie_is_planned_whole_without_a_note():
+    """The chat fleet costs the same either way: served whole (no size-aware routing), same plan cost."""
     plan = load_plan(EXAMPLES / "chat-fleet.yaml")
     catalog = resolve_catalog(plan, load_catalog(), "chat-fleet.yaml")
     cset = model_candidates(plan, catalog, load_params(None), n_buckets=4)
-    assert [len(wc.buckets) for wc in cset.workloads] == [4, 4, 1]  # the batch job is always whole
+    assert [len(wc.buckets) for wc in cset.workloads] == [1, 1, 1]
     assert not [d for d in cset.diagnostics if d.code == "planned_whole"]
+    result = optimize_plan(plan, catalog, load_params(None), candidates=cset, diagnose=False,
+                           compare_single_device=False)
+    assert result.objective_usd == pytest.approx(230_675.65, abs=0.01)  # as with 4 buckets split
+
+
+def test_split_is_kept_where_it_is_cheaper():
+    """A Mixtral service (svc13 of the benchmark) on five devices: alone $57,830 split, $64,555 whole
+    (short requests go to cheaper replicas); it stays split."""
+    spec = {"name": "moe", "objective": "tco", "allowed_devices": ["rtx-pro-6000", "mi300x", "mi355x", "l40s", "h100-sxm"],
+            "workloads": [{"name": "moe", "model": "mixtral-8x7b", "qps": 80, "min_replicas": 2,
+                           "prompt_tokens": {"mean": 1024, "p99": 4096}, "output_tokens": {"mean": 64, "p99": 256},
+                           "slo": {"ttft_p99_ms": 2000, "tpot_p99_ms": 100},
+                           "precisions": ["bf16", "fp16", "fp8", "int8", "int4", "fp4"]}]}
+    plan = parse_plan(spec, "moe")
+    catalog = resolve_catalog(plan, load_catalog(), "moe")
+    params = load_params(None)
+    split, whole, terms = both_ways(plan, catalog, params)
+    assert alone_usd(split, terms) < 0.95 * alone_usd(whole, terms)
+    cset = model_candidates(plan, catalog, params, n_buckets=4)
+    assert len(cset.workload("moe").buckets) == 4 and not cset.diagnostics
