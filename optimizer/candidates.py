@@ -8,7 +8,7 @@ pp that fits at that tp, and none beyond). Each gets its capacity at the workloa
 (req/s per replica) in every request-size bucket — ``capacity_at_slo`` of the serving
 model; for a batch workload the SLO-free throughput ``batch_throughput`` — its cost per
 replica under the plan's objective and its power. An online workload is evaluated both
-split into buckets and whole, and planned the way that costs less alone
+split into buckets and whole, and split only where that costs less alone
 (:mod:`optimizer.bucketing`: a split bucket must meet the p99s on its own).
 
 Pruned candidates keep their reason (``pruned_reason``):
@@ -623,11 +623,11 @@ def model_candidates(
         evaluated = evaluate_buckets([job for w, prep in zip(batch + batch, prepared + wholes, strict=True)
                                       if prep is not None for job in prep.jobs(w, params)])
         for w, prep, whole in zip(batch, prepared, wholes, strict=True):
-            split = _finish(w, prep, units, params, a, prune, evaluated)
-            if whole is not None:  # keep the split or the whole workload: optimizer.bucketing
-                split, note = choose_bucketing(split, _finish(w, whole, units, params, a, prune, evaluated), terms)
+            wc = _finish(w, prep, units, params, a, prune, evaluated)
+            if whole is not None:  # split or whole: optimizer.bucketing
+                wc, note = choose_bucketing(wc, _finish(w, whole, units, params, a, prune, evaluated), terms)
                 notes += [note] if note else []
-            done.append(split)
+            done.append(wc)
     workloads = tuple(done)
     diagnostics = notes
     lacking = sorted(k for k, u in units.items() if u.device is not None and u.allowed
