@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 
 import numpy as np
 
@@ -185,6 +186,11 @@ class _PromptTokens:
     rest: np.ndarray  # tokens of the chunk that carries the remainder (more than C only in the last explicit one)
     n_step: np.ndarray  # its step size, min(rest, C)
     rest_span: np.ndarray  # its attention span
+    # the distinct (n_step, rest_span) steps (1, U) and each column's among them (J,): long
+    # prompts and large K all end in a full chunk at the same span, one step time for all
+    step_tokens: np.ndarray
+    step_span: np.ndarray
+    step_of_column: np.ndarray
     full_span: np.ndarray  # (1, MAX_EXPLICIT_CHUNKS): full chunk j < last of one prompt, then of several
     before: np.ndarray  # (J,) column of the full chunks before the remainder, in ``_chunked_extra_s``'s table
     sd_tokens: np.ndarray  # (1, K − 1) √(K·Var(L))
@@ -206,9 +212,11 @@ def _prompt_tokens(lens: _Lengths, k_max: int, chunk: int) -> _PromptTokens:
         j_rest = np.clip(np.floor(n_tokens / chunk), 0.0, last)
         rest = n_tokens - j_rest * chunk
         n_step = np.minimum(rest, chunk)
+        rest_span = np.where(single, j_rest * chunk + n_step / 2.0, lens.mean_l / 2.0)
+        steps, step_of_column = np.unique(np.stack([n_step[0], rest_span[0]]), axis=1, return_inverse=True)
         lens.prompt_grids[key] = _PromptTokens(
-            n_one=len(lens.l_nodes), rest=rest, n_step=n_step,
-            rest_span=np.where(single, j_rest * chunk + n_step / 2.0, lens.mean_l / 2.0),
+            n_one=len(lens.l_nodes), rest=rest, n_step=n_step, rest_span=rest_span,
+            step_tokens=steps[:1], step_span=steps[1:], step_of_column=step_of_column.ravel(),
             full_span=np.append(np.arange(last) * chunk + chunk / 2.0, lens.mean_l / 2.0)[None, :],
             before=j_rest[0].astype(np.int64) + np.where(single, 0, last + 1),
             sd_tokens=np.sqrt(ks * lens.var_l)[None, :], k_tokens=np.maximum(ks * lens.mean_l, 1.0)[None, :],
@@ -229,14 +237,14 @@ def _chunked_extra_s(c: Configs, b: np.ndarray, ctx: float, n: _PromptTokens, ch
     The tokens go through ``ceil(n/C)`` steps of at most C tokens; beyond MAX_EXPLICIT_CHUNKS
     chunks the rest is charged at the last explicit chunk's per-token cost. Full chunks cost
     the same whatever n, so they are evaluated once per configuration, and only the chunk that
-    carries the remainder once per n. Shapes: b, d (N, 1).
+    carries the remainder once per distinct (size, span). Shapes: b, d (N, 1).
     """
     last = MAX_EXPLICIT_CHUNKS - 1
     full = _chunk_extra_s(perf.decode_step_s(c, b, ctx, float(chunk), n.full_span), d, float(chunk), float(chunk))
     zero = np.zeros((len(full), 1))
     before = np.concatenate([zero, np.cumsum(full[:, :last], axis=1),  # the full chunks before chunk j
                              zero, np.cumsum(np.repeat(full[:, last:], last, axis=1), axis=1)], axis=1)
-    t_rest = perf.decode_step_s(c, b, ctx, n.n_step, n.rest_span)
+    t_rest = perf.decode_step_s(c, b, ctx, n.step_tokens, n.step_span)[:, n.step_of_column]
     g = before[:, n.before] + _chunk_extra_s(t_rest, d, n.rest, n.n_step)
     return g[:, :n.n_one], g[:, n.n_one:]
 
@@ -260,20 +268,45 @@ def _k_max(m: np.ndarray) -> int:
     return int(min(POISSON_K_MAX, math.ceil(top + 6.0 * math.sqrt(top) + 4.0)))
 
 
+def _int_power(x: np.ndarray, r: int) -> np.ndarray:
+    """x^r for an integer r >= 1 by repeated products (numpy's ``**`` calls pow() beyond r = 2, several times slower)."""
+    out = x
+    for _ in range(r - 1):
+        out = out * x
+    return out
+
+
 @dataclass
 class _Steps:
-    """Distribution of one step's duration: values (N, J) with probabilities (N, J)."""
+    """Distribution of one step's duration ``T = D(b) + g(K prompts)``, K ~ Poisson(m): as a
+    table of values (N, J) with probabilities (N, J), built on first use (the mean needs none)."""
 
     d: np.ndarray  # decode-only step D(b), (N,)
-    values: np.ndarray
-    probs: np.ndarray
+    pk: np.ndarray  # P(K = k), (N, k_max + 1)
+    l_w: np.ndarray  # (QL,) weights of the prompt-length nodes
     g1: np.ndarray  # (N, QL) extra of one prompt of each node length, alone
+    gk: np.ndarray  # (N, k_max − 1) extra of K = 2..k_max prompts: the mean of two points, gk_lo and 2·g_K − gk_lo
+    gk_lo: np.ndarray
     _moments: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
+    @cached_property
+    def values(self) -> np.ndarray:
+        d = self.d[:, None]
+        return np.concatenate([d, d + self.g1, d + self.gk_lo, d + (self.gk + (self.gk - self.gk_lo))], axis=1)
+
+    @cached_property
+    def probs(self) -> np.ndarray:
+        half = self.pk[:, 2:] / 2.0
+        return np.concatenate([self.pk[:, :1], self.pk[:, 1:2] * self.l_w[None, :], half, half], axis=1)
+
     def moment(self, r: int) -> np.ndarray:
-        """E[T^r] (N,), computed once per r."""
+        """E[T^r] (N,), computed once per r; E[T] = D + P(K=1)·E[g1] + Σ_K P(K)·g_K without the table."""
         if r not in self._moments:
-            self._moments[r] = np.sum(self.probs * self.values**r, axis=1)
+            if r == 1:
+                self._moments[r] = (self.d + self.pk[:, 1] * (self.g1 @ self.l_w)
+                                    + np.sum(self.pk[:, 2:] * self.gk, axis=1))
+            else:
+                self._moments[r] = np.sum(self.probs * _int_power(self.values, r), axis=1)
         return self._moments[r]
 
 
@@ -290,12 +323,7 @@ def _steps(c: Configs, b: np.ndarray, m: np.ndarray, lens: _Lengths, chunk: int)
     # K >= 2: the sum of K prompts has variance K·Var(L); spread it over two points ±sd
     # (at the local per-token cost g_K / (K·E[L])) so the step variance keeps it.
     spread = n.sd_tokens * gk / n.k_tokens
-    lo = np.maximum(gk - spread, 0.0)
-    hi = gk + (gk - lo)
-    values = np.concatenate([d, d + g1, d + lo, d + hi], axis=1)
-    half = pk[:, 2:] / 2.0
-    probs = np.concatenate([pk[:, :1], pk[:, 1:2] * lens.l_w[None, :], half, half], axis=1)
-    return _Steps(d[:, 0], values, probs, g1)
+    return _Steps(d[:, 0], pk, lens.l_w, g1, gk, np.maximum(gk - spread, 0.0))
 
 
 @dataclass
@@ -425,7 +453,7 @@ def _shape_quantile(q: float, sh: _Shape) -> np.ndarray:
     """Inverse of ``_shape_sf`` at 1 − q: ``shift + kθ·(z_q/(3√k) + 1 − 1/(9k))³`` or ``mean + z_q·sd``."""
     z = float(normal_ppf(q))
     base = z / (3.0 * sh.sqrt_k) + 1.0 - sh.inv_9k
-    x_gamma = sh.shift + sh.scale * np.maximum(base, 0.0) ** 3
+    x_gamma = sh.shift + sh.scale * _int_power(np.maximum(base, 0.0), 3)
     return np.where(sh.skewed, x_gamma, sh.mean + z * sh.sd)
 
 
@@ -453,7 +481,7 @@ def _mixture_quantile(q: float, weights: np.ndarray, mean, var, k3) -> np.ndarra
     log_target = math.log(1.0 - q)
 
     def f(x, rows):  # decreasing in x
-        sub = sh.take(rows)
+        sub = sh if len(rows) == len(lo) else sh.take(rows)
         return np.log(np.maximum(_shape_sf(x[:, None], sub) @ weights, 1e-300)) - log_target
 
     every = np.arange(len(lo))
@@ -523,7 +551,7 @@ def serve_at_rate(
 def _take_state(s: _State, rows: np.ndarray) -> _State:
     """The state of the configurations at ``rows``."""
     st = s.steps
-    steps = _Steps(st.d[rows], st.values[rows], st.probs[rows], st.g1[rows])
+    steps = _Steps(st.d[rows], st.pk[rows], st.l_w, st.g1[rows], st.gk[rows], st.gk_lo[rows])
     return _State(s.b[rows], s.step_s[rows], steps, s.slope_s[rows], s.eps_s[rows], s.rho1[rows],
                   s.t_full_s[rows], s.saturated[rows])
 
@@ -703,8 +731,8 @@ def _batch_average_var(lam, tbar, window, o1, o_w) -> np.ndarray:
     """
     s = o1[None, None, :] * tbar[:, None, None]  # (N, 1, QO') others' service
     w = window[:, :, None]  # (N, QO, 1)
-    big = w * w * s / 2.0 - w**3 / 6.0
-    small = w * s * s / 2.0 - s**3 / 6.0
+    big = w * w * s / 2.0 - w * w * w / 6.0
+    small = w * s * s / 2.0 - s * s * s / 6.0
     integral = np.where(s >= w, big, small) @ o_w  # (N, QO)
     with np.errstate(invalid="ignore", divide="ignore"):
         v = 2.0 * lam[:, None] * integral / np.maximum(window, 1e-300) ** 2
@@ -750,27 +778,29 @@ def _carrying_step_sums(c: Configs, s: _State, lens: _Lengths, chunk: int, mj: n
     ``own = ceil(n/C)·D(b) + g(n)``, n = L + J·E[L] (``_prompt_chunks_extra_s``).
 
     The (N, QL, J) grid is the largest array of the serving model; it is evaluated by
-    ``_row_blocks``.
+    ``_row_blocks`` of the rows in order of m_J, each block with J up to its own ``_k_max``
+    (the Poisson tail beyond folds into it, as for all the rows at once).
     """
-    j_max = _k_max(mj)
-    pj = _poisson_pmf(mj, j_max)  # (N, J)
-    j = np.arange(j_max + 1)
-    n_tok = lens.l_nodes[None, :, None] + j[None, None, :] * lens.mean_l  # (1, QL, J)
-    k_chunks = np.ceil(n_tok / chunk)
     n = len(c)
+    order = np.argsort(mj, kind="stable")
     sums = np.empty((4, n, len(lens.l_nodes)))
-    for rows in _row_blocks(n, n_tok.size):
-        cs = c if rows == slice(0, n) else c.take(rows)
+    for block in _row_blocks(n, len(lens.l_nodes) * (_k_max(mj) + 1)):
+        rows = order[block]
+        m = mj[rows]
+        j_max = _k_max(m)
+        pj3 = _poisson_pmf(m, j_max)[:, None, :]  # (rows, 1, J)
+        j = np.arange(j_max + 1)
+        n_tok = lens.l_nodes[None, :, None] + j[None, None, :] * lens.mean_l  # (1, QL, J)
         b3 = s.b[rows, None, None]
         d3 = s.steps.d[rows, None, None]
-        g = _prompt_chunks_extra_s(cs, b3, lens.ctx, n_tok, lens.l_nodes[None, :, None], chunk, d3)
-        own = k_chunks * d3 + g  # (rows, QL, J)
-        pj3 = pj[rows, None, :]
+        g = _prompt_chunks_extra_s(c.take(rows), b3, lens.ctx, n_tok, lens.l_nodes[None, :, None], chunk, d3)
+        own = np.ceil(n_tok / chunk) * d3 + g  # (rows, QL, J)
         p_own = pj3 * own
         sums[0, rows] = np.sum(p_own, axis=2)
-        sums[1, rows] = np.sum(pj3 * own**2, axis=2)
-        sums[2, rows] = np.sum(pj3 * own**3, axis=2)
-        sums[3, rows] = np.sum(p_own * (j[None, None, :] - mj[rows, None, None]), axis=2)
+        own2 = own * own
+        sums[1, rows] = np.sum(pj3 * own2, axis=2)
+        sums[2, rows] = np.sum(pj3 * own2 * own, axis=2)
+        sums[3, rows] = np.sum(p_own * (j[None, None, :] - m[:, None, None]), axis=2)
     return sums[0], sums[1], sums[2], sums[3]
 
 
@@ -839,13 +869,18 @@ def capacity_at_slo(
     ln λ, with a geometric bisection step whenever the upper end is saturated or the
     previous step did not halve the bracket, until the bracket is within CAPACITY_RTOL. Unservable = infeasible at λ_lo = 1e-6·(scheduler-cap
     rate). Bracket top: ``_feasible_qps_bound``. Each step evaluates only the
-    configurations still bracketing (``Configs.take``), p99s only.
+    configurations still bracketing (``Configs.take``), p99s only; configurations with the
+    same figures (e.g. bf16 and fp16 where a device runs both alike) are searched once.
     """
     runnable_idx = np.flatnonzero(np.asarray(c.supported, dtype=bool) & np.asarray(c.runnable, dtype=bool))
     if len(runnable_idx) < len(c):
         return _scatter_capacity(c, runnable_idx, capacity_at_slo(
             c.take(runnable_idx), prompt, output, slo, params, prefill_chunk_tokens) if len(runnable_idx) else None)
     targets = _slo_targets(slo)
+    first, inverse = _distinct_rows(c)
+    if len(first) < len(c):
+        return _expand_capacity(c, inverse, capacity_at_slo(
+            c.take(first), prompt, output, slo, params, prefill_chunk_tokens), targets)
     n = len(c)
     lens = _lengths(prompt, output)
     chunk = prefill_chunk_tokens
@@ -868,7 +903,9 @@ def capacity_at_slo(
         live = np.flatnonzero(~st.saturated)
         if not len(live):
             return f, step_s, bind
-        r = _evaluate(cs.take(live), lam[live], lens, chunk, need, p50=False, state=_take_state(st, live))
+        if len(live) < len(rows):
+            cs, lam, st = cs.take(live), lam[live], _take_state(st, live)
+        r = _evaluate(cs, lam, lens, chunk, need, p50=False, state=st)
         with np.errstate(divide="ignore", invalid="ignore"):
             terms = [np.log(r.kv_p99_tokens / np.maximum(r.kv_capacity_tokens, 1e-300)),
                      np.log(np.maximum(r.running_batch + Z99 * np.sqrt(r.running_batch), 1e-300)
@@ -939,7 +976,8 @@ def capacity_at_slo(
     max_qps = np.where(ok_hi, lam_hi, lo)
     max_qps = np.where(ok_lo & runnable, max_qps, 0.0)
     # at capacity: TTFT and TPOT percentiles always, E2E (a costly L × O mixture) when it is an SLO
-    at_cap = _evaluate(c, np.where(max_qps > 0, max_qps, lam_lo), lens, chunk, need | {"ttft", "tpot"})
+    # (Newton from the step time of the highest feasible probe, below both)
+    at_cap = _evaluate(c, np.where(max_qps > 0, max_qps, lam_lo), lens, chunk, need | {"ttft", "tpot"}, t0=t_lo)
     # the binding limit: from the probe just above capacity, or (saturated there) 2 % above
     unknown = np.flatnonzero(ok_lo & ~ok_hi & (bind_hi < 0))
     above = (_evaluate(c.take(unknown), np.minimum(hi, max_qps * 1.02)[unknown], lens, chunk, need, p50=False)
@@ -1024,6 +1062,38 @@ def _scatter_capacity(c: Configs, idx: np.ndarray, sub: Capacity | None) -> Capa
         tpot_p99_ms=full(sub.tpot_p99_ms if sub else None),
         e2e_p99_ms=full(sub.e2e_p99_ms if sub else None),
         at_capacity=None,
+    )
+
+
+def _distinct_rows(c: Configs) -> tuple[np.ndarray, np.ndarray]:
+    """(first, inverse): the first row of each distinct configuration by every array figure
+    (keys, devices and precisions aside), in order, and for every row the index of its own in
+    ``first``. Rows with the same figures have the same serving behaviour."""
+    figures = np.stack([np.asarray(getattr(c, f.name), dtype=float) for f in fields(c)
+                        if isinstance(getattr(c, f.name), np.ndarray)], axis=1)
+    _, first, inverse = np.unique(figures, axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return first[order], rank[inverse.ravel()]
+
+
+def _expand_capacity(c: Configs, inverse: np.ndarray, sub: Capacity, targets: dict[str, float]) -> Capacity:
+    """A Capacity over all of ``c`` from one over its distinct rows (row i is row ``inverse[i]``
+    of ``sub``); an unservable row's ``why`` names its own key."""
+    at_cap = LoadResult(*(getattr(sub.at_capacity, f.name)[inverse] for f in fields(LoadResult)))
+    limited_by = [sub.limited_by[j] for j in inverse]
+    why = [_unservable_why(at_cap, i, targets, c) if limited_by[i] == "unservable" else sub.why[j]
+           for i, j in enumerate(inverse)]
+    return Capacity(
+        max_qps=sub.max_qps[inverse],
+        output_tokens_per_s=sub.output_tokens_per_s[inverse],
+        limited_by=limited_by,
+        why=why,
+        ttft_p99_ms=at_cap.ttft_p99_ms,
+        tpot_p99_ms=at_cap.tpot_p99_ms,
+        e2e_p99_ms=at_cap.e2e_p99_ms,
+        at_capacity=at_cap,
     )
 
 
