@@ -68,3 +68,19 @@ def choose_bucketing(split, whole, units: dict[str, UnitTerms]) -> tuple[object,
         why = (f"alone it costs ${whole_usd:,.0f} whole vs ${split_usd:,.0f} split into {n} request-size "
                "buckets, where each bucket must meet the p99s on its own")
     return whole, Diagnostic("info", "planned_whole", f"{name} is planned as one bucket: {why}")
+
+
+# More notes than this are folded into one (a 500-workload plan would print hundreds).
+MAX_NOTES = 5
+
+
+def fold_notes(notes: list[Diagnostic]) -> list[Diagnostic]:
+    """The ``planned_whole`` notes as they are, or one note naming the workloads when there are many."""
+    if len(notes) <= MAX_NOTES:
+        return notes
+    names = [n.message.split(" is planned as one bucket", 1)[0] for n in notes]
+    shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    return [Diagnostic("info", "planned_whole",
+                       f"{len(notes)} workloads are planned as one bucket because splitting them into request-size "
+                       f"buckets costs more alone (each bucket must meet the p99s on its own) or cannot be "
+                       f"served: {shown}")]

@@ -33,7 +33,7 @@ import numpy as np
 
 from catalog.load import Catalog
 from catalog.schema import Device
-from optimizer.bucketing import choose_bucketing, problem_parts
+from optimizer.bucketing import choose_bucketing, fold_notes, problem_parts
 from optimizer.milp import FleetProblem, Limits, UnitTerms
 from optimizer.money import (
     MoneyAssumptions,
@@ -629,7 +629,7 @@ def model_candidates(
                 notes += [note] if note else []
             done.append(wc)
     workloads = tuple(done)
-    diagnostics = notes
+    diagnostics = fold_notes(notes)
     lacking = sorted(k for k, u in units.items() if u.device is not None and u.allowed
                      and missing_figures(u.device, plan))
     if lacking:

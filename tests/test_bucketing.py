@@ -8,12 +8,13 @@ import pytest
 
 from catalog import load_catalog
 from optimizer import candidates as cand
-from optimizer.bucketing import alone_usd
+from optimizer.bucketing import alone_usd, fold_notes
 from optimizer.candidates import model_candidates, unit_terms
 from optimizer.check import check_plan
 from optimizer.money import MoneyAssumptions
 from optimizer.optimize import optimize_plan
 from optimizer.params import load_params
+from optimizer.plan import Diagnostic
 from tests.conftest import EXAMPLES
 from workloads import load_plan, parse_plan, resolve_catalog
 
@@ -99,3 +100,13 @@ def test_split_is_kept_where_it_is_cheaper():
     assert alone_usd(split, terms) < 0.95 * alone_usd(whole, terms)
     cset = model_candidates(plan, catalog, params, n_buckets=4)
     assert len(cset.workload("moe").buckets) == 4 and not cset.diagnostics
+
+
+def test_many_notes_fold_into_one():
+    notes = [Diagnostic("info", "planned_whole", f"svc{i:03d} is planned as one bucket: alone it costs $1 whole vs $2 split")
+             for i in range(12)]
+    assert fold_notes(notes[:5]) == notes[:5]
+    folded = fold_notes(notes)
+    assert len(folded) == 1 and folded[0].code == "planned_whole"
+    assert folded[0].message.startswith("12 workloads are planned as one bucket")
+    assert folded[0].message.endswith("svc000, svc001, svc002, svc003, svc004, svc005, svc006, svc007, svc008, svc009 and 2 more")
