@@ -124,7 +124,14 @@ def load_measurements(path: Path | str, cat: Catalog) -> list[Measurement]:
     """Every row of a measurements CSV, names resolved against ``cat``."""
     path = Path(path)
     text = read_text(path, "measurements", ModelError)
-    reader = csv.DictReader(io.StringIO(text))
+    try:
+        return _parse_measurements(path, text, cat)
+    except csv.Error as exc:  # e.g. a lone carriage return or a NUL inside a field
+        raise ModelError(f"{path}: not a valid CSV file ({exc}); save it as plain comma-separated text") from None
+
+
+def _parse_measurements(path: Path, text: str, cat: Catalog) -> list[Measurement]:
+    reader = csv.DictReader(io.StringIO(text, newline=""))
     header = reader.fieldnames or []
     if not header:
         raise ModelError(f"{path}: measurements file is empty; expected a CSV header with {', '.join(REQUIRED_COLUMNS)}")
