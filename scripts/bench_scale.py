@@ -26,6 +26,14 @@ Measured (2 shared cores, other jobs running; --time-limit 120, seed 0):
   at 20,000 rows and the time-limit fallback to the cheapest one-device fleet: exit 0, wall
   262 s, peak RSS 3.5 GB; feasible (one-device fleet, gap 16.6 % against the main solve's
   bound), 4,509 GPUs on 564 servers, $219.7 M; 21,712 candidate rows.
+- with workloads split into size buckets only where that is cheaper (optimizer/bucketing.py;
+  most are served whole): exit 0, wall 711 s, peak RSS 2.2 GB; feasible (one-device fleet, gap
+  18.5 %), 4,377 GPUs on 548 servers, $213.3 M; 20,009 candidate rows. Candidates took 166 s
+  (the same code before the bucketing change: 284 s wall, solve 86 s), but the main MILP ran
+  565 s against a 120 s limit: HiGHS 1.16 stays in its root (cut rounds on 121,337 rows x
+  302,322 columns) without checking its time limit, and interrupt callbacks did not stop it
+  either (tried: MIP, simplex and IPM interrupts). Not fixed: a hard deadline needs the solve
+  in a child process.
 """
 
 from __future__ import annotations
