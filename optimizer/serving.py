@@ -129,6 +129,13 @@ class Capacity:
     e2e_p99_ms: np.ndarray
     at_capacity: LoadResult | None = field(default=None, repr=False)
 
+    @classmethod
+    def at(cls, at_cap: LoadResult, max_qps: np.ndarray, output_tokens_per_s: np.ndarray, limited_by: list[str],
+           why: list[str | None]) -> Capacity:
+        """A capacity whose p99s are those of ``at_cap``, the evaluation at ``max_qps``."""
+        return cls(max_qps, output_tokens_per_s, limited_by, why, at_cap.ttft_p99_ms, at_cap.tpot_p99_ms,
+                   at_cap.e2e_p99_ms, at_cap)
+
 
 # ---------------------------------------------------------------------------------------
 # Distributions as quadrature
@@ -1001,16 +1008,8 @@ def capacity_at_slo(
         limited_by.append(names[bind_hi[i]] if bind_hi[i] >= 0
                           else _binding(above, where_unknown[i], targets))  # type: ignore[arg-type]
         why.append(None)
-    return Capacity(  # unservable rows: at_cap is at λ_lo, the best they reach
-        max_qps=max_qps,
-        output_tokens_per_s=max_qps * lens.mean_o,
-        limited_by=limited_by,
-        why=why,
-        ttft_p99_ms=at_cap.ttft_p99_ms,
-        tpot_p99_ms=at_cap.tpot_p99_ms,
-        e2e_p99_ms=at_cap.e2e_p99_ms,
-        at_capacity=at_cap,
-    )
+    # unservable rows: at_cap is at λ_lo, the best they reach
+    return Capacity.at(at_cap, max_qps, max_qps * lens.mean_o, limited_by, why)
 
 
 def _scheduler_cap_qps(c: Configs, lens: _Lengths) -> np.ndarray:
@@ -1085,16 +1084,7 @@ def _expand_capacity(c: Configs, inverse: np.ndarray, sub: Capacity, targets: di
     limited_by = [sub.limited_by[j] for j in inverse]
     why = [_unservable_why(at_cap, i, targets, c) if limited_by[i] == "unservable" else sub.why[j]
            for i, j in enumerate(inverse)]
-    return Capacity(
-        max_qps=sub.max_qps[inverse],
-        output_tokens_per_s=sub.output_tokens_per_s[inverse],
-        limited_by=limited_by,
-        why=why,
-        ttft_p99_ms=at_cap.ttft_p99_ms,
-        tpot_p99_ms=at_cap.tpot_p99_ms,
-        e2e_p99_ms=at_cap.e2e_p99_ms,
-        at_capacity=at_cap,
-    )
+    return Capacity.at(at_cap, sub.max_qps[inverse], sub.output_tokens_per_s[inverse], limited_by, why)
 
 
 def _binding(r: LoadResult, i: int, targets: dict[str, float]) -> str:
