@@ -45,25 +45,32 @@ def _paths(obj, prefix=()):
 ALL_PATHS = [p for p in _paths(BASE) if p]
 
 
-@st.composite
-def mutated_plans(draw):
-    data = copy.deepcopy(BASE)
+def _mutate(data, paths, draw, value_strategy):
+    """1-3 random edits of ``data`` at ``paths``: set a value, delete a key, add a key, or replace
+    a scenario's ``set`` mapping."""
     for _ in range(draw(st.integers(1, 3))):
-        path = draw(st.sampled_from(ALL_PATHS))
+        path = draw(st.sampled_from(paths))
         parent = data
         try:
             for p in path[:-1]:
                 parent = parent[p]
-            action = draw(st.sampled_from(["set", "delete", "add"]))
+            action = draw(st.sampled_from(["set", "delete", "add", "override"]))
             if action == "set":
-                parent[path[-1]] = draw(values)
+                parent[path[-1]] = draw(value_strategy)
             elif action == "delete" and isinstance(parent, dict):
                 parent.pop(path[-1], None)
+            elif action == "override" and isinstance(parent, dict) and path[-1] == "set":
+                parent["set"] = {draw(override_keys): draw(value_strategy)}
             elif isinstance(parent, dict):
-                parent[draw(st.text(min_size=1, max_size=10))] = draw(values)
+                parent[draw(st.text(min_size=1, max_size=10))] = draw(value_strategy)
         except (KeyError, IndexError, TypeError):
             continue
     return data
+
+
+@st.composite
+def mutated_plans(draw):
+    return _mutate(copy.deepcopy(BASE), ALL_PATHS, draw, values)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -129,27 +136,6 @@ override_keys = st.one_of(
                      "budget.capex_usd", "budget.x", "inventory.h100-sxm", "inventory", "pue.x", "", ".", "a..b"]),
     st.text(max_size=20),
 )
-
-
-def _mutate(data, paths, draw, value_strategy):
-    for _ in range(draw(st.integers(1, 3))):
-        path = draw(st.sampled_from(paths))
-        parent = data
-        try:
-            for p in path[:-1]:
-                parent = parent[p]
-            action = draw(st.sampled_from(["set", "delete", "add", "override"]))
-            if action == "set":
-                parent[path[-1]] = draw(value_strategy)
-            elif action == "delete" and isinstance(parent, dict):
-                parent.pop(path[-1], None)
-            elif action == "override" and isinstance(parent, dict) and path[-1] == "set":
-                parent["set"] = {draw(override_keys): draw(value_strategy)}
-            elif isinstance(parent, dict):
-                parent[draw(st.text(min_size=1, max_size=10))] = draw(value_strategy)
-        except (KeyError, IndexError, TypeError):
-            continue
-    return data
 
 
 @st.composite
