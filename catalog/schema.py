@@ -218,6 +218,25 @@ class Precision(Strict):
         description="weights dequantized to the compute dtype on the fly (e.g. int4 AWQ/GPTQ)"
     )
     activation_bytes: PositiveFloat = Field(2.0, description="bytes per activation element exchanged in all-reduce")
+    embedding_bytes_per_param: PositiveFloat = Field(
+        2.0, description="bytes per parameter of the embedding and lm_head matrices, which quantized "
+        "checkpoints keep in BF16 (NVIDIA ModelOpt NVFP4/FP8 and Quark FP8 exports leave them unquantized)")
+    attention_dtype: ComputeDtype | None = Field(
+        None, description="dtype of the attention math (QK^T, softmax·V); None = the compute dtype, or "
+        "bf16 for weight-only formats")
+
+    @property
+    def attention_math_dtype(self) -> str:
+        """The dtype attention computes in: ``attention_dtype``, else bf16 for weight-only formats, else the compute dtype."""
+        if self.attention_dtype is not None:
+            return self.attention_dtype
+        return "bf16" if self.weight_only else self.compute_dtype
+
+    def attention_peak_tflops(self, device: Device) -> float | None:
+        """Dense peak of the attention dtype on ``device``; the 16-bit peak where it has none of its own."""
+        dtype = self.attention_math_dtype
+        peak = device.bf16_tflops if dtype == "bf16" else device.peak_tflops(dtype)
+        return peak if peak is not None else device.peak_16bit_tflops
 
     def compute_peak_tflops(self, device: Device) -> float | None:
         """Peak the device reaches in this precision, or None when it cannot run it natively.

@@ -6,9 +6,17 @@ fitted by ``optimizer.calibrate`` to measured throughput and shipped in
 ``optimizer/data/calibration.yaml``; a user replaces them with ``--params FILE``.
 
 A factor applies to a device through its *class* — vendor, generation or memory type —
-never through its key, so the model predicts devices it has no measurements for.
-``overrides`` are applied in order; an override matches a device when every selector it
-gives (``vendor``, ``generation``, ``memory_type``) equals the device's; later matches win.
+never through its key, so the model predicts devices it has no measurements for; and
+through the serving *engine* (``trtllm``, ``vllm``, ``sglang``) and the *compute dtype* of
+the GEMMs (FP4 GEMMs reach a smaller share of their peak than FP8 ones).
+``overrides`` are applied in order; an override matches a (device, engine, dtype) when every
+selector it gives (``vendor``, ``generation``, ``memory_type``, ``engine``, ``compute_dtype``)
+equals the configuration's; later matches win.
+
+The engine of a configuration defaults per vendor (``default_engine``): NVIDIA devices
+run TensorRT-LLM (``trtllm``, what NVIDIA publishes its tables with), every other vendor
+vLLM (``vllm``: AMD publishes its MI300X tables with vLLM on ROCm; Intel Gaudi and Google
+TPU serve through vLLM back ends too). A workload or the CLI (``--engine``) may choose another.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -28,6 +36,21 @@ from catalog.schema import Device
 Fraction = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 PARAMS_FILE = "calibration.yaml"
+Engine = Literal["trtllm", "vllm", "sglang"]
+ENGINES: tuple[str, ...] = ("trtllm", "vllm", "sglang")
+FidelityClass = Literal["a", "b", "c"]
+
+
+def default_engine(device: Device) -> str:
+    """The serving engine a device runs unless told otherwise: NVIDIA → trtllm, others → vllm."""
+    return "trtllm" if device.vendor == "nvidia" else "vllm"
+
+
+def check_engine(engine: str) -> str:
+    """``engine`` if it is a known engine, else a one-line error naming the choices."""
+    if engine not in ENGINES:
+        raise ModelError(f"unknown engine '{engine}'; known: {', '.join(ENGINES)}")
+    return engine
 
 
 class _Strict(BaseModel):
@@ -40,24 +63,59 @@ class FactorOverride(_Strict):
     vendor: str | None = None
     generation: str | None = None
     memory_type: str | None = None
+    engine: Engine | None = None
+    compute_dtype: str | None = Field(None, description="dtype of the GEMMs (bf16, fp16, fp8, int8, fp4)")
     memory_bandwidth_efficiency: Fraction | None = None
     compute_efficiency: Fraction | None = None
+    attention_efficiency: Fraction | None = None
     step_overhead_ms: NonNeg | None = None
+    sequence_overhead_us: NonNeg | None = None
+    max_batch_sequences: int | None = Field(None, gt=0)
     note: str = ""
 
     @model_validator(mode="after")
     def _has_selector(self) -> FactorOverride:
-        if self.vendor is None and self.generation is None and self.memory_type is None:
-            raise ValueError("an override needs at least one of vendor, generation, memory_type "
-                             "(factors never depend on a single device key)")
+        if all(getattr(self, k) is None for k in SELECTORS):
+            raise ValueError("an override needs at least one of " + ", ".join(SELECTORS)
+                             + " (factors never depend on a single device key)")
         return self
 
-    def matches(self, device: Device) -> bool:
+    def matches(self, device: Device, engine: str | None = None, compute_dtype: str | None = None) -> bool:
         return all(
             want is None or want == have
             for want, have in ((self.vendor, device.vendor), (self.generation, device.generation),
-                               (self.memory_type, device.memory_type))
+                               (self.memory_type, device.memory_type), (self.engine, engine),
+                               (self.compute_dtype, compute_dtype))
         )
+
+    @property
+    def selector(self) -> str:
+        """``vendor=amd,engine=vllm``: the selectors this override gives."""
+        return ",".join(f"{k}={getattr(self, k)}" for k in SELECTORS if getattr(self, k) is not None)
+
+
+SELECTORS = ("vendor", "generation", "memory_type", "engine", "compute_dtype")
+FACTOR_FIELDS = ("memory_bandwidth_efficiency", "compute_efficiency", "attention_efficiency",
+                 "step_overhead_ms", "sequence_overhead_us", "max_batch_sequences")
+
+
+class ErrorBand(_Strict):
+    """An 80 % interval of measured/predicted for one fidelity class, from leave-out residuals."""
+
+    low_factor: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = Field(
+        description="10th percentile of measured/predicted: the low end is predicted × low_factor")
+    high_factor: Annotated[float, Field(ge=1, allow_inf_nan=False)] = Field(
+        description="90th percentile of measured/predicted: the high end is predicted × high_factor")
+    n: int = Field(ge=0, description="leave-out residuals the band rests on")
+    basis: str = Field(description="which leave-out predictions gave the residuals")
+
+
+class Coverage(_Strict):
+    """Which (device, engine) pairs, generations and vendors the fit had measurements of."""
+
+    device_engines: list[str] = Field(default_factory=list, description="'device/engine' pairs measured")
+    generations: list[str] = Field(default_factory=list)
+    vendors: list[str] = Field(default_factory=list)
 
 
 class FitRecord(_Strict):
@@ -80,7 +138,13 @@ class CalibrationParams(_Strict):
     memory_bandwidth_efficiency: Fraction = Field(
         0.8, description="achieved / peak memory bandwidth for decode reads (weights + KV)")
     compute_efficiency: Fraction = Field(
-        0.6, description="achieved / dense peak tensor FLOPS of the compute dtype")
+        0.6, description="GEMMs: achieved / dense peak tensor FLOPS of the compute dtype (overrides by "
+        "compute_dtype and engine)")
+    attention_efficiency: Fraction = Field(
+        0.3, description="attention math: achieved / dense peak of the attention dtype")
+    smooth_max_exponent: Annotated[float, Field(ge=1, le=64, allow_inf_nan=False)] = Field(
+        64.0, description="n of the smooth roofline max (a^n + b^n)^(1/n) of each operator's memory "
+        "and compute times; 64 is a hard max to 1 %, smaller n adds the overlap loss near the ridge")
     step_overhead_ms: NonNeg = Field(
         1.0, description="fixed time per scheduler step (launches, sampling, scheduling)")
     sequence_overhead_us: NonNeg = Field(
@@ -96,6 +160,14 @@ class CalibrationParams(_Strict):
         8.0, description="fixed latency of one all-reduce inside the scale-up domain")
     pcie_allreduce_latency_us: NonNeg = Field(
         25.0, description="fixed latency of one all-reduce over host PCIe")
+    alltoall_latency_us: NonNeg = Field(
+        10.0, description="fixed latency of one expert-parallel all-to-all (dispatch or combine)")
+    pp_hop_latency_us: NonNeg = Field(
+        20.0, description="pipeline parallelism: fixed latency of one stage-to-stage activation send "
+        "(uncalibrated: no pipeline-parallel measurements)")
+    pp_microbatch_overhead_us: NonNeg = Field(
+        50.0, description="pipeline parallelism: host time per micro-batch per step (scheduling one "
+        "more micro-batch; uncalibrated: no pipeline-parallel measurements)")
     memory_usable_fraction: Fraction = Field(
         0.92, description="share of device memory (memory_gb GiB) the serving engine may use "
         "for weights, workspace and KV cache")
@@ -107,24 +179,31 @@ class CalibrationParams(_Strict):
         1.0, description="share of the output length whose KV is reserved per running sequence "
         "when the batch is limited by memory (1 = guaranteed-no-evict scheduling)")
     overrides: list[FactorOverride] = Field(default_factory=list)
+    error_bands: dict[FidelityClass, ErrorBand] = Field(
+        default_factory=dict, description="80 % interval of measured/predicted by fidelity class "
+        "(a: device+engine measured, b: same generation/vendor measured, c: datasheet only)")
+    coverage: Coverage | None = None
     fit: FitRecord | None = None
 
-    def factors_for(self, device: Device) -> DeviceFactors:
-        """Factors for ``device``: the defaults, then every matching override in order."""
-        bw, fl, oh = self.memory_bandwidth_efficiency, self.compute_efficiency, self.step_overhead_ms
+    def factors_for(self, device: Device, engine: str | None = None, compute_dtype: str | None = None) -> DeviceFactors:
+        """Factors for ``device`` served by ``engine`` (default: ``default_engine``) with GEMMs in
+        ``compute_dtype``: the defaults, then every matching override in order."""
+        engine = engine or default_engine(device)
+        values = {k: getattr(self, k) for k in FACTOR_FIELDS}
         for o in self.overrides:
-            if o.matches(device):
-                bw = o.memory_bandwidth_efficiency if o.memory_bandwidth_efficiency is not None else bw
-                fl = o.compute_efficiency if o.compute_efficiency is not None else fl
-                oh = o.step_overhead_ms if o.step_overhead_ms is not None else oh
-        return DeviceFactors(bw, fl, oh)
+            if o.matches(device, engine, compute_dtype):
+                values.update({k: getattr(o, k) for k in FACTOR_FIELDS if getattr(o, k) is not None})
+        return DeviceFactors(**values)
 
 
 @dataclass(frozen=True)
 class DeviceFactors:
     memory_bandwidth_efficiency: float
     compute_efficiency: float
+    attention_efficiency: float
     step_overhead_ms: float
+    sequence_overhead_us: float
+    max_batch_sequences: int
 
 
 def shipped_params_path() -> Path:

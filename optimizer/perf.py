@@ -1,29 +1,36 @@
-"""Performance model of one replica (one model copy on tp·pp devices), vectorised.
+"""Performance model of one replica (one model copy on tp·pp·ep devices), vectorised.
 
-Pure: no I/O, no printing. ``build_configs`` turns (device, precision, tp, pp) combos into
-aligned numpy arrays (:class:`Configs`); every other function evaluates all of them at
-once. Physics per ``DESIGN.md`` §1/§5 (t = tp, p = pp, W = weight bytes of the model):
+Pure: no I/O, no printing. ``build_configs`` turns (device, precision, tp, pp) combos (with
+an engine and an expert-parallel degree each) into aligned numpy arrays (:class:`Configs`);
+every other function evaluates all of them at once. Physics per ``DESIGN.md`` §1/§5
+(t = tp, p = pp, e = ep, G = e·t·p GPUs; a replica with e > 1 runs attention data-parallel
+over e ranks of t GPUs and splits the routed experts e ways, as TensorRT-LLM's "DEP" does):
 
-- weights per GPU = W/(t·p); MoE: bytes read per step = (dense params + experts touched ·
-  params per expert) · bytes/param, experts touched per layer E·(1 − (1 − k/E)^B) for B
-  tokens in the step; compute always on active params.
-- KV bytes per token = 2 · layers · kv_heads · head_dim · kv dtype bytes (MLA: latent).
-  With TP the KV heads are split over min(t, kv_heads) GPUs (replicated beyond that; an
-  MLA latent is replicated on every TP rank); with PP each stage holds layers/p.
-- memory fit: W/(t·p) + workspace + KV ≤ usable fraction · memory (GiB).
-- a decode step: the batch b is split into p micro-batches that occupy the p stages at
-  once (pipeline stages *in parallel* for throughput, *in series* for latency). One stage
-  time for a micro-batch of b/p sequences and n/p prefill tokens is
-  ``max(t_mem, t_compute) + t_comm`` with
-  ``t_mem = (weights/(t·p) + (b/p)·c·kv/(kv_shards·p)) / (bw · eff_bw)``,
-  ``t_compute = (2·active·(b+n)/p + attention) / (t·p) / (peak · eff_flops)``,
-  ``t_comm = layers/p · 2 · (2·(t−1)/t · tokens·hidden·act_bytes / link + latency)``;
-  the step (every sequence advances one token) = ``p · stage + overhead`` with
-  overhead = step_overhead + b · sequence_overhead (host work per running sequence). For
-  p = 1 this is exactly ``max(t_mem, t_compute) + t_comm + t_overhead``. Stage-to-stage
-  activation transfers are neglected.
-- link = interconnect_gb_s/2 per direction when t ≤ interconnect_domain_gpus, else the
-  host link pcie_gb_s/2, times ``link_efficiency``.
+- storage: the embedding and lm_head matrices (2·vocab·hidden, untied) are stored at the
+  precision's ``embedding_bytes_per_param`` (BF16), every other weight at
+  ``weight_bytes_per_param`` (NVFP4 4.5 bits); weights per GPU = dense/(t·p) + experts/(e·t·p).
+- MoE: bytes read per step = dense body + lm_head + experts touched · bytes per expert,
+  experts touched per layer E·(1 − (1 − k/E)^B) for B tokens in the step (split e ways).
+- KV bytes per token = 2 · layers · kv_heads · head_dim · kv dtype bytes (MLA: latent); with
+  TP the KV heads are split over min(t, kv_heads) GPUs (an MLA latent is replicated), with
+  PP each stage holds layers/p, with EP each attention rank holds its own sequences.
+- memory fit: weights/GPU + workspace + KV ≤ usable fraction · memory (GiB).
+- a decode step is a **sum of per-operator rooflines**, each a smooth max
+  ``smax(a, b) = (a^n + b^n)^(1/n)`` of its memory and compute times (``smooth_max_exponent``):
+  for one pipeline stage and a micro-batch of b/p sequences and n/p prefill tokens (T tokens),
+  ``t_gemm = smax(weight bytes/GPU / (bw·e_bw), 2·active_body·T/G / (peak[gemm]·e_c)) +
+  2·vocab·hidden·b/(p·e·t) / (peak[16 bit]·e_c)`` (lm_head),
+  ``t_attn = smax(b·c·kv/(kv_shards·p·e) / (bw·e_bw), 4·L·H·d·b·c/G / (peak[attn]·e_attn))``,
+  ``t_prefill_attn = 4·L·H·d·n·span/G / (peak[attn]·e_attn)``,
+  ``t_comm = L/p · 2 · (2·(t−1)/t · T/e·hidden·act / link + latency)`` (tensor parallel)
+  ``+ moe_layers/p · 2 · (2·(e−1)/e · T/e·k·hidden·act / link + latency)`` (all-to-all),
+  ``t_hop = T·hidden·act/link + hop latency`` (p > 1 only);
+  the step (every sequence advances one token) = ``p·(t_gemm + t_attn + t_prefill_attn +
+  t_comm + t_hop) + t_host`` with ``t_host = step_overhead + (b/e)·sequence_overhead +
+  [p > 1]·p·microbatch_overhead``. Efficiencies come from ``CalibrationParams.factors_for``
+  (device class, engine, GEMM dtype).
+- link = interconnect_gb_s/2 per direction when the group fits in interconnect_domain_gpus,
+  else the host link pcie_gb_s/2, times ``link_efficiency``.
 
 Units: bytes, seconds, FLOPs in arrays; ``_ms`` / ``_gb`` only where the name says so.
 """
@@ -36,17 +43,49 @@ from functools import cached_property
 
 import numpy as np
 
+from catalog.errors import ModelError
 from catalog.schema import Device, Model, Precision
-from optimizer.params import CalibrationParams
+from optimizer.params import CalibrationParams, check_engine, default_engine
 
 GIB_BYTES = 2.0**30
 ATTENTION_FLOPS_PER_QK_ELEMENT = 4.0  # QK^T and A·V: 2 matmuls x 2 FLOPs per multiply-add
+HARD_MAX_EXPONENT = 64.0  # smooth_max_exponent at or above which smax is np.maximum
 
 
-def config_key(device: Device, precision: Precision, tp: int, pp: int) -> str:
-    """Deterministic key in ``[a-z0-9_]`` with ``__`` separators, e.g. ``h100_sxm__fp8__tp4__pp1``."""
+def config_key(device: Device, precision: Precision, tp: int, pp: int, engine: str | None = None,
+               ep: int = 1) -> str:
+    """Deterministic key in ``[a-z0-9_]`` with ``__`` separators, e.g. ``h100_sxm__fp8__tp4__pp1``;
+    ``__ep8`` and ``__vllm`` are appended when the expert-parallel degree is > 1 or the engine is
+    not the device's default."""
     dev = device.key.replace("-", "_").replace(".", "_")
-    return f"{dev}__{precision.key}__tp{tp}__pp{pp}"
+    key = f"{dev}__{precision.key}__tp{tp}__pp{pp}"
+    if ep > 1:
+        key += f"__ep{ep}"
+    if engine is not None and engine != default_engine(device):
+        key += f"__{engine}"
+    return key
+
+
+def smooth_max(a, b, n: float):
+    """``(a^n + b^n)^(1/n)`` for a, b >= 0 (= max(a, b) when n >= 64): the roofline of one
+    operator whose memory and compute phases overlap imperfectly near the ridge."""
+    if n >= HARD_MAX_EXPONENT:
+        return np.maximum(a, b)
+    hi = np.maximum(a, b)
+    lo = np.minimum(a, b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(hi > 0, lo / hi, 0.0)
+    return hi * (1.0 + r**n) ** (1.0 / n)
+
+
+def _per_combo(value, n: int, what: str) -> list:
+    """``value`` (a scalar, None or a sequence of length n) as a list of n entries."""
+    if value is None or isinstance(value, str | int | float | np.integer):
+        return [value] * n
+    out = list(value)
+    if len(out) != n:
+        raise ModelError(f"{what}: got {len(out)} values for {n} configurations")
+    return out
 
 
 @dataclass(frozen=True)
@@ -57,15 +96,17 @@ class Configs:
     model: Model
     devices: list[Device]
     precisions: list[Precision]
+    engines: list[str]
     tp: np.ndarray
     pp: np.ndarray
+    ep: np.ndarray  # attention data-parallel ranks = expert-parallel degree (1 = none)
     gpus: np.ndarray
     supported: np.ndarray  # the device computes in this precision
     fits: np.ndarray  # weights + workspace + at least one KV token fit
     runnable: np.ndarray  # supported & fits
     reason: list[str | None]
     # memory
-    weight_bytes_total: np.ndarray
+    weight_bytes_total: np.ndarray  # stored bytes of one model copy
     weight_bytes_per_gpu: np.ndarray
     kv_bytes_per_token: np.ndarray  # whole model, all layers, in the KV dtype
     kv_shards: np.ndarray  # GPUs one token's KV is split over inside a stage
@@ -74,18 +115,26 @@ class Configs:
     # speed (per GPU)
     memory_bandwidth_bytes_s: np.ndarray  # peak
     memory_bandwidth_efficiency: np.ndarray
-    peak_flops: np.ndarray  # dense peak of the compute dtype, FLOP/s (NaN if unsupported)
-    compute_efficiency: np.ndarray
+    peak_flops: np.ndarray  # dense peak of the GEMM compute dtype, FLOP/s (NaN if unsupported)
+    compute_efficiency: np.ndarray  # GEMMs, by device class, engine and GEMM dtype
+    attention_peak_flops: np.ndarray  # dense peak of the attention dtype, FLOP/s
+    attention_efficiency: np.ndarray
+    lm_head_peak_flops: np.ndarray  # 16-bit peak (the lm_head stays BF16)
     step_overhead_s: np.ndarray
+    sequence_overhead_s: np.ndarray  # host time per running sequence per step (sampling, bookkeeping)
+    batch_cap: np.ndarray  # scheduler cap on running sequences of each configuration (engine default or --max-batch)
     link_bytes_s: np.ndarray  # achieved per-direction all-reduce link bandwidth
     allreduce_latency_s: np.ndarray
     activation_bytes: np.ndarray
     # model constants (bytes per parameter folded in)
-    dense_weight_bytes: np.ndarray  # bytes read every step whatever the routing
+    dense_weight_bytes: np.ndarray  # bytes read every step whatever the routing (body + lm_head)
     expert_weight_bytes: np.ndarray  # bytes of one routed expert over all MoE layers
-    sequence_overhead_s: float  # host time per running sequence per step (sampling, bookkeeping)
+    smooth_max_exponent: float
+    alltoall_latency_s: float
+    pp_hop_latency_s: float
+    pp_microbatch_overhead_s: float
     request_overhead_s: float  # front-end time per request, added once to TTFT and E2E (not a step)
-    max_batch_sequences: int  # scheduler cap on running sequences (offline runs)
+    max_batch_sequences: int  # the default scheduler cap (serving's scalar view of batch_cap)
     kv_reserved_output_fraction: float  # share of the output whose KV a running sequence reserves
 
     def __len__(self) -> int:
@@ -112,22 +161,42 @@ class Configs:
         return replace(self, **changes)
 
 
+def embedding_params(model: Model) -> float:
+    """Parameters of the input embedding and the lm_head: 2·vocab·hidden (untied), capped at
+    half the model (a small model that ties them)."""
+    return min(2.0 * model.vocab_size * model.hidden_size, 0.5 * model.total_params_b * 1e9)
+
+
 def build_configs(
     model: Model,
     combos: Sequence[tuple[Device, Precision, int, int]],
     params: CalibrationParams,
+    engines: str | Sequence[str | None] | None = None,
+    ep: int | Sequence[int] | None = None,
+    max_batch: int | Sequence[int | None] | None = None,
 ) -> Configs:
-    """Arrays for every (device, precision, tp, pp) combo; unrunnable ones keep a reason."""
+    """Arrays for every (device, precision, tp, pp) combo; unrunnable ones keep a reason.
+
+    ``engines``: serving engine per combo (None = ``default_engine`` of the device);
+    ``ep``: expert-parallel degree per combo (attention data-parallel over ep ranks of tp GPUs;
+    > 1 only for MoE models); ``max_batch``: scheduler cap on running sequences per combo
+    (None = the engine's ``max_batch_sequences``).
+    """
     n = len(combos)
     devices = [d for d, _, _, _ in combos]
     precs = [q for _, q, _, _ in combos]
     tp = np.array([t for _, _, t, _ in combos], dtype=np.int64).reshape(n)
     pp = np.array([p for _, _, _, p in combos], dtype=np.int64).reshape(n)
-    if n and (tp.min() < 1 or pp.min() < 1):
-        from catalog.errors import ModelError
-
-        raise ModelError(f"tp and pp must be >= 1 (got tp {tp.min()}, pp {pp.min()})")
-    gpus = tp * pp
+    eng = [check_engine(e) if e is not None else default_engine(d)
+           for e, d in zip(_per_combo(engines, n, "engines"), devices, strict=True)]
+    epa = np.array([1 if e is None else int(e) for e in _per_combo(ep, n, "ep")], dtype=np.int64).reshape(n)
+    caps = _per_combo(max_batch, n, "max_batch")
+    if n and (tp.min() < 1 or pp.min() < 1 or epa.min() < 1):
+        raise ModelError(f"tp, pp and ep must be >= 1 (got tp {tp.min()}, pp {pp.min()}, ep {epa.min()})")
+    if n and epa.max() > 1 and not model.is_moe:
+        raise ModelError(f"ep {epa.max()}: {model.key} is a dense model; expert parallelism needs an MoE model "
+                         "(use --tp for a dense model)")
+    gpus = tp * pp * epa
 
     # Per-device and per-precision lookups are done once per distinct object, then gathered.
     dev_keys = sorted({d.key for d in devices})
@@ -143,66 +212,91 @@ def build_configs(
     def per_prec(f) -> np.ndarray:
         return np.array([f(prec_by_key[k]) for k in prec_keys], dtype=float)[prec_idx] if n else np.zeros(0)
 
-    pair_peak: dict[tuple[str, str], float] = {}
-    pair_reason: dict[tuple[str, str], str | None] = {}
+    pair: dict[tuple[str, str], tuple[float, float, str | None]] = {}
     for d in dev_by_key.values():
         for q in prec_by_key.values():
             peak = q.compute_peak_tflops(d)
-            pair_peak[(d.key, q.key)] = np.nan if peak is None else peak * 1e12
-            pair_reason[(d.key, q.key)] = q.unsupported_reason(d)
-    peak_flops = np.array([pair_peak[(d.key, q.key)] for d, q in zip(devices, precs, strict=True)], dtype=float)
+            attn = q.attention_peak_tflops(d)
+            pair[(d.key, q.key)] = (np.nan if peak is None else peak * 1e12, attn * 1e12 if attn else np.nan,
+                                    q.unsupported_reason(d))
+    peak_flops = np.array([pair[(d.key, q.key)][0] for d, q in zip(devices, precs, strict=True)], dtype=float)
+    attn_peak = np.array([pair[(d.key, q.key)][1] for d, q in zip(devices, precs, strict=True)], dtype=float)
     supported = ~np.isnan(peak_flops)
 
-    factors = {k: params.factors_for(dev_by_key[k]) for k in dev_keys}
-    eff_bw = per_dev(lambda d: factors[d.key].memory_bandwidth_efficiency)
-    eff_fl = per_dev(lambda d: factors[d.key].compute_efficiency)
-    overhead_s = per_dev(lambda d: factors[d.key].step_overhead_ms) / 1e3
+    fac_cache: dict[tuple[str, str, str], object] = {}
+    facs = []
+    for d, q, e in zip(devices, precs, eng, strict=True):
+        k = (d.key, e, q.compute_dtype)
+        if k not in fac_cache:
+            fac_cache[k] = params.factors_for(d, e, q.compute_dtype)
+        facs.append(fac_cache[k])
+    eff_bw = np.array([f.memory_bandwidth_efficiency for f in facs], dtype=float).reshape(n)
+    eff_fl = np.array([f.compute_efficiency for f in facs], dtype=float).reshape(n)
+    eff_at = np.array([f.attention_efficiency for f in facs], dtype=float).reshape(n)
+    overhead_s = np.array([f.step_overhead_ms for f in facs], dtype=float).reshape(n) / 1e3
+    seq_s = np.array([f.sequence_overhead_us for f in facs], dtype=float).reshape(n) / 1e6
+    batch_cap = np.array([f.max_batch_sequences if c is None else int(c) for f, c in zip(facs, caps, strict=True)],
+                         dtype=float).reshape(n)
 
     wbpp = per_prec(lambda q: q.weight_bytes_per_param)
-    weight_total = model.total_params_b * 1e9 * wbpp
-    weight_per_gpu = weight_total / gpus
+    ebpp = per_prec(lambda q: q.embedding_bytes_per_param)
+    emb = embedding_params(model)
+    routed = model.routed_expert_params
+    body_dense = model.total_params_b * 1e9 - routed - emb  # non-expert, non-embedding parameters
+    dense_store = body_dense * wbpp + emb * ebpp
+    expert_store = routed * wbpp
+    weight_total = dense_store + expert_store
+    weight_per_gpu = dense_store / (tp * pp) + expert_store / gpus
     kv_bpt = per_prec(lambda q: model.kv_bytes_per_token(q.kv_bytes_per_element))
     kv_shards = np.ones(n) if model.is_mla else np.minimum(tp, model.num_kv_heads).astype(float)
     kv_per_token_per_gpu = kv_bpt / (kv_shards * pp)
 
     usable = per_dev(lambda d: d.memory_gb) * GIB_BYTES * params.memory_usable_fraction
     free = usable - weight_per_gpu - params.workspace_gb_per_gpu * GIB_BYTES
-    kv_capacity = free / kv_per_token_per_gpu
+    kv_capacity = epa * free / kv_per_token_per_gpu
     fits = kv_capacity >= 1.0
 
-    in_domain = tp <= per_dev(lambda d: d.interconnect_domain_gpus)
+    in_domain = gpus / pp <= per_dev(lambda d: d.interconnect_domain_gpus)
     link = np.where(in_domain, per_dev(lambda d: d.interconnect_gb_s), per_dev(lambda d: d.pcie_gb_s))
     link_bytes_s = link / 2 * 1e9 * params.link_efficiency
     latency_s = np.where(in_domain, params.allreduce_latency_us, params.pcie_allreduce_latency_us) / 1e6
 
     reason: list[str | None] = []
     for i, (d, q) in enumerate(zip(devices, precs, strict=True)):
-        why = pair_reason[(d.key, q.key)]
+        why = pair[(d.key, q.key)][2]
         if why is None and not fits[i]:
             ws = params.workspace_gb_per_gpu * GIB_BYTES
+            par = f"tp{tp[i]}·pp{pp[i]}" + (f"·ep{epa[i]}" if epa[i] > 1 else "")
             why = (f"{model.key} in {q.key} needs {weight_per_gpu[i] / 1e9:.1f} GB of weights per GPU "
-                   f"+ {ws / 1e9:.1f} GB workspace at tp{tp[i]}·pp{pp[i]}; {d.key} has {usable[i] / 1e9:.1f} GB "
+                   f"+ {ws / 1e9:.1f} GB workspace at {par}; {d.key} has {usable[i] / 1e9:.1f} GB "
                    f"usable ({params.memory_usable_fraction:.0%} of {d.memory_gb:g} GiB); "
-                   "raise tp/pp or use a smaller precision")
+                   "raise tp/pp/ep or use a smaller precision")
         reason.append(why)
 
     ppe = model.params_per_expert if model.is_moe else 0.0
-    dense = model.dense_params if model.is_moe else model.total_params_b * 1e9
+    lm_head = model.vocab_size * model.hidden_size if emb >= 2.0 * model.vocab_size * model.hidden_size else emb
     return Configs(
-        keys=[config_key(d, q, int(t), int(p)) for (d, q, t, p) in combos],
-        model=model, devices=devices, precisions=precs,
-        tp=tp, pp=pp, gpus=gpus,
+        keys=[config_key(d, q, int(t), int(p), e, int(x))
+              for (d, q, t, p), e, x in zip(combos, eng, epa, strict=True)],
+        model=model, devices=devices, precisions=precs, engines=eng,
+        tp=tp, pp=pp, ep=epa, gpus=gpus,
         supported=supported, fits=fits, runnable=supported & fits, reason=reason,
         weight_bytes_total=weight_total, weight_bytes_per_gpu=weight_per_gpu,
         kv_bytes_per_token=kv_bpt, kv_shards=kv_shards,
         usable_bytes_per_gpu=usable, kv_capacity_tokens=np.maximum(kv_capacity, 0.0),
         memory_bandwidth_bytes_s=per_dev(lambda d: d.memory_bandwidth_tb_s) * 1e12,
         memory_bandwidth_efficiency=eff_bw,
-        peak_flops=peak_flops, compute_efficiency=eff_fl, step_overhead_s=overhead_s,
+        peak_flops=peak_flops, compute_efficiency=eff_fl,
+        attention_peak_flops=attn_peak, attention_efficiency=eff_at,
+        lm_head_peak_flops=per_dev(lambda d: d.peak_16bit_tflops) * 1e12,
+        step_overhead_s=overhead_s, sequence_overhead_s=seq_s, batch_cap=batch_cap,
         link_bytes_s=link_bytes_s, allreduce_latency_s=latency_s,
         activation_bytes=per_prec(lambda q: q.activation_bytes),
-        dense_weight_bytes=dense * wbpp, expert_weight_bytes=ppe * wbpp,
-        sequence_overhead_s=params.sequence_overhead_us / 1e6,
+        dense_weight_bytes=body_dense * wbpp + lm_head * ebpp, expert_weight_bytes=ppe * wbpp,
+        smooth_max_exponent=float(params.smooth_max_exponent),
+        alltoall_latency_s=params.alltoall_latency_us / 1e6,
+        pp_hop_latency_s=params.pp_hop_latency_us / 1e6,
+        pp_microbatch_overhead_s=params.pp_microbatch_overhead_us / 1e6,
         request_overhead_s=params.request_overhead_ms / 1e3,
         max_batch_sequences=params.max_batch_sequences,
         kv_reserved_output_fraction=params.kv_reserved_output_fraction,
@@ -242,22 +336,29 @@ class StageConstants:
     """
 
     pp: np.ndarray  # p, as float
-    gpus: np.ndarray  # t·p, as float
-    weight_bytes_total: np.ndarray
-    weight_bytes_per_gpu: np.ndarray
-    dense_weight_bytes: np.ndarray
-    expert_weight_bytes: np.ndarray
-    kv_bytes_per_token: np.ndarray
-    kv_gpus: np.ndarray  # kv_shards·p: GPUs one token's KV is spread over
+    ep: np.ndarray  # e, as float (attention data-parallel ranks)
+    gpus: np.ndarray  # e·t·p, as float
+    tp_pp: np.ndarray  # t·p: GPUs one attention rank's weights are spread over
+    weight_bytes_per_gpu: np.ndarray  # stored
+    dense_read_per_gpu: np.ndarray  # dense body + lm_head bytes read per step per GPU
+    expert_read_per_gpu: np.ndarray  # bytes of one routed expert per GPU that holds it: expert/(t·p)
+    kv_read_per_ctx_token: np.ndarray  # KV bytes per GPU per (sequence × context token) of its rank
     memory_bytes_s: np.ndarray  # achieved memory bandwidth per GPU, bw·eff_bw
-    flops_s: np.ndarray  # achieved compute per GPU, peak·eff_flops (NaN if unsupported)
-    allreduces: np.ndarray  # all-reduces per stage pass, layers/p · 2
+    gemm_flops_s: np.ndarray  # achieved GEMM compute per GPU, peak·eff_flops (NaN if unsupported)
+    gemm_flops_per_token: np.ndarray  # 2·active body params / G
+    lm_head_s_per_sequence: np.ndarray  # 2·vocab·hidden/(e·t) / (16-bit peak·eff_flops)
+    attn_s_per_ctx_token: np.ndarray  # 4·L·H·d / G / (attention peak·e_attn)
+    allreduces: np.ndarray  # all-reduces per stage pass, layers/p · 2 (0 at t = 1)
     ring_factor: np.ndarray  # 2·(t−1)/t: share of the bytes each GPU sends in a ring all-reduce
-    multi_gpu: np.ndarray  # t > 1 (no all-reduce otherwise)
+    alltoalls: np.ndarray  # all-to-alls per stage pass, moe_layers/p · 2 (0 at e = 1)
+    a2a_factor: np.ndarray  # (e−1)/e · k: share of a rank's routed token copies that leave it
     activation_bytes: np.ndarray
     link_bytes_s: np.ndarray
     allreduce_latency_s: np.ndarray
-    step_overhead_s: np.ndarray
+    hop_s_fixed: np.ndarray  # pipeline hop latency (0 at p = 1)
+    hop_on: np.ndarray  # p > 1
+    step_overhead_s: np.ndarray  # fixed host time per step incl. p·microbatch overhead when p > 1
+    sequence_overhead_s: np.ndarray  # host time per running sequence per step, / e ranks
     _shaped: dict[int, StageConstants] = field(default_factory=dict, repr=False, compare=False)
 
     def shaped(self, ndim: int) -> StageConstants:
@@ -272,34 +373,43 @@ class StageConstants:
 
 def stage_constants(c: Configs) -> StageConstants:
     """The :class:`StageConstants` of every configuration of ``c``."""
+    m = c.model
     p = c.pp.astype(float)
     t = c.tp.astype(float)
+    e = c.ep.astype(float)
+    gpus = t * p * e
+    body_active = max(m.active_params_b * 1e9 - embedding_params(m), 0.0)
+    lm_head = m.vocab_size * m.hidden_size
+    hidden_act = m.hidden_size * c.activation_bytes
     return StageConstants(
-        pp=p, gpus=t * p, weight_bytes_total=c.weight_bytes_total, weight_bytes_per_gpu=c.weight_bytes_per_gpu,
-        dense_weight_bytes=c.dense_weight_bytes, expert_weight_bytes=c.expert_weight_bytes,
-        kv_bytes_per_token=c.kv_bytes_per_token, kv_gpus=c.kv_shards * p,
+        pp=p, ep=e, gpus=gpus, tp_pp=t * p, weight_bytes_per_gpu=c.weight_bytes_per_gpu,
+        dense_read_per_gpu=c.dense_weight_bytes / (t * p), expert_read_per_gpu=c.expert_weight_bytes / (t * p),
+        kv_read_per_ctx_token=c.kv_bytes_per_token / (c.kv_shards * p * e),
         memory_bytes_s=c.memory_bandwidth_bytes_s * c.memory_bandwidth_efficiency,
-        flops_s=c.peak_flops * c.compute_efficiency,
-        allreduces=(c.model.num_layers / p) * 2.0, ring_factor=2.0 * (t - 1.0) / t, multi_gpu=t > 1,
+        gemm_flops_s=c.peak_flops * c.compute_efficiency,
+        gemm_flops_per_token=2.0 * body_active / gpus,
+        lm_head_s_per_sequence=2.0 * lm_head / (t * e * p) / (c.lm_head_peak_flops * c.compute_efficiency),
+        attn_s_per_ctx_token=attention_flops_per_context_token(m) / gpus
+        / (c.attention_peak_flops * c.attention_efficiency),
+        allreduces=np.where(t > 1, m.num_layers / p * 2.0, 0.0), ring_factor=2.0 * (t - 1.0) / t * hidden_act / e,
+        alltoalls=np.where(e > 1, m.moe_layers / p * 2.0, 0.0),
+        a2a_factor=(e - 1.0) / e * max(m.experts_per_token, 1) * hidden_act / e,
         activation_bytes=c.activation_bytes, link_bytes_s=c.link_bytes_s, allreduce_latency_s=c.allreduce_latency_s,
-        step_overhead_s=c.step_overhead_s,
+        hop_s_fixed=np.where(p > 1, c.pp_hop_latency_s, 0.0), hop_on=(p > 1).astype(float) * hidden_act,
+        step_overhead_s=c.step_overhead_s + np.where(p > 1, p * c.pp_microbatch_overhead_s, 0.0),
+        sequence_overhead_s=c.sequence_overhead_s / e,
     )
 
 
-def _weight_bytes_read(c: Configs, tokens: np.ndarray, ndim: int) -> np.ndarray:
-    """Weight bytes the whole replica reads for one pass of ``tokens`` tokens (MoE-aware)."""
-    m, k = c.model, c.stage.shaped(ndim)
-    if not m.is_moe:
-        return k.weight_bytes_total + 0.0 * tokens
-    touched = experts_touched(m.num_experts, m.experts_per_token, np.maximum(tokens, 1.0))
-    return k.dense_weight_bytes + touched * k.expert_weight_bytes
-
-
 def _weight_bytes_read_per_gpu(c: Configs, tokens: np.ndarray, ndim: int) -> np.ndarray:
-    """``_weight_bytes_read``/(t·p); for a dense model the (N, 1, ...) column W/(t·p), whatever ``tokens``."""
-    if not c.model.is_moe:
-        return c.stage.shaped(ndim).weight_bytes_per_gpu
-    return _weight_bytes_read(c, tokens, ndim) / c.stage.shaped(ndim).gpus
+    """Weight bytes one GPU reads for one pass of ``tokens`` tokens of its stage (all ranks):
+    dense/(t·p) + E·(1 − (1 − k/E)^T)/e · expert/(t·p); for a dense model the (N, 1, ...) column."""
+    k = c.stage.shaped(ndim)
+    m = c.model
+    if not m.is_moe:
+        return k.dense_read_per_gpu
+    touched = experts_touched(m.num_experts, m.experts_per_token, np.maximum(tokens, 1.0))
+    return k.dense_read_per_gpu + touched / k.ep * k.expert_read_per_gpu
 
 
 def attention_flops_per_context_token(model: Model) -> float:
@@ -307,22 +417,32 @@ def attention_flops_per_context_token(model: Model) -> float:
     return ATTENTION_FLOPS_PER_QK_ELEMENT * model.num_layers * model.num_attention_heads * model.head_dim
 
 
-def _allreduce_s(c: Configs, tokens: np.ndarray, ndim: int) -> np.ndarray:
-    """One ring all-reduce of ``tokens``·hidden activations: 2·(t−1)/t · bytes / link + latency (0 at t=1)."""
+def _comm_s(c: Configs, tokens: np.ndarray, ndim: int) -> np.ndarray:
+    """Communication of one stage pass of ``tokens`` tokens (all ranks): tensor-parallel ring
+    all-reduces (2·(t−1)/t · T/e·hidden·act / link + latency each), expert-parallel all-to-alls
+    ((e−1)/e · k·T/e·hidden·act / link + latency each) and the pipeline hop to the next stage."""
     k = c.stage.shaped(ndim)
-    nbytes = tokens * c.model.hidden_size * k.activation_bytes
-    time = k.ring_factor * nbytes / k.link_bytes_s + k.allreduce_latency_s
-    return np.where(k.multi_gpu, time, 0.0)
+    ar = k.allreduces * (k.ring_factor * tokens / k.link_bytes_s + k.allreduce_latency_s)
+    a2a = k.alltoalls * (k.a2a_factor * tokens / k.link_bytes_s + c.alltoall_latency_s)
+    hop = k.hop_on * tokens / k.link_bytes_s + k.hop_s_fixed
+    return ar + a2a + hop
 
 
 @dataclass(frozen=True)
 class StepParts:
-    """Components of one pipeline-stage time (seconds), and the full step time."""
+    """Components of one decode step (seconds): per pipeline stage the per-operator times
+    (``gemm_s``, ``attn_s`` decode attention, ``prefill_attn_s``, ``comm_s`` incl. the hop),
+    the host time of the step, and the full step time; ``mem_s``/``compute_s`` are the memory
+    and compute sides of the stage summed over the operators (for the roofline view)."""
 
+    gemm_s: np.ndarray
+    attn_s: np.ndarray
+    prefill_attn_s: np.ndarray
+    comm_s: np.ndarray
+    host_s: np.ndarray
+    step_s: np.ndarray
     mem_s: np.ndarray
     compute_s: np.ndarray
-    comm_s: np.ndarray
-    step_s: np.ndarray
 
 
 def _decode_step(c: Configs, batch, context_tokens, prefill_tokens, prefill_context_tokens) -> StepParts:
@@ -330,33 +450,37 @@ def _decode_step(c: Configs, batch, context_tokens, prefill_tokens, prefill_cont
     prefill tokens stay as small as the batch (N, 1, ...), so (N, K, ...) prefill grids cost less."""
     ndim, (b, ctx, npre, pctx) = _prep(c, batch, context_tokens, prefill_tokens, prefill_context_tokens)
     k = c.stage.shaped(ndim)
+    n = c.smooth_max_exponent
     micro_b = b / k.pp
     micro_n = npre / k.pp
     tokens = micro_b + micro_n
+    weights_mem = _weight_bytes_read_per_gpu(c, tokens, ndim) / k.memory_bytes_s
+    gemm_comp = tokens * k.gemm_flops_per_token / k.gemm_flops_s
+    lm_head = micro_b * k.lm_head_s_per_sequence
+    gemm_s = smooth_max(weights_mem, gemm_comp, n) + lm_head
     decode_ctx = micro_b * ctx  # context tokens the decoding micro-batch attends to
-    weights = _weight_bytes_read_per_gpu(c, tokens, ndim)
-    mem_s = (weights + decode_ctx * k.kv_bytes_per_token / k.kv_gpus) / k.memory_bytes_s
-    active = c.model.active_params_b * 1e9
-    attn = attention_flops_per_context_token(c.model) * (decode_ctx + micro_n * pctx)
-    compute_s = (2.0 * active * tokens + attn) / k.gpus / k.flops_s
-    comm_s = k.allreduces * _allreduce_s(c, tokens, ndim)
-    overhead_s = k.step_overhead_s + b * c.sequence_overhead_s
-    step_s = k.pp * (np.maximum(mem_s, compute_s) + comm_s) + overhead_s
-    return StepParts(mem_s, compute_s, comm_s, step_s)
+    kv_mem = decode_ctx * k.kv_read_per_ctx_token / k.memory_bytes_s
+    attn_comp = decode_ctx * k.attn_s_per_ctx_token
+    attn_s = smooth_max(kv_mem, attn_comp, n)
+    prefill_attn_s = micro_n * pctx * k.attn_s_per_ctx_token
+    comm_s = _comm_s(c, tokens, ndim)
+    host_s = k.step_overhead_s + b * k.sequence_overhead_s
+    step_s = k.pp * (gemm_s + attn_s + prefill_attn_s + comm_s) + host_s
+    return StepParts(gemm_s, attn_s, prefill_attn_s, comm_s, host_s, step_s,
+                     weights_mem + kv_mem, gemm_comp + lm_head + attn_comp + prefill_attn_s)
 
 
 def decode_parts(c: Configs, batch, context_tokens, prefill_tokens=0.0,
                  prefill_context_tokens=0.0) -> StepParts:
-    """Stage times and step time of a decode step (see module docstring for the formulas),
-    all four of the same (broadcast) shape.
+    """Per-operator stage times and step time of a decode step (see module docstring for the
+    formulas), all of the same (broadcast) shape.
 
     ``prefill_context_tokens`` is the mean context (attention span) of the prefill tokens;
     a prompt of length L processed whole has mean span L/2.
     """
     parts = _decode_step(c, batch, context_tokens, prefill_tokens, prefill_context_tokens)
     shape = parts.step_s.shape
-    return StepParts(*(np.broadcast_to(x, shape) for x in (parts.mem_s, parts.compute_s, parts.comm_s)),
-                     parts.step_s)
+    return StepParts(*(np.broadcast_to(getattr(parts, f.name), shape) for f in fields(parts)))
 
 
 def decode_step_s(c: Configs, batch, context_tokens, prefill_tokens=0.0,
@@ -365,9 +489,9 @@ def decode_step_s(c: Configs, batch, context_tokens, prefill_tokens=0.0,
     (mean context ``context_tokens``) advances one token and ``prefill_tokens`` prompt
     tokens are processed (chunked prefill).
 
-    ``= pp · (max(t_mem, t_compute) + t_comm) + t_overhead`` with per-stage micro-batches
-    of batch/pp (see module docstring). Broadcasts against (N,) or (N, K) inputs; NaN where
-    the device cannot compute in the precision.
+    ``= pp · (t_gemm + t_attn + t_prefill_attn + t_comm) + t_host`` with per-stage
+    micro-batches of batch/pp (see module docstring). Broadcasts against (N,) or (N, K)
+    inputs; NaN where the device cannot compute in the precision.
     """
     return _decode_step(c, batch, context_tokens, prefill_tokens, prefill_context_tokens).step_s
 
@@ -378,7 +502,7 @@ def tpot_s(c: Configs, batch, context_tokens) -> np.ndarray:
 
 
 def bound_kind(c: Configs, batch, context_tokens) -> np.ndarray:
-    """'memory', 'compute' or 'communication': the largest term of a decode stage."""
+    """'memory', 'compute' or 'communication': the largest side of a decode stage."""
     parts = decode_parts(c, batch, context_tokens)
     mem, comp, comm = np.broadcast_arrays(parts.mem_s, parts.compute_s, parts.comm_s)
     out = np.where(comp > mem, "compute", "memory").astype(object)
@@ -389,18 +513,21 @@ def bound_kind(c: Configs, batch, context_tokens) -> np.ndarray:
 def prefill_s(c: Configs, prompt_tokens, batch_prompts=1) -> np.ndarray:
     """Time (s) to prefill ``batch_prompts`` prompts of ``prompt_tokens`` tokens each, in one pass.
 
-    FLOPs = 2·active·L·n + 2·layers·heads·head_dim·L²·n (causal attention: span L/2 per
-    token, 4 FLOPs per element); the pass goes through the pp stages in series:
-    ``pp · (max(weights/(t·p)/bw, FLOPs/(t·p)/flops) + t_comm) + t_overhead``.
+    The GEMMs (smooth max of weight reads and 2·active·L·n FLOPs) plus causal attention
+    (span L/2 per token, 4·layers·heads·head_dim FLOPs per element) plus communication, through
+    the pp stages in series, plus the fixed step overhead; the prompts of one pass run on one
+    attention rank (ep ranks do not split one prompt).
     """
-    ndim, (L, n) = _prep(c, prompt_tokens, batch_prompts)
+    ndim, (L, nb) = _prep(c, prompt_tokens, batch_prompts)
     k = c.stage.shaped(ndim)
-    tokens = L * n
+    tokens = L * nb
+    # the prompt occupies one attention rank: its per-GPU work is that of e·T tokens spread over the group
+    rank_tokens = tokens * k.ep
     mem_s = _weight_bytes_read_per_gpu(c, tokens, ndim) / k.memory_bytes_s
-    attn = attention_flops_per_context_token(c.model) * tokens * L / 2.0
-    compute_s = (2.0 * c.model.active_params_b * 1e9 * tokens + attn) / k.gpus / k.flops_s
-    comm_s = k.allreduces * _allreduce_s(c, tokens, ndim)
-    return k.pp * (np.maximum(mem_s, compute_s) + comm_s) + k.step_overhead_s
+    comp_s = rank_tokens * k.gemm_flops_per_token / k.gemm_flops_s
+    attn_s = rank_tokens * L / 2.0 * k.attn_s_per_ctx_token
+    gemm = smooth_max(mem_s, comp_s, c.smooth_max_exponent)  # the lm_head of the last token is neglected, as in a step
+    return k.pp * (gemm + attn_s + _comm_s(c, tokens, ndim)) + k.step_overhead_s
 
 
 def max_sequences(c: Configs, tokens_per_sequence) -> np.ndarray:
@@ -414,15 +541,16 @@ def tpot_bound_ms(c: Configs) -> np.ndarray:
     """Pure bandwidth bound on time per token at batch 1 (ms), no efficiency factor.
 
     = weight bytes each GPU reads per token / its peak bandwidth, summed over the pp stages
-    a token passes in series: pp · (W/(t·pp)) / bw = W/(t·bw); MoE: W counts the dense part
-    and the k experts one token touches. 70e9 params · 2 B / 2.0 TB/s = 70 ms.
+    a token passes in series: pp · (W/(t·pp)) / bw = W/(t·bw); W counts the body and the lm_head
+    (embedding bytes), MoE the dense part and the k experts one token touches.
+    70e9 params · 2 B / 2.0 TB/s = 70 ms.
     """
-    w = _weight_bytes_read(c, np.ones(len(c)), 1)
-    return c.pp * (w / c.gpus) / c.memory_bandwidth_bytes_s * 1e3
+    w = _weight_bytes_read_per_gpu(c, np.ones(len(c)), 1)
+    return c.pp * w / c.memory_bandwidth_bytes_s * 1e3
 
 
 def compute_bound_tokens_s(c: Configs) -> np.ndarray:
-    """Decode throughput roof (tokens/s) when compute-bound: eff·peak·t·p / (2·active)."""
+    """Decode throughput roof (tokens/s) when compute-bound: eff·peak·G / (2·active)."""
     return c.peak_flops * c.compute_efficiency * c.gpus / (2.0 * c.model.active_params_b * 1e9)
 
 
@@ -431,14 +559,14 @@ def compute_bound_tokens_s(c: Configs) -> np.ndarray:
 
 
 def offline_batch(c: Configs, input_tokens, output_tokens) -> np.ndarray:
-    """Running sequences in an offline run: min(scheduler cap, sequences whose KV fits).
+    """Running sequences in an offline run: min(scheduler cap ``batch_cap``, sequences whose KV fits).
 
     A sequence reserves KV for input + f·output tokens (f = ``kv_reserved_output_fraction``).
     """
     ndim, (inp, out) = _prep(c, input_tokens, output_tokens)
     cap = _col(c.kv_capacity_tokens, ndim)
     fit = np.floor(cap / np.maximum(inp + c.kv_reserved_output_fraction * out, 1.0))
-    return np.minimum(fit, float(c.max_batch_sequences))
+    return np.minimum(fit, _col(c.batch_cap, ndim))
 
 
 def offline_throughput_tokens_s(c: Configs, input_tokens, output_tokens) -> tuple[np.ndarray, np.ndarray]:
@@ -478,19 +606,23 @@ def estimate_config(
     params: CalibrationParams,
     batch: int | None = None,
     max_throughput: bool = False,
+    engine: str | None = None,
+    ep: int = 1,
+    max_batch: int | None = None,
 ) -> dict:
     """Everything the model says about one configuration, as a JSON-ready dict.
 
-    Always: model, device, precision, tp, pp, fits, reason, weights_gb_per_gpu (1e9 bytes),
+    Always: model, device, precision, engine, tp, pp, ep, fits, reason, weights_gb_per_gpu (1e9 bytes),
     kv_cache_bytes_per_token, max_concurrency (sequences of input+output tokens that fit),
     tpot_bound_ms. With ``batch``: tpot_ms (decode step at mean context input + output/2),
     ttft_ms (prefill of one prompt), output_tokens_per_s (= batch / tpot), bound. With
     ``max_throughput``: batch and output_tokens_per_s of an offline run (memory-limited batch;
     it reserves input + kv_reserved_output_fraction·output tokens per sequence, so it may exceed
-    max_concurrency, which counts full input + output).
+    max_concurrency, which counts full input + output); ``max_batch`` caps that batch (the
+    engine's ``max_num_seqs``/``max_batch_size``; None = the engine default of the params).
     Times are None when the configuration cannot run.
     """
-    c = build_configs(model, [(device, precision, tp, pp)], params)
+    c = build_configs(model, [(device, precision, tp, pp)], params, engines=engine, ep=ep, max_batch=max_batch)
     seq_tokens = input_tokens + output_tokens
     max_conc = int(max_sequences(c, seq_tokens)[0])
     reason = c.reason[0]
@@ -502,8 +634,8 @@ def estimate_config(
                   f"of {seq_tokens:,} tokens fit; lower --batch or raise tp/pp")
     fits = reason is None
     out: dict = {
-        "model": model.key, "device": device.key, "precision": precision.key,
-        "tp": int(tp), "pp": int(pp), "fits": fits, "reason": reason,
+        "model": model.key, "device": device.key, "precision": precision.key, "engine": c.engines[0],
+        "tp": int(tp), "pp": int(pp), "ep": int(ep), "fits": fits, "reason": reason,
         "weights_gb_per_gpu": round(float(c.weight_bytes_per_gpu[0]) / 1e9, 3),
         "kv_cache_bytes_per_token": int(round(float(c.kv_bytes_per_token[0]))),
         "max_concurrency": max_conc,

@@ -49,12 +49,13 @@ PERCENTILES = (50.0, 90.0, 99.0)
 class StepTime:
     """Fast scalar step time of one configuration, exact to ``optimizer.perf.decode_step_s``.
 
-    The perf model's stage time is ``max(mem, compute) + comm`` where, for T = b + n
-    tokens in the step, ``mem = mem0(T) + kv·b·c``, ``compute = comp0(T) + att·(b·c +
-    n·span)`` and ``comm = comm0(T)``; the step is ``pp·stage + overhead(b)`` (a fixed
-    and a per-sequence part). The functions of T and b (MoE expert reads make ``mem0``
-    non-linear) are tabulated at whole tokens by one
-    vectorised call of ``perf.decode_parts``; ``kv`` and ``att`` are read off two probes.
+    The perf model's step is ``A(T) + B(b) + a_dec·b·c + a_pre·n·span`` for T = b + n tokens:
+    ``A`` = the GEMM roofline, the communication and the fixed host time (functions of T only;
+    MoE expert reads make them non-linear), ``B`` = the lm_head and the per-sequence host time
+    (linear in b), decode attention a smooth max of two terms linear in the b·c context tokens
+    (so linear in b·c too), prefill attention linear in n·span. ``A`` and ``B`` are tabulated at
+    whole tokens by vectorised calls of ``perf.decode_parts``; ``a_dec`` and ``a_pre`` are read
+    off one probe.
     The construction checks the result against ``decode_step_s`` at random points and
     raises if they differ by more than 1e-9 (relative), so a change of the perf model
     cannot go unnoticed.
@@ -66,27 +67,22 @@ class StepTime:
             raise ModelError(f"{one.keys[0]}: {one.reason[0]}")
         tokens = np.arange(max_tokens + 1, dtype=float)
         zero = np.zeros_like(tokens)
-        parts = perf.decode_parts(one, tokens[None, :], zero[None, :])
-        self._mem0 = parts.mem_s[0].tolist()
-        self._comp0 = parts.compute_s[0].tolist()
-        self._comm0 = np.broadcast_to(parts.comm_s, parts.mem_s.shape)[0].tolist()
-        stage = np.maximum(parts.mem_s, parts.compute_s) + parts.comm_s
-        self._overhead = (parts.step_s - float(one.pp[0]) * stage)[0].tolist()  # fixed + per-sequence
-        probe = perf.decode_parts(one, np.array([[1.0, 1.0]]), np.array([[0.0, 1000.0]]))
-        self._kv = float(probe.mem_s[0, 1] - probe.mem_s[0, 0]) / 1000.0
-        self._att = float(probe.compute_s[0, 1] - probe.compute_s[0, 0]) / 1000.0
-        self._pp = float(one.pp[0])
+        by_tokens = perf.decode_step_s(one, zero[None, :], zero[None, :], tokens[None, :])[0]
+        by_batch = perf.decode_step_s(one, tokens[None, :], zero[None, :])[0]
+        self._a = by_tokens.tolist()  # A(T): gemm + comm + fixed host of T tokens
+        self._b = (by_batch - by_tokens).tolist()  # B(b): lm_head + per-sequence host
+        probe = perf.decode_step_s(one, np.array([[1.0, 1.0, 0.0]]), np.array([[0.0, 1000.0, 0.0]]),
+                                   np.array([[0.0, 0.0, 1.0]]), np.array([[0.0, 0.0, 1000.0]]))[0]
+        self._att = float(probe[1] - probe[0]) / 1000.0  # per b·c
+        self._pre = float(probe[2] - self._a[1]) / 1000.0  # per n·span
         self.max_tokens = max_tokens
         self._check(one)
 
     def __call__(self, batch: int, context_tokens: float, prefill_tokens: int = 0,
                  prefill_span_tokens: float = 0.0) -> float:
-        """Seconds of one step: ``pp·(max(mem, compute) + comm) + overhead(b)``."""
-        t = batch + prefill_tokens
-        s = batch * context_tokens
-        mem = self._mem0[t] + self._kv * s
-        comp = self._comp0[t] + self._att * (s + prefill_tokens * prefill_span_tokens)
-        return self._pp * ((mem if mem > comp else comp) + self._comm0[t]) + self._overhead[batch]
+        """Seconds of one step: ``A(b + n) + B(b) + a_dec·b·c + a_pre·n·span``."""
+        return (self._a[batch + prefill_tokens] + self._b[batch] + self._att * batch * context_tokens
+                + self._pre * prefill_tokens * prefill_span_tokens)
 
     def _check(self, one: Configs) -> None:
         rng = np.random.default_rng(0)
