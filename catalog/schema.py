@@ -146,6 +146,9 @@ class Model(Strict):
     kv_lora_rank: NonNegInt = Field(0, description="MLA latent size; 0 = ordinary K/V cache")
     qk_rope_head_dim: NonNegInt = 0
     sliding_window_tokens: PositiveInt | None = None
+    sliding_window_layers: NonNegInt = Field(
+        0, description="layers that attend only within sliding_window_tokens (their KV holds at most "
+        "that many tokens); 0 with a window = every layer (gpt-oss: 18 of 36 alternate)")
     max_context_tokens: PositiveInt
     source: Source
 
@@ -189,6 +192,13 @@ class Model(Strict):
     def dense_params(self) -> float:
         """Parameters read on every token whatever the routing: total − routed experts."""
         return self.total_params_b * 1e9 - self.routed_expert_params
+
+    @property
+    def windowed_layer_share(self) -> float:
+        """Share of the layers whose attention is limited to ``sliding_window_tokens`` (0 without a window)."""
+        if self.sliding_window_tokens is None:
+            return 0.0
+        return min(self.sliding_window_layers, self.num_layers) / self.num_layers if self.sliding_window_layers else 1.0
 
     def kv_elements_per_token(self) -> int:
         """Cached elements per token over all layers.

@@ -56,7 +56,19 @@ def offline_skip_reason(m: Measurement) -> str | None:
         return "input_len/output_len missing"
     if m.throughput_tok_s is None or m.throughput_tok_s <= 0:
         return "throughput_tok_s missing"
+    if "speculative" in m.scenario.lower():
+        return "speculative decoding (MTP) is not modelled: a draft step accepts several tokens"
     return None
+
+
+def row_configs(rows: Sequence[Measurement], idx: Sequence[int], cat: Catalog, params: CalibrationParams):
+    """The :class:`optimizer.perf.Configs` of rows ``idx`` (one model): device, precision, tp, pp,
+    and the engine, expert-parallel degree and batch cap the run stated."""
+    model = cat.models[rows[idx[0]].model_key]  # type: ignore[index]
+    combos = [(cat.devices[rows[i].device_key], cat.precisions[rows[i].precision_key],  # type: ignore[index]
+               rows[i].tp, rows[i].pp) for i in idx]
+    return build_configs(model, combos, params, engines=[rows[i].engine for i in idx],
+                         ep=[rows[i].ep for i in idx], max_batch=[rows[i].max_batch for i in idx])
 
 
 def predict_offline_throughput(rows: Sequence[Measurement], cat: Catalog,
@@ -71,10 +83,7 @@ def predict_offline_throughput(rows: Sequence[Measurement], cat: Catalog,
         if skipped[i] is None:
             by_model[m.model_key].append(i)  # type: ignore[index]
     for model_key, idx in by_model.items():
-        model = cat.models[model_key]
-        combos = [(cat.devices[rows[i].device_key], cat.precisions[rows[i].precision_key],  # type: ignore[index]
-                   rows[i].tp, rows[i].pp) for i in idx]
-        c = build_configs(model, combos, params)
+        c = row_configs(rows, idx, cat, params)
         inp = np.array([rows[i].input_tokens for i in idx], dtype=float)
         out = np.array([rows[i].output_tokens for i in idx], dtype=float)
         b, tput = offline_throughput_tokens_s(c, inp, out)
@@ -135,7 +144,7 @@ def abs_pct_errors(pred: np.ndarray, measured: np.ndarray) -> np.ndarray:
 
 
 def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationParams | None = None,
-               data_file: str = "", sweeps: int = 6, by_generation: bool = False,
+               data_file: str = "", sweeps: int = 6, by_generation: bool = True,
                by_memory_type: bool = True, online_weight: float = 0.0) -> CalibrationParams:
     """Fit the factors to the offline rows of ``rows``; returns params with a FitRecord.
 
@@ -157,21 +166,14 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
                          "(need scenario 'offline ...' rows with input_len, output_len, throughput_tok_s)")
     params = start or CalibrationParams()
     devices = [cat.devices[k] for k in sorted({m.device_key for m in usable})]  # type: ignore[index]
-    # Class overrides only where the data have devices of that class *and* of another one.
-    overrides: list[FactorOverride] = []
-    mem_types = sorted({d.memory_type for d in devices})
-    gens = sorted({d.generation for d in devices})
-    if by_memory_type and len(mem_types) > 1:
-        overrides += [FactorOverride(memory_type=t, note=f"fitted on {', '.join(sorted(d.key for d in devices if d.memory_type == t))}")
-                      for t in mem_types if t != "hbm"]
-    if by_generation and len(gens) > 1:
-        overrides += [FactorOverride(generation=g, note=f"fitted on {', '.join(sorted(d.key for d in devices if d.generation == g))}")
-                      for g in gens]
+    overrides, override_knobs = class_overrides(usable, cat, devices, by_generation, by_memory_type)
     params = params.model_copy(update={"overrides": overrides})
     knobs = [
         _field_knob("memory_bandwidth_efficiency", 0.3, 1.0),
-        _field_knob("compute_efficiency", 0.15, 1.0),
-        _field_knob("step_overhead_ms", 0.05, 30.0),
+        _field_knob("compute_efficiency", 0.1, 1.0),
+        _field_knob("attention_efficiency", 0.02, 1.0),
+        _field_knob("smooth_max_exponent", 1.5, 64.0),
+        _field_knob("step_overhead_ms", 0.02, 30.0),
         _field_knob("memory_usable_fraction", 0.7, 0.97),  # engines keep a reserve; 1.0 is not physical
         _field_knob("kv_reserved_output_fraction", 0.3, 1.0),
         _field_knob("sequence_overhead_us", 0.5, 200.0),
@@ -180,11 +182,13 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
         _field_knob("workspace_gb_per_gpu", 0.2, 20.0),
         _field_knob("max_batch_sequences", 64, 8192, integer=True),
     ]
-    for i, o in enumerate(overrides):
-        if o.memory_type is not None:
-            knobs.append(_override_knob(i, "memory_bandwidth_efficiency", 0.3, 1.0))
-        if o.generation is not None:
-            knobs.append(_override_knob(i, "compute_efficiency", 0.15, 1.0))
+    if any(cat.models[m.model_key].is_moe for m in usable):  # type: ignore[index]
+        params = params.model_copy(update={"moe_tile_tokens": max(params.moe_tile_tokens, 16.0)})
+        knobs.append(_field_knob("moe_tile_tokens", 1.0, 512.0))
+        knobs.append(_field_knob("moe_efficiency", 0.05, 1.0))
+    if any(m.ep > 1 for m in usable):
+        knobs.append(_field_knob("alltoall_latency_us", 1.0, 200.0))
+    knobs += override_knobs
     measured = np.array([m.throughput_tok_s for m in usable], dtype=float)
     w = _weights(usable)
 
@@ -226,6 +230,60 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
         record = record.model_copy(update={"method": record.method + f"; plus {online_weight:g} x mean "
                                            f"squared log error of {names} over {len(online)} online-serving rows"})
     return params.model_copy(update={"fit": record})
+
+
+def class_overrides(rows: Sequence[Measurement], cat: Catalog, devices: Sequence, by_generation: bool,
+                    by_memory_type: bool) -> tuple[list[FactorOverride], list[_Knob]]:
+    """The class overrides a fit of ``rows`` can identify, and their knobs, in the order they apply:
+
+    - memory type other than HBM (bandwidth efficiency), when the data hold HBM devices too;
+    - each generation (bandwidth efficiency), when the data hold more than one;
+    - each GEMM dtype other than the 16-bit ones (compute efficiency: FP4 GEMMs reach a smaller
+      share of their peak than FP8 ones), when the data hold another dtype too;
+    - each engine other than trtllm (bandwidth and compute efficiency, step and per-sequence host
+      time), when the data hold trtllm rows too.
+    Never per device key.
+    """
+    def names(pred) -> str:
+        return ", ".join(sorted({d.key for d in devices if pred(d)}))
+
+    overrides: list[FactorOverride] = []
+    knobs: list[_Knob] = []
+
+    def add(o: FactorOverride, fields: Sequence[tuple[str, float, float]]) -> None:
+        overrides.append(o)
+        knobs.extend(_override_knob(len(overrides) - 1, f, lo, hi) for f, lo, hi in fields)
+
+    mem_types = sorted({d.memory_type for d in devices})
+    gens = sorted({d.generation for d in devices})
+    if by_memory_type and len(mem_types) > 1:
+        for t in mem_types:
+            if t != "hbm":
+                add(FactorOverride(memory_type=t, note=f"fitted on {names(lambda d, t=t: d.memory_type == t)}"),
+                    [("memory_bandwidth_efficiency", 0.3, 1.0)])
+    if by_generation and len(gens) > 1:
+        for g in gens:
+            add(FactorOverride(generation=g, note=f"fitted on {names(lambda d, g=g: d.generation == g)}"),
+                [("memory_bandwidth_efficiency", 0.3, 1.0)]
+                + ([("moe_efficiency", 0.05, 1.0)] if any(
+                    cat.models[m.model_key].is_moe and cat.devices[m.device_key].generation == g  # type: ignore[index]
+                    for m in rows) else []))
+    dtypes = sorted({cat.precisions[m.precision_key].compute_dtype for m in rows})  # type: ignore[index]
+    if len(dtypes) > 1:
+        for dt in dtypes:
+            if dt not in ("bf16", "fp16"):
+                on = sorted({m.device_key for m in rows if cat.precisions[m.precision_key].compute_dtype == dt})  # type: ignore[index]
+                add(FactorOverride(compute_dtype=dt, note=f"GEMMs in {dt}, fitted on {', '.join(on)}"),
+                    [("compute_efficiency", 0.05, 1.0)])
+    engines = sorted({m.engine or "trtllm" for m in rows})
+    if len(engines) > 1:
+        for e in engines:
+            if e != "trtllm":
+                on = sorted({m.device_key for m in rows if m.engine == e})
+                add(FactorOverride(engine=e, note=f"fitted on {', '.join(on)}"),  # type: ignore[arg-type]
+                    [("memory_bandwidth_efficiency", 0.3, 1.0), ("compute_efficiency", 0.05, 1.0),
+                     ("step_overhead_ms", 0.02, 30.0), ("sequence_overhead_us", 0.5, 200.0)])
+    return overrides, knobs
 
 
 def online_fit_rows(rows: Sequence[Measurement]) -> list[Measurement]:

@@ -5,6 +5,25 @@ column; a bad number names the file, the line and the column. Device, model and 
 names are resolved to catalog keys (catalog aliases plus case/dash normalisation,
 ``Mixed (FP16)`` → ``fp16``, ``Llama-3.3-70B (same arch as …)`` → ``llama-3.3-70b``);
 rows whose names do not resolve are kept with the reason, so validation can list them.
+
+Benchmark inputs the model must honour are read from optional columns, or derived when
+the column is absent or empty:
+
+- ``engine`` (trtllm, vllm, sglang): else from ``source_group`` — ``trtllm_*`` and
+  ``nvidia_nim*`` (NIM's LLM containers run TensorRT-LLM) → trtllm, ``amd_*`` → vllm
+  (AMD's MI300X tables are vLLM on ROCm), ``*sglang*`` → sglang; else the ``framework``
+  text; else None (the device's default engine).
+- ``ep`` (expert-parallel degree): else ``ep`` = the group size when the notes say
+  ``Parallelism 'DEPn'`` (attention data-parallel + expert-parallel over the group; the
+  row's ``tp`` then holds the group size, so ``tp`` becomes 1).
+- ``max_batch`` (scheduler cap on running sequences): else ``max_num_seqs=N`` or
+  ``max_batch_size N`` in the notes.
+- a row labelled FP8 whose notes say the checkpoint is natively MXFP4 (gpt-oss), on a
+  device without FP4 math (Hopper), ran 4-bit weights dequantized to 16 bit: ``int4``.
+- ``throughput_basis`` (``output`` or ``total``): else ``total`` when ``throughput_metric``
+  says the label is ambiguous between output and input+output (AMD's vLLM tables: vLLM's
+  benchmark_throughput prints total tokens/s — prompt + output — as its headline), else
+  ``output``. A ``total`` figure is converted to output tokens/s: × output/(input + output).
 """
 
 from __future__ import annotations
@@ -57,6 +76,10 @@ class Measurement:
     tpot_mean_ms: float | None
     tpot_p99_ms: float | None
     e2e_latency_s: float | None
+    engine: str | None = None
+    ep: int = 1
+    max_batch: int | None = None
+    throughput_basis: str = "output"  # what the source's throughput figure counted (converted to output)
 
     @property
     def is_offline(self) -> bool:
@@ -69,6 +92,40 @@ class Measurement:
                 f"{self.input_tokens:g}/{self.output_tokens:g} [{self.source_group}]"
                 if self.input_tokens is not None and self.output_tokens is not None
                 else f"{self.gpu_name} {self.model_name} {self.precision_name} tp{self.tp} [{self.source_group}]")
+
+
+def derive_engine(source_group: str, framework: str = "") -> str | None:
+    """Serving engine of a row from its source group (or framework text); None = unknown."""
+    text = source_group.lower()
+    for prefix, engine in (("trtllm", "trtllm"), ("nvidia_nim", "trtllm"), ("nim", "trtllm"), ("amd_", "vllm")):
+        if text.startswith(prefix):
+            return engine
+    for word, engine in (("sglang", "sglang"), ("vllm", "vllm"), ("tensorrt-llm", "trtllm"), ("trt-llm", "trtllm")):
+        if word in text or word in framework.lower():
+            return engine
+    return None
+
+
+def derive_ep(notes: str) -> int | None:
+    """Group size of a ``Parallelism 'DEPn'`` label in the notes, or the ``--ep N`` of a run with
+    ``enable_attention_dp: true``; else None."""
+    found = re.search(r"Parallelism '?DEP(\d+)'?", notes)
+    if found:
+        return int(found.group(1))
+    found = re.search(r"--ep (\d+)", notes)
+    return int(found.group(1)) if found and "enable_attention_dp: true" in notes else None
+
+
+def derive_max_batch(notes: str) -> int | None:
+    """A batch cap stated in the notes (``max_num_seqs=N``, ``max_batch_size N``), or None."""
+    found = re.search(r"max_(?:num_seqs|batch_size)\s*[=:]?\s*(\d+)", notes)
+    return int(found.group(1)) if found else None
+
+
+def derive_throughput_basis(metric: str) -> str:
+    """``total`` when the source's throughput label may count prompt + output tokens, else ``output``."""
+    text = metric.lower()
+    return "total" if "ambiguous" in text or text.startswith("total token") else "output"
 
 
 def _norm(name: str) -> str:
@@ -155,21 +212,43 @@ def _parse_measurements(path: Path, text: str, cat: Catalog) -> list[Measurement
             except CatalogError as exc:
                 keys[what] = None
                 problems.append(f"{col} {rec[col]!r}: {exc}")
+        notes = rec.get("notes") or ""
+        if (keys["precision"] == "fp8" and keys["device"] and "natively MXFP4" in notes
+                and cat.devices[keys["device"]].fp4_tflops is None):
+            keys["precision"] = "int4"  # MXFP4 expert weights dequantized to 16 bit (no FP4 math here)
+        tp = int(_number(rec["tp"], path, line, "tp", integer=True, required=True))  # type: ignore[arg-type]
+        ep = _number(rec.get("ep") or "", path, line, "ep", integer=True) or derive_ep(notes) or 1
+        if ep > 1 and tp == ep:
+            tp = 1  # 'DEPn': the tp column holds the group size
+        engine = (rec.get("engine") or "").strip().lower() or derive_engine(rec["source_group"] or "",
+                                                                          rec.get("framework") or "")
+        if engine not in (None, "trtllm", "vllm", "sglang"):
+            raise ModelError(f"{path}: line {line}: column 'engine': unknown engine {engine!r}; "
+                             "use trtllm, vllm or sglang (or leave it empty)")
+        max_batch = _number(rec.get("max_batch") or "", path, line, "max_batch", integer=True) or derive_max_batch(notes)
+        basis = (rec.get("throughput_basis") or "").strip().lower() or derive_throughput_basis(
+            rec.get("throughput_metric") or "")
+        if basis not in ("output", "total"):
+            raise ModelError(f"{path}: line {line}: column 'throughput_basis': {basis!r}; use output or total")
+        inp = _number(rec["input_len"], path, line, "input_len")
+        out = _number(rec["output_len"], path, line, "output_len")
+        tput = _number(rec["throughput_tok_s"], path, line, "throughput_tok_s")
+        if tput is not None and basis == "total" and inp and out:
+            tput = tput * out / (inp + out)
         rows.append(Measurement(
             row_id=(rec.get("row_id") or str(line)).strip(), line=line,
             source_group=(rec["source_group"] or "").strip(), scenario=(rec["scenario"] or "").strip(),
             gpu_name=rec["gpu_key"] or "", model_name=rec["model"] or "", precision_name=rec["precision"] or "",
             device_key=keys["device"], model_key=keys["model"], precision_key=keys["precision"],
             unresolved="; ".join(problems) or None,
-            tp=int(_number(rec["tp"], path, line, "tp", integer=True, required=True)),  # type: ignore[arg-type]
+            tp=tp,
             pp=int(_number(rec["pp"] or "1", path, line, "pp", integer=True, required=True)),  # type: ignore[arg-type]
-            input_tokens=_number(rec["input_len"], path, line, "input_len"),
-            output_tokens=_number(rec["output_len"], path, line, "output_len"),
-            throughput_tok_s=_number(rec["throughput_tok_s"], path, line, "throughput_tok_s"),
+            input_tokens=inp, output_tokens=out, throughput_tok_s=tput,
             concurrency=nums.get("concurrency_or_batch"), request_rate_qps=nums.get("request_rate_qps"),
             ttft_mean_ms=nums.get("ttft_mean_ms"), ttft_p99_ms=nums.get("ttft_p99_ms"),
             tpot_mean_ms=nums.get("tpot_mean_ms"), tpot_p99_ms=nums.get("tpot_p99_ms"),
             e2e_latency_s=nums.get("e2e_latency_s"),
+            engine=engine, ep=int(ep), max_batch=int(max_batch) if max_batch else None, throughput_basis=basis,
         ))
     if not rows:
         raise ModelError(f"{path}: the header has no rows under it; add at least one measurement row "

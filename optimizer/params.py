@@ -68,6 +68,7 @@ class FactorOverride(_Strict):
     memory_bandwidth_efficiency: Fraction | None = None
     compute_efficiency: Fraction | None = None
     attention_efficiency: Fraction | None = None
+    moe_efficiency: Fraction | None = None
     step_overhead_ms: NonNeg | None = None
     sequence_overhead_us: NonNeg | None = None
     max_batch_sequences: int | None = Field(None, gt=0)
@@ -95,7 +96,7 @@ class FactorOverride(_Strict):
 
 
 SELECTORS = ("vendor", "generation", "memory_type", "engine", "compute_dtype")
-FACTOR_FIELDS = ("memory_bandwidth_efficiency", "compute_efficiency", "attention_efficiency",
+FACTOR_FIELDS = ("memory_bandwidth_efficiency", "compute_efficiency", "attention_efficiency", "moe_efficiency",
                  "step_overhead_ms", "sequence_overhead_us", "max_batch_sequences")
 
 
@@ -142,6 +143,13 @@ class CalibrationParams(_Strict):
         "compute_dtype and engine)")
     attention_efficiency: Fraction = Field(
         0.3, description="attention math: achieved / dense peak of the attention dtype")
+    moe_efficiency: Fraction = Field(
+        1.0, description="routed-expert grouped GEMMs: share of compute_efficiency they reach (many "
+        "small per-expert GEMMs; overrides by generation)")
+    moe_tile_tokens: Annotated[float, Field(ge=1, le=512, allow_inf_nan=False)] = Field(
+        1.0, description="grouped-GEMM tile height: every routed expert a step touches computes at "
+        "least this many token rows (padding to the kernel's M tile), so MoE FLOPs per step are "
+        "2·expert·max(k·T, touched·tile)")
     smooth_max_exponent: Annotated[float, Field(ge=1, le=64, allow_inf_nan=False)] = Field(
         64.0, description="n of the smooth roofline max (a^n + b^n)^(1/n) of each operator's memory "
         "and compute times; 64 is a hard max to 1 %, smaller n adds the overlap loss near the ridge")
@@ -201,6 +209,7 @@ class DeviceFactors:
     memory_bandwidth_efficiency: float
     compute_efficiency: float
     attention_efficiency: float
+    moe_efficiency: float
     step_overhead_ms: float
     sequence_overhead_us: float
     max_batch_sequences: int

@@ -18,8 +18,9 @@ over e ranks of t GPUs and splits the routed experts e ways, as TensorRT-LLM's "
 - a decode step is a **sum of per-operator rooflines**, each a smooth max
   ``smax(a, b) = (a^n + b^n)^(1/n)`` of its memory and compute times (``smooth_max_exponent``):
   for one pipeline stage and a micro-batch of b/p sequences and n/p prefill tokens (T tokens),
-  ``t_gemm = smax(weight bytes/GPU / (bw·e_bw), 2·active_body·T/G / (peak[gemm]·e_c)) +
-  2·vocab·hidden·b/(p·e·t) / (peak[16 bit]·e_c)`` (lm_head),
+  ``t_gemm = smax(dense bytes/GPU / (bw·e_bw), 2·dense active·T/G / (peak[gemm]·e_c)) +
+  smax(touched expert bytes/GPU / (bw·e_bw), 2·k·expert·T/G / (peak[gemm]·e_c·e_moe)) +
+  2·vocab·hidden·b/(p·e·t) / (peak[16 bit]·e_c)`` (dense GEMMs, MoE grouped GEMMs, lm_head),
   ``t_attn = smax(b·c·kv/(kv_shards·p·e) / (bw·e_bw), 4·L·H·d·b·c/G / (peak[attn]·e_attn))``,
   ``t_prefill_attn = 4·L·H·d·n·span/G / (peak[attn]·e_attn)``,
   ``t_comm = L/p · 2 · (2·(t−1)/t · T/e·hidden·act / link + latency)`` (tensor parallel)
@@ -119,6 +120,7 @@ class Configs:
     compute_efficiency: np.ndarray  # GEMMs, by device class, engine and GEMM dtype
     attention_peak_flops: np.ndarray  # dense peak of the attention dtype, FLOP/s
     attention_efficiency: np.ndarray
+    moe_efficiency: np.ndarray  # share of compute_efficiency the routed-expert grouped GEMMs reach
     lm_head_peak_flops: np.ndarray  # 16-bit peak (the lm_head stays BF16)
     step_overhead_s: np.ndarray
     sequence_overhead_s: np.ndarray  # host time per running sequence per step (sampling, bookkeeping)
@@ -130,6 +132,7 @@ class Configs:
     dense_weight_bytes: np.ndarray  # bytes read every step whatever the routing (body + lm_head)
     expert_weight_bytes: np.ndarray  # bytes of one routed expert over all MoE layers
     smooth_max_exponent: float
+    moe_tile_tokens: float
     alltoall_latency_s: float
     pp_hop_latency_s: float
     pp_microbatch_overhead_s: float
@@ -233,6 +236,7 @@ def build_configs(
     eff_bw = np.array([f.memory_bandwidth_efficiency for f in facs], dtype=float).reshape(n)
     eff_fl = np.array([f.compute_efficiency for f in facs], dtype=float).reshape(n)
     eff_at = np.array([f.attention_efficiency for f in facs], dtype=float).reshape(n)
+    eff_moe = np.array([f.moe_efficiency for f in facs], dtype=float).reshape(n)
     overhead_s = np.array([f.step_overhead_ms for f in facs], dtype=float).reshape(n) / 1e3
     seq_s = np.array([f.sequence_overhead_us for f in facs], dtype=float).reshape(n) / 1e6
     batch_cap = np.array([f.max_batch_sequences if c is None else int(c) for f, c in zip(facs, caps, strict=True)],
@@ -287,13 +291,13 @@ def build_configs(
         memory_bandwidth_bytes_s=per_dev(lambda d: d.memory_bandwidth_tb_s) * 1e12,
         memory_bandwidth_efficiency=eff_bw,
         peak_flops=peak_flops, compute_efficiency=eff_fl,
-        attention_peak_flops=attn_peak, attention_efficiency=eff_at,
+        attention_peak_flops=attn_peak, attention_efficiency=eff_at, moe_efficiency=eff_moe,
         lm_head_peak_flops=per_dev(lambda d: d.peak_16bit_tflops) * 1e12,
         step_overhead_s=overhead_s, sequence_overhead_s=seq_s, batch_cap=batch_cap,
         link_bytes_s=link_bytes_s, allreduce_latency_s=latency_s,
         activation_bytes=per_prec(lambda q: q.activation_bytes),
         dense_weight_bytes=body_dense * wbpp + lm_head * ebpp, expert_weight_bytes=ppe * wbpp,
-        smooth_max_exponent=float(params.smooth_max_exponent),
+        smooth_max_exponent=float(params.smooth_max_exponent), moe_tile_tokens=float(params.moe_tile_tokens),
         alltoall_latency_s=params.alltoall_latency_us / 1e6,
         pp_hop_latency_s=params.pp_hop_latency_us / 1e6,
         pp_microbatch_overhead_s=params.pp_microbatch_overhead_us / 1e6,
@@ -305,6 +309,15 @@ def build_configs(
 
 # ---------------------------------------------------------------------------------------
 # Building blocks (all broadcast: config arrays are reshaped to (N, 1, ...) as needed)
+
+
+def effective_context(model: Model, context_tokens):
+    """Context tokens attended (and cached) per sequence, averaged over the layers: windowed
+    layers see at most the window: ``(1 − f)·c + f·min(c, W)`` (f = ``windowed_layer_share``)."""
+    f = model.windowed_layer_share
+    if f == 0.0:
+        return context_tokens
+    return (1.0 - f) * context_tokens + f * np.minimum(context_tokens, float(model.sliding_window_tokens))
 
 
 def _prep(c: Configs, *xs) -> tuple[int, list[np.ndarray]]:
@@ -345,7 +358,9 @@ class StageConstants:
     kv_read_per_ctx_token: np.ndarray  # KV bytes per GPU per (sequence × context token) of its rank
     memory_bytes_s: np.ndarray  # achieved memory bandwidth per GPU, bw·eff_bw
     gemm_flops_s: np.ndarray  # achieved GEMM compute per GPU, peak·eff_flops (NaN if unsupported)
-    gemm_flops_per_token: np.ndarray  # 2·active body params / G
+    moe_flops_s: np.ndarray  # achieved grouped-GEMM compute per GPU, peak·eff_flops·eff_moe
+    gemm_flops_per_token: np.ndarray  # 2·active dense body params / G (attention, shared experts, dense FFNs)
+    expert_flops_per_token: np.ndarray  # 2·k·params per expert / G (routed experts)
     lm_head_s_per_sequence: np.ndarray  # 2·vocab·hidden/(e·t) / (16-bit peak·eff_flops)
     attn_s_per_ctx_token: np.ndarray  # 4·L·H·d / G / (attention peak·e_attn)
     allreduces: np.ndarray  # all-reduces per stage pass, layers/p · 2 (0 at t = 1)
@@ -378,7 +393,8 @@ def stage_constants(c: Configs) -> StageConstants:
     t = c.tp.astype(float)
     e = c.ep.astype(float)
     gpus = t * p * e
-    body_active = max(m.active_params_b * 1e9 - embedding_params(m), 0.0)
+    routed_active = m.experts_per_token * m.params_per_expert if m.is_moe else 0.0
+    body_active = max(m.active_params_b * 1e9 - embedding_params(m) - routed_active, 0.0)
     lm_head = m.vocab_size * m.hidden_size
     hidden_act = m.hidden_size * c.activation_bytes
     return StageConstants(
@@ -387,7 +403,8 @@ def stage_constants(c: Configs) -> StageConstants:
         kv_read_per_ctx_token=c.kv_bytes_per_token / (c.kv_shards * p * e),
         memory_bytes_s=c.memory_bandwidth_bytes_s * c.memory_bandwidth_efficiency,
         gemm_flops_s=c.peak_flops * c.compute_efficiency,
-        gemm_flops_per_token=2.0 * body_active / gpus,
+        moe_flops_s=c.peak_flops * c.compute_efficiency * c.moe_efficiency,
+        gemm_flops_per_token=2.0 * body_active / gpus, expert_flops_per_token=2.0 * routed_active / gpus,
         lm_head_s_per_sequence=2.0 * lm_head / (t * e * p) / (c.lm_head_peak_flops * c.compute_efficiency),
         attn_s_per_ctx_token=attention_flops_per_context_token(m) / gpus
         / (c.attention_peak_flops * c.attention_efficiency),
@@ -401,15 +418,41 @@ def stage_constants(c: Configs) -> StageConstants:
     )
 
 
-def _weight_bytes_read_per_gpu(c: Configs, tokens: np.ndarray, ndim: int) -> np.ndarray:
-    """Weight bytes one GPU reads for one pass of ``tokens`` tokens of its stage (all ranks):
-    dense/(t·p) + E·(1 − (1 − k/E)^T)/e · expert/(t·p); for a dense model the (N, 1, ...) column."""
-    k = c.stage.shaped(ndim)
+def _expert_bytes_read_per_gpu(c: Configs, tokens: np.ndarray, ndim: int):
+    """Routed-expert bytes one GPU reads for one pass of ``tokens`` tokens of its stage (all
+    ranks): E·(1 − (1 − k/E)^T)/e · expert/(t·p); 0 for a dense model."""
     m = c.model
     if not m.is_moe:
-        return k.dense_read_per_gpu
+        return 0.0
+    k = c.stage.shaped(ndim)
     touched = experts_touched(m.num_experts, m.experts_per_token, np.maximum(tokens, 1.0))
-    return k.dense_read_per_gpu + touched / k.ep * k.expert_read_per_gpu
+    return touched / k.ep * k.expert_read_per_gpu
+
+
+def _weight_bytes_read_per_gpu(c: Configs, tokens: np.ndarray, ndim: int) -> np.ndarray:
+    """Weight bytes one GPU reads for one pass of ``tokens`` tokens: dense/(t·p) + routed experts
+    touched (``_expert_bytes_read_per_gpu``); for a dense model the (N, 1, ...) column."""
+    return c.stage.shaped(ndim).dense_read_per_gpu + _expert_bytes_read_per_gpu(c, tokens, ndim)
+
+
+def _gemm_s(c: Configs, tokens: np.ndarray, ndim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(time, memory side, compute side) of the GEMMs of one stage pass of ``tokens`` tokens: one
+    roofline for the dense GEMMs (dense bytes vs 2·dense active·T FLOPs) plus one for the routed
+    experts' grouped GEMMs (touched expert bytes vs 2·expert·max(k·T, touched·tile) FLOPs: each
+    touched expert computes at least one M tile of ``moe_tile_tokens`` rows), each a smooth max."""
+    k = c.stage.shaped(ndim)
+    n = c.smooth_max_exponent
+    dense_mem = k.dense_read_per_gpu / k.memory_bytes_s
+    dense_comp = tokens * k.gemm_flops_per_token / k.gemm_flops_s
+    time = smooth_max(dense_mem, dense_comp, n)
+    if not c.model.is_moe:
+        return time, dense_mem + 0.0 * tokens, dense_comp
+    m = c.model
+    touched = experts_touched(m.num_experts, m.experts_per_token, np.maximum(tokens, 1.0))
+    exp_mem = touched / k.ep * k.expert_read_per_gpu / k.memory_bytes_s
+    padded = np.maximum(tokens, touched * c.moe_tile_tokens / m.experts_per_token)  # rows padded to tiles
+    exp_comp = padded * k.expert_flops_per_token / k.moe_flops_s
+    return time + smooth_max(exp_mem, exp_comp, n), dense_mem + exp_mem, dense_comp + exp_comp
 
 
 def attention_flops_per_context_token(model: Model) -> float:
@@ -454,15 +497,14 @@ def _decode_step(c: Configs, batch, context_tokens, prefill_tokens, prefill_cont
     micro_b = b / k.pp
     micro_n = npre / k.pp
     tokens = micro_b + micro_n
-    weights_mem = _weight_bytes_read_per_gpu(c, tokens, ndim) / k.memory_bytes_s
-    gemm_comp = tokens * k.gemm_flops_per_token / k.gemm_flops_s
+    gemm, weights_mem, gemm_comp = _gemm_s(c, tokens, ndim)
     lm_head = micro_b * k.lm_head_s_per_sequence
-    gemm_s = smooth_max(weights_mem, gemm_comp, n) + lm_head
-    decode_ctx = micro_b * ctx  # context tokens the decoding micro-batch attends to
+    gemm_s = gemm + lm_head
+    decode_ctx = micro_b * effective_context(c.model, ctx)  # context tokens the decoding micro-batch attends to
     kv_mem = decode_ctx * k.kv_read_per_ctx_token / k.memory_bytes_s
     attn_comp = decode_ctx * k.attn_s_per_ctx_token
     attn_s = smooth_max(kv_mem, attn_comp, n)
-    prefill_attn_s = micro_n * pctx * k.attn_s_per_ctx_token
+    prefill_attn_s = micro_n * effective_context(c.model, pctx) * k.attn_s_per_ctx_token
     comm_s = _comm_s(c, tokens, ndim)
     host_s = k.step_overhead_s + b * k.sequence_overhead_s
     step_s = k.pp * (gemm_s + attn_s + prefill_attn_s + comm_s) + host_s
@@ -523,10 +565,8 @@ def prefill_s(c: Configs, prompt_tokens, batch_prompts=1) -> np.ndarray:
     tokens = L * nb
     # the prompt occupies one attention rank: its per-GPU work is that of e·T tokens spread over the group
     rank_tokens = tokens * k.ep
-    mem_s = _weight_bytes_read_per_gpu(c, tokens, ndim) / k.memory_bytes_s
-    comp_s = rank_tokens * k.gemm_flops_per_token / k.gemm_flops_s
-    attn_s = rank_tokens * L / 2.0 * k.attn_s_per_ctx_token
-    gemm = smooth_max(mem_s, comp_s, c.smooth_max_exponent)  # the lm_head of the last token is neglected, as in a step
+    gemm = _gemm_s(c, rank_tokens, ndim)[0]  # the lm_head of the last token is neglected, as in a step
+    attn_s = rank_tokens * effective_context(c.model, L / 2.0) * k.attn_s_per_ctx_token
     return k.pp * (gemm + attn_s + _comm_s(c, tokens, ndim)) + k.step_overhead_s
 
 
@@ -534,7 +574,7 @@ def max_sequences(c: Configs, tokens_per_sequence) -> np.ndarray:
     """Sequences of ``tokens_per_sequence`` tokens whose KV fits in the replica (floor, >= 0)."""
     ndim, (tok,) = _prep(c, tokens_per_sequence)
     cap = _col(c.kv_capacity_tokens, ndim)
-    return np.floor(cap / np.maximum(tok, 1.0)).astype(np.int64)
+    return np.floor(cap / np.maximum(effective_context(c.model, tok), 1.0)).astype(np.int64)
 
 
 def tpot_bound_ms(c: Configs) -> np.ndarray:
@@ -561,11 +601,12 @@ def compute_bound_tokens_s(c: Configs) -> np.ndarray:
 def offline_batch(c: Configs, input_tokens, output_tokens) -> np.ndarray:
     """Running sequences in an offline run: min(scheduler cap ``batch_cap``, sequences whose KV fits).
 
-    A sequence reserves KV for input + f·output tokens (f = ``kv_reserved_output_fraction``).
+    A sequence reserves KV for input + f·output tokens (f = ``kv_reserved_output_fraction``),
+    windowed layers for at most their window (``effective_context``).
     """
     ndim, (inp, out) = _prep(c, input_tokens, output_tokens)
     cap = _col(c.kv_capacity_tokens, ndim)
-    fit = np.floor(cap / np.maximum(inp + c.kv_reserved_output_fraction * out, 1.0))
+    fit = np.floor(cap / np.maximum(effective_context(c.model, inp + c.kv_reserved_output_fraction * out), 1.0))
     return np.minimum(fit, _col(c.batch_cap, ndim))
 
 

@@ -52,8 +52,9 @@ class StepTime:
     The perf model's step is ``A(T) + B(b) + a_dec·b·c + a_pre·n·span`` for T = b + n tokens:
     ``A`` = the GEMM roofline, the communication and the fixed host time (functions of T only;
     MoE expert reads make them non-linear), ``B`` = the lm_head and the per-sequence host time
-    (linear in b), decode attention a smooth max of two terms linear in the b·c context tokens
-    (so linear in b·c too), prefill attention linear in n·span. ``A`` and ``B`` are tabulated at
+    (linear in b), decode attention a smooth max of two terms linear in the b·c' attended context
+    tokens (so linear in b·c' too; c' = ``perf.effective_context(c)`` of a sliding-window model),
+    prefill attention linear in n·span'. ``A`` and ``B`` are tabulated at
     whole tokens by vectorised calls of ``perf.decode_parts``; ``a_dec`` and ``a_pre`` are read
     off one probe.
     The construction checks the result against ``decode_step_s`` at random points and
@@ -73,16 +74,18 @@ class StepTime:
         self._b = (by_batch - by_tokens).tolist()  # B(b): lm_head + per-sequence host
         probe = perf.decode_step_s(one, np.array([[1.0, 1.0, 0.0]]), np.array([[0.0, 1000.0, 0.0]]),
                                    np.array([[0.0, 0.0, 1.0]]), np.array([[0.0, 0.0, 1000.0]]))[0]
-        self._att = float(probe[1] - probe[0]) / 1000.0  # per b·c
-        self._pre = float(probe[2] - self._a[1]) / 1000.0  # per n·span
+        self._att = float(probe[1] - probe[0]) / float(perf.effective_context(one.model, 1000.0))  # per b·c
+        self._model = one.model
+        self._pre = float(probe[2] - self._a[1]) / float(perf.effective_context(one.model, 1000.0))  # per n·span
         self.max_tokens = max_tokens
         self._check(one)
 
     def __call__(self, batch: int, context_tokens: float, prefill_tokens: int = 0,
                  prefill_span_tokens: float = 0.0) -> float:
         """Seconds of one step: ``A(b + n) + B(b) + a_dec·b·c + a_pre·n·span``."""
-        return (self._a[batch + prefill_tokens] + self._b[batch] + self._att * batch * context_tokens
-                + self._pre * prefill_tokens * prefill_span_tokens)
+        return (self._a[batch + prefill_tokens] + self._b[batch]
+                + self._att * batch * perf.effective_context(self._model, context_tokens)
+                + self._pre * prefill_tokens * perf.effective_context(self._model, prefill_span_tokens))
 
     def _check(self, one: Configs) -> None:
         rng = np.random.default_rng(0)
