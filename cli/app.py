@@ -64,18 +64,28 @@ def _root(
 
 @app.command()
 def validate(
-    path: Annotated[Path, typer.Argument(help="A plan .yaml file, or a measurements .csv (calibration.csv columns).")],
+    paths: Annotated[list[Path], typer.Argument(
+        help="A plan .yaml file, or one or more measurements .csv files (calibration.csv columns; "
+             "`gpuplan validate --shipped` predicts the shipped calibration data).", show_default=False)] = None,
+    shipped: Annotated[bool, typer.Option(
+        "--shipped", help="Predict the measurements shipped in optimizer/calibration/data/.")] = False,
     catalog: CatalogOpt = None,
     model_config: ModelConfigOpt = None,
     params: ParamsOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Check a plan file (and summarise it), or predict a measurements CSV and report the errors."""
-    if path.suffix.lower() == ".csv":
-        from cli.validate_cmd import validate_measurements
+    """Check a plan file (and summarise it), or predict measurements CSVs and report the errors."""
+    from cli.validate_cmd import resolve_measurement_paths, validate_measurements
 
-        validate_measurements(path, catalog, params, json_out)
+    paths = resolve_measurement_paths(paths or [], shipped)
+    if all(p.suffix.lower() == ".csv" for p in paths):
+        validate_measurements(paths, catalog, params, json_out)
         return
+    if len(paths) != 1:
+        from catalog.errors import GpuplanError
+
+        raise GpuplanError("validate takes one plan .yaml file, or one or more measurements .csv files")
+    path = paths[0]
     plan_cmd.ensure_yaml(path)
     plan_cmd.validate_plan(path, catalog, model_config, json_out)
 

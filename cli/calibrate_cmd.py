@@ -1,4 +1,4 @@
-"""`gpuplan calibrate MEASUREMENTS.csv --out params.yaml`: fit the model's factors to your data."""
+"""`gpuplan calibrate MEASUREMENTS.csv... --out params.yaml`: fit the model's factors to your data."""
 
 from __future__ import annotations
 
@@ -10,14 +10,21 @@ import typer
 
 from catalog.files import write_atomic
 from cli.common import CatalogOpt, JsonOpt, ParamsOpt, fmt, load, print_json, stdout, table
+from cli.validate_cmd import load_all, resolve_measurement_paths
+from optimizer.calibration.bands import coverage, error_bands, leave_out
 from optimizer.calibration.fit import SHIPPED_ONLINE_WEIGHT, fit_params, online_fit_rows
-from optimizer.calibration.measurements import load_measurements
 from optimizer.models.params import load_params, params_to_yaml
 
 
 def calibrate(
-    measurements: Annotated[Path, typer.Argument(help="Measurements CSV with the columns of calibration.csv.")],
     out: Annotated[Path, typer.Option("--out", help="Where to write the fitted parameters (YAML).")],
+    measurements: Annotated[list[Path], typer.Argument(
+        help="Measurements CSVs with the columns of calibration.csv.", show_default=False)] = None,
+    shipped: Annotated[bool, typer.Option(
+        "--shipped", help="Fit the measurements shipped in optimizer/calibration/data/ (with any others given).")] = False,
+    bands: Annotated[bool, typer.Option(
+        "--bands/--no-bands", help="Also refit without each source group, device and generation in turn and "
+        "store the error bands of each fidelity class (slow: one refit per group).")] = True,
     params: ParamsOpt = None,
     catalog: CatalogOpt = None,
     json_out: JsonOpt = False,
@@ -27,32 +34,43 @@ def calibrate(
              "offline max-throughput rows; 0 fits the offline rows only. Default: what the shipped "
              f"parameters used ({SHIPPED_ONLINE_WEIGHT:g}).")] = SHIPPED_ONLINE_WEIGHT,
 ) -> None:
-    """Fit efficiency factors and overheads to offline max-throughput rows (and, weighted by
-    --online-weight, the mean TTFT and mean ITL of online-serving rows); write them for --params."""
+    """Fit efficiency factors and overheads to offline max-throughput and latency rows (and, weighted
+    by --online-weight, the mean TTFT and mean ITL of online-serving rows); write them for --params,
+    with the error band of each fidelity class from leave-out refits."""
     cat = load(catalog)
-    rows = load_measurements(measurements, cat)
+    paths = resolve_measurement_paths(measurements or [], shipped)
+    rows = load_all(paths, cat)
     start = load_params(params) if params is not None else None
-    fitted = fit_params(rows, cat, start=start, data_file=str(measurements), online_weight=online_weight)
+    names = ", ".join(p.name for p in paths)
+    fitted = fit_params(rows, cat, start=start, data_file=names, online_weight=online_weight)
     n_online = len(online_fit_rows(rows)) if online_weight > 0 else 0
-    digest = hashlib.sha256(measurements.read_bytes()).hexdigest()
-    fitted = fitted.model_copy(update={"fit": fitted.fit.model_copy(update={"data_sha256": digest})})
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in paths)).hexdigest()
+    fitted = fitted.model_copy(update={"fit": fitted.fit.model_copy(update={"data_sha256": digest}),
+                                       "coverage": coverage(rows, cat)})
+    if bands:
+        # every refit starts where the full fit started (not from its result, which saw the held-out rows)
+        held = [leave_out(rows, cat, start, by) for by in ("source_group", "device", "generation")]
+        fitted = fitted.model_copy(update={"error_bands": error_bands(*held)})
     fit = fitted.fit
-    header = (f"gpuplan calibration parameters, fitted by `gpuplan calibrate {measurements.name}`\n"
+    header = (f"gpuplan calibration parameters, fitted by `gpuplan calibrate {names}`\n"
               f"fit: {fit.rows_used} offline rows, median |error| {fit.median_abs_pct_error}% , "
               f"p90 {fit.p90_abs_pct_error}%"
               + (f" (+ {n_online} online-serving rows at weight {online_weight:g}, see fit.method)" if n_online else "")
               + "\n"
               "use with --params FILE; see optimizer/models/params.py for the meaning of each field")
-    write_atomic(out, params_to_yaml(fitted, header), inputs=(measurements,) + ((params,) if params else ()))
+    write_atomic(out, params_to_yaml(fitted, header), inputs=tuple(paths) + ((params,) if params else ()))
     if json_out:
         print_json({"out": str(out), "params": fitted.model_dump(mode="json", exclude_none=True)})
         return
-    rows_out = [[k, v] for k, v in fitted.model_dump(exclude={"overrides", "fit"}).items()]
-    rows_out += [[f"override {o.vendor or ''}{o.generation or ''}{o.memory_type or ''}",
+    rows_out = [[k, v] for k, v in fitted.model_dump(exclude={"overrides", "fit", "error_bands", "coverage"}).items()]
+    rows_out += [[f"override {o.selector}",
                   ", ".join(f"{k}={v:.3g}" for k, v in o.model_dump(
-                      exclude={"vendor", "generation", "memory_type", "note"}, exclude_none=True).items())]
+                      exclude={"vendor", "generation", "memory_type", "engine", "compute_dtype", "note"},
+                      exclude_none=True).items())]
                  for o in fitted.overrides]
-    stdout.print(table(f"fitted on {fit.rows_used} rows of {measurements}", ["parameter", "value"],
+    rows_out += [[f"band class {k}", f"x{b.low_factor:.3f} .. x{b.high_factor:.3f} (n {b.n})"]
+                 for k, b in fitted.error_bands.items()]
+    stdout.print(table(f"fitted on {fit.rows_used} rows of {names}", ["parameter", "value"],
                        [[k, f"{v:.4g}" if isinstance(v, float) else str(v)] for k, v in rows_out]))
     stdout.print(f"fit error: median {fmt(fit.median_abs_pct_error, 1)} %, p90 {fmt(fit.p90_abs_pct_error, 1)} %"
                  f" (absolute, on offline output tokens/s)"

@@ -35,6 +35,8 @@ _LABELS = {
     "kv_fits": "KV cache holds the p99 occupancy",
     "max_qps_at_slo": "max req/s at the SLO", "output_tokens_per_s_at_slo": "output tokens/s at the SLO",
     "limited_by": "limited by", "why": "why",
+    "output_tokens_per_s_low": "output tokens/s, 80 % band low", "output_tokens_per_s_high": "output tokens/s, 80 % band high",
+    "capacity_qps_low": "max req/s at the SLO, band low", "capacity_qps_high": "max req/s at the SLO, band high",
 }
 
 ModelOpt = Annotated[str, typer.Option("--model", help="Model key, alias or HF id (see `gpuplan catalog models`).")]
@@ -45,6 +47,14 @@ PpOpt = Annotated[int, typer.Option("--pp", min=1, help="Pipeline-parallel degre
 InputOpt = Annotated[int, typer.Option("--input-tokens", min=1, help="Prompt length (tokens).")]
 OutputOpt = Annotated[int, typer.Option("--output-tokens", min=1, help="Output length (tokens).")]
 MsOpt = Annotated[float | None, typer.Option(help="p99 SLO (ms): report the max request rate that meets it.")]
+EngineOpt = Annotated[str | None, typer.Option(
+    "--engine", help="Serving engine: trtllm, vllm or sglang (default: trtllm on NVIDIA, vllm elsewhere).")]
+EpOpt = Annotated[int, typer.Option(
+    "--ep", min=1, help="Expert parallelism (MoE): attention data-parallel over N GPUs, experts split N ways, "
+    "all-to-all over the link; the replica has tp·pp·ep GPUs.")]
+MaxBatchOpt = Annotated[int | None, typer.Option(
+    "--max-batch", min=1, help="Scheduler cap on running sequences (vLLM max_num_seqs, TensorRT-LLM "
+    "max_batch_size); default: the engine's calibrated cap.")]
 
 
 def render(result: dict, json_out: bool) -> None:
@@ -52,8 +62,10 @@ def render(result: dict, json_out: bool) -> None:
     if json_out:
         print_json(result)
         return
-    title = (f"{result['model']} on {result['tp'] * result['pp']}× {result['device']} "
-             f"({result['precision']}, tp{result['tp']} pp{result['pp']})")
+    ep = result.get("ep", 1)
+    title = (f"{result['model']} on {result['tp'] * result['pp'] * ep}× {result['device']} "
+             f"({result['precision']}, {result.get('engine', '')}, tp{result['tp']} pp{result['pp']}"
+             + (f" ep{ep}" if ep > 1 else "") + ")")
     rows = []
     for key, label in _LABELS.items():
         if key in result:
@@ -61,6 +73,9 @@ def render(result: dict, json_out: bool) -> None:
             rows.append([label, f"{value:,}" if isinstance(value, int | float) and not isinstance(value, bool)
                          else ("—" if value is None else str(value))])
     stdout.print(table(title, ["quantity", "value"], rows, right={"value"}))
+    if result.get("fidelity"):
+        f = result["fidelity"]
+        stdout.print(f"fidelity class {f['class']}: {f['basis']}", markup=False)
     if result.get("reason"):
         stdout.print(f"does not fit / cannot run: {result['reason']}", markup=False)
 
@@ -85,12 +100,15 @@ def estimate(
         "--input-p99", help="p99 prompt length: --input-tokens becomes the mean of a lognormal.")] = None,
     output_p99: Annotated[float | None, typer.Option(
         "--output-p99", help="p99 output length: --output-tokens becomes the mean of a lognormal.")] = None,
+    engine: EngineOpt = None,
+    ep: EpOpt = 1,
+    max_batch: MaxBatchOpt = None,
     params: ParamsOpt = None,
     catalog: CatalogOpt = None,
     model_config: ModelConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Memory fit, latency and throughput of one (model, device, precision, tp, pp) configuration."""
+    """Memory fit, latency and throughput of one (model, device, precision, tp, pp, ep, engine) configuration."""
     if batch is not None and max_throughput:
         raise ModelError("--batch and --max-throughput exclude each other; give one")
     for flag, value in (("--ttft-p99-ms", ttft_p99_ms), ("--tpot-p99-ms", tpot_p99_ms), ("--e2e-p99-ms", e2e_p99_ms)):
@@ -101,10 +119,11 @@ def estimate(
     prompt = length_from_flags(input_tokens, input_p99, "input")
     output = length_from_flags(output_tokens, output_p99, "output")
     result = estimate_config(m, d, q, tp, pp, input_tokens, output_tokens, p, batch=batch,
-                             max_throughput=max_throughput)
+                             max_throughput=max_throughput, engine=engine, ep=ep, max_batch=max_batch)
     slo = SLO(ttft_p99_ms=ttft_p99_ms, tpot_p99_ms=tpot_p99_ms, e2e_p99_ms=e2e_p99_ms)
     if qps is not None or not slo.is_empty:
-        result.update(estimate_serving(build_configs(m, [(d, q, tp, pp)], p), prompt, output, qps, slo))
+        c = build_configs(m, [(d, q, tp, pp)], p, engines=engine, ep=ep, max_batch=max_batch)
+        result.update(estimate_serving(c, prompt, output, qps, slo, params=p))
     render(result, json_out)
 
 

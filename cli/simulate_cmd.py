@@ -17,6 +17,7 @@ from cli.common import (
     stdout,
     table,
 )
+from cli.estimate_cmd import EngineOpt, EpOpt
 from optimizer.models import perf, serving
 from optimizer.models.params import load_params
 from optimizer.models.simulate import simulate as run_simulation
@@ -46,6 +47,8 @@ def simulate(
     output_p99: Annotated[int | None, typer.Option("--output-p99", min=1, help="p99 output length: lognormal outputs.")] = None,
     requests: Annotated[int, typer.Option("--requests", min=100, help="Requests to simulate.")] = 20_000,
     seed: Annotated[int, typer.Option("--seed", help="Random seed (same seed, same result).")] = 0,
+    engine: EngineOpt = None,
+    ep: EpOpt = 1,
     params: ParamsOpt = None,
     catalog: CatalogOpt = None,
     model_config: ModelConfigOpt = None,
@@ -58,7 +61,7 @@ def simulate(
     output = length_dist(output_tokens, output_p99, "--output")
     cat = load(catalog, model_config)
     c = perf.build_configs(cat.model(model), [(cat.device(device), cat.precision(precision), tp, pp)],
-                           load_params(params))
+                           load_params(params), engines=engine, ep=ep)
     if not bool(c.runnable[0]):
         raise ModelError(f"{c.keys[0]} cannot run: {c.reason[0]}")
     analytic = serving.serve_at_rate(c, qps, prompt, output)

@@ -4,16 +4,32 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from catalog.errors import GpuplanError
 from cli.common import fmt, load, print_json, stdout, table
-from optimizer.calibration.measurements import load_measurements
+from optimizer.calibration.measurements import load_measurements, shipped_measurement_files
 from optimizer.calibration.report import validate
 from optimizer.models.params import load_params
 
 
-def validate_measurements(path: Path, catalog: Path | None, params: Path | None, json_out: bool) -> None:
-    """Predict every row of ``path`` it can and print the errors (see ``optimizer.calibration.report``)."""
+def resolve_measurement_paths(paths: list[Path], shipped: bool) -> list[Path]:
+    """``paths``, plus the shipped measurement CSVs with ``--shipped``; an error when there are none."""
+    out = list(paths) + (shipped_measurement_files() if shipped else [])
+    if not out:
+        raise GpuplanError("give a plan .yaml file or measurements .csv files, or --shipped for the shipped "
+                           "calibration data")
+    return out
+
+
+def load_all(paths: list[Path], cat) -> list:
+    """The rows of every measurements file, in order."""
+    return [m for p in paths for m in load_measurements(p, cat)]
+
+
+def validate_measurements(paths: list[Path], catalog: Path | None, params: Path | None, json_out: bool) -> None:
+    """Predict every row of ``paths`` it can and print the errors (see ``optimizer.calibration.report``)."""
     cat = load(catalog)
-    result = validate(load_measurements(path, cat), cat, load_params(params))
+    result = validate(load_all(paths, cat), cat, load_params(params))
+    path = ", ".join(str(p) for p in paths)
     if json_out:
         print_json(result)
         return
@@ -31,8 +47,10 @@ def validate_measurements(path: Path, catalog: Path | None, params: Path | None,
     cols = ["", "n", "median |err| %", "p90 |err| %"]
     right = {"n", "median |err| %", "p90 |err| %"}
     stdout.print(table("by device", cols, summary_rows(result["by_device"]), right))
+    stdout.print(table("by device and engine", cols, summary_rows(result["by_device_engine"]), right))
     stdout.print(table("by source group", cols, summary_rows(result["by_source_group"]), right))
     stdout.print(table("by metric", cols, summary_rows(result["by_metric"]), right))
+    stdout.print(table("offline / online", cols, summary_rows(result["by_kind"]), right))
     stdout.print(table("overall", cols, summary_rows({"all predicted rows": result["overall"]}), right))
     if result["skipped"]:
         stdout.print(table(f"{len(result['skipped'])} rows not predicted", ["line", "row", "why"],

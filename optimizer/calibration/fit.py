@@ -31,71 +31,17 @@ import numpy as np
 
 from catalog.load import Catalog
 from optimizer.calibration.measurements import Measurement
+from optimizer.calibration.predict import (
+    is_latency_row,
+    is_online_rate,
+    latency_predictor,
+    offline_skip_reason,
+    online_predictor,
+    predict_offline_throughput,
+)
 from optimizer.models.params import CalibrationParams, FactorOverride, FitRecord
-from optimizer.models.perf import build_configs, offline_throughput_tokens_s
 
 SHIPPED_ONLINE_WEIGHT = 1.0  # online_weight of the shipped optimizer/models/data/calibration.yaml fit
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """Predicted value of each row (NaN where unpredictable) and why not."""
-
-    predicted: np.ndarray
-    batch: np.ndarray
-    skipped: list[str | None]
-
-
-def offline_skip_reason(m: Measurement) -> str | None:
-    """Why an offline row cannot be predicted, or None."""
-    if m.unresolved:
-        return m.unresolved
-    if not m.is_offline:
-        return "not an offline max-throughput row (latency-under-load rows need the serving model)"
-    if m.input_tokens is None or m.output_tokens is None or m.input_tokens < 1 or m.output_tokens < 1:
-        return "input_len/output_len missing"
-    if m.throughput_tok_s is None or m.throughput_tok_s <= 0:
-        return "throughput_tok_s missing"
-    if "speculative" in m.scenario.lower():
-        return "speculative decoding (MTP) is not modelled: a draft step accepts several tokens"
-    return None
-
-
-def row_configs(rows: Sequence[Measurement], idx: Sequence[int], cat: Catalog, params: CalibrationParams):
-    """The :class:`optimizer.perf.Configs` of rows ``idx`` (one model): device, precision, tp, pp,
-    and the engine, expert-parallel degree and batch cap the run stated."""
-    model = cat.models[rows[idx[0]].model_key]  # type: ignore[index]
-    combos = [(cat.devices[rows[i].device_key], cat.precisions[rows[i].precision_key],  # type: ignore[index]
-               rows[i].tp, rows[i].pp) for i in idx]
-    return build_configs(model, combos, params, engines=[rows[i].engine for i in idx],
-                         ep=[rows[i].ep for i in idx], max_batch=[rows[i].max_batch for i in idx])
-
-
-def predict_offline_throughput(rows: Sequence[Measurement], cat: Catalog,
-                               params: CalibrationParams) -> Prediction:
-    """Output tokens/s of the replica for each offline row (vectorised per model)."""
-    n = len(rows)
-    pred = np.full(n, np.nan)
-    batch = np.full(n, np.nan)
-    skipped: list[str | None] = [offline_skip_reason(m) for m in rows]
-    by_model: dict[str, list[int]] = defaultdict(list)
-    for i, m in enumerate(rows):
-        if skipped[i] is None:
-            by_model[m.model_key].append(i)  # type: ignore[index]
-    for model_key, idx in by_model.items():
-        c = row_configs(rows, idx, cat, params)
-        inp = np.array([rows[i].input_tokens for i in idx], dtype=float)
-        out = np.array([rows[i].output_tokens for i in idx], dtype=float)
-        b, tput = offline_throughput_tokens_s(c, inp, out)
-        for j, i in enumerate(idx):
-            if not c.supported[j]:
-                skipped[i] = c.reason[j]
-            elif b[j] < 1:
-                skipped[i] = c.reason[j] or "model predicts not even one sequence fits in memory"
-            else:
-                pred[i] = tput[j]
-                batch[i] = b[j]
-    return Prediction(pred, batch, skipped)
 
 
 # ---------------------------------------------------------------------------------------
@@ -198,13 +144,19 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
         params = params.model_copy(update={"request_overhead_ms": max(params.request_overhead_ms, 1.0)})
         knobs.append(_field_knob("request_overhead_ms", 0.01, 50.0))
 
+    latency = [m for m in rows if is_latency_row(m)]
+    lat_measured = np.array([m.e2e_latency_s for m in latency], dtype=float)
+    lat_w = _weights(latency)
+
     def loss(p: CalibrationParams) -> float:
         pred = predict_offline_throughput(usable, cat, p).predicted
         err = np.log(np.where(np.isfinite(pred) & (pred > 0), pred, 1e-3) / measured)
         total = float(np.sum(w * err**2))
+        if latency:
+            found, _ = latency_predictor(latency, cat, p)
+            lat = np.array([found[i][0].predicted if i in found else 1e3 for i in range(len(latency))])
+            total += float(np.sum(lat_w * np.log(lat / lat_measured) ** 2))
         if online:
-            from optimizer.calibration.report import online_predictor
-
             found, _ = online_predictor(online, cat, p)
             for metric in metrics:
                 err = [math.log(r.predicted / r.measured) for ps in found.values() for r in ps
@@ -225,6 +177,10 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
                     best, params = val, cand
         span *= 0.6
     record = fit_record(usable, cat, params, data_file)
+    if latency:
+        record = record.model_copy(update={"method": record.method + f"; plus the squared log error of "
+                                           f"e2e_latency_s over {len(latency)} offline latency rows (one fixed "
+                                           "batch), equal weight per source_group"})
     if online:
         names = " and ".join({"tpot_mean_ms": "mean ITL", "ttft_mean_ms": "mean TTFT"}[k] for k in metrics)
         record = record.model_copy(update={"method": record.method + f"; plus {online_weight:g} x mean "
@@ -289,9 +245,7 @@ def class_overrides(rows: Sequence[Measurement], cat: Catalog, devices: Sequence
 def online_fit_rows(rows: Sequence[Measurement]) -> list[Measurement]:
     """The online-serving rows a fit can use: online (``optimizer.calibration.report``), a finite
     request rate > 0, and a measured mean TTFT or mean ITL."""
-    from optimizer.calibration.report import _is_online
-
-    return [m for m in rows if _is_online(m) and (m.tpot_mean_ms or m.ttft_mean_ms) and m.request_rate_qps
+    return [m for m in rows if is_online_rate(m) and (m.tpot_mean_ms or m.ttft_mean_ms) and m.request_rate_qps
             and math.isfinite(m.request_rate_qps) and m.request_rate_qps > 0]
 
 

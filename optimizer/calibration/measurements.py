@@ -33,6 +33,7 @@ import io
 import math
 import re
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 from catalog.errors import CatalogError, ModelError
@@ -126,6 +127,15 @@ def derive_throughput_basis(metric: str) -> str:
     """``total`` when the source's throughput label may count prompt + output tokens, else ``output``."""
     text = metric.lower()
     return "total" if "ambiguous" in text or text.startswith("total token") else "output"
+
+
+SHIPPED_DATA_FILES = ("calibration.csv", "measurements-2026.csv")
+
+
+def shipped_measurement_files() -> list[Path]:
+    """The measurement CSVs shipped with the package (``optimizer/calibration/data/``) that exist."""
+    folder = Path(str(resources.files("optimizer.calibration").joinpath("data")))
+    return [folder / name for name in SHIPPED_DATA_FILES if (folder / name).exists()]
 
 
 def _norm(name: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from catalog.schema import Device, Model, Precision
 from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS
+from optimizer.models.fidelity import fidelity_of
 from optimizer.models.params import CalibrationParams
 from optimizer.models.perf import (
     Configs,
@@ -50,6 +51,9 @@ def estimate_config(
     it reserves input + kv_reserved_output_fraction·output tokens per sequence, so it may exceed
     max_concurrency, which counts full input + output); ``max_batch`` caps that batch (the
     engine's ``max_num_seqs``/``max_batch_size``; None = the engine default of the params).
+    Whenever output_tokens_per_s is given: output_tokens_per_s_low/_high, its 80 % band
+    (× the band factors of the configuration's fidelity class), and fidelity
+    ``{class, basis, band_low_factor, band_high_factor}`` (``optimizer.models.fidelity``).
     Times are None when the configuration cannot run.
     """
     c = build_configs(model, [(device, precision, tp, pp)], params, engines=engine, ep=ep, max_batch=max_batch)
@@ -84,6 +88,12 @@ def estimate_config(
         ok = runs and b[0] >= 1
         out["batch"] = int(b[0]) if ok else 0
         out["output_tokens_per_s"] = finite_round(tput[0], 2) if ok else None
+    if "output_tokens_per_s" in out:
+        fid = fidelity_of(device, c.engines[0], params)
+        value = out["output_tokens_per_s"]
+        out["output_tokens_per_s_low"] = None if value is None else round(value * fid.low_factor, 2)
+        out["output_tokens_per_s_high"] = None if value is None else round(value * fid.high_factor, 2)
+        out["fidelity"] = fid.as_json()
     return out
 
 
@@ -94,6 +104,7 @@ def estimate_serving(
     qps: float | None = None,
     slo: SLO | None = None,
     prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
+    params: CalibrationParams | None = None,
 ) -> dict:
     """JSON-ready serving figures of configuration 0 (what `gpuplan estimate --qps/--*-p99-ms` adds).
 
@@ -104,7 +115,9 @@ def estimate_serving(
     ``max_qps_at_slo`` (req/s), ``output_tokens_per_s_at_slo`` (= max_qps·E[O]) and
     ``limited_by`` from ``capacity_at_slo`` (plus ``why`` when unservable). An SLO below
     the physical floor (``slo_floor_ms``) raises ModelError. A configuration that cannot
-    run gets the same keys with null values (``limited_by`` 'unservable').
+    run gets the same keys with null values (``limited_by`` 'unservable'). With ``params``:
+    ``capacity_qps_low``/``capacity_qps_high``, the 80 % band of max_qps_at_slo (× the band
+    factors of the fidelity class: capacity scales with the replica's speed).
     """
     out: dict = {}
     runs = bool(c.runnable[0])
@@ -128,6 +141,10 @@ def estimate_serving(
             out["max_qps_at_slo"] = finite_round(cap.max_qps[0], 4)
             out["output_tokens_per_s_at_slo"] = finite_round(cap.output_tokens_per_s[0], 2)
             out["limited_by"] = cap.limited_by[0]
+            if params is not None and out["max_qps_at_slo"] is not None:
+                fid = fidelity_of(c.devices[0], c.engines[0], params)
+                out["capacity_qps_low"] = round(out["max_qps_at_slo"] * fid.low_factor, 4)
+                out["capacity_qps_high"] = round(out["max_qps_at_slo"] * fid.high_factor, 4)
             if cap.why[0]:
                 out["why"] = cap.why[0]
         else:

@@ -1,0 +1,142 @@
+"""Leave-out predictions and the error bands they give, by fidelity class.
+
+A band must be honest about configurations the fit never saw, so it comes from
+predictions of held-out rows, never from in-sample residuals:
+
+- ``leave_out(rows, cat, start, by)`` refits the factors without one group at a time (by
+  ``source_group``, ``device`` or ``generation``) and predicts the held-out rows (every
+  offline metric: max-throughput output tokens/s and one-batch e2e latency);
+- ``error_bands(...)`` turns them into an 80 % interval of measured/predicted per fidelity
+  class (``optimizer.models.fidelity``): class a from leave-one-source-group-out
+  predictions whose device and engine remained in the fit, class b from leave-one-device-out,
+  class c from leave-one-generation-out; low/high = the 10th/90th percentile of
+  measured/predicted;
+- ``coverage(rows, cat)`` records which device/engine pairs and generations a fit measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from catalog.load import Catalog
+from optimizer.calibration.fit import fit_params
+from optimizer.calibration.measurements import Measurement
+from optimizer.calibration.predict import is_online, latency_predictor, offline_predictor
+from optimizer.models.params import CalibrationParams, Coverage, ErrorBand, default_engine
+
+LEAVE_OUT_SWEEPS = 2  # coordinate-search sweeps of each leave-out refit (the full fit uses 6)
+BAND_LOW_Q, BAND_HIGH_Q = 10.0, 90.0
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """One prediction of a held-out row by a fit that did not see its group."""
+
+    group: str  # the held-out group's key (a source group, device or generation)
+    device: str
+    engine: str
+    generation: str
+    source_group: str
+    metric: str
+    measured: float
+    predicted: float
+    fit_had_device_engine: bool  # the device/engine pair was still measured in the fit
+
+    @property
+    def ratio(self) -> float:
+        """measured / predicted."""
+        return self.measured / self.predicted
+
+    @property
+    def abs_pct_error(self) -> float:
+        return abs(self.predicted / self.measured - 1.0) * 100.0
+
+
+def engine_of(m: Measurement, cat: Catalog) -> str:
+    return m.engine or default_engine(cat.devices[m.device_key])  # type: ignore[index]
+
+
+def group_key(m: Measurement, cat: Catalog, by: str) -> str:
+    """The group of ``m`` when leaving out by ``source_group``, ``device`` or ``generation``."""
+    if by == "source_group":
+        return m.source_group
+    if by == "device":
+        return m.device_key or ""
+    if by == "generation":
+        return cat.devices[m.device_key].generation if m.device_key else ""  # type: ignore[index]
+    raise ValueError(f"unknown leave-out grouping {by!r}")
+
+
+def coverage(rows: Sequence[Measurement], cat: Catalog) -> Coverage:
+    """What ``rows`` measured: device/engine pairs, generations, vendors (resolved rows only)."""
+    ok = [m for m in rows if m.device_key and not m.unresolved]
+    return Coverage(
+        device_engines=sorted({f"{m.device_key}/{engine_of(m, cat)}" for m in ok}),
+        generations=sorted({cat.devices[m.device_key].generation for m in ok}),  # type: ignore[index]
+        vendors=sorted({cat.devices[m.device_key].vendor for m in ok}),  # type: ignore[index]
+    )
+
+
+def _offline_predictions(rows: Sequence[Measurement], cat: Catalog, params: CalibrationParams):
+    found = {}
+    for predictor in (offline_predictor, latency_predictor):
+        preds, _ = predictor(rows, cat, params)
+        for i, ps in preds.items():
+            found.setdefault(i, []).extend(ps)
+    return found
+
+
+def leave_out(rows: Sequence[Measurement], cat: Catalog, start: CalibrationParams | None, by: str,
+              sweeps: int = LEAVE_OUT_SWEEPS, groups: Sequence[str] | None = None) -> list[HeldOut]:
+    """Refit without each group of ``by`` (or only ``groups``) and predict its offline rows."""
+    offline = [m for m in rows if not m.unresolved and m.device_key and not is_online(m)]
+    keys = sorted({group_key(m, cat, by) for m in offline}) if groups is None else list(groups)
+    out: list[HeldOut] = []
+    for key in keys:
+        held = [m for m in offline if group_key(m, cat, by) == key]
+        train = [m for m in rows if m.unresolved or not m.device_key or group_key(m, cat, by) != key]
+        if not held or not any(not is_online(m) for m in train):
+            continue
+        params = fit_params(train, cat, start=start, sweeps=sweeps)
+        seen = {f"{m.device_key}/{engine_of(m, cat)}" for m in train if m.device_key}
+        for i, ps in _offline_predictions(held, cat, params).items():
+            m = held[i]
+            dev = cat.devices[m.device_key]  # type: ignore[index]
+            eng = engine_of(m, cat)
+            out.extend(HeldOut(key, dev.key, eng, dev.generation, m.source_group, p.metric, p.measured,
+                               p.predicted, f"{dev.key}/{eng}" in seen) for p in ps if p.predicted > 0)
+    return out
+
+
+def band_of(held: Sequence[HeldOut], basis: str) -> ErrorBand | None:
+    """The 80 % band of measured/predicted over ``held`` (None when empty)."""
+    if not held:
+        return None
+    r = np.array([h.ratio for h in held])
+    return ErrorBand(low_factor=min(float(np.percentile(r, BAND_LOW_Q)), 1.0),
+                     high_factor=max(float(np.percentile(r, BAND_HIGH_Q)), 1.0), n=len(held), basis=basis)
+
+
+def error_bands(by_source_group: Sequence[HeldOut], by_device: Sequence[HeldOut],
+                by_generation: Sequence[HeldOut]) -> dict[str, ErrorBand]:
+    """The band of each fidelity class from the three leave-out sets (module docstring)."""
+    sets = {
+        "a": ([h for h in by_source_group if h.fit_had_device_engine],
+              "leave-one-source-group-out predictions (device and engine still measured)"),
+        "b": (list(by_device), "leave-one-device-out predictions"),
+        "c": (list(by_generation), "leave-one-generation-out predictions"),
+    }
+    out = {}
+    for cls, (held, basis) in sets.items():
+        band = band_of(held, basis)
+        if band is not None:
+            out[cls] = band
+    return out
+
+
+def inside(h: HeldOut, band: ErrorBand) -> bool:
+    """The measured value of ``h`` lies within the band around its prediction."""
+    return band.low_factor <= h.ratio <= band.high_factor
