@@ -145,6 +145,10 @@ class Model(Strict):
     vocab_size: PositiveInt
     total_params_b: PositiveFloat
     active_params_b: PositiveFloat
+    vision_params_b: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
+        0.0, description="vision encoder parameters counted in total_params_b: held in memory, not read when "
+        "generating text (Gemma 3: 0.42, Llama 4: 0.87)"
+    )
     num_experts: NonNegInt = 0
     experts_per_token: NonNegInt = 0
     shared_experts: NonNegInt = 0
@@ -170,6 +174,8 @@ class Model(Strict):
 
     @model_validator(mode="after")
     def _check(self) -> Model:
+        if self.vision_params_b >= self.total_params_b:
+            raise ValueError(f"vision_params_b {self.vision_params_b} must be below total_params_b {self.total_params_b}")
         if self.active_params_b > self.total_params_b * 1.0001:
             raise ValueError(
                 f"active_params_b {self.active_params_b} exceeds total_params_b {self.total_params_b}"
@@ -225,8 +231,14 @@ class Model(Strict):
 
     @property
     def dense_params(self) -> float:
-        """Parameters read on every token whatever the routing: total − routed experts."""
-        return self.total_params_b * 1e9 - self.routed_expert_params
+        """Parameters read on every token whatever the routing, from the shapes: embedding + attention
+        + dense FFN layers + shared experts + routers (``architecture_params`` total − routed experts).
+
+        Computed rather than taken as published total − routed experts: published totals are
+        rounded ("400B") or count a vision tower, and the difference would all land here
+        (Llama-4-Maverick: 12.6B instead of 14.2B).
+        """
+        return self.architecture_params().total - self.routed_expert_params
 
     def kv_elements_per_token(self) -> int:
         """Cached elements per token over all layers.

@@ -18,7 +18,8 @@ settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 REPO = Path(__file__).resolve().parent.parent
-REFERENCE = REPO.parent / "shared" / "reference"
+REFERENCE = REPO / "tests" / "data" / "reference"  # gpus.csv, models.csv: what the catalog was built from
+MELANGE = REPO / "tests" / "data" / "melange"  # Mélange's published example inputs
 EXAMPLES = REPO / "examples"
 
 

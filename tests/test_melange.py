@@ -25,10 +25,9 @@ from catalog import load_catalog
 from optimizer.capacity_table import CapacityTableError, load_capacity_table, parse_capacity_table
 from optimizer.check import check_plan
 from optimizer.optimize import optimize_plan
-from tests.conftest import EXAMPLES, REFERENCE
+from tests.conftest import EXAMPLES, MELANGE
 from workloads import load_plan, parse_plan, resolve_catalog
 
-MELANGE = REFERENCE / "melange"
 HEADER = ("workload,unit,gpus,cost_usd_per_hour,input_bucket,output_bucket,max_request_rate_qps,"
           "bucket_fraction,total_request_rate_qps")
 
