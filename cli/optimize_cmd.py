@@ -42,8 +42,8 @@ def optimize(
     model_config: ModelConfigOpt = None,
 ) -> None:
     """Find the cheapest fleet (devices, precision, sharding, replicas) that meets every workload's SLOs."""
+    from optimizer.models.params import load_params
     from optimizer.optimize import optimize_plan
-    from optimizer.params import load_params
 
     cat = load(catalog, model_config)
     plan = load_plan(plan_path)
