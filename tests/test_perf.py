@@ -80,7 +80,7 @@ def test_kv_bytes_mha_fp16():
 
 
 def test_kv_bytes_llama31_70b_bf16():
-    """Llama-3.1-70B, 8 KV heads: 2 x 80 x 8 x 128 x 2 = 327,680 (../shared/reference/models.csv)."""
+    """Llama-3.1-70B, 8 KV heads: 2 x 80 x 8 x 128 x 2 = 327,680 (models.csv column kv_cache_bytes_per_token_bf16)."""
     c = build_configs(CAT.model("llama-3.1-70b"), [(CAT.device("h100-sxm"), BF16, 4, 1)], PARAMS)
     assert c.kv_bytes_per_token[0] == 327_680
     c8 = build_configs(CAT.model("llama-3.1-70b"), [(CAT.device("h100-sxm"), FP8, 4, 1)], PARAMS)
