@@ -13,7 +13,11 @@ import pytest
 from catalog import load_catalog
 from catalog.errors import GpuplanError
 from optimizer.calibration.measurements import REQUIRED_COLUMNS, load_measurements
-from optimizer.calibration.shipped import SHIPPED_MEASUREMENT_FILES, shipped_data_dir, shipped_measurements
+from optimizer.calibration.shipped import (
+    SHIPPED_MEASUREMENT_FILES,
+    shipped_data_dir,
+    shipped_measurements,
+)
 from tests.conftest import EXAMPLES, REPO
 
 CAT = load_catalog()
