@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 import numpy as np
 import pytest
@@ -245,3 +246,43 @@ def test_model_from_hf_config(tmp_path, name):
     assert m.total_params_b == pytest.approx(total_b, rel=0.02)
     assert m.active_params_b == pytest.approx(active_b, rel=0.03)
     assert m.kv_bytes_per_token(2) == kv_bf16
+
+
+# Invalid model entries: one valid override (a gpt-oss-20b copy) changed by one field each.
+BAD_MODELS = {
+    "moe-layers-above-layers": ({"moe_layers": 25}, "moe_layers 25 exceeds num_layers 24"),
+    "window-layers-above-layers": ({"sliding_window_layers": 30}, "sliding_window_layers 30 exceeds num_layers 24"),
+    "window-above-context": ({"sliding_window_tokens": 200000}, "sliding_window_tokens 200000 exceeds max_context"),
+    "window-layers-without-window": ({"sliding_window_tokens": None}, "sliding_window_layers 12 needs sliding_window_tokens"),
+    "dense-with-expert-fields": ({"num_experts": 0, "experts_per_token": 0}, "need num_experts > 0"),
+    "mla-rank-without-latent": ({"q_lora_rank": 1536}, "describe MLA"),
+    "vision-above-total": ({"vision_params_b": 30.0}, "vision_params_b 30.0 must be below total_params_b"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_MODELS)
+def test_invalid_model_entry_is_named(tmp_path, name):
+    change, message = BAD_MODELS[name]
+    base = load_catalog().model("gpt-oss-20b").model_dump(mode="json")
+    entry = {**base, "key": "my-model", "hf_id": "me/my-model", "aliases": [], **change}
+    f = tmp_path / "mine.yaml"
+    f.write_text(json.dumps({"models": [entry]}))
+    with pytest.raises(CatalogError, match=re.escape(message)):
+        load_catalog(f)
+
+
+def test_hf_config_sliding_window_from_layer_types(tmp_path):
+    """gpt-oss-20b config shapes (models.csv): layer_types alternate sliding/full -> 12 windowed layers of
+    128; a Qwen3-style disabled window (use_sliding_window false) is no window."""
+    cfg = {"num_hidden_layers": 24, "hidden_size": 2880, "num_attention_heads": 64, "num_key_value_heads": 8,
+           "head_dim": 64, "intermediate_size": 2880, "vocab_size": 201088, "num_local_experts": 32,
+           "num_experts_per_tok": 4, "sliding_window": 128, "max_position_embeddings": 131072,
+           "layer_types": ["sliding_attention", "full_attention"] * 12}
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(cfg))
+    m = model_from_hf_config(f, key="oss")
+    assert (m.sliding_window_tokens, m.windowed_layers) == (128, 12)
+    assert m.total_params_b == pytest.approx(20.91, rel=0.01)
+    assert m.kv_bytes_per_token(2) == 49152
+    f.write_text(json.dumps({**cfg, "use_sliding_window": False}))
+    assert model_from_hf_config(f, key="oss").sliding_window_tokens is None
