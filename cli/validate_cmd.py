@@ -6,14 +6,15 @@ from pathlib import Path
 
 from catalog.errors import GpuplanError
 from cli.common import fmt, load, print_json, stdout, table
-from optimizer.calibration.measurements import load_measurements, shipped_measurement_files
+from optimizer.calibration.measurements import load_measurements
 from optimizer.calibration.report import validate
+from optimizer.calibration.shipped import SHIPPED_MEASUREMENT_FILES, shipped_measurements
 from optimizer.models.params import load_params
 
 
 def resolve_measurement_paths(paths: list[Path], shipped: bool) -> list[Path]:
     """``paths``, plus the shipped measurement CSVs with ``--shipped``; an error when there are none."""
-    out = list(paths) + (shipped_measurement_files() if shipped else [])
+    out = list(paths) + ([shipped_measurements(n) for n in SHIPPED_MEASUREMENT_FILES] if shipped else [])
     if not out:
         raise GpuplanError("give a plan .yaml file or measurements .csv files, or --shipped for the shipped "
                            "calibration data")

@@ -1,4 +1,4 @@
-"""Load a measurements CSV (the columns of ``../shared/reference/calibration.csv``).
+"""Load a measurements CSV (the columns of the shipped ``optimizer/calibration/data/calibration.csv``).
 
 Strict at the boundary: a missing required column is one error naming the file and the
 column; a bad number names the file, the line and the column. Device, model and precision
@@ -18,8 +18,9 @@ the column is absent or empty:
   row's ``tp`` then holds the group size, so ``tp`` becomes 1).
 - ``max_batch`` (scheduler cap on running sequences): else ``max_num_seqs=N`` or
   ``max_batch_size N`` in the notes.
-- a row labelled FP8 whose notes say the checkpoint is natively MXFP4 (gpt-oss), on a
-  device without FP4 math (Hopper), ran 4-bit weights dequantized to 16 bit: ``int4``.
+- a row whose notes say the checkpoint is natively MXFP4 (gpt-oss) ran ``mxfp4`` (4.25
+  bits/weight) where the device has FP4 math, else (Hopper, labelled FP8) 4-bit weights
+  dequantized to 16 bit: ``int4``.
 - ``throughput_basis`` (``output`` or ``total``): else ``total`` when ``throughput_metric``
   says the label is ambiguous between output and input+output (AMD's vLLM tables: vLLM's
   benchmark_throughput prints total tokens/s — prompt + output — as its headline), else
@@ -33,7 +34,6 @@ import io
 import math
 import re
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from catalog.errors import CatalogError, ModelError
@@ -129,15 +129,6 @@ def derive_throughput_basis(metric: str) -> str:
     return "total" if "ambiguous" in text or text.startswith("total token") else "output"
 
 
-SHIPPED_DATA_FILES = ("calibration.csv", "measurements-2026.csv")
-
-
-def shipped_measurement_files() -> list[Path]:
-    """The measurement CSVs shipped with the package (``optimizer/calibration/data/``) that exist."""
-    folder = Path(str(resources.files("optimizer.calibration").joinpath("data")))
-    return [folder / name for name in SHIPPED_DATA_FILES if (folder / name).exists()]
-
-
 def _norm(name: str) -> str:
     return re.sub(r"[\s_]+", "-", name.strip().lower())
 
@@ -160,7 +151,7 @@ def resolve_precision(cat: Catalog, name: str) -> str:
     """Precision key: ``FP8`` → fp8; ``Mixed (FP16)`` → fp16 (the dtype in parentheses)."""
     inner = re.search(r"\(([^)]*)\)", name)
     text = (inner.group(1) if inner else name).strip().lower()
-    aliases = {"w4a16": "int4", "awq": "int4", "gptq": "int4", "w8a8": "int8", "nvfp4": "fp4", "mxfp4": "fp4"}
+    aliases = {"w4a16": "int4", "awq": "int4", "gptq": "int4", "w8a8": "int8"}
     return cat.precision(aliases.get(text, text)).key
 
 
@@ -223,9 +214,9 @@ def _parse_measurements(path: Path, text: str, cat: Catalog) -> list[Measurement
                 keys[what] = None
                 problems.append(f"{col} {rec[col]!r}: {exc}")
         notes = rec.get("notes") or ""
-        if (keys["precision"] == "fp8" and keys["device"] and "natively MXFP4" in notes
-                and cat.devices[keys["device"]].fp4_tflops is None):
-            keys["precision"] = "int4"  # MXFP4 expert weights dequantized to 16 bit (no FP4 math here)
+        if keys["precision"] in ("fp8", "fp4") and keys["device"] and "natively MXFP4" in notes:
+            # gpt-oss ships MXFP4 weights: FP4 math where the device has it, else dequantized to 16 bit
+            keys["precision"] = "mxfp4" if cat.devices[keys["device"]].fp4_tflops else "int4"
         tp = int(_number(rec["tp"], path, line, "tp", integer=True, required=True))  # type: ignore[arg-type]
         ep = _number(rec.get("ep") or "", path, line, "ep", integer=True) or derive_ep(notes) or 1
         if ep > 1 and tp == ep:

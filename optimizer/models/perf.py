@@ -6,7 +6,7 @@ every other function evaluates all of them at once. Physics per ``DESIGN.md`` §
 (t = tp, p = pp, e = ep, G = e·t·p GPUs; a replica with e > 1 runs attention data-parallel
 over e ranks of t GPUs and splits the routed experts e ways, as TensorRT-LLM's "DEP" does):
 
-- storage: the embedding and lm_head matrices (2·vocab·hidden, untied) are stored at the
+- storage: the embedding and lm_head matrices (``Model.embedding_params``) are stored at the
   precision's ``embedding_bytes_per_param`` (BF16), every other weight at
   ``weight_bytes_per_param`` (NVFP4 4.5 bits); weights per GPU = dense/(t·p) + experts/(e·t·p).
 - MoE: bytes read per step = dense body + lm_head + experts touched · bytes per expert,
@@ -164,12 +164,6 @@ class Configs:
         return replace(self, **changes)
 
 
-def embedding_params(model: Model) -> float:
-    """Parameters of the input embedding and the lm_head: 2·vocab·hidden (untied), capped at
-    half the model (a small model that ties them)."""
-    return min(2.0 * model.vocab_size * model.hidden_size, 0.5 * model.total_params_b * 1e9)
-
-
 def build_configs(
     model: Model,
     combos: Sequence[tuple[Device, Precision, int, int]],
@@ -244,9 +238,9 @@ def build_configs(
 
     wbpp = per_prec(lambda q: q.weight_bytes_per_param)
     ebpp = per_prec(lambda q: q.embedding_bytes_per_param)
-    emb = embedding_params(model)
+    emb = model.embedding_params
     routed = model.routed_expert_params
-    body_dense = model.total_params_b * 1e9 - routed - emb  # non-expert, non-embedding parameters
+    body_dense = model.total_params_b * 1e9 - routed - emb  # non-expert, non-embedding parameters (+ vision)
     dense_store = body_dense * wbpp + emb * ebpp
     expert_store = routed * wbpp
     weight_total = dense_store + expert_store
@@ -278,7 +272,8 @@ def build_configs(
         reason.append(why)
 
     ppe = model.params_per_expert if model.is_moe else 0.0
-    lm_head = model.vocab_size * model.hidden_size if emb >= 2.0 * model.vocab_size * model.hidden_size else emb
+    lm_head = float(model.vocab_size) * model.hidden_size  # read every step (tied or not); the input embedding is a lookup
+    body_read = body_dense - model.vision_params_b * 1e9  # the vision tower is held, not read, when generating text
     return Configs(
         keys=[config_key(d, q, int(t), int(p), e, int(x))
               for (d, q, t, p), e, x in zip(combos, eng, epa, strict=True)],
@@ -296,7 +291,7 @@ def build_configs(
         step_overhead_s=overhead_s, sequence_overhead_s=seq_s, batch_cap=batch_cap,
         link_bytes_s=link_bytes_s, allreduce_latency_s=latency_s,
         activation_bytes=per_prec(lambda q: q.activation_bytes),
-        dense_weight_bytes=body_dense * wbpp + lm_head * ebpp, expert_weight_bytes=ppe * wbpp,
+        dense_weight_bytes=body_read * wbpp + lm_head * ebpp, expert_weight_bytes=ppe * wbpp,
         smooth_max_exponent=float(params.smooth_max_exponent), moe_tile_tokens=float(params.moe_tile_tokens),
         alltoall_latency_s=params.alltoall_latency_us / 1e6,
         pp_hop_latency_s=params.pp_hop_latency_us / 1e6,
@@ -313,11 +308,8 @@ def build_configs(
 
 def effective_context(model: Model, context_tokens):
     """Context tokens attended (and cached) per sequence, averaged over the layers: windowed
-    layers see at most the window: ``(1 − f)·c + f·min(c, W)`` (f = ``windowed_layer_share``)."""
-    f = model.windowed_layer_share
-    if f == 0.0:
-        return context_tokens
-    return (1.0 - f) * context_tokens + f * np.minimum(context_tokens, float(model.sliding_window_tokens))
+    layers see at most the window (``Model.effective_kv_tokens``: (full·c + windowed·min(c, W))/layers)."""
+    return model.effective_kv_tokens(context_tokens)
 
 
 def _prep(c: Configs, *xs) -> tuple[int, list[np.ndarray]]:
@@ -394,7 +386,7 @@ def stage_constants(c: Configs) -> StageConstants:
     e = c.ep.astype(float)
     gpus = t * p * e
     routed_active = m.experts_per_token * m.params_per_expert if m.is_moe else 0.0
-    body_active = max(m.active_params_b * 1e9 - embedding_params(m) - routed_active, 0.0)
+    body_active = max(m.active_params_b * 1e9 - m.embedding_params - routed_active, 0.0)
     lm_head = m.vocab_size * m.hidden_size
     hidden_act = m.hidden_size * c.activation_bytes
     return StageConstants(
