@@ -1,0 +1,177 @@
+"""Performance model v2 (issue 14): per-operator rooflines, efficiencies by GEMM dtype and engine,
+expert parallelism, sliding windows, batch caps, fidelity classes.
+
+Expected values are derived on paper from the formulas in ``optimizer.models.perf``'s docstring
+on synthetic devices, so each test isolates one effect from the catalog's figures.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from catalog import load_catalog
+from catalog.schema import Device, Model, Source
+from optimizer.models.fidelity import fidelity_of
+from optimizer.models.params import CalibrationParams, Coverage, ErrorBand, FactorOverride, default_engine
+from optimizer.models.perf import (
+    build_configs,
+    config_key,
+    decode_parts,
+    decode_step_s,
+    offline_batch,
+    smooth_max,
+)
+
+SRC = Source(source="synthetic test figure", as_of="2026")
+CAT = load_catalog()
+BF16, FP8, FP4 = (CAT.precision(k) for k in ("bf16", "fp8", "fp4"))
+ZERO_HOST = dict(step_overhead_ms=0.0, sequence_overhead_us=0.0)
+
+
+def device(key: str = "synth", vendor: str = "other", **kw) -> Device:
+    data = dict(key=key, name=key, vendor=vendor, generation="synthetic", memory_type="hbm",
+                memory_gb=192.0, memory_bandwidth_tb_s=4.0, bf16_tflops=1000.0, fp8_tflops=2000.0,
+                fp4_tflops=4000.0, interconnect_kind="nvlink", interconnect_gb_s=1000.0,
+                interconnect_domain_gpus=8, pcie_gb_s=64.0, gpus_per_node=8, sources={"specs": SRC})
+    data.update(kw)
+    return Device(**data)
+
+
+def dense(**kw) -> Model:
+    """An 8e9-parameter dense model, vocab·hidden = 2^20 (tiny embedding), 32 layers, GQA 8."""
+    data = dict(key="synth-8b", hf_id="synth/8b", num_layers=32, hidden_size=4096, num_attention_heads=32,
+                num_kv_heads=8, head_dim=128, intermediate_size=14336, vocab_size=256,
+                total_params_b=8.0, active_params_b=8.0, max_context_tokens=131072, source=SRC)
+    data.update(kw)
+    return Model(**data)
+
+
+def test_smooth_max_formula():
+    """(a^n + b^n)^(1/n): n = 2 of (3, 4) is 5; n >= 64 is the plain max; never below the max."""
+    assert smooth_max(3.0, 4.0, 2.0) == pytest.approx(5.0)
+    assert smooth_max(3.0, 4.0, 64.0) == 4.0
+    assert smooth_max(np.array([0.0, 1.0]), np.array([0.0, 1.0]), 4.0) == pytest.approx([0.0, 2 ** 0.25])
+
+
+def test_decode_step_is_a_sum_of_operator_rooflines():
+    """At batch 512 and context 512 the GEMMs are compute-bound (8.2 ms) while attention is
+    memory-bound (8.6 ms): the step is gemm_compute + kv_read = 16.8 ms, not max(all bytes, all
+    FLOPs) = 12.6 ms (issue 14, item 1).
+
+    bf16, eff 1: GEMM FLOPs = 2·(8e9 − 2·256·4096)·512 / 1e15 s; KV = 512·512·131072 B / 4e12 B/s
+    (2·32·8·128·2 = 131072 B/token); weights 2·(8e9 − 256·4096) B / 4e12 = 4 ms < GEMM time.
+    """
+    p = CalibrationParams(memory_bandwidth_efficiency=1.0, compute_efficiency=1.0, attention_efficiency=1.0,
+                          **ZERO_HOST)
+    c = build_configs(dense(), [(device(), BF16, 1, 1)], p)
+    gemm = 2 * (8e9 - 2 * 256 * 4096) * 512 / 1000e12 + 2 * 256 * 4096 * 512 / 1000e12  # body + lm_head
+    kv = 512 * 512 * 131072 / 4e12
+    parts = decode_parts(c, 512, 512.0)
+    assert parts.gemm_s[0] == pytest.approx(gemm, rel=1e-9)
+    assert parts.attn_s[0] == pytest.approx(kv, rel=1e-9)
+    assert decode_step_s(c, 512, 512.0)[0] == pytest.approx(gemm + kv, rel=1e-9)
+    one_max = max(parts.mem_s[0], parts.compute_s[0])
+    assert decode_step_s(c, 512, 512.0)[0] > 1.3 * one_max  # the single max hid a quarter of the step
+
+
+def test_compute_efficiency_by_gemm_dtype():
+    """An override with compute_dtype=fp4 sets the FP4 GEMM efficiency alone: the compute-bound
+    roof of fp4 is peak_fp4·e_fp4, of fp8 peak_fp8·e (FP4 at 0.3 of 4000 = 1.2 PF < FP8's 2000·0.6)."""
+    p = CalibrationParams(compute_efficiency=0.6, overrides=[FactorOverride(compute_dtype="fp4", compute_efficiency=0.3)],
+                          **ZERO_HOST)
+    d = device()
+    c = build_configs(dense(), [(d, FP8, 1, 1), (d, FP4, 1, 1)], p)
+    assert list(c.compute_efficiency) == [0.6, 0.3]
+    step = decode_step_s(c, np.array([8192.0, 8192.0]), 0.0)  # compute-bound: step ∝ 1/(peak·eff)
+    assert step[1] / step[0] == pytest.approx((2000 * 0.6) / (4000 * 0.3), rel=0.02)
+
+
+def test_engine_selects_overrides_and_defaults_per_vendor():
+    """NVIDIA devices default to trtllm, others to vllm; an engine=vllm override applies only to vllm."""
+    nv, amd = device("nv", vendor="nvidia"), device("amd", vendor="amd")
+    assert (default_engine(nv), default_engine(amd)) == ("trtllm", "vllm")
+    p = CalibrationParams(memory_bandwidth_efficiency=0.8,
+                          overrides=[FactorOverride(engine="vllm", memory_bandwidth_efficiency=0.4)], **ZERO_HOST)
+    c = build_configs(dense(), [(nv, BF16, 1, 1), (nv, BF16, 1, 1), (amd, BF16, 1, 1)], p,
+                      engines=[None, "vllm", None])
+    assert c.engines == ["trtllm", "vllm", "vllm"]
+    assert list(c.memory_bandwidth_efficiency) == [0.8, 0.4, 0.4]
+    # batch 1 is bandwidth-bound: half the efficiency, twice the step
+    step = decode_step_s(c, 1.0, 0.0)
+    assert step[1] / step[0] == pytest.approx(2.0, rel=1e-5)  # (the BF16 lm_head FLOPs do not scale)
+    assert c.keys[1] == config_key(nv, BF16, 1, 1, "vllm") == "nv__bf16__tp1__pp1__vllm"
+    assert c.keys[0] == "nv__bf16__tp1__pp1"
+
+
+def test_max_batch_caps_the_offline_batch():
+    """--max-batch (vLLM max_num_seqs): the offline batch is min(cap, what fits)."""
+    c = build_configs(dense(), [(device(), BF16, 1, 1)] * 2, CalibrationParams(), max_batch=[None, 64])
+    b = offline_batch(c, 128, 128)
+    assert b[0] > 64 and b[1] == 64
+
+
+def moe(**kw) -> Model:
+    """A 64-expert top-2 MoE: experts 3·4096·1024·32 = 402.7M params each (25.8e9 routed)."""
+    data = dict(key="synth-moe", hf_id="synth/moe", num_layers=32, hidden_size=4096, num_attention_heads=32,
+                num_kv_heads=8, head_dim=128, intermediate_size=1024, vocab_size=256, total_params_b=28.0,
+                active_params_b=3.0, num_experts=64, experts_per_token=2, moe_intermediate_size=1024,
+                moe_layers=32, max_context_tokens=131072, source=SRC)
+    data.update(kw)
+    return Model(**data)
+
+
+def test_expert_parallel_splits_experts_and_multiplies_kv():
+    """ep 4: each GPU holds the dense part whole and 1/4 of the experts; attention is data-parallel,
+    so the KV capacity is 4 GPUs' free memory; the replica has 4 GPUs and an all-to-all per MoE layer."""
+    m = moe()
+    d = device()
+    p = CalibrationParams(**ZERO_HOST)
+    c = build_configs(m, [(d, BF16, 1, 1), (d, BF16, 1, 1)], p, ep=[1, 4])
+    routed = 64 * 3 * 4096 * 1024 * 32
+    dense_b = (28e9 - routed) * 2
+    assert c.weight_bytes_per_gpu[1] == pytest.approx(dense_b + routed * 2 / 4)
+    assert list(c.gpus) == [1, 4]
+    gib = 2**30
+    free = 192 * gib * p.memory_usable_fraction - c.weight_bytes_per_gpu[1] - p.workspace_gb_per_gpu * gib
+    assert c.kv_capacity_tokens[1] == pytest.approx(4 * free / 131072)
+    parts = decode_parts(c, 256.0, 1000.0)
+    assert parts.comm_s[0] == 0.0 and parts.comm_s[1] > 0.0
+    assert c.keys[1].endswith("__ep4")
+
+
+def test_dense_model_refuses_expert_parallelism():
+    from catalog.errors import ModelError
+
+    with pytest.raises(ModelError, match="dense model"):
+        build_configs(dense(), [(device(), BF16, 1, 1)], CalibrationParams(), ep=2)
+
+
+def test_sliding_window_reads_and_caches_less():
+    """gpt-oss-120b: 18 of 36 layers keep 128 tokens; at context 8192 a sequence attends to
+    (18·8192 + 18·128)/36 = 4160 tokens: decode attention at batch 1 costs 4160/8192 of full."""
+    m = CAT.model("gpt-oss-120b")
+    full = m.model_copy(update={"sliding_window_tokens": None, "sliding_window_layers": None})
+    d = CAT.device("b200")
+    p = CalibrationParams(**ZERO_HOST)
+    cw = build_configs(m, [(d, CAT.precision("mxfp4"), 1, 1)], p)
+    cf = build_configs(full, [(d, CAT.precision("mxfp4"), 1, 1)], p)
+    ratio = decode_parts(cw, 1.0, 8192.0).attn_s[0] / decode_parts(cf, 1.0, 8192.0).attn_s[0]
+    assert ratio == pytest.approx(4160 / 8192)
+    assert offline_batch(cw, 1024, 8192)[0] > 1.9 * offline_batch(cf, 1024, 8192)[0]
+
+
+def test_fidelity_classes_and_bands():
+    """a: device/engine measured; b: its generation measured; c: neither. Bands scale the value."""
+    p = CalibrationParams(
+        coverage=Coverage(device_engines=["h100-sxm/trtllm"], generations=["hopper"], vendors=["nvidia"]),
+        error_bands={"a": ErrorBand(low_factor=0.9, high_factor=1.1, n=10, basis="x"),
+                     "b": ErrorBand(low_factor=0.8, high_factor=1.2, n=10, basis="y"),
+                     "c": ErrorBand(low_factor=0.6, high_factor=1.5, n=10, basis="z")})
+    h100, h200, mi300 = CAT.device("h100-sxm"), CAT.device("h200-sxm"), CAT.device("mi300x")
+    assert fidelity_of(h100, None, p).fidelity_class == "a"
+    assert fidelity_of(h100, "vllm", p).fidelity_class == "b"
+    assert fidelity_of(h200, None, p).fidelity_class == "b"
+    f = fidelity_of(mi300, None, p)
+    assert (f.fidelity_class, f.low_factor, f.high_factor) == ("c", 0.6, 1.5)
+    assert fidelity_of(h100, None, CalibrationParams()).fidelity_class == "c"  # no coverage recorded
