@@ -175,3 +175,26 @@ def test_fidelity_classes_and_bands():
     f = fidelity_of(mi300, None, p)
     assert (f.fidelity_class, f.low_factor, f.high_factor) == ("c", 0.6, 1.5)
     assert fidelity_of(h100, None, CalibrationParams()).fidelity_class == "c"  # no coverage recorded
+
+
+def test_workload_engine_reaches_the_candidates():
+    """A workload's ``engine`` builds every candidate with it: keys carry ``__vllm`` on NVIDIA
+    devices (whose default is trtllm) and the capacities differ from the default engine's when the
+    vllm factors differ."""
+    from optimizer.planning.candidates import model_candidates
+    from workloads import parse_plan, resolve_catalog
+
+    base = {"name": "e", "objective": "tco", "allowed_devices": ["h100-sxm"],
+            "workloads": [{"name": "w", "model": "llama-3.1-8b", "qps": 5, "prompt_tokens": 512,
+                           "output_tokens": 128, "slo": {"ttft_p99_ms": 2000}, "precisions": ["fp8"]}]}
+    p = CalibrationParams(overrides=[FactorOverride(engine="vllm", memory_bandwidth_efficiency=0.3)])
+    keys, caps = [], []
+    for engine in (None, "vllm"):
+        data = {**base, "workloads": [{**base["workloads"][0], **({"engine": engine} if engine else {})}]}
+        plan = parse_plan(data, "test")
+        cset = model_candidates(plan, resolve_catalog(plan, CAT, "test"), p)
+        kept = cset.workload("w").kept
+        keys.append({c.key for c in kept})
+        caps.append(max(c.capacity_qps[0] for c in kept))
+    assert all(not k.endswith("__vllm") for k in keys[0]) and keys[1] and all(k.endswith("__vllm") for k in keys[1])
+    assert caps[1] < caps[0]

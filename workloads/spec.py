@@ -127,6 +127,9 @@ class Workload(Strict):
     output_tokens: LengthDist
     slo: SLO = SLO()
     precisions: list[str] = Field(default_factory=lambda: list(DEFAULT_PRECISIONS), min_length=1)
+    engine: Literal["trtllm", "vllm", "sglang"] | None = Field(
+        None, description="serving engine of every replica; None = the device's default (TensorRT-LLM "
+        "on NVIDIA, vLLM on AMD and the rest: optimizer.models.params.default_engine)")
     min_replicas: Annotated[int, Field(ge=0, le=100_000)] = 1
     redundancy: Literal["none", "n+1"] = "none"
 

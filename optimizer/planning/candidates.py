@@ -297,7 +297,7 @@ def _combos(w: Workload, catalog: Catalog, units: dict[str, UnitSpec], plan: Pla
             q_why = why or q.unsupported_reason(dev)
             for t in tp_degrees(dev):
                 if q_why is not None:
-                    pruned.append(Candidate(w.name, config_key(dev, q, t, 1), key, q.key, t, 1, t, zeros, nones,
+                    pruned.append(Candidate(w.name, config_key(dev, q, t, 1, w.engine), key, q.key, t, 1, t, zeros, nones,
                                             pruned_reason=q_why))
                 else:
                     todo.append((dev, q, t))
@@ -330,7 +330,7 @@ def _prepare(w: Workload, plan: Plan, catalog: Catalog, units: dict[str, UnitSpe
 
     # pp: the smallest degree that fits; pp = 1 is kept (pruned, with the memory reason) when it does not.
     grid = [(d, q, t, p) for d, q, t in todo for p in PP_DEGREES]
-    fit = build_configs(model, grid, params) if grid else None
+    fit = build_configs(model, grid, params, engines=w.engine) if grid else None
     chosen: list[tuple] = []
     for j, (d, q, t) in enumerate(todo):
         rows = range(j * len(PP_DEGREES), (j + 1) * len(PP_DEGREES))
@@ -344,7 +344,7 @@ def _prepare(w: Workload, plan: Plan, catalog: Catalog, units: dict[str, UnitSpe
                                     pruned_reason=fit.reason[i] or "does not fit in memory"))
         if first is not None:
             chosen.append(grid[first])
-    configs = build_configs(model, chosen, params) if chosen else None
+    configs = build_configs(model, chosen, params, engines=w.engine) if chosen else None
     return _Prepared(model, buckets, pruned, chosen, configs)
 
 
@@ -387,7 +387,8 @@ def _finish(w: Workload, prep: _Prepared, units: dict[str, UnitSpec], params, a:
             ))
         if prune:
             kept = prune_dominated(kept)
-    predictor = _predictor(prep.model, {c.key: c for c in kept}, chosen, buckets, params) if chosen else None
+    predictor = (_predictor(prep.model, {c.key: c for c in kept}, chosen, buckets, params, w.engine)
+                 if chosen else None)
     return WorkloadCandidates(w, prep.model.key, buckets, tuple(kept + prep.pruned), predictor)
 
 
@@ -421,7 +422,7 @@ def _cache_key(configs, chosen: list[tuple], b: BucketSpec, w: Workload, params)
     devices = tuple(sorted({_json(d) for d, _, _, _ in chosen}))
     combos = tuple((d.key, q.key, t, p) for d, q, t, p in chosen)
     full = (configs.model.model_dump_json(), devices, combos, b.prompt.model_dump_json(),
-            b.output.model_dump_json(), w.slo.model_dump_json(), w.is_batch,
+            b.output.model_dump_json(), w.slo.model_dump_json(), w.is_batch, tuple(configs.engines),
             params.model_dump_json() if hasattr(params, "model_dump_json") else repr(params))
     return (len(chosen), hashlib.blake2b(repr(full).encode(), digest_size=20).hexdigest())
 
@@ -575,19 +576,20 @@ def evaluate_buckets(jobs: Sequence[tuple]) -> dict[tuple, BucketEvaluation]:
     return out
 
 
-def _predictor(model, by_key: dict[str, Candidate], chosen: list[tuple], buckets, params) -> Predictor:
+def _predictor(model, by_key: dict[str, Candidate], chosen: list[tuple], buckets, params,
+               engine: str | None = None) -> Predictor:
     """p99s (ms) of one candidate on one bucket at a rate per replica, via ``serve_at_rate``."""
     from optimizer.models import serving
     from optimizer.models.perf import build_configs, config_key
 
-    combos = {config_key(d, q, t, p): (d, q, t, p) for d, q, t, p in chosen}
+    combos = {config_key(d, q, t, p, engine): (d, q, t, p) for d, q, t, p in chosen}
     cache: dict[str, object] = {}
 
     def predict(key: str, bucket: int, qps: float) -> tuple[float | None, float | None, float | None]:
         if qps <= 0 or key not in combos:
             return (None, None, None)
         if key not in cache:
-            cache[key] = build_configs(model, [combos[key]], params)
+            cache[key] = build_configs(model, [combos[key]], params, engines=engine)
         b = buckets[bucket]
         with np.errstate(all="ignore"):
             r = serving.serve_at_rate(cache[key], qps, b.prompt, b.output, params)
