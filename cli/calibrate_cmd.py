@@ -11,7 +11,7 @@ import typer
 from catalog.files import write_atomic
 from cli.common import CatalogOpt, JsonOpt, ParamsOpt, fmt, load, print_json, stdout, table
 from cli.validate_cmd import load_all, resolve_measurement_paths
-from optimizer.calibration.bands import coverage, error_bands, leave_out
+from optimizer.calibration.bands import CLASS_OF_GROUPING, coverage, error_bands, leave_out, leave_out_summary
 from optimizer.calibration.fit import SHIPPED_ONLINE_WEIGHT, fit_params, online_fit_rows
 from optimizer.models.params import load_params, params_to_yaml
 
@@ -49,8 +49,13 @@ def calibrate(
                                        "coverage": coverage(rows, cat)})
     if bands:
         # every refit starts where the full fit started (not from its result, which saw the held-out rows)
-        held = [leave_out(rows, cat, start, by) for by in ("source_group", "device", "generation")]
-        fitted = fitted.model_copy(update={"error_bands": error_bands(*held)})
+        groupings = ("source_group", "device", "generation")
+        held = [leave_out(rows, cat, start, by) for by in groupings]
+        bands_by_class = error_bands(*held)
+        summary = {by: leave_out_summary(h, bands_by_class.get(CLASS_OF_GROUPING[by]))
+                   for by, h in zip(groupings, held, strict=True)}
+        fitted = fitted.model_copy(update={"error_bands": bands_by_class,
+                                           "fit": fitted.fit.model_copy(update={"leave_out": summary})})
     fit = fitted.fit
     header = (f"gpuplan calibration parameters, fitted by `gpuplan calibrate {names}`\n"
               f"fit: {fit.rows_used} offline rows, median |error| {fit.median_abs_pct_error}% , "

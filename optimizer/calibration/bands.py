@@ -27,7 +27,8 @@ from optimizer.calibration.measurements import Measurement
 from optimizer.calibration.predict import is_online, latency_predictor, offline_predictor
 from optimizer.models.params import CalibrationParams, Coverage, ErrorBand, default_engine
 
-LEAVE_OUT_SWEEPS = 2  # coordinate-search sweeps of each leave-out refit (the full fit uses 6)
+LEAVE_OUT_SWEEPS = 3  # coordinate-search sweeps of each leave-out refit (the full fit uses 6)
+CLASS_OF_GROUPING = {"source_group": "a", "device": "b", "generation": "c"}
 BAND_LOW_Q, BAND_HIGH_Q = 10.0, 90.0
 
 
@@ -134,6 +135,20 @@ def error_bands(by_source_group: Sequence[HeldOut], by_device: Sequence[HeldOut]
         band = band_of(held, basis)
         if band is not None:
             out[cls] = band
+    return out
+
+
+def leave_out_summary(held: Sequence[HeldOut], band: ErrorBand | None) -> dict[str, dict[str, float | int]]:
+    """Per held-out group: n, median and p90 |error| %, and the % of its predictions inside ``band``."""
+    out: dict[str, dict[str, float | int]] = {}
+    for g in sorted({h.group for h in held}):
+        hs = [h for h in held if h.group == g]
+        err = np.array([h.abs_pct_error for h in hs])
+        row: dict[str, float | int] = {"n": len(hs), "median_abs_pct_error": round(float(np.median(err)), 2),
+                                       "p90_abs_pct_error": round(float(np.percentile(err, 90)), 2)}
+        if band is not None:
+            row["in_band_pct"] = round(float(np.mean([inside(h, band) for h in hs])) * 100, 1)
+        out[g] = row
     return out
 
 

@@ -130,6 +130,10 @@ class FitRecord(_Strict):
     p90_abs_pct_error: NonNeg
     by_source_group: dict[str, dict[str, float | int]] = Field(default_factory=dict)
     by_device: dict[str, dict[str, float | int]] = Field(default_factory=dict)
+    leave_out: dict[str, dict[str, dict[str, float | int]]] = Field(
+        default_factory=dict, description="leave-one-group-out refits by grouping (source_group, device, "
+        "generation) and held-out group: n, median and p90 |error| % of its offline rows, and the share "
+        "inside the band of its fidelity class")
     fitted_on: str = ""
 
 
