@@ -11,7 +11,13 @@ import typer
 from catalog.files import write_atomic
 from cli.common import CatalogOpt, JsonOpt, ParamsOpt, fmt, load, print_json, stdout, table
 from cli.validate_cmd import load_all, resolve_measurement_paths
-from optimizer.calibration.bands import CLASS_OF_GROUPING, coverage, error_bands, leave_out, leave_out_summary
+from optimizer.calibration.bands import (
+    CLASS_OF_GROUPING,
+    coverage,
+    error_bands,
+    leave_out,
+    leave_out_summary,
+)
 from optimizer.calibration.fit import SHIPPED_ONLINE_WEIGHT, fit_params, online_fit_rows
 from optimizer.models.params import load_params, params_to_yaml
 
