@@ -13,7 +13,13 @@ import pytest
 from catalog import load_catalog
 from catalog.schema import Device, Model, Source
 from optimizer.models.fidelity import fidelity_of
-from optimizer.models.params import CalibrationParams, Coverage, ErrorBand, FactorOverride, default_engine
+from optimizer.models.params import (
+    CalibrationParams,
+    Coverage,
+    ErrorBand,
+    FactorOverride,
+    default_engine,
+)
 from optimizer.models.perf import (
     build_configs,
     config_key,
