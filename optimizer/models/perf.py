@@ -184,10 +184,15 @@ def build_configs(
     precs = [q for _, q, _, _ in combos]
     tp = np.array([t for _, _, t, _ in combos], dtype=np.int64).reshape(n)
     pp = np.array([p for _, _, _, p in combos], dtype=np.int64).reshape(n)
-    eng = [check_engine(e) if e is not None else default_engine(d)
-           for e, d in zip(_per_combo(engines, n, "engines"), devices, strict=True)]
-    epa = np.array([1 if e is None else int(e) for e in _per_combo(ep, n, "ep")], dtype=np.int64).reshape(n)
-    caps = _per_combo(max_batch, n, "max_batch")
+    default_of = {d.key: default_engine(d) for d in {d.key: d for d in devices}.values()}
+    if engines is None:
+        eng = [default_of[d.key] for d in devices]
+    else:
+        eng = [check_engine(e) if e is not None else default_of[d.key]
+               for e, d in zip(_per_combo(engines, n, "engines"), devices, strict=True)]
+    epa = (np.ones(n, dtype=np.int64) if ep is None else
+           np.array([1 if e is None else int(e) for e in _per_combo(ep, n, "ep")], dtype=np.int64).reshape(n))
+    caps = None if max_batch is None else _per_combo(max_batch, n, "max_batch")
     if n and (tp.min() < 1 or pp.min() < 1 or epa.min() < 1):
         raise ModelError(f"tp, pp and ep must be >= 1 (got tp {tp.min()}, pp {pp.min()}, ep {epa.min()})")
     if n and epa.max() > 1 and not model.is_moe:
@@ -220,21 +225,28 @@ def build_configs(
     attn_peak = np.array([pair[(d.key, q.key)][1] for d, q in zip(devices, precs, strict=True)], dtype=float)
     supported = ~np.isnan(peak_flops)
 
-    fac_cache: dict[tuple[str, str, str], object] = {}
-    facs = []
-    for d, q, e in zip(devices, precs, eng, strict=True):
+    # factors per distinct (device, engine, GEMM dtype), gathered by index
+    fac_index: dict[tuple[str, str, str], int] = {}
+    fac_list = []
+    idx = np.empty(n, dtype=np.int64)
+    for i, (d, q, e) in enumerate(zip(devices, precs, eng, strict=True)):
         k = (d.key, e, q.compute_dtype)
-        if k not in fac_cache:
-            fac_cache[k] = params.factors_for(d, e, q.compute_dtype)
-        facs.append(fac_cache[k])
-    eff_bw = np.array([f.memory_bandwidth_efficiency for f in facs], dtype=float).reshape(n)
-    eff_fl = np.array([f.compute_efficiency for f in facs], dtype=float).reshape(n)
-    eff_at = np.array([f.attention_efficiency for f in facs], dtype=float).reshape(n)
-    eff_moe = np.array([f.moe_efficiency for f in facs], dtype=float).reshape(n)
-    overhead_s = np.array([f.step_overhead_ms for f in facs], dtype=float).reshape(n) / 1e3
-    seq_s = np.array([f.sequence_overhead_us for f in facs], dtype=float).reshape(n) / 1e6
-    batch_cap = np.array([f.max_batch_sequences if c is None else int(c) for f, c in zip(facs, caps, strict=True)],
-                         dtype=float).reshape(n)
+        j = fac_index.get(k)
+        if j is None:
+            j = fac_index[k] = len(fac_list)
+            fac_list.append(params.factors_for(d, e, q.compute_dtype))
+        idx[i] = j
+
+    def per_fac(name: str) -> np.ndarray:
+        return np.array([getattr(f, name) for f in fac_list], dtype=float)[idx] if n else np.zeros(0)
+
+    eff_bw, eff_fl = per_fac("memory_bandwidth_efficiency"), per_fac("compute_efficiency")
+    eff_at, eff_moe = per_fac("attention_efficiency"), per_fac("moe_efficiency")
+    overhead_s = per_fac("step_overhead_ms") / 1e3
+    seq_s = per_fac("sequence_overhead_us") / 1e6
+    batch_cap = per_fac("max_batch_sequences")
+    if caps is not None:
+        batch_cap = np.array([b if c is None else float(c) for b, c in zip(batch_cap, caps, strict=True)], dtype=float)
 
     wbpp = per_prec(lambda q: q.weight_bytes_per_param)
     ebpp = per_prec(lambda q: q.embedding_bytes_per_param)
@@ -275,8 +287,7 @@ def build_configs(
     lm_head = float(model.vocab_size) * model.hidden_size  # read every step (tied or not); the input embedding is a lookup
     body_read = body_dense - model.vision_params_b * 1e9  # the vision tower is held, not read, when generating text
     return Configs(
-        keys=[config_key(d, q, int(t), int(p), e, int(x))
-              for (d, q, t, p), e, x in zip(combos, eng, epa, strict=True)],
+        keys=_keys(combos, eng, epa, default_of),
         model=model, devices=devices, precisions=precs, engines=eng,
         tp=tp, pp=pp, ep=epa, gpus=gpus,
         supported=supported, fits=fits, runnable=supported & fits, reason=reason,
@@ -300,6 +311,20 @@ def build_configs(
         max_batch_sequences=params.max_batch_sequences,
         kv_reserved_output_fraction=params.kv_reserved_output_fraction,
     )
+
+
+def _keys(combos, engines: list[str], ep: np.ndarray, default_of: dict[str, str]) -> list[str]:
+    """``config_key`` of every combo (the device part computed once per device)."""
+    dev = {k: k.replace("-", "_").replace(".", "_") for k in default_of}
+    out = []
+    for (d, q, t, p), e, x in zip(combos, engines, ep.tolist(), strict=True):
+        key = f"{dev[d.key]}__{q.key}__tp{t}__pp{p}"
+        if x > 1:
+            key += f"__ep{x}"
+        if e != default_of[d.key]:
+            key += f"__{e}"
+        out.append(key)
+    return out
 
 
 # ---------------------------------------------------------------------------------------
