@@ -76,6 +76,8 @@ def render(result: dict, json_out: bool) -> None:
     if result.get("fidelity"):
         f = result["fidelity"]
         stdout.print(f"fidelity class {f['class']}: {f['basis']}", markup=False)
+    if result.get("uncalibrated"):
+        stdout.print(f"uncalibrated: {result['uncalibrated']}", markup=False)
     if result.get("reason"):
         stdout.print(f"does not fit / cannot run: {result['reason']}", markup=False)
 

@@ -10,8 +10,9 @@ import yaml
 from tests.conftest import CALIBRATION_CSV
 
 CSV = CALIBRATION_CSV
-ALWAYS = {"model", "device", "precision", "tp", "pp", "fits", "reason", "weights_gb_per_gpu",
+ALWAYS = {"model", "device", "precision", "engine", "tp", "pp", "ep", "fits", "reason", "weights_gb_per_gpu",
           "kv_cache_bytes_per_token", "max_concurrency", "tpot_bound_ms"}
+BAND = {"output_tokens_per_s_low", "output_tokens_per_s_high", "fidelity"}
 BASE = ("estimate", "--model", "llama-3.1-70b", "--device", "h100-sxm", "--precision", "fp8", "--tp", "4",
         "--input-tokens", "1000", "--output-tokens", "1000")
 
@@ -20,11 +21,13 @@ def test_estimate_batch_json_keys(run_cli):
     r = run_cli(*BASE, "--batch", "32", "--json")
     assert r.code == 0, r.stderr
     out = json.loads(r.stdout)
-    assert set(out) == ALWAYS | {"tpot_ms", "ttft_ms", "output_tokens_per_s", "bound"}
+    assert set(out) == ALWAYS | BAND | {"tpot_ms", "ttft_ms", "output_tokens_per_s", "bound"}
     assert out["fits"] is True and out["reason"] is None
     assert out["kv_cache_bytes_per_token"] == 163_840  # FP8 KV: 2·80·8·128·1
+    # body (70.6e9 − 2·VH) at 1 B + lm_head VH at 2 B (BF16) = 70.6e9 B read; VH = 128256·8192
     assert out["tpot_bound_ms"] == pytest.approx(70.6e9 / 4 / 3.35e12 * 1e3, rel=1e-3)  # 5.27 ms
-    assert out["weights_gb_per_gpu"] == pytest.approx(17.65)
+    # stored: body at 1 B + both embedding matrices at 2 B = 70.6e9 + 2·VH bytes, over 4 GPUs
+    assert out["weights_gb_per_gpu"] == pytest.approx((70.6e9 + 2 * 128256 * 8192) / 4 / 1e9, rel=1e-3)
     assert out["output_tokens_per_s"] == pytest.approx(32 / out["tpot_ms"] * 1e3, rel=1e-3)
     assert out["bound"] in {"memory", "compute", "communication"}
 
@@ -33,12 +36,33 @@ def test_estimate_max_throughput_json_keys(run_cli):
     r = run_cli(*BASE, "--max-throughput", "--json")
     assert r.code == 0, r.stderr
     out = json.loads(r.stdout)
-    assert set(out) == ALWAYS | {"batch", "output_tokens_per_s"}
+    assert set(out) == ALWAYS | BAND | {"batch", "output_tokens_per_s"}
     # the offline batch reserves input + f·output tokens per sequence (f = kv_reserved_output_fraction
     # <= 1, fitted), so it can exceed max_concurrency (full input + output) by up to 1/f
     assert 1 <= out["batch"] <= out["max_concurrency"] * 2000 / (1000 + 1000 * 0.5)
     # TensorRT-LLM v0.17 measured 7,431 tok/s for this cell (shipped calibration.csv, source group trtllm_perf_overview_v0.17)
     assert out["output_tokens_per_s"] == pytest.approx(7431, rel=0.3)
+
+
+def test_estimate_engine_ep_max_batch_and_band(run_cli):
+    """--engine, --ep and --max-batch reach the model; the band brackets the value; pp > 1 says
+    its pipeline terms are uncalibrated."""
+    moe = ("estimate", "--model", "qwen3-30b-a3b", "--device", "b200", "--precision", "nvfp4",
+           "--input-tokens", "1024", "--output-tokens", "1024", "--max-throughput", "--json")
+    base = json.loads(run_cli(*moe).stdout)
+    dep = json.loads(run_cli(*moe, "--ep", "4").stdout)
+    capped = json.loads(run_cli(*moe, "--max-batch", "64").stdout)
+    vllm = json.loads(run_cli(*moe, "--engine", "vllm").stdout)
+    assert (base["engine"], vllm["engine"], dep["ep"]) == ("trtllm", "vllm", 4)
+    assert dep["output_tokens_per_s"] > 2 * base["output_tokens_per_s"]  # 4 GPUs
+    assert capped["batch"] == 64 and capped["output_tokens_per_s"] < base["output_tokens_per_s"]
+    for out in (base, dep, capped, vllm):
+        assert out["output_tokens_per_s_low"] <= out["output_tokens_per_s"] <= out["output_tokens_per_s_high"]
+        assert out["fidelity"]["class"] in {"a", "b", "c"} and out["fidelity"]["basis"]
+    pp = json.loads(run_cli(*BASE, "--pp", "2", "--batch", "8", "--json").stdout)
+    assert "pipeline" in pp["uncalibrated"]
+    r = run_cli(*BASE, "--engine", "tgi", "--batch", "8")
+    assert r.code == 1 and "unknown engine 'tgi'" in r.stderr
 
 
 def test_estimate_does_not_fit_exits_zero_with_reason(run_cli):

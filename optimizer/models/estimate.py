@@ -54,6 +54,7 @@ def estimate_config(
     Whenever output_tokens_per_s is given: output_tokens_per_s_low/_high, its 80 % band
     (× the band factors of the configuration's fidelity class), and fidelity
     ``{class, basis, band_low_factor, band_high_factor}`` (``optimizer.models.fidelity``).
+    With pp > 1: ``uncalibrated``, naming the pipeline terms no measurement has fitted.
     Times are None when the configuration cannot run.
     """
     c = build_configs(model, [(device, precision, tp, pp)], params, engines=engine, ep=ep, max_batch=max_batch)
@@ -88,6 +89,10 @@ def estimate_config(
         ok = runs and b[0] >= 1
         out["batch"] = int(b[0]) if ok else 0
         out["output_tokens_per_s"] = finite_round(tput[0], 2) if ok else None
+    if pp > 1:
+        out["uncalibrated"] = ("pipeline-parallel terms (stage hop, per-micro-batch host time) are defaults "
+                               "(CalibrationParams.pp_hop_latency_us, pp_microbatch_overhead_us), not fitted: "
+                               "no pipeline-parallel measurements")
     if "output_tokens_per_s" in out:
         fid = fidelity_of(device, c.engines[0], params)
         value = out["output_tokens_per_s"]
