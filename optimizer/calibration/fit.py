@@ -176,6 +176,7 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
                 if val < best - 1e-12:
                     best, params = val, cand
         span *= 0.6
+    params = _typical_generation_defaults(params, loss, best)
     record = fit_record(usable, cat, params, data_file)
     if latency:
         record = record.model_copy(update={"method": record.method + f"; plus the squared log error of "
@@ -186,6 +187,21 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
         record = record.model_copy(update={"method": record.method + f"; plus {online_weight:g} x mean "
                                            f"squared log error of {names} over {len(online)} online-serving rows"})
     return params.model_copy(update={"fit": record})
+
+
+def _typical_generation_defaults(params: CalibrationParams, loss: Callable[[CalibrationParams], float],
+                                 best: float) -> CalibrationParams:
+    """The defaults of the factors that every fitted row takes from a generation override (so the
+    data do not determine them) set to the median of those overrides: a generation nobody measured
+    is assumed typical of the measured ones. Kept only where the loss is unchanged."""
+    for name in ("memory_bandwidth_efficiency", "moe_efficiency"):
+        values = [getattr(o, name) for o in params.overrides if o.generation is not None and getattr(o, name) is not None]
+        if not values:
+            continue
+        cand = params.model_copy(update={name: float(np.median(values))})
+        if abs(loss(cand) - best) <= 1e-9 * max(abs(best), 1.0):
+            params = cand
+    return params
 
 
 def class_overrides(rows: Sequence[Measurement], cat: Catalog, devices: Sequence, by_generation: bool,
