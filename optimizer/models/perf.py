@@ -74,9 +74,9 @@ def smooth_max(a, b, n: float):
         return np.maximum(a, b)
     hi = np.maximum(a, b)
     lo = np.minimum(a, b)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         r = np.where(hi > 0, lo / hi, 0.0)
-    return hi * (1.0 + r**n) ** (1.0 / n)
+        return hi * (1.0 + r**n) ** (1.0 / n)
 
 
 def _per_combo(value, n: int, what: str) -> list:
@@ -252,8 +252,11 @@ def build_configs(
     ebpp = per_prec(lambda q: q.embedding_bytes_per_param)
     emb = model.embedding_params
     routed = model.routed_expert_params
-    body_dense = model.total_params_b * 1e9 - routed - emb  # non-expert, non-embedding parameters (+ vision)
-    dense_store = body_dense * wbpp + emb * ebpp
+    # non-expert, non-embedding parameters read every step; for an MoE model from the shapes
+    # (Model.dense_params: a published total is rounded, "1T", and may undercount the experts)
+    vision = model.vision_params_b * 1e9
+    body_dense = (model.dense_params if model.is_moe else model.total_params_b * 1e9 - vision) - emb
+    dense_store = (body_dense + vision) * wbpp + emb * ebpp
     expert_store = routed * wbpp
     weight_total = dense_store + expert_store
     weight_per_gpu = dense_store / (tp * pp) + expert_store / gpus
@@ -285,7 +288,7 @@ def build_configs(
 
     ppe = model.params_per_expert if model.is_moe else 0.0
     lm_head = float(model.vocab_size) * model.hidden_size  # read every step (tied or not); the input embedding is a lookup
-    body_read = body_dense - model.vision_params_b * 1e9  # the vision tower is held, not read, when generating text
+    body_read = body_dense  # the vision tower is held (dense_store), not read, when generating text
     return Configs(
         keys=_keys(combos, eng, epa, default_of),
         model=model, devices=devices, precisions=precs, engines=eng,

@@ -135,7 +135,7 @@ def test_expert_parallel_splits_experts_and_multiplies_kv():
     p = CalibrationParams(**ZERO_HOST)
     c = build_configs(m, [(d, BF16, 1, 1), (d, BF16, 1, 1)], p, ep=[1, 4])
     routed = 64 * 3 * 4096 * 1024 * 32
-    dense_b = (28e9 - routed) * 2
+    dense_b = m.dense_params * 2  # the dense part from the shapes (Model.dense_params), BF16
     assert c.weight_bytes_per_gpu[1] == pytest.approx(dense_b + routed * 2 / 4)
     assert list(c.gpus) == [1, 4]
     gib = 2**30
