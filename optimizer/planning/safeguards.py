@@ -26,8 +26,8 @@ from optimizer.planning.milp import FleetProblem, FleetSolution
 from optimizer.planning.provenance import price_basis
 from optimizer.planning.sensitivity import price_field
 from optimizer.planning.verify import (
-    MAX_VERIFY_ROUNDS,
     MAX_VERIFIED_DEPLOYMENTS,
+    MAX_VERIFY_ROUNDS,
     derate_factor,
     online_deployments,
     verify_deployments,
