@@ -22,7 +22,7 @@ from dataclasses import replace
 from statistics import NormalDist
 
 from optimizer.models.fidelity import capacity_factor_at
-from optimizer.planning.candidates import CandidateSet
+from optimizer.planning.candidate_set import CandidateSet
 from optimizer.results.provenance import Fidelity, HeadroomPolicy
 from workloads.spec import Plan
 

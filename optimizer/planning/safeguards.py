@@ -20,7 +20,7 @@ from dataclasses import replace
 from catalog.load import Catalog
 from optimizer.models.fidelity import fidelity_of
 from optimizer.models.params import CalibrationParams
-from optimizer.planning.candidates import CandidateSet, fleet_problem
+from optimizer.planning.candidate_set import CandidateSet, fleet_problem
 from optimizer.planning.headroom import sized
 from optimizer.planning.milp import FleetProblem, FleetSolution
 from optimizer.planning.provenance import price_basis

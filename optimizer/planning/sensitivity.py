@@ -35,10 +35,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from optimizer.planning.candidates import CandidateSet, unit_terms
+from optimizer.planning.candidate_set import CandidateSet, unit_terms
 from optimizer.planning.milp import FleetProblem, FleetSolution, solve_fleet
+from optimizer.planning.solver_options import SolverOptions
 from optimizer.results.money import MoneyAssumptions
 from optimizer.results.provenance import (
     DeviceSensitivity,
@@ -59,15 +60,6 @@ ELECTRICITY_SWING = 0.5
 DEMAND_SWING = 0.25
 
 Fleet = dict[str, tuple[int, int]]  # device -> (gpus, nodes)
-
-
-@dataclass(frozen=True)
-class SensitivitySettings:
-    """Solver settings of the re-solves (those of the base solve)."""
-
-    time_limit_s: float = 10.0
-    gap: float = 1e-3
-    solver: str = "highs"
 
 
 def price_field(objective: str) -> str:
@@ -131,14 +123,13 @@ def without_device(problem: FleetProblem, device: str) -> FleetProblem:
 class _Solver:
     """Counts re-solves; returns None for a problem with no plan."""
 
-    def __init__(self, settings: SensitivitySettings):
-        self.settings = settings
+    def __init__(self, options: SolverOptions):
+        self.options = options
         self.count = 0
 
     def __call__(self, problem: FleetProblem) -> FleetSolution | None:
         self.count += 1
-        s = self.settings
-        sol = solve_fleet(problem, time_limit_s=s.time_limit_s, gap=s.gap, solver=s.solver)
+        sol = solve_fleet(problem, **self.options.solve_kwargs)
         return sol if sol.status.has_plan else None
 
 
@@ -148,10 +139,10 @@ def main_device(fleet: Fleet, problem: FleetProblem) -> str:
 
 
 def analyse(plan: Plan, cset: CandidateSet, problem: FleetProblem, base: FleetSolution,
-            fidelity: Mapping[str, Fidelity], settings: SensitivitySettings = SensitivitySettings()) -> Sensitivity:
+            fidelity: Mapping[str, Fidelity], options: SolverOptions = SolverOptions()) -> Sensitivity:
     """Runner-up, break-even price and capacity factor per chosen device, tornado swings."""
     start = time.perf_counter()
-    solve = _Solver(settings)
+    solve = _Solver(options)
     a = MoneyAssumptions.from_plan(plan)
     field = price_field(plan.objective)
     fleet = fleet_of(base)
@@ -170,8 +161,8 @@ def analyse(plan: Plan, cset: CandidateSet, problem: FleetProblem, base: FleetSo
     for d in fleet:
         price = getattr(cset.units[d].price, field)
         be_price, price_note = break_even_price(problem, cset, a, d, field, price, fleet, without[d], solve,
-                                                settings.gap)
-        be_cap, cap_note = break_even_capacity(problem, d, fleet, base, solve, settings.gap)
+                                                options.gap)
+        be_cap, cap_note = break_even_capacity(problem, d, fleet, base, solve, options.gap)
         devices.append(DeviceSensitivity(d, field, price, be_price, be_cap, price_note, cap_note))
 
     tornado = tornado_rows(plan, cset, problem, a, field, fleet, base_usd, devices, fidelity, solve)

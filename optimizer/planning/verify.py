@@ -25,7 +25,7 @@ from catalog.load import Catalog
 from optimizer.models.params import CalibrationParams
 from optimizer.models.perf import build_configs
 from optimizer.models.simulate import simulate
-from optimizer.planning.candidates import CandidateSet
+from optimizer.planning.candidate_set import CandidateSet
 from optimizer.planning.milp import FleetSolution
 from optimizer.results.provenance import VerifiedDeployment
 
