@@ -137,12 +137,13 @@ def _tornado_chart(sheet, head: int, first: int, last: int, anchor_row: int) -> 
     chart.overlap = 100
     chart.title = "Change in the optimal objective ($, optimizer outputs)"
     chart.x_axis.scaling.orientation = "maxMin"  # first row (largest swing) on top
+    chart.x_axis.tickLblPos = "low"  # input names left of the bars, not on the zero line
     chart.y_axis.numFmt = styles.USD
     chart.y_axis.majorGridlines = None
     for col in (6, 7):
         chart.add_data(Reference(sheet.ws, min_col=col, min_row=head, max_row=last), titles_from_data=True)
     chart.set_categories(Reference(sheet.ws, min_col=1, min_row=first, max_row=last))
-    chart.height, chart.width = 8.5, 22
+    chart.height, chart.width = 9, 26
     chart.x_axis.delete = False
     chart.y_axis.delete = False
     sheet.ws.add_chart(chart, f"A{anchor_row}")
