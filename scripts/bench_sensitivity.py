@@ -34,22 +34,26 @@ def timed(fn):
     return out, time.perf_counter() - w, time.process_time() - c
 
 
+def measure(name: str) -> str:
+    plan = load_plan(ROOT / name if not Path(name).is_absolute() else name)
+    cat = resolve_catalog(plan, load_catalog(), name)
+    params = load_params(None)
+    solve_kwargs = SolverOptions().solve_kwargs
+    _, ow, oc = timed(lambda: optimize_plan(plan, cat, params))
+    cset = model_candidates(plan, cat, params)
+    problem = fleet_problem(cset, plan)
+    sol, sw, sc = timed(lambda: solve_fleet(problem, **solve_kwargs))
+    fid = fidelity_map(cset, params, cat)
+    s, aw, ac = timed(lambda: analyse(plan, cset, problem, sol, fid))
+    _, vw, vc = timed(lambda: verify_and_resize(plan, cset, sol, cat, params, lambda p: solve_fleet(p, **solve_kwargs)))
+    return (f"{name}: optimize {ow:.1f} s wall / {oc:.1f} s CPU; MILP solve {sw:.2f} / {sc:.2f}; "
+            f"sensitivity {s.solves} re-solves {aw:.1f} / {ac:.1f} (= {ac / oc:.1f}× optimize CPU, "
+            f"{ac / sc:.0f}× solve CPU); verification {vw:.1f} / {vc:.1f}")
+
+
 def main() -> None:
     for name in sys.argv[1:] or DEFAULT:
-        plan = load_plan(ROOT / name if not Path(name).is_absolute() else name)
-        cat = resolve_catalog(plan, load_catalog(), name)
-        params = load_params(None)
-        _, ow, oc = timed(lambda: optimize_plan(plan, cat, params))
-        cset = model_candidates(plan, cat, params)
-        problem = fleet_problem(cset, plan)
-        sol, sw, sc = timed(lambda: solve_fleet(problem, **SolverOptions().solve_kwargs))
-        fid = fidelity_map(cset, params, cat)
-        s, aw, ac = timed(lambda: analyse(plan, cset, problem, sol, fid))
-        _, vw, vc = timed(lambda: verify_and_resize(plan, cset, sol, cat, params,
-                                                    lambda p: solve_fleet(p, **SolverOptions().solve_kwargs)))
-        print(f"{name}: optimize {ow:.1f} s wall / {oc:.1f} s CPU; MILP solve {sw:.2f} / {sc:.2f}; "
-              f"sensitivity {s.solves} re-solves {aw:.1f} / {ac:.1f} (= {ac / oc:.1f}× optimize CPU, "
-              f"{ac / sc:.0f}× solve CPU); verification {vw:.1f} / {vc:.1f}")
+        print(measure(name), flush=True)
 
 
 if __name__ == "__main__":
