@@ -25,6 +25,8 @@ MELANGE = REPO / "tests" / "data" / "melange"  # Mélange's published example in
 CALIBRATION_CSV = shipped_measurements("calibration.csv")  # the copy shipped in optimizer/calibration/data
 MEASUREMENTS_2026_CSV = shipped_measurements("measurements-2026.csv")
 EXAMPLES = REPO / "examples"
+CORPUS = REPO / "tests" / "corpus"
+TEST_DATA = REPO / "tests" / "data"
 
 
 @dataclass
