@@ -71,8 +71,8 @@ def render_sensitivity(data: dict[str, Any]) -> None:
                      "; ".join(x for x in (d["price_note"], d["capacity_note"]) if x)])
     stdout.print(table(f"Break-even (the fleet changes above this price / below this capacity factor; "
                        f"±{100 * s['price_tolerance']:.1f} % / ±{s['capacity_tolerance']:.3f})",
-                       ["device", "price", "today", "break-even", "headroom", "capacity factor", "note"], rows,
-                       right={"today", "break-even", "headroom", "capacity factor"}))
+                       ["device", "price", "today", "break-even", "room", "capacity factor", "note"], rows,
+                       right={"today", "break-even", "room", "capacity factor"}))
     t_rows = [[t["input"], t["low_label"], fmt(t["low_usd"], none="infeasible"), t["high_label"],
                fmt(t["high_usd"], none="infeasible"),
                fmt(max(v for v in (t["low_usd"], t["high_usd"], base) if v is not None)
