@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from importlib import resources
@@ -115,6 +116,13 @@ def _merge_overrides(
     return merged
 
 
+@functools.cache
+def builtin_devices() -> dict[str, Device]:
+    """The shipped devices, before any user override (what a figure is compared with to tell
+    a user's quote from a catalog figure)."""
+    return _by_key(_builtin("devices"), Device, "built-in devices.yaml")
+
+
 def load_catalog(override_path: Path | str | None = None) -> Catalog:
     """The built-in catalog, with the entries of a user's YAML file added or overriding.
 
@@ -175,12 +183,12 @@ def model_from_hf_config(path: Path | str, key: str | None = None) -> Model:
     inter = need("intermediate_size", "ffn_hidden_size", "n_inner")
     vocab = need("vocab_size")
     experts = cfg.get("n_routed_experts") or cfg.get("num_local_experts") or cfg.get("num_experts") or 0
-    per_tok = cfg.get("num_experts_per_tok") or cfg.get("num_experts_per_token") or 0
+    per_tok = (cfg.get("num_experts_per_tok") or cfg.get("num_experts_per_token") or 0) if experts else 0
     moe_inter = cfg.get("moe_intermediate_size") or (inter if experts else 0)
     dense_first = cfg.get("first_k_dense_replace") or 0
     moe_step = cfg.get("interleave_moe_layer_step") or cfg.get("decoder_sparse_step") or 1
     moe_layers = max(layers - dense_first, 0) // moe_step if experts else 0
-    shared = cfg.get("n_shared_experts") or 0
+    shared = (cfg.get("n_shared_experts") or 0) if experts else 0
     shared_inter = cfg.get("shared_expert_intermediate_size") or (shared * moe_inter)
     kv_lora = cfg.get("kv_lora_rank") or 0
     rope = cfg.get("qk_rope_head_dim") or 0

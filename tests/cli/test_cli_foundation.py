@@ -21,7 +21,7 @@ def test_devices_json_lists_28_with_sources(run_cli):
     r = run_cli("catalog", "devices", "--json")
     assert r.code == 0, r.stderr
     rows = json.loads(r.stdout)
-    assert len(rows) == 28  # gb300 added (issue 14)
+    assert len(rows) == 28
     for row in rows:
         for key in ("key", "memory_gb", "memory_bandwidth_tb_s", "tdp_w", "purchase_usd", "sources"):
             assert key in row

@@ -58,7 +58,7 @@ def test_estimate_engine_ep_max_batch_and_band(run_cli):
     assert capped["batch"] == 64 and capped["output_tokens_per_s"] < base["output_tokens_per_s"]
     for out in (base, dep, capped, vllm):
         assert out["output_tokens_per_s_low"] <= out["output_tokens_per_s"] <= out["output_tokens_per_s_high"]
-        assert out["fidelity"]["class"] in {"a", "b", "c"} and out["fidelity"]["basis"]
+        assert out["fidelity"]["class"] in {"measured", "same-generation", "datasheet-only"} and out["fidelity"]["basis"]
     pp = json.loads(run_cli(*BASE, "--pp", "2", "--batch", "8", "--json").stdout)
     assert "pipeline" in pp["uncalibrated"]
     r = run_cli(*BASE, "--engine", "tgi", "--batch", "8")

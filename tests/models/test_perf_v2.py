@@ -168,19 +168,20 @@ def test_sliding_window_reads_and_caches_less():
 
 
 def test_fidelity_classes_and_bands():
-    """a: device/engine measured; b: its generation measured; c: neither. Bands scale the value."""
+    """measured: device/engine in the fit; same-generation: its generation is; datasheet-only:
+    neither. With leave-out bands in the params, each class takes its band widened to contain the
+    better classes' (a device known less is never trusted more)."""
     p = CalibrationParams(
         coverage=Coverage(device_engines=["h100-sxm/trtllm"], generations=["hopper"], vendors=["nvidia"]),
         error_bands={"a": ErrorBand(low_factor=0.9, high_factor=1.1, n=10, basis="x"),
                      "b": ErrorBand(low_factor=0.8, high_factor=1.2, n=10, basis="y"),
-                     "c": ErrorBand(low_factor=0.6, high_factor=1.5, n=10, basis="z")})
+                     "c": ErrorBand(low_factor=0.85, high_factor=1.5, n=10, basis="z")})
     h100, h200, mi300 = CAT.device("h100-sxm"), CAT.device("h200-sxm"), CAT.device("mi300x")
-    assert fidelity_of(h100, None, p).fidelity_class == "a"
-    assert fidelity_of(h100, "vllm", p).fidelity_class == "b"
-    assert fidelity_of(h200, None, p).fidelity_class == "b"
-    f = fidelity_of(mi300, None, p)
-    assert (f.fidelity_class, f.low_factor, f.high_factor) == ("c", 0.6, 1.5)
-    assert fidelity_of(h100, None, CalibrationParams()).fidelity_class == "c"  # no coverage recorded
+    assert fidelity_of(h100, p, CAT.devices).class_ == "measured"
+    assert fidelity_of(h100, p, CAT.devices, engine="vllm").class_ == "same-generation"
+    assert fidelity_of(h200, p, CAT.devices).class_ == "same-generation"
+    f = fidelity_of(mi300, p, CAT.devices)
+    assert (f.class_, f.low_factor, f.high_factor) == ("datasheet-only", 0.8, 1.5)  # low widened to b's
 
 
 def test_workload_engine_reaches_the_candidates():

@@ -1,12 +1,10 @@
-"""The repository is self-contained: shipped measurements, their sources, the example CSV,
-no path outside the repository, and the 2026 models estimable on the devices they fit."""
+"""The measurements ship inside the package (optimizer/calibration/data) with their sources,
+and the example measurements CSV is a few of those rows, validated through the CLI."""
 
 from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -21,7 +19,6 @@ from optimizer.calibration.shipped import (
 from tests.conftest import EXAMPLES, REPO
 
 CAT = load_catalog()
-GUARD = REPO / "scripts" / "check_no_outside_paths.py"
 EXAMPLE_CSV = EXAMPLES / "measurements-example.csv"
 
 
@@ -83,41 +80,3 @@ def test_example_csv_validates(run_cli):
     assert measured[("1020", "output_tokens_per_s")] == 58122
     assert measured[("802", "ttft_mean_ms")] == 68.0
     assert {row["device"] for row in out["rows"]} == {"h100-sxm", "b200"}
-
-
-def test_no_path_outside_the_repository():
-    """scripts/check_no_outside_paths.py passes on the repository (CI runs it before pytest)."""
-    done = subprocess.run([sys.executable, str(GUARD)], capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr
-
-
-def test_outside_path_guard_finds_offenders(tmp_path):
-    """The guard fails on a sibling-folder or workspace path, and allows a '# copied from' comment."""
-    sibling, workspace = "../" + "shared/reference/gpus.csv", "/" + "work/main/x.csv"
-    (tmp_path / "doc.md").write_text(f"run `gpuplan validate {sibling}`\n")
-    (tmp_path / "conf.py").write_text(f"# copied from {sibling} (2026-11)\nPATH = '{workspace}'\n")
-    (tmp_path / ".venv").mkdir()
-    (tmp_path / ".venv" / "ignored.py").write_text(f"x = '{sibling}'\n")
-    done = subprocess.run([sys.executable, str(GUARD), "--root", str(tmp_path)],
-                          capture_output=True, text=True, check=False)
-    assert done.returncode == 1
-    listed = [line.strip() for line in done.stderr.splitlines()[1:]]
-    assert listed == [f"conf.py:2: PATH = '{workspace}'", f"doc.md:1: run `gpuplan validate {sibling}`"]
-
-
-NEW_MODELS = ("gpt-oss-120b gpt-oss-20b qwen3-235b-a22b qwen3-30b-a3b qwen3-32b qwen3-8b llama-4-maverick "
-              "llama-4-scout deepseek-r1 kimi-k2 gemma-3-27b mistral-small-3.1-24b llama-3.2-3b llama-3.2-1b").split()
-
-
-@pytest.mark.parametrize("model", NEW_MODELS)
-def test_new_models_estimate_on_blackwell(run_cli, model):
-    """Every 2026 model fits 8 × B200 in NVFP4 (Kimi-K2: 1026B · 0.5625 B ≈ 577 GB of 1,440 GB) and the
-    model predicts a positive throughput at batch 8; the JSON reports the full-context KV bytes/token
-    in FP8 (half the models.csv BF16 column)."""
-    r = run_cli("estimate", "--model", model, "--device", "b200", "--precision", "nvfp4", "--tp", "8",
-                "--input-tokens", "1024", "--output-tokens", "256", "--batch", "8", "--json")
-    assert r.code == 0, r.stderr
-    out = json.loads(r.stdout)
-    assert out["fits"] is True
-    assert out["output_tokens_per_s"] > 0
-    assert out["kv_cache_bytes_per_token"] == CAT.model(model).kv_bytes_per_token(1)
