@@ -76,6 +76,15 @@ def smooth_max(a, b, n: float):
     lo = np.minimum(a, b)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         r = np.where(hi > 0, lo / hi, 0.0)
+        k = int(round(np.log2(n)))
+        if 2.0**k == n:  # a power of two: k squarings and k square roots, much cheaper than pow
+            x = r
+            for _ in range(k):
+                x = x * x
+            y = 1.0 + x
+            for _ in range(k):
+                y = np.sqrt(y)
+            return hi * y
         return hi * (1.0 + r**n) ** (1.0 / n)
 
 
