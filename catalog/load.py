@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from catalog.errors import CatalogError, suggest
-from catalog.files import format_validation_error, read_text, read_yaml
+from catalog.files import format_validation_error, parse_yaml_text, read_json, read_yaml
 from catalog.schema import Device, Model, Precision, Source
 
 _OVERRIDE_SECTIONS = ("devices", "models")
@@ -20,7 +18,7 @@ _OVERRIDE_SECTIONS = ("devices", "models")
 
 def _builtin(name: str) -> list[dict[str, Any]]:
     text = resources.files("catalog").joinpath("data", f"{name}.yaml").read_text("utf-8")
-    return yaml.safe_load(text)[name]
+    return parse_yaml_text(text, f"built-in {name}.yaml", CatalogError)[name]
 
 
 @dataclass(frozen=True)
@@ -148,11 +146,7 @@ def model_from_hf_config(path: Path | str, key: str | None = None) -> Model:
     shared) · 3·hidden·moe_intermediate + router. Norms and biases are negligible.
     """
     path = Path(path)
-    text = read_text(path, "model config", CatalogError)
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CatalogError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    cfg = read_json(path, "model config", CatalogError)
     if not isinstance(cfg, dict):
         raise CatalogError(f"{path}: expected a JSON object")
 

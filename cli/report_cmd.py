@@ -17,12 +17,14 @@ def report(
     out: Annotated[Path, typer.Option("--out", help="The workbook to write (.xlsx).")],
 ) -> None:
     """Write the finance workbook (live formulas over named assumptions) from a saved plan result."""
+    from catalog.outputs import Output, plan_outputs
     from reports.result import load_result
-    from reports.workbook import write_workbook
+    from reports.workbook import workbook_bytes
 
+    outputs = plan_outputs([Output("--out", out, (".xlsx",))], (plan_json,))
     data, _ = load_result(plan_json)
-    path = write_workbook(data, out, inputs=(plan_json,))
-    typer.echo(f"wrote {path}")
+    outputs.write({"--out": workbook_bytes(data, (plan_json,), str(plan_json))})
+    typer.echo(f"wrote {out}")
 
 
 def register(app: typer.Typer) -> None:

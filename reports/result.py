@@ -7,14 +7,13 @@ grow) and turn a missing or wrong key into one line naming the file and the key.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from catalog.errors import GpuplanError
-from catalog.files import format_validation_error, read_text
+from catalog.files import format_validation_error, read_json
 
 Num = Annotated[float, Field(allow_inf_nan=False)]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -176,17 +175,7 @@ def parse_result(data: Any, where: str = "plan result") -> PlanResult:
         raise PlanResultError(format_validation_error(where, exc, PlanResult)) from None
 
 
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
 def load_result(path: Path | str) -> tuple[dict[str, Any], PlanResult]:
-    """Read a plan result JSON file: the raw dict and its checked form."""
-    text = read_text(path, "plan result JSON", PlanResultError)
-    try:
-        data = json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as exc:
-        raise PlanResultError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except ValueError as exc:
-        raise PlanResultError(f"{path}: not valid JSON: {exc}") from None
+    """Read a plan result JSON file (strictly: no duplicate keys, no NaN): the raw dict and its checked form."""
+    data = read_json(path, "plan result JSON", PlanResultError)
     return data, parse_result(data, str(path))
