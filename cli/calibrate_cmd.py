@@ -12,9 +12,9 @@ from catalog.errors import ModelError
 from catalog.files import read_bytes
 from catalog.outputs import Output, plan_outputs
 from cli.common import CatalogOpt, JsonOpt, ParamsOpt, fmt, load, print_json, stdout, table
-from optimizer.calibrate import SHIPPED_ONLINE_WEIGHT, fit_params, online_fit_rows
-from optimizer.measurements import load_measurements
-from optimizer.params import load_params, params_to_yaml
+from optimizer.calibration.fit import SHIPPED_ONLINE_WEIGHT, fit_params, online_fit_rows
+from optimizer.calibration.measurements import load_measurements
+from optimizer.models.params import load_params, params_to_yaml
 
 
 def calibrate(
@@ -45,7 +45,7 @@ def calibrate(
               f"p90 {fit.p90_abs_pct_error}%"
               + (f" (+ {n_online} online-serving rows at weight {online_weight:g}, see fit.method)" if n_online else "")
               + "\n"
-              "use with --params FILE; see optimizer/params.py for the meaning of each field")
+              "use with --params FILE; see optimizer/models/params.py for the meaning of each field")
     outputs.write({"--out": params_to_yaml(fitted, header)})
     if json_out:
         print_json({"out": str(out), "params": fitted.model_dump(mode="json", exclude_none=True)})

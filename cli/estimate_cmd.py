@@ -17,10 +17,10 @@ from cli.common import (
     stdout,
     table,
 )
-from optimizer.lengths import length_from_flags
-from optimizer.params import load_params
-from optimizer.perf import build_configs, estimate_config
-from optimizer.serving import estimate_serving
+from optimizer.models.estimate import estimate_config, estimate_serving
+from optimizer.models.lengths import length_from_flags
+from optimizer.models.params import load_params
+from optimizer.models.perf import build_configs
 from workloads.spec import SLO
 
 # Row labels of the readable table, in order; keys absent from the result are skipped.

@@ -44,8 +44,8 @@ def optimize(
     model_config: ModelConfigOpt = None,
 ) -> None:
     """Find the cheapest fleet (devices, precision, sharding, replicas) that meets every workload's SLOs."""
+    from optimizer.models.params import load_params
     from optimizer.optimize import optimize_plan
-    from optimizer.params import load_params
 
     inputs = (plan_path, capacity_table, params, catalog, model_config)
     outputs = plan_outputs([Output("--json", json_path, (".json",), stdout_ok=True),

@@ -13,8 +13,8 @@ from catalog.errors import ModelError
 from catalog.outputs import Output, plan_outputs
 from cli.common import CatalogOpt, ModelConfigOpt, ParamsOpt, load, stdout
 from cli.estimate_cmd import DeviceOpt, InputOpt, ModelOpt, OutputOpt, PpOpt, PrecisionOpt, TpOpt
-from optimizer.params import load_params
-from optimizer.perf import build_configs, decode_parts, max_sequences, tpot_bound_ms
+from optimizer.models.params import load_params
+from optimizer.models.perf import build_configs, decode_parts, max_sequences, tpot_bound_ms
 
 
 def roofline_data(c, input_tokens: int, output_tokens: int, max_batch: int) -> dict[str, np.ndarray]:

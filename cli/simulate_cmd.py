@@ -17,9 +17,9 @@ from cli.common import (
     stdout,
     table,
 )
-from optimizer import perf, serving
-from optimizer.params import load_params
-from optimizer.simulate import simulate as run_simulation
+from optimizer.models import perf, serving
+from optimizer.models.params import load_params
+from optimizer.models.simulate import simulate as run_simulation
 from workloads.spec import LengthDist
 
 MAX_REQUESTS = 2_000_000  # a bound on time and memory: the simulator holds per-request arrays

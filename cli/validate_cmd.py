@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from cli.common import fmt, load, print_json, stdout, table
-from optimizer.measurements import load_measurements
-from optimizer.params import load_params
-from optimizer.validation import validate
+from optimizer.calibration.measurements import load_measurements
+from optimizer.calibration.report import validate
+from optimizer.models.params import load_params
 
 
 def validate_measurements(path: Path, catalog: Path | None, params: Path | None, json_out: bool) -> None:
-    """Predict every row of ``path`` it can and print the errors (see ``optimizer.validation``)."""
+    """Predict every row of ``path`` it can and print the errors (see ``optimizer.calibration.report``)."""
     cat = load(catalog)
     result = validate(load_measurements(path, cat), cat, load_params(params))
     if json_out:

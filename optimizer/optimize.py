@@ -1,4 +1,4 @@
-"""The optimizer's front door: plan in, :class:`~optimizer.plan.PlanResult` out.
+"""The optimizer's front door: plan in, :class:`~optimizer.results.plan_result.PlanResult` out.
 
 ``optimize_plan`` reads like its pipeline: candidates (from the performance and serving
 models, or from a measured capacity table) → MILP data → solve → diagnostics (why
@@ -15,15 +15,15 @@ from pathlib import Path
 
 from catalog.errors import SolverError
 from catalog.load import Catalog
-from optimizer.candidates import CandidateSet, WorkloadCandidates, fleet_problem
-from optimizer.capacity_table import CapacityTable, load_capacity_table, table_candidates
-from optimizer.diagnose import (
+from optimizer.planning.candidates import CandidateSet, WorkloadCandidates, fleet_problem
+from optimizer.planning.capacity_table import CapacityTable, load_capacity_table, table_candidates
+from optimizer.planning.diagnose import (
     binding_limits,
     single_device_note,
     single_device_solution,
     unservable,
 )
-from optimizer.milp import (
+from optimizer.planning.milp import (
     FleetProblem,
     FleetSolution,
     amortised_usd_per_replica,
@@ -31,7 +31,7 @@ from optimizer.milp import (
     replica_upper_bound,
     solve_fleet,
 )
-from optimizer.money import (
+from optimizer.results.money import (
     HOURS_PER_YEAR,
     MoneyAssumptions,
     capex_terms,
@@ -40,7 +40,7 @@ from optimizer.money import (
     power_kw_terms,
     workload_tco_share_usd,
 )
-from optimizer.plan import (
+from optimizer.results.plan_result import (
     Assumptions,
     BucketRow,
     CandidateRow,
@@ -80,7 +80,7 @@ def optimize_plan(
 ) -> PlanResult:
     """The cheapest fleet for ``plan`` (catalog already resolved against the plan).
 
-    ``params`` are the performance model's calibration (``optimizer.params.load_params``;
+    ``params`` are the performance model's calibration (``optimizer.models.params.load_params``;
     None = shipped). With ``capacity_table`` the measured capacities replace the models.
     Never returns None: infeasible plans come back with status ``infeasible`` and
     diagnostics naming the cause. ``candidates`` reuses a candidate set computed for the
@@ -100,7 +100,7 @@ def optimize_plan(
         table = capacity_table if isinstance(capacity_table, CapacityTable) else load_capacity_table(capacity_table)
         cset = table_candidates(table, plan, catalog)
     else:
-        from optimizer.candidates import model_candidates
+        from optimizer.planning.candidates import model_candidates
 
         cset = model_candidates(plan, catalog, params, n_buckets=n_buckets)
     problem = fleet_problem(cset, plan)

@@ -49,7 +49,7 @@ def _catalog(path: str | None) -> Catalog:
 
 @lru_cache(maxsize=4)
 def _params(path: str | None):
-    from optimizer.params import load_params
+    from optimizer.models.params import load_params
 
     return load_params(path)
 
@@ -104,8 +104,8 @@ def _candidates(plan: Plan, options: SolveOptions):
     bisection or a budget sweep computes them once per worker process and
     ``optimize_plan`` rebases them onto each plan's rates and limits.
     """
-    from optimizer.candidates import model_candidates
     from optimizer.optimize import DEFAULT_N_BUCKETS
+    from optimizer.planning.candidates import model_candidates
 
     key = (_candidate_key(plan), options)
     if key not in _CANDIDATE_CACHE:

@@ -6,7 +6,7 @@
 The large plan: N workloads cycling over the catalog's models with varied rates, lengths
 and SLOs, every catalog device, every precision, tp 1-8 (pp where needed), 4 length
 buckets each. Reported: candidate generation time (performance + serving models), then
-how many workloads are served whole rather than split (``optimizer.bucketing``),
+how many workloads are served whole rather than split (``optimizer.planning.bucketing``),
 the MILP before and after dominance pruning — variables, integers, constraints, build
 time, solve time, status and gap (``--repeat`` solves the pruned problem several times
 and prints the median: timings on a shared machine are noisy). Candidate generation uses
@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 
 from catalog import load_catalog
-from optimizer.candidates import fleet_problem, model_candidates, parallel_workers
-from optimizer.milp import solve_fleet
+from optimizer.models.params import load_params
 from optimizer.optimize import optimize_plan
-from optimizer.params import load_params
+from optimizer.planning.candidates import fleet_problem, model_candidates, parallel_workers
+from optimizer.planning.milp import solve_fleet
 from workloads import load_plan, parse_plan, resolve_catalog
 
 REPO = Path(__file__).resolve().parent.parent
@@ -99,7 +99,7 @@ def main() -> None:
           f"models {t1 - t0:.1f} s ({parallel_workers()} worker processes), pruning {t2 - t1:.2f} s")
     whole = sum(len(wc.buckets) == 1 for wc in pruned.workloads)
     dearer = sum(d.code == "planned_whole" for d in pruned.diagnostics)
-    print(f"served whole (optimizer/bucketing.py): {whole} of {args.workloads} workloads, {dearer} of them "
+    print(f"served whole (optimizer/planning/bucketing.py): {whole} of {args.workloads} workloads, {dearer} of them "
           f"because splitting costs more, the others because it saves nothing")
     if not args.no_unpruned:
         run_milp("before pruning", full, plan, args.time_limit)

@@ -12,8 +12,8 @@ import sys
 import time
 
 from catalog import load_catalog
-from optimizer.params import load_params
-from optimizer.perf import (
+from optimizer.models.params import load_params
+from optimizer.models.perf import (
     build_configs,
     decode_step_s,
     max_sequences,

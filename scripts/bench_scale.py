@@ -26,7 +26,7 @@ Measured (2 shared cores, other jobs running; --time-limit 120, seed 0):
   at 20,000 rows and the time-limit fallback to the cheapest one-device fleet: exit 0, wall
   262 s, peak RSS 3.5 GB; feasible (one-device fleet, gap 16.6 % against the main solve's
   bound), 4,509 GPUs on 564 servers, $219.7 M; 21,712 candidate rows.
-- with workloads split into size buckets only where that is cheaper (optimizer/bucketing.py;
+- with workloads split into size buckets only where that is cheaper (optimizer/planning/bucketing.py;
   most are served whole): exit 0, wall 711 s, peak RSS 2.2 GB; feasible (one-device fleet, gap
   18.5 %), 4,377 GPUs on 548 servers, $213.3 M; 20,009 candidate rows. Candidates took 166 s
   (the same code before the bucketing change: 284 s wall, solve 86 s), but the main MILP ran

@@ -13,9 +13,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from catalog import load_catalog  # noqa: E402
-from optimizer import perf, serving  # noqa: E402
-from optimizer.params import load_params  # noqa: E402
-from optimizer.simulate import simulate  # noqa: E402
+from optimizer.models import (
+    perf,  # noqa: E402
+    serving,  # noqa: E402
+)
+from optimizer.models.params import load_params  # noqa: E402
+from optimizer.models.simulate import simulate  # noqa: E402
 from workloads.spec import SLO, LengthDist  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""Split into request-size buckets or whole: the cheaper way alone is kept (optimizer.bucketing)."""
+"""Split into request-size buckets or whole: the cheaper way alone is kept (optimizer.planning.bucketing)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import copy
 import pytest
 
 from catalog import load_catalog
-from optimizer import candidates as cand
-from optimizer.bucketing import alone_usd, fold_notes
-from optimizer.candidates import model_candidates, unit_terms
-from optimizer.check import check_plan
-from optimizer.money import MoneyAssumptions
+from optimizer.models.params import load_params
 from optimizer.optimize import optimize_plan
-from optimizer.params import load_params
-from optimizer.plan import Diagnostic
+from optimizer.planning import candidates as cand
+from optimizer.planning.bucketing import alone_usd, fold_notes
+from optimizer.planning.candidates import model_candidates, unit_terms
+from optimizer.results.check import check_plan
+from optimizer.results.money import MoneyAssumptions
+from optimizer.results.plan_result import Diagnostic
 from tests.conftest import EXAMPLES
 from workloads import load_plan, parse_plan, resolve_catalog
 

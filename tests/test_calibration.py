@@ -10,10 +10,10 @@ import pytest
 
 from catalog import load_catalog
 from catalog.errors import ModelError
-from optimizer.calibrate import fit_params, predict_offline_throughput
-from optimizer.measurements import load_measurements, resolve_model, resolve_precision
-from optimizer.params import CalibrationParams, load_params, params_to_yaml
-from optimizer.validation import offline_predictor, validate
+from optimizer.calibration.fit import fit_params, predict_offline_throughput
+from optimizer.calibration.measurements import load_measurements, resolve_model, resolve_precision
+from optimizer.calibration.report import offline_predictor, validate
+from optimizer.models.params import CalibrationParams, load_params, params_to_yaml
 from tests.conftest import REFERENCE
 
 CSV = REFERENCE / "calibration.csv"

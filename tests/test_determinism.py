@@ -2,8 +2,8 @@
 
 Across processes (different ``PYTHONHASHSEED``, so set and dict orders of str keys differ),
 across the order of the plan's workloads, and across what-if worker counts. Exact ties
-between fleets of equal cost follow the rule of ``optimizer.milp`` (module docstring):
-the GPUs go to the device whose key sorts first (:func:`optimizer.milp.tie_break`).
+between fleets of equal cost follow the rule of ``optimizer.planning.milp`` (module docstring):
+the GPUs go to the device whose key sorts first (:func:`optimizer.planning.milp.tie_break`).
 """
 
 from __future__ import annotations

@@ -164,7 +164,7 @@ def test_scenario_loader_only_raises_own_errors(tmp_path_factory, data):
 
 
 # ---------------------------------------------------------------------------------------
-# Capacity tables (optimizer.capacity_table)
+# Capacity tables (optimizer.planning.capacity_table)
 # ---------------------------------------------------------------------------------------
 
 MELANGE_PLAN = parse_plan(yaml.safe_load((EXAMPLES / "melange-example.yaml").read_text()), "melange.yaml")
@@ -211,7 +211,7 @@ def mutated_tables(draw):
 @settings(max_examples=300, deadline=None)
 @given(mutated_tables())
 def test_capacity_table_loader_only_raises_own_errors(text):
-    from optimizer.capacity_table import parse_capacity_table, table_candidates
+    from optimizer.planning.capacity_table import parse_capacity_table, table_candidates
 
     try:
         table = parse_capacity_table(text, "fuzz.csv")
@@ -228,7 +228,7 @@ def test_capacity_table_loader_only_raises_own_errors(text):
 @settings(max_examples=100, deadline=None)
 @given(st.text(max_size=300))
 def test_capacity_table_parser_on_random_text(text):
-    from optimizer.capacity_table import parse_capacity_table
+    from optimizer.planning.capacity_table import parse_capacity_table
 
     try:
         parse_capacity_table(text, "fuzz.csv")
@@ -237,7 +237,7 @@ def test_capacity_table_parser_on_random_text(text):
 
 
 # ---------------------------------------------------------------------------------------
-# Measurement CSVs (optimizer.measurements.load_measurements)
+# Measurement CSVs (optimizer.calibration.measurements.load_measurements)
 # ---------------------------------------------------------------------------------------
 
 MEASURED = [line for line in (REFERENCE / "calibration.csv").read_text().splitlines()[:6]]
@@ -272,7 +272,7 @@ def mutated_measurements(draw):
 @settings(max_examples=200, deadline=None)
 @given(mutated_measurements())
 def test_measurements_loader_only_raises_own_errors(tmp_path_factory, text):
-    from optimizer.measurements import load_measurements
+    from optimizer.calibration.measurements import load_measurements
 
     path = tmp_path_factory.mktemp("meas") / "m.csv"
     path.write_text(text)

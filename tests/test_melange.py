@@ -22,9 +22,13 @@ from pathlib import Path
 import pytest
 
 from catalog import load_catalog
-from optimizer.capacity_table import CapacityTableError, load_capacity_table, parse_capacity_table
-from optimizer.check import check_plan
 from optimizer.optimize import optimize_plan
+from optimizer.planning.capacity_table import (
+    CapacityTableError,
+    load_capacity_table,
+    parse_capacity_table,
+)
+from optimizer.results.check import check_plan
 from tests.conftest import EXAMPLES, REFERENCE
 from workloads import load_plan, parse_plan, resolve_catalog
 

@@ -11,19 +11,19 @@ from types import SimpleNamespace
 import pulp
 import pytest
 
-from optimizer.diagnose import binding_limits
-from optimizer.milp import (
+from optimizer.planning.diagnose import binding_limits
+from optimizer.planning.milp import (
     Demand,
     FleetProblem,
     Limits,
     Option,
     UnitTerms,
-    _classify,
     build_model,
     replica_upper_bound,
     solve_fleet,
 )
-from optimizer.money import (
+from optimizer.planning.milp.solve import _classify
+from optimizer.results.money import (
     LinearTerms,
     MoneyAssumptions,
     UnitPrice,
@@ -32,7 +32,7 @@ from optimizer.money import (
     objective_terms,
     tco_terms,
 )
-from optimizer.plan import SolveStatus
+from optimizer.results.plan_result import SolveStatus
 
 ZERO = LinearTerms(0.0, 0.0)
 
@@ -213,8 +213,8 @@ def test_cbc_fallback_solves_the_same():
 
 
 def test_solver_banner_does_not_reach_stdout():
-    code = ("from optimizer.milp import *\n"
-            "from optimizer.money import LinearTerms\n"
+    code = ("from optimizer.planning.milp import *\n"
+            "from optimizer.results.money import LinearTerms\n"
             "z = LinearTerms(0, 0)\n"
             "p = FleetProblem((Demand('w', (1.0,)),), (Option('w', 'k', 'd', 1, (1.0,)),),"
             " {'d': UnitTerms('d', 1, LinearTerms(1, 0), z, z, z)})\n"
@@ -248,7 +248,7 @@ def test_money_terms_match_the_formulas():
 def test_workload_bound_cuts_keep_the_optimum(monkeypatch):
     # Two workloads, two devices with server overhead: the cuts (each workload alone at
     # amortised server prices) must not cut off the joint optimum, only tighten the bound.
-    from optimizer import milp
+    from optimizer.planning import milp
 
     p = FleetProblem(
         (Demand("a", (3.0, 1.0), min_replicas=1), Demand("b", (5.0,), n_plus_one=True)),

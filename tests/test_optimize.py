@@ -7,15 +7,15 @@ import json
 import pytest
 
 from catalog import load_catalog
-from optimizer.candidates import (
+from optimizer.models.params import load_params
+from optimizer.optimize import optimize_plan
+from optimizer.planning.candidates import (
     Candidate,
     model_candidates,
     prune_dominated,
 )
-from optimizer.check import check_plan
-from optimizer.optimize import optimize_plan
-from optimizer.params import load_params
-from optimizer.plan import SolveStatus
+from optimizer.results.check import check_plan
+from optimizer.results.plan_result import SolveStatus
 from tests.conftest import EXAMPLES
 from workloads import load_plan, parse_plan, resolve_catalog
 

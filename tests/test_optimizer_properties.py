@@ -14,12 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from catalog import load_catalog
-from optimizer.capacity_table import parse_capacity_table
-from optimizer.check import check_plan
-from optimizer.milp import Demand, FleetProblem, Limits, Option, UnitTerms, solve_fleet
-from optimizer.money import LinearTerms
 from optimizer.optimize import optimize_plan
-from optimizer.plan import SolveStatus
+from optimizer.planning.capacity_table import parse_capacity_table
+from optimizer.planning.milp import Demand, FleetProblem, Limits, Option, UnitTerms, solve_fleet
+from optimizer.results.check import check_plan
+from optimizer.results.money import LinearTerms
+from optimizer.results.plan_result import SolveStatus
 from workloads import parse_plan, resolve_catalog
 
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -186,7 +186,7 @@ def two_workload_problems(draw):
 @SETTINGS
 @given(p=two_workload_problems())
 def test_bound_cuts_never_change_the_optimum(p):
-    import optimizer.milp as milp
+    import optimizer.planning.milp as milp
 
     plain = solve_fleet(p, gap=0.0, bounds=False)
     old = milp.BOUNDS_MIN_OPTIONS

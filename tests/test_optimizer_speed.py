@@ -8,12 +8,12 @@ from dataclasses import replace
 import pytest
 
 from catalog import load_catalog
-from optimizer import candidates as cand
-from optimizer.candidates import fleet_problem, model_candidates
-from optimizer.diagnose import single_device_best
-from optimizer.milp import Limits, workload_lower_bounds
+from optimizer.models.params import load_params
 from optimizer.optimize import single_device_shortlist
-from optimizer.params import load_params
+from optimizer.planning import candidates as cand
+from optimizer.planning.candidates import fleet_problem, model_candidates
+from optimizer.planning.diagnose import single_device_best
+from optimizer.planning.milp import Limits, workload_lower_bounds
 from tests.conftest import EXAMPLES
 from workloads import load_plan, resolve_catalog
 

@@ -10,13 +10,13 @@ import pytest
 
 from catalog import load_catalog
 from catalog.schema import Device, Model, Source
-from optimizer.params import CalibrationParams, FactorOverride, load_params
-from optimizer.perf import (
+from optimizer.models.estimate import estimate_config
+from optimizer.models.params import CalibrationParams, FactorOverride, load_params
+from optimizer.models.perf import (
     bound_kind,
     build_configs,
     config_key,
     decode_step_s,
-    estimate_config,
     experts_touched,
     max_sequences,
     offline_throughput_tokens_s,

@@ -9,8 +9,8 @@ import pytest
 
 import optimizer.optimize as optimize_mod
 from catalog import load_catalog
-from optimizer.check import check_plan
-from optimizer.plan import SolveStatus
+from optimizer.results.check import check_plan
+from optimizer.results.plan_result import SolveStatus
 from tests.conftest import EXAMPLES
 from workloads import load_plan, resolve_catalog
 

@@ -7,10 +7,10 @@ import pytest
 
 from catalog import load_catalog
 from catalog.errors import GpuplanError, ModelError
-from optimizer import perf, serving
-from optimizer.lengths import quadrature, quantile_tokens, sample_tokens, split_buckets
-from optimizer.params import load_params
-from optimizer.simulate import simulate
+from optimizer.models import perf, serving
+from optimizer.models.lengths import quadrature, quantile_tokens, sample_tokens, split_buckets
+from optimizer.models.params import load_params
+from optimizer.models.simulate import simulate
 from workloads.spec import SLO, LengthDist
 
 CAT = load_catalog(None)
@@ -93,7 +93,7 @@ def test_slo_below_floor_is_unservable_with_the_gap():
     assert cap.max_qps[0] == 0 and cap.limited_by[0] == "unservable"
     assert "tpot_p99_ms 2" in cap.why[0] and "short by" in cap.why[0]
     with pytest.raises(ModelError, match="physical floor"):
-        serving.check_slo_floor(c, SLO(tpot_p99_ms=1.0))
+        serving.check_slo_floors(c, SLO(tpot_p99_ms=1.0), FIXED_P, FIXED_O)
 
 
 @pytest.mark.parametrize("qps", [0.0, -1.0, float("nan")])
@@ -134,7 +134,7 @@ def test_agreement_with_simulator(model, device, prec, tp, p, o, load):
 
 @pytest.mark.parametrize("v", [0.0, 0.5, 0.9])
 def test_feedback_window_integrals_match_quadrature(v):
-    """The tabulated I_a, I_b (serving._feedback) against direct quadrature; I_c = 1/(1 − v)."""
+    """The tabulated I_a, I_b (serving.feedback_integrals) against direct quadrature; I_c = 1/(1 − v)."""
     theta = np.linspace(1e-9, 2000.0, 2_000_001)
     k1 = (1 - np.exp(-1j * theta)) / (1j * theta)
     k = np.abs(k1) ** 2
@@ -152,8 +152,8 @@ def test_online_serving_rows_are_predicted_with_their_errors():
     The shipped fit now includes the TTFT rows and request_overhead_ms ≈ 3.2 ms.)"""
     from collections import defaultdict
 
-    from optimizer.measurements import load_measurements
-    from optimizer.validation import online_predictor, validate
+    from optimizer.calibration.measurements import load_measurements
+    from optimizer.calibration.report import online_predictor, validate
     from tests.conftest import REFERENCE
 
     rows = load_measurements(REFERENCE / "calibration.csv", CAT)

@@ -7,9 +7,9 @@ import pytest
 
 from catalog import load_catalog
 from catalog.errors import ModelError
-from optimizer import perf
-from optimizer.params import load_params
-from optimizer.simulate import StepTime, percentile_ci, simulate
+from optimizer.models import perf
+from optimizer.models.params import load_params
+from optimizer.models.simulate import StepTime, percentile_ci, simulate
 from workloads.spec import LengthDist
 
 CAT = load_catalog(None)

@@ -20,9 +20,9 @@ import pulp
 import pytest
 
 from catalog.errors import SolverError
-from optimizer.milp import Demand, FleetProblem, Option, UnitTerms, solve_fleet
-from optimizer.money import LinearTerms
-from optimizer.plan import SolveStatus
+from optimizer.planning.milp import Demand, FleetProblem, Option, UnitTerms, solve_fleet
+from optimizer.results.money import LinearTerms
+from optimizer.results.plan_result import SolveStatus
 from tests.conftest import EXAMPLES, REPO
 
 
@@ -102,8 +102,8 @@ def test_no_solver_at_all_says_how_to_install(monkeypatch, run_cli, tmp_path):
 def test_zero_capacity_budget_is_infeasible_with_the_binding_limit_named():
     from dataclasses import replace
 
-    from optimizer.diagnose import binding_limits
-    from optimizer.milp import Limits
+    from optimizer.planning.diagnose import binding_limits
+    from optimizer.planning.milp import Limits
 
     problem = replace(_small_problem(), limits=Limits(capex_usd=1e-9))
     sol = solve_fleet(problem, time_limit_s=5, gap=1e-6)

@@ -44,8 +44,8 @@ def small(tmp_path_factory):
 
 def test_base_equals_plain_optimize(small):
     _, scenarios, rows = small
+    from optimizer.models.params import load_params
     from optimizer.optimize import optimize_plan
-    from optimizer.params import load_params
     from workloads import resolve_catalog
 
     plan = scenarios[0].plan

@@ -9,7 +9,7 @@ pp that fits at that tp, and none beyond). Each gets its capacity at the workloa
 model; for a batch workload the SLO-free throughput ``batch_throughput`` — its cost per
 replica under the plan's objective and its power. An online workload is evaluated both
 split into buckets and whole, and split only where that costs less alone
-(:mod:`optimizer.bucketing`: a split bucket must meet the p99s on its own).
+(:mod:`optimizer.planning.bucketing`: a split bucket must meet the p99s on its own).
 
 Pruned candidates keep their reason (``pruned_reason``):
 
@@ -33,9 +33,9 @@ import numpy as np
 
 from catalog.load import Catalog
 from catalog.schema import Device
-from optimizer.bucketing import choose_bucketing, fold_notes, problem_parts
-from optimizer.milp import FleetProblem, Limits, UnitTerms
-from optimizer.money import (
+from optimizer.planning.bucketing import choose_bucketing, fold_notes, problem_parts
+from optimizer.planning.milp import FleetProblem, Limits, UnitTerms
+from optimizer.results.money import (
     MoneyAssumptions,
     UnitPrice,
     annual_opex_terms,
@@ -43,7 +43,7 @@ from optimizer.money import (
     objective_terms,
     power_kw_terms,
 )
-from optimizer.plan import Diagnostic
+from optimizer.results.plan_result import Diagnostic
 from workloads.spec import LengthDist, Plan, Workload
 
 TP_DEGREES = (1, 2, 4, 8)
@@ -262,7 +262,7 @@ def finite_or_zero(x: float) -> float:
 
 def _bucket_specs(w: Workload, n_buckets: int) -> tuple[BucketSpec, ...]:
     """Request-size buckets: online workloads split by size (``split_buckets``); batch ones whole."""
-    from optimizer.lengths import split_buckets
+    from optimizer.models.lengths import split_buckets
 
     rate = w.request_rate_qps
     parts = split_buckets(w.prompt_tokens, w.output_tokens, 1 if w.is_batch else n_buckets)
@@ -276,7 +276,7 @@ def _bucket_specs(w: Workload, n_buckets: int) -> tuple[BucketSpec, ...]:
 def _combos(w: Workload, catalog: Catalog, units: dict[str, UnitSpec], plan: Plan, n_buckets: int
             ) -> tuple[list[tuple], list[Candidate]]:
     """(device, precision, tp) triples to evaluate, and candidates pruned before any model runs."""
-    from optimizer.perf import config_key
+    from optimizer.models.perf import config_key
 
     todo, pruned = [], []
     zeros, nones = (0.0,) * n_buckets, (None,) * n_buckets
@@ -322,7 +322,7 @@ class _Prepared:
 def _prepare(w: Workload, plan: Plan, catalog: Catalog, units: dict[str, UnitSpec], params,
              n_buckets: int) -> _Prepared:
     """Enumerate, fit in memory (smallest pp that fits) and build the configs of one workload."""
-    from optimizer.perf import build_configs
+    from optimizer.models.perf import build_configs
 
     model = catalog.model(w.model)
     buckets = _bucket_specs(w, n_buckets)
@@ -465,7 +465,7 @@ def _remember(key: tuple, ev: BucketEvaluation) -> None:
 
 def _evaluate_bucket(configs, chosen: list[tuple], b: BucketSpec, w: Workload, params) -> BucketEvaluation:
     """``bucket_capacity`` without the memo."""
-    from optimizer import serving
+    from optimizer.models import serving
 
     n = len(chosen)
     with np.errstate(all="ignore"):
@@ -577,8 +577,8 @@ def evaluate_buckets(jobs: Sequence[tuple]) -> dict[tuple, BucketEvaluation]:
 
 def _predictor(model, by_key: dict[str, Candidate], chosen: list[tuple], buckets, params) -> Predictor:
     """p99s (ms) of one candidate on one bucket at a rate per replica, via ``serve_at_rate``."""
-    from optimizer import serving
-    from optimizer.perf import build_configs, config_key
+    from optimizer.models import serving
+    from optimizer.models.perf import build_configs, config_key
 
     combos = {config_key(d, q, t, p): (d, q, t, p) for d, q, t, p in chosen}
     cache: dict[str, object] = {}
@@ -608,7 +608,7 @@ def model_candidates(
 
     ``prune=False`` keeps dominated candidates (for measuring what pruning buys).
     """
-    from optimizer.params import load_params
+    from optimizer.models.params import load_params
 
     params = params if params is not None else load_params(None)
     units = catalog_units(plan, catalog)
@@ -624,7 +624,7 @@ def model_candidates(
                                       if prep is not None for job in prep.jobs(w, params)])
         for w, prep, whole in zip(batch, prepared, wholes, strict=True):
             wc = _finish(w, prep, units, params, a, prune, evaluated)
-            if whole is not None:  # split or whole: optimizer.bucketing
+            if whole is not None:  # split or whole: optimizer.planning.bucketing
                 wc, note = choose_bucketing(wc, _finish(w, whole, units, params, a, prune, evaluated), terms)
                 notes += [note] if note else []
             done.append(wc)

@@ -1,9 +1,9 @@
 """Calibration parameters of the performance model: efficiency factors, overheads, memory.
 
-The performance model (``optimizer.perf``) turns datasheet figures into times; these
+The performance model (``optimizer.models.perf``) turns datasheet figures into times; these
 parameters say how much of each datasheet peak real serving software reaches. They are
-fitted by ``optimizer.calibrate`` to measured throughput and shipped in
-``optimizer/data/calibration.yaml``; a user replaces them with ``--params FILE``.
+fitted by ``optimizer.calibration.fit`` to measured throughput and shipped in
+``optimizer/models/data/calibration.yaml``; a user replaces them with ``--params FILE``.
 
 A factor applies to a device through its *class* — vendor, generation or memory type —
 never through its key, so the model predicts devices it has no measurements for.
@@ -75,7 +75,7 @@ class FitRecord(_Strict):
 
 
 class CalibrationParams(_Strict):
-    """Efficiency factors and overheads of the replica model (see ``optimizer.perf``)."""
+    """Efficiency factors and overheads of the replica model (see ``optimizer.models.perf``)."""
 
     memory_bandwidth_efficiency: Fraction = Field(
         0.8, description="achieved / peak memory bandwidth for decode reads (weights + KV)")
@@ -128,7 +128,7 @@ class DeviceFactors:
 
 
 def shipped_params_path() -> Path:
-    return Path(str(resources.files("optimizer").joinpath("data", PARAMS_FILE)))
+    return Path(str(resources.files("optimizer.models").joinpath("data", PARAMS_FILE)))
 
 
 def parse_params(data: dict[str, Any], where: str) -> CalibrationParams:
@@ -140,7 +140,7 @@ def parse_params(data: dict[str, Any], where: str) -> CalibrationParams:
 
 
 def load_params(path: Path | str | None = None) -> CalibrationParams:
-    """Calibration parameters from ``path``; ``None`` = the shipped ``optimizer/data/calibration.yaml``.
+    """Calibration parameters from ``path``; ``None`` = the shipped ``optimizer/models/data/calibration.yaml``.
 
     Falls back to the built-in defaults only when the shipped file is absent (a source
     checkout before the first calibration).

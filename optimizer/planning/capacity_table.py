@@ -48,7 +48,7 @@ from pathlib import Path
 from catalog.errors import GpuplanError, suggest
 from catalog.files import read_text
 from catalog.load import Catalog
-from optimizer.candidates import (
+from optimizer.planning.candidates import (
     BucketSpec,
     Candidate,
     CandidateSet,
@@ -56,8 +56,8 @@ from optimizer.candidates import (
     WorkloadCandidates,
     cost_per_replica_usd,
 )
-from optimizer.milp import slug
-from optimizer.money import MoneyAssumptions, UnitPrice
+from optimizer.planning.milp import slug
+from optimizer.results.money import MoneyAssumptions, UnitPrice
 from workloads.spec import Plan
 
 REQUIRED = ("workload", "unit", "cost_usd_per_hour", "input_bucket", "output_bucket",
@@ -274,7 +274,7 @@ def check_against_plan(table: CapacityTable, plan: Plan, where: str = "plan") ->
 
 
 def table_candidates(table: CapacityTable, plan: Plan, catalog: Catalog | None = None) -> CandidateSet:
-    """The table as a :class:`optimizer.candidates.CandidateSet` (one candidate per unit and workload).
+    """The table as a :class:`optimizer.planning.candidates.CandidateSet` (one candidate per unit and workload).
 
     A unit is its own "device" in the MILP: its GPUs are counted in servers of
     ``gpus_per_node``, priced at ``cost_usd_per_hour / gpus`` per GPU-hour, and draw the

@@ -37,7 +37,7 @@ from functools import cached_property
 import numpy as np
 
 from catalog.schema import Device, Model, Precision
-from optimizer.params import CalibrationParams
+from optimizer.models.params import CalibrationParams
 
 GIB_BYTES = 2.0**30
 ATTENTION_FLOPS_PER_QK_ELEMENT = 4.0  # QK^T and A·V: 2 matmuls x 2 FLOPs per multiply-add
@@ -465,61 +465,3 @@ def finite_round(x, digits: int = 4) -> float | None:
     """``x`` rounded for JSON output, or None when it is NaN or infinite (JSON has neither)."""
     x = float(x)
     return round(x, digits) if np.isfinite(x) else None
-
-
-def estimate_config(
-    model: Model,
-    device: Device,
-    precision: Precision,
-    tp: int,
-    pp: int,
-    input_tokens: int,
-    output_tokens: int,
-    params: CalibrationParams,
-    batch: int | None = None,
-    max_throughput: bool = False,
-) -> dict:
-    """Everything the model says about one configuration, as a JSON-ready dict.
-
-    Always: model, device, precision, tp, pp, fits, reason, weights_gb_per_gpu (1e9 bytes),
-    kv_cache_bytes_per_token, max_concurrency (sequences of input+output tokens that fit),
-    tpot_bound_ms. With ``batch``: tpot_ms (decode step at mean context input + output/2),
-    ttft_ms (prefill of one prompt), output_tokens_per_s (= batch / tpot), bound. With
-    ``max_throughput``: batch and output_tokens_per_s of an offline run (memory-limited batch;
-    it reserves input + kv_reserved_output_fraction·output tokens per sequence, so it may exceed
-    max_concurrency, which counts full input + output).
-    Times are None when the configuration cannot run.
-    """
-    c = build_configs(model, [(device, precision, tp, pp)], params)
-    seq_tokens = input_tokens + output_tokens
-    max_conc = int(max_sequences(c, seq_tokens)[0])
-    reason = c.reason[0]
-    if reason is None and max_conc < 1:
-        reason = (f"KV cache holds {c.kv_capacity_tokens[0]:,.0f} tokens, less than one sequence of "
-                  f"{seq_tokens:,} tokens; shorten the requests or raise tp/pp")
-    if reason is None and batch is not None and batch > max_conc:
-        reason = (f"batch {batch} needs KV for {batch * seq_tokens:,} tokens; only {max_conc} sequences "
-                  f"of {seq_tokens:,} tokens fit; lower --batch or raise tp/pp")
-    fits = reason is None
-    out: dict = {
-        "model": model.key, "device": device.key, "precision": precision.key,
-        "tp": int(tp), "pp": int(pp), "fits": fits, "reason": reason,
-        "weights_gb_per_gpu": round(float(c.weight_bytes_per_gpu[0]) / 1e9, 3),
-        "kv_cache_bytes_per_token": int(round(float(c.kv_bytes_per_token[0]))),
-        "max_concurrency": max_conc,
-        "tpot_bound_ms": finite_round(tpot_bound_ms(c)[0]),
-    }
-    runs = bool(c.supported[0])
-    if batch is not None:
-        ctx = input_tokens + output_tokens / 2.0
-        step = float(decode_step_s(c, batch, ctx)[0]) if runs else float("nan")
-        out["tpot_ms"] = finite_round(step * 1e3)
-        out["ttft_ms"] = finite_round(float(prefill_s(c, input_tokens)[0]) * 1e3) if runs else None
-        out["output_tokens_per_s"] = finite_round(batch / step, 2) if runs else None
-        out["bound"] = str(bound_kind(c, batch, ctx)[0]) if runs else None
-    if max_throughput:
-        b, tput = offline_throughput_tokens_s(c, input_tokens, output_tokens)
-        ok = runs and b[0] >= 1
-        out["batch"] = int(b[0]) if ok else 0
-        out["output_tokens_per_s"] = finite_round(tput[0], 2) if ok else None
-    return out

@@ -1,7 +1,7 @@
 """Fit the performance model's efficiency factors to measured offline throughput.
 
 Predicted offline throughput (``predict_offline_throughput``) is the steady state of
-``optimizer.perf.offline_throughput_tokens_s``: all requests at once, the running batch
+``optimizer.models.perf.offline_throughput_tokens_s``: all requests at once, the running batch
 limited by the KV cache that fits (and the scheduler cap), fixed input/output lengths,
 output tokens/s of the whole TP group.
 
@@ -30,11 +30,11 @@ from datetime import date
 import numpy as np
 
 from catalog.load import Catalog
-from optimizer.measurements import Measurement
-from optimizer.params import CalibrationParams, FactorOverride, FitRecord
-from optimizer.perf import build_configs, offline_throughput_tokens_s
+from optimizer.calibration.measurements import Measurement
+from optimizer.models.params import CalibrationParams, FactorOverride, FitRecord
+from optimizer.models.perf import build_configs, offline_throughput_tokens_s
 
-SHIPPED_ONLINE_WEIGHT = 1.0  # online_weight of the shipped optimizer/data/calibration.yaml fit
+SHIPPED_ONLINE_WEIGHT = 1.0  # online_weight of the shipped optimizer/models/data/calibration.yaml fit
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
                by_memory_type: bool = True, online_weight: float = 0.0) -> CalibrationParams:
     """Fit the factors to the offline rows of ``rows``; returns params with a FitRecord.
 
-    ``online_weight`` = w > 0 adds, over the online-serving rows (``optimizer.validation``:
+    ``online_weight`` = w > 0 adds, over the online-serving rows (``optimizer.calibration.report``:
     'online' in the scenario or source group, a finite request rate, a measured mean TTFT or
     mean ITL), ``w·mean_rows (log ITL_pred/ITL_meas)² + w·mean_rows (log TTFT_pred/TTFT_meas)²``
     (``online_predictor``, rows the serving model finds unsaturated; a metric with rows but
@@ -199,7 +199,7 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
         err = np.log(np.where(np.isfinite(pred) & (pred > 0), pred, 1e-3) / measured)
         total = float(np.sum(w * err**2))
         if online:
-            from optimizer.validation import online_predictor
+            from optimizer.calibration.report import online_predictor
 
             found, _ = online_predictor(online, cat, p)
             for metric in metrics:
@@ -229,9 +229,9 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
 
 
 def online_fit_rows(rows: Sequence[Measurement]) -> list[Measurement]:
-    """The online-serving rows a fit can use: online (``optimizer.validation``), a finite
+    """The online-serving rows a fit can use: online (``optimizer.calibration.report``), a finite
     request rate > 0, and a measured mean TTFT or mean ITL."""
-    from optimizer.validation import _is_online
+    from optimizer.calibration.report import _is_online
 
     return [m for m in rows if _is_online(m) and (m.tpot_mean_ms or m.ttft_mean_ms) and m.request_rate_qps
             and math.isfinite(m.request_rate_qps) and m.request_rate_qps > 0]

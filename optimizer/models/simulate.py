@@ -1,6 +1,6 @@
 """Discrete-event simulator of one replica: continuous batching with chunked prefill.
 
-The check on the analytic serving model (``optimizer.serving``): the same scheduler,
+The check on the analytic serving model (``optimizer.models.serving``): the same scheduler,
 step by step, with sampled request lengths and Poisson arrivals. Pure (no I/O); seeded
 and deterministic.
 
@@ -16,7 +16,7 @@ Scheduler (iteration-level, vLLM/TensorRT-LLM style), per step:
 4. the step decodes one token for each of the ``b`` running sequences and spends up to
    ``prefill_chunk_tokens`` on prompts in FCFS order (chunked prefill);
 5. it lasts ``decode_step_s(b, mean context, prefill tokens, mean prefill span)``
-   from ``optimizer.perf``; a request whose prompt completes emits its first token at
+   from ``optimizer.models.perf``; a request whose prompt completes emits its first token at
    the end of the step (TTFT), then one token per step until its output is done (E2E).
 
 TTFT and E2E include the configuration's per-request front-end time
@@ -37,17 +37,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from catalog.errors import ModelError
-from optimizer import perf
-from optimizer.lengths import sample_tokens
-from optimizer.perf import Configs
+from optimizer.models import perf
+from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS  # noqa: E402 (re-exported)
+from optimizer.models.lengths import sample_tokens
+from optimizer.models.perf import Configs
 from workloads.spec import LengthDist
 
-DEFAULT_PREFILL_CHUNK_TOKENS = 2048
 PERCENTILES = (50.0, 90.0, 99.0)
 
 
 class StepTime:
-    """Fast scalar step time of one configuration, exact to ``optimizer.perf.decode_step_s``.
+    """Fast scalar step time of one configuration, exact to ``optimizer.models.perf.decode_step_s``.
 
     The perf model's stage time is ``max(mem, compute) + comm`` where, for T = b + n
     tokens in the step, ``mem = mem0(T) + kv·b·c``, ``compute = comp0(T) + att·(b·c +
@@ -98,8 +98,8 @@ class StepTime:
         got = np.array([self(int(bi), float(ci), int(ni), float(si)) for bi, ci, ni, si in zip(b, ctx, n, span, strict=True)])
         err = float(np.max(np.abs(got - want) / want))
         if not err <= 1e-9:
-            raise ModelError(f"simulator step-time table disagrees with optimizer.perf.decode_step_s by {err:.2e} "
-                             "(relative); the perf model's step structure changed: update optimizer.simulate.StepTime")
+            raise ModelError(f"simulator step-time table disagrees with optimizer.models.perf.decode_step_s by {err:.2e} "
+                             "(relative); the perf model's step structure changed: update optimizer.models.simulate.StepTime")
 
 
 def _select(c: Configs, index: int) -> Configs:

@@ -1,8 +1,8 @@
 """An independent check of a plan result: recompute everything from the plan alone.
 
-:func:`check_plan` uses only the :class:`~optimizer.plan.PlanResult` (its buckets, routing,
+:func:`check_plan` uses only the :class:`~optimizer.results.plan_result.PlanResult` (its buckets, routing,
 candidate capacities, deployments, fleet and assumptions) — no solver, no model, and its
-own arithmetic rather than :mod:`optimizer.money` — and returns the violations it finds:
+own arithmetic rather than :mod:`optimizer.results.money` — and returns the violations it finds:
 
 - demand: every bucket's routed load adds up to its rate;
 - capacity: Σ_b routed[w,b,k] / μ[w,b,k] ≤ replicas (− 1 for N+1 when loaded); nothing is
@@ -19,7 +19,7 @@ own arithmetic rather than :mod:`optimizer.money` — and returns the violations
 
 from __future__ import annotations
 
-from optimizer.plan import PlanResult
+from optimizer.results.plan_result import PlanResult
 
 REL_TOL = 1e-6
 

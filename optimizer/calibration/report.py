@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from catalog.load import Catalog
-from optimizer.calibrate import predict_offline_throughput
-from optimizer.measurements import Measurement
-from optimizer.params import CalibrationParams
+from optimizer.calibration.fit import predict_offline_throughput
+from optimizer.calibration.measurements import Measurement
+from optimizer.models.params import CalibrationParams
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ Predictor = Callable[[Sequence[Measurement], Catalog, CalibrationParams],
 
 def offline_predictor(rows: Sequence[Measurement], cat: Catalog,
                       params: CalibrationParams) -> tuple[dict[int, list[RowPrediction]], dict[int, str]]:
-    """Output tokens/s of offline max-throughput rows (``optimizer.calibrate``)."""
+    """Output tokens/s of offline max-throughput rows (``optimizer.calibration.fit``)."""
     pred = predict_offline_throughput(rows, cat, params)
     out: dict[int, list[RowPrediction]] = {}
     reasons: dict[int, str] = {}
@@ -62,7 +62,7 @@ def _is_online(m: Measurement) -> bool:
 
 def online_predictor(rows: Sequence[Measurement], cat: Catalog,
                      params: CalibrationParams) -> tuple[dict[int, list[RowPrediction]], dict[int, str]]:
-    """Online-serving rows at a fixed request rate (``optimizer.serving.serve_at_rate``).
+    """Online-serving rows at a fixed request rate (``optimizer.models.serving.serve_at_rate``).
 
     Poisson arrivals at ``request_rate_qps`` (the sources do not state the arrival process),
     fixed input/output lengths. Predicts ``ttft_mean_ms``, ``tpot_mean_ms`` (mean time per
@@ -71,8 +71,8 @@ def online_predictor(rows: Sequence[Measurement], cat: Catalog,
     keeps up; at saturation the offline max throughput). Rows at an unlimited rate (INF)
     are an offline run and are left to the offline predictor.
     """
-    from optimizer import serving
-    from optimizer.perf import build_configs
+    from optimizer.models import serving
+    from optimizer.models.perf import build_configs
     from workloads.spec import LengthDist
 
     out: dict[int, list[RowPrediction]] = {}

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from optimizer.candidates import CandidateSet, WorkloadCandidates
-from optimizer.milp import (
+from optimizer.planning.candidates import CandidateSet, WorkloadCandidates
+from optimizer.planning.milp import (
     FleetProblem,
     FleetSolution,
     Limits,
@@ -24,7 +24,7 @@ from optimizer.milp import (
     solve_fleet,
     uncovered_buckets,
 )
-from optimizer.plan import Diagnostic, SingleDeviceBest
+from optimizer.results.plan_result import Diagnostic, SingleDeviceBest
 
 METRIC_LABEL = {"ttft_p99_ms": "TTFT p99", "tpot_p99_ms": "TPOT p99", "e2e_p99_ms": "E2E p99"}
 

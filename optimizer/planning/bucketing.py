@@ -11,7 +11,7 @@ whole length distribution on every replica: the 405B workload of
 one whose longest bucket no device can serve is still servable whole.
 
 So every online workload with more than one bucket is planned both ways on its own
-(:func:`optimizer.milp.solve_alone`: integer replicas, servers amortised per GPU, budgets
+(:func:`optimizer.planning.milp.solve_alone`: integer replicas, servers amortised per GPU, budgets
 dropped) and split only where that is cheaper by more than ``SPLIT_TIE_RTOL``; on a tie it
 is served whole, which needs no size-aware routing in front of the replicas and gives the
 fleet MILP a smaller problem (on the 20-workload benchmark, ties whole: 18 of 20 workloads
@@ -23,8 +23,8 @@ the bucket that fails.
 
 from __future__ import annotations
 
-from optimizer.milp import Demand, FleetSolution, Option, UnitTerms, solve_alone
-from optimizer.plan import Diagnostic
+from optimizer.planning.milp import Demand, FleetSolution, Option, UnitTerms, solve_alone
+from optimizer.results.plan_result import Diagnostic
 
 # Split must be cheaper than whole by more than this fraction to be kept.
 SPLIT_TIE_RTOL = 1e-4
@@ -33,7 +33,7 @@ ALONE_TIME_LIMIT_S = 5.0
 
 
 def problem_parts(wc) -> tuple[Demand, tuple[Option, ...]]:
-    """The MILP demand of a :class:`~optimizer.candidates.WorkloadCandidates` and its options
+    """The MILP demand of a :class:`~optimizer.planning.candidates.WorkloadCandidates` and its options
     (kept candidates with capacity in some bucket)."""
     w = wc.workload
     demand = Demand(w.name, tuple(b.qps for b in wc.buckets), w.min_replicas, w.redundancy == "n+1")

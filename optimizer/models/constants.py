@@ -1,0 +1,4 @@
+"""Constants the models share, defined once."""
+
+DEFAULT_PREFILL_CHUNK_TOKENS = 2048  # token budget a step spends on waiting prompts (vLLM/TensorRT-LLM default)
+Z99 = 2.326347874  # z of the standard normal's 99th percentile: Φ⁻¹(0.99)

@@ -1,0 +1,131 @@
+"""One configuration as a JSON-ready dict: what ``gpuplan estimate`` prints.
+
+``estimate_config`` summarises the performance model (memory fit, step times, the bound,
+offline throughput); ``estimate_serving`` adds the serving model (p99s at a rate, capacity
+at an SLO). Both are pure.
+"""
+
+from __future__ import annotations
+
+from catalog.schema import Device, Model, Precision
+from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS
+from optimizer.models.params import CalibrationParams
+from optimizer.models.perf import (
+    Configs,
+    bound_kind,
+    build_configs,
+    decode_step_s,
+    finite_round,
+    max_sequences,
+    offline_throughput_tokens_s,
+    prefill_s,
+    tpot_bound_ms,
+)
+from optimizer.models.serving import capacity_at_slo, check_rate, check_slo_floors, serve_at_rate
+from workloads.spec import SLO, LengthDist
+
+
+def estimate_config(
+    model: Model,
+    device: Device,
+    precision: Precision,
+    tp: int,
+    pp: int,
+    input_tokens: int,
+    output_tokens: int,
+    params: CalibrationParams,
+    batch: int | None = None,
+    max_throughput: bool = False,
+) -> dict:
+    """Everything the model says about one configuration, as a JSON-ready dict.
+
+    Always: model, device, precision, tp, pp, fits, reason, weights_gb_per_gpu (1e9 bytes),
+    kv_cache_bytes_per_token, max_concurrency (sequences of input+output tokens that fit),
+    tpot_bound_ms. With ``batch``: tpot_ms (decode step at mean context input + output/2),
+    ttft_ms (prefill of one prompt), output_tokens_per_s (= batch / tpot), bound. With
+    ``max_throughput``: batch and output_tokens_per_s of an offline run (memory-limited batch;
+    it reserves input + kv_reserved_output_fraction·output tokens per sequence, so it may exceed
+    max_concurrency, which counts full input + output).
+    Times are None when the configuration cannot run.
+    """
+    c = build_configs(model, [(device, precision, tp, pp)], params)
+    seq_tokens = input_tokens + output_tokens
+    max_conc = int(max_sequences(c, seq_tokens)[0])
+    reason = c.reason[0]
+    if reason is None and max_conc < 1:
+        reason = (f"KV cache holds {c.kv_capacity_tokens[0]:,.0f} tokens, less than one sequence of "
+                  f"{seq_tokens:,} tokens; shorten the requests or raise tp/pp")
+    if reason is None and batch is not None and batch > max_conc:
+        reason = (f"batch {batch} needs KV for {batch * seq_tokens:,} tokens; only {max_conc} sequences "
+                  f"of {seq_tokens:,} tokens fit; lower --batch or raise tp/pp")
+    fits = reason is None
+    out: dict = {
+        "model": model.key, "device": device.key, "precision": precision.key,
+        "tp": int(tp), "pp": int(pp), "fits": fits, "reason": reason,
+        "weights_gb_per_gpu": round(float(c.weight_bytes_per_gpu[0]) / 1e9, 3),
+        "kv_cache_bytes_per_token": int(round(float(c.kv_bytes_per_token[0]))),
+        "max_concurrency": max_conc,
+        "tpot_bound_ms": finite_round(tpot_bound_ms(c)[0]),
+    }
+    runs = bool(c.supported[0])
+    if batch is not None:
+        ctx = input_tokens + output_tokens / 2.0
+        step = float(decode_step_s(c, batch, ctx)[0]) if runs else float("nan")
+        out["tpot_ms"] = finite_round(step * 1e3)
+        out["ttft_ms"] = finite_round(float(prefill_s(c, input_tokens)[0]) * 1e3) if runs else None
+        out["output_tokens_per_s"] = finite_round(batch / step, 2) if runs else None
+        out["bound"] = str(bound_kind(c, batch, ctx)[0]) if runs else None
+    if max_throughput:
+        b, tput = offline_throughput_tokens_s(c, input_tokens, output_tokens)
+        ok = runs and b[0] >= 1
+        out["batch"] = int(b[0]) if ok else 0
+        out["output_tokens_per_s"] = finite_round(tput[0], 2) if ok else None
+    return out
+
+
+def estimate_serving(
+    c: Configs,
+    prompt: LengthDist,
+    output: LengthDist,
+    qps: float | None = None,
+    slo: SLO | None = None,
+    prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
+) -> dict:
+    """JSON-ready serving figures of configuration 0 (what `gpuplan estimate --qps/--*-p99-ms` adds).
+
+    With ``qps`` (req/s, > 0): ``ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, tpot_p99_ms,
+    e2e_p99_ms, utilization, saturated, kv_fits`` from ``serve_at_rate`` (``kv_fits`` False:
+    the p99 KV occupancy exceeds the cache, so requests would queue for memory or be
+    preempted, which the percentiles do not include). With a non-empty ``slo``:
+    ``max_qps_at_slo`` (req/s), ``output_tokens_per_s_at_slo`` (= max_qps·E[O]) and
+    ``limited_by`` from ``capacity_at_slo`` (plus ``why`` when unservable). An SLO below
+    the physical floor (``slo_floor_ms``) raises ModelError. A configuration that cannot
+    run gets the same keys with null values (``limited_by`` 'unservable').
+    """
+    out: dict = {}
+    runs = bool(c.runnable[0])
+    if qps is not None:
+        lam = float(check_rate(qps))
+        keys = ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "e2e_p99_ms", "utilization", "saturated",
+                "kv_fits")
+        if runs:
+            r = serve_at_rate(c, lam, prompt, output, prefill_chunk_tokens=prefill_chunk_tokens)
+            for k in keys[:5]:
+                out[k] = finite_round(getattr(r, k)[0], 3)
+            out["utilization"] = finite_round(r.utilization[0], 4)
+            out["saturated"] = bool(r.saturated[0])
+            out["kv_fits"] = bool(r.kv_fits[0])
+        else:
+            out.update(dict.fromkeys(keys))
+    if slo is not None and not slo.is_empty:
+        if runs:
+            check_slo_floors(c, slo, prompt, output)
+            cap = capacity_at_slo(c, prompt, output, slo, prefill_chunk_tokens=prefill_chunk_tokens)
+            out["max_qps_at_slo"] = finite_round(cap.max_qps[0], 4)
+            out["output_tokens_per_s_at_slo"] = finite_round(cap.output_tokens_per_s[0], 2)
+            out["limited_by"] = cap.limited_by[0]
+            if cap.why[0]:
+                out["why"] = cap.why[0]
+        else:
+            out.update({"max_qps_at_slo": None, "output_tokens_per_s_at_slo": None, "limited_by": "unservable"})
+    return out

@@ -1,0 +1,306 @@
+"""Capacity at the SLO: the largest request rate per configuration with every p99 met and the KV cache fitting."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+from optimizer.models import perf
+from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS, Z99
+from optimizer.models.params import CalibrationParams
+from optimizer.models.perf import Configs
+from optimizer.models.serving.latency import SLO_LIMITS, LoadResult, evaluate_load, take_state
+from optimizer.models.serving.state import (
+    BISECTION_ITERATIONS,
+    CAPACITY_RTOL,
+    Lengths,
+    lengths_for,
+    solve_state,
+)
+from workloads.spec import SLO, LengthDist
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Largest request rate per configuration at which every given p99 SLO holds and KV fits.
+
+    ``limited_by[i]`` is ``'ttft'``, ``'tpot'``, ``'e2e'`` or ``'memory'`` (the limit that
+    binds just above ``max_qps``), or ``'unservable'`` when even λ → 0 misses the SLO (then
+    ``why[i]`` says which bound and by how much, and the p99 arrays hold the best
+    achievable values). ``e2e_p99_ms`` (and ``at_capacity``'s E2E percentiles) are NaN
+    unless E2E is one of the SLOs; ``serve_at_rate`` at ``max_qps`` gives them all. ``max_qps`` is 0 for unservable or unrunnable configurations.
+    """
+
+    max_qps: np.ndarray
+    output_tokens_per_s: np.ndarray
+    limited_by: list[str]
+    why: list[str | None]
+    ttft_p99_ms: np.ndarray
+    tpot_p99_ms: np.ndarray
+    e2e_p99_ms: np.ndarray
+    at_capacity: LoadResult | None = field(default=None, repr=False)
+
+    @classmethod
+    def at(cls, at_cap: LoadResult, max_qps: np.ndarray, output_tokens_per_s: np.ndarray, limited_by: list[str],
+           why: list[str | None]) -> Capacity:
+        """A capacity whose p99s are those of ``at_cap``, the evaluation at ``max_qps``."""
+        return cls(max_qps, output_tokens_per_s, limited_by, why, at_cap.ttft_p99_ms, at_cap.tpot_p99_ms,
+                   at_cap.e2e_p99_ms, at_cap)
+
+
+
+
+def slo_targets(slo: SLO) -> dict[str, float]:
+    return {k: getattr(slo, f"{k}_p99_ms") for k in SLO_LIMITS if getattr(slo, f"{k}_p99_ms") is not None}
+
+
+def capacity_at_slo(
+    c: Configs,
+    prompt: LengthDist,
+    output: LengthDist,
+    slo: SLO,
+    params: CalibrationParams | None = None,
+    prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
+) -> Capacity:
+    """Max request rate (req/s) per configuration with every p99 in ``slo`` met and KV at p99 fitting.
+
+    Feasible(λ) = not saturated ∧ KV fits ∧ every given p99 ≤ its target, assumed monotone
+    in λ; its margin ``max(ln(p99/target), ln(kv_p99/kv_capacity), ln(b_p99/max_batch))``
+    (∞ when saturated) is continuous, so the root is found by regula falsi (Illinois) in
+    ln λ, with a geometric bisection step whenever the upper end is saturated or the
+    previous step did not halve the bracket, until the bracket is within CAPACITY_RTOL. Unservable = infeasible at λ_lo = 1e-6·(scheduler-cap
+    rate). Bracket top: ``_feasible_qps_bound``. Each step evaluates only the
+    configurations still bracketing (``Configs.take``), p99s only; configurations with the
+    same figures (e.g. bf16 and fp16 where a device runs both alike) are searched once.
+    """
+    runnable_idx = np.flatnonzero(np.asarray(c.supported, dtype=bool) & np.asarray(c.runnable, dtype=bool))
+    if len(runnable_idx) < len(c):
+        return _scatter_capacity(c, runnable_idx, capacity_at_slo(
+            c.take(runnable_idx), prompt, output, slo, params, prefill_chunk_tokens) if len(runnable_idx) else None)
+    targets = slo_targets(slo)
+    first, inverse = _distinct_rows(c)
+    if len(first) < len(c):
+        return _expand_capacity(c, inverse, capacity_at_slo(
+            c.take(first), prompt, output, slo, params, prefill_chunk_tokens), targets)
+    n = len(c)
+    lens = lengths_for(prompt, output)
+    chunk = prefill_chunk_tokens
+    need = set(targets)
+    runnable = np.asarray(c.supported, dtype=bool)
+    lam_cap = _scheduler_cap_qps(c, lens)
+    lam_lo = lam_cap * 1e-6
+    lam_hi = np.minimum(lam_cap, _feasible_qps_bound(c, lens))
+
+    def margin(rows, lam, t0=None):
+        """max over the limits of ln(value / limit) (> 0: infeasible; inf: saturated).
+
+        Returns (margin, step time in s, index of the binding limit in ``names``, −1 when
+        saturated); the tails are computed only where not saturated."""
+        cs = c.take(rows)
+        st = solve_state(cs, lam, lens, chunk, t0)
+        f = np.full(len(rows), np.inf)
+        step_s = np.full(len(rows), np.inf)
+        bind = np.full(len(rows), -1)
+        live = np.flatnonzero(~st.saturated)
+        if not len(live):
+            return f, step_s, bind
+        if len(live) < len(rows):
+            cs, lam, st = cs.take(live), lam[live], take_state(st, live)
+        r = evaluate_load(cs, lam, lens, chunk, need, p50=False, state=st)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            terms = [np.log(r.kv_p99_tokens / np.maximum(r.kv_capacity_tokens, 1e-300)),
+                     np.log(np.maximum(r.running_batch + Z99 * np.sqrt(r.running_batch), 1e-300)
+                            / c.max_batch_sequences)]
+            terms += [np.log(getattr(r, f"{k}_p99_ms") / t) for k, t in targets.items()]
+        terms = np.nan_to_num(np.array(terms), nan=np.inf)
+        f_live = np.max(terms, axis=0)
+        bind[live] = np.where(r.saturated, -1, np.where(r.kv_fits, np.argmax(terms, axis=0), 0))
+        f[live] = np.where(r.saturated | ~r.kv_fits & (f_live <= 0), np.inf, f_live)  # kv_fits is the authority
+        step_s[live] = r.step_ms / 1e3
+        return f, step_s, bind
+
+    names = ["memory", "memory", *targets]  # the terms of the margin, in order
+
+    every = np.arange(n)
+    f_lo, t_lo, _ = margin(every, lam_lo)
+    bind_hi = np.full(n, -1)  # binding limit at the lowest infeasible probe
+    t_lo = np.where(np.isfinite(t_lo), t_lo, np.nan)  # Newton warm start (from below)
+    ok_lo = f_lo <= 0
+    f_hi = np.full(n, np.inf)  # the bound is infeasible by construction (checked below if never probed)
+    ok_hi = np.zeros(n, dtype=bool)
+    lo = np.where(ok_lo, lam_lo, 0.0)
+    hi = lam_hi.copy()
+    fl, fh = f_lo.copy(), f_hi.copy()
+    side = np.zeros(n)
+    stalls = np.zeros(n)  # consecutive steps that kept the same end
+    active = ok_lo & ~ok_hi
+    for _ in range(BISECTION_ITERATIONS):
+        rows = np.flatnonzero(active & (hi > lo * (1.0 + CAPACITY_RTOL)))
+        if not len(rows):
+            break
+        a_lam, b_lam = lo[rows], hi[rows]
+        # slack g = e^{−margin} − 1 = limit/value − 1 (−1 when saturated): ~linear in λ where
+        # a p99 grows like 1/(1 − λ/λ_sat), so regula falsi on it converges fast
+        ga, gb = np.expm1(-fl[rows]), np.expm1(-fh[rows])
+        t = np.clip(np.where(ga > gb, ga / np.where(ga > gb, ga - gb, 1.0), 0.5), 0.02, 0.98)
+        mid = a_lam + t * (b_lam - a_lam)
+        # a saturated top has no slack to interpolate: bisect (top/3 while the bottom is
+        # still under top/16, geometric while the bracket spans more than 4×, else linear);
+        # every third step that keeps the same end, too
+        bisect = np.where(b_lam > 4.0 * a_lam, np.sqrt(a_lam * b_lam), 0.5 * (a_lam + b_lam))
+        bisect = np.where(a_lam < b_lam / 16.0, b_lam / 3.0, bisect)  # far below: descend by 3× steps
+        bisecting = ~np.isfinite(fh[rows]) | (stalls[rows] >= 2)
+        mid = np.where(bisecting, bisect, mid)
+        f_mid, t_mid, b_mid = margin(rows, mid, t_lo[rows])
+        ok = f_mid <= 0
+        bind_hi[rows] = np.where(ok, bind_hi[rows], b_mid)
+        t_lo[rows] = np.where(ok, t_mid, t_lo[rows])
+        s_ = side[rows]
+        lo[rows] = np.where(ok, mid, lo[rows])
+        hi[rows] = np.where(ok, hi[rows], mid)
+        # Illinois: halve the stale end's slack when the same end is kept twice
+        fl[rows] = np.where(ok, f_mid, np.where(s_ < 0, -np.log1p(ga / 2.0), fl[rows]))
+        fh[rows] = np.where(ok, np.where(s_ > 0, -np.log1p(gb / 2.0), fh[rows]), f_mid)
+        new_side = np.where(ok, 1.0, -1.0)
+        stalls[rows] = np.where((new_side == s_) & ~bisecting, stalls[rows] + 1, 0.0)
+        side[rows] = new_side
+    # every probe feasible: check the bound itself; feasible there too → the scheduler cap binds
+    untested = np.flatnonzero(ok_lo & (hi == lam_hi))
+    if len(untested):
+        f_b, _, _ = margin(untested, lam_hi[untested])
+        at_bound = untested[f_b <= 0]
+        lo[at_bound] = lam_hi[at_bound]
+        if len(at_bound):
+            f_cap, _, _ = margin(at_bound, lam_cap[at_bound])
+            ok_hi[at_bound] = f_cap <= 0
+            lam_hi[at_bound] = np.where(f_cap <= 0, lam_cap[at_bound], lam_hi[at_bound])
+    max_qps = np.where(ok_hi, lam_hi, lo)
+    max_qps = np.where(ok_lo & runnable, max_qps, 0.0)
+    # at capacity: TTFT and TPOT percentiles always, E2E (a costly L × O mixture) when it is an SLO
+    # (Newton from the step time of the highest feasible probe, below both)
+    at_cap = evaluate_load(c, np.where(max_qps > 0, max_qps, lam_lo), lens, chunk, need | {"ttft", "tpot"}, t0=t_lo)
+    # the binding limit: from the probe just above capacity, or (saturated there) 2 % above
+    unknown = np.flatnonzero(ok_lo & ~ok_hi & (bind_hi < 0))
+    above = (evaluate_load(c.take(unknown), np.minimum(hi, max_qps * 1.02)[unknown], lens, chunk, need, p50=False)
+             if len(unknown) else None)
+    where_unknown = {int(i): j for j, i in enumerate(unknown)}
+    limited_by: list[str] = []
+    why: list[str | None] = []
+    for i in range(n):
+        if not runnable[i]:
+            limited_by.append("unservable")
+            why.append(c.reason[i] or "cannot run")
+            continue
+        if not ok_lo[i]:
+            limited_by.append("unservable")
+            why.append(_unservable_why(at_cap, i, targets, c))
+            continue
+        if ok_hi[i]:
+            limited_by.append("memory")
+            why.append(f"scheduler cap of {c.max_batch_sequences} running sequences")
+            continue
+        limited_by.append(names[bind_hi[i]] if bind_hi[i] >= 0
+                          else _binding(above, where_unknown[i], targets))  # type: ignore[arg-type]
+        why.append(None)
+    # unservable rows: at_cap is at λ_lo, the best they reach
+    return Capacity.at(at_cap, max_qps, max_qps * lens.mean_o, limited_by, why)
+
+
+def _scheduler_cap_qps(c: Configs, lens: Lengths) -> np.ndarray:
+    """max_batch / (E[O−1]·D(1)) req/s: no replica holds more decoding sequences than its cap."""
+    d1 = np.where(np.asarray(c.supported, dtype=bool), perf.decode_step_s(c, 1.0, lens.ctx), 1.0)
+    return float(c.max_batch_sequences) / (max(lens.mean_o1, 0.5) * d1)
+
+
+def _feasible_qps_bound(c: Configs, lens: Lengths) -> np.ndarray:
+    """An upper bound on the feasible request rate (req/s), from two rooflines.
+
+    - Decode: the batch is ``b = λ·E[O−1]·t̄`` with ``t̄ >= D(b)``, and feasibility needs
+      ``b <= b_max = min(max_batch, kv_capacity / c̄)`` (mean KV ``b·c̄`` under the p99);
+      b/D(b) grows with b, so ``λ <= b_max / (E[O−1]·D(b_max))`` (only when E[O−1] > 0).
+    - Compute: every request needs ``E[L] + E[O−1]`` token passes at no more than
+      ``compute_bound_tokens_s``, so ``λ <= compute_bound_tokens_s / (E[L] + E[O−1])``.
+    """
+    bound = np.full(len(c), np.inf)
+    if lens.mean_o1 > 0:
+        b_max = np.maximum(np.minimum(float(c.max_batch_sequences), c.kv_capacity_tokens / max(lens.ctx, 1.0)), 1.0)
+        bound = b_max / (lens.mean_o1 * perf.decode_step_s(c, b_max, lens.ctx))
+    roof = perf.compute_bound_tokens_s(c) / max(lens.mean_l + lens.mean_o1, 1.0)
+    out = np.fmin(bound, roof) * (1.0 + 1e-6)
+    return np.where(np.isfinite(out) & (out > 0), out, np.inf)
+
+
+def _scatter_capacity(c: Configs, idx: np.ndarray, sub: Capacity | None) -> Capacity:
+    """A Capacity over all of ``c`` from one over the runnable subset ``idx``; the rest unservable."""
+    n = len(c)
+
+    def full(values, fill=np.nan):
+        out = np.full(n, fill, dtype=float)
+        if sub is not None:
+            out[idx] = values
+        return out
+
+    limited_by = ["unservable"] * n
+    why: list[str | None] = [c.reason[i] or "cannot run" for i in range(n)]
+    if sub is not None:
+        for j, i in enumerate(idx):
+            limited_by[i] = sub.limited_by[j]
+            why[i] = sub.why[j]
+    return Capacity(
+        max_qps=full(sub.max_qps if sub else None, 0.0),
+        output_tokens_per_s=full(sub.output_tokens_per_s if sub else None, 0.0),
+        limited_by=limited_by,
+        why=why,
+        ttft_p99_ms=full(sub.ttft_p99_ms if sub else None),
+        tpot_p99_ms=full(sub.tpot_p99_ms if sub else None),
+        e2e_p99_ms=full(sub.e2e_p99_ms if sub else None),
+        at_capacity=None,
+    )
+
+
+def _distinct_rows(c: Configs) -> tuple[np.ndarray, np.ndarray]:
+    """(first, inverse): the first row of each distinct configuration by every array figure
+    (keys, devices and precisions aside), in order, and for every row the index of its own in
+    ``first``. Rows with the same figures have the same serving behaviour."""
+    figures = np.stack([np.asarray(getattr(c, f.name), dtype=float) for f in fields(c)
+                        if isinstance(getattr(c, f.name), np.ndarray)], axis=1)
+    _, first, inverse = np.unique(figures, axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return first[order], rank[inverse.ravel()]
+
+
+def _expand_capacity(c: Configs, inverse: np.ndarray, sub: Capacity, targets: dict[str, float]) -> Capacity:
+    """A Capacity over all of ``c`` from one over its distinct rows (row i is row ``inverse[i]``
+    of ``sub``); an unservable row's ``why`` names its own key."""
+    at_cap = LoadResult(*(getattr(sub.at_capacity, f.name)[inverse] for f in fields(LoadResult)))
+    limited_by = [sub.limited_by[j] for j in inverse]
+    why = [_unservable_why(at_cap, i, targets, c) if limited_by[i] == "unservable" else sub.why[j]
+           for i, j in enumerate(inverse)]
+    return Capacity.at(at_cap, sub.max_qps[inverse], sub.output_tokens_per_s[inverse], limited_by, why)
+
+
+def _binding(r: LoadResult, i: int, targets: dict[str, float]) -> str:
+    """The limit violated (or closest to it) just above capacity: memory first, then the worst SLO ratio."""
+    if r.saturated[i] and not targets:
+        return "memory"
+    if not r.kv_fits[i] and not r.saturated[i]:
+        return "memory"
+    ratios = {k: float(getattr(r, f"{k}_p99_ms")[i]) / t for k, t in targets.items()}
+    if not ratios:
+        return "memory"
+    return max(ratios, key=lambda k: ratios[k])
+
+
+def _unservable_why(r: LoadResult, i: int, targets: dict[str, float], c: Configs) -> str:
+    parts = []
+    for k, t in targets.items():
+        best = float(getattr(r, f"{k}_p99_ms")[i])
+        if not best <= t:
+            parts.append(f"{k}_p99_ms {t:g} is below the best this configuration reaches at λ → 0, "
+                         f"{best:.1f} ms (short by {best - t:.1f} ms)")
+    if not r.kv_fits[i]:
+        parts.append(f"the KV cache ({r.kv_capacity_tokens[i]:,.0f} tokens) cannot hold even one request's p99 context")
+    return f"{c.keys[i]}: " + "; ".join(parts) if parts else f"{c.keys[i]}: cannot meet the SLO"

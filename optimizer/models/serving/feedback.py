@@ -1,0 +1,107 @@
+"""Load feedback: a longer step admits more arrivals, which make later steps longer (a self-exciting process)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from optimizer.models.serving.state import Lengths, State
+
+# Window integrals of the linear load-feedback model (see ``feedback_factors``), as functions of the
+# decode gain v: I_a(v) = (1/2π)∫ K(θ)²/|1 − v·K₁(θ)|² dθ, I_b(v) = (1/2π)∫ K(θ)·Re K₁(θ)/|1 − v·K₁(θ)|² dθ
+# with K₁(θ) = (1 − e^{−iθ})/(iθ) (a boxcar of one lifetime, θ = ω·steps) and K = |K₁|². Both are
+# tabulated as 1/(1 − v) − Δ(v) (I_c(v) = (1/2π)∫ K/|1 − vK₁|² = 1/(1 − v) exactly), Δ by
+# quadrature on θ ∈ [0, 6000] with dθ = 1e-3 (tests/test_serving.py re-checks three points).
+# Exact ends: I_a(0) = 2/3, I_b(0) = 1/2.
+_FEEDBACK_V = np.array([0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.98])
+_DELTA_A = np.array([1 / 3, 0.3417, 0.3505, 0.3598, 0.3694, 0.3794, 0.3899, 0.4008, 0.4064, 0.4122,
+                     0.4180, 0.4240, 0.4302, 0.4340])
+_DELTA_B = np.array([0.5, 0.5170, 0.5349, 0.5539, 0.5738, 0.5947, 0.6169, 0.6402, 0.6523, 0.6648,
+                     0.6776, 0.6908, 0.7043, 0.7126])
+_MAX_GAIN = 0.98
+
+
+def feedback_integrals(v) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(I_a, I_b, I_c) of the load-feedback model at decode gain ``v`` in [0, 0.98] (see the table above)."""
+    v = np.clip(np.asarray(v, dtype=float), 0.0, _MAX_GAIN)
+    ic = 1.0 / (1.0 - v)
+    return ic - np.interp(v, _FEEDBACK_V, _DELTA_A), ic - np.interp(v, _FEEDBACK_V, _DELTA_B), ic
+
+
+@dataclass(frozen=True)
+class _Feedback:
+    """Load-feedback factors of the TPOT moments (arrays (N,))."""
+
+    bias_s: np.ndarray  # request-weighted mean TPOT − t̄
+    prefill_factor: np.ndarray  # long-window variance factor of the per-step prefill noise
+    batch_factor: np.ndarray  # factor on the M/G/∞ batch-average variance
+    cross_var_s2: np.ndarray  # covariance of prefill noise and batch drift (s²)
+    occupancy_factor: np.ndarray  # Var / Poisson variance of the instantaneous batch and KV occupancy
+
+
+def feedback_factors(lam: np.ndarray, s: State, lens: Lengths) -> _Feedback:
+    """Load feedback: a longer step admits more arrivals, which make later steps longer.
+
+    Linearised in the step clock, arrivals per step are ``a_k = ξ_k + λ·δT_k`` (ξ Poisson,
+    variance λ·t̄) and the step time is ``δT_k = s·δb_k + ε·a_{k−1}`` with the batch
+    ``δb_k = Σ_{m=1..n} a_{k−m}`` (n = E[O−1] steps of decoding, s = dD/db, ε = ∂E[T]/∂m the
+    marginal prefill cost of one prompt). That is a self-exciting (Hawkes) process with
+    branching ratio ``u_p + u_d``, ``u_p = λ·ε`` (``rho1``) and ``u_d = λ·n·s``: each request's
+    own prefill and decode time lets ``u_p + u_d`` further requests in, which do the same.
+    In the frequency domain (θ = ω·n) the gain is ``u_p + u_d·K₁(θ)``, so fluctuations slower
+    than one lifetime are amplified by ``1/|1 − u_p − u_d·K₁|²``. Averaging over a request's
+    n steps (window |K₁|² = K) gives, with ``v = u_d/(1 − u_p)`` and ``A = 1/(1 − u_p)²``:
+
+    - batch drift: M/G/∞ variance × ``A·I_a(v)/I_a(0)``;
+    - prefill noise: ``Var(T)/n × A·I_c(v)`` (was the lag-1 factor (1 + ρ₁)/(1 − ρ₁));
+    - cross term (the same arrivals are prefilled in and then decode during the window):
+      ``2·λ·t̄·s·ε·A·I_b(v)``;
+    - mean: requests see steps weighted by the batch, ``E[bT]/E[b] = t̄ + Cov(b, T)/b̄`` with
+      ``Cov(b, T)/b̄ = A·(s·I_c(v) + ε/n·(I_c(v) − 1/2)) − ε/(2n)``; the larger batch this
+      implies lengthens t̄ itself by ``u_d/(1 − g)`` of it (linear response of the fixed
+      point, g = u_p + u_d), so the shift is ``bias·(1 − u_p)/(1 − g)``.
+
+    - instantaneous batch and KV occupancy (a boxcar of one lifetime, unaveraged): variance
+      × ``A·I_c(v) = 1/((1 − u_p)(1 − g))`` (``occupancy_factor``). Against the simulator
+      (scripts/agreement.py) this matches the batch variance to ~15 % up to 70 % load; at
+      90 % with a large prefill share (u_p > 0.5) it overstates it up to 2× (the linear
+      response ignores that the prefill queue and the chunk budget cap a step's extra), so
+      the KV p99 there errs high (conservative).
+
+    At u_p = u_d = 0 this is the old model plus the cross term and ``s`` (the tagged request
+    in its own batch). g is capped at 0.98.
+    """
+    n = max(lens.mean_o1, 1.0)
+    up = np.clip(s.rho1, 0.0, 0.95)
+    slope = np.maximum(s.slope_s, 0.0)
+    eps = np.maximum(s.eps_s, 0.0)
+    ud = lam * lens.mean_o1 * slope
+    g = np.minimum(up + ud, _MAX_GAIN)
+    ia, ib, ic = feedback_integrals(ud / (1.0 - up))
+    amp = 1.0 / (1.0 - up) ** 2
+    cov = amp * (slope * ic + eps / n * (ic - 0.5)) - eps / (2.0 * n)
+    tbar = np.where(np.isfinite(s.step_s), s.step_s, 0.0)
+    return _Feedback(
+        bias_s=cov * (1.0 - up) / (1.0 - g),
+        prefill_factor=amp * ic,
+        batch_factor=amp * ia / (2.0 / 3.0),
+        cross_var_s2=2.0 * lam * tbar * slope * eps * amp * ib,
+        occupancy_factor=amp * ic,
+    )
+
+
+def batch_average_var(lam, tbar, window, o1, o_w) -> np.ndarray:
+    """Variance of the M/G/∞ population averaged over a window W (per config, per O node).
+
+    ``(2λ/W²)·Σ_q w_q·I(s_q, W)`` with service ``s_q = (O_q−1)·t̄`` and
+    ``I = W²s/2 − W³/6`` (s >= W) or ``W·s²/2 − s³/6`` (s < W).
+    """
+    s = o1[None, None, :] * tbar[:, None, None]  # (N, 1, QO') others' service
+    w = window[:, :, None]  # (N, QO, 1)
+    big = w * w * s / 2.0 - w * w * w / 6.0
+    small = w * s * s / 2.0 - s * s * s / 6.0
+    integral = np.where(s >= w, big, small) @ o_w  # (N, QO)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        v = 2.0 * lam[:, None] * integral / np.maximum(window, 1e-300) ** 2
+    return np.where(window > 0, v, 0.0)

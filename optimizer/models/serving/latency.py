@@ -1,0 +1,298 @@
+"""Latency percentiles and KV occupancy of every configuration at a request rate (``serve_at_rate``).
+
+Formulas: see :mod:`optimizer.models.serving` (the tails part of its docstring).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from catalog.errors import ModelError
+from optimizer.models import perf
+from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS, Z99
+from optimizer.models.params import CalibrationParams
+from optimizer.models.perf import Configs
+from optimizer.models.serving.feedback import batch_average_var, feedback_factors
+from optimizer.models.serving.state import (
+    GRID_BLOCK_ELEMENTS,
+    Lengths,
+    State,
+    Steps,
+    lengths_for,
+    poisson_pmf,
+    prompts_k_max,
+    solve_state,
+)
+from optimizer.models.serving.tails import mixture_quantile
+from workloads.spec import LengthDist
+
+SLO_LIMITS = ("ttft", "tpot", "e2e")
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """Latency percentiles (ms) and state of each configuration at one request rate (arrays (N,)).
+
+    ``saturated`` configurations have no steady state (their latencies are ``inf``);
+    ``kv_fits`` is False when the p99 KV occupancy exceeds the cache (requests would queue
+    for memory or be preempted, which the percentiles here do not include).
+    """
+
+    qps: np.ndarray
+    ttft_mean_ms: np.ndarray
+    ttft_p50_ms: np.ndarray
+    ttft_p99_ms: np.ndarray
+    tpot_mean_ms: np.ndarray
+    tpot_p50_ms: np.ndarray
+    tpot_p99_ms: np.ndarray
+    e2e_mean_ms: np.ndarray
+    e2e_p50_ms: np.ndarray
+    e2e_p99_ms: np.ndarray
+    utilization: np.ndarray
+    saturated: np.ndarray
+    running_batch: np.ndarray  # mean decoding sequences (Little's law)
+    step_ms: np.ndarray  # mean step duration t̄
+    kv_p99_tokens: np.ndarray
+    kv_capacity_tokens: np.ndarray
+    kv_fits: np.ndarray
+    output_tokens_per_s: np.ndarray  # λ·E[O]
+
+
+
+# ---------------------------------------------------------------------------------------
+# Public API
+
+
+def check_rate(qps) -> np.ndarray:
+    lam = np.asarray(qps, dtype=float)
+    if lam.size and not np.all(np.isfinite(lam) & (lam > 0)):
+        bad = lam[~(np.isfinite(lam) & (lam > 0))].ravel()[0]
+        raise ModelError(f"request rate must be a positive number of requests per second (got {bad:g}); "
+                         "give --qps > 0")
+    return lam
+
+
+def serve_at_rate(
+    c: Configs,
+    qps,
+    prompt: LengthDist,
+    output: LengthDist,
+    params: CalibrationParams | None = None,
+    prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
+    percentiles: bool = True,
+) -> LoadResult:
+    """Latencies and state of every configuration at ``qps`` requests/s (scalar or (N,)).
+
+    See the module docstring for the formulas. ``params`` is accepted for symmetry with
+    the perf model (its factors are already folded into ``c``).
+    """
+    lam = np.broadcast_to(check_rate(qps), (len(c),)).astype(float)
+    lens = lengths_for(prompt, output)
+    return evaluate_load(c, lam, lens, prefill_chunk_tokens, need=set(SLO_LIMITS) if percentiles else set())
+
+
+def take_state(s: State, rows: np.ndarray) -> State:
+    """The state of the configurations at ``rows``."""
+    st = s.steps
+    steps = Steps(st.d[rows], st.pk[rows], st.l_w, st.g1[rows], st.gk[rows], st.gk_lo[rows])
+    return State(s.b[rows], s.step_s[rows], steps, s.slope_s[rows], s.eps_s[rows], s.rho1[rows],
+                  s.t_full_s[rows], s.saturated[rows])
+
+
+def evaluate_load(c: Configs, lam: np.ndarray, lens: Lengths, chunk: int, need: set[str],
+              t0: np.ndarray | None = None, p50: bool = True, state: State | None = None) -> LoadResult:
+    runnable = np.asarray(c.supported, dtype=bool)
+    s = solve_state(c, lam, lens, chunk, t0) if state is None else state
+    sat = s.saturated | ~runnable
+    tbar = np.where(sat, np.nan, s.step_s)
+    o1 = np.maximum(lens.o_nodes - 1.0, 0.0)  # (QO,) decode steps of a request
+
+    # ---- TPOT | O = mean of O−1 step durations + batch drift over W, with load feedback
+    m1, m2, m3 = (s.steps.moment(r) for r in (1, 2, 3))
+    var_t = np.maximum(m2 - m1**2, 0.0)
+    k3_t = m3 - 3 * m1 * m2 + 2 * m1**3
+    d_tag = perf.decode_step_s(c, s.b + 1.0, lens.ctx)
+    fb = feedback_factors(lam, s, lens)
+    # request-weighted mean step E[b·T]/E[b] = t̄ + Cov(b, T)/b̄, Little's law shift included
+    mean_tpot = m1 + np.where(sat, 0.0, fb.bias_s)
+    steps_n = np.maximum(o1, 1.0)[None, :]
+    window = o1[None, :] * tbar[:, None]  # (N, QO)
+    var_b = batch_average_var(lam, tbar, window, o1, lens.o_w)
+    var_pref = (var_t * fb.prefill_factor)[:, None] / steps_n + fb.cross_var_s2[:, None]
+    # prefill share Y = TPOT − D(b+1) is a per-step average in [0, e_full]: Var ≤ Ȳ·(e_full − Ȳ)
+    y_bar = np.maximum(mean_tpot - d_tag, 0.0)
+    bound = y_bar * np.maximum(s.t_full_s - s.steps.d - y_bar, 0.0)
+    shrink = np.minimum(1.0, bound[:, None] / np.maximum(var_pref, 1e-300))
+    var_tpot = var_pref * shrink + (s.slope_s[:, None] ** 2) * var_b * fb.batch_factor[:, None]
+    k3_tpot = (k3_t * fb.prefill_factor**1.5)[:, None] / steps_n**2 * shrink**1.5
+    has_tpot = o1 >= 0.5
+    w_tpot = np.where(has_tpot, lens.o_w, 0.0)
+    w_tpot = w_tpot / w_tpot.sum() if w_tpot.sum() > 0 else w_tpot
+    mt = np.broadcast_to(mean_tpot[:, None], var_tpot.shape)
+
+    # ---- TTFT | L
+    ttft_m, ttft_v, ttft_k3 = _ttft_moments(c, lam, lens, s, chunk)
+
+    nan = np.full(len(c), np.nan)
+    out = {k: nan.copy() for k in ("tpot_p50", "tpot_p99", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99")}
+    if "tpot" in need and w_tpot.sum() > 0:
+        out["tpot_p99"] = mixture_quantile(0.99, w_tpot, mt, var_tpot, k3_tpot)
+        if p50:
+            out["tpot_p50"] = mixture_quantile(0.50, w_tpot, mt, var_tpot, k3_tpot)
+    if "ttft" in need:
+        out["ttft_p99"] = mixture_quantile(0.99, lens.l_w, ttft_m, ttft_v, ttft_k3)
+        if p50:
+            out["ttft_p50"] = mixture_quantile(0.50, lens.l_w, ttft_m, ttft_v, ttft_k3)
+    if "e2e" in need:
+        # components (L node, O node): TTFT(L) + (O−1)·TPOT(O), independent
+        ql, qo = len(lens.l_w), len(lens.o_w)
+        m = ttft_m[:, :, None] + o1[None, None, :] * mt[:, None, :]
+        v = (ttft_v[:, :, None] + (o1**2)[None, None, :] * var_tpot[:, None, :]
+             + (mt**2 * lens.o_var[None, :])[:, None, :])  # output length spread inside a stratum
+        k3 = ttft_k3[:, :, None] + (o1**3)[None, None, :] * k3_tpot[:, None, :]
+        w = (lens.l_w[:, None] * lens.o_w[None, :]).reshape(ql * qo)
+        n = len(c)
+        out["e2e_p99"] = mixture_quantile(0.99, w, m.reshape(n, -1), v.reshape(n, -1), k3.reshape(n, -1))
+        if p50:
+            out["e2e_p50"] = mixture_quantile(0.50, w, m.reshape(n, -1), v.reshape(n, -1), k3.reshape(n, -1))
+    ttft_mean = ttft_m @ lens.l_w
+    e2e_mean = ttft_mean + lens.mean_o1 * mean_tpot
+
+    # ---- KV occupancy (M/G/∞ shot noise, over-dispersed by load feedback) and utilisation
+    life = tbar + np.where(sat, 0.0, fb.bias_s)  # request-weighted step: a sequence's time per decode step
+    kv_mean = lam * life * lens.kv_tok_steps + lam * ttft_mean * lens.mean_l
+    kv_sd = np.sqrt(lam * tbar * lens.kv_tok2_steps * fb.occupancy_factor)
+    kv_p99 = kv_mean + Z99 * kv_sd
+    b_p99 = s.b + Z99 * np.sqrt(s.b * fb.occupancy_factor)
+    kv_cap = np.asarray(c.kv_capacity_tokens, dtype=float)
+    kv_fits = (kv_p99 <= kv_cap) & (b_p99 <= c.max_batch_sequences) & ~sat
+    util = lam * (s.eps_s + lens.mean_o1 * s.slope_s)
+    util = np.where(sat, np.maximum(util, 1.0), util)
+
+    def ms(x):
+        return np.where(sat, np.inf, x * 1e3)
+
+    return LoadResult(
+        qps=lam,
+        ttft_mean_ms=ms(ttft_mean), ttft_p50_ms=ms(out["ttft_p50"]), ttft_p99_ms=ms(out["ttft_p99"]),
+        tpot_mean_ms=ms(mean_tpot), tpot_p50_ms=ms(out["tpot_p50"]), tpot_p99_ms=ms(out["tpot_p99"]),
+        e2e_mean_ms=ms(e2e_mean), e2e_p50_ms=ms(out["e2e_p50"]), e2e_p99_ms=ms(out["e2e_p99"]),
+        utilization=util, saturated=sat, running_batch=s.b, step_ms=ms(tbar),
+        kv_p99_tokens=np.where(sat, np.inf, kv_p99), kv_capacity_tokens=kv_cap, kv_fits=kv_fits,
+        output_tokens_per_s=np.where(sat, np.nan, lam * lens.mean_o),
+    )
+
+
+
+
+def _prompt_chunks_extra_s(c: Configs, b: np.ndarray, ctx: float, n_tok: np.ndarray, prompt_tokens: np.ndarray,
+                           chunk: int, d: np.ndarray) -> np.ndarray:
+    """Σ_chunks [t(b, c̄, n_j, min(j·C + n_j/2, L)) − D(b)] for ``n_tok`` tokens cut into chunks of C.
+
+    ``n_tok = K·C + r``: K full chunks and a partial one of r tokens. Full chunk k attends to
+    ``min(k·C + C/2, L)``, which is L from ``k_L = ceil((L − C/2)/C)`` on, so the K full
+    chunks cost a cumulative sum over k < k_max (k_max = max k_L) plus (K − k_max)⁺ times
+    the chunk at span L: two step-time evaluations instead of one per chunk.
+    Shapes: b, d (N, 1, 1); n_tok (1, QL, J); prompt_tokens (1, QL, 1).
+    """
+    full = np.floor(n_tok / chunk)
+    rem = n_tok - full * chunk
+    k_max = max(int(math.ceil(float(np.max(prompt_tokens - chunk / 2.0)) / chunk)), 0)
+    k = np.arange(k_max + 1, dtype=float)[None, None, :]
+    per_chunk = perf.decode_step_s(c, b, ctx, float(chunk), np.minimum(k * chunk + chunk / 2.0, prompt_tokens)) - d
+    cum = np.concatenate([np.zeros(per_chunk.shape[:-1] + (1,)), np.cumsum(per_chunk, axis=-1)], axis=-1)
+    idx = np.minimum(full, k_max + 1).astype(np.int64)
+    idx = np.broadcast_to(idx, np.broadcast_shapes(idx.shape, cum.shape[:-1] + (1,)))
+    cum = np.broadcast_to(cum, idx.shape[:-1] + cum.shape[-1:])
+    total = np.take_along_axis(cum, idx, axis=-1) + np.maximum(full - k_max - 1, 0.0) * per_chunk[..., -1:]
+    partial = perf.decode_step_s(c, b, ctx, rem, np.minimum(full * chunk + rem / 2.0, prompt_tokens)) - d
+    return total + np.where(rem > 0, partial, 0.0)
+
+
+def _row_blocks(n: int, elements_per_row: int):
+    """Slices of the rows of an (n, ...) array, each of at most GRID_BLOCK_ELEMENTS elements
+    (at least one row). Row-wise computations on large grids go by blocks: the temporaries
+    stay in cache and out of fresh memory pages, and the result is that of one pass."""
+    step = max(1, GRID_BLOCK_ELEMENTS // max(elements_per_row, 1))
+    for start in range(0, n, step):
+        yield slice(start, min(start + step, n))
+
+
+def _carrying_step_sums(c: Configs, s: State, lens: Lengths, chunk: int, mj: np.ndarray):
+    """E[own], E[own²], E[own³] and E[own·(J − m_J)] (each (N, QL)) of the time ``own`` of the
+    step(s) that carry a prompt of each node length L with J ~ Poisson(m_J) others:
+    ``own = ceil(n/C)·D(b) + g(n)``, n = L + J·E[L] (``_prompt_chunks_extra_s``).
+
+    The (N, QL, J) grid is the largest array of the serving model; it is evaluated by
+    ``_row_blocks`` of the rows in order of m_J, each block with J up to its own ``prompts_k_max``
+    (the Poisson tail beyond folds into it, as for all the rows at once).
+    """
+    n = len(c)
+    order = np.argsort(mj, kind="stable")
+    sums = np.empty((4, n, len(lens.l_nodes)))
+    for block in _row_blocks(n, len(lens.l_nodes) * (prompts_k_max(mj) + 1)):
+        rows = order[block]
+        m = mj[rows]
+        j_max = prompts_k_max(m)
+        pj3 = poisson_pmf(m, j_max)[:, None, :]  # (rows, 1, J)
+        j = np.arange(j_max + 1)
+        n_tok = lens.l_nodes[None, :, None] + j[None, None, :] * lens.mean_l  # (1, QL, J)
+        b3 = s.b[rows, None, None]
+        d3 = s.steps.d[rows, None, None]
+        g = _prompt_chunks_extra_s(c.take(rows), b3, lens.ctx, n_tok, lens.l_nodes[None, :, None], chunk, d3)
+        own = np.ceil(n_tok / chunk) * d3 + g  # (rows, QL, J)
+        p_own = pj3 * own
+        sums[0, rows] = np.sum(p_own, axis=2)
+        own2 = own * own
+        sums[1, rows] = np.sum(pj3 * own2, axis=2)
+        sums[2, rows] = np.sum(pj3 * own2 * own, axis=2)
+        sums[3, rows] = np.sum(p_own * (j[None, None, :] - m[:, None, None]), axis=2)
+    return sums[0], sums[1], sums[2], sums[3]
+
+
+def _ttft_moments(c: Configs, lam: np.ndarray, lens: Lengths, s: State, chunk: int):
+    """Mean, variance, third cumulant of TTFT for each prompt node (N, QL).
+
+    TTFT = R + T_next + W_q: the residual R of the step in progress (length-biased, uniform
+    inside the step; 0 when the replica is idle), the step(s) that carry the prompt with
+    J ~ Poisson(λ·E[T²]/E[T]) other prompts that arrived during the same step, and the
+    M/G/1 queue of prompt work beyond one step at the full-chunk rate.
+    """
+    st = s.steps
+    mom = [st.moment(r) for r in (1, 2, 3, 4)]
+    busy = 1.0 - np.exp(-s.b)
+    r1 = busy * mom[1] / (2.0 * mom[0])
+    r2 = busy * mom[2] / (3.0 * mom[0])
+    r3 = busy * mom[3] / (4.0 * mom[0])
+    var_r = r2 - r1**2
+    k3_r = r3 - 3 * r1 * r2 + 2 * r1**3
+    # the step(s) carrying the prompt: D + g(L + J·E[L]) (N, QL, J)
+    lb_mean = mom[1] / mom[0]
+    mj = busy * lam * lb_mean
+    o1, o2, o3, o_j = _carrying_step_sums(c, s, lens, chunk, mj)
+    var_o = np.maximum(o2 - o1**2, 0.0)
+    k3_o = o3 - 3 * o1 * o2 + 2 * o1**3
+    # R and J grow together with the length of the step in progress: Cov(R, own) ≈ λ/2·Var_lb(T)·ε_J
+    var_lb = mom[2] / mom[0] - lb_mean**2
+    eps_j = o_j / np.maximum(mj, 1e-12)[:, None]
+    cov = busy[:, None] * lam[:, None] / 2.0 * var_lb[:, None] * np.where(mj[:, None] > 0, eps_j, 0.0)
+    # queue of prompt work beyond one step: M/G/1 at the full-chunk rate, excess over one residual
+    sec_per_token = s.t_full_s / chunk
+    u = lam * lens.mean_l * sec_per_token
+    es2 = float(lens.l_w @ lens.l_nodes**2) * sec_per_token**2
+    stable = u < 1
+    wq_mean = np.where(stable, lam * es2 / 2.0 * u / np.where(stable, 1.0 - u, 1.0), 0.0)
+    p_w = np.clip(u * u, 1e-12, 1.0)
+    theta = wq_mean / p_w
+    w1 = p_w * theta
+    w2 = 2 * p_w * theta**2 - w1**2
+    w3 = 6 * p_w * theta**3 - 6 * p_w * theta**2 * w1 + 2 * w1**3
+    mean = o1 + (r1 + w1)[:, None] + c.request_overhead_s  # + the per-request front-end time
+    # the prompt length spread inside each stratum, at the full-chunk cost per token
+    var = var_o + (var_r + w2)[:, None] + 2.0 * cov + (sec_per_token**2)[:, None] * lens.l_var[None, :]
+    k3 = k3_o + (k3_r + w3)[:, None]
+    unstable = ~stable[:, None] | s.saturated[:, None]
+    return np.where(unstable, np.inf, mean), np.where(unstable, 0.0, var), np.where(unstable, 0.0, k3)

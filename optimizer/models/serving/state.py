@@ -1,0 +1,285 @@
+"""Mean state of a replica under load: length quadrature, per-step prompt work, the Little's-law fixed point.
+
+Formulas: see :mod:`optimizer.models.serving` (the mean-behaviour part of its docstring).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from optimizer.models import perf
+from optimizer.models.lengths import quadrature_spread
+from optimizer.models.perf import Configs
+from workloads.spec import LengthDist
+
+QUAD_NODES = 12
+NEWTON_ITERATIONS = 40
+BISECTION_ITERATIONS = 40  # safeguarded regula falsi steps on ln λ (typically < 10)
+CAPACITY_RTOL = 5e-4  # capacity bracket hi/lo − 1
+QUANTILE_ITERATIONS = 24  # Illinois steps, safeguarded inside the component-quantile bracket
+QUANTILE_RTOL = 1e-5
+POISSON_K_MAX = 60  # largest count of prompts per step resolved (the Poisson tail folds into it)
+MAX_EXPLICIT_CHUNKS = 4  # longer prefills: the rest at the 4th chunk's per-token cost
+GRID_BLOCK_ELEMENTS = 1 << 15  # row-wise grids are evaluated by blocks of rows this large (256 KB arrays)
+
+
+# ---------------------------------------------------------------------------------------
+# Distributions as quadrature
+
+
+@dataclass(frozen=True)
+class Lengths:
+    l_nodes: np.ndarray  # prompt tokens, (QL,)
+    l_w: np.ndarray
+    o_nodes: np.ndarray  # output tokens, (QO,)
+    o_w: np.ndarray
+    l_var: np.ndarray  # variance of the prompt length inside each node's stratum, (QL,)
+    o_var: np.ndarray  # same for the output length, (QO,)
+    mean_l: float
+    var_l: float  # Var(L) over the nodes, Σ w·(L − E[L])²
+    mean_o1: float  # E[O − 1]
+    mean_o: float
+    ctx: float  # time-weighted mean context of a decoding sequence
+    kv_tok_steps: float  # E[Σ_{j=1}^{O−1} (L + j)]
+    kv_tok2_steps: float  # E[Σ_{j=1}^{O−1} (L + j)²]
+    prompt_grids: dict[tuple[int, int], _PromptTokens] = field(default_factory=dict, repr=False,
+                                                               compare=False)  # ``_prompt_tokens`` by (k_max, C)
+
+
+def lengths_for(prompt: LengthDist, output: LengthDist) -> Lengths:
+    ln, lw, lv = quadrature_spread(prompt, QUAD_NODES)
+    on, ow, ov = quadrature_spread(output, QUAD_NODES)
+    ln = np.maximum(ln, 1.0)
+    on = np.maximum(on, 1.0)
+    el = float(lw @ ln)
+    n = np.maximum(on - 1.0, 0.0)  # decode steps per request
+    eo1 = float(ow @ n)
+    sum_j = n * (n + 1) / 2.0  # Σ j
+    sum_j2 = n * (n + 1) * (2 * n + 1) / 6.0  # Σ j²
+    el2 = float(lw @ ln**2)
+    kv1 = float(ow @ (n * el + sum_j))
+    kv2 = float(ow @ (n * el2 + 2 * el * sum_j + sum_j2))
+    ctx = el + (float(ow @ (n * (n + 1))) / (2.0 * eo1) if eo1 > 0 else 0.0)
+    var_l = float(lw @ (ln - el) ** 2)
+    return Lengths(ln, lw, on, ow, lv, ov, el, var_l, eo1, float(ow @ on), ctx, kv1, kv2)
+
+
+# ---------------------------------------------------------------------------------------
+# Step-time pieces
+
+
+@dataclass(frozen=True)
+class _PromptTokens:
+    """The prefill tokens n a step can carry, as J columns: one prompt of each node length L
+    (QL columns), then K = 2..k_max prompts of E[L] tokens; with what ``_steps`` and
+    ``_chunked_extra_s`` need of them that does not depend on the configuration. Shapes (1, J)
+    unless noted."""
+
+    n_one: int  # QL: the first columns are one prompt each
+    rest: np.ndarray  # tokens of the chunk that carries the remainder (more than C only in the last explicit one)
+    n_step: np.ndarray  # its step size, min(rest, C)
+    rest_span: np.ndarray  # its attention span
+    # the distinct (n_step, rest_span) steps (1, U) and each column's among them (J,): long
+    # prompts and large K all end in a full chunk at the same span, one step time for all
+    step_tokens: np.ndarray
+    step_span: np.ndarray
+    step_of_column: np.ndarray
+    full_span: np.ndarray  # (1, MAX_EXPLICIT_CHUNKS): full chunk j < last of one prompt, then of several
+    before: np.ndarray  # (J,) column of the full chunks before the remainder, in ``_chunked_extra_s``'s table
+    sd_tokens: np.ndarray  # (1, K − 1) √(K·Var(L))
+    k_tokens: np.ndarray  # (1, K − 1) max(K·E[L], 1)
+
+
+def _prompt_tokens(lens: Lengths, k_max: int, chunk: int) -> _PromptTokens:
+    """The :class:`_PromptTokens` for K up to ``k_max`` and chunks of C = ``chunk`` tokens (cached on ``lens``).
+
+    Chunk j of one prompt attends to ``j·C + n_j/2`` tokens on average; chunks of several
+    prompts to E[L]/2. The chunk carrying the remainder is ``min(⌊n/C⌋, MAX_EXPLICIT_CHUNKS − 1)``.
+    """
+    key = (k_max, chunk)
+    if key not in lens.prompt_grids:
+        last = MAX_EXPLICIT_CHUNKS - 1
+        ks = np.arange(2, k_max + 1, dtype=float)
+        n_tokens = np.concatenate([lens.l_nodes, ks * lens.mean_l])[None, :]
+        single = np.arange(n_tokens.shape[1]) < len(lens.l_nodes)
+        j_rest = np.clip(np.floor(n_tokens / chunk), 0.0, last)
+        rest = n_tokens - j_rest * chunk
+        n_step = np.minimum(rest, chunk)
+        rest_span = np.where(single, j_rest * chunk + n_step / 2.0, lens.mean_l / 2.0)
+        steps, step_of_column = np.unique(np.stack([n_step[0], rest_span[0]]), axis=1, return_inverse=True)
+        lens.prompt_grids[key] = _PromptTokens(
+            n_one=len(lens.l_nodes), rest=rest, n_step=n_step, rest_span=rest_span,
+            step_tokens=steps[:1], step_span=steps[1:], step_of_column=step_of_column.ravel(),
+            full_span=np.append(np.arange(last) * chunk + chunk / 2.0, lens.mean_l / 2.0)[None, :],
+            before=j_rest[0].astype(np.int64) + np.where(single, 0, last + 1),
+            sd_tokens=np.sqrt(ks * lens.var_l)[None, :], k_tokens=np.maximum(ks * lens.mean_l, 1.0)[None, :],
+        )
+    return lens.prompt_grids[key]
+
+
+def _chunk_extra_s(t: np.ndarray, d: np.ndarray, n: np.ndarray, n_step: np.ndarray) -> np.ndarray:
+    """(t − D)·n/n_step: the extra time of a step of n_step prefill tokens, charged for n tokens (0 if n <= 0)."""
+    return np.where(n > 0, (t - d) * n / np.maximum(n_step, 1e-300), 0.0)
+
+
+def _chunked_extra_s(c: Configs, b: np.ndarray, ctx: float, n: _PromptTokens, chunk: int,
+                     d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """g(n) = Σ_chunks [t(b, c̄, n_j, span_j) − D(b)]: extra step time of the prefill tokens of
+    each column of ``n`` (spans there); returns (N, QL) for one prompt, (N, K − 1) for several.
+
+    The tokens go through ``ceil(n/C)`` steps of at most C tokens; beyond MAX_EXPLICIT_CHUNKS
+    chunks the rest is charged at the last explicit chunk's per-token cost. Full chunks cost
+    the same whatever n, so they are evaluated once per configuration, and only the chunk that
+    carries the remainder once per distinct (size, span). Shapes: b, d (N, 1).
+    """
+    last = MAX_EXPLICIT_CHUNKS - 1
+    full = _chunk_extra_s(perf.decode_step_s(c, b, ctx, float(chunk), n.full_span), d, float(chunk), float(chunk))
+    zero = np.zeros((len(full), 1))
+    before = np.concatenate([zero, np.cumsum(full[:, :last], axis=1),  # the full chunks before chunk j
+                             zero, np.cumsum(np.repeat(full[:, last:], last, axis=1), axis=1)], axis=1)
+    t_rest = perf.decode_step_s(c, b, ctx, n.step_tokens, n.step_span)[:, n.step_of_column]
+    g = before[:, n.before] + _chunk_extra_s(t_rest, d, n.rest, n.n_step)
+    return g[:, :n.n_one], g[:, n.n_one:]
+
+
+_LOG_FACTORIAL = np.array([math.lgamma(k + 1.0) for k in range(POISSON_K_MAX + 1)])  # ln k!
+
+
+def poisson_pmf(m: np.ndarray, k_max: int) -> np.ndarray:
+    """P(K = k), k = 0..k_max (<= POISSON_K_MAX), for K ~ Poisson(m) (N,) → (N, k_max + 1); the tail folds into k_max."""
+    k = np.arange(k_max + 1, dtype=float)
+    lg = _LOG_FACTORIAL[:k_max + 1]
+    mm = np.maximum(m, 1e-300)[:, None]
+    p = np.exp(-mm + k[None, :] * np.log(mm) - lg[None, :])
+    p = np.where(m[:, None] > 0, p, (k[None, :] == 0).astype(float))
+    p[:, -1] += np.clip(1.0 - p.sum(axis=1), 0.0, 1.0)
+    return p
+
+
+def prompts_k_max(m: np.ndarray) -> int:
+    top = float(np.max(np.where(np.isfinite(m), m, 0.0), initial=0.0))
+    return int(min(POISSON_K_MAX, math.ceil(top + 6.0 * math.sqrt(top) + 4.0)))
+
+
+def int_power(x: np.ndarray, r: int) -> np.ndarray:
+    """x^r for an integer r >= 1 by repeated products (numpy's ``**`` calls pow() beyond r = 2, several times slower)."""
+    out = x
+    for _ in range(r - 1):
+        out = out * x
+    return out
+
+
+@dataclass
+class Steps:
+    """Distribution of one step's duration ``T = D(b) + g(K prompts)``, K ~ Poisson(m): as a
+    table of values (N, J) with probabilities (N, J), built on first use (the mean needs none)."""
+
+    d: np.ndarray  # decode-only step D(b), (N,)
+    pk: np.ndarray  # P(K = k), (N, k_max + 1)
+    l_w: np.ndarray  # (QL,) weights of the prompt-length nodes
+    g1: np.ndarray  # (N, QL) extra of one prompt of each node length, alone
+    gk: np.ndarray  # (N, k_max − 1) extra of K = 2..k_max prompts: the mean of two points, gk_lo and 2·g_K − gk_lo
+    gk_lo: np.ndarray
+    _moments: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+
+    @cached_property
+    def values(self) -> np.ndarray:
+        d = self.d[:, None]
+        return np.concatenate([d, d + self.g1, d + self.gk_lo, d + (self.gk + (self.gk - self.gk_lo))], axis=1)
+
+    @cached_property
+    def probs(self) -> np.ndarray:
+        half = self.pk[:, 2:] / 2.0
+        return np.concatenate([self.pk[:, :1], self.pk[:, 1:2] * self.l_w[None, :], half, half], axis=1)
+
+    def moment(self, r: int) -> np.ndarray:
+        """E[T^r] (N,), computed once per r; E[T] = D + P(K=1)·E[g1] + Σ_K P(K)·g_K without the table."""
+        if r not in self._moments:
+            if r == 1:
+                self._moments[r] = (self.d + self.pk[:, 1] * (self.g1 @ self.l_w)
+                                    + np.sum(self.pk[:, 2:] * self.gk, axis=1))
+            else:
+                self._moments[r] = np.sum(self.probs * int_power(self.values, r), axis=1)
+        return self._moments[r]
+
+
+def _steps(c: Configs, b: np.ndarray, m: np.ndarray, lens: Lengths, chunk: int) -> Steps:
+    """Step durations when K ~ Poisson(m) prompts (those that arrived during the previous
+    step) ride in it: ``T = D(b) + g(K prompts)``; K = 1 resolves the prompt length by
+    quadrature, K >= 2 uses K·E[L] tokens."""
+    bb = b[:, None]
+    d = perf.decode_step_s(c, bb, lens.ctx)
+    k_max = max(prompts_k_max(m), 1)
+    pk = poisson_pmf(m, k_max)
+    n = _prompt_tokens(lens, k_max, chunk)
+    g1, gk = _chunked_extra_s(c, bb, lens.ctx, n, chunk, d)
+    # K >= 2: the sum of K prompts has variance K·Var(L); spread it over two points ±sd
+    # (at the local per-token cost g_K / (K·E[L])) so the step variance keeps it.
+    spread = n.sd_tokens * gk / n.k_tokens
+    return Steps(d[:, 0], pk, lens.l_w, g1, gk, np.maximum(gk - spread, 0.0))
+
+
+@dataclass
+class State:
+    b: np.ndarray  # mean running batch (N,)
+    step_s: np.ndarray  # t̄ = E[T]
+    steps: Steps
+    slope_s: np.ndarray  # dD/db
+    eps_s: np.ndarray  # mean extra step time per prompt, (E[T] − D)/m
+    rho1: np.ndarray  # lag-1 correlation of step durations, λ·dE[T]/dm
+    t_full_s: np.ndarray  # t(b, C) a full prefill step
+    saturated: np.ndarray
+
+
+def solve_state(c: Configs, lam: np.ndarray, lens: Lengths, chunk: int, t0: np.ndarray | None = None) -> State:
+    """Smallest root of h(t) = E[T | b = λ·E[O−1]·t, m = λ·t] − t by Newton's method from below.
+
+    h(D(0)) > 0 and h is near-convex, so Newton from the left approaches the stable
+    (smaller) root (an overshoot is corrected by a step back); no root (h' >= 0 while h > 0)
+    or a batch over the scheduler cap means saturated.
+    """
+    n = len(c)
+    cap = float(c.max_batch_sequences)
+    zero = np.zeros(n)
+    t = perf.decode_step_s(c, zero, lens.ctx) if t0 is None else np.asarray(t0, dtype=float).copy()
+    t = np.where(np.isfinite(t), t, perf.decode_step_s(c, zero, lens.ctx))
+    saturated = ~np.isfinite(t)
+
+    def h(cs, lv, tv):
+        b = np.minimum(lv * lens.mean_o1 * tv, cap)
+        return _steps(cs, b, lv * tv, lens, chunk).moment(1) - tv
+
+    done = saturated.copy()
+    for _ in range(NEWTON_ITERATIONS):  # only the rows still moving
+        rows = np.flatnonzero(~done)
+        if not len(rows):
+            break
+        cs = c if len(rows) == n else c.take(rows)
+        lv, tv = lam[rows], t[rows]
+        hv = h(cs, lv, tv)
+        dt = np.maximum(1e-9, 1e-4 * tv)
+        dh = (h(cs, lv, tv + dt) - hv) / dt
+        sat = ((dh >= 0) & (hv > 1e-12 * tv)) | ~np.isfinite(hv)
+        # h is not convex everywhere (the max() in the step time): a step past the root
+        # comes back with the next (negative) move
+        move = np.where(sat, 0.0, -hv / np.where(dh < 0, dh, -1.0))
+        t[rows] = np.maximum(tv + move, 0.5 * tv)
+        sat |= lv * lens.mean_o1 * t[rows] > cap
+        saturated[rows] |= sat
+        done[rows] = sat | (np.abs(move) <= 1e-7 * tv)
+    b = np.minimum(lam * lens.mean_o1 * t, cap)
+    m = lam * t
+    st = _steps(c, b, m, lens, chunk)
+    mean_t = st.moment(1)
+    dm = np.maximum(1e-3, 0.01 * m)
+    slope_m = (_steps(c, b, m + dm, lens, chunk).moment(1) - mean_t) / dm
+    rho1 = np.clip(lam * slope_m, 0.0, 0.95)
+    eps = np.where(m > 0, (mean_t - st.d) / np.maximum(m, 1e-300), st.g1 @ lens.l_w)
+    slope = perf.decode_step_s(c, b + 1.0, lens.ctx) - st.d
+    t_full = perf.decode_step_s(c, b, lens.ctx, float(chunk), chunk / 2.0)
+    t = np.where(saturated, np.inf, mean_t)
+    return State(b, t, st, slope, eps, rho1, t_full, saturated)

@@ -1,0 +1,288 @@
+"""Model building: variables, one builder per constraint family, the objective.
+
+Each ``define_*`` documents its maths; :func:`build_model` reads like the table of contents.
+The problem data and its formulation are described in :mod:`optimizer.planning.milp.problem`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import pulp
+
+from optimizer.planning.milp.problem import (
+    Demand,
+    FleetProblem,
+    Minimise,
+    Option,
+    amortised_usd_per_replica,
+    options_by_workload,
+    unique_slugs,
+)
+
+# ---------------------------------------------------------------------------------------
+# Model
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class FleetModel:
+    """The PuLP problem with its variables indexed by domain keys."""
+
+    problem: FleetProblem
+    prob: pulp.LpProblem
+    w_name: dict[str, str]
+    d_name: dict[str, str]
+    k_name: dict[tuple[str, str], str] = field(default_factory=dict)
+    demands: dict[str, Demand] = field(default_factory=dict)
+    n: dict[tuple[str, str], pulp.LpVariable] = field(default_factory=dict)
+    x: dict[tuple[str, int, str], pulp.LpVariable] = field(default_factory=dict)
+    m: dict[str, pulp.LpVariable] = field(default_factory=dict)
+    u: dict[tuple[str, str], pulp.LpVariable] = field(default_factory=dict)
+    gpus: dict[str, pulp.LpAffineExpression] = field(default_factory=dict)
+
+    def total(self, which: str) -> pulp.LpAffineExpression:
+        """Σ_d terms[d].per_gpu·gpus[d] + terms[d].per_node·m[d] for a UnitTerms field."""
+        units = self.problem.units
+        return pulp.lpSum(
+            getattr(units[d], which).per_gpu * self.gpus[d] + getattr(units[d], which).per_node * self.m[d]
+            for d in self.m
+        )
+
+
+def replica_upper_bound(demand: Demand, option: Option) -> int:
+    """Most replicas of k that an optimal plan can need.
+
+    max(min_replicas, ⌈Σ_b λ[b]/μ[b,k]⌉) (+1 for N+1): one replica more than carrying all
+    the load k can carry, or than the replica minimum, is never cheaper, so the bound cuts
+    off no optimum and tightens the relaxation.
+    """
+    load = sum(lam / mu for lam, mu in zip(demand.bucket_qps, option.capacity_qps, strict=True)
+               if lam > 0 and mu > 0)
+    spare = 1 if demand.n_plus_one else 0
+    return max(demand.min_replicas, math.ceil(load - 1e-9)) + spare
+
+
+def define_variables(problem: FleetProblem) -> FleetModel:
+    """n[w,k] integer, x[w,b,k] ∈ [0,1] where μ[w,b,k] > 0 and λ[w,b] > 0, m[d] integer, u[w,k] binary (N+1)."""
+    prob = pulp.LpProblem("gpuplan_fleet", pulp.LpMinimize)
+    devices = sorted({o.device for o in problem.options})
+    model = FleetModel(problem, prob, unique_slugs([d.workload for d in problem.demands]), unique_slugs(devices))
+    model.demands = {d.workload: d for d in problem.demands}
+    by_workload = options_by_workload(problem)
+    for w in model.demands:
+        keys = unique_slugs([o.key for o in by_workload.get(w, ())])
+        model.k_name.update({(w, key): s for key, s in keys.items()})
+    gpu_terms: dict[str, list[tuple[int, pulp.LpVariable]]] = {d: [] for d in devices}
+    gpu_ub: dict[str, int] = dict.fromkeys(devices, 0)
+    for o in problem.options:
+        idx, dem = (o.workload, o.key), model.demands[o.workload]
+        name = f"{model.w_name[o.workload]}__{model.k_name[idx]}"
+        ub = replica_upper_bound(dem, o)
+        model.n[idx] = prob.add_variable(f"n__{name}", 0, ub, cat=pulp.LpInteger)
+        gpu_terms[o.device].append((o.gpus, model.n[idx]))
+        gpu_ub[o.device] += o.gpus * ub
+        for b, (lam, mu) in enumerate(zip(dem.bucket_qps, o.capacity_qps, strict=True)):
+            if lam > 0 and mu > 0:
+                model.x[(o.workload, b, o.key)] = prob.add_variable(
+                    f"x__{model.w_name[o.workload]}__b{b}__{model.k_name[idx]}", 0, 1)
+        if dem.n_plus_one:
+            model.u[idx] = prob.add_variable(f"u__{name}", 0, 1, cat=pulp.LpInteger)
+    for d in devices:
+        per_node = problem.units[d].gpus_per_node
+        model.m[d] = prob.add_variable(f"m__{model.d_name[d]}", 0, math.ceil(gpu_ub[d] / per_node),
+                                       cat=pulp.LpInteger)
+        model.gpus[d] = pulp.LpAffineExpression([(v, g) for g, v in gpu_terms[d]])
+    return model
+
+
+def define_demand(model: FleetModel) -> None:
+    """Every bucket is fully routed: Σ_k x[w,b,k] = 1 for every bucket with λ[w,b] > 0.
+
+    Named ``demand__{workload}__b{bucket}``.
+    """
+    shares: dict[tuple[str, int], list[pulp.LpVariable]] = {}
+    for (w, b, _), v in model.x.items():
+        shares.setdefault((w, b), []).append(v)
+    for dem in model.problem.demands:
+        for b, lam in enumerate(dem.bucket_qps):
+            if lam > 0:
+                model.prob += pulp.lpSum(shares.get((dem.workload, b), [])) == 1, \
+                    f"demand__{model.w_name[dem.workload]}__b{b}"
+
+
+def define_capacity(model: FleetModel) -> None:
+    """Routed load fits the replicas at their SLO-safe rate.
+
+    Σ_b λ[w,b]·x[w,b,k] / μ[w,b,k] ≤ n[w,k] − u[w,k]: the load, in replicas' worth of
+    capacity, summed over the buckets k carries (a replica serving a mix of buckets has
+    capacity 1 = Σ_b its utilisation by bucket b). u is 0 except for N+1 workloads, where
+    it is one spare replica of every candidate that carries load (see
+    :func:`define_n_plus_one`). Named ``capacity__{workload}__{candidate}``.
+    """
+    for o in model.problem.options:
+        idx = (o.workload, o.key)
+        dem = model.demands[o.workload]
+        load = pulp.lpSum(
+            (lam / mu) * model.x[(o.workload, b, o.key)]
+            for b, (lam, mu) in enumerate(zip(dem.bucket_qps, o.capacity_qps, strict=True))
+            if (o.workload, b, o.key) in model.x
+        )
+        spare = model.u.get(idx, 0)
+        model.prob += load + spare <= model.n[idx], f"capacity__{model.w_name[o.workload]}__{model.k_name[idx]}"
+
+
+def define_servers(model: FleetModel) -> None:
+    """Whole servers: gpus[d] ≤ gpus_per_node[d] · m[d].
+
+    Tensor-parallel groups stay within a server (tp divides gpus_per_node), so counting GPUs
+    against whole servers is exact: replicas of power-of-two sizes pack without waste.
+    Named ``servers__{device}``.
+    """
+    for d, m in model.m.items():
+        unit = model.problem.units[d]
+        model.prob += model.gpus[d] <= unit.gpus_per_node * m, f"servers__{model.d_name[d]}"
+
+
+def define_min_replicas(model: FleetModel) -> None:
+    """Σ_k n[w,k] ≥ min_replicas[w]. Named ``min_replicas__{workload}``."""
+    reps: dict[str, list[pulp.LpVariable]] = {}
+    for (w, _), v in model.n.items():
+        reps.setdefault(w, []).append(v)
+    for dem in model.problem.demands:
+        if dem.min_replicas > 0:
+            model.prob += pulp.lpSum(reps.get(dem.workload, [])) >= dem.min_replicas, f"min_replicas__{model.w_name[dem.workload]}"
+
+
+def define_n_plus_one(model: FleetModel) -> None:
+    """N+1: the fleet still carries every bucket within its SLO with any one replica down.
+
+    Formulation: every candidate that carries load of an N+1 workload keeps one spare
+    replica. u[w,k] ∈ {0,1} with x[w,b,k] ≤ u[w,k] (load ⇒ u = 1), and the capacity rule
+    becomes load ≤ n − u. Whichever replica fails, the others of its group carry its
+    routed load without re-routing; this is exact for a single-candidate workload and
+    conservative (one spare per group, not per workload) for a mixed one.
+    Named ``n_plus_one__{workload}__b{bucket}__{candidate}``.
+    """
+    for (w, b, key), x in model.x.items():
+        u = model.u.get((w, key))
+        if u is not None:
+            model.prob += x <= u, f"n_plus_one__{model.w_name[w]}__b{b}__{model.k_name[(w, key)]}"
+
+
+def define_capex_budget(model: FleetModel) -> None:
+    """Σ_d capex_gpu[d]·gpus[d] + capex_node·m[d] ≤ capex budget. Named ``capex_budget``."""
+    cap = model.problem.limits.capex_usd
+    if cap is not None:
+        model.prob += model.total("capex_usd") <= cap, "capex_budget"
+
+
+def define_annual_budget(model: FleetModel) -> None:
+    """Yearly opex (power + maintenance + rental) ≤ annual budget. Named ``annual_budget``."""
+    cap = model.problem.limits.annual_opex_usd
+    if cap is not None:
+        model.prob += model.total("annual_opex_usd") <= cap, "annual_budget"
+
+
+def define_power_cap(model: FleetModel) -> None:
+    """Σ_d (tdp_w[d]·gpus[d] + server_power_w·m[d]) / 1000 ≤ max_power_kw. Named ``max_power_kw``."""
+    cap = model.problem.limits.power_kw
+    if cap is not None:
+        model.prob += model.total("power_kw") <= cap, "max_power_kw"
+
+
+def define_inventory(model: FleetModel) -> None:
+    """gpus[d] ≤ inventory[d] for every device with a stated inventory. Named ``inventory__{device}``."""
+    for d in model.m:
+        inv = model.problem.units[d].inventory_gpus
+        if inv is not None:
+            model.prob += model.gpus[d] <= inv, f"inventory__{model.d_name[d]}"
+
+
+def define_allowed_devices(model: FleetModel) -> None:
+    """m[d] = 0 (hence gpus[d] = 0) for devices the plan does not allow. Named ``allowed__{device}``."""
+    for d, m in model.m.items():
+        if not model.problem.units[d].allowed:
+            model.prob += m == 0, f"allowed__{model.d_name[d]}"
+
+
+
+
+def define_workload_bounds(model: FleetModel, bounds_usd: Mapping[str, float]) -> None:
+    """Valid cuts from the workloads solved one at a time (see :func:`workload_lower_bounds`).
+
+    Σ_k a[k]·n[w,k] ≥ L[w], with a[k] the amortised cost of a replica and L[w] a proven
+    lower bound on the cheapest fleet of w alone at amortised prices. Valid because
+    c_node·m[d] ≥ c_node·gpus[d]/G[d], so the objective ≥ Σ_w Σ_k a[k]·n[w,k], and w's own
+    replicas satisfy every constraint of its one-workload problem. The cuts lift the LP
+    bound to about Σ_w L[w], leaving only the sharing of partly filled servers to branch on.
+    Named ``workload_bound__{workload}``.
+    """
+    reps: dict[str, list[tuple[pulp.LpVariable, float]]] = {}
+    for o in model.problem.options:
+        reps.setdefault(o.workload, []).append((model.n[(o.workload, o.key)],
+                                                amortised_usd_per_replica(model.problem, o)))
+    for w, bound in bounds_usd.items():
+        if bound > 0 and w in reps:
+            model.prob += (pulp.LpAffineExpression([(v, a) for v, a in reps[w]]) >= bound,
+                           f"workload_bound__{model.w_name[w]}")
+
+
+
+# Tie-break weight: the whole term is at most this fraction of the cheapest GPU's cost per GPU.
+TIE_BREAK_FRACTION = 1e-6
+
+
+def tie_break(model: FleetModel) -> pulp.LpAffineExpression:
+    """ε·Σ_d r[d]·gpus[d]: among fleets of equal cost, the GPUs go to devices whose keys sort first.
+
+    r[d] is the rank of device key d in sorted order (0 for the first) and
+    ε = TIE_BREAK_FRACTION · (cheapest amortised $ per GPU) / (number of devices), so the term
+    never outweighs a cost difference of more than a millionth of one GPU's price. The
+    reported objective is recomputed from the fleet without it (:func:`extract`).
+
+    Routing is deliberately left out: where replicas have spare capacity the split of a
+    bucket among them is open, and a linear tie-break would push the first candidate to
+    exactly its SLO capacity. The split is the solver's (the same input gives the same one).
+    """
+    units = model.problem.units
+    per_gpu = [units[d].objective_usd.per_gpu + units[d].objective_usd.per_node / units[d].gpus_per_node
+               for d in model.m]
+    cheapest = min((c for c in per_gpu if c > 0), default=1.0)
+    eps = TIE_BREAK_FRACTION * cheapest / max(len(model.m), 1)
+    return pulp.lpSum(eps * rank * model.gpus[d] for rank, d in enumerate(sorted(model.m)) if rank)
+
+
+def define_objective(model: FleetModel, minimise: Minimise = "objective") -> None:
+    """Minimise Σ_d c_gpu[d]·gpus[d] + c_node[d]·m[d] for the plan's objective (USD), plus :func:`tie_break`.
+
+    Diagnostics minimise another figure instead: capex, annual opex, power, or one device's GPUs.
+    """
+    if isinstance(minimise, tuple):
+        model.prob += model.gpus[minimise[1]]
+    elif minimise == "objective":
+        model.prob += model.total("objective_usd") + tie_break(model)
+    else:
+        field_name = {"capex": "capex_usd", "annual_opex": "annual_opex_usd", "power": "power_kw"}[minimise]
+        model.prob += model.total(field_name)
+
+
+def build_model(problem: FleetProblem, minimise: Minimise = "objective",
+                workload_bounds_usd: Mapping[str, float] | None = None) -> FleetModel:
+    """The whole MILP: variables, one builder per constraint family, the objective."""
+    model = define_variables(problem)
+    define_demand(model)
+    define_capacity(model)
+    define_servers(model)
+    define_min_replicas(model)
+    define_n_plus_one(model)
+    define_capex_budget(model)
+    define_annual_budget(model)
+    define_power_cap(model)
+    define_inventory(model)
+    define_allowed_devices(model)
+    define_workload_bounds(model, workload_bounds_usd or {})
+    define_objective(model, minimise)
+    return model

@@ -1,0 +1,198 @@
+"""The fleet MILP: the cheapest whole-server fleet whose replicas carry every bucket's load.
+
+Indices: workloads w, request-size buckets b of w (rate λ[w,b] req/s), candidates k of w
+(a device d(k) with g[k] = tp·pp GPUs per replica and capacity μ[w,b,k] req/s per replica
+at the SLO), devices d (gpus_per_node G[d]). Variables::
+
+    n[w,k] ∈ Z≥0      replicas of candidate k serving workload w
+    x[w,b,k] ∈ [0,1]  share of bucket b of w routed to k      (only where μ[w,b,k] > 0)
+    m[d] ∈ Z≥0        servers of device d
+    u[w,k] ∈ {0,1}    k carries load of w                     (only for N+1 workloads)
+
+and the GPUs of a device, gpus[d] = Σ_{w,k: d(k)=d} g[k]·n[w,k]. Every money and power
+figure is linear in (gpus[d], m[d]) — see :mod:`optimizer.results.money` — so the objective is
+Σ_d c_gpu[d]·gpus[d] + c_node[d]·m[d]. Each constraint family has its builder below,
+documenting its maths; constraint names are built from domain keys in ``[a-z0-9_]`` joined
+by ``__`` (``capacity__chat__h100_sxm__fp8__tp4__pp1``).
+
+Large multi-workload problems also get valid cuts from each workload solved alone
+(:func:`define_workload_bounds`), which lift the LP bound to about the sum of the
+one-workload optima; dominated candidates are pruned before (``optimizer.planning.candidates``).
+
+The orchestrator is :func:`solve_fleet`: build the model, solve it, extract the plan.
+The solver is HiGHS (highspy via ``pulp.HiGHS``), or CBC when HiGHS is unavailable.
+
+Determinism: the same problem gives the same fleet. Variables and constraints are created
+in a fixed order (workloads and candidates in plan order, devices in sorted key order),
+HiGHS runs single-threaded (``threads=1``) and deterministically, and exact ties between
+fleets of equal cost are broken by :func:`tie_break` (GPUs go to the device whose key sorts
+first). Near-ties closer than the relative gap (``--gap``, default 0.1 %) are not ties: the
+solver may stop at either, and the same input still gives the same one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from optimizer.results.money import LinearTerms
+from optimizer.results.plan_result import SolveStatus
+
+# ---------------------------------------------------------------------------------------
+# Problem data (solver-independent)
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UnitTerms:
+    """A device (or capacity-table unit) as the MILP sees it: linear money/power terms."""
+
+    device: str
+    gpus_per_node: int
+    objective_usd: LinearTerms
+    capex_usd: LinearTerms
+    annual_opex_usd: LinearTerms
+    power_kw: LinearTerms
+    inventory_gpus: int | None = None
+    allowed: bool = True
+
+
+@dataclass(frozen=True)
+class Option:
+    """A candidate k of workload w: device, GPUs per replica, capacity per bucket (req/s)."""
+
+    workload: str
+    key: str
+    device: str
+    gpus: int
+    capacity_qps: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Demand:
+    """The load of workload w per bucket (req/s) and its replica rules."""
+
+    workload: str
+    bucket_qps: tuple[float, ...]
+    min_replicas: int = 0
+    n_plus_one: bool = False
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Plan-wide caps; None = no cap."""
+
+    capex_usd: float | None = None
+    annual_opex_usd: float | None = None
+    power_kw: float | None = None
+
+
+@dataclass(frozen=True)
+class FleetProblem:
+    demands: tuple[Demand, ...]
+    options: tuple[Option, ...]
+    units: Mapping[str, UnitTerms]
+    limits: Limits = Limits()
+
+
+# Below this many options the per-workload bound cuts cost more time than they save
+# (chat fleet, ~100 options: 0.33 s without, 0.74 s with; 20-workload benchmark, ~1,000
+# options: not proven in 60 s without, 11-30 s with).
+BOUNDS_MIN_OPTIONS = 300
+# Below this many options HiGHS's presolve (which reduces nothing here) and its restarts cost
+# more than they save (chat fleet, ~100 options: median 0.23 s CPU without, 0.32 s with).
+PRESOLVE_MIN_OPTIONS = 300
+
+Minimise = Literal["objective", "capex", "annual_opex", "power"] | tuple[Literal["gpus"], str]
+
+
+@dataclass(frozen=True)
+class FleetSolution:
+    """What the solver found, in domain terms."""
+
+    status: SolveStatus
+    detail: str
+    objective_usd: float | None = None
+    gap: float | None = None
+    solve_seconds: float = 0.0
+    build_seconds: float = 0.0
+    solver: str = "highs"
+    replicas: dict[tuple[str, str], int] = field(default_factory=dict)
+    routed_qps: dict[tuple[str, int, str], float] = field(default_factory=dict)
+    gpus: dict[str, int] = field(default_factory=dict)
+    nodes: dict[str, int] = field(default_factory=dict)
+    n_variables: int = 0
+    n_integer_variables: int = 0
+    n_constraints: int = 0
+    bound_usd: float | None = None  # the solver's proven lower bound on the minimised figure
+
+
+# ---------------------------------------------------------------------------------------
+# Names
+# ---------------------------------------------------------------------------------------
+
+
+def slug(text: str) -> str:
+    """A domain key as a name part: lower case, runs of characters outside ``[a-z0-9_]`` become ``_``.
+
+    Keys already in that alphabet (``h100_sxm__fp8__tp4__pp1``) pass through unchanged.
+    """
+    out = re.sub(r"[^a-z0-9_]+", "_", text.lower()).strip("_")
+    return out or "x"
+
+
+def unique_slugs(names: list[str]) -> dict[str, str]:
+    """Slug of each name, with ``_2``, ``_3`` … added where two names collide (``Chat``/``chat``)."""
+    out: dict[str, str] = {}
+    used: set[str] = set()
+    for name in names:
+        base = s = slug(name)
+        i = 2
+        while s in used:
+            s = f"{base}_{i}"
+            i += 1
+        used.add(s)
+        out[name] = s
+    return out
+
+
+
+
+
+def amortised_usd_per_replica(problem: FleetProblem, option: Option) -> float:
+    """Objective $ of one replica with its servers' cost spread over their GPUs:
+    g[k] · (c_gpu[d] + c_node[d] / gpus_per_node[d])."""
+    unit = problem.units[option.device]
+    return option.gpus * (unit.objective_usd.per_gpu + unit.objective_usd.per_node / unit.gpus_per_node)
+
+
+
+
+def amortised_units(units: Mapping[str, UnitTerms]) -> dict[str, UnitTerms]:
+    """The units with each server's objective $ spread over its GPUs: c_gpu + c_node / gpus_per_node per GPU."""
+    return {d: replace(u, objective_usd=LinearTerms(u.objective_usd.per_gpu
+                                                    + u.objective_usd.per_node / u.gpus_per_node, 0.0))
+            for d, u in units.items()}
+
+
+
+def options_by_workload(problem: FleetProblem) -> dict[str, tuple[Option, ...]]:
+    """The options of each workload, in problem order (one pass: linear in the options)."""
+    out: dict[str, list[Option]] = {}
+    for o in problem.options:
+        out.setdefault(o.workload, []).append(o)
+    return {w: tuple(opts) for w, opts in out.items()}
+
+
+def uncovered_buckets(problem: FleetProblem) -> list[tuple[str, int]]:
+    """(workload, bucket) pairs with load that no option can serve (μ = 0 everywhere)."""
+    out = []
+    by_workload = options_by_workload(problem)
+    for dem in problem.demands:
+        opts = by_workload.get(dem.workload, ())
+        for b, lam in enumerate(dem.bucket_qps):
+            if lam > 0 and not any(o.capacity_qps[b] > 0 for o in opts):
+                out.append((dem.workload, b))
+    return out

@@ -1,0 +1,275 @@
+"""Solving: the solver run (HiGHS, CBC fallback), status classification, extraction of the plan.
+
+:func:`solve_fleet` is the orchestrator: build the model, solve it, extract the plan.
+:func:`workload_lower_bounds` solves each workload alone for the cuts of
+:func:`optimizer.planning.milp.build.define_workload_bounds`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import math
+import os
+import sys
+import time
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pulp
+
+from catalog.errors import SolverError
+from optimizer.planning.milp.build import TIE_BREAK_FRACTION, FleetModel, build_model
+from optimizer.planning.milp.problem import (
+    BOUNDS_MIN_OPTIONS,
+    PRESOLVE_MIN_OPTIONS,
+    Demand,
+    FleetProblem,
+    FleetSolution,
+    Limits,
+    Minimise,
+    Option,
+    UnitTerms,
+    amortised_units,
+    options_by_workload,
+    uncovered_buckets,
+)
+from optimizer.results.plan_result import SolveStatus
+
+
+def solve_alone(demand: Demand, options: tuple[Option, ...], units: Mapping[str, UnitTerms], *,
+                time_limit_s: float, gap: float, solver: str = "highs") -> FleetSolution | None:
+    """One workload on its own: servers amortised per GPU (``amortised_units``), budgets and power dropped.
+
+    Every fleet's replicas of the workload are feasible here, so this optimum bounds the
+    workload's share of any fleet's cost. None when some bucket has no option at all.
+    """
+    amortised = amortised_units({o.device: units[o.device] for o in options})
+    sub = FleetProblem((demand,), options, amortised, Limits())
+    if uncovered_buckets(sub):
+        return None
+    return solve_fleet(sub, time_limit_s=time_limit_s, gap=gap, solver=solver, bounds=False)
+
+
+def workload_lower_bounds(problem: FleetProblem, *, time_limit_s: float, gap: float,
+                          solver: str = "highs") -> dict[str, float]:
+    """L[w]: each workload alone (:func:`solve_alone`).
+
+    Every feasible fleet's replicas of w are feasible there, so the proven lower bound of
+    that small MILP (its dual bound; the optimum when solved) bounds w's amortised cost.
+    ``time_limit_s`` is the budget of all of them together.
+    """
+    per_workload_s = max(0.2, time_limit_s / max(len(problem.demands), 1))
+    deadline = time.perf_counter() + time_limit_s
+    by_workload = options_by_workload(problem)
+    out = {}
+    for dem in problem.demands:
+        left = deadline - time.perf_counter()
+        if left <= 0.01:  # the budget is spent: the other workloads go without a cut (cuts are optional)
+            break
+        sol = solve_alone(dem, by_workload.get(dem.workload, ()), problem.units,
+                          time_limit_s=min(per_workload_s, left), gap=min(gap, 1e-6), solver=solver)
+        if sol is None:
+            continue
+        bound = sol.bound_usd if sol.bound_usd is not None else (
+            sol.objective_usd if sol.status == SolveStatus.OPTIMAL else None)
+        if bound is not None:
+            # a hair below, and below the sub-solve's tie-break term: never cut off the optimum
+            out[dem.workload] = bound * (1 - TIE_BREAK_FRACTION - 1e-9) - 1e-6
+    return out
+
+
+
+
+# ---------------------------------------------------------------------------------------
+# Solve
+# ---------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def stdout_silenced() -> Iterator[None]:
+    """Point file descriptor 1 at /dev/null: HiGHS prints its banner from C++ even with msg=False."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError):
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            ctypes.CDLL(None).fflush(None)
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+
+
+@dataclass(frozen=True)
+class SolveRun:
+    status: SolveStatus
+    detail: str
+    gap: float | None
+    solve_seconds: float
+    solver: str
+    bound: float | None = None
+
+
+def _solver(name: str, time_limit_s: float, gap: float, presolve: bool = True) -> Any:
+    if name == "highs":
+        extra = {} if presolve else {"presolve": "off"}
+        return pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=gap, threads=1, **extra)
+    with warnings.catch_warnings():
+        # PuLP 3.3 flags its bundled CBC as going away in 4.0; it is only our fallback.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, math.ceil(time_limit_s)), gapRel=gap)
+
+
+def solve_model(model: FleetModel, *, time_limit_s: float, gap: float, solver: str = "highs",
+                reported_limit_s: float | None = None, presolve: bool = True) -> SolveRun:
+    """Solve with HiGHS (CBC if HiGHS is unavailable or fails) and classify the outcome.
+
+    PuLP reports a solve stopped by the time limit as status "Optimal"; only
+    ``prob.sol_status`` (integer-feasible vs optimal) tells them apart, so both are read.
+    ``reported_limit_s`` is the limit the user gave, named in the messages (default
+    ``time_limit_s``, which may be what is left of it after building the model).
+    ``presolve=False`` skips HiGHS's presolve (faster on small models).
+    """
+    names = [solver] + (["cbc"] if solver == "highs" else [])
+    last_error = ""
+    for name in names:
+        if name == "highs" and not pulp.HiGHS(msg=False).available():
+            last_error = "HiGHS (highspy) is not installed"
+            continue
+        start = time.perf_counter()
+        try:
+            with stdout_silenced():
+                model.prob.solve(_solver(name, time_limit_s, gap, presolve))
+        except pulp.PulpSolverError as exc:
+            last_error = f"{name}: {exc}"
+            continue
+        seconds = time.perf_counter() - start
+        return _classify(model, name, seconds, reported_limit_s or time_limit_s)
+    raise SolverError(f"no MILP solver could run ({last_error}); install highspy: pip install highspy")
+
+
+def _classify(model: FleetModel, solver: str, seconds: float, time_limit_s: float) -> SolveRun:
+    prob = model.prob
+    status, sol = prob.status, prob.sol_status
+    gap, bound = _highs_gap(prob) if solver == "highs" else (None, None)
+    if status == pulp.LpStatusOptimal and solver == "highs" and not _highs_has_solution(prob):
+        # PuLP maps a HiGHS stop without any incumbent (an interrupt) to "Optimal": no plan.
+        status = pulp.LpStatusNotSolved
+    if status == pulp.LpStatusOptimal and sol == pulp.LpSolutionOptimal:
+        return SolveRun(SolveStatus.OPTIMAL, "proven optimal" + _gap_text(gap), gap if gap is not None else 0.0,
+                        seconds, solver, bound)
+    if status == pulp.LpStatusOptimal and sol == pulp.LpSolutionIntegerFeasible:
+        return SolveRun(SolveStatus.FEASIBLE, f"time limit ({time_limit_s:g} s) reached" + _gap_text(gap),
+                        gap, seconds, solver, bound)
+    if status == pulp.LpStatusInfeasible or sol == pulp.LpSolutionInfeasible:
+        return SolveRun(SolveStatus.INFEASIBLE, "no fleet satisfies every constraint", None, seconds, solver)
+    if status == pulp.LpStatusNotSolved:
+        return SolveRun(SolveStatus.ERROR, f"no solution found in {time_limit_s:g} s (the time limit); "
+                        "raise --time-limit", None, seconds, solver)
+    return SolveRun(SolveStatus.ERROR, f"solver status {pulp.LpStatus.get(status, status)}", None, seconds, solver)
+
+
+def _highs_has_solution(prob: pulp.LpProblem) -> bool:
+    """HiGHS holds a feasible primal solution (``primal_solution_status`` 2); True if it cannot tell."""
+    try:
+        return int(prob.solverModel.getInfo().primal_solution_status) == 2
+    except Exception:  # noqa: BLE001 - older highspy: trust PuLP's status
+        return True
+
+
+def _highs_gap(prob: pulp.LpProblem) -> tuple[float | None, float | None]:
+    """(relative MIP gap |primal − dual bound| / |primal|, dual bound) as HiGHS reports them."""
+    try:
+        info = prob.solverModel.getInfo()
+        g, b = float(info.mip_gap), float(info.mip_dual_bound)
+    except Exception:  # noqa: BLE001 - a missing info field only loses the gap figure
+        return None, None
+    return (g if math.isfinite(g) else None), (b if math.isfinite(b) else None)
+
+
+def _gap_text(gap: float | None) -> str:
+    return f"; gap {gap * 100:.3g} %" if gap is not None else ""
+
+
+# ---------------------------------------------------------------------------------------
+# Extract
+# ---------------------------------------------------------------------------------------
+
+
+def extract(model: FleetModel, run: SolveRun, build_seconds: float) -> FleetSolution:
+    """Integer replicas, routed loads (λ·x, req/s) and whole servers from the solved model.
+
+    Servers are recomputed as ⌈gpus[d] / gpus_per_node[d]⌉ — what the solver picks when a
+    server costs anything, and never more than it picked.
+    """
+    stats = dict(n_variables=len(model.prob.variables()), n_constraints=len(model.prob.constraints()),
+                 n_integer_variables=len(model.n) + len(model.m) + len(model.u))
+    if not run.status.has_plan:
+        return FleetSolution(run.status, run.detail, None, run.gap, run.solve_seconds, build_seconds, run.solver, **stats)
+    units = model.problem.units
+    replicas = {idx: int(round(v.value() or 0)) for idx, v in model.n.items()}
+    replicas = {idx: r for idx, r in replicas.items() if r > 0}
+    # Shares of candidates left without replicas (solver tolerance: n ≈ 1e-7) are dropped and
+    # each bucket's remaining shares renormalised, so routed load adds up to the bucket's rate.
+    shares: dict[tuple[str, int], dict[str, float]] = {}
+    for (w, b, key), v in model.x.items():
+        share = min(max(v.value() or 0.0, 0.0), 1.0)
+        if share > 1e-12 and (w, key) in replicas:
+            shares.setdefault((w, b), {})[key] = share
+    routed: dict[tuple[str, int, str], float] = {}
+    for (w, b), by_key in shares.items():
+        total = sum(by_key.values())
+        for key, share in by_key.items():
+            routed[(w, b, key)] = share / total * model.demands[w].bucket_qps[b]
+    gpus: dict[str, int] = {}
+    for o in model.problem.options:
+        r = replicas.get((o.workload, o.key), 0)
+        if r:
+            gpus[o.device] = gpus.get(o.device, 0) + r * o.gpus
+    nodes = {d: math.ceil(g / units[d].gpus_per_node) for d, g in gpus.items()}
+    objective = float(sum(units[d].objective_usd.at(g, nodes[d]) for d, g in gpus.items()))
+    return FleetSolution(run.status, run.detail, objective, run.gap, run.solve_seconds, build_seconds,
+                         run.solver, replicas, routed, gpus, nodes, **stats, bound_usd=run.bound)
+
+
+
+
+
+def solve_fleet(
+    problem: FleetProblem,
+    *,
+    time_limit_s: float = 10.0,
+    gap: float = 1e-3,
+    solver: str = "highs",
+    minimise: Minimise = "objective",
+    bounds: bool = True,
+) -> FleetSolution:
+    """Build → solve → extract. Buckets no option serves make the plan infeasible up front.
+
+    With several workloads, ``bounds`` and a large problem (``BOUNDS_MIN_OPTIONS``), each
+    workload is first solved alone for the cuts of :func:`define_workload_bounds` (their
+    time counts as build time); small problems solve faster without them.
+    """
+    missing = uncovered_buckets(problem)
+    if missing:
+        where = ", ".join(f"{w} bucket {b}" for w, b in missing)
+        return FleetSolution(SolveStatus.INFEASIBLE, f"no candidate can serve {where}", solver=solver)
+    start = time.perf_counter()
+    cuts = None
+    if bounds and minimise == "objective" and len(problem.demands) > 1 and len(problem.options) >= BOUNDS_MIN_OPTIONS:
+        cuts = workload_lower_bounds(problem, time_limit_s=0.25 * time_limit_s, gap=gap, solver=solver)
+    model = build_model(problem, minimise, cuts)
+    build_seconds = time.perf_counter() - start
+    remaining_s = max(time_limit_s - build_seconds, 0.1 * time_limit_s)
+    run = solve_model(model, time_limit_s=remaining_s, gap=gap, solver=solver, reported_limit_s=time_limit_s,
+                      presolve=len(problem.options) >= PRESOLVE_MIN_OPTIONS)
+    return extract(model, run, build_seconds)
