@@ -187,7 +187,7 @@ def main() -> None:
         if _state["debug"]:
             raise
         _fail(str(exc))
-    except (Interrupted, KeyboardInterrupt, click_errors.Abort):
+    except (Interrupted, KeyboardInterrupt, typer.Abort):
         sys.stderr.write("error: interrupted; earlier outputs are left as they were\n")
         sys.exit(130)
     except OSError as exc:

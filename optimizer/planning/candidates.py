@@ -26,6 +26,7 @@ Pruned candidates keep their reason (``pruned_reason``):
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -44,6 +45,7 @@ from optimizer.results.money import (
     power_kw_terms,
 )
 from optimizer.results.plan_result import Diagnostic
+from optimizer.workers import capped_workers, run_pool, usable_cpus
 from workloads.spec import LengthDist, Plan, Workload
 
 TP_DEGREES = (1, 2, 4, 8)
@@ -499,30 +501,19 @@ _POOL_JOBS: list[tuple] = []  # the jobs of the pool being run (inherited by its
 
 def parallel_workers() -> int:
     """Worker processes for bucket evaluations: ``GPUPLAN_WORKERS`` if set, else the usable CPUs
-    (1 = serial; parallel only where ``fork`` exists, so workers inherit the jobs without pickling,
-    and never inside a worker process — what-if scenarios already run one per CPU)."""
+    (capped by them either way; 1 = serial; parallel only where ``fork`` exists, so workers
+    inherit the jobs without pickling, and never inside a worker process — what-if scenarios
+    already run one per CPU)."""
     import multiprocessing
-    import os
 
     if "fork" not in multiprocessing.get_all_start_methods() or multiprocessing.parent_process() is not None:
         return 1
     env = os.environ.get("GPUPLAN_WORKERS", "").strip()
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            return 1
     try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
-
-
-def _pool_init() -> None:
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops the pool
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        requested = max(1, int(env)) if env else None
+    except ValueError:
+        requested = 1
+    return capped_workers(requested, usable_cpus())
 
 
 def _pool_job(i: int) -> BucketEvaluation:
@@ -556,14 +547,11 @@ def evaluate_buckets(jobs: Sequence[tuple]) -> dict[tuple, BucketEvaluation]:
     if workers < 2 or len(todo) < PARALLEL_MIN_JOBS:
         results = [_evaluate_bucket(*job) for job in todo]
     else:
-        import multiprocessing
-
         # biggest first (more configs, longer), so the last job does not run alone
         order = sorted(range(len(todo)), key=lambda i: -len(todo[i][1]))
         _POOL_JOBS = [todo[i] for i in order]
-        try:
-            with multiprocessing.get_context("fork").Pool(workers, initializer=_pool_init) as pool:
-                done = pool.map(_pool_job, range(len(order)), chunksize=1)
+        try:  # optimizer.workers: workers die with this process and leave Ctrl-C to it
+            done = run_pool(_pool_job, range(len(order)), workers)
         finally:
             _POOL_JOBS = []
         results = [None] * len(todo)  # type: ignore[list-item]
