@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -198,9 +199,25 @@ def format_validation_error(
         return f"{where}: {path}: {msg.lower()} (got {_value_repr(value)}); use a value in range"
     if kind == "finite_number" or (isinstance(value, float) and not math.isfinite(value)):
         return f"{where}: {path}: must be a finite number (got {_value_repr(value)})"
+    if kind == "string_pattern_mismatch":
+        pattern = (err.get("ctx") or {}).get("pattern", "")
+        return f"{where}: {path}: {_pattern_fix(str(value), pattern)}"
     if kind == "value_error":
         msg = msg.removeprefix("Value error, ")
     return f"{where}: {path}: {msg} (got {_value_repr(value)})"
+
+
+def _pattern_fix(value: str, pattern: str) -> str:
+    """What a name pattern allows, in words, and a corrected name where one is easy to make."""
+    upper = "A-Z" in pattern
+    allowed = ["letters" if upper else "lowercase letters", "digits"]
+    tail = pattern[pattern.rfind("[") + 1:pattern.rfind("]")] if "[" in pattern else ""
+    allowed += [f"'{c}'" for c in "._+-" if c in tail.replace("a-z", "").replace("A-Z", "").replace("0-9", "")]
+    words = f"use only {', '.join(allowed[:-1])} and {allowed[-1]}, starting with a letter or digit"
+    fixed = value if upper else value.lower()
+    fixed = re.sub(r"[^A-Za-z0-9._+-]+", "-", fixed).strip("-._+")
+    hint = f"; e.g. '{fixed}'" if fixed and fixed != value and re.fullmatch(pattern, fixed) else ""
+    return f"{_value_repr(value)} is not a valid name: {words}{hint}"
 
 
 def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:

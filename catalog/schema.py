@@ -165,6 +165,9 @@ class Model(Strict):
                 raise ValueError("experts_per_token must be in 1..num_experts for an MoE model")
             if not (self.moe_intermediate_size and self.moe_layers):
                 raise ValueError("an MoE model needs moe_intermediate_size and moe_layers")
+        if self.moe_layers > self.num_layers:
+            raise ValueError(f"moe_layers ({self.moe_layers}) exceeds num_layers ({self.num_layers}); "
+                             "MoE layers are a subset of the layers")
         return self
 
     @property

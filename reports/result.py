@@ -170,9 +170,36 @@ def parse_result(data: Any, where: str = "plan result") -> PlanResult:
     if not isinstance(data, dict):
         raise PlanResultError(f"{where}: expected a JSON object at the top level, got {type(data).__name__}")
     try:
-        return PlanResult.model_validate(data)
+        result = PlanResult.model_validate(data)
     except ValidationError as exc:
         raise PlanResultError(format_validation_error(where, exc, PlanResult)) from None
+    _cross_check(result, where)
+    return result
+
+
+def _cross_check(result: PlanResult, where: str) -> None:
+    """One fleet row per device; every deployment on a fleet device, for a known workload,
+    and within the fleet's GPUs (Σ replicas · tp · pp per device ≤ its GPUs)."""
+    fleet: dict[str, int] = {}
+    for i, row in enumerate(result.fleet):
+        if row.device in fleet:
+            raise PlanResultError(f"{where}: fleet[{i}].device: '{row.device}' has two fleet rows; "
+                                  "keep one row per device")
+        fleet[row.device] = row.gpus
+    names = {w.name for w in result.workloads}
+    used: dict[str, int] = {}
+    for i, d in enumerate(result.deployments):
+        if d.device not in fleet:
+            raise PlanResultError(f"{where}: deployments[{i}].device: '{d.device}' is not in the fleet "
+                                  f"({', '.join(sorted(fleet)) or 'empty'}); add its fleet row or remove the deployment")
+        if names and d.workload not in names:
+            raise PlanResultError(f"{where}: deployments[{i}].workload: '{d.workload}' is not one of the "
+                                  f"workloads ({', '.join(sorted(names))})")
+        used[d.device] = used.get(d.device, 0) + d.replicas * d.tp * d.pp
+    for device, gpus in used.items():
+        if gpus > fleet[device]:
+            raise PlanResultError(f"{where}: deployments on '{device}' use {gpus} GPUs but its fleet row has "
+                                  f"{fleet[device]}; fix the fleet row or the replicas")
 
 
 def load_result(path: Path | str) -> tuple[dict[str, Any], PlanResult]:

@@ -25,7 +25,7 @@ EARLIER = b"earlier output\n"
 
 def _slow_plan(path: Path) -> None:
     """Six workloads over every device, precision and sharding: many seconds of candidate work."""
-    models = ["llama-3.1-70b", "qwen2.5-72b", "mixtral-8x7b", "llama-3.1-405b", "llama-2-70b", "deepseek-v3"]
+    models = ["llama-3.1-70b", "qwen2.5-72b", "mixtral-8x7b", "llama-3.1-405b", "qwen2.5-72b", "deepseek-v3"]  # contexts >= 32k: p99 8192 + 1024 fits
     workloads = [{"name": f"svc{i}", "model": m, "qps": 10 + i, "precisions": ["bf16", "fp8", "int8", "int4"],
                   "prompt_tokens": {"mean": 1024 + 512 * i, "p99": 8192}, "output_tokens": {"mean": 256, "p99": 1024},
                   "slo": {"ttft_p99_ms": 2000 + 100 * i, "tpot_p99_ms": 100 + 10 * i}} for i, m in enumerate(models)]
