@@ -96,10 +96,6 @@ def _check(spec: Output, inputs: list[Path]) -> _Target:
         if _same_file(real, src):
             raise OutputError(f"{spec.option} {shown}: output path is the input file {src}; "
                               "choose another output path")
-    if spec.suffixes and path.suffix.lower() not in spec.suffixes:
-        example = f"out{spec.suffixes[0]}"
-        raise OutputError(f"{spec.option} {shown}: needs the {' or '.join(spec.suffixes)} extension; "
-                          f"e.g. {spec.option} {example}")
     if os.path.lexists(path):
         try:
             st = os.stat(path)
@@ -112,6 +108,10 @@ def _check(spec: Output, inputs: list[Path]) -> _Target:
             kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
             raise OutputError(f"{spec.option} {shown}: is {kind}, not a regular file; give a file path"
                               + (" (or - for stdout)" if spec.stdout_ok else ""))
+    if spec.suffixes and path.suffix.lower() not in spec.suffixes:
+        example = f"out{spec.suffixes[0]}"
+        raise OutputError(f"{spec.option} {shown}: needs the {' or '.join(spec.suffixes)} extension; "
+                          f"e.g. {spec.option} {example}")
     parent = real.parent
     if not parent.is_dir():
         raise OutputError(f"{spec.option} {shown}: directory {path.parent} does not exist; create it first")

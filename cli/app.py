@@ -124,7 +124,7 @@ def _harden(command: Any) -> Any:
             for name, value in kwargs.items():
                 if isinstance(value, float) and not math.isfinite(value):
                     opts = getattr(params.get(name), "opts", None) or [name]
-                    raise GpuplanError(f"{command.name} {opts[0]}: must be a finite number (got {value!r}); "
+                    raise GpuplanError(f"gpuplan {command.name}: {opts[0]}: must be a finite number (got {value!r}); "
                                        f"see `gpuplan {command.name} --help`")
             return callback(*args, **kwargs)
 

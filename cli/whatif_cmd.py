@@ -78,9 +78,9 @@ def whatif(
         raise GpuplanError(f"--backend: unknown backend '{backend}'; use local or ray")
     specs = [Output("--json", json_path, (".json",), stdout_ok=True), Output("--out", out, (".xlsx",)),
              Output("--plot", plot, (".png",))]
-    plan_outputs(specs, (path, catalog, params))  # before any loading: a bad path fails at once
     cat = load(catalog)
     spec, _base_data, scenarios = load_scenarios(path, cat)
+    # checked once every input is known (the base plan the file names), before any solve
     outputs = plan_outputs(specs, (path, *scenario_inputs(spec, path), catalog, params))
     if samples and not (spec.uncertainty and (spec.uncertainty.demand or spec.uncertainty.prices)):
         raise GpuplanError(f"{path}: --samples needs an uncertainty section (demand: {{sigma}} and/or prices)")
