@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -81,14 +82,21 @@ def _context() -> Any:
     return multiprocessing.get_context()
 
 
-def _kill(pool: Any) -> None:
-    """Kill every worker of a multiprocessing Pool at once (SIGKILL), then let the pool clean up."""
-    for proc in list(getattr(pool, "_pool", []) or []):
+def _kill(pool: ProcessPoolExecutor) -> None:
+    """Kill every worker at once (SIGKILL) and drop the queued work; the executor notices the
+    dead workers by their sentinels and its manager thread ends (no lock is waited for)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in procs:
         try:
             proc.kill()
         except (OSError, ValueError, AttributeError):
             pass
-    pool.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        try:
+            proc.join(timeout=2.0)
+        except (OSError, ValueError, AssertionError):
+            pass
 
 
 def run_pool(fn: Callable[[Any], Any], items: Sequence[Any] | Iterable[Any], workers: int,
@@ -96,20 +104,21 @@ def run_pool(fn: Callable[[Any], Any], items: Sequence[Any] | Iterable[Any], wor
     """``[fn(x) for x in items]`` on ``workers`` worker processes (in item order).
 
     ``fn`` must be picklable (a module-level function or a functools.partial of one). An
-    exception in a worker is re-raised in the parent as itself; an interrupt in the parent
-    kills the workers first. ``progress(1)`` is called as each result arrives, in order.
+    exception in a worker is re-raised in the parent as itself; on it, or on an interrupt in
+    the parent, the workers are killed before it propagates. ``progress(1)`` is called as
+    each result arrives, in order.
     """
-    items = list(items)
-    pool = _context().Pool(workers, initializer=worker_init, initargs=(os.getpid(),))
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=worker_init,
+                               initargs=(os.getpid(),))
     try:
+        futures = [pool.submit(fn, x) for x in items]
         out = []
-        for result in pool.imap(fn, items, chunksize=1):
-            out.append(result)
+        for future in futures:  # in submission order: results keep the item order
+            out.append(future.result())
             if progress is not None:
                 progress(1)
-        pool.close()
-        pool.join()
-        return out
     except BaseException:
         _kill(pool)
         raise
+    pool.shutdown(wait=True)
+    return out
