@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 import pytest
 
 from catalog import load_catalog
 from optimizer.models.params import load_params
-from optimizer.optimize import single_device_shortlist
-from optimizer.planning import candidates as cand
-from optimizer.planning.candidates import fleet_problem, model_candidates
+from optimizer.planning import evaluate
+from optimizer.planning.candidate_set import fleet_problem
+from optimizer.planning.candidates import model_candidates
 from optimizer.planning.diagnose import single_device_best
 from optimizer.planning.milp import Limits, workload_lower_bounds
+from optimizer.planning.shortlist import single_device_shortlist
 from tests.conftest import EXAMPLES
 from workloads import load_plan, resolve_catalog
 
@@ -32,10 +32,10 @@ def _capacities(cset):
 
 def test_worker_pool_gives_the_serial_capacities(chat, monkeypatch):
     plan, catalog, params = chat
-    monkeypatch.setattr(cand, "_CAPACITY_CACHE", {})
+    monkeypatch.setattr(evaluate, "_CAPACITY_CACHE", {})
     monkeypatch.setenv("GPUPLAN_WORKERS", "1")
     serial = model_candidates(plan, catalog, params)
-    monkeypatch.setattr(cand, "_CAPACITY_CACHE", {})
+    monkeypatch.setattr(evaluate, "_CAPACITY_CACHE", {})
     monkeypatch.setenv("GPUPLAN_WORKERS", "2")
     pooled = model_candidates(plan, catalog, params)
     assert _capacities(pooled) == _capacities(serial)
@@ -56,8 +56,5 @@ def test_single_device_shortlist_keeps_the_best(chat):
 def test_bound_sub_solves_keep_to_their_budget(chat):
     plan, catalog, params = chat
     problem = fleet_problem(model_candidates(plan, catalog, params), plan)
-    start = time.perf_counter()
-    cuts = workload_lower_bounds(problem, time_limit_s=1e-3, gap=1e-3)
-    assert time.perf_counter() - start < 0.5
-    assert cuts == {}
+    assert workload_lower_bounds(problem, time_limit_s=1e-3, gap=1e-3) == {}  # the budget runs out before any
     assert set(workload_lower_bounds(problem, time_limit_s=30.0, gap=1e-3)) == {w.name for w in plan.workloads}

@@ -23,9 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import EXAMPLES, REPO
+from tests.conftest import CORPUS, EXAMPLES, REPO
 
-CORPUS = Path(__file__).parent / "corpus"
 CASES = yaml.safe_load((CORPUS / "cases.yaml").read_text())
 SENTINEL = b"earlier output, must survive\n"
 OUTPUTS = ("out.json", "out.xlsx", "params.yaml")
