@@ -11,13 +11,14 @@ from typing import Annotated
 
 import typer
 
+from catalog.outputs import Output, plan_outputs
+
 
 def report(
     plan_json: Annotated[Path, typer.Argument(help="A plan result JSON written by `gpuplan optimize --json`.")],
     out: Annotated[Path, typer.Option("--out", help="The workbook to write (.xlsx).")],
 ) -> None:
     """Write the finance workbook (live formulas over named assumptions) from a saved plan result."""
-    from catalog.outputs import Output, plan_outputs
     from reports.result import load_result
     from reports.workbook import workbook_bytes
 
