@@ -73,16 +73,16 @@ def whatif(
         uncertainty_scenarios,
     )
     from reports.whatif_workbook import frontier_plot_bytes, whatif_workbook_bytes
-    from workloads.scenarios import load_scenarios, scenario_inputs
+    from workloads.scenarios import load_scenarios, read_scenario_file, scenario_inputs
 
     if backend not in ("local", "ray"):
         raise GpuplanError(f"--backend: unknown backend '{backend}'; use local or ray")
     specs = [Output("--json", json_path, (".json",), stdout_ok=True), Output("--out", out, (".xlsx",)),
              Output("--plot", plot, (".png",))]
+    # checked before anything else is read, against every input (the base plan the file names too)
+    outputs = plan_outputs(specs, (path, *scenario_inputs(read_scenario_file(path), path), catalog, params))
     cat = load(catalog)
     spec, _base_data, scenarios = load_scenarios(path, cat)
-    # checked once every input is known (the base plan the file names), before any solve
-    outputs = plan_outputs(specs, (path, *scenario_inputs(spec, path), catalog, params))
     if samples and not (spec.uncertainty and (spec.uncertainty.demand or spec.uncertainty.prices)):
         raise GpuplanError(f"{path}: --samples needs an uncertainty section (demand: {{sigma}} and/or prices)")
     if samples:

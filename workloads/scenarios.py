@@ -310,14 +310,19 @@ def scenario_inputs(spec: ScenarioFile, path: Path | str) -> list[Path]:
     return [base] if base is not None else []
 
 
+def read_scenario_file(path: Path | str) -> ScenarioFile:
+    """The scenario file itself, validated (no catalog needed: its base plan is not read)."""
+    raw = read_yaml(path, "scenario", WorkloadError)
+    try:
+        return ScenarioFile.model_validate(raw)
+    except ValidationError as exc:
+        raise WorkloadError(format_validation_error(str(path), exc, ScenarioFile)) from None
+
+
 def load_scenarios(path: Path | str, catalog: Catalog) -> tuple[ScenarioFile, dict[str, Any], list[Scenario]]:
     """Parse a scenario file and expand it into validated scenarios (base first)."""
     path = Path(path)
-    raw = read_yaml(path, "scenario", WorkloadError)
-    try:
-        spec = ScenarioFile.model_validate(raw)
-    except ValidationError as exc:
-        raise WorkloadError(format_validation_error(str(path), exc, ScenarioFile)) from None
+    spec = read_scenario_file(path)
     base_path = base_plan_path(spec, path)
     base_where = None
     if base_path is not None:

@@ -14,6 +14,7 @@ from catalog import load_catalog
 from catalog.errors import WorkloadError
 from catalog.files import StrictLoader
 from optimizer.optimize import optimize_plan
+from optimizer.planning.solver_options import SolverOptions
 from optimizer.workers import run_pool
 from workloads import resolve_catalog
 from workloads.load import parse_plan
@@ -36,7 +37,8 @@ def _workloads() -> list[dict]:
 
 def _solve(workloads: list[dict]) -> dict:
     plan = parse_plan({"name": "order", "allowed_devices": ["l4", "l40s"], "workloads": workloads}, "test")
-    result = optimize_plan(plan, resolve_catalog(plan, CAT, "test"), time_limit_s=30, n_buckets=2)
+    result = optimize_plan(plan, resolve_catalog(plan, CAT, "test"), options=SolverOptions(time_limit_s=30),
+                           n_buckets=2)
     return {k: v for k, v in result.to_json().items() if k not in VOLATILE}
 
 
