@@ -8,7 +8,9 @@ from typing import Annotated
 
 import typer
 
-from catalog.files import write_atomic
+from catalog.errors import ModelError
+from catalog.files import read_bytes
+from catalog.outputs import Output, plan_outputs
 from cli.common import CatalogOpt, JsonOpt, ParamsOpt, fmt, load, print_json, stdout, table
 from cli.validate_cmd import load_all, resolve_measurement_paths
 from optimizer.calibration.bands import (
@@ -43,14 +45,15 @@ def calibrate(
     """Fit efficiency factors and overheads to offline max-throughput and latency rows (and, weighted
     by --online-weight, the mean TTFT and mean ITL of online-serving rows); write them for --params,
     with the error band of each fidelity class from leave-out refits."""
-    cat = load(catalog)
     paths = resolve_measurement_paths(measurements or [], shipped)
+    outputs = plan_outputs([Output("--out", out, (".yaml", ".yml"))], (*paths, params, catalog))
+    cat = load(catalog)
     rows = load_all(paths, cat)
     start = load_params(params) if params is not None else None
     names = ", ".join(p.name for p in paths)
     fitted = fit_params(rows, cat, start=start, data_file=names, online_weight=online_weight)
     n_online = len(online_fit_rows(rows)) if online_weight > 0 else 0
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in paths)).hexdigest()
+    digest = hashlib.sha256(b"".join(read_bytes(p, "measurements", ModelError) for p in paths)).hexdigest()
     fitted = fitted.model_copy(update={"fit": fitted.fit.model_copy(update={"data_sha256": digest}),
                                        "coverage": coverage(rows, cat)})
     if bands:
@@ -69,7 +72,7 @@ def calibrate(
               + (f" (+ {n_online} online-serving rows at weight {online_weight:g}, see fit.method)" if n_online else "")
               + "\n"
               "use with --params FILE; see optimizer/models/params.py for the meaning of each field")
-    write_atomic(out, params_to_yaml(fitted, header), inputs=tuple(paths) + ((params,) if params else ()))
+    outputs.write({"--out": params_to_yaml(fitted, header)})
     if json_out:
         print_json({"out": str(out), "params": fitted.model_dump(mode="json", exclude_none=True)})
         return
