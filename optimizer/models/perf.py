@@ -38,6 +38,7 @@ import numpy as np
 
 from catalog.schema import Device, Model, Precision
 from optimizer.models.params import CalibrationParams
+from optimizer.models.speculative import SpeculativeCost
 
 GIB_BYTES = 2.0**30
 ATTENTION_FLOPS_PER_QK_ELEMENT = 4.0  # QK^T and A·V: 2 matmuls x 2 FLOPs per multiply-add
@@ -87,6 +88,7 @@ class Configs:
     request_overhead_s: float  # front-end time per request, added once to TTFT and E2E (not a step)
     max_batch_sequences: int  # scheduler cap on running sequences (offline runs)
     kv_reserved_output_fraction: float  # share of the output whose KV a running sequence reserves
+    speculative: SpeculativeCost | None = None  # decode steps verify k draft tokens (optimizer.models.speculative)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -333,16 +335,45 @@ def _decode_step(c: Configs, batch, context_tokens, prefill_tokens, prefill_cont
     micro_b = b / k.pp
     micro_n = npre / k.pp
     tokens = micro_b + micro_n
+    spec = c.speculative
+    verify = micro_b * spec.draft_tokens if spec is not None else 0.0  # draft tokens checked in the same pass
+    if spec is not None:
+        tokens = tokens + verify
     decode_ctx = micro_b * ctx  # context tokens the decoding micro-batch attends to
     weights = _weight_bytes_read_per_gpu(c, tokens, ndim)
     mem_s = (weights + decode_ctx * k.kv_bytes_per_token / k.kv_gpus) / k.memory_bytes_s
     active = c.model.active_params_b * 1e9
     attn = attention_flops_per_context_token(c.model) * (decode_ctx + micro_n * pctx)
+    if spec is not None:
+        attn = attn + attention_flops_per_context_token(c.model) * verify * ctx
     compute_s = (2.0 * active * tokens + attn) / k.gpus / k.flops_s
     comm_s = k.allreduces * _allreduce_s(c, tokens, ndim)
     overhead_s = k.step_overhead_s + b * c.sequence_overhead_s
     step_s = k.pp * (np.maximum(mem_s, compute_s) + comm_s) + overhead_s
+    if spec is not None:
+        step_s = step_s + draft_s(c, b, ctx, ndim)
     return StepParts(mem_s, compute_s, comm_s, step_s)
+
+
+def draft_s(c: Configs, batch, context_tokens, ndim: int = 1) -> np.ndarray:
+    """Time (s) of the k draft passes of a speculative step (0 without ``c.speculative``).
+
+    Each pass is a roofline over the replica's t·p GPUs for the whole batch b at context c:
+    ``max((f·W(b) + P_x·β)/(t·p)/bw + b·c·kv·(f + r_x)/kv_gpus/bw, 2·(f·active + P_a)·b/(t·p)/flops)``
+    with β the configuration's weight bytes per parameter (``optimizer.models.speculative``).
+    """
+    spec = c.speculative
+    if spec is None:
+        return np.zeros(np.shape(batch))
+    k = c.stage.shaped(ndim)
+    b = np.asarray(batch, dtype=float)
+    bytes_per_param = k.weight_bytes_total / (c.model.total_params_b * 1e9)
+    weights = spec.layer_fraction * _weight_bytes_read(c, np.maximum(b, 1.0), ndim) \
+        + spec.extra_weight_params * bytes_per_param
+    kv = b * context_tokens * k.kv_bytes_per_token * (spec.layer_fraction + spec.extra_kv_ratio) / k.kv_gpus
+    mem_s = (weights / k.gpus + kv) / k.memory_bytes_s
+    flops = 2.0 * (spec.layer_fraction * c.model.active_params_b * 1e9 + spec.extra_active_params) * b
+    return spec.draft_tokens * np.maximum(mem_s, flops / k.gpus / k.flops_s)
 
 
 def decode_parts(c: Configs, batch, context_tokens, prefill_tokens=0.0,
