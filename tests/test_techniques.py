@@ -1,0 +1,159 @@
+"""Prefix caching and speculative decoding / MTP: paper limits of the serving model under a technique."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import numpy as np
+import pytest
+
+from catalog import load_catalog
+from optimizer.models import perf, serving
+from optimizer.models.params import load_params
+from optimizer.models.serving.state import _technique_lengths, lengths_for
+from optimizer.models.speculative import accepted_tokens_per_step, speculative_cost
+from optimizer.models.techniques import ServingTechnique, workload_technique
+from workloads.spec import SLO, LengthDist, Workload
+
+CAT = load_catalog(None)
+PARAMS = load_params()
+LONG_P, SHORT_O = LengthDist(mean=8192), LengthDist(mean=128)
+CHAT_P, CHAT_O = LengthDist(mean=2048, p99=8192), LengthDist(mean=256, p99=1024)
+
+
+def cfg(model="llama-3.1-70b", device="h100-sxm", prec="fp8", tp=4, pp=1):
+    return perf.build_configs(CAT.model(model), [(CAT.device(device), CAT.precision(prec), tp, pp)], PARAMS)
+
+
+def spec(k=3, a=0.8, method="eagle", model="llama-3.1-70b", draft=None):
+    return ServingTechnique(speculative=speculative_cost(method, k, a, CAT.model(model),
+                                                         CAT.model(draft) if draft else None))
+
+
+def _same(a, b):
+    for f in fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray):
+            np.testing.assert_array_equal(x, y, err_msg=f.name)
+        elif isinstance(x, list | float | int | str):
+            assert x == y, f.name
+
+
+# ---- prefix caching
+
+
+def test_prefix_hit_zero_is_todays_numbers_bit_for_bit():
+    c = cfg()
+    slo = SLO(ttft_p99_ms=1500, tpot_p99_ms=60)
+    today = serving.capacity_at_slo(c, CHAT_P, CHAT_O, slo, PARAMS)
+    w = Workload(name="w", model="llama-3.1-70b", qps=1, prompt_tokens=CHAT_P, output_tokens=CHAT_O, slo=slo,
+                 prefix_cache={"hit_fraction": 0.0})
+    t = workload_technique(w, CAT.model("llama-3.1-70b"))
+    assert not t.active
+    _same(today, serving.capacity_at_slo(c, CHAT_P, CHAT_O, slo, PARAMS, technique=t))
+    # the technique path itself, with nothing to do, gives the plain lengths exactly
+    plain = lengths_for(CHAT_P, CHAT_O)
+    via = _technique_lengths(plain.l_nodes, plain.l_w, plain.l_var, plain.o_nodes, plain.o_w, plain.o_var,
+                             ServingTechnique())
+    for name in ("l_nodes", "o_nodes", "l_var", "o_var", "mean_l", "var_l", "mean_o1", "mean_o", "ctx",
+                 "kv_tok_steps", "kv_tok2_steps", "kv_prompt_tokens", "span_offset", "tokens_per_step"):
+        np.testing.assert_array_equal(getattr(plain, name), getattr(via, name), err_msg=name)
+
+
+def test_prefix_hit_cuts_ttft_to_the_prefill_of_the_uncached_tokens():
+    """λ → 0: TTFT = prefill of the uncached 40 % (attending to the cached 60 %) + front-end time.
+
+    Compute-bound prefill of P = 3,277 of L = 8,192 tokens: 2·active·P + 4·layers·heads·head_dim·P·(L − P/2)
+    FLOPs, against 2·active·L + 4·…·L²/2 uncached."""
+    c = cfg()
+    h = 0.6
+    base = serving.serve_at_rate(c, 1e-4, LONG_P, SHORT_O)
+    hit = serving.serve_at_rate(c, 1e-4, LONG_P, SHORT_O, technique=ServingTechnique(prefix_hit_fraction=h))
+    m = CAT.model("llama-3.1-70b")
+    L, P = 8192.0, 8192.0 * (1 - h)
+    attn = perf.attention_flops_per_context_token(m)
+    flops = lambda n, span: 2 * m.active_params_b * 1e9 * n + attn * n * span  # noqa: E731
+    ratio = flops(P, L - P / 2) / flops(L, L / 2)
+    over = PARAMS.request_overhead_ms
+    assert (hit.ttft_p50_ms[0] - over) / (base.ttft_p50_ms[0] - over) == pytest.approx(ratio, rel=0.08)
+    assert hit.tpot_p50_ms[0] == pytest.approx(base.tpot_p50_ms[0], rel=0.02)  # decode reads the full context
+
+
+def test_prefix_hit_raises_capacity_when_ttft_binds():
+    c = cfg()
+    slo = SLO(ttft_p99_ms=1500)
+    base = serving.capacity_at_slo(c, LONG_P, SHORT_O, slo, PARAMS)
+    hit = serving.capacity_at_slo(c, LONG_P, SHORT_O, slo, PARAMS, technique=ServingTechnique(prefix_hit_fraction=0.6))
+    assert hit.max_qps[0] > 1.8 * base.max_qps[0]
+
+
+def test_shared_prefix_is_held_once_per_replica():
+    """KV capacity loses N tokens once; each running sequence holds L − N own tokens."""
+    c = cfg()
+    n = 6000.0
+    t = ServingTechnique(shared_prefix_tokens=n)
+    assert t.configure(c).kv_capacity_tokens[0] == pytest.approx(c.kv_capacity_tokens[0] - n)
+    base = serving.serve_at_rate(c, 2.0, LONG_P, SHORT_O)
+    shared = serving.serve_at_rate(c, 2.0, LONG_P, SHORT_O, technique=t)
+    # resident KV ≈ λ·(time in system)·tokens held: (8192 − 6000 + 64) vs (8192 + 64) per request
+    assert shared.kv_p99_tokens[0] < 0.45 * base.kv_p99_tokens[0]
+    assert shared.ttft_p99_ms[0] < 0.5 * base.ttft_p99_ms[0]
+
+
+# ---- speculative decoding
+
+
+@pytest.mark.parametrize(("k", "a", "expected"), [(3, 0.0, 1.0), (3, 1.0, 4.0), (3, 0.5, 1.875), (1, 0.9, 1.9)])
+def test_accepted_tokens_per_step(k, a, expected):
+    """(1 − a^(k+1))/(1 − a): 1 + 0.5 + 0.25 + 0.125 = 1.875; DeepSeek-V3 k = 1, a = 0.9 → 1.9."""
+    assert accepted_tokens_per_step(k, a) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("method", ["mtp", "eagle", "draft"])
+def test_acceptance_zero_never_helps(method):
+    c = cfg()
+    t = spec(3, 0.0, method, draft="llama-3.1-8b" if method == "draft" else None)
+    for batch in (1, 16, 128):
+        plain = perf.decode_step_s(c, batch, 2048)[0]
+        with_spec = perf.decode_step_s(t.configure(c), batch, 2048)[0] / t.tokens_per_step
+        assert with_spec > plain
+    slo = SLO(ttft_p99_ms=2000, tpot_p99_ms=60)
+    base = serving.capacity_at_slo(c, CHAT_P, CHAT_O, slo, PARAMS)
+    assert serving.capacity_at_slo(c, CHAT_P, CHAT_O, slo, PARAMS, technique=t).max_qps[0] <= base.max_qps[0]
+
+
+def test_full_acceptance_approaches_k_plus_one_at_batch_one():
+    """a → 1, k = 3, batch 1 (memory-bound): the verify pass costs about one ordinary step, so
+    tokens per second per sequence approach 4× less the draft head's share (1 layer of 80 + the LM head)."""
+    c = cfg()
+    t = spec(3, 0.999)
+    plain = perf.decode_step_s(c, 1, 2048)[0]
+    speedup = plain / (perf.decode_step_s(t.configure(c), 1, 2048)[0] / t.tokens_per_step)
+    assert 0.85 * 4 < speedup < 4.0
+    r0 = serving.serve_at_rate(c, 1e-3, CHAT_P, CHAT_O)
+    r1 = serving.serve_at_rate(c, 1e-3, CHAT_P, CHAT_O, technique=t)
+    assert r0.tpot_mean_ms[0] / r1.tpot_mean_ms[0] == pytest.approx(speedup, rel=0.05)
+
+
+def test_speculative_gain_shrinks_as_batches_turn_compute_bound():
+    """k = 3, a = 0.8: A = 2.95 tokens a step. Memory-bound at batch 1 (gain near A less the
+    draft's share); compute-bound at large batch, where a step costs up to 4× an ordinary one
+    (gain → A/4 = 0.74, a loss, plus the overheads that do not grow)."""
+    c = cfg()
+    t = spec(3, 0.8)
+    cs = t.configure(c)
+    gains = [perf.decode_step_s(c, b, 512)[0] * t.tokens_per_step / perf.decode_step_s(cs, b, 512)[0]
+             for b in (1, 8, 64, 256, 1024, 4096)]
+    assert gains == sorted(gains, reverse=True)
+    assert gains[0] > 2.5 and gains[-1] < 1.0
+    assert gains[-1] > t.tokens_per_step / 4
+
+
+def test_draft_model_memory_lowers_kv_capacity():
+    """An 8B draft in fp8 holds 8.03 GB over 4 GPUs plus its KV (32 layers vs 80: ratio 0.4 per token)."""
+    c = cfg()
+    t = spec(4, 0.7, "draft", draft="llama-3.1-8b")
+    got = t.configure(c).kv_capacity_tokens[0]
+    kv_gpu = c.kv_bytes_per_token[0] / (c.kv_shards[0] * c.pp[0])
+    free = c.kv_capacity_tokens[0] * kv_gpu - 8.03e9 * 1.0 / 4
+    assert got == pytest.approx(free / (kv_gpu * (1 + 32 / 80)), rel=1e-9)
