@@ -65,6 +65,9 @@ class Device(Strict):
         "tensor parallelism beyond it falls back to the host PCIe link"
     )
     pcie_gb_s: PositiveFloat = Field(description="host PCIe bandwidth, bidirectional")
+    scaleout_nic_gbps_per_gpu: PositiveFloat | None = Field(
+        None, description="scale-out (east-west RDMA) network per GPU in its server, Gb/s per direction; "
+        "carries the KV cache between disaggregated prefill and decode pools (absent: no pools on this device)")
     gpus_per_node: PositiveInt
     purchase_usd: PositiveFloat | None = None
     cloud_usd_per_gpu_hour: PositiveFloat | None = None
@@ -87,7 +90,7 @@ class Device(Strict):
             raise ValueError("needs bf16_tflops or fp16_tflops (the 16-bit tensor peak)")
         if "specs" not in self.sources:
             raise ValueError("sources needs a 'specs' entry")
-        for field in ("purchase_usd", "cloud_usd_per_gpu_hour"):
+        for field in ("purchase_usd", "cloud_usd_per_gpu_hour", "scaleout_nic_gbps_per_gpu"):
             if getattr(self, field) is not None and field not in self.sources and field not in self.estimated:
                 raise ValueError(f"{field} needs a source (sources.{field}) or an estimate basis")
         for field, (low, high) in self.ranges.items():
