@@ -10,10 +10,12 @@ generates the rest without prefill chunks in its steps.
   ``t_kv = L · kv_bytes_per_token / link``, ``link = g_kv · nic_gbps · 1e9/8 · NIC_EFFICIENCY``
   with g_kv = kv_shards · pp the GPUs that hold distinct KV (each sends its shard on its own
   NIC). The p99 transfer uses the p99 prompt.
-- **Prefill pool** capacity (req/s per replica) at the TTFT SLO: the serving model of a
-  replica whose requests have two output tokens (the first, and one step to retire; its queueing, chunked prefill and front-end
-  time; ``capacity_at_slo``) against ``ttft_p99_ms − t_kv(L_p99)``, and at most the rate its
-  NICs can send: ``link / (E[L] · kv_bytes_per_token)``.
+- **Prefill pool** capacity (req/s per replica) at the TTFT SLO: a replica that only prefills
+  serves prompt work first come first served, an M/G/1 queue (:class:`PrefillQueue`: service
+  S(L) = its chunked prefill steps, waiting time by Pollaczek–Khinchine/Takács moments and a
+  gamma tail), against ``ttft_p99_ms − t_kv(L_p99)``, and at most the rate its NICs can send:
+  ``link / (E[L] · kv_bytes_per_token)``. (The colocated serving model's TTFT assumes a
+  decoding batch whose steps the prompts ride in; with no decode it under-states the queue.)
 - **Decode pool** capacity at the TPOT SLO (and E2E − TTFT when both are given): the serving
   model of a replica whose prompts arrive cached (prefill work one token; context and KV of
   the whole prompt), so its steps carry no prefill chunks; at most the rate its NICs can
@@ -27,20 +29,23 @@ line rate; NIXL/UCX and Mooncake report 80-95 % of it), not a fitted figure.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from optimizer.models import perf
+from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS
 from optimizer.models.lengths import quantile_tokens
 from optimizer.models.perf import Configs
-from optimizer.models.serving import Capacity, capacity_at_slo
+from optimizer.models.serving import CAPACITY_RTOL, Capacity, capacity_at_slo
+from optimizer.models.serving.state import lengths_for
+from optimizer.models.serving.tails import mixture_quantile
 from optimizer.models.techniques import ServingTechnique
 from workloads.spec import SLO, LengthDist
 
 NIC_EFFICIENCY = 0.85
-# A prefill replica's requests: the first token plus one decode step that retires the request
-# (the serving model brackets its search by the decode-step rate, which needs one step).
-PREFILL_OUTPUT = LengthDist(mean=2)
+PREFILL_OUTPUT = LengthDist(mean=1)  # a prefill replica's requests end with the first token
 POOL_STAGES = ("prefill", "decode")
 
 
@@ -108,36 +113,118 @@ class PoolCapacity:
     serving: Capacity | None
 
 
+def prefill_service_s(c: Configs, prompt_nodes: np.ndarray, chunk: int, span_offset: float = 0.0) -> np.ndarray:
+    """S(L) (s), (N, QL): a prefill replica's time to process one prompt of L tokens alone, in
+    chunks of C: Σ_j t(b = 0, n_j, span_j), n_j = min(C, L − j·C), span_j = j·C + n_j/2 (+ cached tokens)."""
+    total = np.zeros((len(c), len(prompt_nodes)))
+    for j in range(int(math.ceil(float(np.max(prompt_nodes)) / chunk))):
+        n_j = np.clip(prompt_nodes - j * chunk, 0.0, float(chunk))
+        step = perf.decode_step_s(c, 0.0, 0.0, n_j[None, :], (j * chunk + n_j / 2.0 + span_offset)[None, :])
+        total += np.where(n_j[None, :] > 0, step, 0.0)
+    return total
+
+
+@dataclass(frozen=True)
+class PrefillQueue:
+    """A prefill replica as an M/G/1 FCFS queue of prompts (the scheduler spends every step's
+    token budget on waiting prompts in order, so it serves prompt work one after another)."""
+
+    weights: np.ndarray  # (QL,) prompt-length nodes
+    service_s: np.ndarray  # (N, QL) S(L)
+    stratum_var_s2: np.ndarray  # (N, QL) spread of S inside each node's stratum, at its per-token rate
+    overhead_s: np.ndarray  # (N,) front-end time per request
+
+    def moments(self, r: int) -> np.ndarray:
+        return (self.service_s ** r) @ self.weights
+
+    def ttft_p99_ms(self, lam: np.ndarray) -> np.ndarray:
+        """p99 of TTFT = W + S(L) + front-end time (ms), inf when ρ = λ·E[S] ≥ 1.
+
+        Pollaczek–Khinchine and Takács: E[W] = λE[S²]/(2(1−ρ)), E[W²] = 2E[W]² + λE[S³]/(3(1−ρ));
+        W = 0 with probability 1 − ρ, else a gamma with mean E[W]/ρ and second moment E[W²]/ρ;
+        W independent of the request's own S(L). Quantile of the mixture over (L node, W = 0 or not).
+        """
+        lam = np.asarray(lam, dtype=float)
+        s1, s2, s3 = self.moments(1), self.moments(2), self.moments(3)
+        rho = lam * s1
+        stable = rho < 1.0
+        free = np.where(stable, 1.0 - rho, 1.0)
+        w1 = lam * s2 / (2.0 * free)
+        w2 = 2.0 * w1**2 + lam * s3 / (3.0 * free)
+        p_wait = np.clip(rho, 1e-12, 1.0)
+        m_plus = w1 / p_wait
+        v_plus = np.maximum(w2 / p_wait - m_plus**2, 1e-18)
+        k3_plus = 2.0 * v_plus**2 / np.maximum(m_plus, 1e-18)  # gamma: κ3 = 2·var²/mean
+        base = self.service_s + self.overhead_s[:, None]
+        mean = np.concatenate([base, base + m_plus[:, None]], axis=1)
+        var = np.concatenate([self.stratum_var_s2, self.stratum_var_s2 + v_plus[:, None]], axis=1)
+        k3 = np.concatenate([np.zeros_like(base), np.broadcast_to(k3_plus[:, None], base.shape)], axis=1)
+        w = np.concatenate([np.outer(1.0 - p_wait, self.weights), np.outer(p_wait, self.weights)], axis=1)
+        q = np.array([mixture_quantile(0.99, w[i], mean[i:i + 1], var[i:i + 1], k3[i:i + 1])[0]
+                      for i in range(len(lam))]) if len(lam) else np.zeros(0)
+        return np.where(stable, q * 1e3, np.inf)
+
+
+def prefill_queue(c: Configs, prompt: LengthDist, technique: ServingTechnique | None = None,
+                  chunk: int = DEFAULT_PREFILL_CHUNK_TOKENS) -> PrefillQueue:
+    """The :class:`PrefillQueue` of every configuration on the prompt distribution (uncached tokens)."""
+    lens = lengths_for(prompt, PREFILL_OUTPUT, prefill_technique(technique))
+    service = prefill_service_s(c, lens.l_nodes, chunk, lens.span_offset)
+    per_token = service / lens.l_nodes[None, :]
+    return PrefillQueue(lens.l_w, service, per_token**2 * lens.l_var[None, :], np.full(len(c), c.request_overhead_s))
+
+
+def prefill_capacity_qps(queue: PrefillQueue, budget_ms: np.ndarray) -> np.ndarray:
+    """Largest λ (req/s) with TTFT p99 ≤ ``budget_ms`` per configuration (0 if not even at λ → 0):
+    geometric bisection on (0, 1/E[S]) to CAPACITY_RTOL (the p99 grows with λ)."""
+    s1 = queue.moments(1)
+    hi = 1.0 / s1
+    lo = hi * 1e-6
+    ok_lo = queue.ttft_p99_ms(lo) <= budget_ms
+    for _ in range(60):
+        if np.all(hi <= lo * (1.0 + CAPACITY_RTOL)):
+            break
+        mid = np.sqrt(lo * hi) if np.any(hi > 4 * lo) else 0.5 * (lo + hi)
+        ok = queue.ttft_p99_ms(mid) <= budget_ms
+        lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
+    return np.where(ok_lo, lo, 0.0)
+
+
 def prefill_pool_capacity(c: Configs, prompt: LengthDist, slo: SLO, nic_gbps_per_gpu,
                           technique: ServingTechnique | None = None, params=None) -> PoolCapacity:
-    """Prefill replicas at ``slo.ttft_p99_ms`` less the p99 KV transfer, capped by their NICs."""
+    """Prefill replicas at ``slo.ttft_p99_ms`` less the p99 KV transfer (:class:`PrefillQueue`),
+    capped by the rate their NICs can send and by the KV cache holding the p99 prompt."""
     link = kv_link_bytes_s(c, nic_gbps_per_gpu)
-    l99 = sent_tokens(float(quantile_tokens(prompt, 0.99)), technique)
-    t_kv = kv_transfer_ms(c, l99, link)
+    l99 = float(quantile_tokens(prompt, 0.99))
+    t_kv = kv_transfer_ms(c, sent_tokens(l99, technique), link)
     limit = link_limit_qps(c, prompt, link, technique)
     n = len(c)
-    qps, limited, why = np.zeros(n), ["unservable"] * n, [None] * n
-    serving_cap = None
     if slo.ttft_p99_ms is None:
-        return PoolCapacity("prefill", qps, limited, ["the workload has no ttft_p99_ms to split"] * n, t_kv, limit, None)
-    # one serving-model search per distinct transfer time (configurations differ by their NICs)
-    for budget in np.unique(np.round(slo.ttft_p99_ms - t_kv, 9)):
-        rows = np.flatnonzero(np.round(slo.ttft_p99_ms - t_kv, 9) == budget)
-        if not np.isfinite(budget) or budget <= 0:
-            for i in rows:
-                why[i] = (f"{c.keys[i]}: KV transfer of the p99 prompt takes {t_kv[i]:.1f} ms, "
-                          f"the whole TTFT budget of {slo.ttft_p99_ms:g} ms" if np.isfinite(t_kv[i])
-                          else f"{c.keys[i]}: no scale-out NIC figure (scaleout_nic_gbps_per_gpu)")
-            continue
-        sub = c.take(rows)
-        cap = capacity_at_slo(sub, prompt, PREFILL_OUTPUT, SLO(ttft_p99_ms=float(budget)), params,
-                              technique=prefill_technique(technique))
-        serving_cap = cap if len(rows) == n else serving_cap
-        for j, i in enumerate(rows):
-            qps[i] = min(float(cap.max_qps[j]), float(limit[i]))
-            limited[i] = "kv_link" if limit[i] < cap.max_qps[j] else cap.limited_by[j]
-            why[i] = cap.why[j]
-    return PoolCapacity("prefill", qps, limited, why, t_kv, limit, serving_cap)
+        return PoolCapacity("prefill", np.zeros(n), ["unservable"] * n,
+                            ["the workload has no ttft_p99_ms to split"] * n, t_kv, limit, None)
+    budget = slo.ttft_p99_ms - t_kv
+    runnable = np.asarray(c.runnable, dtype=bool) & (c.kv_capacity_tokens >= l99)
+    queue = prefill_queue(c, prompt, technique)
+    with np.errstate(all="ignore"):
+        cap = np.where(runnable & (budget > 0), prefill_capacity_qps(queue, np.where(budget > 0, budget, 0.0)), 0.0)
+    floor_ms = queue.ttft_p99_ms(np.full(n, 1e-9))
+    qps = np.minimum(cap, limit)
+    limited, why = [], []
+    for i in range(n):
+        if not np.isfinite(t_kv[i]):
+            limited.append("unservable")
+            why.append(f"{c.keys[i]}: no scale-out NIC figure (scaleout_nic_gbps_per_gpu)")
+        elif not runnable[i]:
+            limited.append("unservable")
+            why.append(c.reason[i] or f"{c.keys[i]}: the KV cache cannot hold the p99 prompt ({l99:,.0f} tokens)")
+        elif cap[i] <= 0:
+            limited.append("unservable")
+            why.append(f"{c.keys[i]}: prefill pool ttft_p99_ms {slo.ttft_p99_ms:g} is below the best it reaches, "
+                       f"{floor_ms[i] + t_kv[i]:.1f} ms ({t_kv[i]:.1f} ms of it KV transfer)")
+        else:
+            limited.append("kv_link" if limit[i] < cap[i] else "ttft")
+            why.append(None)
+    return PoolCapacity("prefill", qps, limited, why, t_kv, limit, None)
 
 
 def decode_pool_capacity(c: Configs, prompt: LengthDist, output: LengthDist, slo: SLO, nic_gbps_per_gpu,
