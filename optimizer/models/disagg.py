@@ -38,7 +38,7 @@ from optimizer.models import perf
 from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS
 from optimizer.models.lengths import quantile_tokens
 from optimizer.models.perf import Configs
-from optimizer.models.serving import CAPACITY_RTOL, Capacity, capacity_at_slo
+from optimizer.models.serving import CAPACITY_RTOL, Capacity, capacity_at_slo, serve_at_rate
 from optimizer.models.serving.state import lengths_for
 from optimizer.models.serving.tails import mixture_quantile
 from optimizer.models.techniques import ServingTechnique
@@ -247,3 +247,19 @@ def decode_pool_capacity(c: Configs, prompt: LengthDist, output: LengthDist, slo
         if link[i] <= 0:
             qps[i], limited[i], why[i] = 0.0, "unservable", f"{c.keys[i]}: no scale-out NIC figure (scaleout_nic_gbps_per_gpu)"
     return PoolCapacity("decode", qps, limited, why, t_kv, limit, cap)
+
+
+def pool_p99_ms(stage: str, c: Configs, qps: float, prompt: LengthDist, output: LengthDist, nic_gbps_per_gpu: float,
+                technique: ServingTechnique | None = None, params=None) -> tuple[float | None, float | None, float | None]:
+    """(TTFT, TPOT, E2E) p99s (ms) of a one-configuration pool replica at ``qps`` req/s.
+
+    Prefill: TTFT = the :class:`PrefillQueue` p99 + the p99 KV transfer (TPOT, E2E: None).
+    Decode: TPOT and E2E of the decode replica (its E2E counts from the KV's arrival; the
+    request's E2E adds the prefill pool's TTFT to it).
+    """
+    if stage == "prefill":
+        link = kv_link_bytes_s(c, [nic_gbps_per_gpu])
+        t_kv = kv_transfer_ms(c, sent_tokens(float(quantile_tokens(prompt, 0.99)), technique), link)
+        return float(prefill_queue(c, prompt, technique).ttft_p99_ms(np.array([qps]))[0] + t_kv[0]), None, None
+    r = serve_at_rate(c, qps, prompt, output, params, technique=decode_technique(technique))
+    return None, float(r.tpot_p99_ms[0]), float(r.e2e_p99_ms[0])

@@ -66,6 +66,10 @@ class Candidate:
     # Best p99 (ms) the candidate reaches at (near) zero load per bucket, where the serving
     # model gives it: {metric: value} — used to explain a workload no candidate can serve.
     floor_p99_ms: tuple[dict[str, float], ...] | None = None
+    # "colocated" serves whole requests; "prefill" / "decode" one phase of them in a
+    # disaggregated pair of pools (optimizer.models.disagg)
+    stage: str = "colocated"
+    technique: str = ""  # the serving technique it uses, e.g. "eagle k3 a0.8" ("" = none)
 
     @property
     def kept(self) -> bool:
