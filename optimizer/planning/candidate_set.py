@@ -70,6 +70,7 @@ class Candidate:
     # disaggregated pair of pools (optimizer.models.disagg)
     stage: str = "colocated"
     technique: str = ""  # the serving technique it uses, e.g. "eagle k3 a0.8" ("" = none)
+    kv_bytes_per_request: float | None = None  # pools: mean KV bytes a request sends over the scale-out link
 
     @property
     def kept(self) -> bool:

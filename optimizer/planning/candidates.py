@@ -34,7 +34,7 @@ import numpy as np
 from catalog.load import Catalog
 from catalog.schema import Device, Model
 from optimizer.models import serving
-from optimizer.models.disagg import pool_p99_ms
+from optimizer.models.disagg import pool_p99_ms, sent_tokens
 from optimizer.models.lengths import split_buckets
 from optimizer.models.params import load_params
 from optimizer.models.perf import Configs, build_configs, config_key
@@ -304,6 +304,9 @@ def _variant_candidates(w: Workload, prep: _Prepared, v: _Variant, units: dict[s
             w.name, v.prefix + v.configs.keys[i] + v.suffix, d.key, q.key, t, p, t * p, capacity, tuple(limited[i]),
             cost_per_replica_usd(units[d.key], t * p, a), pruned_reason=reason, floor_p99_ms=tuple(floors[i]),
             stage=v.stage, technique=v.label,
+            kv_bytes_per_request=(float(v.configs.kv_bytes_per_token[i]) * sent_tokens(w.prompt_tokens.mean_tokens,
+                                                                                       v.technique)
+                                  if v.stage != "colocated" else None),
         ))
     return out
 
