@@ -61,6 +61,7 @@ from optimizer.planning.evaluate import (
     evaluate_buckets,
     finite_or_zero,
 )
+from optimizer.planning.technique_savings import technique_note
 from optimizer.results.money import MoneyAssumptions
 from optimizer.results.plan_result import Diagnostic
 from workloads.spec import Plan, Workload
@@ -358,6 +359,7 @@ def model_candidates(
     terms = {k: unit_terms(u, a) for k, u in units.items()}
     done: list[WorkloadCandidates] = []
     notes: list[Diagnostic] = []
+    technique_notes: list[Diagnostic] = []
     for start in range(0, len(plan.workloads), WORKLOADS_PER_BATCH):  # bounded memory for large plans
         batch = plan.workloads[start:start + WORKLOADS_PER_BATCH]
         prepared = [_prepare(w, plan, catalog, units, params, n_buckets) for w in batch]
@@ -369,9 +371,11 @@ def model_candidates(
             if whole is not None:  # split or whole: optimizer.planning.bucketing
                 wc, note = choose_bucketing(wc, _finish(w, whole, units, params, a, prune, evaluated), terms)
                 notes += [note] if note else []
+            if why := technique_note(wc, terms):
+                technique_notes.append(why)
             done.append(wc)
     workloads = tuple(done)
-    diagnostics = fold_notes(notes)
+    diagnostics = fold_notes(notes) + technique_notes
     lacking = sorted(k for k, u in units.items() if u.device is not None and u.allowed
                      and missing_figures(u.device, plan))
     if lacking:
