@@ -11,7 +11,6 @@ result.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import shutil
@@ -39,7 +38,6 @@ needs_soffice = pytest.mark.skipif(
     reason="LibreOffice (soffice) is not installed: workbook RECALCULATION NOT CHECKED; "
            "install libreoffice-calc-nogui (CI's .ci/run does)",
 )
-HAS_OPTIMIZE_CLI = importlib.util.find_spec("cli.optimize_cmd") is not None
 
 INJECTIONS = ['=HYPERLINK("http://x","y")', "+cmd|' /C calc'!A0", "@SUM(A1)", "-2+3", "\t=1+1", "\r=2+2"]
 
@@ -560,8 +558,6 @@ def test_renders_to_pdf_and_png(sample_xlsx, tmp_path):
 
 @pytest.fixture(scope="module")
 def chat_fleet_json(tmp_path_factory) -> Path:
-    if not HAS_OPTIMIZE_CLI:
-        pytest.skip("cli/optimize_cmd.py is not merged yet: end-to-end run on examples/chat-fleet.yaml skipped")
     import subprocess
     import sys
 
