@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -193,3 +194,33 @@ def test_two_pool_analytic_agrees_with_simulator(prefill, decode):
         errors += [ttft / sim.ttft[99.0].value_ms - 1, tpot / sim.tpot[99.0].value_ms - 1]
     assert np.median(np.abs(errors)) <= 0.10
     assert np.max(np.abs(errors)) <= 0.15
+
+
+# ---- gpuplan estimate --prefill-device/--decode-device
+
+PAIR = ("estimate", "--model", "llama-3.1-70b", "--precision", "fp8", "--input-tokens", "6000", "--input-p99", "12000",
+        "--output-tokens", "800", "--output-p99", "2000", "--prefill-device", "h100-sxm", "--prefill-tp", "8",
+        "--decode-device", "h20", "--decode-tp", "2", "--ttft-p99-ms", "1000", "--tpot-p99-ms", "50")
+
+
+def test_estimate_pair_json(run_cli):
+    r = run_cli(*PAIR, "--qps", "1", "--json")
+    assert r.code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["prefill"]["key"] == "h100_sxm__fp8__tp8__pp1" and out["decode"]["key"] == "h20__fp8__tp2__pp1"
+    assert out["prefill"]["limited_by"] == "ttft" and out["decode"]["max_qps_at_slo"] > 0
+    # 6,000 tokens × 163,840 B × 8 bit = 7.86 Gb per request
+    assert out["kv_link_gb_s_per_qps"] == pytest.approx(6000 * 163_840 * 8 / 1e9, rel=1e-3)
+    assert out["ttft_p99_ms"] <= 1000 and out["tpot_p99_ms"] <= 50
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--prefill-device", "h100-sxm"), "give both --prefill-device and --decode-device"),
+    (("--prefill-device", "l40s", "--decode-device", "h20", "--ttft-p99-ms", "1000", "--tpot-p99-ms", "50"),
+     "l40s has no scaleout_nic_gbps_per_gpu"),
+    (("--prefill-device", "h100-sxm", "--decode-device", "h20"), "needs --ttft-p99-ms"),
+])
+def test_estimate_pair_errors(run_cli, args, message):
+    r = run_cli("estimate", "--model", "llama-3.1-70b", "--precision", "fp8", "--input-tokens", "1000",
+                "--output-tokens", "100", *args)
+    assert r.code == 1 and message in r.stderr

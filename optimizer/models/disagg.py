@@ -263,3 +263,38 @@ def pool_p99_ms(stage: str, c: Configs, qps: float, prompt: LengthDist, output: 
         return float(prefill_queue(c, prompt, technique).ttft_p99_ms(np.array([qps]))[0] + t_kv[0]), None, None
     r = serve_at_rate(c, qps, prompt, output, params, technique=decode_technique(technique))
     return None, float(r.tpot_p99_ms[0]), float(r.e2e_p99_ms[0])
+
+
+def estimate_pair(prefill: Configs, decode: Configs, prompt: LengthDist, output: LengthDist, slo: SLO,
+                  prefill_nic_gbps: float | None, decode_nic_gbps: float | None, qps: float | None = None,
+                  technique: ServingTechnique | None = None, params=None) -> dict:
+    """One disaggregated pair (configuration 0 of each) as a JSON-ready dict (``gpuplan estimate
+    --prefill-device/--decode-device``): each pool's capacity at its share of the SLO
+    (:func:`pool_slos`) and what limits it, the p99 KV transfer, the KV traffic per req/s, the
+    prefill replicas one decode replica needs (μ_decode/μ_prefill); with ``qps`` (req/s per
+    replica of each pool) the end-to-end p99s there."""
+    pc = prefill_pool_capacity(prefill, prompt, slo, [prefill_nic_gbps or np.nan], technique, params)
+    dc = decode_pool_capacity(decode, prompt, output, slo, [decode_nic_gbps or np.nan], technique, params)
+    kv_bytes = float(prefill.kv_bytes_per_token[0]) * sent_tokens(prompt.mean_tokens, technique)
+    mu_p, mu_d = float(pc.max_qps[0]), float(dc.max_qps[0])
+    out: dict = {
+        "prefill": {"key": prefill.keys[0], "max_qps_at_slo": round(mu_p, 4), "limited_by": pc.limited_by[0],
+                    "kv_transfer_p99_ms": _round(pc.kv_transfer_p99_ms[0]), "why": pc.why[0]},
+        "decode": {"key": decode.keys[0], "max_qps_at_slo": round(mu_d, 4), "limited_by": dc.limited_by[0],
+                   "why": dc.why[0]},
+        "kv_link_gb_s_per_qps": round(kv_bytes * 8.0 / 1e9, 4),
+        "prefill_replicas_per_decode_replica": round(mu_d / mu_p, 3) if mu_p > 0 else None,
+    }
+    if qps is not None:
+        nic_p = prefill_nic_gbps or float("nan")
+        ttft, _, _ = pool_p99_ms("prefill", prefill, qps, prompt, output, nic_p, technique, params)
+        _, tpot, e2e = pool_p99_ms("decode", decode, qps, prompt, output, decode_nic_gbps or float("nan"),
+                                   technique, params)
+        out.update(ttft_p99_ms=_round(ttft), tpot_p99_ms=_round(tpot),
+                   e2e_p99_ms=_round(ttft + e2e) if ttft is not None and e2e is not None else None)
+    return out
+
+
+def _round(x, digits: int = 3) -> float | None:
+    x = float(x) if x is not None else float("nan")
+    return round(x, digits) if np.isfinite(x) else None
