@@ -25,8 +25,9 @@ from optimizer.optimize import optimize_plan
 from optimizer.planning.milp import Demand, FleetProblem, Option, UnitTerms, solve_fleet
 from optimizer.results.check import check_plan
 from optimizer.results.money import LinearTerms
+from optimizer.results.plan_result import SolveStatus
 from workloads.load import load_plan
-from workloads.spec import SLO, LengthDist
+from workloads.spec import SLO, LengthDist, Plan
 
 CAT = load_catalog(None)
 PARAMS = load_params()
@@ -224,3 +225,14 @@ def test_estimate_pair_errors(run_cli, args, message):
     r = run_cli("estimate", "--model", "llama-3.1-70b", "--precision", "fp8", "--input-tokens", "1000",
                 "--output-tokens", "100", *args)
     assert r.code == 1 and message in r.stderr
+
+
+def test_infeasible_ttft_names_the_prefill_pool():
+    w = dict(name="rag", model="llama-3.1-70b", qps=5, prompt_tokens={"mean": 6000, "p99": 12000},
+             output_tokens={"mean": 800, "p99": 2000}, slo={"ttft_p99_ms": 300, "tpot_p99_ms": 50},
+             precisions=["fp8"], disaggregation="allowed")
+    r = optimize_plan(Plan(name="x", allowed_devices=["h100-sxm", "h20"], workloads=[w]), CAT, PARAMS)
+    assert r.status == SolveStatus.INFEASIBLE
+    msg = next(d.message for d in r.diagnostics if d.code == "workload_unservable")
+    assert "disaggregated: no prefill pool meets its share of the SLO" in msg
+    assert "prefill__h100_sxm__fp8__tp8__pp1" in msg or "h100_sxm__fp8__tp8__pp1" in msg
