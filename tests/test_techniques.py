@@ -13,7 +13,9 @@ from optimizer.models.params import load_params
 from optimizer.models.serving.state import _technique_lengths, lengths_for
 from optimizer.models.speculative import accepted_tokens_per_step, speculative_cost
 from optimizer.models.techniques import ServingTechnique, workload_technique
-from workloads.spec import SLO, LengthDist, Workload
+from optimizer.optimize import optimize_plan
+from optimizer.results.check import check_plan
+from workloads.spec import SLO, LengthDist, Plan, Workload
 
 CAT = load_catalog(None)
 PARAMS = load_params()
@@ -169,3 +171,46 @@ def test_mtp_gain_matches_deepseek_v3_report():
     t = ServingTechnique(speculative=speculative_cost("mtp", 1, 0.875, m))
     gain = perf.decode_step_s(c, 128, 2048)[0] * t.tokens_per_step / perf.decode_step_s(t.configure(c), 128, 2048)[0]
     assert gain == pytest.approx(1.8, rel=0.1)
+
+
+# ---- through the optimizer
+
+
+def _chat_plan(**extra):
+    w = dict(name="chat", model="llama-3.1-70b", qps=10, prompt_tokens={"mean": 2000, "p99": 4000},
+             output_tokens={"mean": 300, "p99": 1000}, slo={"ttft_p99_ms": 2000, "tpot_p99_ms": 25},
+             precisions=["fp8"], **extra)
+    return Plan(name="x", allowed_devices=["h100-sxm"], workloads=[w])
+
+
+@pytest.fixture(scope="module")
+def plain_chat():
+    return optimize_plan(_chat_plan(), CAT, PARAMS, compare_single_device=False)
+
+
+def test_optimizer_prefix_hit_zero_is_todays_plan(plain_chat):
+    r = optimize_plan(_chat_plan(prefix_cache={"hit_fraction": 0.0}), CAT, PARAMS, compare_single_device=False)
+    assert r.objective_usd == plain_chat.objective_usd
+    assert [(d.key, d.replicas, d.qps) for d in r.deployments] == [(d.key, d.replicas, d.qps) for d in plain_chat.deployments]
+
+
+def test_optimizer_prefix_cache_never_costs_more(plain_chat):
+    plan = _chat_plan(prefix_cache={"hit_fraction": 0.6})
+    r = optimize_plan(plan, CAT, PARAMS, compare_single_device=False)
+    assert check_plan(r, plan) == [] and r.objective_usd < plain_chat.objective_usd
+    assert all(d.technique == "prefix cache 60%" for d in r.deployments)
+
+
+def test_optimizer_uses_speculation_only_where_it_pays(plain_chat):
+    """A TPOT of 25 ms on 70B: EAGLE k = 3 at a = 0.8 (2.95 tokens a step) lets fewer GPUs meet it;
+    at a = 0 the speculative candidates are dearer everywhere and the plan is today's."""
+    plan = _chat_plan(speculative={"method": "eagle", "tokens": 3, "acceptance_rate": 0.8})
+    r = optimize_plan(plan, CAT, PARAMS, compare_single_device=False)
+    assert check_plan(r, plan) == [] and r.objective_usd < 0.6 * plain_chat.objective_usd
+    assert all(d.key.endswith("__spec") and d.technique == "eagle k3 a0.8" for d in r.deployments)
+    note = next(d.message for d in r.diagnostics if d.code == "technique")
+    assert "speculative decoding cut its cost alone" in note
+    zero = optimize_plan(_chat_plan(speculative={"method": "eagle", "tokens": 3, "acceptance_rate": 0.0}),
+                         CAT, PARAMS, compare_single_device=False)
+    assert zero.objective_usd == plain_chat.objective_usd
+    assert not any(d.key.endswith("__spec") for d in zero.deployments)

@@ -22,8 +22,10 @@ def technique_note(wc, units: dict[str, UnitTerms]) -> Diagnostic | None:
     special = [c for c in wc.kept if c.stage != "colocated" or c.key.endswith("__spec")]
     if not special:
         return None
-    plain = replace(wc, candidates=tuple(c for c in wc.candidates
-                                         if c.stage == "colocated" and not c.key.endswith("__spec")))
+    # colocated candidates without speculation, including those pruned only as dominated by a technique's
+    plain = replace(wc, candidates=tuple(
+        replace(c, pruned_reason=None) if (c.pruned_reason or "").startswith("dominated by") else c
+        for c in wc.candidates if c.stage == "colocated" and not c.key.endswith("__spec")))
     with_all, without = alone_usd(wc, units), alone_usd(plain, units)
     kinds = []
     if any(c.stage != "colocated" for c in special):
