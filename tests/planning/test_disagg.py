@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,12 +25,13 @@ from optimizer.planning.milp import Demand, FleetProblem, Option, UnitTerms, sol
 from optimizer.results.check import check_plan
 from optimizer.results.money import LinearTerms
 from optimizer.results.plan_result import SolveStatus
+from tests.conftest import REPO
 from workloads.load import load_plan
 from workloads.spec import SLO, LengthDist, Plan
 
 CAT = load_catalog(None)
 PARAMS = load_params()
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = REPO / "examples"
 M70 = CAT.model("llama-3.1-70b")
 ZERO = LinearTerms(0.0, 0.0)
 
