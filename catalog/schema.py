@@ -40,6 +40,9 @@ class Source(Strict):
     as_of: str = Field(min_length=4, description="date or year the source describes, e.g. 2024-06")
 
 
+SOURCED_FIELDS = ("purchase_usd", "cloud_usd_per_gpu_hour", "scaleout_nic_gbps_per_gpu")  # need a source or basis
+
+
 class Device(Strict):
     """One accelerator as its datasheet describes it (dense, not sparse, peaks)."""
 
@@ -90,7 +93,7 @@ class Device(Strict):
             raise ValueError("needs bf16_tflops or fp16_tflops (the 16-bit tensor peak)")
         if "specs" not in self.sources:
             raise ValueError("sources needs a 'specs' entry")
-        for field in ("purchase_usd", "cloud_usd_per_gpu_hour", "scaleout_nic_gbps_per_gpu"):
+        for field in SOURCED_FIELDS:
             if getattr(self, field) is not None and field not in self.sources and field not in self.estimated:
                 raise ValueError(f"{field} needs a source (sources.{field}) or an estimate basis")
         for field, (low, high) in self.ranges.items():

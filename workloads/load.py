@@ -43,6 +43,11 @@ def resolve_catalog(plan: Plan, catalog: Catalog, where: str) -> Catalog:
             catalog.model(w.model)
         except CatalogError as exc:
             raise WorkloadError(f"{where}: workloads[{i}].model: {exc}") from None
+        if w.speculative is not None and w.speculative.draft_model is not None:
+            try:
+                catalog.model(w.speculative.draft_model)
+            except CatalogError as exc:
+                raise WorkloadError(f"{where}: workloads[{i}].speculative.draft_model: {exc}") from None
         for j, p in enumerate(w.precisions):
             if p not in catalog.precisions:
                 raise WorkloadError(

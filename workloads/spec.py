@@ -187,6 +187,18 @@ class Workload(Strict):
             raise ValueError("an online workload (qps) needs an slo with ttft_p99_ms, tpot_p99_ms or e2e_p99_ms")
         if len(set(self.precisions)) != len(self.precisions):
             raise ValueError("precisions lists a precision twice")
+        if self.tokens_per_day is not None:
+            used = [name for name, on in (("prefix_cache", self.prefix_cache is not None),
+                                          ("speculative", self.speculative is not None),
+                                          ("disaggregation", self.disaggregation == "allowed")) if on]
+            if used:
+                raise ValueError(f"{', '.join(used)} apply to online workloads (qps) only; the batch throughput "
+                                 "model does not use them: drop them or give qps and an slo")
+        if self.prefix_cache is not None and self.prefix_cache.shared_prefix_tokens is not None \
+                and self.prefix_cache.shared_prefix_tokens >= self.prompt_tokens.mean_tokens:
+            raise ValueError(f"prefix_cache.shared_prefix_tokens {self.prefix_cache.shared_prefix_tokens} is not below "
+                             f"the mean prompt ({self.prompt_tokens.mean_tokens:g} tokens); the prompt includes the "
+                             "shared prefix")
         return self
 
     @property

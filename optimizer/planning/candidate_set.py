@@ -211,10 +211,11 @@ def rebase_candidates(cset: CandidateSet, plan: Plan) -> CandidateSet:
     for wc in cset.workloads:
         w = plan.workload(wc.workload.name)
         old = wc.workload
-        if (w.model, w.prompt_tokens, w.output_tokens, w.slo, w.precisions) != (
-                old.model, old.prompt_tokens, old.output_tokens, old.slo, old.precisions):
-            raise ValueError(f"workload '{w.name}' changed its model, lengths, SLO or precisions; "
-                             "recompute the candidates")
+        if (w.model, w.prompt_tokens, w.output_tokens, w.slo, w.precisions, w.prefix_cache, w.speculative,
+                w.disaggregation) != (old.model, old.prompt_tokens, old.output_tokens, old.slo, old.precisions,
+                                      old.prefix_cache, old.speculative, old.disaggregation):
+            raise ValueError(f"workload '{w.name}' changed its model, lengths, SLO, precisions or serving "
+                             "techniques; recompute the candidates")
         rate = w.request_rate_qps
         buckets = tuple(replace(b, qps=b.fraction * rate) for b in wc.buckets)
         workloads.append(replace(wc, workload=w, buckets=buckets))

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from catalog import load_catalog
+from catalog.errors import WorkloadError
 from optimizer.models import perf, serving
 from optimizer.models.params import load_params
 from optimizer.models.serving.state import _technique_lengths, lengths_for
@@ -16,6 +17,7 @@ from optimizer.models.speculative import accepted_tokens_per_step, speculative_c
 from optimizer.models.techniques import ServingTechnique, workload_technique
 from optimizer.optimize import optimize_plan
 from optimizer.results.check import check_plan
+from workloads.load import resolve_catalog
 from workloads.spec import SLO, LengthDist, Plan, Workload
 
 CAT = load_catalog(None)
@@ -232,3 +234,30 @@ def test_prefix_cache_analytic_agrees_with_simulator():
             errors += [r.ttft_p99_ms[0] / s.ttft[99.0].value_ms - 1, r.tpot_p99_ms[0] / s.tpot[99.0].value_ms - 1]
     assert np.median(np.abs(errors)) <= 0.10
     assert np.max(np.abs(errors)) <= 0.20
+
+
+# ---- bad input: one line naming the field and the fix
+
+BASE = dict(name="w", model="llama-3.1-70b", qps=1, prompt_tokens=2000, output_tokens=200, slo={"tpot_p99_ms": 50})
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"prefix_cache": {}}, "give exactly one of hit_fraction"),
+    ({"prefix_cache": {"hit_fraction": 0.5, "shared_prefix_tokens": 10}}, "give exactly one of hit_fraction"),
+    ({"prefix_cache": {"hit_fraction": 1.0}}, "less than 1"),
+    ({"prefix_cache": {"shared_prefix_tokens": 2000}}, "is not below the mean prompt"),
+    ({"speculative": {"method": "draft", "tokens": 3, "acceptance_rate": 0.7}}, "needs draft_model"),
+    ({"speculative": {"method": "mtp", "draft_model": "llama-3.1-8b", "tokens": 3, "acceptance_rate": 0.7}},
+     "draft_model is only used with method 'draft'"),
+    ({"speculative": {"method": "eagle", "tokens": 3, "acceptance_rate": 1.2}}, "less than or equal to 1"),
+    ({"qps": None, "tokens_per_day": 1e6, "slo": {}, "disaggregation": "allowed"}, "apply to online workloads"),
+])
+def test_bad_technique_input(change, message):
+    with pytest.raises(ValueError, match=message):
+        Workload(**{**BASE, **change})
+
+
+def test_unknown_draft_model_names_the_field():
+    w = {**BASE, "speculative": {"method": "draft", "draft_model": "llama-9b", "tokens": 3, "acceptance_rate": 0.7}}
+    with pytest.raises(WorkloadError, match=r"workloads\[0\]\.speculative\.draft_model: unknown model 'llama-9b'"):
+        resolve_catalog(Plan(workloads=[w]), CAT, "plan.yaml")
