@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -236,3 +237,16 @@ def test_infeasible_ttft_names_the_prefill_pool():
     msg = next(d.message for d in r.diagnostics if d.code == "workload_unservable")
     assert "disaggregated: no prefill pool meets its share of the SLO" in msg
     assert "prefill__h100_sxm__fp8__tp8__pp1" in msg or "h100_sxm__fp8__tp8__pp1" in msg
+
+
+def test_check_plan_catches_a_broken_pair(rag):
+    """check_plan on the example with the decode pool's load halved: demand (prefill ≠ decode load) and
+    capacity no longer add up; with the decode pool removed the workload is served by half a pair."""
+    plan, r = rag
+    routes = tuple(replace(x, qps=x.qps / 2) if x.stage == "decode" else x for x in r.routing)
+    deps = tuple(replace(d, qps=d.qps / 2) if d.stage == "decode" else d for d in r.deployments)
+    bad = check_plan(replace(r, routing=routes, deployments=deps), plan)
+    assert any("through prefill pools but" in v for v in bad)
+    no_decode = replace(r, routing=tuple(x for x in r.routing if x.stage != "decode"),
+                        deployments=tuple(d for d in r.deployments if d.stage != "decode"))
+    assert any("a request needs both" in v for v in check_plan(no_decode, plan))
