@@ -176,6 +176,8 @@ class Model(Strict):
         "to the tokens of its own window-sized chunk. Either way a windowed layer holds at most the window in KV"
     )
     max_context_tokens: PositiveInt
+    mtp_layers: NonNegInt = Field(0, description="multi-token-prediction modules for speculative decoding "
+                                                 "(config.json num_nextn_predict_layers); 0 = none")
     source: Source
 
     @model_validator(mode="after")

@@ -261,3 +261,10 @@ def test_unknown_draft_model_names_the_field():
     w = {**BASE, "speculative": {"method": "draft", "draft_model": "llama-9b", "tokens": 3, "acceptance_rate": 0.7}}
     with pytest.raises(WorkloadError, match=r"workloads\[0\]\.speculative\.draft_model: unknown model 'llama-9b'"):
         resolve_catalog(Plan(workloads=[w]), CAT, "plan.yaml")
+
+
+def test_mtp_needs_a_model_with_mtp_layers():
+    w = {**BASE, "speculative": {"method": "mtp", "tokens": 1, "acceptance_rate": 0.85}}
+    with pytest.raises(WorkloadError, match=r"speculative\.method: 'llama-3.1-70b' has no multi-token-prediction"):
+        resolve_catalog(Plan(workloads=[w]), CAT, "plan.yaml")
+    resolve_catalog(Plan(workloads=[{**w, "model": "deepseek-v3"}]), CAT, "plan.yaml")  # DeepSeek-V3/R1: 1 MTP module
