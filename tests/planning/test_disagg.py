@@ -250,3 +250,16 @@ def test_check_plan_catches_a_broken_pair(rag):
     no_decode = replace(r, routing=tuple(x for x in r.routing if x.stage != "decode"),
                         deployments=tuple(d for d in r.deployments if d.stage != "decode"))
     assert any("a request needs both" in v for v in check_plan(no_decode, plan))
+
+
+def test_rag_example_survives_simulation(rag):
+    """Verified by the simulator (as `gpuplan optimize` does): pools simulated as their stage runs;
+    the plan keeps H100 prefill + H20 decode pools and still costs less than colocated-only, verified alike."""
+    plan, _ = rag
+    r = optimize_plan(plan, CAT, PARAMS, verify=True)
+    assert check_plan(r, plan) == []
+    assert {d.stage: d.device for d in r.deployments if d.stage != "colocated"} == {"prefill": "h100-sxm",
+                                                                                   "decode": "h20"}
+    w = plan.workloads[0].model_copy(update={"disaggregation": "never"})
+    colocated = optimize_plan(plan.model_copy(update={"workloads": [w]}), CAT, PARAMS, verify=True)
+    assert colocated.objective_usd > r.objective_usd
