@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from catalog.architecture import attention_params, parameter_counts
 from catalog.errors import CatalogError, suggest
 from catalog.files import format_validation_error, parse_yaml_text, read_json, read_yaml
-from catalog.schema import Device, Model, Precision, Source
+from catalog.schema import SOURCED_FIELDS, Device, Model, Precision, Source
 
 _OVERRIDE_SECTIONS = ("devices", "models")
 
@@ -68,7 +68,13 @@ class Catalog:
             if "key" in fields and str(fields["key"]).strip().lower() != base.key:
                 raise CatalogError(f"{where}: devices.{key}.key: a device's key cannot be changed (got "
                                    f"{fields['key']!r}); add a new device with a --catalog file instead")
-            devices[base.key] = _validate(Device, {**base.model_dump(), **fields}, f"{where}: devices.{key}")
+            data = {**base.model_dump(), **fields}
+            # a figure set here without a catalog source has the override itself as its basis
+            new = {f: f"set by {where}: devices.{key}" for f in fields
+                   if f in SOURCED_FIELDS and f not in base.sources and f not in base.estimated}
+            if new:
+                data["estimated"] = {**base.estimated, **new}
+            devices[base.key] = _validate(Device, data, f"{where}: devices.{key}")
         return Catalog(devices, self.models, self.precisions, self.model_aliases, self.override_file)
 
 

@@ -47,6 +47,9 @@ class Source(Strict):
     as_of: str = Field(min_length=4, description="date or year the source describes, e.g. 2024-06")
 
 
+SOURCED_FIELDS = ("purchase_usd", "cloud_usd_per_gpu_hour", "scaleout_nic_gbps_per_gpu")  # need a source or basis
+
+
 class Device(Strict):
     """One accelerator as its datasheet describes it (dense, not sparse, peaks)."""
 
@@ -72,6 +75,9 @@ class Device(Strict):
         "tensor parallelism beyond it falls back to the host PCIe link"
     )
     pcie_gb_s: PositiveFloat = Field(description="host PCIe bandwidth, bidirectional")
+    scaleout_nic_gbps_per_gpu: PositiveFloat | None = Field(
+        None, description="scale-out (east-west RDMA) network per GPU in its server, Gb/s per direction; "
+        "carries the KV cache between disaggregated prefill and decode pools (absent: no pools on this device)")
     gpus_per_node: PositiveInt
     purchase_usd: PositiveFloat | None = None
     cloud_usd_per_gpu_hour: PositiveFloat | None = None
@@ -94,7 +100,7 @@ class Device(Strict):
             raise ValueError("needs bf16_tflops or fp16_tflops (the 16-bit tensor peak)")
         if "specs" not in self.sources:
             raise ValueError("sources needs a 'specs' entry")
-        for field in ("purchase_usd", "cloud_usd_per_gpu_hour"):
+        for field in SOURCED_FIELDS:
             if getattr(self, field) is not None and field not in self.sources and field not in self.estimated:
                 raise ValueError(f"{field} needs a source (sources.{field}) or an estimate basis")
         for field, (low, high) in self.ranges.items():
@@ -170,6 +176,8 @@ class Model(Strict):
         "to the tokens of its own window-sized chunk. Either way a windowed layer holds at most the window in KV"
     )
     max_context_tokens: PositiveInt
+    mtp_layers: NonNegInt = Field(0, description="multi-token-prediction modules for speculative decoding "
+                                                 "(config.json num_nextn_predict_layers); 0 = none")
     source: Source
 
     @model_validator(mode="after")

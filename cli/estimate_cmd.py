@@ -17,6 +17,7 @@ from cli.common import (
     stdout,
     table,
 )
+from optimizer.models.disagg import estimate_pair
 from optimizer.models.estimate import estimate_config, estimate_serving
 from optimizer.models.lengths import length_from_flags
 from optimizer.models.params import load_params
@@ -40,7 +41,7 @@ _LABELS = {
 }
 
 ModelOpt = Annotated[str, typer.Option("--model", help="Model key, alias or HF id (see `gpuplan catalog models`).")]
-DeviceOpt = Annotated[str, typer.Option("--device", help="Device key (see `gpuplan catalog devices`).")]
+DeviceOpt = Annotated[str | None, typer.Option("--device", help="Device key (see `gpuplan catalog devices`).")]
 PrecisionOpt = Annotated[str, typer.Option("--precision", help="bf16, fp16, fp8, int8, int4, fp4, nvfp4 or mxfp4 (see gpuplan catalog precisions).")]
 TpOpt = Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel degree.")]
 PpOpt = Annotated[int, typer.Option("--pp", min=1, help="Pipeline-parallel degree.")]
@@ -84,10 +85,10 @@ def render(result: dict, json_out: bool) -> None:
 
 def estimate(
     model: ModelOpt,
-    device: DeviceOpt,
     precision: PrecisionOpt,
     input_tokens: InputOpt,
     output_tokens: OutputOpt,
+    device: DeviceOpt = None,
     tp: TpOpt = 1,
     pp: PpOpt = 1,
     batch: Annotated[int | None, typer.Option("--batch", min=1, help="Running sequences per decode step.")] = None,
@@ -105,12 +106,29 @@ def estimate(
     engine: EngineOpt = None,
     ep: EpOpt = 1,
     max_batch: MaxBatchOpt = None,
+    prefill_device: Annotated[str | None, typer.Option(
+        "--prefill-device", help="Disaggregated pair: the prefill pool's device (with --decode-device).")] = None,
+    decode_device: Annotated[str | None, typer.Option(
+        "--decode-device", help="Disaggregated pair: the decode pool's device (with --prefill-device).")] = None,
+    prefill_tp: Annotated[int | None, typer.Option("--prefill-tp", min=1, help="Prefill pool tp (default --tp).")] = None,
+    decode_tp: Annotated[int | None, typer.Option("--decode-tp", min=1, help="Decode pool tp (default --tp).")] = None,
     params: ParamsOpt = None,
     catalog: CatalogOpt = None,
     model_config: ModelConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Memory fit, latency and throughput of one (model, device, precision, tp, pp, ep, engine) configuration."""
+    """Memory fit, latency and throughput of one (model, device, precision, tp, pp, ep, engine) configuration,
+    or of one disaggregated prefill/decode pair (--prefill-device and --decode-device)."""
+    if (prefill_device is None) != (decode_device is None):
+        raise ModelError("give both --prefill-device and --decode-device for a disaggregated pair")
+    if prefill_device is not None:
+        _estimate_pair(model, precision, input_tokens, output_tokens, prefill_device, decode_device,
+                       prefill_tp or tp, decode_tp or tp, pp, qps, SLO(ttft_p99_ms=ttft_p99_ms, tpot_p99_ms=tpot_p99_ms,
+                                                                        e2e_p99_ms=e2e_p99_ms),
+                       input_p99, output_p99, params, catalog, model_config, json_out)
+        return
+    if device is None:
+        raise ModelError("give --device (one configuration) or --prefill-device and --decode-device (a pair)")
     if batch is not None and max_throughput:
         raise ModelError("--batch and --max-throughput exclude each other; give one")
     for flag, value in (("--ttft-p99-ms", ttft_p99_ms), ("--tpot-p99-ms", tpot_p99_ms), ("--e2e-p99-ms", e2e_p99_ms)):
@@ -127,6 +145,45 @@ def estimate(
         c = build_configs(m, [(d, q, tp, pp)], p, engines=engine, ep=ep, max_batch=max_batch)
         result.update(estimate_serving(c, prompt, output, qps, slo, params=p))
     render(result, json_out)
+
+
+def _estimate_pair(model, precision, input_tokens, output_tokens, prefill_device, decode_device, prefill_tp,
+                   decode_tp, pp, qps, slo, input_p99, output_p99, params, catalog, model_config, json_out) -> None:
+    """`gpuplan estimate --prefill-device/--decode-device`: one disaggregated pair (``estimate_pair``)."""
+    if slo.ttft_p99_ms is None or (slo.tpot_p99_ms is None and slo.e2e_p99_ms is None):
+        raise ModelError("a disaggregated pair needs --ttft-p99-ms and --tpot-p99-ms (or --e2e-p99-ms) "
+                         "to split between its pools")
+    cat = load(catalog, model_config)
+    m, q, p = cat.model(model), cat.precision(precision), load_params(params)
+    dp, dd = cat.device(prefill_device), cat.device(decode_device)
+    for d in (dp, dd):
+        if d.scaleout_nic_gbps_per_gpu is None:
+            raise ModelError(f"{d.key} has no scaleout_nic_gbps_per_gpu (scale-out network per GPU, Gb/s); "
+                             "add it with --catalog or the plan's devices section")
+    prompt = length_from_flags(input_tokens, input_p99, "input")
+    output = length_from_flags(output_tokens, output_p99, "output")
+    result = estimate_pair(build_configs(m, [(dp, q, prefill_tp, pp)], p), build_configs(m, [(dd, q, decode_tp, pp)], p),
+                           prompt, output, slo, dp.scaleout_nic_gbps_per_gpu, dd.scaleout_nic_gbps_per_gpu, qps,
+                           params=p)
+    if json_out:
+        print_json(result)
+        return
+    rows = []
+    for pool in ("prefill", "decode"):
+        r = result[pool]
+        rows.append([pool, r["key"], f"{r['max_qps_at_slo']:,}", r["limited_by"], "—" if r.get(
+            "kv_transfer_p99_ms") is None else f"{r['kv_transfer_p99_ms']:,}"])
+    stdout.print(table(f"{m.key}: prefill on {dp.key}, decode on {dd.key} ({q.key})",
+                       ["pool", "configuration", "max req/s per replica at the SLO", "limited by", "KV transfer p99 ms"],
+                       rows, right={"max req/s per replica at the SLO", "KV transfer p99 ms"}))
+    stdout.print(f"KV traffic: {result['kv_link_gb_s_per_qps']:,} Gb/s per req/s; prefill replicas per decode "
+                 f"replica: {result['prefill_replicas_per_decode_replica']}", markup=False, highlight=False)
+    for key in ("ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms"):
+        if key in result:
+            stdout.print(f"{key} at {qps:g} req/s per replica: {result[key]}", markup=False, highlight=False)
+    for pool in ("prefill", "decode"):
+        if result[pool].get("why"):
+            stdout.print(f"{pool}: {result[pool]['why']}", markup=False, highlight=False)
 
 
 def register(app: typer.Typer) -> None:

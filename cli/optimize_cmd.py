@@ -117,18 +117,27 @@ def render(data: dict[str, Any]) -> None:
     stdout.print(table("Fleet", ["device", "GPUs", "servers", "capex $", "power kW"], fleet_rows,
                        right={"GPUs", "servers", "capex $", "power kW"}))
     slo = {w["name"]: w for w in data["workloads"]}
+    techniques = any(d.get("stage", "colocated") != "colocated" or d.get("technique") for d in data["deployments"])
     dep_rows = []
     for d in data["deployments"]:
         w = slo[d["workload"]]
-        dep_rows.append([
+        row = [
             d["workload"], d["device"], d["precision"] or "—", f"tp{d['tp']} pp{d['pp']}", d["replicas"],
             fmt(d["qps"], 2), fmt(d["capacity_qps"], 2),
             _ms(d["ttft_p99_ms"], w["slo_ttft_p99_ms"]), _ms(d["tpot_p99_ms"], w["slo_tpot_p99_ms"]),
             _ms(d["e2e_p99_ms"], w["slo_e2e_p99_ms"]),
-        ])
+        ]
+        if techniques:
+            pool = {"prefill": "prefill pool", "decode": "decode pool"}.get(d.get("stage"), "colocated")
+            row[1:1] = [pool + (f", {d['technique']}" if d.get("technique") else "")]
+            row.append(fmt(d.get("kv_link_gb_s"), 1) if d.get("kv_link_gb_s") is not None else "—")
+        dep_rows.append(row)
     cols = ["workload", "device", "precision", "sharding", "replicas", "req/s", "capacity req/s",
             "TTFT p99 / SLO ms", "TPOT p99 / SLO ms", "E2E p99 / SLO ms"]
-    stdout.print(table("Deployments", cols, dep_rows, right=set(cols[4:])))
+    if techniques:
+        cols[1:1] = ["serving"]
+        cols.append("KV link Gb/s")
+    stdout.print(table("Deployments", cols, dep_rows, right=set(cols[5 if techniques else 4:])))
     w_rows = [[w["name"], w["model"], w["kind"], fmt(w["qps"], 2), "yes" if w["met"] else "NO",
                fmt(w["cost_per_million_output_tokens_usd"], 3)] for w in data["workloads"]]
     stdout.print(table("Workloads", ["workload", "model", "kind", "req/s", "SLOs met", "$ / M output tokens"],

@@ -8,6 +8,7 @@ candidate table, sources.
 from __future__ import annotations
 
 import datetime as _dt
+from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 
 from optimizer.planning.candidate_set import CandidateSet, WorkloadCandidates
@@ -102,7 +103,7 @@ def assemble(
     )
     deployments = []
     for wc in cset.workloads:
-        deployments += deployment_rows(wc, sol)
+        deployments += end_to_end(deployment_rows(wc, sol))
     workloads = []
     for wc in cset.workloads:
         deps = [d for d in deployments if d.workload == wc.workload.name]
@@ -112,7 +113,8 @@ def assemble(
         share = workload_tco_share_usd(gpus_by_device, fleet_figures, a)
         workloads.append(workload_row(wc, deps, share, a))
     tokens = sum(w.output_tokens_per_year for w in workloads)
-    routing = tuple(Route(w, b, k, q) for (w, b, k), q in sorted(sol.routed_qps.items()))
+    stage = {(wc.workload.name, c.key): c.stage for wc in cset.workloads for c in wc.candidates}
+    routing = tuple(Route(w, b, k, q, stage.get((w, k), "colocated")) for (w, b, k), q in sorted(sol.routed_qps.items()))
     return PlanResult(
         **common,
         objective_usd=money.objective_usd, capex_usd=money.capex_usd, annual_opex_usd=money.annual_opex_usd,
@@ -158,8 +160,21 @@ def deployment_rows(wc: WorkloadCandidates, sol: FleetSolution) -> list[Deployme
         out.append(Deployment(
             workload=w, key=c.key, device=c.device, precision=c.precision, tp=c.tp, pp=c.pp, replicas=r,
             qps=qps, capacity_qps=capacity, ttft_p99_ms=p99[0], tpot_p99_ms=p99[1], e2e_p99_ms=p99[2],
+            stage=c.stage, technique=c.technique,
+            kv_link_gb_s=qps * c.kv_bytes_per_request * 8.0 / 1e9 if c.kv_bytes_per_request is not None else None,
         ))
     return out
+
+
+def end_to_end(deps: list[Deployment]) -> list[Deployment]:
+    """Decode pools' E2E from the request's arrival: their own (from the KV's arrival) plus the
+    worst TTFT p99 of the workload's prefill pools (a sum of p99s, an upper bound)."""
+    ttft = max((d.ttft_p99_ms for d in deps if d.stage == "prefill" and d.qps > 0 and d.ttft_p99_ms is not None),
+               default=None)
+    if ttft is None:
+        return deps
+    return [replace(d, e2e_p99_ms=d.e2e_p99_ms + ttft) if d.stage == "decode" and d.e2e_p99_ms is not None else d
+            for d in deps]
 
 
 def _max(a: float | None, b: float | None) -> float | None:

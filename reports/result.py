@@ -91,6 +91,9 @@ class Deployment(_Loose):
     tpot_p99_ms: NonNeg | None = None
     e2e_p99_ms: NonNeg | None = None
     key: str = ""
+    stage: Literal["colocated", "prefill", "decode"] = "colocated"
+    technique: str = ""
+    kv_link_gb_s: NonNeg | None = None
     fidelity: Fidelity | None = None
     verification: VerifiedDeployment | None = None
 

@@ -33,8 +33,12 @@ DEPLOYMENT_COLUMNS: list[tuple[str, str, str]] = [
     ("e2e", "E2E p99 (ms)", styles.MS),
     ("slo_e2e", "E2E SLO (ms)", styles.MS),
     ("cost", "Share of cost over horizon ($)", styles.USD),
+    ("stage", "Serving (colocated, prefill or decode pool)", ""),
+    ("technique", "Technique", ""),
+    ("kv_link", "KV link load (Gb/s)", styles.DEC2),
     ("key", "Configuration key", ""),
 ]
+TECHNIQUE_COLUMNS = ("stage", "technique", "kv_link")  # shown only when some deployment uses one
 
 WORKLOAD_COLUMNS: list[tuple[str, str, str]] = [
     ("name", "Workload", ""),
@@ -95,6 +99,8 @@ def build_deployments(ctx: Ctx) -> None:
           "Each workload's chosen configurations. Predicted p99 latencies are green where they meet the "
           "SLO and red where they miss it; the cost share is the GPUs' share of their device's cost.")
     unused = _unused_metrics(ctx)
+    if all(d.stage == "colocated" and not d.technique for d in ctx.result.deployments):
+        unused |= set(TECHNIQUE_COLUMNS)
     columns = [c for c in DEPLOYMENT_COLUMNS if c[0] not in unused]
     col = {key: i for i, (key, _, _) in enumerate(columns, start=1)}
     ctx.deployment_cols = col
@@ -121,6 +127,7 @@ def build_deployments(ctx: Ctx) -> None:
             "slo_tpot": w.slo_tpot_p99_ms if w else None,
             "slo_e2e": w.slo_e2e_p99_ms if w else None,
             "cost": None, "key": d.key,
+            "stage": d.stage, "technique": d.technique or "", "kv_link": d.kv_link_gb_s,
         }
         frow = ctx.fleet_row.get(d.device)
         if frow is not None:

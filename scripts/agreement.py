@@ -1,6 +1,6 @@
 """Analytic serving model vs the discrete-event simulator: p99 TTFT/TPOT and capacity at SLO.
 
-Usage: python scripts/agreement.py [--requests 20000] [--no-capacity]
+Usage: python scripts/agreement.py [--requests 20000] [--no-capacity] [--no-pools]
 
 Grid: several models, devices, precisions and tp degrees, with fixed and lognormal
 lengths, at 20 %-90 % of each configuration's analytic capacity (the largest rate at
@@ -9,6 +9,9 @@ one row per point and the median / worst relative difference |analytic − sim| 
 for p99 TTFT, p99 TPOT and p99 KV-cache occupancy (tokens; the simulator's occupancy is
 sampled once per step while the measured requests arrive).
 Then capacity at an SLO: the analytic bisection vs a bisection on the simulator.
+Then disaggregated pairs (``optimizer.models.disagg`` vs ``simulate_pools``): end-to-end p99
+TTFT (prefill pool + KV transfer) and TPOT (decode pool) at 30 %-90 % of each pool's capacity
+at the pair's SLO.
 """
 
 from __future__ import annotations
@@ -27,8 +30,15 @@ from optimizer.models import (
     perf,  # noqa: E402
     serving,  # noqa: E402
 )
+from optimizer.models.disagg import (  # noqa: E402
+    decode_pool_capacity,
+    decode_technique,
+    prefill_pool_capacity,
+    prefill_queue,
+)
 from optimizer.models.params import load_params  # noqa: E402
 from optimizer.models.simulate import simulate  # noqa: E402
+from optimizer.models.simulate_pools import simulate_pools  # noqa: E402
 from workloads.spec import SLO, LengthDist  # noqa: E402
 
 # (model, device, precision, tp, prompt, output)
@@ -43,6 +53,18 @@ CONFIGS = [
     ("mistral-7b", "l4", "fp8", 1, LengthDist(mean=300, p99=1200), LengthDist(mean=150)),
 ]
 LOADS = (0.2, 0.5, 0.7, 0.9)
+# disaggregated pairs: (model, precision, (prefill device, tp), (decode device, tp), prompt, output, SLO)
+POOL_PAIRS = [
+    ("llama-3.1-70b", "fp8", ("b200", 2), ("h20", 2), LengthDist(mean=4000, p99=12000), LengthDist(mean=300, p99=1000),
+     SLO(ttft_p99_ms=1000, tpot_p99_ms=50)),
+    ("llama-3.1-70b", "fp8", ("h100-sxm", 8), ("mi300x", 2), LengthDist(mean=4000, p99=12000),
+     LengthDist(mean=300, p99=1000), SLO(ttft_p99_ms=1000, tpot_p99_ms=50)),
+    ("llama-3.1-70b", "fp8", ("h100-sxm", 8), ("h20", 2), LengthDist(mean=6000, p99=12000),
+     LengthDist(mean=800, p99=2000), SLO(ttft_p99_ms=1000, tpot_p99_ms=50)),
+    ("llama-3.1-8b", "bf16", ("h100-sxm", 1), ("a100-80gb-sxm", 1), LengthDist(mean=2000, p99=8000),
+     LengthDist(mean=200, p99=800), SLO(ttft_p99_ms=500, tpot_p99_ms=30)),
+]
+POOL_LOADS = (0.3, 0.6, 0.9)
 CAPACITY_SLO = {"tpot_p99_ms": 1.6, "ttft_p99_ms": 6.0}  # multiples of the zero-load values
 # MoE: the experts one step reads grow from k to ~E between batch 1 and ~4, so TPOT jumps
 # from 6.3 ms to ~15 ms by batch 2 and then stays flat. 1.6x the zero-load TPOT sits on that
@@ -93,6 +115,7 @@ def main(argv=None) -> int:
     ap.add_argument("--requests", type=int, default=20_000)
     ap.add_argument("--capacity-requests", type=int, default=8_000)
     ap.add_argument("--no-capacity", action="store_true")
+    ap.add_argument("--no-pools", action="store_true")
     args = ap.parse_args(argv)
     cat, params = load_catalog(None), load_params()
     t0 = time.perf_counter()
@@ -131,8 +154,36 @@ def main(argv=None) -> int:
             diffs.append(rel(a, s))
             print(f"{label:58s} analytic {a:8.2f} req/s ({cap.limited_by[0]:6s}) sim {s:8.2f} diff {diffs[-1]:6.1%}")
         print(f"capacity: median {np.median(diffs):.1%}, worst {np.max(diffs):.1%} (target within 15 %)")
+    if not args.no_pools:
+        pool_agreement(cat, params, args.requests)
     print(f"\n[{time.perf_counter() - t0:.0f} s]")
     return 0
+
+
+def pool_agreement(cat, params, requests: int) -> None:
+    """Two-pool mode: analytic end-to-end p99s vs ``simulate_pools`` on POOL_PAIRS at POOL_LOADS."""
+    print("\ndisaggregated pairs: TTFT p99 = prefill pool + KV transfer, TPOT p99 = decode pool, analytic vs simulator")
+    d_ttft, d_tpot = [], []
+    for mk, pk, (dp, tp_p), (dd, tp_d), p, o, slo in POOL_PAIRS:
+        m, q = cat.model(mk), cat.precision(pk)
+        cp = perf.build_configs(m, [(cat.device(dp), q, tp_p, 1)], params)
+        cd = perf.build_configs(m, [(cat.device(dd), q, tp_d, 1)], params)
+        nic_p, nic_d = cat.device(dp).scaleout_nic_gbps_per_gpu, cat.device(dd).scaleout_nic_gbps_per_gpu
+        pc = prefill_pool_capacity(cp, p, slo, [nic_p])
+        dc = decode_pool_capacity(cd, p, o, slo, [nic_d])
+        label = f"{mk} {pk} prefill {dp} tp{tp_p} / decode {dd} tp{tp_d} L={_d(p)} O={_d(o)}"
+        for f in POOL_LOADS:
+            lp, ld = f * float(pc.max_qps[0]), f * float(dc.max_qps[0])
+            sim = simulate_pools(cp, 0, cd, 0, lp, ld, p, o, nic_p, requests=requests, seed=1)
+            at = float(prefill_queue(cp, p).ttft_p99_ms(np.array([lp]))[0] + pc.kv_transfer_p99_ms[0])
+            ap_ = float(serving.serve_at_rate(cd, ld, p, o, technique=decode_technique(None)).tpot_p99_ms[0])
+            st, sp = sim.ttft[99.0].value_ms, sim.tpot[99.0].value_ms
+            d_ttft.append(rel(at, st))
+            d_tpot.append(rel(ap_, sp))
+            print(f"{label:86s} {f:4.0%} | TTFT {at:8.1f} {st:8.1f} {d_ttft[-1]:6.1%} | "
+                  f"TPOT {ap_:7.2f} {sp:7.2f} {d_tpot[-1]:6.1%}")
+    print(f"{len(d_ttft)} pool points; TTFT p99: median {np.median(d_ttft):.1%}, worst {np.max(d_ttft):.1%}; "
+          f"TPOT p99: median {np.median(d_tpot):.1%}, worst {np.max(d_tpot):.1%} (targets: median <= 10 %)")
 
 
 if __name__ == "__main__":

@@ -63,6 +63,14 @@ def resolve_catalog(plan: Plan, catalog: Catalog, where: str) -> Catalog:
         except CatalogError as exc:
             raise WorkloadError(f"{where}: workloads[{i}].model: {exc}") from None
         _check_context(w, i, model.key, model.max_context_tokens, where)
+        if w.speculative is not None and w.speculative.method == "mtp" and catalog.model(w.model).mtp_layers == 0:
+            raise WorkloadError(f"{where}: workloads[{i}].speculative.method: '{w.model}' has no multi-token-prediction "
+                                "layers (mtp_layers 0, config.json num_nextn_predict_layers); use method eagle or draft")
+        if w.speculative is not None and w.speculative.draft_model is not None:
+            try:
+                catalog.model(w.speculative.draft_model)
+            except CatalogError as exc:
+                raise WorkloadError(f"{where}: workloads[{i}].speculative.draft_model: {exc}") from None
         for j, p in enumerate(w.precisions):
             if p not in catalog.precisions:
                 raise WorkloadError(

@@ -108,6 +108,49 @@ class SLO(Strict):
         return self.ttft_p99_ms is None and self.tpot_p99_ms is None and self.e2e_p99_ms is None
 
 
+class PrefixCache(Strict):
+    """Prompt tokens whose KV is already cached when a request arrives (vLLM/SGLang prefix caching).
+
+    Give one of: ``hit_fraction`` (share of every prompt's tokens found in the cache; their
+    KV is not recomputed, but each request still holds its whole context) or
+    ``shared_prefix_tokens`` (a system prompt common to all requests: never recomputed after
+    the first request, and its KV is held once per replica, not once per sequence).
+    """
+
+    hit_fraction: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] | None = None
+    shared_prefix_tokens: Annotated[int, Field(ge=0, le=MAX_TOKENS)] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> PrefixCache:
+        if (self.hit_fraction is None) == (self.shared_prefix_tokens is None):
+            raise ValueError("give exactly one of hit_fraction (share of prompt tokens cached, 0-1) "
+                             "or shared_prefix_tokens (a prefix common to all requests)")
+        return self
+
+
+class Speculative(Strict):
+    """Speculative decoding allowed for a workload: k draft tokens verified per target step.
+
+    ``method``: ``mtp`` (the model's own multi-token-prediction layers, e.g. DeepSeek-V3/R1),
+    ``eagle`` (a one-layer draft head on the target's features) or ``draft`` (a separate
+    small model, ``draft_model``, a catalog key). ``acceptance_rate`` a is the probability that
+    each successive draft token is accepted; a step yields (1 − a^(k+1))/(1 − a) tokens.
+    """
+
+    method: Literal["mtp", "draft", "eagle"]
+    draft_model: str | None = None
+    tokens: Annotated[int, Field(ge=1, le=16)]
+    acceptance_rate: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+
+    @model_validator(mode="after")
+    def _check(self) -> Speculative:
+        if self.method == "draft" and self.draft_model is None:
+            raise ValueError("method 'draft' needs draft_model (a catalog key, e.g. llama-3.1-8b)")
+        if self.method != "draft" and self.draft_model is not None:
+            raise ValueError(f"draft_model is only used with method 'draft' (method is '{self.method}'); drop it")
+        return self
+
+
 DEFAULT_PRECISIONS = ("bf16", "fp16", "fp8")
 
 
@@ -132,6 +175,12 @@ class Workload(Strict):
         "on NVIDIA, vLLM on AMD and the rest: optimizer.models.params.default_engine)")
     min_replicas: Annotated[int, Field(ge=0, le=100_000)] = 1
     redundancy: Literal["none", "n+1"] = "none"
+    prefix_cache: PrefixCache | None = None
+    speculative: Speculative | None = Field(
+        None, description="allow speculative decoding / MTP; the optimizer uses it where it is cheaper")
+    disaggregation: Literal["allowed", "never"] = Field(
+        "never", description="'allowed': the optimizer may serve the workload from separate prefill and "
+                             "decode pools (KV sent over the scale-out network) where that is cheaper")
 
     @model_validator(mode="after")
     def _check(self) -> Workload:
@@ -141,6 +190,18 @@ class Workload(Strict):
             raise ValueError("an online workload (qps) needs an slo with ttft_p99_ms, tpot_p99_ms or e2e_p99_ms")
         if len(set(self.precisions)) != len(self.precisions):
             raise ValueError("precisions lists a precision twice")
+        if self.tokens_per_day is not None:
+            used = [name for name, on in (("prefix_cache", self.prefix_cache is not None),
+                                          ("speculative", self.speculative is not None),
+                                          ("disaggregation", self.disaggregation == "allowed")) if on]
+            if used:
+                raise ValueError(f"{', '.join(used)} apply to online workloads (qps) only; the batch throughput "
+                                 "model does not use them: drop them or give qps and an slo")
+        if self.prefix_cache is not None and self.prefix_cache.shared_prefix_tokens is not None \
+                and self.prefix_cache.shared_prefix_tokens >= self.prompt_tokens.mean_tokens:
+            raise ValueError(f"prefix_cache.shared_prefix_tokens {self.prefix_cache.shared_prefix_tokens} is not below "
+                             f"the mean prompt ({self.prompt_tokens.mean_tokens:g} tokens); the prompt includes the "
+                             "shared prefix")
         return self
 
     @property

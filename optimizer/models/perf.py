@@ -47,6 +47,7 @@ import numpy as np
 from catalog.errors import ModelError
 from catalog.schema import Device, Model, Precision
 from optimizer.models.params import CalibrationParams, check_engine, default_engine
+from optimizer.models.speculative import SpeculativeCost
 
 GIB_BYTES = 2.0**30
 ATTENTION_FLOPS_PER_QK_ELEMENT = 4.0  # QK^T and A·V: 2 matmuls x 2 FLOPs per multiply-add
@@ -148,6 +149,7 @@ class Configs:
     request_overhead_s: float  # front-end time per request, added once to TTFT and E2E (not a step)
     max_batch_sequences: int  # the default scheduler cap (serving's scalar view of batch_cap)
     kv_reserved_output_fraction: float  # share of the output whose KV a running sequence reserves
+    speculative: SpeculativeCost | None = None  # decode steps verify k draft tokens (optimizer.models.speculative)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -526,19 +528,52 @@ def _decode_step(c: Configs, batch, context_tokens, prefill_tokens, prefill_cont
     micro_b = b / k.pp
     micro_n = npre / k.pp
     tokens = micro_b + micro_n
+    spec = c.speculative
+    verify = micro_b * spec.draft_tokens if spec is not None else 0.0  # draft tokens checked in the same pass
+    tokens = tokens + verify
     gemm, weights_mem, gemm_comp = _gemm_s(c, tokens, ndim)
-    lm_head = micro_b * k.lm_head_s_per_sequence
+    lm_head = (micro_b + verify) * k.lm_head_s_per_sequence
     gemm_s = gemm + lm_head
-    decode_ctx = micro_b * effective_context(c.model, ctx)  # context tokens the decoding micro-batch attends to
-    kv_mem = decode_ctx * k.kv_read_per_ctx_token / k.memory_bytes_s
-    attn_comp = decode_ctx * k.attn_s_per_ctx_token
+    seq_ctx = effective_context(c.model, ctx)
+    decode_ctx = micro_b * seq_ctx  # context tokens the decoding micro-batch attends to
+    kv_mem = decode_ctx * k.kv_read_per_ctx_token / k.memory_bytes_s  # verify tokens reuse the same KV reads
+    attn_comp = (decode_ctx + verify * seq_ctx) * k.attn_s_per_ctx_token
     attn_s = smooth_max(kv_mem, attn_comp, n)
     prefill_attn_s = micro_n * effective_context(c.model, pctx) * k.attn_s_per_ctx_token
     comm_s = _comm_s(c, tokens, ndim)
     host_s = k.step_overhead_s + b * k.sequence_overhead_s
     step_s = k.pp * (gemm_s + attn_s + prefill_attn_s + comm_s) + host_s
+    if spec is not None:
+        step_s = step_s + draft_s(c, b, ctx, ndim)
     return StepParts(gemm_s, attn_s, prefill_attn_s, comm_s, host_s, step_s,
                      weights_mem + kv_mem, gemm_comp + lm_head + attn_comp + prefill_attn_s)
+
+
+def draft_s(c: Configs, batch, context_tokens, ndim: int = 1) -> np.ndarray:
+    """Time (s) of the k draft passes of a speculative step (0 without ``c.speculative``).
+
+    One pass = the per-operator rooflines of the step for the whole batch b (one token per
+    sequence), scaled to the share of the target the draft reads: ``f·(t_gemm(b) + t_attn(b, c)·(1 + r_x/f))``
+    plus the extra draft weights ``max(P_x·β/(t·p)/bw, 2·P_a·b/(t·p)/flops)``, with f the layer
+    fraction, r_x the draft's KV ratio, β the stored bytes per parameter and P_x, P_a the extra
+    (LM head or draft-model) parameters read and computed (``optimizer.models.speculative``).
+    """
+    spec = c.speculative
+    if spec is None:
+        return np.zeros(np.shape(batch))
+    k = c.stage.shaped(ndim)
+    n = c.smooth_max_exponent
+    b = np.maximum(np.asarray(batch, dtype=float), 1.0)
+    micro_b = b / k.pp
+    gemm, _, _ = _gemm_s(c, micro_b, ndim)
+    decode_ctx = micro_b * effective_context(c.model, context_tokens)
+    kv_share = spec.layer_fraction + spec.extra_kv_ratio
+    attn = smooth_max(decode_ctx * k.kv_read_per_ctx_token * kv_share / k.memory_bytes_s,
+                      decode_ctx * k.attn_s_per_ctx_token * kv_share, n)
+    bytes_per_param = k.weight_bytes_per_gpu * k.tp_pp / (c.model.total_params_b * 1e9)
+    extra = smooth_max(spec.extra_weight_params * bytes_per_param / k.tp_pp / k.memory_bytes_s,
+                       2.0 * spec.extra_active_params * micro_b / k.tp_pp / k.gemm_flops_s, n)
+    return spec.draft_tokens * k.pp * (spec.layer_fraction * gemm + attn + extra)
 
 
 def decode_parts(c: Configs, batch, context_tokens, prefill_tokens=0.0,

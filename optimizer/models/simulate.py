@@ -191,6 +191,8 @@ def simulate(
     max_sequences: int | None = None,
     warmup_fraction: float = 0.05,
     step_time: StepTime | None = None,
+    prefix_hit_fraction: float = 0.0,
+    shared_prefix_tokens: int = 0,
 ) -> SimResult:
     """Simulate ``requests`` Poisson arrivals at ``qps`` on configuration ``index`` of ``c``.
 
@@ -198,6 +200,11 @@ def simulate(
     Exp(qps); both from ``numpy.random.default_rng(seed)`` so a seed fixes the result.
     KV capacity is ``c.kv_capacity_tokens[index]``; the running-sequence cap is
     ``max_sequences`` (default ``c.max_batch_sequences``).
+
+    Prefix caching, as the analytic model has it (``optimizer.models.techniques``): a request
+    prefills P = max(round(L·(1 − h)) − N', 1) tokens whose attention starts after the L − P
+    cached ones; it holds L − N' tokens of KV (N' = min(N, L − 1)), and N tokens are held once
+    (taken off the KV capacity). h = 1 is a decode pool's request, whose KV arrived with it.
     """
     if not qps > 0:
         raise ModelError(f"request rate must be > 0 req/s (got {qps})")
@@ -207,25 +214,34 @@ def simulate(
     arrivals = np.cumsum(rng.exponential(1.0 / qps, requests))
     prompts = sample_tokens(prompt, requests, rng)
     outputs = sample_tokens(output, requests, rng)
-    cap_kv = float(c.kv_capacity_tokens[index])
+    cap_kv = float(c.kv_capacity_tokens[index]) - shared_prefix_tokens
     max_seqs = int(max_sequences or c.max_batch_sequences)
+    shared = np.minimum(shared_prefix_tokens, prompts - 1)
+    compute = np.maximum(np.round(prompts * (1.0 - prefix_hit_fraction)) - shared, 1).astype(np.int64)
+    held = (prompts - shared).astype(prompts.dtype) if shared_prefix_tokens else prompts
     chunk = int(prefill_chunk_tokens)
     if step_time is None:
         step_time = StepTime(c, index, max_seqs + chunk)
-    longest = int(prompts.max() + outputs.max())
+    longest = int(held.max() + outputs.max())
     if longest > cap_kv:
         raise ModelError(f"{c.keys[index]}: a request of {longest:,} tokens does not fit in the KV cache "
                          f"({cap_kv:,.0f} tokens); shorten the requests or raise tp/pp")
-    return _run(step_time, arrivals, prompts, outputs, cap_kv, max_seqs, chunk, warmup_fraction,
-                float(c.request_overhead_s))
+    cached = (prompts - shared - compute) if (prefix_hit_fraction or shared_prefix_tokens) else None
+    return _run(step_time, arrivals, held, outputs, cap_kv, max_seqs, chunk, warmup_fraction,
+                float(c.request_overhead_s), cached, prompts - compute if cached is not None else None)
 
 
 def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: np.ndarray,
          cap_kv: float, max_seqs: int, chunk: int, warmup_fraction: float,
-         request_overhead_s: float = 0.0) -> SimResult:
+         request_overhead_s: float = 0.0, cached: np.ndarray | None = None,
+         span_offset: np.ndarray | None = None) -> SimResult:
+    """The scheduler loop. ``prompts``: KV tokens each request holds; ``cached``: of those, how
+    many are not computed; ``span_offset``: tokens its first prefill chunk already attends to."""
     n_req = len(arrivals)
     arr = arrivals.tolist()
     plen = prompts.tolist()
+    skip = cached.tolist() if cached is not None else [0] * n_req
+    offset = span_offset.tolist() if span_offset is not None else [0] * n_req
     olen = outputs.tolist()
     first = [0.0] * n_req
     finish = [0.0] * n_req
@@ -266,7 +282,7 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
         while waiting and n_admitted < max_seqs and kv_used + eff_prompt[waiting[0]] + 1 <= cap_kv:
             rid = waiting.popleft()
             kv_used += eff_prompt[rid] + 1  # the prompt and the token its prefill emits
-            prefilling.append([rid, eff_prompt[rid], 0])
+            prefilling.append([rid, eff_prompt[rid] - skip[rid], offset[rid]])
             n_admitted += 1
         if b == 0 and not prefilling:
             if nxt >= n_req and not waiting:

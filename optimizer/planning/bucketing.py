@@ -34,7 +34,7 @@ def problem_parts(wc) -> tuple[Demand, tuple[Option, ...]]:
     (kept candidates with capacity in some bucket)."""
     w = wc.workload
     demand = Demand(w.name, tuple(b.qps for b in wc.buckets), w.min_replicas, w.redundancy == "n+1")
-    options = tuple(Option(w.name, c.key, c.device, c.gpus, c.capacity_qps)
+    options = tuple(Option(w.name, c.key, c.device, c.gpus, c.capacity_qps, c.stage)
                     for c in wc.kept if any(mu > 0 for mu in c.capacity_qps))
     return demand, options
 

@@ -66,6 +66,11 @@ class Candidate:
     # Best p99 (ms) the candidate reaches at (near) zero load per bucket, where the serving
     # model gives it: {metric: value} — used to explain a workload no candidate can serve.
     floor_p99_ms: tuple[dict[str, float], ...] | None = None
+    # "colocated" serves whole requests; "prefill" / "decode" one phase of them in a
+    # disaggregated pair of pools (optimizer.models.disagg)
+    stage: str = "colocated"
+    technique: str = ""  # the serving technique it uses, e.g. "eagle k3 a0.8" ("" = none)
+    kv_bytes_per_request: float | None = None  # pools: mean KV bytes a request sends over the scale-out link
 
     @property
     def kept(self) -> bool:
@@ -206,10 +211,11 @@ def rebase_candidates(cset: CandidateSet, plan: Plan) -> CandidateSet:
     for wc in cset.workloads:
         w = plan.workload(wc.workload.name)
         old = wc.workload
-        if (w.model, w.prompt_tokens, w.output_tokens, w.slo, w.precisions) != (
-                old.model, old.prompt_tokens, old.output_tokens, old.slo, old.precisions):
-            raise ValueError(f"workload '{w.name}' changed its model, lengths, SLO or precisions; "
-                             "recompute the candidates")
+        if (w.model, w.prompt_tokens, w.output_tokens, w.slo, w.precisions, w.prefix_cache, w.speculative,
+                w.disaggregation) != (old.model, old.prompt_tokens, old.output_tokens, old.slo, old.precisions,
+                                      old.prefix_cache, old.speculative, old.disaggregation):
+            raise ValueError(f"workload '{w.name}' changed its model, lengths, SLO, precisions or serving "
+                             "techniques; recompute the candidates")
         rate = w.request_rate_qps
         buckets = tuple(replace(b, qps=b.fraction * rate) for b in wc.buckets)
         workloads.append(replace(wc, workload=w, buckets=buckets))

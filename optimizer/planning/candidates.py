@@ -17,7 +17,7 @@ Pruned candidates keep their reason (``pruned_reason``):
   (``Device.unusable_for``);
 - precision not run natively, model does not fit (the perf model's reason);
 - no capacity at the SLO in any bucket (``limited_by`` says which p99 binds);
-- dominated: within one device, m = ⌊g_a/g_b⌋ ≥ 1 copies of another candidate b use no
+- dominated: within one device and stage, m = ⌊g_a/g_b⌋ ≥ 1 copies of another candidate b use no
   more GPUs than a and give at least a's capacity in every bucket. Such an a is never
   needed: replacing each replica of a by m replicas of b keeps every constraint (GPUs,
   servers, power, inventory, min_replicas, N+1) and the cost.
@@ -34,9 +34,11 @@ import numpy as np
 from catalog.load import Catalog
 from catalog.schema import Device, Model
 from optimizer.models import serving
+from optimizer.models.disagg import pool_p99_ms, sent_tokens
 from optimizer.models.lengths import split_buckets
 from optimizer.models.params import load_params
 from optimizer.models.perf import Configs, build_configs, config_key
+from optimizer.models.techniques import ServingTechnique, workload_technique
 from optimizer.planning.bucketing import choose_bucketing, fold_notes
 from optimizer.planning.candidate_set import (
     PP_DEGREES,
@@ -59,6 +61,7 @@ from optimizer.planning.evaluate import (
     evaluate_buckets,
     finite_or_zero,
 )
+from optimizer.planning.technique_savings import technique_note
 from optimizer.results.money import MoneyAssumptions
 from optimizer.results.plan_result import Diagnostic
 from workloads.spec import Plan, Workload
@@ -73,7 +76,7 @@ WORKLOADS_PER_BATCH = 32
 
 def dominated_by(a: Candidate, b: Candidate) -> int:
     """m ≥ 1 when m = ⌊g_a/g_b⌋ copies of b give at least a's capacity in every bucket, else 0."""
-    if a.device != b.device or a.key == b.key or b.gpus > a.gpus:
+    if a.device != b.device or a.stage != b.stage or a.key == b.key or b.gpus > a.gpus:
         return 0
     m = a.gpus // b.gpus
     if all(m * cb >= ca for ca, cb in zip(a.capacity_qps, b.capacity_qps, strict=True)):
@@ -160,6 +163,24 @@ def _combos(w: Workload, catalog: Catalog, units: dict[str, UnitSpec], plan: Pla
 
 
 @dataclass(frozen=True)
+class _Variant:
+    """One way to run the workload's configs: colocated or one pool of a disaggregated pair, with
+    the technique it uses; ``rows`` of ``_Prepared.chosen`` it covers (pools: devices with a NIC figure)."""
+
+    stage: str
+    technique: ServingTechnique | None
+    prefix: str  # of the candidate key: "" | "prefill__" | "decode__"
+    suffix: str  # "" | "__spec"
+    rows: tuple[int, ...]
+    configs: Configs
+    nic_gbps_per_gpu: tuple[float, ...] | None = None
+
+    @property
+    def label(self) -> str:
+        return self.technique.label() if self.technique is not None else ""
+
+
+@dataclass(frozen=True)
 class _Prepared:
     """A workload before the serving model runs: its buckets, the configs to evaluate, early prunes."""
 
@@ -168,10 +189,43 @@ class _Prepared:
     pruned: list[Candidate]
     chosen: list[tuple]
     configs: Configs | None
+    variants: tuple[_Variant, ...] = ()
 
     def jobs(self, w: Workload, params) -> list[BucketJob]:
-        """The evaluation of every bucket."""
-        return [BucketJob(self.configs, tuple(self.chosen), b, w, params) for b in self.buckets] if self.chosen else []
+        """The evaluation of every bucket, for every variant."""
+        return [_job(self, v, b, w, params) for v in self.variants for b in self.buckets]
+
+
+def _job(prep: _Prepared, v: _Variant, b: BucketSpec, w: Workload, params) -> BucketJob:
+    return BucketJob(v.configs, tuple(prep.chosen[i] for i in v.rows), b, w, params, v.stage, v.technique,
+                     v.nic_gbps_per_gpu)
+
+
+def _variants(w: Workload, model: Model, catalog: Catalog, chosen: list[tuple], configs: Configs
+              ) -> tuple[_Variant, ...]:
+    """Colocated as today (with the workload's prefix cache), colocated with speculative decoding
+    when the workload allows it, and prefill + decode pools when it allows disaggregation
+    (online workloads; devices with a ``scaleout_nic_gbps_per_gpu``)."""
+    every = tuple(range(len(chosen)))
+    if w.is_batch:
+        return (_Variant("colocated", None, "", "", every, configs),)
+    draft = catalog.model(w.speculative.draft_model) if w.speculative and w.speculative.draft_model else None
+    plain = workload_technique(w, model, draft, speculative=False)
+    base = plain if plain.active else None
+    spec = workload_technique(w, model, draft) if w.speculative is not None else None
+    out = [_Variant("colocated", base, "", "", every, configs)]
+    if spec is not None:
+        out.append(_Variant("colocated", spec, "", "__spec", every, configs))
+    if w.disaggregation == "allowed":
+        rows = tuple(i for i, (d, _, _, _) in enumerate(chosen) if d.scaleout_nic_gbps_per_gpu)
+        if rows:
+            sub = configs.take(list(rows))
+            nic = tuple(float(chosen[i][0].scaleout_nic_gbps_per_gpu) for i in rows)
+            out.append(_Variant("prefill", base, "prefill__", "", rows, sub, nic))
+            out.append(_Variant("decode", base, "decode__", "", rows, sub, nic))
+            if spec is not None:
+                out.append(_Variant("decode", spec, "decode__", "__spec", rows, sub, nic))
+    return tuple(out)
 
 
 def _prepare(w: Workload, plan: Plan, catalog: Catalog, units: dict[str, UnitSpec], params,
@@ -199,7 +253,8 @@ def _prepare(w: Workload, plan: Plan, catalog: Catalog, units: dict[str, UnitSpe
         if first is not None:
             chosen.append(grid[first])
     configs = build_configs(model, chosen, params, engines=w.engine) if chosen else None
-    return _Prepared(model, buckets, pruned, chosen, configs)
+    variants = _variants(w, model, catalog, chosen, configs) if chosen else ()
+    return _Prepared(model, buckets, pruned, chosen, configs, variants)
 
 
 def _as_whole(w: Workload, prep: _Prepared) -> _Prepared | None:
@@ -213,56 +268,74 @@ def _as_whole(w: Workload, prep: _Prepared) -> _Prepared | None:
 def _finish(w: Workload, prep: _Prepared, units: dict[str, UnitSpec], params, a: MoneyAssumptions,
             prune: bool, evaluated: dict[tuple, BucketEvaluation] | None = None) -> WorkloadCandidates:
     """Capacities per bucket (``evaluated`` first, else ``bucket_capacity``), costs, pruning."""
-    buckets, chosen, configs = prep.buckets, prep.chosen, prep.configs
-    nb = len(buckets)
     kept: list[Candidate] = []
-    if chosen:
-        caps = np.zeros((len(chosen), nb))
-        limited = [["" for _ in range(nb)] for _ in chosen]
-        floors: list[list[dict[str, float]]] = [[{} for _ in range(nb)] for _ in chosen]
-        whys: list[str | None] = [None] * len(chosen)
-        for b in buckets:
-            job = BucketJob(configs, tuple(chosen), b, w, params)
-            ev = (evaluated or {}).get(job.cache_key) or bucket_capacity(job)
-            caps[:, b.index] = ev.capacity_qps
-            for i in range(len(chosen)):
-                limited[i][b.index] = ev.limited_by[i]
-                floors[i][b.index] = ev.floor_p99_ms[i]
-                whys[i] = whys[i] or ev.why[i]
-        for i, (d, q, t, p) in enumerate(chosen):
-            capacity = tuple(finite_or_zero(x) for x in caps[i])
-            reason = None
-            if not any(capacity):
-                reason = "no capacity at the SLO in any bucket" + (f": {whys[i]}" if whys[i] else "")
-            kept.append(Candidate(
-                w.name, configs.keys[i], d.key, q.key, t, p, t * p, capacity, tuple(limited[i]),
-                cost_per_replica_usd(units[d.key], t * p, a), pruned_reason=reason, floor_p99_ms=tuple(floors[i]),
-            ))
-        if prune:
-            kept = prune_dominated(kept)
-    predictor = (_predictor(prep.model, {c.key: c for c in kept}, chosen, buckets, params, w.engine)
-                 if chosen else None)
-    return WorkloadCandidates(w, prep.model.key, buckets, tuple(kept + prep.pruned), predictor)
+    for v in prep.variants:
+        kept += _variant_candidates(w, prep, v, units, params, a, evaluated)
+    if prune and kept:
+        kept = prune_dominated(kept)
+    predictor = _predictor(prep, params) if prep.chosen else None
+    return WorkloadCandidates(w, prep.model.key, prep.buckets, tuple(kept + prep.pruned), predictor)
 
 
+def _variant_candidates(w: Workload, prep: _Prepared, v: _Variant, units: dict[str, UnitSpec], params,
+                        a: MoneyAssumptions, evaluated: dict[tuple, BucketEvaluation] | None) -> list[Candidate]:
+    """The candidates of one variant: capacity in every bucket, cost per replica, a reason when none."""
+    buckets, nb = prep.buckets, len(prep.buckets)
+    chosen = [prep.chosen[i] for i in v.rows]
+    caps = np.zeros((len(chosen), nb))
+    limited = [["" for _ in range(nb)] for _ in chosen]
+    floors: list[list[dict[str, float]]] = [[{} for _ in range(nb)] for _ in chosen]
+    whys: list[str | None] = [None] * len(chosen)
+    for b in buckets:
+        job = _job(prep, v, b, w, params)
+        ev = (evaluated or {}).get(job.cache_key) or bucket_capacity(job)
+        caps[:, b.index] = ev.capacity_qps
+        for i in range(len(chosen)):
+            limited[i][b.index] = ev.limited_by[i]
+            floors[i][b.index] = ev.floor_p99_ms[i]
+            whys[i] = whys[i] or ev.why[i]
+    out = []
+    for i, (d, q, t, p) in enumerate(chosen):
+        capacity = tuple(finite_or_zero(x) for x in caps[i])
+        reason = None
+        if not any(capacity):
+            pool = f" as a {v.stage} pool" if v.stage != "colocated" else ""
+            reason = f"no capacity at the SLO{pool} in any bucket" + (f": {whys[i]}" if whys[i] else "")
+        out.append(Candidate(
+            w.name, v.prefix + v.configs.keys[i] + v.suffix, d.key, q.key, t, p, t * p, capacity, tuple(limited[i]),
+            cost_per_replica_usd(units[d.key], t * p, a), pruned_reason=reason, floor_p99_ms=tuple(floors[i]),
+            stage=v.stage, technique=v.label,
+            kv_bytes_per_request=(float(v.configs.kv_bytes_per_token[i]) * sent_tokens(w.prompt_tokens.mean_tokens,
+                                                                                       v.technique)
+                                  if v.stage != "colocated" else None),
+        ))
+    return out
 
-def _predictor(model, by_key: dict[str, Candidate], chosen: list[tuple], buckets, params,
-               engine: str | None = None) -> Predictor:
-    """p99s (ms) of one candidate on one bucket at a rate per replica, via ``serve_at_rate``."""
-    from optimizer.models.perf import build_configs, config_key
 
-    combos = {config_key(d, q, t, p, engine): (d, q, t, p) for d, q, t, p in chosen}
-    cache: dict[str, object] = {}
+def _predictor(prep: _Prepared, params) -> Predictor:
+    """p99s (ms) of one candidate on one bucket at a rate per replica: ``serve_at_rate`` (colocated),
+    ``disagg.pool_p99_ms`` (a pool's share: prefill TTFT with the KV transfer; decode TPOT and E2E)."""
+    variants: dict[str, tuple[_Variant, int]] = {}
+    for v in prep.variants:
+        for j in range(len(v.rows)):  # v.configs holds the variant's rows in order, engine included
+            variants[v.prefix + v.configs.keys[j] + v.suffix] = (v, j)
+    cache: dict[str, Configs] = {}
 
     def predict(key: str, bucket: int, qps: float) -> tuple[float | None, float | None, float | None]:
-        if qps <= 0 or key not in combos:
+        if qps <= 0 or key not in variants:
             return (None, None, None)
+        v, j = variants[key]
+        combo = prep.chosen[v.rows[j]]
         if key not in cache:
-            cache[key] = build_configs(model, [combos[key]], params, engines=engine)
-        b = buckets[bucket]
+            cache[key] = v.configs.take([j])
+        b = prep.buckets[bucket]
         with np.errstate(all="ignore"):
-            r = serving.serve_at_rate(cache[key], qps, b.prompt, b.output, params)
-        return tuple(_finite(getattr(r, f"{m}_p99_ms")[0]) for m in ("ttft", "tpot", "e2e"))  # type: ignore[return-value]
+            if v.stage == "colocated":
+                r = serving.serve_at_rate(cache[key], qps, b.prompt, b.output, params, technique=v.technique)
+                return tuple(_finite(getattr(r, f"{m}_p99_ms")[0]) for m in ("ttft", "tpot", "e2e"))  # type: ignore[return-value]
+            nic = float(combo[0].scaleout_nic_gbps_per_gpu)
+            got = pool_p99_ms(v.stage, cache[key], qps, b.prompt, b.output, nic, v.technique, params)
+        return tuple(_finite(x) if x is not None else None for x in got)  # type: ignore[return-value]
 
     return predict
 
@@ -286,6 +359,7 @@ def model_candidates(
     terms = {k: unit_terms(u, a) for k, u in units.items()}
     done: list[WorkloadCandidates] = []
     notes: list[Diagnostic] = []
+    technique_notes: list[Diagnostic] = []
     for start in range(0, len(plan.workloads), WORKLOADS_PER_BATCH):  # bounded memory for large plans
         batch = plan.workloads[start:start + WORKLOADS_PER_BATCH]
         prepared = [_prepare(w, plan, catalog, units, params, n_buckets) for w in batch]
@@ -297,9 +371,11 @@ def model_candidates(
             if whole is not None:  # split or whole: optimizer.planning.bucketing
                 wc, note = choose_bucketing(wc, _finish(w, whole, units, params, a, prune, evaluated), terms)
                 notes += [note] if note else []
+            if why := technique_note(wc, terms):
+                technique_notes.append(why)
             done.append(wc)
     workloads = tuple(done)
-    diagnostics = fold_notes(notes)
+    diagnostics = fold_notes(notes) + technique_notes
     lacking = sorted(k for k, u in units.items() if u.device is not None and u.allowed
                      and missing_figures(u.device, plan))
     if lacking:

@@ -34,10 +34,25 @@ def unservable(cset: CandidateSet) -> list[Diagnostic]:
     out = []
     for wc in cset.workloads:
         for b in wc.buckets:
-            if b.qps <= 0 or any(c.capacity_qps[b.index] > 0 for c in wc.kept):
+            served = {c.stage for c in wc.kept if c.capacity_qps[b.index] > 0}
+            if b.qps <= 0 or "colocated" in served or {"prefill", "decode"} <= served:
                 continue
-            out.append(Diagnostic("error", "workload_unservable", _why_unservable(wc, b.index)))
+            out.append(Diagnostic("error", "workload_unservable", _why_unservable(wc, b.index) + _pool_note(wc, served)))
     return out
+
+
+def _pool_note(wc: WorkloadCandidates, served: set[str]) -> str:
+    """Which pool binds when the workload may be disaggregated: the one no candidate serves, with the best reason."""
+    if wc.workload.disaggregation != "allowed" or wc.workload.is_batch:
+        return ""
+    missing = [s for s in ("prefill", "decode") if s not in served]
+    whys = []
+    for stage in missing:
+        pool = [c for c in wc.candidates if c.stage == stage]
+        reason = (max(pool, key=lambda c: (c.gpus, c.key)).pruned_reason if pool
+                  else "no device with a scaleout_nic_gbps_per_gpu figure")
+        whys.append(f"no {stage} pool meets its share of the SLO ({reason})" if pool else f"no {stage} pool: {reason}")
+    return "; disaggregated: " + "; ".join(whys) if whys else ""
 
 
 def _why_unservable(wc: WorkloadCandidates, bucket: int) -> str:

@@ -19,8 +19,9 @@ from functools import cached_property
 
 import numpy as np
 
-from optimizer.models import serving
+from optimizer.models import disagg, serving
 from optimizer.models.perf import Configs
+from optimizer.models.techniques import ServingTechnique
 from optimizer.planning.candidate_set import BucketSpec
 from optimizer.workers import capped_workers, run_pool, usable_cpus
 from workloads.spec import Workload
@@ -51,6 +52,11 @@ class BucketJob:
     bucket: BucketSpec
     workload: Workload
     params: object
+    # a colocated replica, or one pool of a disaggregated pair ("prefill" | "decode"), with the
+    # prefix cache / speculative decoding it uses (None: plain) and, for pools, each config's NIC Gb/s
+    stage: str = "colocated"
+    technique: ServingTechnique | None = None
+    nic_gbps_per_gpu: tuple[float, ...] | None = None
 
     @cached_property
     def cache_key(self) -> tuple:
@@ -62,6 +68,8 @@ class BucketJob:
         full = (self.configs.model.model_dump_json(), devices, combos, b.prompt.model_dump_json(),
                 b.output.model_dump_json(), w.slo.model_dump_json(), w.is_batch, tuple(self.configs.engines),
                 params.model_dump_json() if hasattr(params, "model_dump_json") else repr(params))
+        if self.stage != "colocated" or self.technique is not None:  # plain jobs keep today's keys
+            full += (self.stage, repr(self.technique), self.nic_gbps_per_gpu)
         return (len(self.chosen), hashlib.blake2b(repr(full).encode(), digest_size=20).hexdigest())
 
 
@@ -111,8 +119,10 @@ def _evaluate_bucket(job: BucketJob) -> BucketEvaluation:
             _, req_s = serving.batch_throughput(configs, b.prompt, b.output, params)
             ev = BucketEvaluation(np.array([finite_or_zero(x) for x in req_s]), ["throughput"] * n,
                                   [{} for _ in range(n)], [None] * n)
+        elif job.stage != "colocated":
+            ev = _evaluate_pool(job)
         else:
-            cap = serving.capacity_at_slo(configs, b.prompt, b.output, w.slo, params)
+            cap = serving.capacity_at_slo(configs, b.prompt, b.output, w.slo, params, technique=job.technique)
             floors: list[dict[str, float]] = []
             for i in range(n):
                 floor = {}
@@ -126,6 +136,20 @@ def _evaluate_bucket(job: BucketJob) -> BucketEvaluation:
                                   floors, [cap.why[i] if cap.limited_by[i] == "unservable" else None
                                            for i in range(n)])
     return ev
+
+
+def _evaluate_pool(job: BucketJob) -> BucketEvaluation:
+    """Capacity of every config of ``job`` as replicas of a prefill or decode pool (``optimizer.models.disagg``)."""
+    b, w = job.bucket, job.workload
+    nic = np.array(job.nic_gbps_per_gpu, dtype=float)
+    if job.stage == "prefill":
+        pool = disagg.prefill_pool_capacity(job.configs, b.prompt, w.slo, nic, job.technique, job.params)
+    else:
+        pool = disagg.decode_pool_capacity(job.configs, b.prompt, b.output, w.slo, nic, job.technique, job.params)
+    n = len(job.chosen)
+    return BucketEvaluation(np.array([finite_or_zero(x) for x in pool.max_qps]), list(pool.limited_by),
+                            [{} for _ in range(n)],
+                            [pool.why[i] if pool.limited_by[i] == "unservable" else None for i in range(n)])
 
 
 # Below this many bucket evaluations a worker pool costs more than it saves.

@@ -22,7 +22,9 @@ def single_device_shortlist(problem: FleetProblem, gap: float) -> FleetProblem:
       that carries all its buckets with the fewest amortised $ at
       r[k] = max(min_replicas, ⌈Σ_b λ_b/μ_b[k]⌉) (+1 for N+1) replicas, then whole servers;
     - lower bound L[d] = Σ_w max(min_replicas · min_k a[k], Σ_b λ_b · min_k a[k]/μ_b[k])
-      (servers amortised, replicas fractional, each bucket on its cheapest option).
+      (servers amortised, replicas fractional, each bucket on its cheapest option — or its
+      cheapest prefill plus decode pair of disaggregated pools);
+    - only colocated options give U[d] (a pool alone serves no request).
 
     The solver returns each one-device fleet within ``gap`` of its optimum, so a device with
     L[d] > min_d U[d] / (1 − gap) never beats the best one and is not solved. Only without
@@ -45,14 +47,13 @@ def single_device_shortlist(problem: FleetProblem, gap: float) -> FleetProblem:
         for w, dem in demands.items():
             opts = [o for o in by_workload.get(w, ()) if o.device == d]
             live = [b for b, lam in enumerate(dem.bucket_qps) if lam > 0]
-            if not opts or any(not any(o.capacity_qps[b] > 0 for o in opts) for b in live):
+            if not opts or any(_per_request_usd(problem, opts, b) is None for b in live):
                 covered = False
                 break
             cost = {o.key: amortised_usd_per_replica(problem, o) for o in opts}
-            per_bucket = sum(dem.bucket_qps[b] * min(cost[o.key] / o.capacity_qps[b] for o in opts
-                                                     if o.capacity_qps[b] > 0) for b in live)
+            per_bucket = sum(dem.bucket_qps[b] * _per_request_usd(problem, opts, b) for b in live)
             lo += max(dem.min_replicas * min(cost.values()), per_bucket)
-            whole = [o for o in opts if all(o.capacity_qps[b] > 0 for b in live)]
+            whole = [o for o in opts if o.stage == "colocated" and all(o.capacity_qps[b] > 0 for b in live)]
             if not whole:
                 gpus = -1  # no single option carries every bucket: no simple upper bound
             elif gpus >= 0:
@@ -69,3 +70,16 @@ def single_device_shortlist(problem: FleetProblem, gap: float) -> FleetProblem:
     keep = {d for d, lo in lower.items() if lo <= cutoff}
     return replace(problem, options=tuple(o for o in problem.options if o.device in keep),
                    units={d: u for d, u in problem.units.items() if d in keep})
+
+
+def _per_request_usd(problem: FleetProblem, opts, bucket: int) -> float | None:
+    """Fewest amortised $ per req/s of ``bucket`` on ``opts``: a colocated option, or the cheapest
+    prefill plus the cheapest decode option (a request needs both); None when neither serves it."""
+    def best(stage: str) -> float | None:
+        rates = [amortised_usd_per_replica(problem, o) / o.capacity_qps[bucket] for o in opts
+                 if o.stage == stage and o.capacity_qps[bucket] > 0]
+        return min(rates) if rates else None
+
+    together, pre, dec = best("colocated"), best("prefill"), best("decode")
+    pools = pre + dec if pre is not None and dec is not None else None
+    return min((x for x in (together, pools) if x is not None), default=None)

@@ -9,7 +9,9 @@ requests pooled; its 95 % confidence interval is mean ± t·sd/√R of the runs'
 (replications: queueing makes successive requests' latencies correlated, so the
 order-statistic interval of one run is far too narrow — seeds 0-2 of one chat deployment
 give 765-1,419 ms at 4,000 requests). The worst p99 over the buckets of each metric is
-compared with the workload's SLO.
+compared with the workload's SLO. Pools are simulated as their stage runs
+(``_stage_latencies``: a prefill replica's TTFT with the KV transfer, a decode replica's TPOT);
+speculative candidates are not simulated (the simulator has no speculative decoding) and say so.
 
 A deployment whose simulated p99 exceeds an SLO gets the capacity factor
 ``(SLO / simulated p99) · (1 − VERIFY_MARGIN)`` (worst metric) on its candidate and the
@@ -22,6 +24,8 @@ import numpy as np
 
 from catalog.errors import ModelError
 from catalog.load import Catalog
+from optimizer.models import disagg
+from optimizer.models.lengths import quantile_tokens
 from optimizer.models.params import CalibrationParams
 from optimizer.models.perf import build_configs
 from optimizer.models.simulate import simulate
@@ -69,6 +73,9 @@ def verify_deployments(cset: CandidateSet, sol: FleetSolution, catalog: Catalog,
             unit = cset.units[c.device]
             if unit.device is None or c.precision is None:
                 continue
+            if c.key.endswith("__spec"):
+                notes.append(f"{w.name} on {c.key}: not simulated (the simulator has no speculative decoding)")
+                continue
             configs = build_configs(model, [(unit.device, catalog.precision(c.precision), c.tp, c.pp)], params)
             worst: dict[str, tuple[float, float, float]] = {}
             predicted: dict[str, float | None] = {}
@@ -77,11 +84,11 @@ def verify_deployments(cset: CandidateSet, sol: FleetSolution, catalog: Catalog,
                     if routed[b.index] <= 0:
                         continue
                     rate = u * c.capacity_qps[b.index]
-                    runs = [simulate(configs, 0, rate, b.prompt, b.output, requests=requests, seed=seed + i)
+                    runs = [_stage_latencies(configs, c.stage, w, unit.device, rate, b, requests, seed + i)
                             for i in range(REPLICATIONS)]
                     got = wc.predictor(c.key, b.index, rate) if wc.predictor else (None, None, None)
                     for m, attr, pred in zip(METRICS, ("ttft_s", "tpot_s", "e2e_s"), got, strict=True):
-                        p99 = replicated_p99_ms([getattr(run, attr) for run in runs])
+                        p99 = replicated_p99_ms([run[attr] for run in runs if attr in run])
                         if p99 is not None and (m not in worst or p99[0] > worst[m][0]):
                             worst[m] = p99
                         if pred is not None:
@@ -103,6 +110,27 @@ def verify_deployments(cset: CandidateSet, sol: FleetSolution, catalog: Catalog,
                 predicted_ms=predicted.get(m), simulated_ms=value, simulated_ci_low_ms=lo, simulated_ci_high_ms=hi,
                 requests=requests * REPLICATIONS, seed=seed, met=ratio <= 1.0))
     return out, notes
+
+
+def _stage_latencies(configs, stage: str, w, device, rate: float, b, requests: int, seed: int) -> dict[str, np.ndarray]:
+    """Per-request latencies (s) of one simulated replica, as its stage measures them: colocated
+    (with the workload's prefix cache), a prefill pool's TTFT plus the p99 KV transfer of the
+    bucket, or a decode pool's TPOT (its requests arrive with their KV; ``optimizer.models.disagg``)."""
+    pc = w.prefix_cache
+    cache = {"prefix_hit_fraction": float(pc.hit_fraction or 0.0) if pc else 0.0,
+             "shared_prefix_tokens": int(pc.shared_prefix_tokens or 0) if pc else 0}
+    if stage == "prefill":
+        run = simulate(configs, 0, rate, b.prompt, disagg.PREFILL_OUTPUT, requests=requests, seed=seed, **cache)
+        link = disagg.kv_link_bytes_s(configs, [device.scaleout_nic_gbps_per_gpu or np.nan])
+        sent = disagg.sent_tokens(float(quantile_tokens(b.prompt, 0.99)), None) - cache["shared_prefix_tokens"]
+        t_kv = float(disagg.kv_transfer_ms(configs, max(sent, 1.0), link)[0]) / 1e3
+        return {"ttft_s": run.ttft_s + t_kv}
+    if stage == "decode":
+        run = simulate(configs, 0, rate, b.prompt, b.output, requests=requests, seed=seed,
+                       prefix_hit_fraction=1.0, shared_prefix_tokens=cache["shared_prefix_tokens"])
+        return {"tpot_s": run.tpot_s}
+    run = simulate(configs, 0, rate, b.prompt, b.output, requests=requests, seed=seed, **cache)
+    return {"ttft_s": run.ttft_s, "tpot_s": run.tpot_s, "e2e_s": run.e2e_s}
 
 
 def replicated_p99_ms(samples: list[np.ndarray]) -> tuple[float, float, float] | None:

@@ -4,11 +4,13 @@
 candidate capacities, deployments, fleet and assumptions) — no solver, no model, and its
 own arithmetic rather than :mod:`optimizer.results.money` — and returns the violations it finds:
 
-- demand: every bucket's routed load adds up to its rate;
+- demand: every bucket's routed load adds up to its rate (colocated + prefill pools = colocated +
+  decode pools = rate: a request served by disaggregated pools passes through one of each);
 - capacity: Σ_b routed[w,b,k] / μ[w,b,k] ≤ replicas (− 1 for N+1 when loaded); nothing is
   routed where μ = 0; each deployment's capacity_qps covers its qps;
 - SLOs: every loaded deployment's predicted p99s are within its workload's SLOs, and the
-  ``met`` flags agree; min_replicas holds;
+  ``met`` flags agree; min_replicas holds (for each phase); a disaggregated workload end to end:
+  load on both kinds of pool, TTFT predicted on the prefill pools, TPOT on the decode pools;
 - servers: the fleet's GPUs per device equal the deployments' replicas · tp · pp and fit in
   nodes · gpus_per_node, with tp ≤ gpus_per_node;
 - budgets and power: capex ≤ capex budget, opex ≤ annual budget, power ≤ max_power_kw,
@@ -53,15 +55,20 @@ def check_plan(result: PlanResult, plan=None) -> list[str]:
 
 def _check_demand(r: PlanResult) -> list[str]:
     out = []
-    routed: dict[tuple[str, int], float] = {}
+    routed: dict[tuple[str, int, str], float] = {}
     for route in r.routing:
         if route.qps < 0:
             out.append(f"routing {route.workload}/b{route.bucket}/{route.key}: negative load {route.qps}")
-        routed[(route.workload, route.bucket)] = routed.get((route.workload, route.bucket), 0.0) + route.qps
+        at = (route.workload, route.bucket, route.stage)
+        routed[at] = routed.get(at, 0.0) + route.qps
     for b in r.buckets:
-        got = routed.get((b.workload, b.bucket), 0.0)
-        if not _close(got, b.qps):
-            out.append(f"demand {b.workload}/b{b.bucket}: routed {got:.6g} req/s, needs {b.qps:.6g}")
+        together = routed.get((b.workload, b.bucket, "colocated"), 0.0)
+        pre, dec = (routed.get((b.workload, b.bucket, s), 0.0) for s in ("prefill", "decode"))
+        if not _close(together + pre, b.qps):
+            out.append(f"demand {b.workload}/b{b.bucket}: routed {together + pre:.6g} req/s, needs {b.qps:.6g}")
+        if not _close(pre, dec):  # a request served by the pools passes through both
+            out.append(f"demand {b.workload}/b{b.bucket}: {pre:.6g} req/s through prefill pools but "
+                       f"{dec:.6g} through decode pools")
     for w in r.workloads:
         total = sum(b.qps for b in r.buckets if b.workload == w.name)
         if not _close(total, w.qps):
@@ -103,8 +110,12 @@ def _check_slos(r: PlanResult) -> list[str]:
     out = []
     for w in r.workloads:
         deps = [d for d in r.deployments if d.workload == w.name]
-        if sum(d.replicas for d in deps) < w.min_replicas:
-            out.append(f"min_replicas {w.name}: {sum(d.replicas for d in deps)} < {w.min_replicas}")
+        for phase in ("decode", "prefill"):  # every request needs a copy of each phase
+            n = sum(d.replicas for d in deps if d.stage in ("colocated", phase))
+            if n < w.min_replicas and (phase == "decode" or any(d.stage == "prefill" for d in deps)):
+                out.append(f"min_replicas {w.name}: {n} < {w.min_replicas}"
+                           + (f" ({phase} and colocated replicas)" if any(d.stage != "colocated" for d in deps) else ""))
+        out += _check_pools_end_to_end(w, deps)
         ok = True
         for d in deps:
             if d.qps <= 0:
@@ -116,6 +127,28 @@ def _check_slos(r: PlanResult) -> list[str]:
                     out.append(f"SLO {w.name}/{d.key}: {metric} {got:.6g} > {slo:.6g}")
         if w.met != ok:
             out.append(f"workload {w.name}: met is {w.met} but the deployments say {ok}")
+    return out
+
+
+def _check_pools_end_to_end(w, deps) -> list[str]:
+    """A disaggregated workload's p99s end to end: TTFT on the prefill pools (KV transfer included),
+    TPOT on the decode pools, and each decode pool's E2E at least the prefill pools' worst TTFT
+    (it counts from the request's arrival)."""
+    pre = [d for d in deps if d.stage == "prefill" and d.qps > 0]
+    dec = [d for d in deps if d.stage == "decode" and d.qps > 0]
+    if not pre and not dec:
+        return []
+    if not pre or not dec:
+        return [f"pools {w.name}: load on {'prefill' if pre else 'decode'} pools only; a request needs both"]
+    out = []
+    if w.slo_ttft_p99_ms is not None and any(d.ttft_p99_ms is None for d in pre):
+        out.append(f"pools {w.name}: a prefill pool has no predicted TTFT")
+    if w.slo_tpot_p99_ms is not None and any(d.tpot_p99_ms is None for d in dec):
+        out.append(f"pools {w.name}: a decode pool has no predicted TPOT")
+    worst_ttft = max((d.ttft_p99_ms for d in pre if d.ttft_p99_ms is not None), default=0.0)
+    for d in dec:
+        if d.e2e_p99_ms is not None and d.e2e_p99_ms < worst_ttft:
+            out.append(f"pools {w.name}/{d.key}: e2e_p99_ms {d.e2e_p99_ms:.6g} below the prefill TTFT {worst_ttft:.6g}")
     return out
 
 

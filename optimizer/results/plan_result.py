@@ -97,6 +97,11 @@ class Deployment:
     ttft_p99_ms: float | None = None
     tpot_p99_ms: float | None = None
     e2e_p99_ms: float | None = None
+    # "colocated", or the pool of a disaggregated workload: "prefill" (its TTFT includes the KV
+    # transfer) or "decode" (its E2E counts from arrival, the prefill pools' worst TTFT included)
+    stage: str = "colocated"
+    technique: str = ""  # prefix cache / speculative decoding it uses ("" = none)
+    kv_link_gb_s: float | None = None  # pools: KV-cache traffic the replicas send or receive, Gb/s
     fidelity: Fidelity | None = None
     verification: VerifiedDeployment | None = None
 
@@ -146,6 +151,7 @@ class Route:
     bucket: int
     key: str
     qps: float
+    stage: str = "colocated"
 
 
 @dataclass(frozen=True)
@@ -254,6 +260,7 @@ class PlanResult:
         out["assumptions"] = _clean(asdict(self.assumptions)) if self.assumptions else None
         out["fleet"] = [_clean(asdict(r)) for r in self.fleet]
         out["deployments"] = [_clean(_deployment_json(d)) for d in self.deployments]
+        out["disaggregated"] = disaggregated_json(self.deployments)
         out["workloads"] = [_clean(_workload_json(w)) for w in self.workloads]
         out["single_device_best"] = _clean(asdict(self.single_device_best)) if self.single_device_best else None
         out["candidates"] = [_clean(asdict(c)) for c in self.candidates]
@@ -268,7 +275,28 @@ class PlanResult:
 
 
 _DEPLOYMENT_KEYS = ("workload", "device", "precision", "tp", "pp", "replicas", "qps", "capacity_qps",
-                    "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms", "key")
+                    "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms", "key", "stage", "technique", "kv_link_gb_s")
+_POOL_KEYS = ("device", "precision", "tp", "pp", "replicas", "qps", "capacity_qps", "key", "technique",
+              "kv_link_gb_s")
+
+
+def disaggregated_json(deployments: tuple[Deployment, ...]) -> list[dict[str, Any]]:
+    """One entry per workload served (partly) by disaggregated pools: ``{workload, prefill: [...],
+    decode: [...], ttft_p99_ms, tpot_p99_ms, e2e_p99_ms, kv_link_gb_s}`` — each pool a deployment's
+    figures; the p99s are the worst over the workload's pools (end to end)."""
+    out = []
+    for w in dict.fromkeys(d.workload for d in deployments if d.stage != "colocated"):
+        pools = {stage: [d for d in deployments if d.workload == w and d.stage == stage] for stage in ("prefill", "decode")}
+        worst = {m: max((getattr(d, m) for d in pools["prefill"] + pools["decode"] if getattr(d, m) is not None),
+                        default=None) for m in ("ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms")}
+        out.append(_clean({
+            "workload": w,
+            "prefill": [_clean({k: getattr(d, k) for k in _POOL_KEYS}) for d in pools["prefill"]],
+            "decode": [_clean({k: getattr(d, k) for k in _POOL_KEYS}) for d in pools["decode"]],
+            **worst,
+            "kv_link_gb_s": sum(d.kv_link_gb_s or 0.0 for d in pools["prefill"]),
+        }))
+    return out
 _WORKLOAD_KEYS = ("name", "model", "qps", "met", "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms",
                   "slo_ttft_p99_ms", "slo_tpot_p99_ms", "slo_e2e_p99_ms", "kind",
                   "output_tokens_per_year", "input_tokens_per_year",

@@ -18,6 +18,7 @@ from optimizer.models.serving.state import (
     lengths_for,
     solve_state,
 )
+from optimizer.models.techniques import ServingTechnique
 from workloads.spec import SLO, LengthDist
 
 
@@ -62,6 +63,7 @@ def capacity_at_slo(
     slo: SLO,
     params: CalibrationParams | None = None,
     prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
+    technique: ServingTechnique | None = None,
 ) -> Capacity:
     """Max request rate (req/s) per configuration with every p99 in ``slo`` met and KV at p99 fitting.
 
@@ -73,17 +75,24 @@ def capacity_at_slo(
     rate). Bracket top: ``_feasible_qps_bound``. Each step evaluates only the
     configurations still bracketing (``Configs.take``), p99s only; configurations with the
     same figures (e.g. bf16 and fp16 where a device runs both alike) are searched once.
+    ``technique``: prefix caching and speculative decoding (``optimizer.models.techniques``).
     """
+    if technique is not None and technique.active:
+        return _capacity(technique.configure(c), lengths_for(prompt, output, technique), slo, prefill_chunk_tokens)
+    return _capacity(c, lengths_for(prompt, output), slo, prefill_chunk_tokens)
+
+
+def _capacity(c: Configs, lens: Lengths, slo: SLO, prefill_chunk_tokens: int) -> Capacity:
+    """``capacity_at_slo`` on configurations and lengths with any technique applied."""
     runnable_idx = np.flatnonzero(np.asarray(c.supported, dtype=bool) & np.asarray(c.runnable, dtype=bool))
     if len(runnable_idx) < len(c):
-        return _scatter_capacity(c, runnable_idx, capacity_at_slo(
-            c.take(runnable_idx), prompt, output, slo, params, prefill_chunk_tokens) if len(runnable_idx) else None)
+        return _scatter_capacity(c, runnable_idx, _capacity(
+            c.take(runnable_idx), lens, slo, prefill_chunk_tokens) if len(runnable_idx) else None)
     targets = slo_targets(slo)
     first, inverse = _distinct_rows(c)
     if len(first) < len(c):
-        return _expand_capacity(c, inverse, capacity_at_slo(
-            c.take(first), prompt, output, slo, params, prefill_chunk_tokens), targets)
-    search = _Search(c, lengths_for(prompt, output), prefill_chunk_tokens, targets)
+        return _expand_capacity(c, inverse, _capacity(c.take(first), lens, slo, prefill_chunk_tokens), targets)
+    search = _Search(c, lens, prefill_chunk_tokens, targets)
     lam_cap = _scheduler_cap_qps(c, search.lens)
     lam_lo = lam_cap * 1e-6
     lam_hi = np.minimum(lam_cap, _feasible_qps_bound(c, search.lens))

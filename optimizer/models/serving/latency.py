@@ -27,6 +27,7 @@ from optimizer.models.serving.state import (
     solve_state,
 )
 from optimizer.models.serving.tails import mixture_quantile
+from optimizer.models.techniques import ServingTechnique
 from workloads.spec import LengthDist
 
 SLO_LIMITS = ("ttft", "tpot", "e2e")
@@ -83,14 +84,18 @@ def serve_at_rate(
     params: CalibrationParams | None = None,
     prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
     percentiles: bool = True,
+    technique: ServingTechnique | None = None,
 ) -> LoadResult:
     """Latencies and state of every configuration at ``qps`` requests/s (scalar or (N,)).
 
     See the module docstring for the formulas. ``params`` is accepted for symmetry with
-    the perf model (its factors are already folded into ``c``).
+    the perf model (its factors are already folded into ``c``). ``technique``: prefix caching
+    and speculative decoding (``optimizer.models.techniques``).
     """
     lam = np.broadcast_to(check_rate(qps), (len(c),)).astype(float)
-    lens = lengths_for(prompt, output)
+    if technique is not None:
+        c = technique.configure(c)
+    lens = lengths_for(prompt, output, technique)
     return evaluate_load(c, lam, lens, prefill_chunk_tokens, need=set(SLO_LIMITS) if percentiles else set())
 
 
@@ -168,7 +173,7 @@ def evaluate_load(c: Configs, lam: np.ndarray, lens: Lengths, chunk: int, need: 
 
     # ---- KV occupancy (M/G/∞ shot noise, over-dispersed by load feedback) and utilisation
     life = tbar + np.where(sat, 0.0, fb.bias_s)  # request-weighted step: a sequence's time per decode step
-    kv_mean = lam * life * lens.kv_tok_steps + lam * ttft_mean * lens.mean_l
+    kv_mean = lam * life * lens.kv_tok_steps + lam * ttft_mean * lens.kv_prompt_tokens
     kv_sd = np.sqrt(lam * tbar * lens.kv_tok2_steps * fb.occupancy_factor)
     kv_p99 = kv_mean + Z99 * kv_sd
     b_p99 = s.b + Z99 * np.sqrt(s.b * fb.occupancy_factor)
@@ -180,10 +185,12 @@ def evaluate_load(c: Configs, lam: np.ndarray, lens: Lengths, chunk: int, need: 
     def ms(x):
         return np.where(sat, np.inf, x * 1e3)
 
+    a = lens.tokens_per_step  # TPOT per output token: a speculative step emits A tokens
+
     return LoadResult(
         qps=lam,
         ttft_mean_ms=ms(ttft_mean), ttft_p50_ms=ms(out["ttft_p50"]), ttft_p99_ms=ms(out["ttft_p99"]),
-        tpot_mean_ms=ms(mean_tpot), tpot_p50_ms=ms(out["tpot_p50"]), tpot_p99_ms=ms(out["tpot_p99"]),
+        tpot_mean_ms=ms(mean_tpot / a), tpot_p50_ms=ms(out["tpot_p50"] / a), tpot_p99_ms=ms(out["tpot_p99"] / a),
         e2e_mean_ms=ms(e2e_mean), e2e_p50_ms=ms(out["e2e_p50"]), e2e_p99_ms=ms(out["e2e_p99"]),
         utilization=util, saturated=sat, running_batch=s.b, step_ms=ms(tbar),
         kv_p99_tokens=np.where(sat, np.inf, kv_p99), kv_capacity_tokens=kv_cap, kv_fits=kv_fits,
@@ -194,26 +201,28 @@ def evaluate_load(c: Configs, lam: np.ndarray, lens: Lengths, chunk: int, need: 
 
 
 def _prompt_chunks_extra_s(c: Configs, b: np.ndarray, ctx: float, n_tok: np.ndarray, prompt_tokens: np.ndarray,
-                           chunk: int, d: np.ndarray) -> np.ndarray:
+                           chunk: int, d: np.ndarray, span_offset: float = 0.0) -> np.ndarray:
     """Σ_chunks [t(b, c̄, n_j, min(j·C + n_j/2, L)) − D(b)] for ``n_tok`` tokens cut into chunks of C.
 
     ``n_tok = K·C + r``: K full chunks and a partial one of r tokens. Full chunk k attends to
     ``min(k·C + C/2, L)``, which is L from ``k_L = ceil((L − C/2)/C)`` on, so the K full
     chunks cost a cumulative sum over k < k_max (k_max = max k_L) plus (K − k_max)⁺ times
     the chunk at span L: two step-time evaluations instead of one per chunk.
-    Shapes: b, d (N, 1, 1); n_tok (1, QL, J); prompt_tokens (1, QL, 1).
+    Shapes: b, d (N, 1, 1); n_tok (1, QL, J); prompt_tokens (1, QL, 1). ``span_offset``: cached
+    tokens every chunk also attends to (prefix caching).
     """
     full = np.floor(n_tok / chunk)
     rem = n_tok - full * chunk
     k_max = max(int(math.ceil(float(np.max(prompt_tokens - chunk / 2.0)) / chunk)), 0)
     k = np.arange(k_max + 1, dtype=float)[None, None, :]
-    per_chunk = perf.decode_step_s(c, b, ctx, float(chunk), np.minimum(k * chunk + chunk / 2.0, prompt_tokens)) - d
+    per_chunk = perf.decode_step_s(c, b, ctx, float(chunk),
+                                   np.minimum(k * chunk + chunk / 2.0, prompt_tokens) + span_offset) - d
     cum = np.concatenate([np.zeros(per_chunk.shape[:-1] + (1,)), np.cumsum(per_chunk, axis=-1)], axis=-1)
     idx = np.minimum(full, k_max + 1).astype(np.int64)
     idx = np.broadcast_to(idx, np.broadcast_shapes(idx.shape, cum.shape[:-1] + (1,)))
     cum = np.broadcast_to(cum, idx.shape[:-1] + cum.shape[-1:])
     total = np.take_along_axis(cum, idx, axis=-1) + np.maximum(full - k_max - 1, 0.0) * per_chunk[..., -1:]
-    partial = perf.decode_step_s(c, b, ctx, rem, np.minimum(full * chunk + rem / 2.0, prompt_tokens)) - d
+    partial = perf.decode_step_s(c, b, ctx, rem, np.minimum(full * chunk + rem / 2.0, prompt_tokens) + span_offset) - d
     return total + np.where(rem > 0, partial, 0.0)
 
 
@@ -247,7 +256,8 @@ def _carrying_step_sums(c: Configs, s: State, lens: Lengths, chunk: int, mj: np.
         n_tok = lens.l_nodes[None, :, None] + j[None, None, :] * lens.mean_l  # (1, QL, J)
         b3 = s.b[rows, None, None]
         d3 = s.steps.d[rows, None, None]
-        g = _prompt_chunks_extra_s(c.take(rows), b3, lens.ctx, n_tok, lens.l_nodes[None, :, None], chunk, d3)
+        g = _prompt_chunks_extra_s(c.take(rows), b3, lens.ctx, n_tok, lens.l_nodes[None, :, None], chunk, d3,
+                                   lens.span_offset)
         own = np.ceil(n_tok / chunk) * d3 + g  # (rows, QL, J)
         p_own = pj3 * own
         sums[0, rows] = np.sum(p_own, axis=2)

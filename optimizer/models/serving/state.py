@@ -14,6 +14,7 @@ import numpy as np
 from optimizer.models import perf
 from optimizer.models.lengths import quadrature_spread
 from optimizer.models.perf import Configs
+from optimizer.models.techniques import ServingTechnique
 from workloads.spec import LengthDist
 
 QUAD_NODES = 12
@@ -46,15 +47,22 @@ class Lengths:
     ctx: float  # time-weighted mean context of a decoding sequence
     kv_tok_steps: float  # E[Σ_{j=1}^{O−1} (L + j)]
     kv_tok2_steps: float  # E[Σ_{j=1}^{O−1} (L + j)²]
+    kv_prompt_tokens: float = 0.0  # E[prompt tokens whose KV a waiting/prefilling request holds]
+    span_offset: float = 0.0  # cached tokens a prefill chunk attends to before its own (prefix caching)
+    tokens_per_step: float = 1.0  # tokens a decoding sequence emits per step (speculative decoding)
     prompt_grids: dict[tuple[int, int], _PromptTokens] = field(default_factory=dict, repr=False,
                                                                compare=False)  # ``_prompt_tokens`` by (k_max, C)
 
 
-def lengths_for(prompt: LengthDist, output: LengthDist) -> Lengths:
+def lengths_for(prompt: LengthDist, output: LengthDist, technique: ServingTechnique | None = None) -> Lengths:
+    """The quadrature of the request lengths, with what a serving technique changes in them
+    (``optimizer.models.techniques``; none or an inactive one: the plain lengths)."""
     ln, lw, lv = quadrature_spread(prompt, QUAD_NODES)
     on, ow, ov = quadrature_spread(output, QUAD_NODES)
     ln = np.maximum(ln, 1.0)
     on = np.maximum(on, 1.0)
+    if technique is not None and technique.active:
+        return _technique_lengths(ln, lw, lv, on, ow, ov, technique)
     el = float(lw @ ln)
     n = np.maximum(on - 1.0, 0.0)  # decode steps per request
     eo1 = float(ow @ n)
@@ -65,7 +73,35 @@ def lengths_for(prompt: LengthDist, output: LengthDist) -> Lengths:
     kv2 = float(ow @ (n * el2 + 2 * el * sum_j + sum_j2))
     ctx = el + (float(ow @ (n * (n + 1))) / (2.0 * eo1) if eo1 > 0 else 0.0)
     var_l = float(lw @ (ln - el) ** 2)
-    return Lengths(ln, lw, on, ow, lv, ov, el, var_l, eo1, float(ow @ on), ctx, kv1, kv2)
+    return Lengths(ln, lw, on, ow, lv, ov, el, var_l, eo1, float(ow @ on), ctx, kv1, kv2, kv_prompt_tokens=el)
+
+
+def _technique_lengths(ln, lw, lv, on, ow, ov, t: ServingTechnique) -> Lengths:
+    """Lengths under prefix caching and speculative decoding (formulas: ``optimizer.models.techniques``).
+
+    Prompt nodes become the uncached tokens P = max(L·(1 − h) − N', 1), N' = min(N, L − 1)
+    (stratum variance ×(1 − h)²); a sequence holds K = L − N' prompt tokens of KV and reads L
+    of context; S = (O − 1)/A decode steps, in which the context grows by A tokens a step:
+    E[Σ_{j=1}^{S} (K + A·j)] and E[Σ (K + A·j)²]; mean context of a decoding sequence
+    L̄ + A·E[S(S + 1)]/(2·E[S]).
+    """
+    h, a = t.prefix_hit_fraction, t.tokens_per_step
+    shared = np.minimum(t.shared_prefix_tokens, ln - 1.0)
+    pre = np.maximum(ln * (1.0 - h) - shared, 1.0)
+    held = ln - shared
+    el_full = float(lw @ ln)
+    el = float(lw @ pre)
+    ek, ek2 = float(lw @ held), float(lw @ held**2)
+    steps = np.maximum(on - 1.0, 0.0) / a
+    es = float(ow @ steps)
+    sum_j = steps * (steps + 1) / 2.0
+    sum_j2 = steps * (steps + 1) * (2 * steps + 1) / 6.0
+    kv1 = float(ow @ (steps * ek + a * sum_j))
+    kv2 = float(ow @ (steps * ek2 + 2 * ek * a * sum_j + a * a * sum_j2))
+    ctx = el_full + (a * float(ow @ (steps * (steps + 1))) / (2.0 * es) if es > 0 else 0.0)
+    var_l = float(lw @ (pre - el) ** 2)
+    return Lengths(pre, lw, 1.0 + steps, ow, lv * (1.0 - h) ** 2, ov / (a * a), el, var_l, es, float(ow @ on), ctx,
+                   kv1, kv2, kv_prompt_tokens=ek, span_offset=el_full - el, tokens_per_step=a)
 
 
 # ---------------------------------------------------------------------------------------
@@ -109,12 +145,12 @@ def _prompt_tokens(lens: Lengths, k_max: int, chunk: int) -> _PromptTokens:
         j_rest = np.clip(np.floor(n_tokens / chunk), 0.0, last)
         rest = n_tokens - j_rest * chunk
         n_step = np.minimum(rest, chunk)
-        rest_span = np.where(single, j_rest * chunk + n_step / 2.0, lens.mean_l / 2.0)
+        rest_span = np.where(single, j_rest * chunk + n_step / 2.0, lens.mean_l / 2.0) + lens.span_offset
         steps, step_of_column = np.unique(np.stack([n_step[0], rest_span[0]]), axis=1, return_inverse=True)
         lens.prompt_grids[key] = _PromptTokens(
             n_one=len(lens.l_nodes), rest=rest, n_step=n_step, rest_span=rest_span,
             step_tokens=steps[:1], step_span=steps[1:], step_of_column=step_of_column.ravel(),
-            full_span=np.append(np.arange(last) * chunk + chunk / 2.0, lens.mean_l / 2.0)[None, :],
+            full_span=np.append(np.arange(last) * chunk + chunk / 2.0, lens.mean_l / 2.0)[None, :] + lens.span_offset,
             before=j_rest[0].astype(np.int64) + np.where(single, 0, last + 1),
             sd_tokens=np.sqrt(ks * lens.var_l)[None, :], k_tokens=np.maximum(ks * lens.mean_l, 1.0)[None, :],
         )

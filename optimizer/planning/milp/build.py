@@ -41,6 +41,7 @@ class FleetModel:
     x: dict[tuple[str, int, str], pulp.LpVariable] = field(default_factory=dict)
     m: dict[str, pulp.LpVariable] = field(default_factory=dict)
     u: dict[tuple[str, str], pulp.LpVariable] = field(default_factory=dict)
+    s: dict[tuple[str, int], pulp.LpVariable] = field(default_factory=dict)  # share served by the pools
     gpus: dict[str, pulp.LpAffineExpression] = field(default_factory=dict)
 
     def total(self, which: str) -> pulp.LpAffineExpression:
@@ -101,16 +102,32 @@ def define_variables(problem: FleetProblem) -> FleetModel:
 def define_demand(model: FleetModel) -> None:
     """Every bucket is fully routed: Σ_k x[w,b,k] = 1 for every bucket with λ[w,b] > 0.
 
-    Named ``demand__{workload}__b{bucket}``.
+    Named ``demand__{workload}__b{bucket}``. Where the workload has disaggregated pools that
+    can serve the bucket, a share s[w,b] ∈ [0,1] of it goes to them and every such request
+    passes through both pools::
+
+        Σ_{k colocated} x[w,b,k] + s[w,b] = 1,   Σ_{k prefill} x[w,b,k] = s[w,b],   Σ_{k decode} x[w,b,k] = s[w,b]
+
+    (``demand_prefill__…``, ``demand_decode__…``). Without pools the rule is the first one with s = 0.
     """
-    shares: dict[tuple[str, int], list[pulp.LpVariable]] = {}
-    for (w, b, _), v in model.x.items():
-        shares.setdefault((w, b), []).append(v)
+    stage = {(o.workload, o.key): o.stage for o in model.problem.options}
+    shares: dict[tuple[str, int, str], list[pulp.LpVariable]] = {}
+    for (w, b, key), v in model.x.items():
+        shares.setdefault((w, b, stage[(w, key)]), []).append(v)
     for dem in model.problem.demands:
+        wn = model.w_name[dem.workload]
         for b, lam in enumerate(dem.bucket_qps):
-            if lam > 0:
-                model.prob += pulp.lpSum(shares.get((dem.workload, b), [])) == 1, \
-                    f"demand__{model.w_name[dem.workload]}__b{b}"
+            if lam <= 0:
+                continue
+            pre, dec = shares.get((dem.workload, b, "prefill")), shares.get((dem.workload, b, "decode"))
+            together = pulp.lpSum(shares.get((dem.workload, b, "colocated"), []))
+            if pre and dec:
+                s = model.s[(dem.workload, b)] = model.prob.add_variable(f"s__{wn}__b{b}", 0, 1)
+                model.prob += together + s == 1, f"demand__{wn}__b{b}"
+                model.prob += pulp.lpSum(pre) == s, f"demand_prefill__{wn}__b{b}"
+                model.prob += pulp.lpSum(dec) == s, f"demand_decode__{wn}__b{b}"
+            else:
+                model.prob += together == 1, f"demand__{wn}__b{b}"
 
 
 def define_capacity(model: FleetModel) -> None:
@@ -147,13 +164,21 @@ def define_servers(model: FleetModel) -> None:
 
 
 def define_min_replicas(model: FleetModel) -> None:
-    """Σ_k n[w,k] ≥ min_replicas[w]. Named ``min_replicas__{workload}``."""
-    reps: dict[str, list[pulp.LpVariable]] = {}
-    for (w, _), v in model.n.items():
-        reps.setdefault(w, []).append(v)
+    """Σ_k n[w,k] ≥ min_replicas[w] over colocated and decode replicas, and over colocated and
+    prefill replicas when the workload has a prefill pool (every request needs a copy of each
+    phase). Named ``min_replicas__{workload}`` (``min_replicas_prefill__{workload}``)."""
+    stage = {(o.workload, o.key): o.stage for o in model.problem.options}
+    reps: dict[tuple[str, str], list[pulp.LpVariable]] = {}
+    for (w, key), v in model.n.items():
+        reps.setdefault((w, stage[(w, key)]), []).append(v)
     for dem in model.problem.demands:
         if dem.min_replicas > 0:
-            model.prob += pulp.lpSum(reps.get(dem.workload, [])) >= dem.min_replicas, f"min_replicas__{model.w_name[dem.workload]}"
+            w, wn = dem.workload, model.w_name[dem.workload]
+            together = reps.get((w, "colocated"), [])
+            model.prob += pulp.lpSum(together + reps.get((w, "decode"), [])) >= dem.min_replicas, f"min_replicas__{wn}"
+            if (w, "prefill") in reps:
+                model.prob += pulp.lpSum(together + reps[(w, "prefill")]) >= dem.min_replicas, \
+                    f"min_replicas_prefill__{wn}"
 
 
 def define_n_plus_one(model: FleetModel) -> None:

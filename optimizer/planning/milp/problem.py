@@ -8,6 +8,8 @@ at the SLO), devices d (gpus_per_node G[d]). Variables::
     x[w,b,k] ∈ [0,1]  share of bucket b of w routed to k      (only where μ[w,b,k] > 0)
     m[d] ∈ Z≥0        servers of device d
     u[w,k] ∈ {0,1}    k carries load of w                     (only for N+1 workloads)
+    s[w,b] ∈ [0,1]    share of bucket b of w served by disaggregated prefill + decode pools
+                      (only where w has both; candidates k then have a stage, see ``define_demand``)
 
 and the GPUs of a device, gpus[d] = Σ_{w,k: d(k)=d} g[k]·n[w,k]. Every money and power
 figure is linear in (gpus[d], m[d]) — see :mod:`optimizer.results.money` — so the objective is
@@ -60,15 +62,24 @@ class UnitTerms:
     allowed: bool = True
 
 
+Stage = Literal["colocated", "prefill", "decode"]
+
+
 @dataclass(frozen=True)
 class Option:
-    """A candidate k of workload w: device, GPUs per replica, capacity per bucket (req/s)."""
+    """A candidate k of workload w: device, GPUs per replica, capacity per bucket (req/s).
+
+    ``stage``: a colocated replica serves whole requests; a ``prefill`` replica only their
+    prompts and a ``decode`` replica only their outputs (disaggregated pools: a request
+    routed to the pools needs both, see ``define_demand``).
+    """
 
     workload: str
     key: str
     device: str
     gpus: int
     capacity_qps: tuple[float, ...]
+    stage: Stage = "colocated"
 
 
 @dataclass(frozen=True)
@@ -193,6 +204,12 @@ def uncovered_buckets(problem: FleetProblem) -> list[tuple[str, int]]:
     for dem in problem.demands:
         opts = by_workload.get(dem.workload, ())
         for b, lam in enumerate(dem.bucket_qps):
-            if lam > 0 and not any(o.capacity_qps[b] > 0 for o in opts):
+            if lam > 0 and not any(o.capacity_qps[b] > 0 for o in opts if o.stage == "colocated") \
+                    and not pools_cover(opts, b):
                 out.append((dem.workload, b))
     return out
+
+
+def pools_cover(options: tuple[Option, ...], bucket: int) -> bool:
+    """Some prefill option and some decode option both have capacity in ``bucket``."""
+    return all(any(o.capacity_qps[bucket] > 0 for o in options if o.stage == stage) for stage in ("prefill", "decode"))

@@ -225,10 +225,16 @@ def extract(model: FleetModel, run: SolveRun, build_seconds: float) -> FleetSolu
         share = min(max(v.value() or 0.0, 0.0), 1.0)
         if share > 1e-12 and (w, key) in replicas:
             shares.setdefault((w, b), {})[key] = share
+    # with disaggregated pools, colocated + prefill shares and colocated + decode shares each add to 1
+    stage = {(o.workload, o.key): o.stage for o in model.problem.options}
     routed: dict[tuple[str, int, str], float] = {}
     for (w, b), by_key in shares.items():
-        total = sum(by_key.values())
+        phases = {k: stage[(w, k)] for k in by_key}
+        together = [v for k, v in by_key.items() if phases[k] == "colocated"]
+        totals = {"colocated": sum(by_key.values())} if len(together) == len(by_key) else {
+            p: sum(together) + sum(v for k, v in by_key.items() if phases[k] == p) for p in ("prefill", "decode")}
         for key, share in by_key.items():
+            total = totals.get(phases[key]) or totals.get("prefill", 0.0)
             routed[(w, b, key)] = share / total * model.demands[w].bucket_qps[b]
     gpus: dict[str, int] = {}
     for o in model.problem.options:

@@ -1,0 +1,300 @@
+"""Disaggregated serving: a prefill pool and a decode pool, the KV cache sent between them.
+
+Prefill is compute-bound and decode bandwidth-bound (``DESIGN.md`` §1), so serving stacks
+(Dynamo, llm-d, SGLang, vLLM; DistServe, arXiv 2401.09670; Splitwise, arXiv 2311.18677) run
+them on separate replicas. Per request: a prefill replica processes the prompt and emits the
+first token, its KV cache goes over the scale-out network to a decode replica, which
+generates the rest without prefill chunks in its steps.
+
+- **KV transfer** of a prompt of L tokens (L − N with a shared prefix held on both sides):
+  ``t_kv = L · kv_bytes_per_token / link``, ``link = g_kv · nic_gbps · 1e9/8 · NIC_EFFICIENCY``
+  with g_kv = kv_shards · pp the GPUs that hold distinct KV (each sends its shard on its own
+  NIC). The p99 transfer uses the p99 prompt.
+- **Prefill pool** capacity (req/s per replica) at the TTFT SLO: a replica that only prefills
+  serves prompt work first come first served, an M/G/1 queue (:class:`PrefillQueue`: service
+  S(L) = its chunked prefill steps, waiting time by Pollaczek–Khinchine/Takács moments and a
+  gamma tail), against ``ttft_p99_ms − t_kv(L_p99)``, and at most the rate its NICs can send:
+  ``link / (E[L] · kv_bytes_per_token)``. (The colocated serving model's TTFT assumes a
+  decoding batch whose steps the prompts ride in; with no decode it under-states the queue.)
+- **Decode pool** capacity at the TPOT SLO (and E2E − TTFT when both are given): the serving
+  model of a replica whose prompts arrive cached (prefill work one token; context and KV of
+  the whole prompt), so its steps carry no prefill chunks; at most the rate its NICs can
+  receive. Both pools' memory fit is that of the serving model (KV at p99 within capacity).
+- **End to end**: TTFT = prefill pool TTFT + t_kv; TPOT = decode pool TPOT; E2E ≤ TTFT p99 +
+  the decode pool's E2E p99 (a sum of p99s: an upper bound).
+
+Pure: no I/O. ``NIC_EFFICIENCY`` is an assumption (RDMA writes of multi-MB KV blocks run near
+line rate; NIXL/UCX and Mooncake report 80-95 % of it), not a fitted figure.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from optimizer.models import perf
+from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS
+from optimizer.models.lengths import quantile_tokens
+from optimizer.models.perf import Configs
+from optimizer.models.serving import CAPACITY_RTOL, Capacity, capacity_at_slo, serve_at_rate
+from optimizer.models.serving.state import lengths_for
+from optimizer.models.serving.tails import mixture_quantile
+from optimizer.models.techniques import ServingTechnique
+from workloads.spec import SLO, LengthDist
+
+NIC_EFFICIENCY = 0.85
+PREFILL_OUTPUT = LengthDist(mean=1)  # a prefill replica's requests end with the first token
+POOL_STAGES = ("prefill", "decode")
+
+
+def kv_link_bytes_s(c: Configs, nic_gbps_per_gpu) -> np.ndarray:
+    """Scale-out bytes/s a replica sends or receives KV at: kv_shards · pp · nic · 1e9/8 · η (0 without a NIC)."""
+    nic = np.nan_to_num(np.asarray(nic_gbps_per_gpu, dtype=float), nan=0.0)
+    return c.kv_shards * c.pp * nic * 1e9 / 8.0 * NIC_EFFICIENCY
+
+
+def sent_tokens(prompt_tokens: float, technique: ServingTechnique | None) -> float:
+    """Prompt tokens whose KV crosses the network: L − N (a shared prefix already sits on the decode side)."""
+    shared = technique.shared_prefix_tokens if technique is not None else 0.0
+    return max(float(prompt_tokens) - min(shared, float(prompt_tokens) - 1.0), 1.0)
+
+
+def kv_transfer_ms(c: Configs, tokens: float, link_bytes_s: np.ndarray) -> np.ndarray:
+    """t_kv = tokens · kv_bytes_per_token / link (ms); inf where there is no link."""
+    with np.errstate(divide="ignore"):
+        return np.where(link_bytes_s > 0, tokens * c.kv_bytes_per_token / link_bytes_s * 1e3, np.inf)
+
+
+def link_limit_qps(c: Configs, prompt: LengthDist, link_bytes_s: np.ndarray,
+                   technique: ServingTechnique | None) -> np.ndarray:
+    """Requests/s whose KV the replica's NICs can carry: link / (E[tokens sent] · kv_bytes_per_token)."""
+    return link_bytes_s / (sent_tokens(prompt.mean_tokens, technique) * c.kv_bytes_per_token)
+
+
+def prefill_technique(t: ServingTechnique | None) -> ServingTechnique | None:
+    """A prefill replica uses the prefix cache but never decodes (no speculation)."""
+    return None if t is None else replace(t, speculative=None)
+
+
+def decode_technique(t: ServingTechnique | None) -> ServingTechnique:
+    """A decode replica receives the prompt's KV: prefill work of one token over the full context."""
+    base = t if t is not None else ServingTechnique()
+    return replace(base, prefix_hit_fraction=1.0)
+
+
+def pool_slos(slo: SLO, transfer_p99_ms: float = 0.0) -> tuple[SLO | None, SLO | None]:
+    """(prefill SLO, decode SLO): TTFT − t_kv for the prefill pool; TPOT and E2E − TTFT for the
+    decode pool. None where the workload's SLO cannot be split (no TTFT target)."""
+    if slo.ttft_p99_ms is None:
+        return None, None
+    decode_e2e = slo.e2e_p99_ms - slo.ttft_p99_ms if slo.e2e_p99_ms is not None else None
+    if decode_e2e is not None and decode_e2e <= 0:
+        return None, None
+    if slo.tpot_p99_ms is None and decode_e2e is None:
+        decode = None
+    else:
+        decode = SLO(tpot_p99_ms=slo.tpot_p99_ms, e2e_p99_ms=decode_e2e)
+    budget = slo.ttft_p99_ms - transfer_p99_ms
+    return (SLO(ttft_p99_ms=budget) if budget > 0 else None), decode
+
+
+@dataclass(frozen=True)
+class PoolCapacity:
+    """Capacity (req/s per replica) of N configurations as one pool's replicas, and what limits it."""
+
+    stage: str
+    max_qps: np.ndarray
+    limited_by: list[str]
+    why: list[str | None]
+    kv_transfer_p99_ms: np.ndarray
+    link_limit_qps: np.ndarray
+    serving: Capacity | None
+
+
+def prefill_service_s(c: Configs, prompt_nodes: np.ndarray, chunk: int, span_offset: float = 0.0) -> np.ndarray:
+    """S(L) (s), (N, QL): a prefill replica's time to process one prompt of L tokens alone, in
+    chunks of C: Σ_j t(b = 0, n_j, span_j), n_j = min(C, L − j·C), span_j = j·C + n_j/2 (+ cached tokens)."""
+    total = np.zeros((len(c), len(prompt_nodes)))
+    for j in range(int(math.ceil(float(np.max(prompt_nodes)) / chunk))):
+        n_j = np.clip(prompt_nodes - j * chunk, 0.0, float(chunk))
+        step = perf.decode_step_s(c, 0.0, 0.0, n_j[None, :], (j * chunk + n_j / 2.0 + span_offset)[None, :])
+        total += np.where(n_j[None, :] > 0, step, 0.0)
+    return total
+
+
+@dataclass(frozen=True)
+class PrefillQueue:
+    """A prefill replica as an M/G/1 FCFS queue of prompts (the scheduler spends every step's
+    token budget on waiting prompts in order, so it serves prompt work one after another)."""
+
+    weights: np.ndarray  # (QL,) prompt-length nodes
+    service_s: np.ndarray  # (N, QL) S(L)
+    stratum_var_s2: np.ndarray  # (N, QL) spread of S inside each node's stratum, at its per-token rate
+    overhead_s: np.ndarray  # (N,) front-end time per request
+
+    def moments(self, r: int) -> np.ndarray:
+        return (self.service_s ** r) @ self.weights
+
+    def ttft_p99_ms(self, lam: np.ndarray) -> np.ndarray:
+        """p99 of TTFT = W + S(L) + front-end time (ms), inf when ρ = λ·E[S] ≥ 1.
+
+        Pollaczek–Khinchine and Takács: E[W] = λE[S²]/(2(1−ρ)), E[W²] = 2E[W]² + λE[S³]/(3(1−ρ));
+        W = 0 with probability 1 − ρ, else a gamma with mean E[W]/ρ and second moment E[W²]/ρ;
+        W independent of the request's own S(L). Quantile of the mixture over (L node, W = 0 or not).
+        """
+        lam = np.asarray(lam, dtype=float)
+        s1, s2, s3 = self.moments(1), self.moments(2), self.moments(3)
+        rho = lam * s1
+        stable = rho < 1.0
+        free = np.where(stable, 1.0 - rho, 1.0)
+        w1 = lam * s2 / (2.0 * free)
+        w2 = 2.0 * w1**2 + lam * s3 / (3.0 * free)
+        p_wait = np.clip(rho, 1e-12, 1.0)
+        m_plus = w1 / p_wait
+        v_plus = np.maximum(w2 / p_wait - m_plus**2, 1e-18)
+        k3_plus = 2.0 * v_plus**2 / np.maximum(m_plus, 1e-18)  # gamma: κ3 = 2·var²/mean
+        base = self.service_s + self.overhead_s[:, None]
+        mean = np.concatenate([base, base + m_plus[:, None]], axis=1)
+        var = np.concatenate([self.stratum_var_s2, self.stratum_var_s2 + v_plus[:, None]], axis=1)
+        k3 = np.concatenate([np.zeros_like(base), np.broadcast_to(k3_plus[:, None], base.shape)], axis=1)
+        w = np.concatenate([np.outer(1.0 - p_wait, self.weights), np.outer(p_wait, self.weights)], axis=1)
+        q = np.array([mixture_quantile(0.99, w[i], mean[i:i + 1], var[i:i + 1], k3[i:i + 1])[0]
+                      for i in range(len(lam))]) if len(lam) else np.zeros(0)
+        return np.where(stable, q * 1e3, np.inf)
+
+
+def prefill_queue(c: Configs, prompt: LengthDist, technique: ServingTechnique | None = None,
+                  chunk: int = DEFAULT_PREFILL_CHUNK_TOKENS) -> PrefillQueue:
+    """The :class:`PrefillQueue` of every configuration on the prompt distribution (uncached tokens)."""
+    lens = lengths_for(prompt, PREFILL_OUTPUT, prefill_technique(technique))
+    service = prefill_service_s(c, lens.l_nodes, chunk, lens.span_offset)
+    per_token = service / lens.l_nodes[None, :]
+    return PrefillQueue(lens.l_w, service, per_token**2 * lens.l_var[None, :], np.full(len(c), c.request_overhead_s))
+
+
+def prefill_capacity_qps(queue: PrefillQueue, budget_ms: np.ndarray) -> np.ndarray:
+    """Largest λ (req/s) with TTFT p99 ≤ ``budget_ms`` per configuration (0 if not even at λ → 0):
+    geometric bisection on (0, 1/E[S]) to CAPACITY_RTOL (the p99 grows with λ)."""
+    s1 = queue.moments(1)
+    hi = 1.0 / s1
+    lo = hi * 1e-6
+    ok_lo = queue.ttft_p99_ms(lo) <= budget_ms
+    for _ in range(60):
+        if np.all(hi <= lo * (1.0 + CAPACITY_RTOL)):
+            break
+        mid = np.sqrt(lo * hi) if np.any(hi > 4 * lo) else 0.5 * (lo + hi)
+        ok = queue.ttft_p99_ms(mid) <= budget_ms
+        lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
+    return np.where(ok_lo, lo, 0.0)
+
+
+def prefill_pool_capacity(c: Configs, prompt: LengthDist, slo: SLO, nic_gbps_per_gpu,
+                          technique: ServingTechnique | None = None, params=None) -> PoolCapacity:
+    """Prefill replicas at ``slo.ttft_p99_ms`` less the p99 KV transfer (:class:`PrefillQueue`),
+    capped by the rate their NICs can send and by the KV cache holding the p99 prompt."""
+    link = kv_link_bytes_s(c, nic_gbps_per_gpu)
+    l99 = float(quantile_tokens(prompt, 0.99))
+    t_kv = kv_transfer_ms(c, sent_tokens(l99, technique), link)
+    limit = link_limit_qps(c, prompt, link, technique)
+    n = len(c)
+    if slo.ttft_p99_ms is None:
+        return PoolCapacity("prefill", np.zeros(n), ["unservable"] * n,
+                            ["the workload has no ttft_p99_ms to split"] * n, t_kv, limit, None)
+    budget = slo.ttft_p99_ms - t_kv
+    runnable = np.asarray(c.runnable, dtype=bool) & (c.kv_capacity_tokens >= l99)
+    queue = prefill_queue(c, prompt, technique)
+    with np.errstate(all="ignore"):
+        cap = np.where(runnable & (budget > 0), prefill_capacity_qps(queue, np.where(budget > 0, budget, 0.0)), 0.0)
+    floor_ms = queue.ttft_p99_ms(np.full(n, 1e-9))
+    qps = np.minimum(cap, limit)
+    limited, why = [], []
+    for i in range(n):
+        if not np.isfinite(t_kv[i]):
+            limited.append("unservable")
+            why.append(f"{c.keys[i]}: no scale-out NIC figure (scaleout_nic_gbps_per_gpu)")
+        elif not runnable[i]:
+            limited.append("unservable")
+            why.append(c.reason[i] or f"{c.keys[i]}: the KV cache cannot hold the p99 prompt ({l99:,.0f} tokens)")
+        elif cap[i] <= 0:
+            limited.append("unservable")
+            why.append(f"{c.keys[i]}: prefill pool ttft_p99_ms {slo.ttft_p99_ms:g} is below the best it reaches, "
+                       f"{floor_ms[i] + t_kv[i]:.1f} ms ({t_kv[i]:.1f} ms of it KV transfer)")
+        else:
+            limited.append("kv_link" if limit[i] < cap[i] else "ttft")
+            why.append(None)
+    return PoolCapacity("prefill", qps, limited, why, t_kv, limit, None)
+
+
+def decode_pool_capacity(c: Configs, prompt: LengthDist, output: LengthDist, slo: SLO, nic_gbps_per_gpu,
+                         technique: ServingTechnique | None = None, params=None) -> PoolCapacity:
+    """Decode replicas at the decode SLO of :func:`pool_slos`, no prefill in their steps, capped by their NICs."""
+    link = kv_link_bytes_s(c, nic_gbps_per_gpu)
+    limit = link_limit_qps(c, prompt, link, technique)
+    t_kv = kv_transfer_ms(c, sent_tokens(float(quantile_tokens(prompt, 0.99)), technique), link)
+    n = len(c)
+    _, decode_slo = pool_slos(slo)
+    if decode_slo is None:
+        return PoolCapacity("decode", np.zeros(n), ["unservable"] * n,
+                            ["the workload's SLO has no ttft_p99_ms with a tpot_p99_ms or e2e_p99_ms to split"] * n,
+                            t_kv, limit, None)
+    cap = capacity_at_slo(c, prompt, output, decode_slo, params, technique=decode_technique(technique))
+    qps = np.minimum(cap.max_qps, limit)
+    limited = ["kv_link" if limit[i] < cap.max_qps[i] else cap.limited_by[i] for i in range(n)]
+    why = [cap.why[i] if limited[i] == "unservable" else None for i in range(n)]
+    for i in range(n):
+        if link[i] <= 0:
+            qps[i], limited[i], why[i] = 0.0, "unservable", f"{c.keys[i]}: no scale-out NIC figure (scaleout_nic_gbps_per_gpu)"
+    return PoolCapacity("decode", qps, limited, why, t_kv, limit, cap)
+
+
+def pool_p99_ms(stage: str, c: Configs, qps: float, prompt: LengthDist, output: LengthDist, nic_gbps_per_gpu: float,
+                technique: ServingTechnique | None = None, params=None) -> tuple[float | None, float | None, float | None]:
+    """(TTFT, TPOT, E2E) p99s (ms) of a one-configuration pool replica at ``qps`` req/s.
+
+    Prefill: TTFT = the :class:`PrefillQueue` p99 + the p99 KV transfer (TPOT, E2E: None).
+    Decode: TPOT and E2E of the decode replica (its E2E counts from the KV's arrival; the
+    request's E2E adds the prefill pool's TTFT to it).
+    """
+    if stage == "prefill":
+        link = kv_link_bytes_s(c, [nic_gbps_per_gpu])
+        t_kv = kv_transfer_ms(c, sent_tokens(float(quantile_tokens(prompt, 0.99)), technique), link)
+        return float(prefill_queue(c, prompt, technique).ttft_p99_ms(np.array([qps]))[0] + t_kv[0]), None, None
+    r = serve_at_rate(c, qps, prompt, output, params, technique=decode_technique(technique))
+    return None, float(r.tpot_p99_ms[0]), float(r.e2e_p99_ms[0])
+
+
+def estimate_pair(prefill: Configs, decode: Configs, prompt: LengthDist, output: LengthDist, slo: SLO,
+                  prefill_nic_gbps: float | None, decode_nic_gbps: float | None, qps: float | None = None,
+                  technique: ServingTechnique | None = None, params=None) -> dict:
+    """One disaggregated pair (configuration 0 of each) as a JSON-ready dict (``gpuplan estimate
+    --prefill-device/--decode-device``): each pool's capacity at its share of the SLO
+    (:func:`pool_slos`) and what limits it, the p99 KV transfer, the KV traffic per req/s, the
+    prefill replicas one decode replica needs (μ_decode/μ_prefill); with ``qps`` (req/s per
+    replica of each pool) the end-to-end p99s there."""
+    pc = prefill_pool_capacity(prefill, prompt, slo, [prefill_nic_gbps or np.nan], technique, params)
+    dc = decode_pool_capacity(decode, prompt, output, slo, [decode_nic_gbps or np.nan], technique, params)
+    kv_bytes = float(prefill.kv_bytes_per_token[0]) * sent_tokens(prompt.mean_tokens, technique)
+    mu_p, mu_d = float(pc.max_qps[0]), float(dc.max_qps[0])
+    out: dict = {
+        "prefill": {"key": prefill.keys[0], "max_qps_at_slo": round(mu_p, 4), "limited_by": pc.limited_by[0],
+                    "kv_transfer_p99_ms": _round(pc.kv_transfer_p99_ms[0]), "why": pc.why[0]},
+        "decode": {"key": decode.keys[0], "max_qps_at_slo": round(mu_d, 4), "limited_by": dc.limited_by[0],
+                   "why": dc.why[0]},
+        "kv_link_gb_s_per_qps": round(kv_bytes * 8.0 / 1e9, 4),
+        "prefill_replicas_per_decode_replica": round(mu_d / mu_p, 3) if mu_p > 0 else None,
+    }
+    if qps is not None:
+        nic_p = prefill_nic_gbps or float("nan")
+        ttft, _, _ = pool_p99_ms("prefill", prefill, qps, prompt, output, nic_p, technique, params)
+        _, tpot, e2e = pool_p99_ms("decode", decode, qps, prompt, output, decode_nic_gbps or float("nan"),
+                                   technique, params)
+        out.update(ttft_p99_ms=_round(ttft), tpot_p99_ms=_round(tpot),
+                   e2e_p99_ms=_round(ttft + e2e) if ttft is not None and e2e is not None else None)
+    return out
+
+
+def _round(x, digits: int = 3) -> float | None:
+    x = float(x) if x is not None else float("nan")
+    return round(x, digits) if np.isfinite(x) else None

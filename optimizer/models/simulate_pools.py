@@ -1,0 +1,68 @@
+"""Two-pool mode of the simulator: one prefill replica and one decode replica of a disaggregated pair.
+
+The check on :mod:`optimizer.models.disagg`. Each pool's replica is simulated by the same
+scheduler as a colocated one (``optimizer.models.simulate``) at its own per-replica rate,
+with Poisson arrivals (requests spread over many replicas of a pool thin and superpose into
+Poisson streams, the analytic model's assumption too):
+
+- prefill replica: requests of the sampled prompt and two output tokens (the analytic
+  prefill pool's requests), TTFT as the colocated simulator measures it;
+- KV transfer of request i: ``(L_i − N) · kv_bytes_per_token / link`` of the prefill replica;
+- decode replica: the same requests (same seed, so the same sampled lengths) arriving with
+  their KV (prefill work one token over the whole prompt), TPOT as measured there.
+
+End to end per request: TTFT_i = prefill TTFT_i + transfer_i; TPOT_i from the decode replica;
+E2E_i = TTFT_i + (decode E2E_i − its own TTFT_i) + the decode replica's first step (in its
+TTFT): ``TTFT_i + decode E2E_i − request_overhead`` (the front-end time counts once).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from optimizer.models.disagg import PREFILL_OUTPUT, kv_link_bytes_s
+from optimizer.models.lengths import sample_tokens
+from optimizer.models.perf import Configs
+from optimizer.models.simulate import PERCENTILES, Percentile, SimResult, percentile_ci, simulate
+from workloads.spec import LengthDist
+
+
+@dataclass(frozen=True)
+class PoolSimResult:
+    """End-to-end percentiles (ms) of a disaggregated pair, with each pool's own simulation."""
+
+    ttft: dict[float, Percentile]
+    tpot: dict[float, Percentile]
+    e2e: dict[float, Percentile]
+    kv_transfer_p99_ms: float
+    prefill: SimResult
+    decode: SimResult
+
+
+def simulate_pools(cp: Configs, ip: int, cd: Configs, idx: int, prefill_qps: float, decode_qps: float,
+                   prompt: LengthDist, output: LengthDist, nic_gbps_per_gpu: float, *, requests: int = 20_000,
+                   seed: int = 0, shared_prefix_tokens: int = 0, prefix_hit_fraction: float = 0.0) -> PoolSimResult:
+    """Simulate prefill configuration ``ip`` of ``cp`` at ``prefill_qps`` and decode configuration
+    ``idx`` of ``cd`` at ``decode_qps`` (req/s per replica) on the same sampled requests."""
+    pre = simulate(cp, ip, prefill_qps, prompt, PREFILL_OUTPUT, requests=requests, seed=seed,
+                   prefix_hit_fraction=prefix_hit_fraction, shared_prefix_tokens=shared_prefix_tokens)
+    dec = simulate(cd, idx, decode_qps, prompt, output, requests=requests, seed=seed,
+                   prefix_hit_fraction=1.0, shared_prefix_tokens=shared_prefix_tokens)
+    rng = np.random.default_rng(seed)  # the same draws as simulate(): gaps, then prompts
+    rng.exponential(1.0, requests)
+    prompts = sample_tokens(prompt, requests, rng)
+    warm = requests - len(pre.ttft_s)
+    sent = np.maximum(prompts[warm:] - np.minimum(shared_prefix_tokens, prompts[warm:] - 1), 1)
+    link = float(kv_link_bytes_s(cp.take([ip]), [nic_gbps_per_gpu])[0])
+    transfer = sent * float(cp.kv_bytes_per_token[ip]) / link
+    ttft = pre.ttft_s + transfer
+    e2e = ttft + dec.e2e_s - float(cd.request_overhead_s)
+    return PoolSimResult(
+        ttft={q: percentile_ci(ttft, q) for q in PERCENTILES},
+        tpot=dec.tpot,
+        e2e={q: percentile_ci(e2e, q) for q in PERCENTILES},
+        kv_transfer_p99_ms=float(np.percentile(transfer, 99.0)) * 1e3,
+        prefill=pre, decode=dec,
+    )

@@ -1,0 +1,285 @@
+"""Disaggregated prefill/decode pools: paper cases, the MILP's choice, check_plan, the simulator, the example."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from workloads import resolve_catalog
+
+from catalog import load_catalog
+from optimizer.models import perf, serving
+from optimizer.models.disagg import (
+    NIC_EFFICIENCY,
+    decode_pool_capacity,
+    decode_technique,
+    kv_link_bytes_s,
+    kv_transfer_ms,
+    prefill_pool_capacity,
+    prefill_queue,
+)
+from optimizer.models.params import load_params
+from optimizer.models.simulate_pools import simulate_pools
+from optimizer.optimize import optimize_plan
+from optimizer.planning.milp import Demand, FleetProblem, Option, UnitTerms, solve_fleet
+from optimizer.results.check import check_plan
+from optimizer.results.money import LinearTerms
+from optimizer.results.plan_result import SolveStatus
+from tests.conftest import REPO
+from workloads.load import load_plan
+from workloads.spec import SLO, LengthDist, Plan
+
+CAT = load_catalog(None)
+PARAMS = load_params()
+EXAMPLES = REPO / "examples"
+M70 = CAT.model("llama-3.1-70b")
+ZERO = LinearTerms(0.0, 0.0)
+
+
+def cfg(device, tp, prec="fp8", model=M70):
+    return perf.build_configs(model, [(CAT.device(device), CAT.precision(prec), tp, 1)], PARAMS)
+
+
+def unit(name, usd):
+    return UnitTerms(name, 1, LinearTerms(usd, 0.0), ZERO, ZERO, ZERO)
+
+
+# ---- paper cases
+
+
+def test_kv_transfer_time_on_paper():
+    """70B fp8 KV: 2·80 layers·8 KV heads·128·1 B = 163,840 B/token; 12,000 tokens = 1.966 GB.
+    tp8 on H100 (8 KV shards × 400 Gb/s × η) moves it in 1.966e9 / (8·50e9·η) s."""
+    c = cfg("h100-sxm", 8)
+    assert c.kv_bytes_per_token[0] == 163_840
+    link = kv_link_bytes_s(c, [400.0])
+    assert link[0] == pytest.approx(8 * 50e9 * NIC_EFFICIENCY)
+    assert kv_transfer_ms(c, 12_000, link)[0] == pytest.approx(12_000 * 163_840 / (8 * 50e9 * NIC_EFFICIENCY) * 1e3)
+
+
+def test_prefill_bottleneck_moves_to_the_compute_rich_device():
+    """A prompt of 8,192 tokens in 4 chunks of 2,048, compute-bound: the two devices differ only in
+    FP8 peak (H20 296, H100 1,979 TFLOPS; same NVLink, so the same all-reduces), so the service times
+    differ by FLOPs/4 GPUs · (1/(296e12·e) − 1/(1979e12·e)), FLOPs = 2·active·8192 + attention
+    4·layers·heads·head_dim·Σ_j 2048·(2048·j + 1024) = … · 2048²·8."""
+    p = LengthDist(mean=8192)
+    s_h100 = prefill_queue(cfg("h100-sxm", 4), p).service_s[0, 0]
+    s_h20 = prefill_queue(cfg("h20", 4), p).service_s[0, 0]
+    flops = 2 * M70.active_params_b * 1e9 * 8192 + perf.attention_flops_per_context_token(M70) * 2048**2 * 8
+    e = PARAMS.compute_efficiency
+    assert s_h20 - s_h100 == pytest.approx(flops / 4 * (1 / (296e12 * e) - 1 / (1979e12 * e)), rel=0.02)
+    assert s_h20 > 3 * s_h100
+    slo = SLO(ttft_p99_ms=1000, tpot_p99_ms=50)
+    out = LengthDist(mean=200)
+    h100 = prefill_pool_capacity(cfg("h100-sxm", 8), p, slo, [400.0])
+    h20 = prefill_pool_capacity(cfg("h20", 8), p, slo, [400.0])
+    assert h100.max_qps[0] > 0 and h20.max_qps[0] == 0  # 8 × H20 needs > 1 s for 8,192 tokens
+    assert decode_pool_capacity(cfg("h20", 8), p, out, slo, [400.0]).max_qps[0] > 0
+
+
+def test_decode_bottleneck_moves_to_the_bandwidth_rich_device():
+    """Decode without prefill is memory-bound: at batch 16 a step of 70B fp8 (17.6 GB/GPU at tp4)
+    is bandwidth-bound, H20 4.0 TB/s vs H100 3.35 TB/s: step time ratio 3.35/4.0; and the H20's
+    decode capacity per purchase dollar beats the H100's ($12k vs $27.8k a GPU)."""
+    ctx = 4096 + 200
+    h100 = perf.decode_parts(cfg("h100-sxm", 4), 16, ctx)
+    h20 = perf.decode_parts(cfg("h20", 4), 16, ctx)
+    assert h100.mem_s[0] > h100.compute_s[0] and h20.mem_s[0] > h20.compute_s[0]  # memory-bound on both
+    assert h20.mem_s[0] / h100.mem_s[0] == pytest.approx(3.35 / 4.0, rel=1e-9)
+    # the same all-reduces and overheads: the steps differ by at most the memory term (each operator's
+    # smooth max grows by no more than its memory side does)
+    assert 0 < h100.step_s[0] - h20.step_s[0] <= (h100.mem_s[0] - h20.mem_s[0]) * (1 + 1e-9)
+    p, out = LengthDist(mean=4096), LengthDist(mean=400, p99=1200)
+    slo = SLO(ttft_p99_ms=1000, tpot_p99_ms=50)
+    per_usd = {d: decode_pool_capacity(cfg(d, 4), p, out, slo, [400.0]).max_qps[0] / CAT.device(d).purchase_usd
+               for d in ("h100-sxm", "h20", "mi300x")}
+    # at its SLO capacity the H20's decode batch reaches its compute roof (296 fp8 TFLOPS: ridge 74 FLOP/B),
+    # so per dollar it only matches the H100; MI300X (5.3 TB/s and 2,615 TFLOPS) is bandwidth-rich without that roof
+    assert per_usd["h20"] > 0.9 * per_usd["h100-sxm"]
+    assert per_usd["mi300x"] > 1.5 * per_usd["h100-sxm"]
+
+
+def test_no_nic_figure_means_no_pool():
+    c = cfg("l40s", 4)
+    slo = SLO(ttft_p99_ms=2000, tpot_p99_ms=100)
+    pc = prefill_pool_capacity(c, LengthDist(mean=1000), slo, [np.nan])
+    assert pc.max_qps[0] == 0 and "scaleout_nic_gbps_per_gpu" in pc.why[0]
+
+
+# ---- the MILP's choice
+
+
+def test_milp_routes_through_both_pools_when_cheaper():
+    """10 req/s. Colocated: $10 a replica of 1 req/s → $100. Pools: prefill $3 per 2 req/s and
+    decode $2 per 1 req/s → 5·$3 + 10·$2 = $35: every request goes through both pools."""
+    opts = (Option("w", "col", "a", 1, (1.0,)), Option("w", "pre", "b", 1, (2.0,), "prefill"),
+            Option("w", "dec", "c", 1, (1.0,), "decode"))
+    units = {"a": unit("a", 10), "b": unit("b", 3), "c": unit("c", 2)}
+    s = solve_fleet(FleetProblem((Demand("w", (10.0,)),), opts, units))
+    assert s.replicas == {("w", "pre"): 5, ("w", "dec"): 10}
+    assert s.objective_usd == pytest.approx(35.0)
+    assert s.routed_qps[("w", 0, "pre")] == pytest.approx(10.0) and s.routed_qps[("w", 0, "dec")] == pytest.approx(10.0)
+    # pools dearer than colocated: none used
+    units["c"] = unit("c", 9)
+    s = solve_fleet(FleetProblem((Demand("w", (10.0,)),), opts, units))
+    assert s.replicas == {("w", "col"): 10}
+
+
+def test_a_prefill_pool_alone_serves_nothing():
+    opts = (Option("w", "col", "a", 1, (1.0,)), Option("w", "pre", "b", 1, (100.0,), "prefill"))
+    s = solve_fleet(FleetProblem((Demand("w", (3.0,)),), opts, {"a": unit("a", 10), "b": unit("b", 0.1)}))
+    assert s.replicas == {("w", "col"): 3}
+
+
+# ---- the worked example
+
+
+@pytest.fixture(scope="module")
+def rag():
+    plan = load_plan(EXAMPLES / "rag-disaggregated.yaml")
+    return plan, optimize_plan(plan, CAT, PARAMS)
+
+
+def test_rag_example_picks_disaggregated_pools(rag):
+    """With the shipped calibration the RAG example splits part of its load into prefill and decode
+    pools (on H100: the H20's decode no longer pays under the issue-14 fit; see the next test for a
+    pair of different devices)."""
+    plan, r = rag
+    assert check_plan(r, plan) == []
+    assert all(w.met for w in r.workloads)
+    pools = {d.stage: d for d in r.deployments if d.stage != "colocated"}
+    assert set(pools) == {"prefill", "decode"}
+    assert pools["prefill"].qps == pytest.approx(pools["decode"].qps)
+    assert pools["prefill"].kv_link_gb_s > 0
+    assert r.to_json()["disaggregated"][0]["prefill"][0]["device"] == pools["prefill"].device
+    # end to end: TTFT (KV transfer included) on the prefill pool, TPOT on the decode pool
+    assert pools["prefill"].ttft_p99_ms <= 1000 and pools["decode"].tpot_p99_ms <= 50
+
+
+def test_rag_prefill_on_compute_rich_decode_on_bandwidth_rich_device(rag):
+    """Allowed H100 (1,979 TFLOPS fp8, 3.35 TB/s, $27.8k) and MI300X (2,615 TFLOPS fp8 but 5.3 TB/s,
+    192 GB, $12.5k): prefill pools go to the H100, decode pools to the MI300X."""
+    plan, _ = rag
+    mixed = plan.model_copy(update={"allowed_devices": ["h100-sxm", "mi300x"]})
+    r = optimize_plan(mixed, resolve_catalog(mixed, CAT, "rag"), PARAMS, compare_single_device=False)
+    assert check_plan(r, mixed) == []
+    pools = {d.stage: d for d in r.deployments if d.stage != "colocated"}
+    assert pools["prefill"].device == "h100-sxm" and pools["decode"].device == "mi300x"
+
+
+def test_rag_example_costs_more_without_disaggregation(rag):
+    plan, r = rag
+    w = plan.workloads[0].model_copy(update={"disaggregation": "never"})
+    colocated = optimize_plan(plan.model_copy(update={"workloads": [w]}), CAT, PARAMS)
+    assert check_plan(colocated, plan) == []
+    assert all(d.stage == "colocated" for d in colocated.deployments)
+    assert colocated.objective_usd > r.objective_usd * 1.01
+
+
+# ---- existing examples: unchanged when no new option is used
+
+
+@pytest.mark.parametrize(("name", "objective_usd", "fleet"), [
+    # answers of main with issue 14's calibration, before issue 17 (6e4f919), as gpuplan optimize prints them
+    ("chat-fleet", 302675.45, [("b200", 4, 1), ("l40s", 5, 1)]),
+    ("chat-fleet-power-cap", 302675.45, [("b200", 4, 1), ("l40s", 5, 1)]),
+])
+def test_existing_examples_unchanged(name, objective_usd, fleet):
+    r = optimize_plan(load_plan(EXAMPLES / f"{name}.yaml"), CAT, PARAMS)
+    assert r.objective_usd == objective_usd
+    assert sorted((f.device, f.gpus, f.nodes) for f in r.fleet) == fleet
+    assert all(d.stage == "colocated" and d.technique == "" for d in r.deployments)
+
+
+# ---- analytic vs simulator, two-pool mode
+
+
+@pytest.mark.parametrize(("prefill", "decode"), [(("b200", 2), ("h20", 2)), (("h100-sxm", 8), ("mi300x", 2))])
+def test_two_pool_analytic_agrees_with_simulator(prefill, decode):
+    """TTFT (prefill pool + KV transfer) and TPOT (decode pool) p99 within 10 % of the simulator
+    at 30 % and 60 % of each pool's capacity."""
+    pr, out = LengthDist(mean=4000, p99=12000), LengthDist(mean=300, p99=1000)
+    slo = SLO(ttft_p99_ms=1000, tpot_p99_ms=50)
+    cp, cd = cfg(*prefill), cfg(*decode)
+    nic_p = CAT.device(prefill[0]).scaleout_nic_gbps_per_gpu
+    pc = prefill_pool_capacity(cp, pr, slo, [nic_p])
+    dc = decode_pool_capacity(cd, pr, out, slo, [CAT.device(decode[0]).scaleout_nic_gbps_per_gpu])
+    errors = []
+    for f in (0.3, 0.6):
+        lp, ld = f * pc.max_qps[0], f * dc.max_qps[0]
+        sim = simulate_pools(cp, 0, cd, 0, lp, ld, pr, out, nic_p, requests=6000)
+        ttft = prefill_queue(cp, pr).ttft_p99_ms(np.array([lp]))[0] + pc.kv_transfer_p99_ms[0]
+        tpot = serving.serve_at_rate(cd, ld, pr, out, PARAMS, technique=decode_technique(None)).tpot_p99_ms[0]
+        errors += [ttft / sim.ttft[99.0].value_ms - 1, tpot / sim.tpot[99.0].value_ms - 1]
+    assert np.median(np.abs(errors)) <= 0.10
+    assert np.max(np.abs(errors)) <= 0.15
+
+
+# ---- gpuplan estimate --prefill-device/--decode-device
+
+PAIR = ("estimate", "--model", "llama-3.1-70b", "--precision", "fp8", "--input-tokens", "6000", "--input-p99", "12000",
+        "--output-tokens", "800", "--output-p99", "2000", "--prefill-device", "h100-sxm", "--prefill-tp", "8",
+        "--decode-device", "h20", "--decode-tp", "2", "--ttft-p99-ms", "1000", "--tpot-p99-ms", "50")
+
+
+def test_estimate_pair_json(run_cli):
+    r = run_cli(*PAIR, "--qps", "1", "--json")
+    assert r.code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["prefill"]["key"] == "h100_sxm__fp8__tp8__pp1" and out["decode"]["key"] == "h20__fp8__tp2__pp1"
+    assert out["prefill"]["limited_by"] == "ttft" and out["decode"]["max_qps_at_slo"] > 0
+    # 6,000 tokens × 163,840 B × 8 bit = 7.86 Gb per request
+    assert out["kv_link_gb_s_per_qps"] == pytest.approx(6000 * 163_840 * 8 / 1e9, rel=1e-3)
+    assert out["ttft_p99_ms"] <= 1000 and out["tpot_p99_ms"] <= 50
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--prefill-device", "h100-sxm"), "give both --prefill-device and --decode-device"),
+    (("--prefill-device", "l40s", "--decode-device", "h20", "--ttft-p99-ms", "1000", "--tpot-p99-ms", "50"),
+     "l40s has no scaleout_nic_gbps_per_gpu"),
+    (("--prefill-device", "h100-sxm", "--decode-device", "h20"), "needs --ttft-p99-ms"),
+])
+def test_estimate_pair_errors(run_cli, args, message):
+    r = run_cli("estimate", "--model", "llama-3.1-70b", "--precision", "fp8", "--input-tokens", "1000",
+                "--output-tokens", "100", *args)
+    assert r.code == 1 and message in r.stderr
+
+
+def test_infeasible_ttft_names_the_prefill_pool():
+    w = dict(name="rag", model="llama-3.1-70b", qps=5, prompt_tokens={"mean": 6000, "p99": 12000},
+             output_tokens={"mean": 800, "p99": 2000}, slo={"ttft_p99_ms": 300, "tpot_p99_ms": 50},
+             precisions=["fp8"], disaggregation="allowed")
+    r = optimize_plan(Plan(name="x", allowed_devices=["h100-sxm", "h20"], workloads=[w]), CAT, PARAMS)
+    assert r.status == SolveStatus.INFEASIBLE
+    msg = next(d.message for d in r.diagnostics if d.code == "workload_unservable")
+    assert "disaggregated: no prefill pool meets its share of the SLO" in msg
+    assert "prefill__h100_sxm__fp8__tp8__pp1" in msg or "h100_sxm__fp8__tp8__pp1" in msg
+
+
+def test_check_plan_catches_a_broken_pair(rag):
+    """check_plan on the example with the decode pool's load halved: demand (prefill ≠ decode load) and
+    capacity no longer add up; with the decode pool removed the workload is served by half a pair."""
+    plan, r = rag
+    routes = tuple(replace(x, qps=x.qps / 2) if x.stage == "decode" else x for x in r.routing)
+    deps = tuple(replace(d, qps=d.qps / 2) if d.stage == "decode" else d for d in r.deployments)
+    bad = check_plan(replace(r, routing=routes, deployments=deps), plan)
+    assert any("through prefill pools but" in v for v in bad)
+    no_decode = replace(r, routing=tuple(x for x in r.routing if x.stage != "decode"),
+                        deployments=tuple(d for d in r.deployments if d.stage != "decode"))
+    assert any("a request needs both" in v for v in check_plan(no_decode, plan))
+
+
+def test_rag_example_survives_simulation(rag):
+    """Verified by the simulator (as `gpuplan optimize` does): pools simulated as their stage runs;
+    the plan keeps H100 prefill + H20 decode pools and still costs less than colocated-only, verified alike."""
+    plan, _ = rag
+    r = optimize_plan(plan, CAT, PARAMS, verify=True)
+    assert check_plan(r, plan) == []
+    assert {d.stage: d.device for d in r.deployments if d.stage != "colocated"} == {"prefill": "h100-sxm",
+                                                                                   "decode": "h20"}
+    w = plan.workloads[0].model_copy(update={"disaggregation": "never"})
+    colocated = optimize_plan(plan.model_copy(update={"workloads": [w]}), CAT, PARAMS, verify=True)
+    assert colocated.objective_usd > r.objective_usd
