@@ -8,11 +8,8 @@ from typing import Annotated
 
 import typer
 
-from catalog.files import write_atomic
 from cli.common import CatalogOpt, JsonOpt, ParamsOpt, fmt, load, print_json, stdout, table
-from optimizer.calibration.fit import SHIPPED_ONLINE_WEIGHT, fit_params, online_fit_rows
-from optimizer.calibration.measurements import load_measurements
-from optimizer.models.params import load_params, params_to_yaml
+from optimizer.models.constants import SHIPPED_ONLINE_WEIGHT
 
 
 def calibrate(
@@ -29,6 +26,12 @@ def calibrate(
 ) -> None:
     """Fit efficiency factors and overheads to offline max-throughput rows (and, weighted by
     --online-weight, the mean TTFT and mean ITL of online-serving rows); write them for --params."""
+    # the fit, numpy and pydantic load only when the command runs, not at `gpuplan --help`
+    from catalog.files import write_atomic
+    from optimizer.calibration.fit import fit_params, online_fit_rows
+    from optimizer.calibration.measurements import load_measurements
+    from optimizer.models.params import load_params, params_to_yaml
+
     cat = load(catalog)
     rows = load_measurements(measurements, cat)
     start = load_params(params) if params is not None else None

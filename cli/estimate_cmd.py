@@ -17,11 +17,6 @@ from cli.common import (
     stdout,
     table,
 )
-from optimizer.models.estimate import estimate_config, estimate_serving
-from optimizer.models.lengths import length_from_flags
-from optimizer.models.params import load_params
-from optimizer.models.perf import build_configs
-from workloads.spec import SLO
 
 # Row labels of the readable table, in order; keys absent from the result are skipped.
 _LABELS = {
@@ -91,6 +86,13 @@ def estimate(
     json_out: JsonOpt = False,
 ) -> None:
     """Memory fit, latency and throughput of one (model, device, precision, tp, pp) configuration."""
+    # the models (numpy, pydantic) load when the command runs, not at `gpuplan --help`
+    from optimizer.models.estimate import estimate_config, estimate_serving
+    from optimizer.models.lengths import length_from_flags
+    from optimizer.models.params import load_params
+    from optimizer.models.perf import build_configs
+    from workloads.spec import SLO
+
     if batch is not None and max_throughput:
         raise ModelError("--batch and --max-throughput exclude each other; give one")
     for flag, value in (("--ttft-p99-ms", ttft_p99_ms), ("--tpot-p99-ms", tpot_p99_ms), ("--e2e-p99-ms", e2e_p99_ms)):

@@ -20,9 +20,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from catalog.files import write_atomic
 from cli.common import CatalogOpt, ModelConfigOpt, ParamsOpt, fmt, load, stdout, table
-from workloads import load_plan, resolve_catalog
 
 stderr = Console(stderr=True, width=None if sys.stderr.isatty() else 240)
 
@@ -42,8 +40,11 @@ def optimize(
     model_config: ModelConfigOpt = None,
 ) -> None:
     """Find the cheapest fleet (devices, precision, sharding, replicas) that meets every workload's SLOs."""
+    # the optimizer (numpy, pulp, pydantic) loads when the command runs, not at `gpuplan --help`
+    from catalog.files import write_atomic
     from optimizer.models.params import load_params
     from optimizer.optimize import optimize_plan
+    from workloads.load import load_plan, resolve_catalog
 
     cat = load(catalog, model_config)
     plan = load_plan(plan_path)

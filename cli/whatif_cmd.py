@@ -11,7 +11,6 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from catalog.errors import GpuplanError
-from catalog.files import write_atomic
 from cli.common import CatalogOpt, ParamsOpt, fmt, load, stdout, table
 
 
@@ -65,6 +64,8 @@ def whatif(
     params: ParamsOpt = None,
 ) -> None:
     """Solve every scenario of a what-if file and compare them."""
+    # the optimizer (numpy, pulp, pydantic) loads when the command runs, not at `gpuplan --help`
+    from catalog.files import write_atomic
     from optimizer.whatif import (
         SolveOptions,
         fixed_fleet_meets,

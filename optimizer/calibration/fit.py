@@ -34,8 +34,6 @@ from optimizer.calibration.measurements import Measurement
 from optimizer.models.params import CalibrationParams, FactorOverride, FitRecord
 from optimizer.models.perf import build_configs, offline_throughput_tokens_s
 
-SHIPPED_ONLINE_WEIGHT = 1.0  # online_weight of the shipped optimizer/models/data/calibration.yaml fit
-
 
 @dataclass(frozen=True)
 class Prediction:

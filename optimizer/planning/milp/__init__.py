@@ -1,6 +1,12 @@
 """The fleet MILP: problem data (:mod:`.problem`), model building (:mod:`.build`), solving (:mod:`.solve`)."""
 
-from optimizer.planning.milp.build import FleetModel, build_model, define_objective, replica_upper_bound, tie_break
+from optimizer.planning.milp.build import (
+    FleetModel,
+    build_model,
+    define_objective,
+    replica_upper_bound,
+    tie_break,
+)
 from optimizer.planning.milp.problem import (
     BOUNDS_MIN_OPTIONS,
     PRESOLVE_MIN_OPTIONS,
