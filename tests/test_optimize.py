@@ -9,11 +9,12 @@ import pytest
 from catalog import load_catalog
 from optimizer.models.params import load_params
 from optimizer.optimize import optimize_plan
+from optimizer.planning.candidate_set import Candidate
 from optimizer.planning.candidates import (
-    Candidate,
     model_candidates,
     prune_dominated,
 )
+from optimizer.planning.milp import SolverOptions
 from optimizer.results.check import check_plan
 from optimizer.results.plan_result import SolveStatus
 from tests.conftest import EXAMPLES
@@ -245,8 +246,9 @@ def test_candidates_of_another_objective_are_refused(chat):
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"time_limit_s": 0}, "time limit must be > 0"),
-    ({"gap": 1.5}, "gap must be a fraction"),
+    ({"options": {"time_limit_s": 0}}, "time limit must be a finite number of seconds > 0"),
+    ({"options": {"gap": 1.5}}, "gap must be a fraction"),
+    ({"options": {"time_limit_s": float("nan")}}, "time limit must be a finite"),
     ({"n_buckets": 0}, "n_buckets must be >= 1"),
 ])
 def test_bad_solver_options(chat, kwargs, message):
@@ -254,4 +256,6 @@ def test_bad_solver_options(chat, kwargs, message):
 
     plan, catalog, params, cset = chat
     with pytest.raises(SolverError, match=message):
+        if "options" in kwargs:
+            kwargs = {"options": SolverOptions(**kwargs["options"])}
         optimize_plan(plan, catalog, params, candidates=cset, **kwargs)

@@ -595,12 +595,13 @@ def melange_json(tmp_path_factory) -> Path:
     """A real optimizer result today: the Mélange example (cloud objective, measured capacity table)."""
     from catalog import load_catalog
     from optimizer.optimize import optimize_plan
+    from optimizer.results.plan_result import Provenance
     from workloads import load_plan, resolve_catalog
 
     plan = load_plan(EXAMPLES / "melange-example.yaml")
     cat = resolve_catalog(plan, load_catalog(), "melange-example.yaml")
     result = optimize_plan(plan, cat, capacity_table=EXAMPLES / "melange-example.csv",
-                           input_file="examples/melange-example.yaml")
+                           source=Provenance("examples/melange-example.yaml"))
     out = tmp_path_factory.mktemp("melange") / "melange.json"
     out.write_text(json.dumps(result.to_json(), allow_nan=False))
     return out
