@@ -36,6 +36,7 @@ def _strip(rows):
         for d in (r, r.get("plan", {})):
             d.pop("solve_seconds", None)
             d.pop("created_utc", None)
+            d.pop("timings_s", None)
     return out
 
 

@@ -217,6 +217,9 @@ class PlanResult:
     sources: tuple[SourceRow, ...] = field(default=())
     buckets: tuple[BucketRow, ...] = ()
     routing: tuple[Route, ...] = ()
+    # wall seconds by stage: candidates, solve (MILP + one-device fleets + diagnostics), verification
+    # (assembling the result, re-predicting each deployment's p99s), total
+    timings_s: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The plan as a JSON-ready dict with the keys of ``docs/plan-json.md`` (finite floats)."""
@@ -233,6 +236,7 @@ class PlanResult:
         out["output_tokens_per_year"] = _num(self.output_tokens_per_year)
         out["cost_per_million_output_tokens_usd"] = _num(self.cost_per_million_output_tokens_usd)
         out["solve_seconds"] = _num(self.solve_seconds)
+        out["timings_s"] = {k: _num(v) for k, v in self.timings_s.items()}
         out["gap"] = _num(self.gap)
         for name in ("solver", "plan_name", "input_file", "input_sha256", "gpuplan_version", "created_utc"):
             out[name] = getattr(self, name)
