@@ -11,8 +11,6 @@ from catalog import load_catalog
 from tests.conftest import EXAMPLES
 from workloads.scenarios import load_scenarios
 
-pytest.importorskip("optimizer.optimize")
-
 SMALL = {
     "base": str(EXAMPLES / "chat-fleet.yaml"),
     "variants": [{"name": "traffic-2x", "set": {"workloads.chat.qps": 80}}],

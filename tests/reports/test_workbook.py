@@ -11,7 +11,6 @@ result.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import shutil
@@ -28,9 +27,9 @@ from reports.recalc import pdf_to_png, recalculate, soffice_path, to_pdf
 from reports.result import PlanResultError
 from reports.workbook import SHEETS, build_workbook, write_workbook
 from reports.xl import is_valid_name
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, REPO, TEST_DATA
 
-DATA = Path(__file__).parent / "data"
+DATA = TEST_DATA
 SAMPLE = DATA / "sample_plan.json"
 REL = 1e-4  # 0.01 %
 
@@ -39,7 +38,6 @@ needs_soffice = pytest.mark.skipif(
     reason="LibreOffice (soffice) is not installed: workbook RECALCULATION NOT CHECKED; "
            "install libreoffice-calc-nogui (CI's .ci/run does)",
 )
-HAS_OPTIMIZE_CLI = importlib.util.find_spec("cli.optimize_cmd") is not None
 
 INJECTIONS = ['=HYPERLINK("http://x","y")', "+cmd|' /C calc'!A0", "@SUM(A1)", "-2+3", "\t=1+1", "\r=2+2"]
 
@@ -560,15 +558,13 @@ def test_renders_to_pdf_and_png(sample_xlsx, tmp_path):
 
 @pytest.fixture(scope="module")
 def chat_fleet_json(tmp_path_factory) -> Path:
-    if not HAS_OPTIMIZE_CLI:
-        pytest.skip("cli/optimize_cmd.py is not merged yet: end-to-end run on examples/chat-fleet.yaml skipped")
     import subprocess
     import sys
 
     out = tmp_path_factory.mktemp("opt") / "chat-fleet.json"
     proc = subprocess.run([sys.executable, "-m", "cli.app", "optimize", str(EXAMPLES / "chat-fleet.yaml"),
                            "--json", str(out)], capture_output=True, text=True, timeout=900,
-                          cwd=Path(__file__).resolve().parent.parent)
+                          cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     return out
 
