@@ -3,7 +3,7 @@
 HiGHS 1.16 ignored its 120 s limit for ~565 s in the root node of a 500-workload MILP; the
 solve now runs in a forked child (``optimizer.planning.milp.deadline``) killed at the limit
 plus a grace, keeping the last incumbent it reported. These tests use the synthetic instance
-of ``test_solver_trouble`` (built in milliseconds) and force the child path (``in_child``).
+of ``tests/properties/test_solver_trouble`` (built in milliseconds) and force the child path (``in_child``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from optimizer.planning.milp import solve_fleet
 from optimizer.planning.milp.deadline import run_with_deadline
 from optimizer.results.plan_result import SolveStatus
 from tests.conftest import EXAMPLES, REPO
-from tests.test_solver_trouble import hard_problem
+from tests.properties.test_solver_trouble import hard_problem
 from workloads import load_plan, resolve_catalog
 
 
