@@ -25,10 +25,12 @@ from optimizer.planning.diagnose import (
 )
 from optimizer.planning.milp import (
     CHILD_MIN_OPTIONS,
+    RESTRICT_MIN_OPTIONS,
     FleetProblem,
     FleetSolution,
     SolverOptions,
     solve_fleet,
+    solve_restricted,
 )
 from optimizer.planning.shortlist import single_device_shortlist
 from optimizer.results.plan_result import (
@@ -97,7 +99,8 @@ def solve_stage(problem: FleetProblem, options: SolverOptions, *, compare_single
        SINGLE_DEVICE_SHARE of the limit. On a large problem (CHILD_MIN_OPTIONS) the best one is
        the main solve's first incumbent, so that solve never returns a dearer plan.
     2. The main MILP in what is left (``solve_fleet``; a child process with a hard deadline
-       on large problems).
+       on large problems; from RESTRICT_MIN_OPTIONS options on, the restricted MILP over each
+       workload's best options, ``solve_restricted``, with its gap against the full problem).
     3. A time-limited plan dearer than the one-device fleet, or none at all, gives way to it
        (:func:`one_device_fallback`); an infeasible plan is explained (``binding_limits``) in
        what is left of the limit.
@@ -111,7 +114,10 @@ def solve_stage(problem: FleetProblem, options: SolverOptions, *, compare_single
                                                     **options.solve_kwargs, total_s=SINGLE_DEVICE_SHARE * limit)
     start = single_sol if len(problem.options) >= CHILD_MIN_OPTIONS else None
     main_s = max(deadline - time.perf_counter(), 0.05 * limit)
-    sol = solve_fleet(problem, **{**options.solve_kwargs, "time_limit_s": main_s}, start=start)
+    if len(problem.options) >= RESTRICT_MIN_OPTIONS:
+        sol = solve_restricted(problem, **{**options.solve_kwargs, "time_limit_s": main_s}, start=single_sol)
+    else:
+        sol = solve_fleet(problem, **{**options.solve_kwargs, "time_limit_s": main_s}, start=start)
     if sol.status == SolveStatus.INFEASIBLE and diagnose:
         notes += binding_limits(problem, **options.solve_kwargs, total_s=max(deadline - time.perf_counter(), 0.0))
     elif compare_single_device and (sol.status.has_plan or single_sol is not None):

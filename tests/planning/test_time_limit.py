@@ -20,8 +20,8 @@ import pytest
 
 from catalog import load_catalog
 from optimizer.optimize import optimize_plan
+from optimizer.planning.milp import restricted_problem, solve_fleet, solve_restricted
 from optimizer.planning.milp import solve as solve_mod
-from optimizer.planning.milp import solve_fleet
 from optimizer.planning.milp.deadline import run_with_deadline
 from optimizer.results.plan_result import SolveStatus
 from tests.conftest import EXAMPLES, REPO
@@ -155,3 +155,20 @@ def test_plan_json_reports_stage_timings():
     assert set(t) == {"candidates", "solve", "verification", "total"}
     assert all(v >= 0 for v in t.values())
     assert t["total"] == pytest.approx(t["candidates"] + t["solve"] + t["verification"], abs=0.05)
+
+
+def test_restricted_milp_gives_a_plan_of_the_full_problem_with_its_gap():
+    problem = hard_problem(10)
+    start = solve_fleet(problem, time_limit_s=5, gap=0.2, bounds=False)
+    keep = frozenset(k for k, n in start.replicas.items() if n > 0)
+    sub = restricted_problem(problem, keep, per_bucket=2, cheapest=1)
+    assert len(sub.options) < len(problem.options)
+    assert keep <= {(o.workload, o.key) for o in sub.options}
+    sol = solve_restricted(problem, time_limit_s=10, gap=1e-3, start=start)
+    assert sol.status == SolveStatus.FEASIBLE, sol.detail
+    assert "restricted MILP" in sol.detail and "against the full problem's workload bounds" in sol.detail
+    assert sol.objective_usd <= start.objective_usd * (1 + 1e-9)
+    full = solve_fleet(problem, time_limit_s=30, gap=1e-9, bounds=False)
+    # Σ_w L[w] bounds the full optimum from below, so the reported gap is an honest one
+    assert sol.bound_usd <= full.objective_usd * (1 + 1e-9)
+    assert sol.gap == pytest.approx((sol.objective_usd - sol.bound_usd) / sol.objective_usd)

@@ -24,6 +24,11 @@ from optimizer.planning.milp.problem import (
     slug,
     uncovered_buckets,
 )
+from optimizer.planning.milp.restrict import (
+    RESTRICT_MIN_OPTIONS,
+    restricted_problem,
+    solve_restricted,
+)
 from optimizer.planning.milp.solve import (
     CHILD_MIN_OPTIONS,
     DEADLINE_GRACE_S,
@@ -37,6 +42,7 @@ from optimizer.planning.milp.solve import (
 )
 
 __all__ = [
+    "RESTRICT_MIN_OPTIONS", "restricted_problem", "solve_restricted",
     "BOUNDS_MIN_OPTIONS", "CHILD_MIN_OPTIONS", "DEADLINE_GRACE_S", "PRESOLVE_MIN_OPTIONS", "Demand", "FleetModel", "FleetProblem", "FleetSolution",
     "Limits", "Minimise", "Option", "SolveRun", "SolverOptions", "UnitTerms", "amortised_units", "amortised_usd_per_replica",
     "build_model", "define_objective", "replica_upper_bound", "extract", "options_by_workload", "slug", "solve_alone", "solve_fleet",

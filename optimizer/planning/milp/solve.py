@@ -313,13 +313,15 @@ def solve_fleet(
     bounds: bool = True,
     start: FleetSolution | None = None,
     in_child: bool | None = None,
+    cuts: Mapping[str, float] | None = None,
 ) -> FleetSolution:
     """Build → solve → extract. Buckets no option serves make the plan infeasible up front.
 
     With several workloads, ``bounds`` and a large problem (``BOUNDS_MIN_OPTIONS``), each
     workload is first solved alone for the cuts of :func:`define_workload_bounds` (their
-    time counts as build time); small problems solve faster without them. ``start`` is a
-    feasible solution given to HiGHS as its first incumbent.
+    time counts as build time); small problems solve faster without them; ``cuts`` gives those
+    bounds instead (computed already). ``start`` is a feasible solution given to HiGHS as its
+    first incumbent.
 
     From CHILD_MIN_OPTIONS options on (or with ``in_child=True``) all of it runs in a child
     process killed ``time_limit_s`` + DEADLINE_GRACE_S seconds after the call: the answer is
@@ -333,10 +335,10 @@ def solve_fleet(
     if in_child is None:
         in_child = len(problem.options) >= CHILD_MIN_OPTIONS
     if not (in_child and solver == "highs" and fork_available()):
-        return _solve_fleet_here(problem, time_limit_s, gap, solver, minimise, bounds, start)
+        return _solve_fleet_here(problem, time_limit_s, gap, solver, minimise, bounds, start, cuts)
 
     def work(report: Callable[[Any], None]) -> FleetSolution:
-        return _solve_fleet_here(problem, time_limit_s, gap, solver, minimise, bounds, start, report)
+        return _solve_fleet_here(problem, time_limit_s, gap, solver, minimise, bounds, start, cuts, report)
 
     out = run_with_deadline(work, time_limit_s + DEADLINE_GRACE_S)
     if out.finished:
@@ -353,12 +355,11 @@ def solve_fleet(
 
 
 def _solve_fleet_here(problem: FleetProblem, time_limit_s: float, gap: float, solver: str, minimise: Minimise,
-                      bounds: bool, start: FleetSolution | None,
+                      bounds: bool, start: FleetSolution | None, cuts: Mapping[str, float] | None = None,
                       report: Callable[[FleetSolution], None] | None = None) -> FleetSolution:
     """:func:`solve_fleet` in this process; ``report`` receives every improving incumbent as a plan."""
     t0 = time.perf_counter()
-    cuts = None
-    if bounds and minimise == "objective" and len(problem.demands) > 1 and len(problem.options) >= BOUNDS_MIN_OPTIONS:
+    if cuts is None and bounds and minimise == "objective" and len(problem.demands) > 1 and len(problem.options) >= BOUNDS_MIN_OPTIONS:
         cuts = workload_lower_bounds(problem, time_limit_s=0.25 * time_limit_s, gap=gap, solver=solver)
     model = build_model(problem, minimise, cuts)
     build_seconds = time.perf_counter() - t0
