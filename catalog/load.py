@@ -20,7 +20,9 @@ _OVERRIDE_SECTIONS = ("devices", "models")
 
 def _builtin(name: str) -> list[dict[str, Any]]:
     text = resources.files("catalog").joinpath("data", f"{name}.yaml").read_text("utf-8")
-    return yaml.safe_load(text)[name]
+    # libyaml's parser with the same safe constructor: the same objects, ~10x faster (0.06 s of
+    # every start-up for devices.yaml in pure Python); the shipped files need no alias guard
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))[name]  # noqa: S506 - safe loader
 
 
 @dataclass(frozen=True)
