@@ -16,7 +16,8 @@ keeps, for every workload w:
 A plan of the restricted problem uses a subset of the options and meets every constraint,
 so it is a plan of the full problem; it is reported ``feasible`` (never proven optimal) with
 its gap against the full problem's lower bound Σ_w L[w] (``workload_lower_bounds``: each
-workload alone at amortised server prices), which also enters the restricted MILP as cuts.
+workload alone at amortised server prices, as many as fit in BOUNDS_SHARE of the time limit,
+which also enter the restricted MILP as cuts; :func:`analytic_lower_bounds` for the others).
 """
 
 from __future__ import annotations
@@ -62,13 +63,32 @@ def restricted_problem(problem: FleetProblem, keep: frozenset[tuple[str, str]] =
     return replace(problem, options=options, units={d: u for d, u in problem.units.items() if d in used})
 
 
+def analytic_lower_bounds(problem: FleetProblem) -> dict[str, float]:
+    """L[w] = max(min_replicas · min_k a[k], Σ_b λ_b · min_k a[k]/μ_b[k]) for every workload, in one pass.
+
+    Valid: w's replicas cost at least Σ_k a[k]·n[w,k] at amortised server prices, and
+    n[w,k] ≥ Σ_b λ_b·x[w,b,k]/μ_b[k] with Σ_k x[w,b,k] = 1, and Σ_k n[w,k] ≥ min_replicas.
+    The fallback for workloads whose one-workload MILP did not fit in the time given.
+    """
+    demands = {d.workload: d for d in problem.demands}
+    out = {}
+    for w, opts in options_by_workload(problem).items():
+        dem = demands[w]
+        cost = {o.key: amortised_usd_per_replica(problem, o) for o in opts}
+        load = sum(lam * min((cost[o.key] / o.capacity_qps[b] for o in opts if o.capacity_qps[b] > 0), default=0.0)
+                   for b, lam in enumerate(dem.bucket_qps) if lam > 0)
+        out[w] = max(dem.min_replicas * min(cost.values()), load)
+    return out
+
+
 def solve_restricted(problem: FleetProblem, *, time_limit_s: float, gap: float, solver: str = "highs",
                      minimise: Minimise = "objective", start: FleetSolution | None = None) -> FleetSolution:
     """The restricted MILP of ``problem`` in ``time_limit_s`` (bounds first, then the MILP in
     the rest), as a feasible plan of ``problem`` with its gap against Σ_w L[w]."""
     t0 = time.perf_counter()
     bounds = workload_lower_bounds(problem, time_limit_s=BOUNDS_SHARE * time_limit_s, gap=gap, solver=solver)
-    lower = sum(bounds.values()) if bounds else None
+    analytic = analytic_lower_bounds(problem)
+    lower = sum(max(bounds.get(w, 0.0), a) for w, a in analytic.items())
     keep = frozenset(k for k, n in start.replicas.items() if n > 0) if start is not None and start.status.has_plan \
         else frozenset()
     sub = restricted_problem(problem, keep)
