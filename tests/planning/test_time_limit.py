@@ -119,7 +119,7 @@ def test_a_child_killed_before_the_solver_stops_returns_its_last_incumbent(monke
     sol = solve_fleet(problem, time_limit_s=20.0, gap=1e-9, bounds=False, in_child=True)
     assert time.perf_counter() - start < 4.0
     assert sol.status == SolveStatus.FEASIBLE, sol.detail
-    assert sol.detail.startswith("the solver was stopped at the time limit (20 s); best plan found so far")
+    assert sol.detail.startswith("time limit (20 s) reached; the solver was stopped; best plan found so far")
     assert sol.objective_usd is not None and sol.bound_usd is not None and sol.bound_usd <= sol.objective_usd
     for dem in problem.demands:  # a real plan: every bucket routed, within capacity
         for b, lam in enumerate(dem.bucket_qps):
@@ -134,7 +134,7 @@ def test_no_incumbent_before_the_kill_is_an_error_with_the_limit(monkeypatch):
     monkeypatch.setattr(solve_mod, "DEADLINE_GRACE_S", -19.9)
     sol = solve_fleet(hard_problem(60), time_limit_s=20.0, gap=1e-9, bounds=False, in_child=True)
     assert sol.status == SolveStatus.ERROR
-    assert sol.detail.startswith("the solver was stopped at the time limit (20 s) before it found a plan")
+    assert sol.detail == "no solution found in 20 s (the time limit); raise --time-limit"
     assert sol.replicas == {}
 
 

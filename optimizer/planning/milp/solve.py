@@ -344,11 +344,12 @@ def solve_fleet(
     if out.finished:
         return out.value
     seconds = out.wall_seconds
-    why = (f"the solver was stopped at the time limit ({time_limit_s:g} s)" if out.timed_out
+    if not out.reports:  # the same words as a solve that stopped by itself without a plan
+        detail = (f"no solution found in {time_limit_s:g} s (the time limit); raise --time-limit" if out.timed_out
+                  else f"the solver process failed ({out.error}) before it found a plan")
+        return FleetSolution(SolveStatus.ERROR, detail, solve_seconds=seconds, solver=solver)
+    why = (f"time limit ({time_limit_s:g} s) reached; the solver was stopped" if out.timed_out
            else f"the solver process failed ({out.error})")
-    if not out.reports:
-        return FleetSolution(SolveStatus.ERROR, f"{why} before it found a plan; raise --time-limit",
-                             solve_seconds=seconds, solver=solver)
     last: FleetSolution = out.reports[-1]
     return replace(last, status=SolveStatus.FEASIBLE, detail=f"{why}; best plan found so far" + _gap_text(last.gap),
                    solve_seconds=max(seconds - last.build_seconds, 0.0))
