@@ -1,8 +1,11 @@
 """The optimizer's front door: plan in, :class:`~optimizer.results.plan_result.PlanResult` out.
 
 ``optimize_plan`` reads like its pipeline: candidates (from the performance and serving
-models, or from a measured capacity table) → MILP data → solve → diagnostics (why
-infeasible; the best one-device fleet) → the typed result (:mod:`optimizer.assemble`).
+models, or from a measured capacity table) → headroom (capacities at the plan's confidence
+level and utilisation cap, rates at its demand quantile) → MILP data → solve → the
+simulator's check, re-sizing missed deployments → diagnostics (why infeasible; the best
+one-device fleet) → the typed result (:mod:`optimizer.assemble`) with its provenance and,
+when asked, its sensitivity (:mod:`optimizer.planning.safeguards`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 from catalog.errors import SolverError
 from catalog.load import Catalog
 from optimizer.assemble import assemble
+from optimizer.models.params import load_params
 from optimizer.planning.candidate_set import CandidateSet, fleet_problem, rebase_candidates
 from optimizer.planning.candidates import model_candidates
 from optimizer.planning.capacity_table import CapacityTable, load_capacity_table, table_candidates
@@ -23,6 +27,7 @@ from optimizer.planning.diagnose import (
     single_device_solution,
     unservable,
 )
+from optimizer.planning.headroom import capacity_factors, demand_factor, policy_of, sized
 from optimizer.planning.milp import (
     CHILD_MIN_OPTIONS,
     RESTRICT_MIN_OPTIONS,
@@ -32,6 +37,13 @@ from optimizer.planning.milp import (
     solve_fleet,
     solve_restricted,
 )
+from optimizer.planning.safeguards import (
+    annotate,
+    fidelity_map,
+    verify_and_resize,
+    verify_by_default,
+)
+from optimizer.planning.sensitivity import analyse
 from optimizer.planning.shortlist import single_device_shortlist
 from optimizer.results.plan_result import (
     Diagnostic,
@@ -57,6 +69,8 @@ def optimize_plan(
     compare_single_device: bool = True,
     candidates: CandidateSet | None = None,
     diagnose: bool = True,
+    sensitivity: bool = False,
+    verify: bool | None = False,
 ) -> PlanResult:
     """The cheapest fleet for ``plan`` (catalog already resolved against the plan).
 
@@ -67,11 +81,18 @@ def optimize_plan(
     same workloads (what-if sweeps over limits); budgets, power cap and the rates of its
     buckets then come from ``plan``. ``diagnose=False`` skips the extra solves that explain
     an infeasible plan (feasibility probes in what-if bisections).
+
+    ``sensitivity`` adds the runner-up, break-evens and tornado swings (re-solves on the same
+    candidates); ``verify`` re-checks online deployments by simulation and re-sizes misses
+    (None = when the plan is small enough: ``verify_by_default``; never for a capacity table).
     """
     if n_buckets < 1:
         raise SolverError(f"n_buckets must be >= 1 (got {n_buckets}); e.g. --buckets 4")
     clock = StageClock()
     cset = plan_candidates(plan, catalog, params, capacity_table, n_buckets, candidates)
+    model_params = None if capacity_table is not None else (params if params is not None else load_params(None))
+    fidelity = fidelity_map(cset, model_params, catalog)
+    cset = sized(cset, capacity_factors(plan, fidelity), demand_factor(plan))
     clock.lap("candidates")
     problem = fleet_problem(cset, plan)
     diagnostics = list(cset.diagnostics)
@@ -81,9 +102,22 @@ def optimize_plan(
         return clock.stamp(assemble(plan, cset, sol, diagnostics + missing, None, source))
     sol, single, notes = solve_stage(problem, options, compare_single_device=compare_single_device,
                                      diagnose=diagnose)
-    diagnostics += notes
     clock.lap("solve")
-    return clock.stamp(assemble(plan, cset, sol, diagnostics, single, source, problem))
+    verification = None
+    if sol.status.has_plan and model_params is not None and (verify or (verify is None and verify_by_default(cset, sol))):
+        cset, resized, sol, verification = verify_and_resize(
+            plan, cset, sol, catalog, model_params, lambda p: solve_fleet(p, **options.solve_kwargs))
+        if resized is not None:  # the one-device comparison was made on the fleet before re-sizing
+            problem = resized
+            sol, single, notes = solve_stage(problem, options, compare_single_device=compare_single_device,
+                                             diagnose=diagnose, solved=sol)
+    diagnostics += notes
+    result = annotate(assemble(plan, cset, sol, diagnostics, single, source, problem), plan, cset, fidelity,
+                      verification)
+    result = replace(result, headroom=policy_of(plan), verification=verification)
+    if sensitivity and sol.status.has_plan:
+        result = replace(result, sensitivity=analyse(plan, cset, problem, sol, fidelity, options))
+    return clock.stamp(result)
 
 
 # Share of --time-limit the one-device fleets may take before the main solve (they are its
@@ -92,7 +126,8 @@ SINGLE_DEVICE_SHARE = 0.25
 
 
 def solve_stage(problem: FleetProblem, options: SolverOptions, *, compare_single_device: bool = True,
-                diagnose: bool = True) -> tuple[FleetSolution, SingleDeviceBest | None, list[Diagnostic]]:
+                diagnose: bool = True, solved: FleetSolution | None = None,
+                ) -> tuple[FleetSolution, SingleDeviceBest | None, list[Diagnostic]]:
     """The solve stage, within ``options.time_limit_s`` (+ the child's kill grace) at any size.
 
     1. The cheapest one-device fleets (``single_device_solution`` on the shortlist), in at most
@@ -104,6 +139,9 @@ def solve_stage(problem: FleetProblem, options: SolverOptions, *, compare_single
     3. A time-limited plan dearer than the one-device fleet, or none at all, gives way to it
        (:func:`one_device_fallback`); an infeasible plan is explained (``binding_limits``) in
        what is left of the limit.
+
+    ``solved``: the main solve's answer already (a fleet re-sized by the simulator's check):
+    only the one-device comparison and the notes are made.
     """
     limit = options.time_limit_s
     deadline = time.perf_counter() + limit
@@ -114,7 +152,9 @@ def solve_stage(problem: FleetProblem, options: SolverOptions, *, compare_single
                                                     **options.solve_kwargs, total_s=SINGLE_DEVICE_SHARE * limit)
     start = single_sol if len(problem.options) >= CHILD_MIN_OPTIONS else None
     main_s = max(deadline - time.perf_counter(), 0.05 * limit)
-    if len(problem.options) >= RESTRICT_MIN_OPTIONS:
+    if solved is not None:
+        sol = solved
+    elif len(problem.options) >= RESTRICT_MIN_OPTIONS:
         sol = solve_restricted(problem, **{**options.solve_kwargs, "time_limit_s": main_s}, start=single_sol)
     else:
         sol = solve_fleet(problem, **{**options.solve_kwargs, "time_limit_s": main_s}, start=start)
@@ -143,8 +183,9 @@ class StageClock:
         self.last = now
 
     def stamp(self, result: PlanResult) -> PlanResult:
-        """``result`` with its timings: the stages so far, verification (assembling and
-        re-predicting the deployments since the last lap) and the total."""
+        """``result`` with its timings: the stages so far, verification (the simulator's check
+        and re-sizing when asked, assembling the result and re-predicting each deployment's
+        p99s, since the last lap; the sensitivity analysis when asked) and the total."""
         self.lap("verification")
         timings = {k: self.laps.get(k, 0.0) for k in ("candidates", "solve", "verification")}
         timings["total"] = self.last - self.start

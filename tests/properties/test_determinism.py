@@ -22,7 +22,7 @@ from optimizer.optimize import optimize_plan
 from tests.conftest import EXAMPLES, REPO
 from workloads import parse_plan, resolve_catalog
 
-TIMINGS = re.compile(r'"(solve_seconds|created_utc)": [^,\n]+')
+TIMINGS = re.compile(r'"(solve_seconds|created_utc|seconds)": [^,\n]+')  # seconds: sensitivity, verification
 STAGE_TIMINGS = re.compile(r'"timings_s": \{[^}]*\}')
 
 
