@@ -9,8 +9,7 @@ CPU time (user + system of the child, from ``os.wait4``) — CPU time is what to
 shared machine, where wall time also counts the other engineers' jobs. Targets (issue 13, a
 2-core machine): ``--help`` < 0.3 s, the chat fleet < 1.0 s.
 
-Measured (2 shared cores, load average 5-7 from other jobs, 2026-12-01; median of 7):
-see the closing note of issue 13.
+Figures: docs/benchmarks.md (start-up, issue 13).
 """
 
 from __future__ import annotations
