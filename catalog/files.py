@@ -1,14 +1,23 @@
 """Reading user files safely, and turning validation errors into one-line messages.
 
-Shared by every loader (catalog overrides, plans, scenarios, measurements): a file is
-read whole with a size cap, decoded as strict UTF-8 and parsed with a YAML loader that
-refuses aliases (no "billion laughs"); pydantic errors become
-``FILE: field.path: what is wrong (got VALUE); fix``.
+Shared by every loader (catalog overrides, plans, scenarios, measurements, capacity
+tables, model configs, plan results): a file must be a regular file (not a directory,
+device or FIFO: ``/dev/zero`` would never end, a FIFO would block), is read whole with a
+size cap, decoded as strict UTF-8 and parsed with a YAML loader that refuses aliases (no
+"billion laughs") and duplicate keys at any depth (``qps: 5`` then ``qps: 5000`` is an
+error, not "the last one wins"); JSON objects refuse duplicate keys too. Pydantic errors
+become ``FILE: field.path: what is wrong (got VALUE); fix``.
+
+Writing is in :mod:`catalog.outputs`.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +25,15 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from catalog.errors import GpuplanError, suggest
+from catalog.outputs import write_atomic  # noqa: F401 - re-exported: the one writing path
 
 MAX_FILE_BYTES = 20_000_000
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """SafeLoader that rejects YAML aliases: a tiny file cannot expand into gigabytes."""
+class StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects aliases (a tiny file cannot expand into gigabytes) and
+    duplicate mapping keys at any nesting level (YAML 1.2 says keys are unique; PyYAML
+    keeps the last one silently)."""
 
     def compose_node(self, parent, index):  # type: ignore[override]
         if self.check_event(yaml.AliasEvent):
@@ -32,24 +44,73 @@ class _NoAliasLoader(yaml.SafeLoader):
             )
         return super().compose_node(parent, index)
 
+    def construct_mapping(self, node, deep=False):  # type: ignore[override]
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _value in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: SafeLoader's own error follows
+                    continue
+                if first is not None:
+                    raise yaml.YAMLError(f"duplicate key '{key}' at line {line} (first at line {first}); "
+                                         "keep one of them")
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
 
-def read_text(path: Path | str, what: str, error: type[GpuplanError]) -> str:
-    """Read a UTF-8 text file, or raise ``error`` naming the file and the problem."""
+
+_NoAliasLoader = StrictLoader  # the name older code and tests know
+
+
+def is_regular_file(path: Path | str) -> bool:
+    """True if ``path`` (after symlinks) is a regular file."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def read_bytes(path: Path | str, what: str, error: type[GpuplanError]) -> bytes:
+    """The bytes of a regular file of at most MAX_FILE_BYTES, or raise ``error`` naming it.
+
+    Directories, devices (``/dev/zero``), FIFOs and sockets are refused before they are
+    opened; the read itself is bounded too (a file that grows while read).
+    """
     path = Path(path)
     try:
-        size = path.stat().st_size
+        st = os.stat(path)
     except FileNotFoundError:
         raise error(f"{path}: {what} file not found; check the path") from None
     except OSError as exc:
         raise error(f"{path}: cannot read {what} file ({exc.strerror})") from None
-    if path.is_dir():
+    if stat.S_ISDIR(st.st_mode):
         raise error(f"{path}: is a directory, expected a {what} file")
-    if size > MAX_FILE_BYTES:
-        raise error(f"{path}: {what} file is {size:,} bytes, over the {MAX_FILE_BYTES:,}-byte limit")
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
+        raise error(f"{path}: is {kind}, not a regular file; give the path of a {what} file")
+    if st.st_size > MAX_FILE_BYTES:
+        raise error(f"{path}: {what} file is {st.st_size:,} bytes, over the {MAX_FILE_BYTES:,}-byte limit")
     try:
-        data = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):  # swapped between stat and open
+                raise error(f"{path}: is not a regular file; give the path of a {what} file")
+            data = fh.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise error(f"{path}: cannot read {what} file ({exc.strerror})") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise error(f"{path}: {what} file is over the {MAX_FILE_BYTES:,}-byte limit")
+    return data
+
+
+def read_text(path: Path | str, what: str, error: type[GpuplanError]) -> str:
+    """Read a UTF-8 text file, or raise ``error`` naming the file and the problem."""
+    path = Path(path)
+    data = read_bytes(path, what, error)
     if b"\x00" in data:
         raise error(f"{path}: is a binary file, expected a {what} file in UTF-8 text")
     try:
@@ -67,7 +128,7 @@ def read_yaml(path: Path | str, what: str, error: type[GpuplanError]) -> dict[st
     if not text.strip():
         raise error(f"{path}: {what} file is empty")
     try:
-        data = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - SafeLoader subclass
+        data = yaml.load(text, Loader=StrictLoader)  # noqa: S506 - SafeLoader subclass
     except yaml.YAMLError as exc:
         detail = " ".join(str(exc).split())
         raise error(f"{path}: not valid YAML: {detail}") from None
@@ -76,6 +137,40 @@ def read_yaml(path: Path | str, what: str, error: type[GpuplanError]) -> dict[st
     if not isinstance(data, dict):
         raise error(f"{path}: expected a mapping of fields at the top level, got {type(data).__name__}")
     return data
+
+
+def parse_yaml_text(text: str, where: str, error: type[GpuplanError]) -> Any:
+    """Parse YAML text with the strict loader (shipped data files go through this too)."""
+    try:
+        return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise error(f"{where}: not valid YAML: {' '.join(str(exc).split())}") from None
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key '{key}' in a JSON object; keep one of them")
+        out[key] = value
+    return out
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON; write a finite number or null")
+
+
+def read_json(path: Path | str, what: str, error: type[GpuplanError]) -> Any:
+    """Parse a JSON file strictly: duplicate keys, NaN and Infinity are errors naming the file."""
+    text = read_text(path, what, error)
+    try:
+        return json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise error(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); fix the {what} file") from None
+    except ValueError as exc:
+        raise error(f"{path}: {exc}") from None
+    except RecursionError:
+        raise error(f"{path}: JSON nesting too deep") from None
 
 
 def _value_repr(value: Any) -> str:
@@ -104,9 +199,25 @@ def format_validation_error(
         return f"{where}: {path}: {msg.lower()} (got {_value_repr(value)}); use a value in range"
     if kind == "finite_number" or (isinstance(value, float) and not math.isfinite(value)):
         return f"{where}: {path}: must be a finite number (got {_value_repr(value)})"
+    if kind == "string_pattern_mismatch":
+        pattern = (err.get("ctx") or {}).get("pattern", "")
+        return f"{where}: {path}: {_pattern_fix(str(value), pattern)}"
     if kind == "value_error":
         msg = msg.removeprefix("Value error, ")
     return f"{where}: {path}: {msg} (got {_value_repr(value)})"
+
+
+def _pattern_fix(value: str, pattern: str) -> str:
+    """What a name pattern allows, in words, and a corrected name where one is easy to make."""
+    upper = "A-Z" in pattern
+    allowed = ["letters" if upper else "lowercase letters", "digits"]
+    tail = pattern[pattern.rfind("[") + 1:pattern.rfind("]")] if "[" in pattern else ""
+    allowed += [f"'{c}'" for c in "._+-" if c in tail.replace("a-z", "").replace("A-Z", "").replace("0-9", "")]
+    words = f"use only {', '.join(allowed[:-1])} and {allowed[-1]}, starting with a letter or digit"
+    fixed = value if upper else value.lower()
+    fixed = re.sub(r"[^A-Za-z0-9._+-]+", "-", fixed).strip("-._+")
+    hint = f"; e.g. '{fixed}'" if fixed and fixed != value and re.fullmatch(pattern, fixed) else ""
+    return f"{_value_repr(value)} is not a valid name: {words}{hint}"
 
 
 def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
@@ -130,40 +241,3 @@ def _model_in(annotation: Any) -> Any:
         if found is not None:
             return found
     return None
-
-
-def write_atomic(path: Path | str, data: bytes | str, inputs: tuple[Path | str, ...] = ()) -> Path:
-    """Write ``data`` to ``path`` through a temporary file in the same directory and a rename.
-
-    A crash or interrupt leaves either the old file or the new one, never half of one.
-    Refuses to write over any of ``inputs`` (an output path equal to an input path).
-    """
-    import os
-    import tempfile
-
-    from catalog.errors import OutputError
-
-    path = Path(path)
-    target = path.resolve()
-    if any(target == Path(src).resolve() for src in inputs):
-        raise OutputError(f"{path}: output path is the input file; choose another output path")
-    if path.is_dir():
-        raise OutputError(f"{path}: is a directory; give a file name")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise OutputError(f"{path}: directory {parent} does not exist; create it first")
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path

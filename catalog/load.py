@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from catalog.architecture import attention_params, parameter_counts
 from catalog.errors import CatalogError, suggest
-from catalog.files import format_validation_error, read_text, read_yaml
+from catalog.files import format_validation_error, parse_yaml_text, read_json, read_yaml
 from catalog.schema import Device, Model, Precision, Source
 
 _OVERRIDE_SECTIONS = ("devices", "models")
@@ -22,9 +20,7 @@ _OVERRIDE_SECTIONS = ("devices", "models")
 
 def _builtin(name: str) -> list[dict[str, Any]]:
     text = resources.files("catalog").joinpath("data", f"{name}.yaml").read_text("utf-8")
-    # libyaml's parser with the same safe constructor: the same objects, ~10x faster (0.06 s of
-    # every start-up for devices.yaml in pure Python); the shipped files need no alias guard
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))[name]  # noqa: S506 - safe loader
+    return parse_yaml_text(text, f"built-in {name}.yaml", CatalogError)[name]
 
 
 @dataclass(frozen=True)
@@ -61,23 +57,40 @@ class Catalog:
     def with_model(self, model: Model) -> Catalog:
         """A catalog that also knows ``model`` (e.g. read from a config.json)."""
         models = {**self.models, model.key: model}
-        return Catalog(self.devices, models, self.precisions, _alias_map(models), self.override_file)
+        return Catalog(self.devices, models, self.precisions, _alias_map(models, f"model {model.key}"),
+                       self.override_file)
 
     def with_device_overrides(self, overrides: dict[str, dict[str, Any]], where: str) -> Catalog:
         """A catalog whose devices have some fields replaced (scenario what-ifs)."""
         devices = dict(self.devices)
         for key, fields in overrides.items():
             base = self.device(key)
+            if "key" in fields and str(fields["key"]).strip().lower() != base.key:
+                raise CatalogError(f"{where}: devices.{key}.key: a device's key cannot be changed (got "
+                                   f"{fields['key']!r}); add a new device with a --catalog file instead")
             devices[base.key] = _validate(Device, {**base.model_dump(), **fields}, f"{where}: devices.{key}")
         return Catalog(devices, self.models, self.precisions, self.model_aliases, self.override_file)
 
 
-def _alias_map(models: dict[str, Model]) -> dict[str, str]:
+def _alias_map(models: dict[str, Model], where: str = "catalog") -> dict[str, str]:
+    """Every name of every model (key, Hugging Face id, aliases; also lowercased) → its key.
+
+    A name that two models claim is an error (an alias must never silently replace a model):
+    keys are claimed first, so the message names the alias that shadows an existing key.
+    """
     aliases: dict[str, str] = {}
     for model in models.values():
+        aliases[model.key] = model.key
+    for model in models.values():
         for name in [model.key, model.hf_id, *model.aliases]:
-            aliases[name] = model.key
-            aliases[name.lower()] = model.key
+            for variant in (name, name.lower()):
+                owner = aliases.setdefault(variant, model.key)
+                if owner != model.key:
+                    raise CatalogError(
+                        f"{where}: models: name '{name}' of model '{model.key}' is already model '{owner}'"
+                        f"{' (its key)' if owner == variant else ''}; remove it from '{model.key}'s aliases "
+                        f"or hf_id, or override '{owner}' instead"
+                    )
     return aliases
 
 
@@ -110,6 +123,9 @@ def _merge_overrides(
         if not isinstance(entry, dict) or "key" not in entry:
             raise CatalogError(f"{where}: each entry needs a 'key' (an existing one to override, or a new one)")
         key = str(entry["key"])
+        if key not in base and key.strip().lower() in base:
+            raise CatalogError(f"{where}.key: keys are lowercase; '{key.strip().lower()}' already exists "
+                               f"(write key: {key.strip().lower()} to override it, or pick a new lowercase key)")
         data = {**base[key].model_dump(), **entry} if key in base else entry
         try:
             merged[key] = cls.model_validate(data)
@@ -146,7 +162,7 @@ def load_catalog(override_path: Path | str | None = None) -> Catalog:
             devices = _merge_overrides(devices, data["devices"], Device, path, "devices")
         if "models" in data:
             models = _merge_overrides(models, data["models"], Model, path, "models")
-    return Catalog(devices, models, precisions, _alias_map(models),
+    return Catalog(devices, models, precisions, _alias_map(models, str(override_path or "built-in models.yaml")),
                    str(override_path) if override_path else None)
 
 
@@ -161,11 +177,7 @@ def model_from_hf_config(path: Path | str, key: str | None = None) -> Model:
     enables it; ``layer_types`` (gpt-oss, Gemma 3) says how many layers use it.
     """
     path = Path(path)
-    text = read_text(path, "model config", CatalogError)
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CatalogError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    cfg = read_json(path, "model config", CatalogError)
     if not isinstance(cfg, dict):
         raise CatalogError(f"{path}: expected a JSON object")
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers (Llama 4, Gemma 3, Mistral 3)

@@ -1,19 +1,30 @@
 """The `gpuplan` command line: parse, call one library function, render.
 
-Library errors (GpuplanError) become one line on stderr and exit code 1; `--debug`
-shows the traceback instead.
+Every error is one line on stderr and exit code 1, handled here once for all commands:
+library errors (GpuplanError), click's usage errors (a bad option value, a missing or
+unknown option: ``command --option: what is wrong; see `gpuplan command --help` ``, not
+click's exit-2 box), and OSError (``file: reason``). `--debug` shows the traceback
+instead. Every float option rejects nan and inf. Control characters (ANSI escapes) in
+a message are shown escaped, never sent to the terminal raw.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from catalog.errors import GpuplanError
+
+try:  # typer >= 0.2x carries its own copy of click
+    from typer._click import exceptions as click_errors
+except ImportError:  # older typer releases depend on click
+    from click import exceptions as click_errors  # type: ignore[no-redef]
 from cli import (
     calibrate_cmd,
     catalog_cmd,
@@ -25,7 +36,7 @@ from cli import (
     simulate_cmd,
     whatif_cmd,
 )
-from cli.common import CatalogOpt, JsonOpt, ModelConfigOpt, ParamsOpt
+from cli.common import CatalogOpt, JsonOpt, ModelConfigOpt, ParamsOpt, clean
 
 app = typer.Typer(
     help="Cheapest fleet of inference accelerators that serves LLM workloads within their SLOs.",
@@ -102,18 +113,92 @@ def _on_signal(signum, _frame):
     raise Interrupted(signum)
 
 
+def _harden(command: Any) -> Any:
+    """Make every float option of ``command`` and its subcommands refuse nan and ±inf.
+
+    Click's ranges let nan through (every comparison with nan is false), so the check is on
+    the parsed values, before the command's function runs.
+    """
+    callback = command.callback
+    if callback is not None and not getattr(callback, "_finite_checked", False):
+        params = {p.name: p for p in command.params}
+
+        @functools.wraps(callback)
+        def checked(*args, **kwargs):
+            for name, value in kwargs.items():
+                if isinstance(value, float) and not math.isfinite(value):
+                    opts = getattr(params.get(name), "opts", None) or [name]
+                    raise GpuplanError(f"gpuplan {command.name}: {opts[0]}: must be a finite number (got {value!r}); "
+                                       f"see `gpuplan {command.name} --help`")
+            return callback(*args, **kwargs)
+
+        checked._finite_checked = True  # type: ignore[attr-defined]
+        command.callback = checked
+    for sub in getattr(command, "commands", {}).values():
+        _harden(sub)
+    return command
+
+
+def _given(opts: list[str], argv: list[str]) -> str | None:
+    """The value given on the command line for an option (``--x V`` or ``--x=V``), if any."""
+    for i, arg in enumerate(argv):
+        for opt in opts:
+            if arg == opt and i + 1 < len(argv):
+                return argv[i + 1]
+            if arg.startswith(opt + "="):
+                return arg[len(opt) + 1:]
+    return None
+
+
+def _usage_line(exc: Any, argv: list[str]) -> str:
+    """``gpuplan estimate --input-tokens: input should be greater than or equal to 1 (got '0');
+    see `gpuplan estimate --help```: option, value and where the fix is."""
+    where = exc.ctx.command_path if exc.ctx is not None else "gpuplan"
+    message = " ".join(exc.format_message().split()).rstrip(".")
+    param = getattr(exc, "param", None)
+    if isinstance(exc, click_errors.BadParameter) and param is not None:
+        opts = list(getattr(param, "opts", None) or []) or [param.name or "value"]
+        message = message.split(": ", 1)[-1] if message.startswith("Invalid value") else message
+        value = _given(opts, argv)
+        got = f" (got {value!r})" if value is not None else ""
+        message = f"{opts[0]}: {message[:1].lower()}{message[1:]}{got}"
+    return f"{where}: {message}; see `{where} --help`"
+
+
+def _fail(text: str) -> None:
+    sys.stderr.write(f"error: {clean(' '.join(str(text).split()))}\n")
+    sys.exit(1)
+
+
 def main() -> None:
     previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        app()
+        code = _harden(typer.main.get_command(app)).main(prog_name="gpuplan", standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
+    except click_errors.NoArgsIsHelpError as exc:  # `gpuplan` alone: the help it asked for
+        sys.stdout.write(exc.format_message() + "\n")
+        sys.exit(0)
+    except click_errors.UsageError as exc:
+        if _state["debug"]:
+            raise
+        _fail(_usage_line(exc, sys.argv[1:]))
+    except click_errors.ClickException as exc:
+        if _state["debug"]:
+            raise
+        _fail(exc.format_message())
     except GpuplanError as exc:
         if _state["debug"]:
             raise
-        sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")
-        sys.exit(1)
-    except (Interrupted, KeyboardInterrupt):
+        _fail(str(exc))
+    except (Interrupted, KeyboardInterrupt, typer.Abort):
         sys.stderr.write("error: interrupted; earlier outputs are left as they were\n")
         sys.exit(130)
+    except OSError as exc:
+        if _state["debug"]:
+            raise
+        name = exc.filename if exc.filename is not None else "gpuplan"
+        _fail(f"{name}: {exc.strerror or exc}; check the path and its permissions")
     finally:  # main() also runs in-process (tests): give the caller its handlers back
         for signum, handler in previous.items():
             signal.signal(signum, handler)

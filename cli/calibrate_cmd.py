@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from catalog.errors import ModelError
+from catalog.outputs import Output, plan_outputs
 from cli.common import CatalogOpt, JsonOpt, ParamsOpt, fmt, load, print_json, stdout, table
 from optimizer.models.constants import SHIPPED_ONLINE_WEIGHT
 
@@ -27,17 +29,18 @@ def calibrate(
     """Fit efficiency factors and overheads to offline max-throughput rows (and, weighted by
     --online-weight, the mean TTFT and mean ITL of online-serving rows); write them for --params."""
     # the fit, numpy and pydantic load only when the command runs, not at `gpuplan --help`
-    from catalog.files import write_atomic
+    from catalog.files import read_bytes
     from optimizer.calibration.fit import fit_params, online_fit_rows
     from optimizer.calibration.measurements import load_measurements
     from optimizer.models.params import load_params, params_to_yaml
 
+    outputs = plan_outputs([Output("--out", out, (".yaml", ".yml"))], (measurements, params, catalog))
     cat = load(catalog)
     rows = load_measurements(measurements, cat)
     start = load_params(params) if params is not None else None
     fitted = fit_params(rows, cat, start=start, data_file=str(measurements), online_weight=online_weight)
     n_online = len(online_fit_rows(rows)) if online_weight > 0 else 0
-    digest = hashlib.sha256(measurements.read_bytes()).hexdigest()
+    digest = hashlib.sha256(read_bytes(measurements, "measurements", ModelError)).hexdigest()
     fitted = fitted.model_copy(update={"fit": fitted.fit.model_copy(update={"data_sha256": digest})})
     fit = fitted.fit
     header = (f"gpuplan calibration parameters, fitted by `gpuplan calibrate {measurements.name}`\n"
@@ -46,7 +49,7 @@ def calibrate(
               + (f" (+ {n_online} online-serving rows at weight {online_weight:g}, see fit.method)" if n_online else "")
               + "\n"
               "use with --params FILE; see optimizer/models/params.py for the meaning of each field")
-    write_atomic(out, params_to_yaml(fitted, header), inputs=(measurements,) + ((params,) if params else ()))
+    outputs.write({"--out": params_to_yaml(fitted, header)})
     if json_out:
         print_json({"out": str(out), "params": fitted.model_dump(mode="json", exclude_none=True)})
         return

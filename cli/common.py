@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -28,8 +29,26 @@ ParamsOpt = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a table.")]
 
+# C0/C1 control characters but tab and newline, and the Unicode bidi overrides: a plan
+# name must not move the cursor, recolour the terminal or reverse the text it is shown in.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def clean(text: str) -> str:
+    """``text`` with control characters shown escaped (``\\x1b``): displayed, never obeyed by the terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                        else f"\\u{ord(m.group()):04x}", text)
+
+
+class SafeConsole(Console):
+    """A rich Console whose string arguments go through :func:`clean` (tables are cleaned by :func:`table`)."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        super().print(*(clean(o) if isinstance(o, str) else o for o in objects), **kwargs)
+
+
 # Wide when piped (CI logs, files); the terminal width otherwise.
-stdout = Console(width=None if sys.stdout.isatty() else 240)
+stdout = SafeConsole(width=None if sys.stdout.isatty() else 240)
 
 
 def load(catalog: Path | None = None, model_config: Path | None = None) -> Catalog:
@@ -59,11 +78,11 @@ def _default(obj: Any) -> Any:
 
 def table(title: str | None, columns: list[str], rows: list[list[Any]], right: set[str] | None = None) -> Table:
     right = right or set()
-    t = Table(title=title, header_style="bold", show_lines=False)
+    t = Table(title=None if title is None else clean(title), header_style="bold", show_lines=False)
     for c in columns:
-        t.add_column(c, justify="right" if c in right else "left", overflow="fold")
+        t.add_column(clean(c), justify="right" if c in right else "left", overflow="fold")
     for r in rows:
-        t.add_row(*["" if v is None else str(v) for v in r])
+        t.add_row(*["" if v is None else clean(str(v)) for v in r])
     return t
 
 

@@ -20,6 +20,8 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from catalog.errors import WorkloadError
+from catalog.outputs import Output, plan_outputs
 from cli.common import CatalogOpt, ModelConfigOpt, ParamsOpt, fmt, load, stdout, table
 from cli.provenance_render import render_provenance, render_sensitivity
 from optimizer.planning.solver_options import SolverOptions
@@ -53,18 +55,21 @@ def optimize(
 ) -> None:
     """Find the cheapest fleet (devices, precision, sharding, replicas) that meets every workload's SLOs."""
     # the optimizer (numpy, pulp, pydantic) loads when the command runs, not at `gpuplan --help`
-    from catalog.files import write_atomic
+    from catalog.files import read_bytes
     from optimizer.models.params import load_params
     from optimizer.optimize import optimize_plan
     from workloads.load import load_plan, resolve_catalog
 
+    inputs = (plan_path, capacity_table, params, catalog, model_config)
+    outputs = plan_outputs([Output("--json", json_path, (".json",), stdout_ok=True),
+                            Output("--out", out, (".xlsx",))], inputs)
     cat = load(catalog, model_config)
     plan = load_plan(plan_path)
     cat = resolve_catalog(plan, cat, str(plan_path))
     if confidence is not None:
         plan = plan.model_copy(update={"confidence": confidence})
     calibration = load_params(params) if capacity_table is None else None
-    digest = hashlib.sha256(plan_path.read_bytes()).hexdigest()
+    digest = hashlib.sha256(read_bytes(plan_path, "plan", WorkloadError)).hexdigest()
     busy = stderr.status("optimizing…") if sys.stderr.isatty() else nullcontext()
     with busy:
         result = optimize_plan(plan, cat, calibration, options=SolverOptions(time_limit_s=time_limit, gap=gap),
@@ -72,21 +77,18 @@ def optimize(
                                capacity_table=capacity_table, n_buckets=buckets, sensitivity=sensitivity,
                                verify=verify)
     data = result.to_json()
-    inputs = tuple(p for p in (plan_path, capacity_table, params, catalog) if p is not None)
-    to_stdout = json_path is not None and str(json_path) == "-"
-    if json_path is not None and not to_stdout:
-        write_atomic(json_path, json.dumps(data, indent=2, allow_nan=False) + "\n", inputs=inputs)
+    payloads: dict[str, str | bytes] = {}
+    if json_path is not None:
+        payloads["--json"] = json.dumps(data, indent=2, allow_nan=False) + "\n"
     if out is not None and result.status.has_plan:
-        from reports.workbook import write_workbook
+        from reports.workbook import workbook_bytes
 
-        write_workbook(data, out, inputs=inputs)
-    if to_stdout:
-        sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
-    else:
+        payloads["--out"] = workbook_bytes(data, tuple(p for p in inputs if p is not None))
+    written = outputs.write(payloads)
+    if not outputs.to_stdout("--json"):
         render(data)
-        for path in (json_path, out if result.status.has_plan else None):
-            if path is not None:
-                stdout.print(f"wrote {path}", markup=False)
+        for shown in written:
+            stdout.print(f"wrote {shown}", markup=False)
     if not result.status.has_plan:
         # One line (the CLI's error contract), naming the plan file: the status detail, then
         # each error diagnostic it does not already say (the binding limit and its fix).

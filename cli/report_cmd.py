@@ -11,6 +11,8 @@ from typing import Annotated
 
 import typer
 
+from catalog.outputs import Output, plan_outputs
+
 
 def report(
     plan_json: Annotated[Path, typer.Argument(help="A plan result JSON written by `gpuplan optimize --json`.")],
@@ -18,11 +20,12 @@ def report(
 ) -> None:
     """Write the finance workbook (live formulas over named assumptions) from a saved plan result."""
     from reports.result import load_result
-    from reports.workbook import write_workbook
+    from reports.workbook import workbook_bytes
 
+    outputs = plan_outputs([Output("--out", out, (".xlsx",))], (plan_json,))
     data, _ = load_result(plan_json)
-    path = write_workbook(data, out, inputs=(plan_json,))
-    typer.echo(f"wrote {path}")
+    outputs.write({"--out": workbook_bytes(data, (plan_json,), str(plan_json))})
+    typer.echo(f"wrote {out}")
 
 
 def register(app: typer.Typer) -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from catalog.errors import ModelError
+from catalog.outputs import Output, plan_outputs
 from cli.common import CatalogOpt, ModelConfigOpt, ParamsOpt, load, stdout
 from cli.estimate_cmd import DeviceOpt, InputOpt, ModelOpt, OutputOpt, PpOpt, PrecisionOpt, TpOpt
 
@@ -50,12 +51,10 @@ def roofline(
 ) -> None:
     """Plot output tokens/s and time per token against batch with memory/compute roofs and the KV limit."""
     # the models (numpy, pydantic) load when the command runs, not at `gpuplan --help`
-    from catalog.files import write_atomic
     from optimizer.models.params import load_params
     from optimizer.models.perf import build_configs, max_sequences, tpot_bound_ms
 
-    if out.suffix.lower() != ".png":
-        raise ModelError(f"{out}: --out must name a .png file")
+    outputs = plan_outputs([Output("--out", out, (".png",))], (params, catalog, model_config))
     cat = load(catalog, model_config)
     m, d, q = cat.model(model), cat.device(device), cat.precision(precision)
     c = build_configs(m, [(d, q, tp, pp)], load_params(params))
@@ -91,7 +90,7 @@ def roofline(
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    write_atomic(out, buf.getvalue())
+    outputs.write({"--out": buf.getvalue()})
     stdout.print(f"wrote {out}", markup=False)
 
 

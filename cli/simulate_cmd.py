@@ -21,6 +21,8 @@ from cli.common import (
 if TYPE_CHECKING:
     from workloads.spec import LengthDist
 
+MAX_REQUESTS = 2_000_000  # a bound on time and memory: the simulator holds per-request arrays
+
 
 def length_dist(mean: int, p99: int | None, flag: str) -> LengthDist:
     """Fixed length, or lognormal {mean, p99} when a p99 is given; p99 below the mean is an error."""
@@ -45,7 +47,7 @@ def simulate(
     pp: Annotated[int, typer.Option("--pp", min=1, help="Pipeline-parallel degree.")] = 1,
     input_p99: Annotated[int | None, typer.Option("--input-p99", min=1, help="p99 prompt length: lognormal prompts.")] = None,
     output_p99: Annotated[int | None, typer.Option("--output-p99", min=1, help="p99 output length: lognormal outputs.")] = None,
-    requests: Annotated[int, typer.Option("--requests", min=100, help="Requests to simulate.")] = 20_000,
+    requests: Annotated[int, typer.Option("--requests", min=100, max=MAX_REQUESTS, help="Requests to simulate (at most 2,000,000).")] = 20_000,
     seed: Annotated[int, typer.Option("--seed", help="Random seed (same seed, same result).")] = 0,
     params: ParamsOpt = None,
     catalog: CatalogOpt = None,

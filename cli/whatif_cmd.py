@@ -11,6 +11,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from catalog.errors import GpuplanError
+from catalog.outputs import Output, plan_outputs
 from cli.common import CatalogOpt, ParamsOpt, fmt, load, stdout, table
 from optimizer.planning.solver_options import SolverOptions
 
@@ -66,7 +67,6 @@ def whatif(
 ) -> None:
     """Solve every scenario of a what-if file and compare them."""
     # the optimizer (numpy, pulp, pydantic) loads when the command runs, not at `gpuplan --help`
-    from catalog.files import write_atomic
     from optimizer.whatif import (
         ScenarioOptions,
         fixed_fleet_meets,
@@ -74,13 +74,15 @@ def whatif(
         percentile,
         uncertainty_scenarios,
     )
-    from workloads.scenarios import load_scenarios
+    from reports.whatif_workbook import frontier_plot_bytes, whatif_workbook_bytes
+    from workloads.scenarios import load_scenarios, read_scenario_file, scenario_inputs
 
     if backend not in ("local", "ray"):
         raise GpuplanError(f"--backend: unknown backend '{backend}'; use local or ray")
-    for target in (out, json_path, plot):
-        if target is not None and target.resolve() == path.resolve():
-            raise GpuplanError(f"{target}: output path is the scenario file; choose another output path")
+    specs = [Output("--json", json_path, (".json",), stdout_ok=True), Output("--out", out, (".xlsx",)),
+             Output("--plot", plot, (".png",))]
+    # checked before anything else is read, against every input (the base plan the file names too)
+    outputs = plan_outputs(specs, (path, *scenario_inputs(read_scenario_file(path), path), catalog, params))
     cat = load(catalog)
     spec, _base_data, scenarios = load_scenarios(path, cat)
     if samples and not (spec.uncertainty and (spec.uncertainty.demand or spec.uncertainty.prices)):
@@ -108,6 +110,19 @@ def whatif(
             "model_error": "capacity of each device × a draw from its fidelity band (one draw per class per sample)",
         }
 
+    payloads: dict[str, str | bytes] = {}
+    if json_path is not None:
+        payloads["--json"] = json.dumps({**summary, "scenarios": rows}, indent=2, allow_nan=False) + "\n"
+    if out is not None:
+        payloads["--out"] = whatif_workbook_bytes([r for r in rows if r["group"] != "samples"])
+    if plot is not None:
+        payloads["--plot"] = frontier_plot_bytes(rows)
+    if not outputs.to_stdout("--json"):
+        _render(rows, summary, seed)
+    outputs.write(payloads)
+
+
+def _render(rows: list[dict[str, Any]], summary: dict[str, Any], seed: int) -> None:
     t_rows = []
     for r in rows:
         if r["group"] == "samples":
@@ -125,18 +140,6 @@ def whatif(
                      f"p90 {fmt(u['cost_p90_usd'])} $; the base fleet meets every SLO in "
                      f"{u['base_fleet_meets_slo_probability']:.0%} of samples with model error by fidelity class "
                      f"({u['base_fleet_meets_slo_probability_without_model_error']:.0%} on the point model).")
-
-    if json_path is not None:
-        full = {**summary, "scenarios": rows}
-        write_atomic(json_path, json.dumps(full, indent=2, allow_nan=False) + "\n", inputs=(path,))
-    if out is not None:
-        from reports.whatif_workbook import write_whatif_workbook
-
-        write_whatif_workbook([r for r in rows if r["group"] != "samples"], out, inputs=(path,))
-    if plot is not None:
-        from reports.whatif_workbook import write_frontier_plot
-
-        write_frontier_plot(rows, plot, inputs=(path,))
 
 
 def register(app: typer.Typer) -> None:

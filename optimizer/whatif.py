@@ -15,9 +15,10 @@ Modes:
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
-import os
+import multiprocessing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -27,6 +28,7 @@ import numpy as np
 
 from catalog.load import Catalog, load_catalog
 from optimizer.planning.solver_options import SolverOptions
+from optimizer.workers import capped_workers, run_pool
 from workloads.load import resolve_catalog
 from workloads.scenarios import Scenario, Uncertainty
 from workloads.spec import Plan
@@ -239,27 +241,18 @@ def run_scenario(scenario: Scenario, options: ScenarioOptions) -> dict[str, Any]
 
 def _run_local(scenarios: Sequence[Scenario], options: ScenarioOptions, workers: int,
                progress: Callable[[int], None] | None) -> list[dict[str, Any]]:
-    if workers <= 1 or len(scenarios) <= 1:
+    """Serially, or on ``workers`` worker processes (optimizer.workers: they die with this
+    process, ignore Ctrl-C, and are killed when it is interrupted)."""
+    if workers <= 1:
         out = []
         for s in scenarios:
             out.append(run_scenario(s, options))
             if progress:
                 progress(1)
         return out
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    ctx = multiprocessing.get_context("fork") if hasattr(os, "fork") else None
-    if ctx is not None:
-        share_candidates(scenarios, options)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = [pool.submit(run_scenario, s, options) for s in scenarios]
-        out = []
-        for f in futures:  # in submission order: results keep the scenario order
-            out.append(f.result())
-            if progress:
-                progress(1)
-        return out
+    if "fork" in multiprocessing.get_all_start_methods():
+        share_candidates(scenarios, options)  # the workers (forked) inherit the candidate sets
+    return run_pool(functools.partial(run_scenario, options=options), scenarios, workers, progress)
 
 
 def _run_ray(scenarios: Sequence[Scenario], options: ScenarioOptions, address: str | None,
@@ -298,8 +291,7 @@ def run_scenarios(scenarios: Sequence[Scenario], options: ScenarioOptions, *, wo
     """Solve every scenario; results in the order given, identical for every backend and worker count."""
     if backend == "ray":
         return _run_ray(scenarios, options, address, progress)
-    workers = workers or os.cpu_count() or 1
-    return _run_local(scenarios, options, workers, progress)
+    return _run_local(scenarios, options, capped_workers(workers, len(scenarios)), progress)
 
 
 def sample_uncertainty(base: Plan, uncertainty: Uncertainty, samples: int, seed: int) -> list[tuple[float, dict[str, float]]]:

@@ -7,14 +7,13 @@ grow) and turn a missing or wrong key into one line naming the file and the key.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from catalog.errors import GpuplanError
-from catalog.files import format_validation_error, read_text
+from catalog.files import format_validation_error, read_json
 
 Num = Annotated[float, Field(allow_inf_nan=False)]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -245,22 +244,39 @@ def parse_result(data: Any, where: str = "plan result") -> PlanResult:
     if not isinstance(data, dict):
         raise PlanResultError(f"{where}: expected a JSON object at the top level, got {type(data).__name__}")
     try:
-        return PlanResult.model_validate(data)
+        result = PlanResult.model_validate(data)
     except ValidationError as exc:
         raise PlanResultError(format_validation_error(where, exc, PlanResult)) from None
+    _cross_check(result, where)
+    return result
 
 
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a number JSON allows")
+def _cross_check(result: PlanResult, where: str) -> None:
+    """One fleet row per device; every deployment on a fleet device, for a known workload,
+    and within the fleet's GPUs (Σ replicas · tp · pp per device ≤ its GPUs)."""
+    fleet: dict[str, int] = {}
+    for i, row in enumerate(result.fleet):
+        if row.device in fleet:
+            raise PlanResultError(f"{where}: fleet[{i}].device: '{row.device}' has two fleet rows; "
+                                  "keep one row per device")
+        fleet[row.device] = row.gpus
+    names = {w.name for w in result.workloads}
+    used: dict[str, int] = {}
+    for i, d in enumerate(result.deployments):
+        if d.device not in fleet:
+            raise PlanResultError(f"{where}: deployments[{i}].device: '{d.device}' is not in the fleet "
+                                  f"({', '.join(sorted(fleet)) or 'empty'}); add its fleet row or remove the deployment")
+        if names and d.workload not in names:
+            raise PlanResultError(f"{where}: deployments[{i}].workload: '{d.workload}' is not one of the "
+                                  f"workloads ({', '.join(sorted(names))})")
+        used[d.device] = used.get(d.device, 0) + d.replicas * d.tp * d.pp
+    for device, gpus in used.items():
+        if gpus > fleet[device]:
+            raise PlanResultError(f"{where}: deployments on '{device}' use {gpus} GPUs but its fleet row has "
+                                  f"{fleet[device]}; fix the fleet row or the replicas")
 
 
 def load_result(path: Path | str) -> tuple[dict[str, Any], PlanResult]:
-    """Read a plan result JSON file: the raw dict and its checked form."""
-    text = read_text(path, "plan result JSON", PlanResultError)
-    try:
-        data = json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as exc:
-        raise PlanResultError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except ValueError as exc:
-        raise PlanResultError(f"{path}: not valid JSON: {exc}") from None
+    """Read a plan result JSON file (strictly: no duplicate keys, no NaN): the raw dict and its checked form."""
+    data = read_json(path, "plan result JSON", PlanResultError)
     return data, parse_result(data, str(path))

@@ -18,7 +18,7 @@ from openpyxl import Workbook
 from openpyxl.chart import LineChart, Reference
 from openpyxl.styles import PatternFill
 
-from catalog.files import write_atomic
+from catalog.outputs import write_atomic
 from reports.xl import Sheet
 
 DIFF_FILL = PatternFill("solid", fgColor="FFF2CC")
@@ -102,8 +102,8 @@ def demand_frontier(rows: Sequence[dict[str, Any]]) -> list[tuple[float, float]]
     return sorted(pts)
 
 
-def write_whatif_workbook(rows: Sequence[dict[str, Any]], path: Path | str, inputs: tuple = ()) -> Path:
-    """Write the comparison workbook atomically (never over an input file).
+def whatif_workbook_bytes(rows: Sequence[dict[str, Any]]) -> bytes:
+    """The comparison workbook's .xlsx bytes.
 
     Every user string goes through ``Sheet.put``: text stays text, never a formula.
     """
@@ -143,10 +143,15 @@ def write_whatif_workbook(rows: Sequence[dict[str, Any]], path: Path | str, inpu
         fleet.finish("1:1")
     buf = io.BytesIO()
     wb.save(buf)
-    return write_atomic(path, buf.getvalue(), inputs=inputs)
+    return buf.getvalue()
 
 
-def write_frontier_plot(rows: Sequence[dict[str, Any]], path: Path | str, inputs: tuple = ()) -> Path:
+def write_whatif_workbook(rows: Sequence[dict[str, Any]], path: Path | str, inputs: tuple = ()) -> Path:
+    """Write the comparison workbook atomically (never over an input file)."""
+    return write_atomic(path, whatif_workbook_bytes(rows), inputs=inputs, option="--out")
+
+
+def frontier_plot_bytes(rows: Sequence[dict[str, Any]]) -> bytes:
     """PNG with the two frontiers side by side (matplotlib, Agg)."""
     import matplotlib
 
@@ -174,4 +179,9 @@ def write_frontier_plot(rows: Sequence[dict[str, Any]], path: Path | str, inputs
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    return write_atomic(path, buf.getvalue(), inputs=inputs)
+    return buf.getvalue()
+
+
+def write_frontier_plot(rows: Sequence[dict[str, Any]], path: Path | str, inputs: tuple = ()) -> Path:
+    """Write the frontier PNG atomically (never over an input file)."""
+    return write_atomic(path, frontier_plot_bytes(rows), inputs=inputs, option="--plot")

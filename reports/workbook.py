@@ -20,7 +20,7 @@ from typing import Any
 from openpyxl import Workbook
 from openpyxl.workbook.properties import CalcProperties
 
-from catalog.files import write_atomic
+from catalog.outputs import Output, plan_outputs
 from reports.context import Ctx
 from reports.result import PlanResult, parse_result
 from reports.sheets_inputs import build_assumptions
@@ -73,15 +73,9 @@ def workbook_bytes(result: dict[str, Any] | PlanResult, inputs: tuple = (), wher
 def write_workbook(result: dict[str, Any], path: Path | str, inputs: tuple = ()) -> Path:
     """Write the finance workbook for ``result`` to ``path`` atomically; refuse to overwrite ``inputs``.
 
+    The path is checked (catalog.outputs.plan_outputs) before the workbook is built.
     Raises PlanResultError (a bad result), OutputError (a bad output path).
     """
-    from catalog.errors import OutputError
-
-    path = Path(path)
-    if path.suffix.lower() != ".xlsx":
-        raise OutputError(f"{path}: a workbook needs the .xlsx extension; e.g. --out report.xlsx")
-    for src in inputs:
-        if Path(src).resolve() == path.resolve():
-            raise OutputError(f"{path}: output path is the input file; choose another output path")
-    data = workbook_bytes(result, inputs)
-    return write_atomic(path, data, inputs=tuple(inputs))
+    outputs = plan_outputs([Output("--out", path, (".xlsx",))], inputs)
+    outputs.write({"--out": workbook_bytes(result, inputs)})
+    return Path(path)

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from catalog.errors import CatalogError, WorkloadError, suggest
 from catalog.files import format_validation_error, read_yaml
 from catalog.load import Catalog
-from workloads.spec import Plan
+from workloads.spec import LengthDist, Plan, Workload
 
 
 def parse_plan(data: dict[str, Any], where: str) -> Plan:
@@ -28,6 +28,25 @@ def load_plan(path: Path | str) -> Plan:
     return parse_plan(read_yaml(path, "plan", WorkloadError), str(path))
 
 
+def _longest(dist: LengthDist) -> float:
+    """The length checked against the context: the p99 (fixed: the value; histogram: its largest bin)."""
+    if dist.histogram is not None:
+        return max(t for t, _ in dist.histogram)
+    return dist.p99_tokens
+
+
+def _check_context(w: Workload, i: int, model: str, context: int, where: str) -> None:
+    """A p99 request (p99 prompt + p99 output tokens) must fit in the model's context window."""
+    prompt, output = _longest(w.prompt_tokens), _longest(w.output_tokens)
+    if prompt + output > context:
+        field = "output_tokens" if output > prompt else "prompt_tokens"
+        raise WorkloadError(
+            f"{where}: workloads[{i}].{field}: '{w.name}' asks for {prompt:,.0f} prompt + {output:,.0f} output "
+            f"tokens at p99, beyond the {context:,}-token context of {model}; shorten the requests or "
+            "choose a model with a longer context"
+        )
+
+
 def resolve_catalog(plan: Plan, catalog: Catalog, where: str) -> Catalog:
     """Check every name in ``plan`` against ``catalog`` and apply the plan's device overrides.
 
@@ -40,9 +59,10 @@ def resolve_catalog(plan: Plan, catalog: Catalog, where: str) -> Catalog:
         raise WorkloadError(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
     for i, w in enumerate(plan.workloads):
         try:
-            catalog.model(w.model)
+            model = catalog.model(w.model)
         except CatalogError as exc:
             raise WorkloadError(f"{where}: workloads[{i}].model: {exc}") from None
+        _check_context(w, i, model.key, model.max_context_tokens, where)
         for j, p in enumerate(w.precisions):
             if p not in catalog.precisions:
                 raise WorkloadError(

@@ -19,7 +19,14 @@ uncertainty:                       # for --samples K
 
 Dotted paths: ``workloads.NAME.FIELD`` (a workload by name), ``devices.KEY.FIELD`` (a catalog
 field of a device, e.g. a negotiated price), ``budget.capex_usd``, or any top-level plan
-field. A path that names nothing is an error listing the valid names at that level.
+field. A path that names nothing is an error listing the valid names at that level. Field
+names never contain a dot, so NAME is everything between the first and the last dot:
+``workloads.chat-v1.5.qps`` is field ``qps`` of workload ``chat-v1.5``; NAME may also be
+quoted (``workloads."chat-v1.5".qps``).
+
+Scenario names are unique: a sweep's levels are labelled with as many digits as it takes
+to tell them apart (``b@100,000``, ``b@100,000.5``), and a sweep whose levels repeat is an
+error.
 """
 
 from __future__ import annotations
@@ -73,6 +80,9 @@ class Sweep(Strict):
         if self.kind == "demand":
             if not self.multipliers:
                 raise ValueError("a demand sweep needs multipliers: [1, 1.5, 2, ...]")
+            twice = sorted({m for m in self.multipliers if self.multipliers.count(m) > 1})
+            if twice:
+                raise ValueError(f"multipliers lists {twice[0]:g} twice; each level once")
         else:
             if self.from_ is None or self.to is None:
                 raise ValueError(f"a {self.kind} sweep needs from and to")
@@ -80,6 +90,9 @@ class Sweep(Strict):
                 raise ValueError(f"to ({self.to:g}) is below from ({self.from_:g})")
             if self.kind == "price" and not self.device:
                 raise ValueError("a price sweep needs device: KEY")
+            if self.steps > 1 and self.to == self.from_:
+                raise ValueError(f"from and to are both {self.to:g}, so the {self.steps} steps are one level; "
+                                 "use steps: 1 or a wider range")
         return self
 
     def levels(self) -> list[float]:
@@ -144,6 +157,17 @@ def _valid_fields(model: type[BaseModel]) -> list[str]:
     return list(model.model_fields)
 
 
+def _split_named(path: str, top: str) -> tuple[str, str] | None:
+    """``top.NAME.FIELD`` → (NAME, FIELD): NAME is all between the first and the last dot, quotes removed."""
+    rest = path[len(top) + 1:]
+    if "." not in rest:
+        return None
+    name, field = rest.rsplit(".", 1)
+    if len(name) >= 2 and name[0] == name[-1] and name[0] in "\"'":
+        name = name[1:-1]
+    return (name, field) if name and field else None
+
+
 def apply_override(data: dict[str, Any], path: str, value: Any, catalog: Catalog, where: str) -> None:
     """Set ``path`` (dotted) in a raw plan mapping, or raise naming the valid fields there."""
     parts = path.split(".")
@@ -151,9 +175,10 @@ def apply_override(data: dict[str, Any], path: str, value: Any, catalog: Catalog
     plan_fields = _valid_fields(Plan)
     if top == "workloads":
         names = [w.get("name") for w in data.get("workloads", []) if isinstance(w, dict)]
-        if len(parts) != 3:
+        split = _split_named(path, top)
+        if split is None:
             raise WorkloadError(f"{where}: '{path}': write workloads.NAME.FIELD (workloads: {', '.join(map(str, names))})")
-        name, field = parts[1], parts[2]
+        name, field = split
         if name not in names:
             raise WorkloadError(f"{where}: '{path}': no workload '{name}'{suggest(name, names)}; "
                                 f"workloads: {', '.join(map(str, names))}")
@@ -165,11 +190,12 @@ def apply_override(data: dict[str, Any], path: str, value: Any, catalog: Catalog
                 w[field] = value
         return
     if top == "devices":
-        if len(parts) != 3:
+        split = _split_named(path, top)
+        if split is None:
             raise WorkloadError(f"{where}: '{path}': write devices.KEY.FIELD, e.g. devices.h200-sxm.purchase_usd")
-        key, field = parts[1].lower(), parts[2]
+        key, field = split[0].lower(), split[1]
         if key not in catalog.devices:
-            raise WorkloadError(f"{where}: '{path}': unknown device '{parts[1]}'{suggest(key, catalog.devices)}")
+            raise WorkloadError(f"{where}: '{path}': unknown device '{split[0]}'{suggest(key, catalog.devices)}")
         editable = [f for f in Device.model_fields if f not in {"key", "sources", "estimated", "ranges"}]
         if field not in editable:
             raise WorkloadError(f"{where}: '{path}': unknown device field '{field}'{suggest(field, editable)}; "
@@ -212,52 +238,102 @@ def _make(name: str, group: str, data: dict[str, Any], catalog: Catalog, where: 
     return Scenario(name=name, group=group, plan=plan, **kw)
 
 
-def expand_scenarios(spec: ScenarioFile, base_data: dict[str, Any], catalog: Catalog, where: str) -> list[Scenario]:
-    """The base, each variant, then each sweep's levels, in file order (the order of results)."""
+def _labels(levels: list[float], first: str) -> list[str]:
+    """Labels for sweep levels: ``first`` (a format spec) if it tells them apart, else more digits."""
+    labels = [format(x, first) for x in levels]
+    digits = 1
+    while len(set(labels)) != len(labels) and digits <= 12:
+        labels = [format(x, f",.{digits}f") for x in levels]
+        digits += 1
+    if len(set(labels)) != len(labels):
+        labels = [repr(x) for x in levels]
+    return labels
+
+
+def expand_scenarios(spec: ScenarioFile, base_data: dict[str, Any], catalog: Catalog, where: str,
+                     base_where: str | None = None) -> list[Scenario]:
+    """The base, each variant, then each sweep's levels, in file order (the order of results).
+
+    ``base_where`` names the base plan in errors of the base itself (the file ``base:`` points at).
+    """
     count = 1 + len(spec.variants) + sum(s.steps if s.kind != "demand" else len(s.multipliers or []) for s in spec.sweeps)
     if count > MAX_SCENARIOS:  # checked before validating thousands of plans
         raise WorkloadError(f"{where}: {count} scenarios, over the limit of {MAX_SCENARIOS}; use fewer steps")
-    out = [_make("base", "base", copy.deepcopy(base_data), catalog, where)]
+    base_plan = parse_plan(copy.deepcopy(base_data), base_where or f"{where}: scenario 'base'")
+    resolve_catalog(base_plan, catalog, base_where or f"{where}: scenario 'base'")
+    out = [Scenario(name="base", group="base", plan=base_plan)]
     for v in spec.variants:
         data = copy.deepcopy(base_data)
         for path, value in v.set.items():
             apply_override(data, path, value, catalog, f"{where}: variants.{v.name}")
         out.append(_make(v.name, "variant", data, catalog, where, overrides=dict(v.set)))
     for s in spec.sweeps:
-        for level in s.levels():
+        levels = s.levels()
+        if s.kind == "demand":
+            labels = ["x" + t for t in _labels(levels, "g")]
+        else:
+            labels = _labels(levels, ",.0f" if s.kind == "budget" else ",.4g")
+        for level, label in zip(levels, labels, strict=True):
+            name = f"{s.name}@{label}"
             if s.kind == "budget":
                 data = copy.deepcopy(base_data)
                 data.setdefault("budget", {})["capex_usd"] = level
-                out.append(_make(f"{s.name}@{level:,.0f}", s.name, data, catalog, where, mode="max_demand",
+                out.append(_make(name, s.name, data, catalog, where, mode="max_demand",
                                  level=level, overrides={"budget.capex_usd": level}))
             elif s.kind == "demand":
-                out.append(_make(f"{s.name}@x{level:g}", s.name, _scaled(base_data, level), catalog, where,
+                out.append(_make(name, s.name, _scaled(base_data, level), catalog, where,
                                  level=level, overrides={"demand_multiplier": level}))
             else:
                 data = copy.deepcopy(base_data)
                 path = f"devices.{s.device}.{s.field}"
                 apply_override(data, path, level, catalog, f"{where}: sweeps.{s.name}")
-                out.append(_make(f"{s.name}@{level:,.4g}", s.name, data, catalog, where, level=level,
-                                 overrides={path: level}))
+                out.append(_make(name, s.name, data, catalog, where, level=level, overrides={path: level}))
     if len(out) > MAX_SCENARIOS:
         raise WorkloadError(f"{where}: {len(out)} scenarios, over the limit of {MAX_SCENARIOS}; use fewer steps")
     return out
 
 
+_SCENARIO_ONLY = ("base", "variants", "sweeps", "uncertainty")
+
+
+def base_plan_path(spec: ScenarioFile, path: Path | str) -> Path | None:
+    """The plan file ``base:`` names, relative to the scenario file; None for an inline plan."""
+    if spec.base is None:
+        return None
+    base = Path(spec.base)
+    return base if base.is_absolute() else Path(path).parent / base
+
+
+def scenario_inputs(spec: ScenarioFile, path: Path | str) -> list[Path]:
+    """Every file a scenario file reads besides itself (its base plan): outputs must not be one."""
+    base = base_plan_path(spec, path)
+    return [base] if base is not None else []
+
+
+def read_scenario_file(path: Path | str) -> ScenarioFile:
+    """The scenario file itself, validated (no catalog needed: its base plan is not read)."""
+    raw = read_yaml(path, "scenario", WorkloadError)
+    try:
+        return ScenarioFile.model_validate(raw)
+    except ValidationError as exc:
+        raise WorkloadError(format_validation_error(str(path), exc, ScenarioFile)) from None
+
+
 def load_scenarios(path: Path | str, catalog: Catalog) -> tuple[ScenarioFile, dict[str, Any], list[Scenario]]:
     """Parse a scenario file and expand it into validated scenarios (base first)."""
     path = Path(path)
-    raw = read_yaml(path, "scenario", WorkloadError)
-    try:
-        spec = ScenarioFile.model_validate(raw)
-    except ValidationError as exc:
-        raise WorkloadError(format_validation_error(str(path), exc, ScenarioFile)) from None
-    if spec.base is not None:
-        base_path = (path.parent / spec.base) if not Path(spec.base).is_absolute() else Path(spec.base)
+    spec = read_scenario_file(path)
+    base_path = base_plan_path(spec, path)
+    base_where = None
+    if base_path is not None:
+        base_where = f"{base_path} (the base plan of {path})"
         base_data = read_yaml(base_path, "plan", WorkloadError)
+        if found := [k for k in _SCENARIO_ONLY if k in base_data]:
+            raise WorkloadError(f"{base_path}: is a scenario file (it has {found[0]}:), not a plan; "
+                                f"point base: in {path} at a plan file")
     else:
         base_data = dict(spec.plan or {})
     for name in (spec.uncertainty.prices if spec.uncertainty else {}):
         if name.lower() not in catalog.devices:
             raise WorkloadError(f"{path}: uncertainty.prices: unknown device '{name}'{suggest(name.lower(), catalog.devices)}")
-    return spec, base_data, expand_scenarios(spec, base_data, catalog, str(path))
+    return spec, base_data, expand_scenarios(spec, base_data, catalog, str(path), base_where)

@@ -201,12 +201,13 @@ class Plan(Strict):
     @field_validator("workloads")
     @classmethod
     def _unique_names(cls, workloads: list[Workload]) -> list[Workload]:
+        """Unique names, kept in name order: no result (routing, ties, p99s) depends on the file's order."""
         seen: set[str] = set()
         for w in workloads:
             if w.name in seen:
                 raise ValueError(f"two workloads are named '{w.name}'; names must be unique")
             seen.add(w.name)
-        return workloads
+        return sorted(workloads, key=lambda w: w.name)
 
     def workload(self, name: str) -> Workload:
         for w in self.workloads:

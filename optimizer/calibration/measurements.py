@@ -99,11 +99,14 @@ def resolve_precision(cat: Catalog, name: str) -> str:
 
 def _number(value: str, path: Path, line: int, column: str, *, integer: bool = False,
             required: bool = False, allow_inf: bool = False) -> float | int | None:
-    text = value.strip().replace(",", "") if value is not None else ""
+    text = value.strip() if value is not None else ""
     if not text:
         if required:
             raise ModelError(f"{path}: line {line}: column '{column}' is empty; give a number")
         return None
+    if "," in text or "_" in text:  # 28836,77 is 28836.77 in one locale and 2,883,677 in another
+        raise ModelError(f"{path}: line {line}: column '{column}': {value!r} has a separator; write a plain "
+                         "decimal number with a dot for decimals and no thousands separators, e.g. 28836.77")
     try:
         number = float(text)
     except ValueError:

@@ -22,7 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from catalog.errors import ModelError
-from catalog.files import format_validation_error, read_yaml
+from catalog.files import format_validation_error, parse_yaml_text, read_yaml
 from catalog.schema import Device
 
 Fraction = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
@@ -149,7 +149,8 @@ def load_params(path: Path | str | None = None) -> CalibrationParams:
         shipped = shipped_params_path()
         if not shipped.exists():
             return CalibrationParams()
-        return parse_params(yaml.safe_load(shipped.read_text("utf-8")), f"built-in {PARAMS_FILE}")
+        return parse_params(parse_yaml_text(shipped.read_text("utf-8"), f"built-in {PARAMS_FILE}", ModelError),
+                            f"built-in {PARAMS_FILE}")
     data = read_yaml(path, "calibration parameters", ModelError)
     return parse_params(data, str(path))
 

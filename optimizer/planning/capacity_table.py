@@ -115,6 +115,9 @@ def _err(path: str, row: int | None, column: str | None, msg: str) -> CapacityTa
 
 
 def _number(path: str, row: int, col: str, text: str, *, positive: bool = False) -> float:
+    if "_" in text or "," in text:  # float() would take 1_000; a separator is never silently dropped
+        raise _err(path, row, col, f"{text!r} has a separator; write a plain decimal number with a dot "
+                                   "for decimals and no thousands separators")
     try:
         value = float(text)
     except ValueError:

@@ -54,7 +54,9 @@ def _why_unservable(wc: WorkloadCandidates, bucket: int) -> str:
     if not slo_limited:
         # Prefer what the models say (memory, precision) over plan exclusions (allowed, prices).
         excluded = [c for c in wc.candidates if _excluded_by_plan(c.pruned_reason or "")]
-        informative = [c for c in wc.candidates if c not in excluded] or list(wc.candidates)
+        informative = [c for c in wc.candidates if c not in excluded]
+        if not informative:
+            return f"{where}: every candidate is excluded by the plan: {_exclusions(excluded)}"
         example = max(informative, key=lambda c: (c.gpus, c.key))
         note = f"; {len(excluded)} more excluded by the plan (allowed_devices, inventory, prices)" if excluded else ""
         return (f"{where}: every candidate is pruned; the largest, {example.key}: {example.pruned_reason}{note}")
@@ -79,6 +81,22 @@ def _why_unservable(wc: WorkloadCandidates, bucket: int) -> str:
         parts.append("no candidate meets the SLO at any load"
                      + (f" (limited by {', '.join(binding)})" if binding else ""))
     return f"{where}: " + "; ".join(parts) + "; relax the SLO, allow faster devices or lower precisions"
+
+
+def _exclusions(excluded: list) -> str:
+    """The plan's exclusions by device, the devices the plan allows first (an inventory of 0 or
+    a missing price is what to fix there); devices outside ``allowed_devices`` counted, not named."""
+    by_device: dict[str, str] = {}
+    for c in sorted(excluded, key=lambda c: c.device):
+        by_device.setdefault(c.device, c.pruned_reason or "")
+    outside = sorted(d for d, r in by_device.items() if "allowed_devices" in r)
+    inside = [r for d, r in sorted(by_device.items()) if d not in outside]
+    parts = inside[:3] + ([f"{len(inside) - 3} more devices likewise"] if len(inside) > 3 else [])
+    if outside:
+        others = "other " if inside else ""
+        parts.append(f"{len(outside)} {others}device{'s' if len(outside) > 1 else ''} not in allowed_devices"
+                     if len(outside) > 1 else by_device[outside[0]])
+    return "; ".join(parts) + "; raise the inventory, give the missing figures or allow more devices"
 
 
 def _excluded_by_plan(reason: str) -> bool:

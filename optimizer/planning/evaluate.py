@@ -4,7 +4,7 @@ A :class:`BucketJob` is one workload's configurations on one bucket; its capacit
 ``capacity_at_slo`` of the serving model (req/s per replica at the SLO), or for a batch
 workload the SLO-free throughput ``batch_throughput``. Results are memoised per process by
 the job's digest (capacity does not depend on the rate, so what-if sweeps and repeated solves
-reuse it), and many jobs run in a pool of forked worker processes.
+reuse it), and many jobs run in a pool of forked worker processes (optimizer.workers).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import hashlib
 import math
 import multiprocessing
 import os
-import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -23,6 +22,7 @@ import numpy as np
 from optimizer.models import serving
 from optimizer.models.perf import Configs
 from optimizer.planning.candidate_set import BucketSpec
+from optimizer.workers import capped_workers, run_pool, usable_cpus
 from workloads.spec import Workload
 
 
@@ -135,25 +135,17 @@ _POOL_JOBS: list[BucketJob] = []  # the jobs of the pool being run (inherited by
 
 def parallel_workers() -> int:
     """Worker processes for bucket evaluations: ``GPUPLAN_WORKERS`` if set, else the usable CPUs
-    (1 = serial; parallel only where ``fork`` exists, so workers inherit the jobs without pickling,
-    and never inside a worker process — what-if scenarios already run one per CPU)."""
+    (capped by them either way; 1 = serial; parallel only where ``fork`` exists, so workers
+    inherit the jobs without pickling, and never inside a worker process — what-if scenarios
+    already run one per CPU)."""
     if "fork" not in multiprocessing.get_all_start_methods() or multiprocessing.parent_process() is not None:
         return 1
     env = os.environ.get("GPUPLAN_WORKERS", "").strip()
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            return 1
     try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
-
-
-def _pool_init() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops the pool
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        requested = max(1, int(env)) if env else None
+    except ValueError:
+        requested = 1
+    return capped_workers(requested, usable_cpus())
 
 
 def _pool_job(i: int) -> BucketEvaluation:
@@ -190,9 +182,8 @@ def evaluate_buckets(jobs: Sequence[BucketJob]) -> dict[tuple, BucketEvaluation]
         # biggest first (more configs, longer), so the last job does not run alone
         order = sorted(range(len(todo)), key=lambda i: -len(todo[i].chosen))
         _POOL_JOBS = [todo[i] for i in order]
-        try:
-            with multiprocessing.get_context("fork").Pool(workers, initializer=_pool_init) as pool:
-                done = pool.map(_pool_job, range(len(order)), chunksize=1)
+        try:  # optimizer.workers: the workers die with this process and leave Ctrl-C to it
+            done = run_pool(_pool_job, range(len(order)), workers)
         finally:
             _POOL_JOBS = []
         results = [None] * len(todo)  # type: ignore[list-item]

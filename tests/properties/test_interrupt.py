@@ -25,7 +25,7 @@ EARLIER = b"earlier output\n"
 
 def _slow_plan(path: Path) -> None:
     """Six workloads over every device, precision and sharding: many seconds of candidate work."""
-    models = ["llama-3.1-70b", "qwen2.5-72b", "mixtral-8x7b", "llama-3.1-405b", "llama-2-70b", "deepseek-v3"]
+    models = ["llama-3.1-70b", "qwen2.5-72b", "mixtral-8x7b", "llama-3.1-405b", "qwen2.5-72b", "deepseek-v3"]  # contexts >= 32k: p99 8192 + 1024 fits
     workloads = [{"name": f"svc{i}", "model": m, "qps": 10 + i, "precisions": ["bf16", "fp8", "int8", "int4"],
                   "prompt_tokens": {"mean": 1024 + 512 * i, "p99": 8192}, "output_tokens": {"mean": 256, "p99": 1024},
                   "slo": {"ttft_p99_ms": 2000 + 100 * i, "tpot_p99_ms": 100 + 10 * i}} for i, m in enumerate(models)]
@@ -118,3 +118,65 @@ def test_interrupted_whatif_with_workers_stops_them_and_keeps_earlier_outputs(tm
     assert left == [], f"worker processes still running: {left}"
     assert out_json.read_bytes() == EARLIER
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chat-fleet.yaml", "whatif-budget.yaml", "whatif.json"]
+
+
+def _children(pid: int) -> list[int]:
+    """Pids whose parent is ``pid`` (field 4 of /proc/PID/stat)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                out.append(int(entry.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to see the workers")
+def test_sigkilled_whatif_parent_leaves_no_worker(tmp_path):
+    """SIGKILL (the OOM killer, a CI cancel) cannot be caught by the parent: the workers must
+    notice by themselves (parent-death signal, watchdog) and be gone 2 s later."""
+    for name in ("whatif-budget.yaml", "chat-fleet.yaml"):
+        (tmp_path / name).write_bytes((REPO / "examples" / name).read_bytes())
+    proc = subprocess.Popen([sys.executable, "-m", "cli.app", "whatif", str(tmp_path / "whatif-budget.yaml"),
+                             "--workers", "2"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and len(workers) < 2 and time.monotonic() < deadline:
+            workers = _children(proc.pid)
+            time.sleep(0.05)
+        assert len(workers) == 2, f"expected 2 workers, saw {workers}"
+        time.sleep(0.5)
+        assert proc.poll() is None, "finished before it could be killed"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        time.sleep(2.0)
+        left = [pid for pid in workers if _alive(pid)]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in workers:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert left == [], f"workers outlived their SIGKILLed parent: {left}"
+
+
+def test_worker_count_is_capped_by_work_and_cores():
+    from optimizer.workers import capped_workers, usable_cpus
+
+    cores = usable_cpus()
+    assert capped_workers(64, 4) == min(4, cores)
+    assert capped_workers(None, 1000) == cores
+    assert capped_workers(2, 0) == 1

@@ -142,6 +142,11 @@ def evaluate_load(c: Configs, lam: np.ndarray, lens: Lengths, chunk: int, need: 
         out["tpot_p99"] = mixture_quantile(0.99, w_tpot, mt, var_tpot, k3_tpot)
         if p50:
             out["tpot_p50"] = mixture_quantile(0.50, w_tpot, mt, var_tpot, k3_tpot)
+    elif "tpot" in need:
+        # every request has one output token: no gap between tokens, so no time per output
+        # token to wait for — a TPOT SLO is met trivially (0 ms), not unmeetable (nan)
+        out["tpot_p99"] = np.zeros(len(c))
+        out["tpot_p50"] = np.zeros(len(c))
     if "ttft" in need:
         out["ttft_p99"] = mixture_quantile(0.99, lens.l_w, ttft_m, ttft_v, ttft_k3)
         if p50:

@@ -1,0 +1,231 @@
+"""The one way every command writes its output files: validated up front, written all-or-nothing.
+
+A command declares its outputs and its inputs before doing any work::
+
+    outputs = plan_outputs([Output("--json", json_path, (".json",), stdout_ok=True),
+                            Output("--out", out, (".xlsx",))], inputs=(plan_path, catalog))
+    ...                                   # load, solve, build
+    outputs.write({"--json": text, "--out": workbook})
+
+:func:`plan_outputs` refuses, before anything is written, an output that
+
+- has the wrong extension, or is ``-`` where stdout is not supported;
+- is a directory, a device, a FIFO or a socket (or a symlink to one: writing
+  ``--json /dev/stdout`` must not replace the node with a regular file), or a dangling symlink;
+- sits in a directory that does not exist or cannot be written;
+- is the same file as **any** input of the command (plan, base plans named by a scenario
+  file, ``--catalog``, ``--params``, ``--model-config``, ``--capacity-table``, measurements,
+  plan result), compared by resolved path and by device/inode (hard links);
+- is the same file as another output.
+
+:meth:`Outputs.write` then writes every payload to a temporary file next to its target,
+flushed to disk, and only when all of them exist renames them over their targets: an error
+or interrupt before the renames leaves every earlier file as it was and no temp file behind.
+New files get the permissions of any normally created file, ``0o666 & ~umask`` (0644 under
+umask 022), not ``mkstemp``'s 0600. A symlink to a regular file is written through (the
+link stays, its target is replaced). Every OSError becomes an :class:`OutputError` naming
+the file.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from catalog.errors import OutputError
+
+STDOUT = "-"
+
+
+@dataclass(frozen=True)
+class Output:
+    """One output a command may write: its option name, path (None = not asked), allowed suffixes."""
+
+    option: str
+    path: Path | str | None
+    suffixes: tuple[str, ...] = ()
+    stdout_ok: bool = False
+
+
+@dataclass(frozen=True)
+class _Target:
+    option: str
+    shown: str             # the path as the user wrote it, for messages
+    real: Path | None      # resolved path; None = stdout
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where /proc allows."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a == b:
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _check(spec: Output, inputs: list[Path]) -> _Target:
+    shown = str(spec.path)
+    if shown == STDOUT:
+        if not spec.stdout_ok:
+            raise OutputError(f"{spec.option} -: this output cannot go to stdout; give a file name")
+        return _Target(spec.option, shown, None)
+    path = Path(spec.path)  # type: ignore[arg-type]
+    if not path.name or shown.endswith(os.sep):
+        raise OutputError(f"{spec.option} {shown}: is a directory; give a file name")
+    real = Path(os.path.realpath(path))
+    for src in inputs:
+        if _same_file(real, src):
+            raise OutputError(f"{spec.option} {shown}: output path is the input file {src}; "
+                              "choose another output path")
+    if os.path.lexists(path):
+        try:
+            st = os.stat(path)
+        except OSError:
+            raise OutputError(f"{spec.option} {shown}: is a symlink to a missing file; "
+                              "remove it or give another path") from None
+        if stat.S_ISDIR(st.st_mode):
+            raise OutputError(f"{spec.option} {shown}: is a directory; give a file name")
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
+            raise OutputError(f"{spec.option} {shown}: is {kind}, not a regular file; give a file path"
+                              + (" (or - for stdout)" if spec.stdout_ok else ""))
+    if spec.suffixes and path.suffix.lower() not in spec.suffixes:
+        example = f"out{spec.suffixes[0]}"
+        raise OutputError(f"{spec.option} {shown}: needs the {' or '.join(spec.suffixes)} extension; "
+                          f"e.g. {spec.option} {example}")
+    parent = real.parent
+    if not parent.is_dir():
+        raise OutputError(f"{spec.option} {shown}: directory {path.parent} does not exist; create it first")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"{spec.option} {shown}: directory {path.parent} is not writable; "
+                          "choose another output path")
+    return _Target(spec.option, shown, real)
+
+
+class Outputs:
+    """The validated outputs of one command; :meth:`write` writes them all or none."""
+
+    def __init__(self, targets: dict[str, _Target]):
+        self._targets = targets
+
+    def __contains__(self, option: str) -> bool:
+        return option in self._targets
+
+    def to_stdout(self, option: str) -> bool:
+        """True if ``option`` was given as ``-``."""
+        target = self._targets.get(option)
+        return target is not None and target.real is None
+
+    def shown(self, option: str) -> str:
+        return self._targets[option].shown
+
+    def write(self, payloads: Mapping[str, bytes | str]) -> list[str]:
+        """Write each payload to its option's target; all renames happen after all temp files exist.
+
+        Options not in ``payloads`` are left alone (e.g. no workbook for an infeasible plan).
+        Returns the paths written, as the user wrote them. Stdout payloads go out last.
+        """
+        unknown = set(payloads) - set(self._targets)
+        if unknown:
+            raise ValueError(f"outputs not declared: {sorted(unknown)}")
+        mode = 0o666 & ~_umask()
+        staged: list[tuple[str, _Target]] = []
+        to_stdout: list[bytes | str] = []
+        try:
+            for option, data in payloads.items():
+                target = self._targets[option]
+                if target.real is None:
+                    to_stdout.append(data)
+                    continue
+                blob = data.encode("utf-8") if isinstance(data, str) else data
+                staged.append((_stage(target, blob, mode), target))
+            for tmp, target in staged:
+                try:
+                    os.replace(tmp, target.real)  # type: ignore[arg-type]
+                except OSError as exc:
+                    raise OutputError(f"{target.option} {target.shown}: cannot write ({exc.strerror})") from None
+        finally:
+            for tmp, _target in staged:
+                if os.path.lexists(tmp):
+                    try:
+                        os.unlink(tmp)
+                    except OSError:
+                        pass
+        for data in to_stdout:
+            if isinstance(data, str):
+                sys.stdout.write(data)
+            else:
+                sys.stdout.flush()
+                sys.stdout.buffer.write(data)
+            sys.stdout.flush()
+        return [t.shown for _tmp, t in staged]
+
+
+def _stage(target: _Target, blob: bytes, mode: int) -> str:
+    """Write ``blob`` to a new temp file beside the target; return its path."""
+    real = target.real
+    assert real is not None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
+    except OSError as exc:
+        raise OutputError(f"{target.option} {target.shown}: cannot write in {real.parent} ({exc.strerror}); "
+                          "choose another output path") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), mode)
+            fh.write(blob)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        os.unlink(tmp)
+        raise OutputError(f"{target.option} {target.shown}: cannot write ({exc.strerror})") from None
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return tmp
+
+
+def plan_outputs(specs: Iterable[Output], inputs: Iterable[Path | str | None] = ()) -> Outputs:
+    """Validate every output that was asked for (``path`` not None) against the rules above.
+
+    Raises OutputError (one line: option, path, what is wrong, the fix) on the first bad one.
+    """
+    real_inputs = [Path(os.path.realpath(p)) for p in inputs if p is not None and str(p) != STDOUT]
+    targets: dict[str, _Target] = {}
+    for spec in specs:
+        if spec.path is None:
+            continue
+        target = _check(spec, real_inputs)
+        for other in targets.values():
+            if target.real is not None and other.real is not None and _same_file(target.real, other.real):
+                raise OutputError(f"{spec.option} {target.shown}: is also the {other.option} output; "
+                                  "give each output its own path")
+        targets[spec.option] = target
+    return Outputs(targets)
+
+
+def write_atomic(path: Path | str, data: bytes | str, inputs: tuple[Path | str, ...] = (),
+                 option: str = "output") -> Path:
+    """Write one file through :func:`plan_outputs` (validated, temp file + rename, umask permissions)."""
+    outputs = plan_outputs([Output(option, path)], inputs)
+    outputs.write({option: data})
+    return Path(path)

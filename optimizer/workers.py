@@ -1,0 +1,124 @@
+"""Worker process pools that die with their parent, stop on Ctrl-C without tracebacks, and fit the machine.
+
+Used by the what-if scenarios (optimizer/whatif.py) and the candidate evaluations
+(optimizer/planning/candidates.py). The rules, in one place:
+
+- **Sized by the work and the cores**: ``min(requested, work items, usable CPUs)`` workers,
+  never 64 processes for 4 scenarios on 2 cores.
+- **Die with the parent**: each worker asks Linux for SIGKILL when its parent dies
+  (``prctl(PR_SET_PDEATHSIG, SIGKILL)``, through ctypes), and also runs a watchdog thread
+  that exits the worker once ``os.getppid()`` changes (other systems, or a parent whose
+  forking thread ended). A parent killed by SIGKILL (the OOM killer, a CI cancel) leaves
+  no worker behind.
+- **Ctrl-C is the parent's**: workers ignore SIGINT (the terminal sends it to the whole
+  process group) and take SIGTERM's default action, so they print no traceback. The parent
+  sees the interrupt once; on it, or on any error, it kills the workers and re-raises.
+- Results come back in the order of the items, whatever the worker count.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+WATCHDOG_INTERVAL_S = 0.5
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def capped_workers(requested: int | None, items: int) -> int:
+    """``min(requested or usable CPUs, items, usable CPUs)``, at least 1."""
+    cores = usable_cpus()
+    return max(1, min(requested or cores, items, cores))
+
+
+def _set_parent_death_signal() -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl: the watchdog thread still covers it
+        pass
+
+
+def _watchdog(parent: int) -> None:
+    while True:
+        time.sleep(WATCHDOG_INTERVAL_S)
+        if os.getppid() != parent:
+            os._exit(1)
+
+
+def worker_init(parent: int | None = None) -> None:
+    """Pool initializer: ignore SIGINT, default SIGTERM, die when ``parent`` (the pid that started the pool) does."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    parent = parent if parent is not None else os.getppid()
+    _set_parent_death_signal()
+    if os.getppid() != parent:  # the parent died before the death signal was armed
+        os._exit(1)
+    threading.Thread(target=_watchdog, args=(parent,), name="gpuplan-watchdog", daemon=True).start()
+
+
+def _context() -> Any:
+    """``fork`` where it exists (workers inherit loaded modules and module-level jobs), else the default."""
+    if "fork" in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context()
+
+
+def _kill(pool: ProcessPoolExecutor) -> None:
+    """Kill every worker at once (SIGKILL) and drop the queued work; the executor notices the
+    dead workers by their sentinels and its manager thread ends (no lock is waited for)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in procs:
+        try:
+            proc.kill()
+        except (OSError, ValueError, AttributeError):
+            pass
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        try:
+            proc.join(timeout=2.0)
+        except (OSError, ValueError, AssertionError):
+            pass
+
+
+def run_pool(fn: Callable[[Any], Any], items: Sequence[Any] | Iterable[Any], workers: int,
+             progress: Callable[[int], None] | None = None) -> list[Any]:
+    """``[fn(x) for x in items]`` on ``workers`` worker processes (in item order).
+
+    ``fn`` must be picklable (a module-level function or a functools.partial of one). An
+    exception in a worker is re-raised in the parent as itself; on it, or on an interrupt in
+    the parent, the workers are killed before it propagates. ``progress(1)`` is called as
+    each result arrives, in order.
+    """
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=worker_init,
+                               initargs=(os.getpid(),))
+    try:
+        futures = [pool.submit(fn, x) for x in items]
+        out = []
+        for future in futures:  # in submission order: results keep the item order
+            out.append(future.result())
+            if progress is not None:
+                progress(1)
+    except BaseException:
+        _kill(pool)
+        raise
+    pool.shutdown(wait=True)
+    return out

@@ -1,0 +1,197 @@
+"""Output paths: every combination of outputs over inputs, each other, devices, links and bad
+directories either succeeds or fails with exit 1 and one line — and never touches an input or
+leaves half the outputs written (catalog.outputs: validated up front, written all-or-nothing).
+Written files have the permissions of any new file (0644 under umask 022, not mkstemp's 0600).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import REPO
+
+# A small plan (one device, one precision: quick candidates) whose optimum exists.
+PLAN = """name: small
+allowed_devices: [l4]
+workloads:
+  - name: chat
+    model: llama-3.1-8b
+    qps: 2
+    prompt_tokens: 256
+    output_tokens: 64
+    precisions: [fp8]
+    slo: {ttft_p99_ms: 3000}
+"""
+CATALOG = "devices:\n  - key: l4\n    purchase_usd: 2500\n"
+SENTINEL = b"earlier output\n"
+
+# Where an output may point. Names map to a path inside the run directory (or outside it).
+KINDS = ["new", "existing", "plan", "catalog", "params", "dev-null", "link-dev-null", "link-plan",
+         "hardlink-plan", "missing-dir", "read-only-dir", "directory", "fifo", "dangling-link", "stdout",
+         "other-output", "wrong-extension"]
+
+
+def _layout(run: Path) -> dict[str, Path]:
+    (run / "plan.yaml").write_text(PLAN)
+    (run / "cat.yaml").write_text(CATALOG)
+    (run / "params.yaml").write_bytes((REPO / "optimizer" / "models" / "data" / "calibration.yaml").read_bytes())
+    (run / "ro").mkdir()
+    (run / "ro").chmod(0o555)
+    (run / "adir.json").mkdir()
+    os.mkfifo(run / "fifo.json")
+    os.symlink("/dev/null", run / "null.json")
+    os.symlink("plan.yaml", run / "toplan.json")
+    os.link(run / "plan.yaml", run / "hard.json")
+    os.symlink(str(run / "gone" / "x.json"), run / "dangling.json")
+    return {"plan": run / "plan.yaml", "catalog": run / "cat.yaml", "params": run / "params.yaml"}
+
+
+def _target(kind: str, option: str, run: Path, other: str) -> str:
+    ext = ".json" if option == "--json" else ".xlsx"
+    return {
+        "new": str(run / f"new{option[2:]}{ext}"),
+        "existing": str(run / f"old{option[2:]}{ext}"),
+        "plan": str(run / "plan.yaml"),
+        "catalog": str(run / "cat.yaml"),
+        "params": str(run / "params.yaml"),
+        "dev-null": "/dev/null",
+        "link-dev-null": str(run / "null.json"),
+        "link-plan": str(run / "toplan.json"),
+        "hardlink-plan": str(run / "hard.json"),
+        "missing-dir": str(run / "missing" / f"x{ext}"),
+        "read-only-dir": str(run / "ro" / f"x{ext}"),
+        "directory": str(run / "adir.json"),
+        "fifo": str(run / "fifo.json"),
+        "dangling-link": str(run / "dangling.json"),
+        "stdout": "-",
+        "other-output": other,
+        "wrong-extension": str(run / "x.txt"),
+    }[kind]
+
+
+def _snapshot(root: Path) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for p in sorted(root.rglob("*")):
+        st_ = os.lstat(p)
+        key = str(p.relative_to(root))
+        if stat.S_ISREG(st_.st_mode):
+            out[key] = p.read_bytes()
+        elif stat.S_ISLNK(st_.st_mode):
+            out[key] = "link:" + os.readlink(p)
+        else:
+            out[key] = f"mode:{stat.S_IFMT(st_.st_mode):o}"
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(json_kind=st.sampled_from(KINDS + ["none"]), out_kind=st.sampled_from(KINDS + ["none"]),
+       with_catalog=st.booleans(), with_params=st.booleans())
+def test_output_path_combinations(run_cli, json_kind, out_kind, with_catalog, with_params):
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp)
+        inputs = _layout(run)
+        (run / "oldjson.json").write_bytes(SENTINEL)
+        (run / "oldout.xlsx").write_bytes(SENTINEL)
+        args = ["optimize", str(inputs["plan"]), "--time-limit", "20"]
+        if with_catalog:
+            args += ["--catalog", str(inputs["catalog"])]
+        if with_params:
+            args += ["--params", str(inputs["params"])]
+        json_path = out_path = None
+        if json_kind != "none":
+            json_path = _target(json_kind, "--json", run, str(run / "newout.xlsx"))
+            args += ["--json", json_path]
+        if out_kind != "none":
+            out_path = _target(out_kind, "--out", run, json_path or str(run / "newjson.json"))
+            args += ["--out", out_path]
+        before = _snapshot(run)
+        null_mode = os.stat("/dev/null").st_mode
+        try:
+            r = run_cli(*args)
+        finally:
+            (run / "ro").chmod(0o755)
+        after = _snapshot(run)
+        assert os.stat("/dev/null").st_mode == null_mode and stat.S_ISCHR(null_mode)
+        for name in ("plan.yaml", "cat.yaml", "params.yaml", "hard.json"):
+            assert after[name] == before[name], f"input {name} changed"
+        assert "Traceback" not in r.stderr
+        assert r.code in (0, 1), (r.code, r.stderr)
+        if r.code == 1:
+            assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+            assert after == before, "a failed run changed or created files"
+            return
+        # success: every asked output exists whole, nothing else appeared
+        written = {k for k in after if after[k] != before.get(k)}
+        expected = set()
+        for path, magic in ((json_path, b"{"), (out_path, b"PK")):
+            if path is None or path == "-":
+                continue
+            key = str(Path(os.path.realpath(path)).relative_to(os.path.realpath(run)))
+            expected.add(key)
+            assert isinstance(after[key], bytes) and after[key].startswith(magic), key
+        assert written <= expected, written - expected
+        if json_path == "-":
+            assert json.loads(r.stdout)["status"] in ("optimal", "feasible")
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o027, 0o640), (0o002, 0o664)])
+def test_outputs_get_umask_permissions(run_cli, tmp_path, umask, mode):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN)
+    old = os.umask(umask)
+    try:
+        r = run_cli("optimize", plan, "--json", tmp_path / "r.json", "--out", tmp_path / "r.xlsx")
+    finally:
+        os.umask(old)
+    assert r.code == 0, r.stderr
+    for name in ("r.json", "r.xlsx"):
+        assert stat.S_IMODE(os.stat(tmp_path / name).st_mode) == mode, name
+
+
+def test_replaced_output_gets_umask_permissions_too(run_cli, tmp_path):
+    """An earlier 0600 file (e.g. from an older gpuplan) is replaced by a 0644 one under umask 022."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN)
+    out = tmp_path / "r.json"
+    out.write_bytes(SENTINEL)
+    out.chmod(0o600)
+    old = os.umask(0o022)
+    try:
+        r = run_cli("optimize", plan, "--json", out)
+    finally:
+        os.umask(old)
+    assert r.code == 0, r.stderr
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o644
+
+
+def test_write_failure_leaves_every_output_untouched(tmp_path, monkeypatch):
+    """All temp files are written before any rename: a failure on the second output's temp
+    file leaves the first output as it was, and no temp file behind."""
+    from catalog.errors import OutputError
+    from catalog.outputs import Output, plan_outputs
+
+    first, second = tmp_path / "a.json", tmp_path / "b.xlsx"
+    first.write_bytes(SENTINEL)
+    outputs = plan_outputs([Output("--json", first, (".json",)), Output("--out", second, (".xlsx",))])
+    real_fsync = os.fsync
+    calls = []
+
+    def failing_fsync(fd):
+        calls.append(fd)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(OutputError, match=r"--out .*b\.xlsx: cannot write \(No space left on device\)"):
+        outputs.write({"--json": "{}\n", "--out": b"PK"})
+    assert first.read_bytes() == SENTINEL
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
