@@ -14,7 +14,6 @@ import functools
 import math
 import signal
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -44,6 +43,9 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # click's plain help: typer's rich help imports markdown-it, pygments and rich.traceback
+    # (~0.12 s of every `gpuplan --help`)
+    rich_markup_mode=None,
 )
 app.add_typer(catalog_cmd.app, name="catalog")
 
@@ -51,6 +53,8 @@ _state = {"debug": False}
 
 
 def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # ~0.1 s: only for --version
+
     try:
         return version("gpuplan")
     except PackageNotFoundError:

@@ -9,19 +9,9 @@ from typing import Annotated
 import typer
 
 from catalog.errors import ModelError
-from catalog.files import read_bytes
 from catalog.outputs import Output, plan_outputs
 from cli.common import CatalogOpt, JsonOpt, ParamsOpt, fmt, load, print_json, stdout, table
-from cli.validate_cmd import load_all, resolve_measurement_paths
-from optimizer.calibration.bands import (
-    CLASS_OF_GROUPING,
-    coverage,
-    error_bands,
-    leave_out,
-    leave_out_summary,
-)
-from optimizer.calibration.fit import SHIPPED_ONLINE_WEIGHT, fit_params, online_fit_rows
-from optimizer.models.params import load_params, params_to_yaml
+from optimizer.models.constants import SHIPPED_ONLINE_WEIGHT
 
 
 def calibrate(
@@ -45,6 +35,19 @@ def calibrate(
     """Fit efficiency factors and overheads to offline max-throughput and latency rows (and, weighted
     by --online-weight, the mean TTFT and mean ITL of online-serving rows); write them for --params,
     with the error band of each fidelity class from leave-out refits."""
+    # the fit, numpy and pydantic load only when the command runs, not at `gpuplan --help`
+    from catalog.files import read_bytes
+    from cli.validate_cmd import load_all, resolve_measurement_paths
+    from optimizer.calibration.bands import (
+        CLASS_OF_GROUPING,
+        coverage,
+        error_bands,
+        leave_out,
+        leave_out_summary,
+    )
+    from optimizer.calibration.fit import fit_params, online_fit_rows
+    from optimizer.models.params import load_params, params_to_yaml
+
     paths = resolve_measurement_paths(measurements or [], shipped)
     outputs = plan_outputs([Output("--out", out, (".yaml", ".yml"))], (*paths, params, catalog))
     cat = load(catalog)

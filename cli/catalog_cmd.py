@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from catalog import Catalog, Device
+if TYPE_CHECKING:
+    from catalog import Catalog, Device
 from catalog.errors import CatalogError, suggest
 from cli.common import CatalogOpt, JsonOpt, ModelConfigOpt, fmt, load, print_json, stdout, table
 
-app = typer.Typer(help="List and inspect devices, models and precisions.", no_args_is_help=True)
+app = typer.Typer(help="List and inspect devices, models and precisions.", no_args_is_help=True,
+                  rich_markup_mode=None)  # plain help, as the main app (start-up time)
 
 DEVICE_SORTS = {
     "key": lambda r: r["key"],

@@ -6,14 +6,14 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from catalog import Catalog, load_catalog
-from catalog.load import model_from_hf_config
+if TYPE_CHECKING:
+    from catalog import Catalog
 
 CatalogOpt = Annotated[
     Path | None,
@@ -53,6 +53,11 @@ stdout = SafeConsole(width=None if sys.stdout.isatty() else 240)
 
 def load(catalog: Path | None = None, model_config: Path | None = None) -> Catalog:
     """The built-in catalog plus the user's overrides and model config, if given."""
+    from catalog.load import (  # pydantic + YAML: not at `gpuplan --help`
+        load_catalog,
+        model_from_hf_config,
+    )
+
     cat = load_catalog(catalog)
     if model_config is not None:
         cat = cat.with_model(model_from_hf_config(model_config))

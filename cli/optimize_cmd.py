@@ -21,13 +21,11 @@ import typer
 from rich.console import Console
 
 from catalog.errors import WorkloadError
-from catalog.files import read_bytes
 from catalog.outputs import Output, plan_outputs
 from cli.common import CatalogOpt, ModelConfigOpt, ParamsOpt, fmt, load, stdout, table
 from cli.provenance_render import render_provenance, render_sensitivity
 from optimizer.planning.solver_options import SolverOptions
 from optimizer.results.plan_result import Provenance
-from workloads import load_plan, resolve_catalog
 
 stderr = Console(stderr=True, width=None if sys.stderr.isatty() else 240)
 
@@ -56,8 +54,11 @@ def optimize(
     model_config: ModelConfigOpt = None,
 ) -> None:
     """Find the cheapest fleet (devices, precision, sharding, replicas) that meets every workload's SLOs."""
+    # the optimizer (numpy, pulp, pydantic) loads when the command runs, not at `gpuplan --help`
+    from catalog.files import read_bytes
     from optimizer.models.params import load_params
     from optimizer.optimize import optimize_plan
+    from workloads.load import load_plan, resolve_catalog
 
     inputs = (plan_path, capacity_table, params, catalog, model_config)
     outputs = plan_outputs([Output("--json", json_path, (".json",), stdout_ok=True),

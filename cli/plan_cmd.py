@@ -7,11 +7,12 @@ from pathlib import Path
 
 from catalog.errors import WorkloadError
 from cli.common import fmt, load, print_json, stdout, table
-from workloads import Plan, load_plan, resolve_catalog
 
 
 def validate_plan(path: Path, catalog_path: Path | None, model_config: Path | None, json_out: bool) -> None:
     """Check a plan file against the schema and the catalog, then print what it asks for."""
+    from workloads.load import load_plan, resolve_catalog  # pydantic: not at `gpuplan --help`
+
     cat = load(catalog_path, model_config)
     plan = load_plan(path)
     cat = resolve_catalog(plan, cat, str(path))
@@ -42,6 +43,8 @@ def validate_plan(path: Path, catalog_path: Path | None, model_config: Path | No
 
 
 def plan_schema() -> str:
+    from workloads.spec import Plan  # pydantic: not at `gpuplan --help`
+
     return json.dumps(Plan.model_json_schema(), indent=2)
 
 

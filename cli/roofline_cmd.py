@@ -4,21 +4,25 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import numpy as np
 import typer
 
 from catalog.errors import ModelError
 from catalog.outputs import Output, plan_outputs
 from cli.common import CatalogOpt, ModelConfigOpt, ParamsOpt, load, stdout
 from cli.estimate_cmd import DeviceOpt, InputOpt, ModelOpt, OutputOpt, PpOpt, PrecisionOpt, TpOpt
-from optimizer.models.params import load_params
-from optimizer.models.perf import build_configs, decode_parts, max_sequences, tpot_bound_ms
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def roofline_data(c, input_tokens: int, output_tokens: int, max_batch: int) -> dict[str, np.ndarray]:
     """Curves for config 0 of ``c``: batch, tokens/s, TPOT and the memory/compute roofs."""
+    import numpy as np  # numpy and the models load when the command runs, not at `gpuplan --help`
+
+    from optimizer.models.perf import decode_parts
+
     batch = np.unique(np.round(np.logspace(0, np.log10(max_batch), 200))).reshape(1, -1)
     ctx = input_tokens + output_tokens / 2.0
     parts = decode_parts(c, batch, ctx)
@@ -46,6 +50,10 @@ def roofline(
     model_config: ModelConfigOpt = None,
 ) -> None:
     """Plot output tokens/s and time per token against batch with memory/compute roofs and the KV limit."""
+    # the models (numpy, pydantic) load when the command runs, not at `gpuplan --help`
+    from optimizer.models.params import load_params
+    from optimizer.models.perf import build_configs, max_sequences, tpot_bound_ms
+
     outputs = plan_outputs([Output("--out", out, (".png",))], (params, catalog, model_config))
     cat = load(catalog, model_config)
     m, d, q = cat.model(model), cat.device(device), cat.precision(precision)

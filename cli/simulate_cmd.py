@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -18,16 +18,17 @@ from cli.common import (
     table,
 )
 from cli.estimate_cmd import EngineOpt, EpOpt
-from optimizer.models import perf, serving
-from optimizer.models.params import load_params
-from optimizer.models.simulate import simulate as run_simulation
-from workloads.spec import LengthDist
+
+if TYPE_CHECKING:
+    from workloads.spec import LengthDist
 
 MAX_REQUESTS = 2_000_000  # a bound on time and memory: the simulator holds per-request arrays
 
 
 def length_dist(mean: int, p99: int | None, flag: str) -> LengthDist:
     """Fixed length, or lognormal {mean, p99} when a p99 is given; p99 below the mean is an error."""
+    from workloads.spec import LengthDist  # pydantic: not at `gpuplan --help`
+
     if p99 is None:
         return LengthDist(mean=mean)
     if p99 < mean:
@@ -57,6 +58,11 @@ def simulate(
     json_out: JsonOpt = False,
 ) -> None:
     """Simulate one replica at a request rate; print simulated percentiles (95 % CI) next to the analytic ones."""
+    # the models (numpy, pydantic) load when the command runs, not at `gpuplan --help`
+    from optimizer.models import perf, serving
+    from optimizer.models.params import load_params
+    from optimizer.models.simulate import simulate as run_simulation
+
     if not qps > 0:
         raise ModelError(f"--qps must be > 0 requests/s (got {qps:g})")
     prompt = length_dist(input_tokens, input_p99, "--input")

@@ -66,6 +66,7 @@ def whatif(
     params: ParamsOpt = None,
 ) -> None:
     """Solve every scenario of a what-if file and compare them."""
+    # the optimizer (numpy, pulp, pydantic) loads when the command runs, not at `gpuplan --help`
     from optimizer.whatif import (
         ScenarioOptions,
         fixed_fleet_meets,

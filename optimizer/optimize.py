@@ -10,6 +10,7 @@ when asked, its sensitivity (:mod:`optimizer.planning.safeguards`).
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,7 +28,15 @@ from optimizer.planning.diagnose import (
     unservable,
 )
 from optimizer.planning.headroom import capacity_factors, demand_factor, policy_of, sized
-from optimizer.planning.milp import FleetSolution, SolverOptions, solve_fleet
+from optimizer.planning.milp import (
+    CHILD_MIN_OPTIONS,
+    RESTRICT_MIN_OPTIONS,
+    FleetProblem,
+    FleetSolution,
+    SolverOptions,
+    solve_fleet,
+    solve_restricted,
+)
 from optimizer.planning.safeguards import (
     annotate,
     fidelity_map,
@@ -36,7 +45,13 @@ from optimizer.planning.safeguards import (
 )
 from optimizer.planning.sensitivity import analyse
 from optimizer.planning.shortlist import single_device_shortlist
-from optimizer.results.plan_result import Diagnostic, PlanResult, Provenance, SolveStatus
+from optimizer.results.plan_result import (
+    Diagnostic,
+    PlanResult,
+    Provenance,
+    SingleDeviceBest,
+    SolveStatus,
+)
 from workloads.spec import Plan
 
 DEFAULT_N_BUCKETS = 4
@@ -73,38 +88,108 @@ def optimize_plan(
     """
     if n_buckets < 1:
         raise SolverError(f"n_buckets must be >= 1 (got {n_buckets}); e.g. --buckets 4")
+    clock = StageClock()
     cset = plan_candidates(plan, catalog, params, capacity_table, n_buckets, candidates)
     model_params = None if capacity_table is not None else (params if params is not None else load_params(None))
     fidelity = fidelity_map(cset, model_params, catalog)
     cset = sized(cset, capacity_factors(plan, fidelity), demand_factor(plan))
+    clock.lap("candidates")
     problem = fleet_problem(cset, plan)
     diagnostics = list(cset.diagnostics)
     if missing := unservable(cset):
         sol = FleetSolution(SolveStatus.INFEASIBLE, "; ".join(d.message for d in missing), solver=options.solver)
-        return assemble(plan, cset, sol, diagnostics + missing, None, source)
-    sol = solve_fleet(problem, **options.solve_kwargs)
+        clock.lap("solve")
+        return clock.stamp(assemble(plan, cset, sol, diagnostics + missing, None, source))
+    sol, single, notes = solve_stage(problem, options, compare_single_device=compare_single_device,
+                                     diagnose=diagnose)
+    clock.lap("solve")
     verification = None
     if sol.status.has_plan and model_params is not None and (verify or (verify is None and verify_by_default(cset, sol))):
         cset, resized, sol, verification = verify_and_resize(
             plan, cset, sol, catalog, model_params, lambda p: solve_fleet(p, **options.solve_kwargs))
-        problem = resized or problem
-    single = None
-    if sol.status == SolveStatus.INFEASIBLE and diagnose:
-        diagnostics += binding_limits(problem, **options.solve_kwargs)
-    elif sol.status.has_plan and compare_single_device:
-        single, single_sol = single_device_solution(single_device_shortlist(problem, options.gap),
-                                                    **options.solve_kwargs)
-        sol, fallback = one_device_fallback(sol, single_sol)
-        diagnostics += [fallback] if fallback else []
-        diagnostics.append(single_device_note(single, sol.objective_usd or 0.0))
-    if sol.status == SolveStatus.FEASIBLE:
-        diagnostics.append(Diagnostic("warning", "not_proven_optimal", sol.detail))
+        if resized is not None:  # the one-device comparison was made on the fleet before re-sizing
+            problem = resized
+            sol, single, notes = solve_stage(problem, options, compare_single_device=compare_single_device,
+                                             diagnose=diagnose, solved=sol)
+    diagnostics += notes
     result = annotate(assemble(plan, cset, sol, diagnostics, single, source, problem), plan, cset, fidelity,
                       verification)
     result = replace(result, headroom=policy_of(plan), verification=verification)
     if sensitivity and sol.status.has_plan:
         result = replace(result, sensitivity=analyse(plan, cset, problem, sol, fidelity, options))
-    return result
+    return clock.stamp(result)
+
+
+# Share of --time-limit the one-device fleets may take before the main solve (they are its
+# first incumbent and its fallback); the main solve gets the rest.
+SINGLE_DEVICE_SHARE = 0.25
+
+
+def solve_stage(problem: FleetProblem, options: SolverOptions, *, compare_single_device: bool = True,
+                diagnose: bool = True, solved: FleetSolution | None = None,
+                ) -> tuple[FleetSolution, SingleDeviceBest | None, list[Diagnostic]]:
+    """The solve stage, within ``options.time_limit_s`` (+ the child's kill grace) at any size.
+
+    1. The cheapest one-device fleets (``single_device_solution`` on the shortlist), in at most
+       SINGLE_DEVICE_SHARE of the limit. On a large problem (CHILD_MIN_OPTIONS) the best one is
+       the main solve's first incumbent, so that solve never returns a dearer plan.
+    2. The main MILP in what is left (``solve_fleet``; a child process with a hard deadline
+       on large problems; from RESTRICT_MIN_OPTIONS options on, the restricted MILP over each
+       workload's best options, ``solve_restricted``, with its gap against the full problem).
+    3. A time-limited plan dearer than the one-device fleet, or none at all, gives way to it
+       (:func:`one_device_fallback`); an infeasible plan is explained (``binding_limits``) in
+       what is left of the limit.
+
+    ``solved``: the main solve's answer already (a fleet re-sized by the simulator's check):
+    only the one-device comparison and the notes are made.
+    """
+    limit = options.time_limit_s
+    deadline = time.perf_counter() + limit
+    notes: list[Diagnostic] = []
+    single = single_sol = None
+    if compare_single_device:
+        single, single_sol = single_device_solution(single_device_shortlist(problem, options.gap),
+                                                    **options.solve_kwargs, total_s=SINGLE_DEVICE_SHARE * limit)
+    start = single_sol if len(problem.options) >= CHILD_MIN_OPTIONS else None
+    main_s = max(deadline - time.perf_counter(), 0.05 * limit)
+    if solved is not None:
+        sol = solved
+    elif len(problem.options) >= RESTRICT_MIN_OPTIONS:
+        sol = solve_restricted(problem, **{**options.solve_kwargs, "time_limit_s": main_s}, start=single_sol)
+    else:
+        sol = solve_fleet(problem, **{**options.solve_kwargs, "time_limit_s": main_s}, start=start)
+    if sol.status == SolveStatus.INFEASIBLE and diagnose:
+        notes += binding_limits(problem, **options.solve_kwargs, total_s=max(deadline - time.perf_counter(), 0.0))
+    elif compare_single_device and (sol.status.has_plan or single_sol is not None):
+        sol, fallback = one_device_fallback(sol, single_sol)
+        notes += [fallback] if fallback else []
+        if sol.status.has_plan:
+            notes.append(single_device_note(single, sol.objective_usd or 0.0))
+    if sol.status == SolveStatus.FEASIBLE:
+        notes.append(Diagnostic("warning", "not_proven_optimal", sol.detail))
+    return sol, single, notes
+
+
+class StageClock:
+    """Wall time of the stages of one ``optimize_plan`` call (``PlanResult.timings_s``)."""
+
+    def __init__(self) -> None:
+        self.start = self.last = time.perf_counter()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.laps[stage] = now - self.last
+        self.last = now
+
+    def stamp(self, result: PlanResult) -> PlanResult:
+        """``result`` with its timings: the stages so far, verification (the simulator's check
+        and re-sizing when asked, assembling the result and re-predicting each deployment's
+        p99s, since the last lap; the sensitivity analysis when asked) and the total."""
+        self.lap("verification")
+        timings = {k: self.laps.get(k, 0.0) for k in ("candidates", "solve", "verification")}
+        timings["total"] = self.last - self.start
+        return replace(result, timings_s=timings)
 
 
 def plan_candidates(plan: Plan, catalog: Catalog, params, capacity_table: CapacityTable | Path | str | None,
@@ -120,20 +205,27 @@ def plan_candidates(plan: Plan, catalog: Catalog, params, capacity_table: Capaci
 
 def one_device_fallback(sol: FleetSolution, single_sol: FleetSolution | None
                         ) -> tuple[FleetSolution, Diagnostic | None]:
-    """The one-device fleet instead of a time-limited plan that costs more (seen at 500 workloads).
+    """The one-device fleet instead of a time-limited plan that costs more (seen at 500 workloads),
+    or instead of no plan at all (a solve stopped at its time limit before any incumbent).
 
     That fleet satisfies every constraint, so it is a valid answer; the gap is recomputed
-    against the main solve's proven bound.
+    against the main solve's proven bound (unknown without one).
     """
-    if not (sol.status == SolveStatus.FEASIBLE and single_sol is not None and single_sol.objective_usd is not None
-            and sol.objective_usd is not None and single_sol.objective_usd < sol.objective_usd):
+    if single_sol is None or single_sol.objective_usd is None or not single_sol.status.has_plan:
+        return sol, None
+    if sol.status == SolveStatus.ERROR:
+        what = f"the solver found no plan in its time limit ({sol.detail})"
+    elif sol.status == SolveStatus.FEASIBLE and sol.objective_usd is not None and single_sol.objective_usd < sol.objective_usd:
+        what = f"the solver stopped at its time limit with a ${sol.objective_usd:,.0f} plan"
+    else:
         return sol, None
     note = Diagnostic(
         "warning", "time_limit_fallback",
-        f"the solver stopped at its time limit with a ${sol.objective_usd:,.0f} plan; the cheapest one-device "
-        f"fleet (${single_sol.objective_usd:,.0f}) is returned instead; raise --time-limit for a mixed fleet")
+        f"{what}; the cheapest one-device fleet (${single_sol.objective_usd:,.0f}) is returned instead; "
+        "raise --time-limit for a mixed fleet")
     bound = sol.bound_usd
     gap_now = (single_sol.objective_usd - bound) / single_sol.objective_usd if bound is not None else sol.gap
     return replace(single_sol, status=SolveStatus.FEASIBLE, gap=gap_now, bound_usd=bound,
                    solve_seconds=sol.solve_seconds + single_sol.solve_seconds,
-                   detail=f"time limit reached; one-device fleet; gap {100 * (gap_now or 0):.1f} %"), note
+                   detail="time limit reached; one-device fleet"
+                          + (f"; gap {100 * gap_now:.1f} %" if gap_now is not None else "; gap unknown")), note

@@ -18,6 +18,7 @@ import copy
 import functools
 import json
 import math
+import multiprocessing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -79,6 +80,22 @@ def _solve(plan: Plan, options: ScenarioOptions, *, full: bool, candidates=None)
                          compare_single_device=False, diagnose=full, candidates=candidates)
 
 
+def _feasible(plan: Plan, options: ScenarioOptions, cset) -> bool:
+    """Whether some fleet serves ``plan`` within its limits: the MILP with objective 0, which
+    stops at the first fleet meeting every constraint (no cost to minimise, no result to
+    assemble). Same answer as ``_solve(...).status.has_plan``, a fraction of its time."""
+    # the planning stack loads in the worker that solves, as optimize_plan does in _solve
+    from optimizer.planning.candidate_set import fleet_problem, rebase_candidates
+    from optimizer.planning.diagnose import unservable
+    from optimizer.planning.milp import solve_fleet
+
+    rebased = rebase_candidates(cset, plan)
+    if unservable(rebased):
+        return False
+    sol = solve_fleet(fleet_problem(rebased, plan), **options.solver.solve_kwargs, minimise="feasible")
+    return sol.status.has_plan
+
+
 def _optimize(plan: Plan, options: ScenarioOptions) -> dict[str, Any]:
     return _solve(plan, options, full=True, candidates=_candidates(plan, options)).to_json()
 
@@ -120,6 +137,21 @@ def _candidates(plan: Plan, options: ScenarioOptions):
     return _CANDIDATE_CACHE[key]
 
 
+def share_candidates(scenarios: Sequence[Scenario], options: ScenarioOptions) -> None:
+    """Compute the candidate sets of ``scenarios`` here, once each, before the workers fork:
+    they inherit ``_CANDIDATE_CACHE`` instead of each computing the same sets (a budget sweep
+    shares one). Only as many distinct sets as the cache holds; the workers compute the rest."""
+    seen: set[str] = set()
+    for s in scenarios:
+        key = _candidate_key(s.plan)
+        if key in seen:
+            continue
+        if len(seen) >= _CANDIDATE_CACHE_SIZE:
+            break
+        seen.add(key)
+        _candidates(s.plan, options)
+
+
 def max_demand(plan: Plan, options: ScenarioOptions) -> tuple[float, dict[str, Any]]:
     """Largest multiplier s of every workload's rate whose cheapest fleet fits the plan's limits.
 
@@ -131,7 +163,7 @@ def max_demand(plan: Plan, options: ScenarioOptions) -> tuple[float, dict[str, A
     cset = _candidates(plan, options)
 
     def feasible(s: float) -> bool:
-        return _solve(_scaled(plan, s), options, full=False, candidates=cset).status.has_plan
+        return _feasible(_scaled(plan, s), options, cset)
 
     def answer(s: float) -> dict[str, Any]:
         return _solve(_scaled(plan, s), options, full=True, candidates=cset).to_json()
@@ -218,6 +250,8 @@ def _run_local(scenarios: Sequence[Scenario], options: ScenarioOptions, workers:
             if progress:
                 progress(1)
         return out
+    if "fork" in multiprocessing.get_all_start_methods():
+        share_candidates(scenarios, options)  # the workers (forked) inherit the candidate sets
     return run_pool(functools.partial(run_scenario, options=options), scenarios, workers, progress)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 import tempfile
 import time
@@ -36,13 +37,21 @@ def _strip(rows):
         for d in (r, r.get("plan", {})):
             d.pop("solve_seconds", None)
             d.pop("created_utc", None)
+            d.pop("timings_s", None)
     return out
+
+
+def _cpu_s() -> float:
+    """User + system CPU seconds of this process and of its children that have ended."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenarios", type=int, default=200)
     ap.add_argument("--backends", default="local1,local2,ray")
+    ap.add_argument("--save", type=Path, default=None, help="write the results (without timings) as JSON here")
     args = ap.parse_args()
     spec = {"base": str(REPO / "examples" / "chat-fleet.yaml"),
             "sweeps": [{"name": "budget", "kind": "budget", "from": 100000, "to": 2000000,
@@ -61,12 +70,15 @@ def main() -> int:
             except ImportError:
                 print("ray: not installed (pip install -e '.[ray]'); skipped")
                 continue
-        start = time.perf_counter()
+        start, cpu0 = time.perf_counter(), _cpu_s()
         rows = run_scenarios(scenarios, ScenarioOptions(), workers=workers, backend=kind)
-        wall = time.perf_counter() - start
+        wall, cpu = time.perf_counter() - start, _cpu_s() - cpu0
         same = "reference" if reference is None else ("same results" if _strip(rows) == reference else "DIFFERENT")
         reference = reference or _strip(rows)
-        print(f"{backend:8s} wall {wall:7.1f} s  ({wall / len(scenarios):.2f} s/scenario)  {same}")
+        print(f"{backend:8s} wall {wall:7.1f} s  ({wall / len(scenarios):.2f} s/scenario), CPU {cpu:7.1f} s "
+              f"(this process and its finished workers)  {same}")
+        if args.save is not None:
+            args.save.write_text(json.dumps(_strip(rows), indent=1, sort_keys=True))
     return 0
 
 

@@ -24,7 +24,7 @@ def _strip(row):
     """A result without its timings (the only fields allowed to differ between runs)."""
     row = json.loads(json.dumps(row))
     for r in [row, row.get("plan", {})]:
-        for key in ("solve_seconds", "created_utc"):
+        for key in ("solve_seconds", "created_utc", "timings_s"):
             r.pop(key, None)
     return row
 

@@ -41,9 +41,6 @@ from optimizer.calibration.predict import (
 )
 from optimizer.models.params import CalibrationParams, FactorOverride, FitRecord
 
-SHIPPED_ONLINE_WEIGHT = 1.0  # online_weight of the shipped optimizer/models/data/calibration.yaml fit
-
-
 # ---------------------------------------------------------------------------------------
 # Fitting
 

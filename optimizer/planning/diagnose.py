@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import replace
 
 from optimizer.planning.candidate_set import CandidateSet, WorkloadCandidates
@@ -24,7 +26,7 @@ from optimizer.planning.milp import (
     solve_fleet,
     uncovered_buckets,
 )
-from optimizer.results.plan_result import Diagnostic, SingleDeviceBest
+from optimizer.results.plan_result import Diagnostic, SingleDeviceBest, SolveStatus
 
 METRIC_LABEL = {"ttft_p99_ms": "TTFT p99", "tpot_p99_ms": "TPOT p99", "e2e_p99_ms": "E2E p99"}
 
@@ -136,11 +138,25 @@ def _without_inventory(problem: FleetProblem, device: str | None = None) -> Flee
     return replace(problem, units=units)
 
 
-def binding_limits(problem: FleetProblem, *, time_limit_s: float, gap: float, solver: str = "highs") -> list[Diagnostic]:
-    """Name the limits that make ``problem`` infeasible and the smallest feasible value of each."""
+def binding_limits(problem: FleetProblem, *, time_limit_s: float, gap: float, solver: str = "highs",
+                   total_s: float | None = None) -> list[Diagnostic]:
+    """Name the limits that make ``problem`` infeasible and the smallest feasible value of each.
+
+    ``total_s`` bounds the wall time of all its solves together (each gets what is left, at
+    most ``time_limit_s``).
+    """
     lim = problem.limits
     free = _without_inventory(replace(problem, limits=Limits()))
-    sol_free = solve_fleet(free, time_limit_s=time_limit_s, gap=gap, solver=solver)
+    deadline = time.perf_counter() + total_s if total_s is not None else math.inf
+
+    def within(p: FleetProblem, **kwargs) -> FleetSolution:  # noqa: ANN003 - solve_fleet's keywords
+        """solve_fleet with at most what is left of ``total_s``."""
+        left = deadline - time.perf_counter()
+        if left <= 0.01:
+            return FleetSolution(SolveStatus.ERROR, "the time limit is spent", solver=solver)
+        return solve_fleet(p, **{**kwargs, "time_limit_s": min(kwargs["time_limit_s"], left)})
+
+    sol_free = within(free, time_limit_s=time_limit_s, gap=gap, solver=solver)
     if not sol_free.status.has_plan:
         return [Diagnostic("error", "infeasible_without_limits",
                            "the plan is infeasible even without budgets, power cap and inventory "
@@ -161,7 +177,7 @@ def binding_limits(problem: FleetProblem, *, time_limit_s: float, gap: float, so
                            float(u.inventory_gpus), "GPUs"))
     out = []
     for code, field_name, what, relaxed, value, unit in checks:
-        sol = solve_fleet(relaxed, time_limit_s=time_limit_s, gap=gap, solver=solver, minimise=what)
+        sol = within(relaxed, time_limit_s=time_limit_s, gap=gap, solver=solver, minimise=what)
         if sol.status.has_plan:
             need = _resource(relaxed, sol, what)
             out.append(Diagnostic("error", f"binding_{code}",
@@ -171,7 +187,7 @@ def binding_limits(problem: FleetProblem, *, time_limit_s: float, gap: float, so
         # Each limit's own minimum with every limit dropped: what each needs at least.
         parts = []
         for _code, field_name, what, _, value, unit in checks:
-            sol = solve_fleet(free, time_limit_s=time_limit_s, gap=gap, solver=solver, minimise=what)
+            sol = within(free, time_limit_s=time_limit_s, gap=gap, solver=solver, minimise=what)
             if sol.status.has_plan:
                 parts.append(f"{field_name} >= {_fmt(_resource(free, sol, what), unit)} (now {_fmt(value, unit)})")
         out.append(Diagnostic(
@@ -202,18 +218,26 @@ def _fmt(value: float, unit: str) -> str:
 
 
 def single_device_solution(
-    problem: FleetProblem, *, time_limit_s: float, gap: float, solver: str = "highs"
+    problem: FleetProblem, *, time_limit_s: float, gap: float, solver: str = "highs", total_s: float | None = None,
 ) -> tuple[SingleDeviceBest | None, FleetSolution | None]:
     """The cheapest fleet of one device type that serves every workload under the same
-    limits, and its solution (a feasible solution of ``problem`` itself)."""
+    limits, and its solution (a feasible solution of ``problem`` itself).
+
+    ``total_s`` bounds the wall time of all the one-device solves together (each gets what is
+    left, at most ``time_limit_s``); devices not reached in it are not compared.
+    """
     best: SingleDeviceBest | None = None
     best_sol: FleetSolution | None = None
+    deadline = time.perf_counter() + total_s if total_s is not None else math.inf
     for d in sorted({o.device for o in problem.options}):
         sub = replace(problem, options=tuple(o for o in problem.options if o.device == d),
                       units={d: problem.units[d]})
         if uncovered_buckets(sub) or not problem.units[d].allowed:
             continue
-        sol = solve_fleet(sub, time_limit_s=time_limit_s, gap=gap, solver=solver)
+        left = deadline - time.perf_counter()
+        if left <= 0.01:
+            break
+        sol = solve_fleet(sub, time_limit_s=min(time_limit_s, left), gap=gap, solver=solver)
         if sol.status.has_plan and sol.objective_usd is not None and (best is None or sol.objective_usd < best.objective_usd):
             best = SingleDeviceBest(d, sol.objective_usd, sum(sol.gpus.values()))
             best_sol = sol

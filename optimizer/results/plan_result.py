@@ -235,6 +235,9 @@ class PlanResult:
     sources: tuple[SourceRow, ...] = field(default=())
     buckets: tuple[BucketRow, ...] = ()
     routing: tuple[Route, ...] = ()
+    # wall seconds by stage: candidates, solve (MILP + one-device fleets + diagnostics), verification
+    # (simulator check, assembling the result, p99s of each deployment, sensitivity), total
+    timings_s: dict[str, float] = field(default_factory=dict)
     headroom: HeadroomPolicy | None = None
     sensitivity: Sensitivity | None = None
     verification: Verification | None = None
@@ -254,6 +257,7 @@ class PlanResult:
         out["output_tokens_per_year"] = _num(self.output_tokens_per_year)
         out["cost_per_million_output_tokens_usd"] = _num(self.cost_per_million_output_tokens_usd)
         out["solve_seconds"] = _num(self.solve_seconds)
+        out["timings_s"] = {k: _num(v) for k, v in self.timings_s.items()}
         out["gap"] = _num(self.gap)
         for name in ("solver", "plan_name", "input_file", "input_sha256", "gpuplan_version", "created_utc"):
             out[name] = getattr(self, name)

@@ -8,8 +8,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from workloads import resolve_catalog
-
 from catalog import load_catalog
 from optimizer.models import perf, serving
 from optimizer.models.disagg import (
@@ -29,6 +27,7 @@ from optimizer.results.check import check_plan
 from optimizer.results.money import LinearTerms
 from optimizer.results.plan_result import SolveStatus
 from tests.conftest import REPO
+from workloads import resolve_catalog
 from workloads.load import load_plan
 from workloads.spec import SLO, LengthDist, Plan
 

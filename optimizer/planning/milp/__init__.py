@@ -24,7 +24,14 @@ from optimizer.planning.milp.problem import (
     slug,
     uncovered_buckets,
 )
+from optimizer.planning.milp.restrict import (
+    RESTRICT_MIN_OPTIONS,
+    restricted_problem,
+    solve_restricted,
+)
 from optimizer.planning.milp.solve import (
+    CHILD_MIN_OPTIONS,
+    DEADLINE_GRACE_S,
     SolveRun,
     extract,
     solve_alone,
@@ -35,7 +42,8 @@ from optimizer.planning.milp.solve import (
 )
 
 __all__ = [
-    "BOUNDS_MIN_OPTIONS", "PRESOLVE_MIN_OPTIONS", "Demand", "FleetModel", "FleetProblem", "FleetSolution",
+    "RESTRICT_MIN_OPTIONS", "restricted_problem", "solve_restricted",
+    "BOUNDS_MIN_OPTIONS", "CHILD_MIN_OPTIONS", "DEADLINE_GRACE_S", "PRESOLVE_MIN_OPTIONS", "Demand", "FleetModel", "FleetProblem", "FleetSolution",
     "Limits", "Minimise", "Option", "SolveRun", "SolverOptions", "UnitTerms", "amortised_units", "amortised_usd_per_replica",
     "build_model", "define_objective", "replica_upper_bound", "extract", "options_by_workload", "slug", "solve_alone", "solve_fleet",
     "solve_model", "stdout_silenced", "tie_break", "uncovered_buckets", "workload_lower_bounds",

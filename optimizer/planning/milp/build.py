@@ -283,10 +283,14 @@ def tie_break(model: FleetModel) -> pulp.LpAffineExpression:
 def define_objective(model: FleetModel, minimise: Minimise = "objective") -> None:
     """Minimise Σ_d c_gpu[d]·gpus[d] + c_node[d]·m[d] for the plan's objective (USD), plus :func:`tie_break`.
 
-    Diagnostics minimise another figure instead: capex, annual opex, power, or one device's GPUs.
+    Diagnostics minimise another figure instead: capex, annual opex, power, or one device's GPUs;
+    ``feasible`` minimises nothing (0), so the solver stops at the first fleet that meets every
+    constraint (what-if feasibility probes).
     """
     if isinstance(minimise, tuple):
         model.prob += model.gpus[minimise[1]]
+    elif minimise == "feasible":
+        model.prob += pulp.LpAffineExpression()
     elif minimise == "objective":
         model.prob += model.total("objective_usd") + tie_break(model)
     else:

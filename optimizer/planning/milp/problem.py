@@ -116,7 +116,8 @@ BOUNDS_MIN_OPTIONS = 300
 # more than they save (measured: docs/benchmarks.md).
 PRESOLVE_MIN_OPTIONS = 300
 
-Minimise = Literal["objective", "capex", "annual_opex", "power"] | tuple[Literal["gpus"], str]
+# "feasible": any fleet that meets every constraint (objective 0: the first one found is optimal)
+Minimise = Literal["objective", "capex", "annual_opex", "power", "feasible"] | tuple[Literal["gpus"], str]
 
 
 @dataclass(frozen=True)

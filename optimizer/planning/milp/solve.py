@@ -14,14 +14,16 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import pulp
 
 from catalog.errors import SolverError
 from optimizer.planning.milp.build import TIE_BREAK_FRACTION, FleetModel, build_model
+from optimizer.planning.milp.deadline import fork_available, run_with_deadline
 from optimizer.planning.milp.problem import (
     BOUNDS_MIN_OPTIONS,
     PRESOLVE_MIN_OPTIONS,
@@ -119,10 +121,38 @@ class SolveRun:
     bound: float | None = None
 
 
-def _solver(name: str, time_limit_s: float, gap: float, presolve: bool = True) -> Any:
+class _HiGHS(pulp.HiGHS):
+    """PuLP's HiGHS with two hooks between building the HiGHS model and running it:
+    ``start`` (column values of a feasible solution, by PuLP variable, given to
+    ``Highs.setSolution`` as the first incumbent) and ``on_incumbent`` (called with the column
+    values of every improving MIP solution HiGHS finds, in the original model's columns)."""
+
+    def __init__(self, *, on_incumbent: Callable[[Any, float, float], None] | None = None,
+                 start: Mapping[pulp.LpVariable, float] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.on_incumbent = on_incumbent
+        self.first_incumbent = start  # LpSolver has a float 'start' of its own
+
+    def callSolver(self, lp: pulp.LpProblem) -> None:  # noqa: N802 - PuLP's name
+        h = lp.solverModel
+        if self.first_incumbent:
+            idx = np.array([v.index for v in self.first_incumbent], dtype=np.int32)
+            h.setSolution(len(idx), idx, np.array(list(self.first_incumbent.values()), dtype=np.float64))
+        if self.on_incumbent is not None:
+            hook = self.on_incumbent
+            h.cbMipImprovingSolution.subscribe(
+                lambda e: hook(np.array(e.data_out.mip_solution), float(e.data_out.objective_function_value),
+                               float(e.data_out.mip_dual_bound)))
+        h.run()
+
+
+def _solver(name: str, time_limit_s: float, gap: float, presolve: bool = True,
+            on_incumbent: Callable[[Any, float, float], None] | None = None,
+            start: Mapping[pulp.LpVariable, float] | None = None) -> Any:
     if name == "highs":
         extra = {} if presolve else {"presolve": "off"}
-        return pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=gap, threads=1, **extra)
+        return _HiGHS(msg=False, timeLimit=time_limit_s, gapRel=gap, threads=1, on_incumbent=on_incumbent,
+                      start=start, **extra)
     with warnings.catch_warnings():
         # PuLP 3.3 flags its bundled CBC as going away in 4.0; it is only our fallback.
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -130,14 +160,17 @@ def _solver(name: str, time_limit_s: float, gap: float, presolve: bool = True) -
 
 
 def solve_model(model: FleetModel, *, time_limit_s: float, gap: float, solver: str = "highs",
-                reported_limit_s: float | None = None, presolve: bool = True) -> SolveRun:
+                reported_limit_s: float | None = None, presolve: bool = True,
+                on_incumbent: Callable[[Any, float, float], None] | None = None,
+                start: Mapping[pulp.LpVariable, float] | None = None) -> SolveRun:
     """Solve with HiGHS (CBC if HiGHS is unavailable or fails) and classify the outcome.
 
     PuLP reports a solve stopped by the time limit as status "Optimal"; only
     ``prob.sol_status`` (integer-feasible vs optimal) tells them apart, so both are read.
     ``reported_limit_s`` is the limit the user gave, named in the messages (default
     ``time_limit_s``, which may be what is left of it after building the model).
-    ``presolve=False`` skips HiGHS's presolve (faster on small models).
+    ``presolve=False`` skips HiGHS's presolve (faster on small models). ``on_incumbent`` and
+    ``start`` are HiGHS's improving-solution callback and first incumbent (:class:`_HiGHS`).
     """
     names = [solver] + (["cbc"] if solver == "highs" else [])
     last_error = ""
@@ -145,14 +178,14 @@ def solve_model(model: FleetModel, *, time_limit_s: float, gap: float, solver: s
         if name == "highs" and not pulp.HiGHS(msg=False).available():
             last_error = "HiGHS (highspy) is not installed"
             continue
-        start = time.perf_counter()
+        t0 = time.perf_counter()
         try:
             with stdout_silenced():
-                model.prob.solve(_solver(name, time_limit_s, gap, presolve))
+                model.prob.solve(_solver(name, time_limit_s, gap, presolve, on_incumbent, start))
         except pulp.PulpSolverError as exc:
             last_error = f"{name}: {exc}"
             continue
-        seconds = time.perf_counter() - start
+        seconds = time.perf_counter() - t0
         return _classify(model, name, seconds, reported_limit_s or time_limit_s)
     raise SolverError(f"no MILP solver could run ({last_error}); install highspy: pip install highspy")
 
@@ -205,9 +238,11 @@ def _gap_text(gap: float | None) -> str:
 # ---------------------------------------------------------------------------------------
 
 
-def extract(model: FleetModel, run: SolveRun, build_seconds: float) -> FleetSolution:
+def extract(model: FleetModel, run: SolveRun, build_seconds: float, values: Any = None) -> FleetSolution:
     """Integer replicas, routed loads (λ·x, req/s) and whole servers from the solved model.
 
+    ``values``: column values of an incumbent (indexed by ``LpVariable.index``, as HiGHS's
+    callback gives them) instead of the solved variables' values.
     Servers are recomputed as ⌈gpus[d] / gpus_per_node[d]⌉ — what the solver picks when a
     server costs anything, and never more than it picked.
     """
@@ -215,14 +250,15 @@ def extract(model: FleetModel, run: SolveRun, build_seconds: float) -> FleetSolu
                  n_integer_variables=len(model.n) + len(model.m) + len(model.u))
     if not run.status.has_plan:
         return FleetSolution(run.status, run.detail, None, run.gap, run.solve_seconds, build_seconds, run.solver, **stats)
+    value = (lambda v: v.value() or 0.0) if values is None else (lambda v: float(values[v.index]))
     units = model.problem.units
-    replicas = {idx: int(round(v.value() or 0)) for idx, v in model.n.items()}
+    replicas = {idx: int(round(value(v))) for idx, v in model.n.items()}
     replicas = {idx: r for idx, r in replicas.items() if r > 0}
     # Shares of candidates left without replicas (solver tolerance: n ≈ 1e-7) are dropped and
     # each bucket's remaining shares renormalised, so routed load adds up to the bucket's rate.
     shares: dict[tuple[str, int], dict[str, float]] = {}
     for (w, b, key), v in model.x.items():
-        share = min(max(v.value() or 0.0, 0.0), 1.0)
+        share = min(max(value(v), 0.0), 1.0)
         if share > 1e-12 and (w, key) in replicas:
             shares.setdefault((w, b), {})[key] = share
     # with disaggregated pools, colocated + prefill shares and colocated + decode shares each add to 1
@@ -247,7 +283,30 @@ def extract(model: FleetModel, run: SolveRun, build_seconds: float) -> FleetSolu
                          run.solver, replicas, routed, gpus, nodes, **stats, bound_usd=run.bound)
 
 
+def start_values(model: FleetModel, start: FleetSolution) -> dict[pulp.LpVariable, float]:
+    """Every column's value in ``start`` (a feasible solution of the same problem, e.g. the
+    one-device fleet): n from its replicas, x = routed λ / bucket λ, m from its servers,
+    u = 1 where an N+1 candidate has replicas; 0 elsewhere."""
+    out: dict[pulp.LpVariable, float] = {v: 0.0 for v in model.prob.variables()}
+    for idx, v in model.n.items():
+        out[v] = float(start.replicas.get(idx, 0))
+    for (w, b, key), v in model.x.items():
+        lam = model.demands[w].bucket_qps[b]
+        out[v] = start.routed_qps.get((w, b, key), 0.0) / lam if lam > 0 else 0.0
+    for d, v in model.m.items():
+        out[v] = float(start.nodes.get(d, 0))
+    for idx, v in model.u.items():
+        out[v] = 1.0 if start.replicas.get(idx, 0) > 0 else 0.0
+    return out
 
+
+# Problems with at least this many options solve in a child process with a hard deadline
+# (``optimizer.planning.milp.deadline``): HiGHS overran its time limit on a 500-workload plan
+# (hundreds of thousands of options). Below it a fork costs more than it protects.
+CHILD_MIN_OPTIONS = 2_000
+# Seconds past the time limit before the child is killed: building, extracting and sending
+# the answer of a large model take a few seconds after HiGHS stops on time.
+DEADLINE_GRACE_S = 3.0
 
 
 def solve_fleet(
@@ -258,24 +317,68 @@ def solve_fleet(
     solver: str = "highs",
     minimise: Minimise = "objective",
     bounds: bool = True,
+    start: FleetSolution | None = None,
+    in_child: bool | None = None,
+    cuts: Mapping[str, float] | None = None,
 ) -> FleetSolution:
     """Build → solve → extract. Buckets no option serves make the plan infeasible up front.
 
     With several workloads, ``bounds`` and a large problem (``BOUNDS_MIN_OPTIONS``), each
     workload is first solved alone for the cuts of :func:`define_workload_bounds` (their
-    time counts as build time); small problems solve faster without them.
+    time counts as build time); small problems solve faster without them; ``cuts`` gives those
+    bounds instead (computed already). ``start`` is a feasible solution given to HiGHS as its
+    first incumbent.
+
+    From CHILD_MIN_OPTIONS options on (or with ``in_child=True``) all of it runs in a child
+    process killed ``time_limit_s`` + DEADLINE_GRACE_S seconds after the call: the answer is
+    then the last incumbent the child reported (status feasible, with its gap against the
+    last dual bound), or an error when it found none.
     """
     missing = uncovered_buckets(problem)
     if missing:
         where = ", ".join(f"{w} bucket {b}" for w, b in missing)
         return FleetSolution(SolveStatus.INFEASIBLE, f"no candidate can serve {where}", solver=solver)
-    start = time.perf_counter()
-    cuts = None
-    if bounds and minimise == "objective" and len(problem.demands) > 1 and len(problem.options) >= BOUNDS_MIN_OPTIONS:
+    if in_child is None:
+        in_child = len(problem.options) >= CHILD_MIN_OPTIONS
+    if not (in_child and solver == "highs" and fork_available()):
+        return _solve_fleet_here(problem, time_limit_s, gap, solver, minimise, bounds, start, cuts)
+
+    def work(report: Callable[[Any], None]) -> FleetSolution:
+        return _solve_fleet_here(problem, time_limit_s, gap, solver, minimise, bounds, start, cuts, report)
+
+    out = run_with_deadline(work, time_limit_s + DEADLINE_GRACE_S)
+    if out.finished:
+        return out.value
+    seconds = out.wall_seconds
+    if not out.reports:  # the same words as a solve that stopped by itself without a plan
+        detail = (f"no solution found in {time_limit_s:g} s (the time limit); raise --time-limit" if out.timed_out
+                  else f"the solver process failed ({out.error}) before it found a plan")
+        return FleetSolution(SolveStatus.ERROR, detail, solve_seconds=seconds, solver=solver)
+    why = (f"time limit ({time_limit_s:g} s) reached; the solver was stopped" if out.timed_out
+           else f"the solver process failed ({out.error})")
+    last: FleetSolution = out.reports[-1]
+    return replace(last, status=SolveStatus.FEASIBLE, detail=f"{why}; best plan found so far" + _gap_text(last.gap),
+                   solve_seconds=max(seconds - last.build_seconds, 0.0))
+
+
+def _solve_fleet_here(problem: FleetProblem, time_limit_s: float, gap: float, solver: str, minimise: Minimise,
+                      bounds: bool, start: FleetSolution | None, cuts: Mapping[str, float] | None = None,
+                      report: Callable[[FleetSolution], None] | None = None) -> FleetSolution:
+    """:func:`solve_fleet` in this process; ``report`` receives every improving incumbent as a plan."""
+    t0 = time.perf_counter()
+    if cuts is None and bounds and minimise == "objective" and len(problem.demands) > 1 and len(problem.options) >= BOUNDS_MIN_OPTIONS:
         cuts = workload_lower_bounds(problem, time_limit_s=0.25 * time_limit_s, gap=gap, solver=solver)
     model = build_model(problem, minimise, cuts)
-    build_seconds = time.perf_counter() - start
+    build_seconds = time.perf_counter() - t0
     remaining_s = max(time_limit_s - build_seconds, 0.1 * time_limit_s)
+    on_incumbent = None
+    if report is not None:
+        def on_incumbent(values: Any, objective: float, bound: float) -> None:
+            g = abs(objective - bound) / abs(objective) if math.isfinite(bound) and objective else None
+            run = SolveRun(SolveStatus.FEASIBLE, "incumbent", g, time.perf_counter() - t0 - build_seconds,
+                           solver, bound if math.isfinite(bound) else None)
+            report(extract(model, run, build_seconds, values))
     run = solve_model(model, time_limit_s=remaining_s, gap=gap, solver=solver, reported_limit_s=time_limit_s,
-                      presolve=len(problem.options) >= PRESOLVE_MIN_OPTIONS)
+                      presolve=len(problem.options) >= PRESOLVE_MIN_OPTIONS, on_incumbent=on_incumbent,
+                      start=start_values(model, start) if start is not None and start.status.has_plan else None)
     return extract(model, run, build_seconds)

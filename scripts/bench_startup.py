@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Benchmark CLI start-up and the shipped example end to end: median wall and CPU time of N runs.
+
+    python scripts/bench_startup.py [--runs 7] [--only help|chat]
+
+Runs ``gpuplan --help`` and ``gpuplan optimize examples/chat-fleet.yaml`` as separate
+processes (what a user waits for) and reports, for each, the median wall time and the median
+CPU time (user + system of the child, from ``os.wait4``) — CPU time is what to compare on a
+shared machine, where wall time also counts the other engineers' jobs. Targets (issue 13, a
+2-core machine): ``--help`` < 0.3 s, the chat fleet < 1.0 s.
+
+Figures: docs/benchmarks.md (start-up, issue 13).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def timed(cmd: list[str]) -> tuple[float, float, int]:
+    """(wall s, CPU s of the child, exit code) of one run, output discarded."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return wall, usage.ru_utime + usage.ru_stime, proc.returncode
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--only", choices=["help", "chat"], default=None)
+    args = ap.parse_args()
+    gpuplan = shutil.which("gpuplan") or str(Path(sys.executable).with_name("gpuplan"))
+    cases = {
+        "help": [gpuplan, "--help"],
+        "chat": [gpuplan, "optimize", "examples/chat-fleet.yaml"],
+    }
+    targets = {"help": 0.3, "chat": 1.0}
+    for name, cmd in cases.items():
+        if args.only and name != args.only:
+            continue
+        runs = [timed(cmd) for _ in range(args.runs)]
+        bad = [rc for _, _, rc in runs if rc != 0]
+        wall = statistics.median(r[0] for r in runs)
+        cpu = statistics.median(r[1] for r in runs)
+        print(f"{' '.join(['gpuplan'] + cmd[1:]):45s} wall median {wall:.3f} s (min {min(r[0] for r in runs):.3f}), "
+              f"CPU median {cpu:.3f} s, target {targets[name]} s over {args.runs} runs"
+              + (f"; {len(bad)} runs FAILED (exit {bad[0]})" if bad else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

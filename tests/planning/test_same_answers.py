@@ -1,0 +1,56 @@
+"""Same answers as before the speed work of issue 13, on the shipped examples.
+
+The objectives below were recorded from ``main`` at c90f066 (before any change of issue 13:
+time-limited child solves, one-device fleets first, what-if feasibility probes) by running
+``optimize_plan`` on each file with the shipped catalog and calibration. They change when the
+performance model or its calibration changes (e.g. issue 14): re-record them then, from the
+main branch before the change that is being checked.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from catalog import load_catalog
+from optimizer.optimize import optimize_plan
+from optimizer.planning.candidates import model_candidates
+from optimizer.results.plan_result import SolveStatus
+from tests.conftest import EXAMPLES
+from workloads import load_plan, resolve_catalog
+
+# file: (status, objective_usd, cheapest one-device fleet's objective_usd), at main c90f066
+RECORDED = {
+    "chat-fleet.yaml": (SolveStatus.OPTIMAL, 230_675.652, 230_675.652),
+    "chat-fleet-power-cap.yaml": (SolveStatus.OPTIMAL, 230_675.652, 230_675.652),
+    "chat-fleet-capex-budget.yaml": (SolveStatus.INFEASIBLE, 0.0, None),
+}
+# The solver stops within its relative gap (0.1 %); these three are proven optimal, so the
+# objective is the optimum up to HiGHS's tolerances.
+REL = 1e-6
+
+
+@pytest.fixture(scope="module")
+def chat_candidates():
+    """The chat fleet's model candidates, shared by the three files (same workloads and devices)."""
+    plan = load_plan(EXAMPLES / "chat-fleet.yaml")
+    return model_candidates(plan, resolve_catalog(plan, load_catalog(), "chat-fleet.yaml"))
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED))
+def test_shipped_examples_keep_their_objectives(name, chat_candidates):
+    status, objective, single = RECORDED[name]
+    plan = load_plan(EXAMPLES / name)
+    result = optimize_plan(plan, resolve_catalog(plan, load_catalog(), name), candidates=chat_candidates)
+    assert result.status == status, result.status_detail
+    assert result.objective_usd == pytest.approx(objective, rel=REL)
+    got_single = result.single_device_best.objective_usd if result.single_device_best else None
+    assert got_single == (pytest.approx(single, rel=REL) if single is not None else None)
+
+
+def test_melange_example_keeps_its_objective():
+    plan = load_plan(EXAMPLES / "melange-example.yaml")
+    result = optimize_plan(plan, resolve_catalog(plan, load_catalog(), "melange"),
+                           capacity_table=EXAMPLES / "melange-example.csv")
+    assert result.status == SolveStatus.OPTIMAL
+    assert result.objective_usd == pytest.approx(40_996.8, rel=REL)  # 1 × A100 + 1 × A10G for a year (Mélange)
+    assert result.single_device_best.objective_usd == pytest.approx(64_298.4, rel=REL)
