@@ -155,6 +155,9 @@ def write_atomic(path: Path | str, data: bytes | str, inputs: tuple[Path | str, 
     payload = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
     try:
+        mask = os.umask(0o022)  # mkstemp makes 0600; a new file gets 0o666 & ~umask like any other
+        os.umask(mask)
+        os.fchmod(fd, 0o666 & ~mask)
         with os.fdopen(fd, "wb") as fh:
             fh.write(payload)
             fh.flush()
