@@ -75,6 +75,7 @@ class FleetRow:
     capex_usd: float
     power_kw: float
     gpus_installed: int | None = None  # None (results written before platforms): = gpus
+    device_name: str = ""
     platform: str = ""
     platform_name: str = ""
     fixed_size: bool = False
@@ -204,6 +205,7 @@ class SingleDeviceBest:
     gpus: int
     nodes: int = 0
     gpus_installed: int | None = None
+    fleet: tuple[FleetRow, ...] = ()  # its bill of materials, for the workbook's formulas
 
 
 @dataclass(frozen=True)
@@ -274,7 +276,7 @@ class PlanResult:
         out["fleet"] = [_clean(asdict(r)) for r in self.fleet]
         out["deployments"] = [_clean(_deployment_json(d)) for d in self.deployments]
         out["workloads"] = [_clean(_workload_json(w)) for w in self.workloads]
-        out["single_device_best"] = _clean(asdict(self.single_device_best)) if self.single_device_best else None
+        out["single_device_best"] = _single_json(self.single_device_best) if self.single_device_best else None
         out["candidates"] = [_clean(asdict(c)) for c in self.candidates]
         out["diagnostics"] = [asdict(d) for d in self.diagnostics]
         out["sources"] = [asdict(s) for s in self.sources]
@@ -289,6 +291,12 @@ _WORKLOAD_KEYS = ("name", "model", "qps", "met", "ttft_p99_ms", "tpot_p99_ms", "
                   "slo_ttft_p99_ms", "slo_tpot_p99_ms", "slo_e2e_p99_ms", "kind",
                   "output_tokens_per_year", "input_tokens_per_year",
                   "cost_per_million_output_tokens_usd", "min_replicas", "redundancy", "peak_to_average_ratio")
+
+
+def _single_json(best: SingleDeviceBest) -> dict[str, Any]:
+    out = _clean({k: v for k, v in asdict(best).items() if k != "fleet"})
+    out["fleet"] = [_clean(asdict(f)) for f in best.fleet]
+    return out
 
 
 def _deployment_json(d: Deployment) -> dict[str, Any]:

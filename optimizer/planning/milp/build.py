@@ -80,7 +80,10 @@ def define_variables(problem: FleetProblem) -> FleetModel:
     for o in problem.options:
         idx, dem = (o.workload, o.key), model.demands[o.workload]
         name = f"{model.w_name[o.workload]}__{model.k_name[idx]}"
-        ub = replica_upper_bound(dem, o, spare_replicas(dem, o, problem.units[o.device].gpus_per_node))
+        unit = problem.units[o.device]
+        ub = replica_upper_bound(dem, o, spare_replicas(dem, o, unit.gpus_per_node))
+        if unit.full_servers_only:  # room to fill the last server with replicas of this option
+            ub += math.ceil((unit.gpus_per_node - 1) / o.gpus)
         model.n[idx] = prob.add_variable(f"n__{name}", 0, ub, cat=pulp.LpInteger)
         gpu_terms[o.device].append((o.gpus, model.n[idx]))
         gpu_ub[o.device] += o.gpus * ub
