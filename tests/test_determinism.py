@@ -103,4 +103,4 @@ def test_whatif_same_rows_with_one_or_two_workers(run_cli, tmp_path):
         texts.append(_without_timings(out.read_text()))
     assert texts[0] == texts[1]
     rows = json.loads(texts[0])["scenarios"]
-    assert [r["name"] for r in rows] == ["base", "x3", "cheap-h100", "growth@x1.5", "growth@x2"]
+    assert [r["name"] for r in rows] == ["base", "x3", "cheap-h100", "growth @ 1.5x", "growth @ 2x"]

@@ -212,6 +212,13 @@ def _make(name: str, group: str, data: dict[str, Any], catalog: Catalog, where: 
     return Scenario(name=name, group=group, plan=plan, **kw)
 
 
+def level_text(field: str, level: float) -> str:
+    """A sweep level as a reader writes it: ``$24,000`` for a price, ``$2.49`` for an hourly rate, ``1.5`` else."""
+    if "usd" in field:
+        return f"${level:,.0f}" if abs(level) >= 100 else f"${level:,.2f}"
+    return f"{level:,g}"
+
+
 def expand_scenarios(spec: ScenarioFile, base_data: dict[str, Any], catalog: Catalog, where: str) -> list[Scenario]:
     """The base, each variant, then each sweep's levels, in file order (the order of results)."""
     count = 1 + len(spec.variants) + sum(s.steps if s.kind != "demand" else len(s.multipliers or []) for s in spec.sweeps)
@@ -228,16 +235,16 @@ def expand_scenarios(spec: ScenarioFile, base_data: dict[str, Any], catalog: Cat
             if s.kind == "budget":
                 data = copy.deepcopy(base_data)
                 data.setdefault("budget", {})["capex_usd"] = level
-                out.append(_make(f"{s.name}@{level:,.0f}", s.name, data, catalog, where, mode="max_demand",
+                out.append(_make(f"{s.name} @ ${level:,.0f}", s.name, data, catalog, where, mode="max_demand",
                                  level=level, overrides={"budget.capex_usd": level}))
             elif s.kind == "demand":
-                out.append(_make(f"{s.name}@x{level:g}", s.name, _scaled(base_data, level), catalog, where,
+                out.append(_make(f"{s.name} @ {level:g}x", s.name, _scaled(base_data, level), catalog, where,
                                  level=level, overrides={"demand_multiplier": level}))
             else:
                 data = copy.deepcopy(base_data)
                 path = f"devices.{s.device}.{s.field}"
                 apply_override(data, path, level, catalog, f"{where}: sweeps.{s.name}")
-                out.append(_make(f"{s.name}@{level:,.4g}", s.name, data, catalog, where, level=level,
+                out.append(_make(f"{s.name} @ {level_text(s.field, level)}", s.name, data, catalog, where, level=level,
                                  overrides={path: level}))
     if len(out) > MAX_SCENARIOS:
         raise WorkloadError(f"{where}: {len(out)} scenarios, over the limit of {MAX_SCENARIOS}; use fewer steps")
