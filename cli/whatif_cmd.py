@@ -123,7 +123,7 @@ def whatif(
     if out is not None:
         from reports.whatif_workbook import write_whatif_workbook
 
-        write_whatif_workbook([r for r in rows if r["group"] != "samples"], out, inputs=(path,))
+        write_whatif_workbook(rows, out, inputs=(path,), uncertainty=summary.get("uncertainty"))
     if plot is not None:
         from reports.whatif_workbook import write_frontier_plot
 
