@@ -27,10 +27,6 @@ class ModelError(GpuplanError):
     """The performance or serving model cannot evaluate a configuration."""
 
 
-class InfeasibleError(GpuplanError):
-    """No plan satisfies the constraints."""
-
-
 class SolverError(GpuplanError):
     """The MILP solver failed or is missing."""
 

@@ -22,6 +22,8 @@ from rich.console import Console
 
 from catalog.files import write_atomic
 from cli.common import CatalogOpt, ModelConfigOpt, ParamsOpt, fmt, load, stdout, table
+from optimizer.planning.solver_options import SolverOptions
+from optimizer.results.plan_result import Provenance
 from workloads import load_plan, resolve_catalog
 
 stderr = Console(stderr=True, width=None if sys.stderr.isatty() else 240)
@@ -33,8 +35,8 @@ def optimize(
         "--json", help="Write the result as JSON to this file (docs/plan-json.md); '-' prints it instead of tables.")] = None,
     capacity_table: Annotated[Path | None, typer.Option(
         "--capacity-table", help="Measured capacities (CSV, Mélange-style) to use instead of the models.")] = None,
-    time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Solver time limit (s).")] = 10.0,
-    gap: Annotated[float, typer.Option("--gap", min=0.0, max=1.0, help="Relative MIP gap to stop at (0.001 = 0.1 %).")] = 1e-3,
+    time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Solver time limit (s).")] = SolverOptions().time_limit_s,
+    gap: Annotated[float, typer.Option("--gap", min=0.0, max=1.0, help="Relative MIP gap to stop at (0.001 = 0.1 %).")] = SolverOptions().gap,
     buckets: Annotated[int, typer.Option("--buckets", min=1, max=16, help="Request-size buckets per workload (used where splitting lowers its cost; otherwise one).")] = 4,
     out: Annotated[Path | None, typer.Option("--out", help="Also write the finance workbook (.xlsx).")] = None,
     params: ParamsOpt = None,
@@ -52,9 +54,9 @@ def optimize(
     digest = hashlib.sha256(plan_path.read_bytes()).hexdigest()
     busy = stderr.status("optimizing…") if sys.stderr.isatty() else nullcontext()
     with busy:
-        result = optimize_plan(plan, cat, calibration, time_limit_s=time_limit, gap=gap,
-                               capacity_table=capacity_table, n_buckets=buckets,
-                               input_file=str(plan_path), input_sha256=digest)
+        result = optimize_plan(plan, cat, calibration, options=SolverOptions(time_limit_s=time_limit, gap=gap),
+                               source=Provenance(str(plan_path), digest),
+                               capacity_table=capacity_table, n_buckets=buckets)
     data = result.to_json()
     inputs = tuple(p for p in (plan_path, capacity_table, params, catalog) if p is not None)
     to_stdout = json_path is not None and str(json_path) == "-"

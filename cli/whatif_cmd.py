@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from catalog.errors import GpuplanError
 from catalog.files import write_atomic
 from cli.common import CatalogOpt, ParamsOpt, fmt, load, stdout, table
+from optimizer.planning.solver_options import SolverOptions
 
 
 def _progress_bar(total: int):
@@ -60,13 +61,13 @@ def whatif(
     address: Annotated[str | None, typer.Option(help="Ray address: auto or ray://host:port.")] = None,
     samples: Annotated[int, typer.Option(min=0, max=100000, help="Monte Carlo draws of demand/prices from the file's uncertainty section.")] = 0,
     seed: Annotated[int, typer.Option(help="Seed for --samples.")] = 0,
-    time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Seconds per solve.")] = 30.0,
+    time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Seconds per solve.")] = SolverOptions().time_limit_s,
     catalog: CatalogOpt = None,
     params: ParamsOpt = None,
 ) -> None:
     """Solve every scenario of a what-if file and compare them."""
     from optimizer.whatif import (
-        SolveOptions,
+        ScenarioOptions,
         fixed_fleet_meets,
         percentile,
         uncertainty_scenarios,
@@ -84,8 +85,9 @@ def whatif(
         raise GpuplanError(f"{path}: --samples needs an uncertainty section (demand: {{sigma}} and/or prices)")
     if samples:
         scenarios = scenarios + uncertainty_scenarios(scenarios[0].plan, spec.uncertainty, samples, seed, cat)
-    options = SolveOptions(catalog_path=str(catalog) if catalog else None,
-                           params_path=str(params) if params else None, time_limit_s=time_limit)
+    options = ScenarioOptions(catalog_path=str(catalog) if catalog else None,
+                           params_path=str(params) if params else None,
+                              solver=SolverOptions(time_limit_s=time_limit))
     rows = _run(scenarios, options, workers, backend, address)
 
     summary: dict[str, Any] = {"file": str(path), "scenarios": [{k: v for k, v in r.items() if k != "plan"} for r in rows]}

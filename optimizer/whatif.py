@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from catalog.load import Catalog, load_catalog
+from optimizer.planning.solver_options import SolverOptions
 from workloads.load import resolve_catalog
 from workloads.scenarios import Scenario, Uncertainty
 from workloads.spec import Plan
@@ -35,11 +36,12 @@ MAX_DEMAND_MULTIPLIER = 1024.0
 
 
 @dataclass(frozen=True)
-class SolveOptions:
+class ScenarioOptions:
+    """What every scenario is solved with: the catalog and calibration files (None = shipped) and the solver."""
+
     catalog_path: str | None = None
     params_path: str | None = None
-    time_limit_s: float = 30.0
-    gap: float = 0.001
+    solver: SolverOptions = SolverOptions()
 
 
 @lru_cache(maxsize=4)
@@ -64,7 +66,7 @@ def _scaled(plan: Plan, multiplier: float) -> Plan:
     return Plan.model_validate(data)
 
 
-def _solve(plan: Plan, options: SolveOptions, *, full: bool, candidates=None):
+def _solve(plan: Plan, options: ScenarioOptions, *, full: bool, candidates=None):
     """optimize_plan on a scenario's plan; ``full=False`` skips the diagnostics a probe does not need.
 
     The one-device-type comparison (27 extra solves) is left to `gpuplan optimize`.
@@ -72,11 +74,11 @@ def _solve(plan: Plan, options: SolveOptions, *, full: bool, candidates=None):
     from optimizer.optimize import optimize_plan
 
     catalog = resolve_catalog(plan, _catalog(options.catalog_path), plan.name)
-    return optimize_plan(plan, catalog, _params(options.params_path), time_limit_s=options.time_limit_s,
-                         gap=options.gap, compare_single_device=False, diagnose=full, candidates=candidates)
+    return optimize_plan(plan, catalog, _params(options.params_path), options=options.solver,
+                         compare_single_device=False, diagnose=full, candidates=candidates)
 
 
-def _optimize(plan: Plan, options: SolveOptions) -> dict[str, Any]:
+def _optimize(plan: Plan, options: ScenarioOptions) -> dict[str, Any]:
     return _solve(plan, options, full=True, candidates=_candidates(plan, options)).to_json()
 
 
@@ -93,11 +95,11 @@ def _candidate_key(plan: Plan) -> str:
     return json.dumps(data, sort_keys=True)
 
 
-_CANDIDATE_CACHE: dict[tuple[str, SolveOptions], Any] = {}
+_CANDIDATE_CACHE: dict[tuple[str, ScenarioOptions], Any] = {}
 _CANDIDATE_CACHE_SIZE = 16
 
 
-def _candidates(plan: Plan, options: SolveOptions):
+def _candidates(plan: Plan, options: ScenarioOptions):
     """The plan's candidate set, shared by plans that differ only in rates and limits.
 
     Capacities at the SLOs do not depend on rates, budgets or inventory, so a demand
@@ -117,7 +119,7 @@ def _candidates(plan: Plan, options: SolveOptions):
     return _CANDIDATE_CACHE[key]
 
 
-def max_demand(plan: Plan, options: SolveOptions) -> tuple[float, dict[str, Any]]:
+def max_demand(plan: Plan, options: ScenarioOptions) -> tuple[float, dict[str, Any]]:
     """Largest multiplier s of every workload's rate whose cheapest fleet fits the plan's limits.
 
     Bracket by doubling (or halving) from s = 1, then bisect until the bracket is within
@@ -196,7 +198,7 @@ def summarise(scenario: Scenario, result: dict[str, Any], scale: float = 1.0) ->
     }
 
 
-def run_scenario(scenario: Scenario, options: SolveOptions) -> dict[str, Any]:
+def run_scenario(scenario: Scenario, options: ScenarioOptions) -> dict[str, Any]:
     """Solve one scenario in its mode and summarise it (runs in a worker process)."""
     if scenario.mode == "max_demand":
         multiplier, result = max_demand(scenario.plan, options)
@@ -204,7 +206,7 @@ def run_scenario(scenario: Scenario, options: SolveOptions) -> dict[str, Any]:
     return summarise(scenario, _optimize(scenario.plan, options))
 
 
-def _run_local(scenarios: Sequence[Scenario], options: SolveOptions, workers: int,
+def _run_local(scenarios: Sequence[Scenario], options: ScenarioOptions, workers: int,
                progress: Callable[[int], None] | None) -> list[dict[str, Any]]:
     if workers <= 1 or len(scenarios) <= 1:
         out = []
@@ -227,7 +229,7 @@ def _run_local(scenarios: Sequence[Scenario], options: SolveOptions, workers: in
         return out
 
 
-def _run_ray(scenarios: Sequence[Scenario], options: SolveOptions, address: str | None,
+def _run_ray(scenarios: Sequence[Scenario], options: ScenarioOptions, address: str | None,
              progress: Callable[[int], None] | None) -> list[dict[str, Any]]:
     from catalog.errors import GpuplanError
 
@@ -257,7 +259,7 @@ def _run_ray(scenarios: Sequence[Scenario], options: SolveOptions, address: str 
             ray.shutdown()
 
 
-def run_scenarios(scenarios: Sequence[Scenario], options: SolveOptions, *, workers: int | None = None,
+def run_scenarios(scenarios: Sequence[Scenario], options: ScenarioOptions, *, workers: int | None = None,
                   backend: str = "local", address: str | None = None,
                   progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
     """Solve every scenario; results in the order given, identical for every backend and worker count."""

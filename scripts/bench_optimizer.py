@@ -24,7 +24,9 @@ from pathlib import Path
 from catalog import load_catalog
 from optimizer.models.params import load_params
 from optimizer.optimize import optimize_plan
-from optimizer.planning.candidates import fleet_problem, model_candidates, parallel_workers
+from optimizer.planning.candidate_set import fleet_problem
+from optimizer.planning.candidates import model_candidates
+from optimizer.planning.evaluate import parallel_workers
 from optimizer.planning.milp import solve_fleet
 from workloads import load_plan, parse_plan, resolve_catalog
 

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from catalog import load_catalog  # noqa: E402
-from optimizer.whatif import SolveOptions, run_scenarios  # noqa: E402
+from optimizer.whatif import ScenarioOptions, run_scenarios  # noqa: E402
 from workloads.scenarios import load_scenarios  # noqa: E402
 
 
@@ -62,7 +62,7 @@ def main() -> int:
                 print("ray: not installed (pip install -e '.[ray]'); skipped")
                 continue
         start = time.perf_counter()
-        rows = run_scenarios(scenarios, SolveOptions(), workers=workers, backend=kind)
+        rows = run_scenarios(scenarios, ScenarioOptions(), workers=workers, backend=kind)
         wall = time.perf_counter() - start
         same = "reference" if reference is None else ("same results" if _strip(rows) == reference else "DIFFERENT")
         reference = reference or _strip(rows)

@@ -11,7 +11,8 @@ from optimizer.models.params import load_params
 from optimizer.optimize import optimize_plan
 from optimizer.planning import candidates as cand
 from optimizer.planning.bucketing import alone_usd, fold_notes
-from optimizer.planning.candidates import model_candidates, unit_terms
+from optimizer.planning.candidate_set import catalog_units, unit_terms
+from optimizer.planning.candidates import model_candidates
 from optimizer.results.check import check_plan
 from optimizer.results.money import MoneyAssumptions
 from optimizer.results.plan_result import Diagnostic
@@ -40,7 +41,7 @@ def long_prompts(ttft_p99_ms: float):
 def both_ways(plan, catalog, params):
     """The workload's candidates split into 4 buckets and whole, without the choice."""
     w = plan.workloads[0]
-    units = cand.catalog_units(plan, catalog)
+    units = catalog_units(plan, catalog)
     a = MoneyAssumptions.from_plan(plan)
     split = cand._prepare(w, plan, catalog, units, params, 4)
     whole = cand._as_whole(w, split)

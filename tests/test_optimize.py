@@ -5,15 +5,17 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from catalog import load_catalog
 from optimizer.models.params import load_params
 from optimizer.optimize import optimize_plan
+from optimizer.planning.candidate_set import Candidate
 from optimizer.planning.candidates import (
-    Candidate,
     model_candidates,
     prune_dominated,
 )
+from optimizer.planning.milp import SolverOptions
 from optimizer.results.check import check_plan
 from optimizer.results.plan_result import SolveStatus
 from tests.conftest import EXAMPLES
@@ -133,28 +135,34 @@ def test_power_cap_example(chat, chat_result):
     assert check_plan(r, plan) == []
 
 
+def half_budget_plan(chat_result):
+    """The capex-budget example with a budget of half the free optimum's capex: it binds whatever the models say."""
+    plan, catalog = load("chat-fleet-capex-budget.yaml")
+    budget = 0.5 * chat_result.capex_usd
+    return plan.model_copy(update={"budget": plan.budget.model_copy(update={"capex_usd": budget})}), catalog, budget
+
+
 def test_capex_budget_example_is_diagnosed(chat, chat_result):
-    _, catalog, params, cset = chat
-    plan, _ = load("chat-fleet-capex-budget.yaml")
+    *_, params, cset = chat
+    plan, catalog, budget = half_budget_plan(chat_result)
     r = optimize_plan(plan, catalog, params, candidates=cset)
     assert check_plan(r, plan) == []
-    if chat_result.capex_usd <= 150000:  # the models changed: the budget no longer binds this hard
-        assert r.status.has_plan and r.capex_usd <= 150000
-        return
     assert r.status == SolveStatus.INFEASIBLE
     binding = [d for d in r.diagnostics if d.code == "binding_capex_budget"]
     assert binding, r.diagnostics
-    assert "budget.capex_usd = $150,000 binds" in binding[0].message
+    assert f"budget.capex_usd = ${budget:,.0f} binds" in binding[0].message
     smallest = float(binding[0].message.rsplit("$", 1)[1].replace(",", ""))
-    assert 150000 < smallest <= chat_result.capex_usd + 1  # the unconstrained plan's capex is enough
+    assert budget < smallest <= chat_result.capex_usd + 1  # the unconstrained plan's capex is enough
     assert r.to_json()["fleet"] == []
 
 
 def test_capex_budget_example_cli_exit_code(chat, chat_result, run_cli, tmp_path):
-    if chat_result.capex_usd <= 150000:
-        pytest.skip("the budget does not bind with the current models")
+    data = yaml.safe_load((EXAMPLES / "chat-fleet-capex-budget.yaml").read_text())
+    data["budget"]["capex_usd"] = round(0.5 * chat_result.capex_usd)
+    plan_file = tmp_path / "half-budget.yaml"
+    plan_file.write_text(yaml.safe_dump(data))
     out = tmp_path / "infeasible.json"
-    res = run_cli("optimize", EXAMPLES / "chat-fleet-capex-budget.yaml", "--json", out)
+    res = run_cli("optimize", plan_file, "--json", out)
     assert res.code == 1
     assert "budget.capex_usd" in res.stderr and "smallest value" in res.stderr
     assert json.loads(out.read_text())["status"] == "infeasible"  # written before exiting
@@ -245,8 +253,9 @@ def test_candidates_of_another_objective_are_refused(chat):
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"time_limit_s": 0}, "time limit must be > 0"),
-    ({"gap": 1.5}, "gap must be a fraction"),
+    ({"options": {"time_limit_s": 0}}, "time limit must be a finite number of seconds > 0"),
+    ({"options": {"gap": 1.5}}, "gap must be a fraction"),
+    ({"options": {"time_limit_s": float("nan")}}, "time limit must be a finite"),
     ({"n_buckets": 0}, "n_buckets must be >= 1"),
 ])
 def test_bad_solver_options(chat, kwargs, message):
@@ -254,4 +263,6 @@ def test_bad_solver_options(chat, kwargs, message):
 
     plan, catalog, params, cset = chat
     with pytest.raises(SolverError, match=message):
+        if "options" in kwargs:
+            kwargs = {"options": SolverOptions(**kwargs["options"])}
         optimize_plan(plan, catalog, params, candidates=cset, **kwargs)

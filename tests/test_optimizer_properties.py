@@ -16,7 +16,15 @@ from hypothesis import strategies as st
 from catalog import load_catalog
 from optimizer.optimize import optimize_plan
 from optimizer.planning.capacity_table import parse_capacity_table
-from optimizer.planning.milp import Demand, FleetProblem, Limits, Option, UnitTerms, solve_fleet
+from optimizer.planning.milp import (
+    Demand,
+    FleetProblem,
+    Limits,
+    Option,
+    SolverOptions,
+    UnitTerms,
+    solve_fleet,
+)
 from optimizer.results.check import check_plan
 from optimizer.results.money import LinearTerms
 from optimizer.results.plan_result import SolveStatus
@@ -73,7 +81,7 @@ def plan_of(inst, annual_usd: float | None = None):
 def solve(inst, annual_usd: float | None = None):
     plan = plan_of(inst, annual_usd)
     table = parse_capacity_table(table_text(inst), "property.csv")
-    result = optimize_plan(plan, CATALOG, capacity_table=table, gap=0.0, compare_single_device=False)
+    result = optimize_plan(plan, CATALOG, capacity_table=table, options=SolverOptions(gap=0.0), compare_single_device=False)
     assert check_plan(result, plan) == []
     return result
 
@@ -167,8 +175,9 @@ def slo_plan(ttft_ms: float, tpot_ms: float):
 def test_tightening_an_slo_never_lowers_cost(ttft, tpot, shrink, which):
     loose_plan, catalog = slo_plan(ttft, tpot)
     tight_plan, _ = slo_plan(ttft * shrink if which == "ttft" else ttft, tpot * shrink if which == "tpot" else tpot)
-    loose = optimize_plan(loose_plan, catalog, gap=0.0, compare_single_device=False)
-    tight = optimize_plan(tight_plan, catalog, gap=0.0, compare_single_device=False)
+    loose = optimize_plan(loose_plan, catalog, options=SolverOptions(gap=0.0), compare_single_device=False)
+    tight = optimize_plan(tight_plan, catalog, options=SolverOptions(gap=0.0), compare_single_device=False)
+    assert loose.status.has_plan, loose.status_detail  # the property says nothing about two infeasible plans
     assert check_plan(loose, loose_plan) == [] and check_plan(tight, tight_plan) == []
     assert cost(tight) >= cost(loose) * (1 - 1e-9)
 

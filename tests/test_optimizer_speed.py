@@ -9,11 +9,12 @@ import pytest
 
 from catalog import load_catalog
 from optimizer.models.params import load_params
-from optimizer.optimize import single_device_shortlist
-from optimizer.planning import candidates as cand
-from optimizer.planning.candidates import fleet_problem, model_candidates
+from optimizer.planning import evaluate
+from optimizer.planning.candidate_set import fleet_problem
+from optimizer.planning.candidates import model_candidates
 from optimizer.planning.diagnose import single_device_best
 from optimizer.planning.milp import Limits, workload_lower_bounds
+from optimizer.planning.shortlist import single_device_shortlist
 from tests.conftest import EXAMPLES
 from workloads import load_plan, resolve_catalog
 
@@ -32,10 +33,10 @@ def _capacities(cset):
 
 def test_worker_pool_gives_the_serial_capacities(chat, monkeypatch):
     plan, catalog, params = chat
-    monkeypatch.setattr(cand, "_CAPACITY_CACHE", {})
+    monkeypatch.setattr(evaluate, "_CAPACITY_CACHE", {})
     monkeypatch.setenv("GPUPLAN_WORKERS", "1")
     serial = model_candidates(plan, catalog, params)
-    monkeypatch.setattr(cand, "_CAPACITY_CACHE", {})
+    monkeypatch.setattr(evaluate, "_CAPACITY_CACHE", {})
     monkeypatch.setenv("GPUPLAN_WORKERS", "2")
     pooled = model_candidates(plan, catalog, params)
     assert _capacities(pooled) == _capacities(serial)

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+import optimizer.assemble as assemble_mod
 import optimizer.optimize as optimize_mod
 from catalog import load_catalog
 from optimizer.results.check import check_plan
@@ -44,7 +45,7 @@ def test_time_limited_plan_falls_back_to_cheaper_one_device_fleet(chat, monkeypa
 
 def test_candidate_listing_is_bounded(chat, monkeypatch):
     plan, cat = chat
-    monkeypatch.setattr(optimize_mod, "MAX_CANDIDATE_ROWS", 60)
+    monkeypatch.setattr(assemble_mod, "MAX_CANDIDATE_ROWS", 60)
     result = optimize_mod.optimize_plan(plan, cat)
     note = next(d for d in result.diagnostics if d.code == "candidates_trimmed")
     assert "candidate rows evaluated" in note.message

@@ -11,8 +11,6 @@ from catalog import load_catalog
 from tests.conftest import EXAMPLES
 from workloads.scenarios import load_scenarios
 
-pytest.importorskip("optimizer.optimize")
-
 SMALL = {
     "base": str(EXAMPLES / "chat-fleet.yaml"),
     "variants": [{"name": "traffic-2x", "set": {"workloads.chat.qps": 80}}],
@@ -36,9 +34,9 @@ def small(tmp_path_factory):
     path = tmp_path_factory.mktemp("whatif") / "small.yaml"
     path.write_text(yaml.safe_dump(SMALL))
     _, _, scenarios = load_scenarios(path, load_catalog())
-    from optimizer.whatif import SolveOptions, run_scenarios
+    from optimizer.whatif import ScenarioOptions, run_scenarios
 
-    rows = run_scenarios(scenarios, SolveOptions(), workers=1)
+    rows = run_scenarios(scenarios, ScenarioOptions(), workers=1)
     return path, scenarios, rows
 
 
@@ -80,20 +78,20 @@ def test_cost_never_falls_as_demand_rises(small):
 
 def test_same_results_with_two_workers(small):
     _, scenarios, rows = small
-    from optimizer.whatif import SolveOptions, run_scenarios
+    from optimizer.whatif import ScenarioOptions, run_scenarios
 
     subset = scenarios[:4]  # base, a variant and two budget levels: both modes, two processes
-    rows2 = run_scenarios(subset, SolveOptions(), workers=2)
+    rows2 = run_scenarios(subset, ScenarioOptions(), workers=2)
     assert [_strip(r) for r in rows2] == [_strip(r) for r in rows[:4]]
 
 
 def test_ray_backend_same_results(small):
     pytest.importorskip("ray", reason="ray is not installed (pip install 'gpuplan[ray]'); Ray backend untested")
     _, scenarios, rows = small
-    from optimizer.whatif import SolveOptions, run_scenarios
+    from optimizer.whatif import ScenarioOptions, run_scenarios
 
     subset = scenarios[:3]
-    rows_ray = run_scenarios(subset, SolveOptions(), backend="ray")
+    rows_ray = run_scenarios(subset, ScenarioOptions(), backend="ray")
     assert [_strip(r) for r in rows_ray] == [_strip(r) for r in rows[:3]]
 
 

@@ -11,7 +11,6 @@ result.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import shutil
@@ -39,7 +38,6 @@ needs_soffice = pytest.mark.skipif(
     reason="LibreOffice (soffice) is not installed: workbook RECALCULATION NOT CHECKED; "
            "install libreoffice-calc-nogui (CI's .ci/run does)",
 )
-HAS_OPTIMIZE_CLI = importlib.util.find_spec("cli.optimize_cmd") is not None
 
 INJECTIONS = ['=HYPERLINK("http://x","y")', "+cmd|' /C calc'!A0", "@SUM(A1)", "-2+3", "\t=1+1", "\r=2+2"]
 
@@ -560,8 +558,6 @@ def test_renders_to_pdf_and_png(sample_xlsx, tmp_path):
 
 @pytest.fixture(scope="module")
 def chat_fleet_json(tmp_path_factory) -> Path:
-    if not HAS_OPTIMIZE_CLI:
-        pytest.skip("cli/optimize_cmd.py is not merged yet: end-to-end run on examples/chat-fleet.yaml skipped")
     import subprocess
     import sys
 
@@ -595,12 +591,13 @@ def melange_json(tmp_path_factory) -> Path:
     """A real optimizer result today: the Mélange example (cloud objective, measured capacity table)."""
     from catalog import load_catalog
     from optimizer.optimize import optimize_plan
+    from optimizer.results.plan_result import Provenance
     from workloads import load_plan, resolve_catalog
 
     plan = load_plan(EXAMPLES / "melange-example.yaml")
     cat = resolve_catalog(plan, load_catalog(), "melange-example.yaml")
     result = optimize_plan(plan, cat, capacity_table=EXAMPLES / "melange-example.csv",
-                           input_file="examples/melange-example.yaml")
+                           source=Provenance("examples/melange-example.yaml"))
     out = tmp_path_factory.mktemp("melange") / "melange.json"
     out.write_text(json.dumps(result.to_json(), allow_nan=False))
     return out

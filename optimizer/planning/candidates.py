@@ -1,7 +1,7 @@
 """Candidates: every way to serve each workload, with its capacity per bucket, cost and power.
 
-A candidate k of workload w is (device, precision, tp, pp), keyed deterministically
-(``h100_sxm__fp8__tp4__pp1``, the key of the MILP variable and of the workbook row).
+The records (Candidate, CandidateSet, …) are in :mod:`optimizer.planning.candidate_set`, their
+evaluation (jobs, memo, worker pool) in :mod:`optimizer.planning.evaluate`.
 Enumeration: every allowed device × every allowed precision the device runs × tp in
 {1, 2, 4, 8} dividing gpus_per_node × pp in {1, 2, 4, 8} where needed to fit (the smallest
 pp that fits at that tp, and none beyond). Each gets its capacity at the workload's SLO
@@ -26,158 +26,45 @@ Pruned candidates keep their reason (``pruned_reason``):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from catalog.load import Catalog
-from catalog.schema import Device
-from optimizer.planning.bucketing import choose_bucketing, fold_notes, problem_parts
-from optimizer.planning.milp import FleetProblem, Limits, UnitTerms
-from optimizer.results.money import (
-    MoneyAssumptions,
-    UnitPrice,
-    annual_opex_terms,
-    capex_terms,
-    objective_terms,
-    power_kw_terms,
+from catalog.schema import Device, Model
+from optimizer.models import serving
+from optimizer.models.lengths import split_buckets
+from optimizer.models.params import load_params
+from optimizer.models.perf import Configs, build_configs, config_key
+from optimizer.planning.bucketing import choose_bucketing, fold_notes
+from optimizer.planning.candidate_set import (
+    PP_DEGREES,
+    TP_DEGREES,
+    BucketSpec,
+    Candidate,
+    CandidateSet,
+    Predictor,
+    UnitSpec,
+    WorkloadCandidates,
+    catalog_units,
+    cost_per_replica_usd,
+    missing_figures,
+    unit_terms,
 )
+from optimizer.planning.evaluate import (
+    BucketEvaluation,
+    BucketJob,
+    bucket_capacity,
+    evaluate_buckets,
+    finite_or_zero,
+)
+from optimizer.results.money import MoneyAssumptions
 from optimizer.results.plan_result import Diagnostic
-from workloads.spec import LengthDist, Plan, Workload
+from workloads.spec import Plan, Workload
 
-TP_DEGREES = (1, 2, 4, 8)
-PP_DEGREES = (1, 2, 4, 8)
-
-# p99s (ttft, tpot, e2e) in ms of a candidate serving one bucket at a rate per replica.
-Predictor = Callable[[str, int, float], tuple[float | None, float | None, float | None]]
-
-
-@dataclass(frozen=True)
-class BucketSpec:
-    """One request-size bucket of a workload: its share of requests and its rate (req/s)."""
-
-    index: int
-    fraction: float
-    qps: float
-    label: str = ""
-    prompt_tokens_mean: float | None = None
-    output_tokens_mean: float | None = None
-    prompt: LengthDist | None = None
-    output: LengthDist | None = None
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One way to serve a workload, with its capacity (req/s per replica) in every bucket."""
-
-    workload: str
-    key: str
-    device: str
-    precision: str
-    tp: int
-    pp: int
-    gpus: int
-    capacity_qps: tuple[float, ...]
-    limited_by: tuple[str | None, ...]
-    cost_per_replica_usd: float | None = None
-    pruned_reason: str | None = None
-    # Best p99 (ms) the candidate reaches at (near) zero load per bucket, where the serving
-    # model gives it: {metric: value} — used to explain a workload no candidate can serve.
-    floor_p99_ms: tuple[dict[str, float], ...] | None = None
-
-    @property
-    def kept(self) -> bool:
-        return self.pruned_reason is None
-
-
-@dataclass(frozen=True)
-class UnitSpec:
-    """A device (or capacity-table unit) with the figures money and the MILP need."""
-
-    key: str
-    gpus_per_node: int
-    price: UnitPrice
-    inventory_gpus: int | None = None
-    allowed: bool = True
-    device: Device | None = None
-
-
-@dataclass(frozen=True)
-class WorkloadCandidates:
-    workload: Workload
-    model: str
-    buckets: tuple[BucketSpec, ...]
-    candidates: tuple[Candidate, ...]
-    predictor: Predictor | None = None
-
-    @property
-    def kind(self) -> str:
-        return "batch" if self.workload.is_batch else "online"
-
-    @property
-    def kept(self) -> list[Candidate]:
-        return [c for c in self.candidates if c.kept]
-
-
-@dataclass(frozen=True)
-class CandidateSet:
-    workloads: tuple[WorkloadCandidates, ...]
-    units: dict[str, UnitSpec]
-    diagnostics: tuple[Diagnostic, ...] = field(default=())
-    objective: str = ""  # the plan objective the set was computed for ("" = any)
-    allowed_devices: tuple[str, ...] | None = None
-
-    def workload(self, name: str) -> WorkloadCandidates:
-        return next(wc for wc in self.workloads if wc.workload.name == name)
-
-
-# ---------------------------------------------------------------------------------------
-# Devices and money
-# ---------------------------------------------------------------------------------------
-
-
-def missing_figures(device: Device, plan: Plan) -> list[str]:
-    """Figures this plan needs that ``device`` lacks, each with the field to add."""
-    need = []
-    if plan.objective in ("tco", "capex") and device.purchase_usd is None:
-        need.append(f"purchase_usd (objective {plan.objective})")
-    if plan.objective == "cloud" and device.cloud_usd_per_gpu_hour is None:
-        need.append("cloud_usd_per_gpu_hour (objective cloud)")
-    if device.tdp_w is None:
-        if plan.objective == "tco":
-            need.append("tdp_w (tco power cost)")
-        elif plan.max_power_kw is not None:
-            need.append("tdp_w (max_power_kw)")
-    return need
-
-
-def catalog_units(plan: Plan, catalog: Catalog) -> dict[str, UnitSpec]:
-    """Every catalog device as a unit, with the plan's inventory and allowed-devices list.
-
-    Without an ``allowed_devices`` list every datacenter device is allowed; consumer cards
-    (``Device.consumer``, e.g. GeForce, whose licence restricts datacenter use) only when listed.
-    """
-    if plan.allowed_devices is not None:
-        allowed = {catalog.device(d).key for d in plan.allowed_devices}
-    else:
-        allowed = {k for k, d in catalog.devices.items() if not d.consumer}
-    inventory = {catalog.device(d).key: n for d, n in plan.inventory.items()}
-    units = {}
-    for key, dev in sorted(catalog.devices.items()):
-        units[key] = UnitSpec(
-            key=key, gpus_per_node=dev.gpus_per_node,
-            price=UnitPrice(dev.purchase_usd, dev.cloud_usd_per_gpu_hour, dev.tdp_w),
-            inventory_gpus=inventory.get(key), allowed=key in allowed, device=dev,
-        )
-    return units
-
-
-def cost_per_replica_usd(unit: UnitSpec, gpus: int, a: MoneyAssumptions) -> float:
-    """Objective $ of one replica: gpus · (per-GPU cost + per-server cost / gpus_per_node)."""
-    t = objective_terms(unit.price, a)
-    return gpus * (t.per_gpu + t.per_node / unit.gpus_per_node)
-
+# Workloads whose configs are built and evaluated together (memory stays bounded for large plans).
+WORKLOADS_PER_BATCH = 32
 
 # ---------------------------------------------------------------------------------------
 # Pruning
@@ -218,33 +105,6 @@ def prune_dominated(candidates: Sequence[Candidate]) -> list[Candidate]:
     return [replace(c, pruned_reason=reasons[c.key]) if c.key in reasons else c for c in candidates]
 
 
-# ---------------------------------------------------------------------------------------
-# The MILP problem
-# ---------------------------------------------------------------------------------------
-
-
-def unit_terms(unit: UnitSpec, a: MoneyAssumptions) -> UnitTerms:
-    return UnitTerms(
-        device=unit.key, gpus_per_node=unit.gpus_per_node,
-        objective_usd=objective_terms(unit.price, a), capex_usd=capex_terms(unit.price, a),
-        annual_opex_usd=annual_opex_terms(unit.price, a), power_kw=power_kw_terms(unit.price, a),
-        inventory_gpus=unit.inventory_gpus, allowed=unit.allowed,
-    )
-
-
-def fleet_problem(cset: CandidateSet, plan: Plan) -> FleetProblem:
-    """The MILP data: demands per bucket, kept candidates with capacity, unit terms, limits."""
-    a = MoneyAssumptions.from_plan(plan)
-    demands, options = [], []
-    for wc in cset.workloads:
-        demand, opts = problem_parts(wc)
-        demands.append(demand)
-        options += opts
-    used = {o.device for o in options}
-    units = {k: unit_terms(u, a) for k, u in cset.units.items() if k in used}
-    limits = Limits(plan.budget.capex_usd, plan.budget.annual_usd, plan.max_power_kw)
-    return FleetProblem(tuple(demands), tuple(options), units, limits)
-
 
 # ---------------------------------------------------------------------------------------
 # Model-based candidates
@@ -256,13 +116,9 @@ def tp_degrees(device: Device) -> list[int]:
     return [t for t in TP_DEGREES if t <= device.gpus_per_node and device.gpus_per_node % t == 0]
 
 
-def finite_or_zero(x: float) -> float:
-    return float(x) if math.isfinite(x) and x > 0 else 0.0
-
 
 def _bucket_specs(w: Workload, n_buckets: int) -> tuple[BucketSpec, ...]:
     """Request-size buckets: online workloads split by size (``split_buckets``); batch ones whole."""
-    from optimizer.models.lengths import split_buckets
 
     rate = w.request_rate_qps
     parts = split_buckets(w.prompt_tokens, w.output_tokens, 1 if w.is_batch else n_buckets)
@@ -276,7 +132,6 @@ def _bucket_specs(w: Workload, n_buckets: int) -> tuple[BucketSpec, ...]:
 def _combos(w: Workload, catalog: Catalog, units: dict[str, UnitSpec], plan: Plan, n_buckets: int
             ) -> tuple[list[tuple], list[Candidate]]:
     """(device, precision, tp) triples to evaluate, and candidates pruned before any model runs."""
-    from optimizer.models.perf import config_key
 
     todo, pruned = [], []
     zeros, nones = (0.0,) * n_buckets, (None,) * n_buckets
@@ -308,21 +163,20 @@ def _combos(w: Workload, catalog: Catalog, units: dict[str, UnitSpec], plan: Pla
 class _Prepared:
     """A workload before the serving model runs: its buckets, the configs to evaluate, early prunes."""
 
-    model: object
+    model: Model
     buckets: tuple[BucketSpec, ...]
     pruned: list[Candidate]
     chosen: list[tuple]
-    configs: object | None
+    configs: Configs | None
 
-    def jobs(self, w: Workload, params) -> list[tuple]:
-        """(configs, chosen, bucket, workload, params) of every bucket to evaluate."""
-        return [(self.configs, self.chosen, b, w, params) for b in self.buckets] if self.chosen else []
+    def jobs(self, w: Workload, params) -> list[BucketJob]:
+        """The evaluation of every bucket."""
+        return [BucketJob(self.configs, tuple(self.chosen), b, w, params) for b in self.buckets] if self.chosen else []
 
 
 def _prepare(w: Workload, plan: Plan, catalog: Catalog, units: dict[str, UnitSpec], params,
              n_buckets: int) -> _Prepared:
     """Enumerate, fit in memory (smallest pp that fits) and build the configs of one workload."""
-    from optimizer.models.perf import build_configs
 
     model = catalog.model(w.model)
     buckets = _bucket_specs(w, n_buckets)
@@ -368,9 +222,8 @@ def _finish(w: Workload, prep: _Prepared, units: dict[str, UnitSpec], params, a:
         floors: list[list[dict[str, float]]] = [[{} for _ in range(nb)] for _ in chosen]
         whys: list[str | None] = [None] * len(chosen)
         for b in buckets:
-            ev = evaluated.get(_cache_key(configs, chosen, b, w, params)) if evaluated else None
-            if ev is None:
-                ev = bucket_capacity(configs, chosen, b, w, params)
+            job = BucketJob(configs, tuple(chosen), b, w, params)
+            ev = (evaluated or {}).get(job.cache_key) or bucket_capacity(job)
             caps[:, b.index] = ev.capacity_qps
             for i in range(len(chosen)):
                 limited[i][b.index] = ev.limited_by[i]
@@ -391,193 +244,9 @@ def _finish(w: Workload, prep: _Prepared, units: dict[str, UnitSpec], params, a:
     return WorkloadCandidates(w, prep.model.key, buckets, tuple(kept + prep.pruned), predictor)
 
 
-def workload_candidates(
-    w: Workload, plan: Plan, catalog: Catalog, units: dict[str, UnitSpec], params, a: MoneyAssumptions,
-    n_buckets: int, prune: bool = True,
-) -> WorkloadCandidates:
-    """Every candidate of one workload, evaluated in every bucket, pruned with reasons."""
-    return _finish(w, _prepare(w, plan, catalog, units, params, n_buckets), units, params, a, prune)
-
-
-@dataclass(frozen=True)
-class BucketEvaluation:
-    """Capacity (req/s per replica) of N configs on one bucket, what limits it, best p99s when 0."""
-
-    capacity_qps: np.ndarray
-    limited_by: list[str]
-    floor_p99_ms: list[dict[str, float]]
-    why: list[str | None]
-
-
-_CAPACITY_CACHE: dict[tuple, BucketEvaluation] = {}
-_CAPACITY_CACHE_MAX = 512
-
-
-def _cache_key(configs, chosen: list[tuple], b: BucketSpec, w: Workload, params) -> tuple:
-    """Everything a bucket's capacities depend on, as a compact digest (keys stay small when
-    thousands of evaluations are held at once)."""
-    import hashlib
-
-    devices = tuple(sorted({_json(d) for d, _, _, _ in chosen}))
-    combos = tuple((d.key, q.key, t, p) for d, q, t, p in chosen)
-    full = (configs.model.model_dump_json(), devices, combos, b.prompt.model_dump_json(),
-            b.output.model_dump_json(), w.slo.model_dump_json(), w.is_batch,
-            params.model_dump_json() if hasattr(params, "model_dump_json") else repr(params))
-    return (len(chosen), hashlib.blake2b(repr(full).encode(), digest_size=20).hexdigest())
-
-
-_JSON_MEMO: dict[int, tuple[object, str]] = {}
-
-
-def _json(obj) -> str:
-    """``obj.model_dump_json()``, memoised by identity (the same catalog devices recur in every key)."""
-    hit = _JSON_MEMO.get(id(obj))
-    if hit is not None and hit[0] is obj:
-        return hit[1]
-    if len(_JSON_MEMO) >= 4096:
-        _JSON_MEMO.clear()
-    text = obj.model_dump_json()
-    _JSON_MEMO[id(obj)] = (obj, text)
-    return text
-
-
-def bucket_capacity(configs, chosen: list[tuple], b: BucketSpec, w: Workload, params) -> BucketEvaluation:
-    """Capacity at the SLO of every config on one bucket (``capacity_at_slo``), or for a batch
-    workload its SLO-free throughput (``batch_throughput``, req/s). Memoised per process:
-    capacity does not depend on the rate, so what-if sweeps and repeated solves reuse it.
-
-    NaN/inf from the serving model (saturated or unrunnable configs) count as 0 capacity.
-    """
-    key = _cache_key(configs, chosen, b, w, params)
-    hit = _CAPACITY_CACHE.get(key)
-    if hit is not None:
-        return hit
-    ev = _evaluate_bucket(configs, chosen, b, w, params)
-    _remember(key, ev)
-    return ev
-
-
-def _remember(key: tuple, ev: BucketEvaluation) -> None:
-    if len(_CAPACITY_CACHE) >= _CAPACITY_CACHE_MAX:
-        _CAPACITY_CACHE.clear()
-    _CAPACITY_CACHE[key] = ev
-
-
-def _evaluate_bucket(configs, chosen: list[tuple], b: BucketSpec, w: Workload, params) -> BucketEvaluation:
-    """``bucket_capacity`` without the memo."""
-    from optimizer.models import serving
-
-    n = len(chosen)
-    with np.errstate(all="ignore"):
-        if w.is_batch:
-            _, req_s = serving.batch_throughput(configs, b.prompt, b.output, params)
-            ev = BucketEvaluation(np.array([finite_or_zero(x) for x in req_s]), ["throughput"] * n,
-                                  [{} for _ in range(n)], [None] * n)
-        else:
-            cap = serving.capacity_at_slo(configs, b.prompt, b.output, w.slo, params)
-            floors: list[dict[str, float]] = []
-            for i in range(n):
-                floor = {}
-                if cap.limited_by[i] == "unservable":
-                    for m in ("ttft", "tpot", "e2e"):
-                        v = float(getattr(cap, f"{m}_p99_ms")[i])
-                        if math.isfinite(v):
-                            floor[f"{m}_p99_ms"] = v
-                floors.append(floor)
-            ev = BucketEvaluation(np.array([finite_or_zero(x) for x in cap.max_qps]), list(cap.limited_by),
-                                  floors, [cap.why[i] if cap.limited_by[i] == "unservable" else None
-                                           for i in range(n)])
-    return ev
-
-
-# Below this many bucket evaluations a worker pool costs more than it saves.
-PARALLEL_MIN_JOBS = 4
-# Workloads whose configs are built and evaluated together (memory stays bounded for large plans).
-WORKLOADS_PER_BATCH = 32
-_POOL_JOBS: list[tuple] = []  # the jobs of the pool being run (inherited by its forked workers)
-
-
-def parallel_workers() -> int:
-    """Worker processes for bucket evaluations: ``GPUPLAN_WORKERS`` if set, else the usable CPUs
-    (1 = serial; parallel only where ``fork`` exists, so workers inherit the jobs without pickling,
-    and never inside a worker process — what-if scenarios already run one per CPU)."""
-    import multiprocessing
-    import os
-
-    if "fork" not in multiprocessing.get_all_start_methods() or multiprocessing.parent_process() is not None:
-        return 1
-    env = os.environ.get("GPUPLAN_WORKERS", "").strip()
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            return 1
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
-
-
-def _pool_init() -> None:
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops the pool
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def _pool_job(i: int) -> BucketEvaluation:
-    return _evaluate_bucket(*_POOL_JOBS[i])
-
-
-def evaluate_buckets(jobs: Sequence[tuple]) -> dict[tuple, BucketEvaluation]:
-    """The capacities of many (configs, chosen, bucket, workload, params) jobs, by cache key.
-
-    Memoised ones come from the cache; the rest run in a pool of forked worker processes
-    (``parallel_workers``) when there are at least PARALLEL_MIN_JOBS of them, serially
-    otherwise. The serving model is pure, so the results are those of the serial path.
-    """
-    global _POOL_JOBS
-    out: dict[tuple, BucketEvaluation] = {}
-    todo: list[tuple] = []
-    keys: list[tuple] = []
-    seen: set[tuple] = set()
-    for job in jobs:
-        key = _cache_key(*job)
-        if key in seen:
-            continue
-        seen.add(key)
-        hit = _CAPACITY_CACHE.get(key)
-        if hit is not None:
-            out[key] = hit
-        else:
-            todo.append(job)
-            keys.append(key)
-    workers = min(parallel_workers(), len(todo))
-    if workers < 2 or len(todo) < PARALLEL_MIN_JOBS:
-        results = [_evaluate_bucket(*job) for job in todo]
-    else:
-        import multiprocessing
-
-        # biggest first (more configs, longer), so the last job does not run alone
-        order = sorted(range(len(todo)), key=lambda i: -len(todo[i][1]))
-        _POOL_JOBS = [todo[i] for i in order]
-        try:
-            with multiprocessing.get_context("fork").Pool(workers, initializer=_pool_init) as pool:
-                done = pool.map(_pool_job, range(len(order)), chunksize=1)
-        finally:
-            _POOL_JOBS = []
-        results = [None] * len(todo)  # type: ignore[list-item]
-        for j, i in enumerate(order):
-            results[i] = done[j]
-    for key, ev in zip(keys, results, strict=True):
-        out[key] = ev
-        _remember(key, ev)
-    return out
-
 
 def _predictor(model, by_key: dict[str, Candidate], chosen: list[tuple], buckets, params) -> Predictor:
     """p99s (ms) of one candidate on one bucket at a rate per replica, via ``serve_at_rate``."""
-    from optimizer.models import serving
     from optimizer.models.perf import build_configs, config_key
 
     combos = {config_key(d, q, t, p): (d, q, t, p) for d, q, t, p in chosen}
@@ -608,7 +277,6 @@ def model_candidates(
 
     ``prune=False`` keeps dominated candidates (for measuring what pruning buys).
     """
-    from optimizer.models.params import load_params
 
     params = params if params is not None else load_params(None)
     units = catalog_units(plan, catalog)

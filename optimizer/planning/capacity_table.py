@@ -48,7 +48,7 @@ from pathlib import Path
 from catalog.errors import GpuplanError, suggest
 from catalog.files import read_text
 from catalog.load import Catalog
-from optimizer.planning.candidates import (
+from optimizer.planning.candidate_set import (
     BucketSpec,
     Candidate,
     CandidateSet,

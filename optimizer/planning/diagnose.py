@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from optimizer.planning.candidates import CandidateSet, WorkloadCandidates
+from optimizer.planning.candidate_set import CandidateSet, WorkloadCandidates
 from optimizer.planning.milp import (
     FleetProblem,
     FleetSolution,

@@ -30,6 +30,14 @@ class SolveStatus(StrEnum):
 
 
 @dataclass(frozen=True)
+class Provenance:
+    """Where a plan came from: the input file as given and the sha256 of its bytes ("" = in-memory plan)."""
+
+    input_file: str = ""
+    input_sha256: str = ""
+
+
+@dataclass(frozen=True)
 class Assumptions:
     objective: str
     horizon_years: int

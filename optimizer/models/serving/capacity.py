@@ -83,22 +83,61 @@ def capacity_at_slo(
     if len(first) < len(c):
         return _expand_capacity(c, inverse, capacity_at_slo(
             c.take(first), prompt, output, slo, params, prefill_chunk_tokens), targets)
-    n = len(c)
-    lens = lengths_for(prompt, output)
-    chunk = prefill_chunk_tokens
-    need = set(targets)
-    runnable = np.asarray(c.supported, dtype=bool)
-    lam_cap = _scheduler_cap_qps(c, lens)
+    search = _Search(c, lengths_for(prompt, output), prefill_chunk_tokens, targets)
+    lam_cap = _scheduler_cap_qps(c, search.lens)
     lam_lo = lam_cap * 1e-6
-    lam_hi = np.minimum(lam_cap, _feasible_qps_bound(c, lens))
+    lam_hi = np.minimum(lam_cap, _feasible_qps_bound(c, search.lens))
+    f_lo, t_lo, _ = search.margin(np.arange(len(c)), lam_lo)
+    ok_lo = f_lo <= 0
+    t_lo = np.where(np.isfinite(t_lo), t_lo, np.nan)  # Newton warm start (from below)
+    lo, hi, bind_hi, t_lo = _bracket(search, ok_lo, np.where(ok_lo, lam_lo, 0.0), lam_hi.copy(), f_lo, t_lo)
+    # every probe feasible: check the bound itself; feasible there too → the scheduler cap binds
+    ok_hi = np.zeros(len(c), dtype=bool)
+    untested = np.flatnonzero(ok_lo & (hi == lam_hi))
+    if len(untested):
+        f_b, _, _ = search.margin(untested, lam_hi[untested])
+        at_bound = untested[f_b <= 0]
+        lo[at_bound] = lam_hi[at_bound]
+        if len(at_bound):
+            f_cap, _, _ = search.margin(at_bound, lam_cap[at_bound])
+            ok_hi[at_bound] = f_cap <= 0
+            lam_hi[at_bound] = np.where(f_cap <= 0, lam_cap[at_bound], lam_hi[at_bound])
+    max_qps = np.where(ok_lo & np.asarray(c.supported, dtype=bool), np.where(ok_hi, lam_hi, lo), 0.0)
+    # at capacity: TTFT and TPOT percentiles always, E2E (a costly L × O mixture) when it is an SLO
+    # (Newton from the step time of the highest feasible probe, below both)
+    at_cap = evaluate_load(c, np.where(max_qps > 0, max_qps, lam_lo), search.lens, search.chunk,
+                           search.need | {"ttft", "tpot"}, t0=t_lo)
+    limited_by, why = _limits(search, at_cap, max_qps, hi, ok_lo, ok_hi, bind_hi)
+    # unservable rows: at_cap is at λ_lo, the best they reach
+    return Capacity.at(at_cap, max_qps, max_qps * search.lens.mean_o, limited_by, why)
 
-    def margin(rows, lam, t0=None):
-        """max over the limits of ln(value / limit) (> 0: infeasible; inf: saturated).
+
+@dataclass(frozen=True)
+class _Search:
+    """What every probe of one capacity search shares: configurations, lengths, chunk, SLO targets."""
+
+    c: Configs
+    lens: Lengths
+    chunk: int
+    targets: dict[str, float]
+
+    @property
+    def need(self) -> set[str]:
+        return set(self.targets)
+
+    @property
+    def names(self) -> list[str]:
+        """The terms of the margin, in order."""
+        return ["memory", "memory", *self.targets]
+
+    def margin(self, rows: np.ndarray, lam: np.ndarray, t0: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """max over the limits of ln(value / limit) (> 0: infeasible; inf: saturated) at ``lam`` for ``rows``.
 
         Returns (margin, step time in s, index of the binding limit in ``names``, −1 when
         saturated); the tails are computed only where not saturated."""
-        cs = c.take(rows)
-        st = solve_state(cs, lam, lens, chunk, t0)
+        cs = self.c.take(rows)
+        st = solve_state(cs, lam, self.lens, self.chunk, t0)
         f = np.full(len(rows), np.inf)
         step_s = np.full(len(rows), np.inf)
         bind = np.full(len(rows), -1)
@@ -107,12 +146,12 @@ def capacity_at_slo(
             return f, step_s, bind
         if len(live) < len(rows):
             cs, lam, st = cs.take(live), lam[live], take_state(st, live)
-        r = evaluate_load(cs, lam, lens, chunk, need, p50=False, state=st)
+        r = evaluate_load(cs, lam, self.lens, self.chunk, self.need, p50=False, state=st)
         with np.errstate(divide="ignore", invalid="ignore"):
             terms = [np.log(r.kv_p99_tokens / np.maximum(r.kv_capacity_tokens, 1e-300)),
                      np.log(np.maximum(r.running_batch + Z99 * np.sqrt(r.running_batch), 1e-300)
-                            / c.max_batch_sequences)]
-            terms += [np.log(getattr(r, f"{k}_p99_ms") / t) for k, t in targets.items()]
+                            / self.c.max_batch_sequences)]
+            terms += [np.log(getattr(r, f"{k}_p99_ms") / t) for k, t in self.targets.items()]
         terms = np.nan_to_num(np.array(terms), nan=np.inf)
         f_live = np.max(terms, axis=0)
         bind[live] = np.where(r.saturated, -1, np.where(r.kv_fits, np.argmax(terms, axis=0), 0))
@@ -120,23 +159,20 @@ def capacity_at_slo(
         step_s[live] = r.step_ms / 1e3
         return f, step_s, bind
 
-    names = ["memory", "memory", *targets]  # the terms of the margin, in order
 
-    every = np.arange(n)
-    f_lo, t_lo, _ = margin(every, lam_lo)
-    bind_hi = np.full(n, -1)  # binding limit at the lowest infeasible probe
-    t_lo = np.where(np.isfinite(t_lo), t_lo, np.nan)  # Newton warm start (from below)
-    ok_lo = f_lo <= 0
-    f_hi = np.full(n, np.inf)  # the bound is infeasible by construction (checked below if never probed)
-    ok_hi = np.zeros(n, dtype=bool)
-    lo = np.where(ok_lo, lam_lo, 0.0)
-    hi = lam_hi.copy()
-    fl, fh = f_lo.copy(), f_hi.copy()
+def _bracket(search: _Search, ok_lo: np.ndarray, lo: np.ndarray, hi: np.ndarray, f_lo: np.ndarray,
+             t_lo: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Shrink [lo, hi] around the root of the margin by safeguarded regula falsi (Illinois) in λ.
+
+    Returns (lo, hi, the binding limit at the lowest infeasible probe (−1: none or saturated),
+    the step time of the highest feasible probe)."""
+    n = len(lo)
+    bind_hi = np.full(n, -1)
+    fl, fh = f_lo.copy(), np.full(n, np.inf)  # the top is infeasible by construction (checked by the caller)
     side = np.zeros(n)
     stalls = np.zeros(n)  # consecutive steps that kept the same end
-    active = ok_lo & ~ok_hi
     for _ in range(BISECTION_ITERATIONS):
-        rows = np.flatnonzero(active & (hi > lo * (1.0 + CAPACITY_RTOL)))
+        rows = np.flatnonzero(ok_lo & (hi > lo * (1.0 + CAPACITY_RTOL)))
         if not len(rows):
             break
         a_lam, b_lam = lo[rows], hi[rows]
@@ -152,7 +188,7 @@ def capacity_at_slo(
         bisect = np.where(a_lam < b_lam / 16.0, b_lam / 3.0, bisect)  # far below: descend by 3× steps
         bisecting = ~np.isfinite(fh[rows]) | (stalls[rows] >= 2)
         mid = np.where(bisecting, bisect, mid)
-        f_mid, t_mid, b_mid = margin(rows, mid, t_lo[rows])
+        f_mid, t_mid, b_mid = search.margin(rows, mid, t_lo[rows])
         ok = f_mid <= 0
         bind_hi[rows] = np.where(ok, bind_hi[rows], b_mid)
         t_lo[rows] = np.where(ok, t_mid, t_lo[rows])
@@ -165,46 +201,35 @@ def capacity_at_slo(
         new_side = np.where(ok, 1.0, -1.0)
         stalls[rows] = np.where((new_side == s_) & ~bisecting, stalls[rows] + 1, 0.0)
         side[rows] = new_side
-    # every probe feasible: check the bound itself; feasible there too → the scheduler cap binds
-    untested = np.flatnonzero(ok_lo & (hi == lam_hi))
-    if len(untested):
-        f_b, _, _ = margin(untested, lam_hi[untested])
-        at_bound = untested[f_b <= 0]
-        lo[at_bound] = lam_hi[at_bound]
-        if len(at_bound):
-            f_cap, _, _ = margin(at_bound, lam_cap[at_bound])
-            ok_hi[at_bound] = f_cap <= 0
-            lam_hi[at_bound] = np.where(f_cap <= 0, lam_cap[at_bound], lam_hi[at_bound])
-    max_qps = np.where(ok_hi, lam_hi, lo)
-    max_qps = np.where(ok_lo & runnable, max_qps, 0.0)
-    # at capacity: TTFT and TPOT percentiles always, E2E (a costly L × O mixture) when it is an SLO
-    # (Newton from the step time of the highest feasible probe, below both)
-    at_cap = evaluate_load(c, np.where(max_qps > 0, max_qps, lam_lo), lens, chunk, need | {"ttft", "tpot"}, t0=t_lo)
-    # the binding limit: from the probe just above capacity, or (saturated there) 2 % above
+    return lo, hi, bind_hi, t_lo
+
+
+def _limits(search: _Search, at_cap: LoadResult, max_qps: np.ndarray, hi: np.ndarray, ok_lo: np.ndarray,
+            ok_hi: np.ndarray, bind_hi: np.ndarray) -> tuple[list[str], list[str | None]]:
+    """The limit that binds just above each capacity (from the probe there, or 2 % above), and why when unservable."""
+    c, targets = search.c, search.targets
+    runnable = np.asarray(c.supported, dtype=bool)
     unknown = np.flatnonzero(ok_lo & ~ok_hi & (bind_hi < 0))
-    above = (evaluate_load(c.take(unknown), np.minimum(hi, max_qps * 1.02)[unknown], lens, chunk, need, p50=False)
-             if len(unknown) else None)
+    above = (evaluate_load(c.take(unknown), np.minimum(hi, max_qps * 1.02)[unknown], search.lens, search.chunk,
+                           search.need, p50=False) if len(unknown) else None)
     where_unknown = {int(i): j for j, i in enumerate(unknown)}
     limited_by: list[str] = []
     why: list[str | None] = []
-    for i in range(n):
+    for i in range(len(c)):
         if not runnable[i]:
             limited_by.append("unservable")
             why.append(c.reason[i] or "cannot run")
-            continue
-        if not ok_lo[i]:
+        elif not ok_lo[i]:
             limited_by.append("unservable")
             why.append(_unservable_why(at_cap, i, targets, c))
-            continue
-        if ok_hi[i]:
+        elif ok_hi[i]:
             limited_by.append("memory")
             why.append(f"scheduler cap of {c.max_batch_sequences} running sequences")
-            continue
-        limited_by.append(names[bind_hi[i]] if bind_hi[i] >= 0
-                          else _binding(above, where_unknown[i], targets))  # type: ignore[arg-type]
-        why.append(None)
-    # unservable rows: at_cap is at λ_lo, the best they reach
-    return Capacity.at(at_cap, max_qps, max_qps * lens.mean_o, limited_by, why)
+        else:
+            limited_by.append(search.names[bind_hi[i]] if bind_hi[i] >= 0
+                              else _binding(above, where_unknown[i], targets))  # type: ignore[arg-type]
+            why.append(None)
+    return limited_by, why
 
 
 def _scheduler_cap_qps(c: Configs, lens: Lengths) -> np.ndarray:

@@ -79,11 +79,6 @@ def _shape_quantile(q: float, sh: _Shape) -> np.ndarray:
     return np.where(sh.skewed, x_gamma, sh.mean + z * sh.sd)
 
 
-def _tail(x: np.ndarray, mean: np.ndarray, var: np.ndarray, k3: np.ndarray) -> np.ndarray:
-    """P(X > x) for X with the given mean, variance and third cumulant (see ``_shape``)."""
-    return _shape_sf(x, _shape(mean, var, k3))
-
-
 def mixture_quantile(q: float, weights: np.ndarray, mean, var, k3) -> np.ndarray:
     """x with Σ_j w_j·P(X_j > x) = 1 − q; components on the last axis of (N, J) arrays.
 

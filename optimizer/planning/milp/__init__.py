@@ -1,6 +1,12 @@
 """The fleet MILP: problem data (:mod:`.problem`), model building (:mod:`.build`), solving (:mod:`.solve`)."""
 
-from optimizer.planning.milp.build import FleetModel, build_model, define_objective, replica_upper_bound, tie_break
+from optimizer.planning.milp.build import (
+    FleetModel,
+    build_model,
+    define_objective,
+    replica_upper_bound,
+    tie_break,
+)
 from optimizer.planning.milp.problem import (
     BOUNDS_MIN_OPTIONS,
     PRESOLVE_MIN_OPTIONS,
@@ -10,6 +16,7 @@ from optimizer.planning.milp.problem import (
     Limits,
     Minimise,
     Option,
+    SolverOptions,
     UnitTerms,
     amortised_units,
     amortised_usd_per_replica,
@@ -29,7 +36,7 @@ from optimizer.planning.milp.solve import (
 
 __all__ = [
     "BOUNDS_MIN_OPTIONS", "PRESOLVE_MIN_OPTIONS", "Demand", "FleetModel", "FleetProblem", "FleetSolution",
-    "Limits", "Minimise", "Option", "SolveRun", "UnitTerms", "amortised_units", "amortised_usd_per_replica",
+    "Limits", "Minimise", "Option", "SolveRun", "SolverOptions", "UnitTerms", "amortised_units", "amortised_usd_per_replica",
     "build_model", "define_objective", "replica_upper_bound", "extract", "options_by_workload", "slug", "solve_alone", "solve_fleet",
     "solve_model", "stdout_silenced", "tie_break", "uncovered_buckets", "workload_lower_bounds",
 ]

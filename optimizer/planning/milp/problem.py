@@ -39,6 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from optimizer.planning.solver_options import SolverOptions  # noqa: F401 (re-exported)
 from optimizer.results.money import LinearTerms
 from optimizer.results.plan_result import SolveStatus
 

@@ -1,0 +1,216 @@
+"""The candidate records and what the MILP needs from them: units (devices with prices), unit terms, the problem.
+
+A candidate k of workload w is (device, precision, tp, pp), keyed deterministically
+(``h100_sxm__fp8__tp4__pp1``, the key of the MILP variable and of the workbook row), with
+its capacity at the SLO (req/s per replica) in every request-size bucket. How candidates are
+enumerated and pruned: :mod:`optimizer.planning.candidates`; how capacities are evaluated:
+:mod:`optimizer.planning.evaluate`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from catalog.load import Catalog
+from catalog.schema import Device
+from optimizer.planning.bucketing import problem_parts
+from optimizer.planning.milp import FleetProblem, Limits, UnitTerms
+from optimizer.results.money import (
+    MoneyAssumptions,
+    UnitPrice,
+    annual_opex_terms,
+    capex_terms,
+    objective_terms,
+    power_kw_terms,
+)
+from optimizer.results.plan_result import Diagnostic
+from workloads.spec import LengthDist, Plan, Workload
+
+TP_DEGREES = (1, 2, 4, 8)
+PP_DEGREES = (1, 2, 4, 8)
+
+# p99s (ttft, tpot, e2e) in ms of a candidate serving one bucket at a rate per replica.
+Predictor = Callable[[str, int, float], tuple[float | None, float | None, float | None]]
+
+
+@dataclass(frozen=True)
+class BucketSpec:
+    """One request-size bucket of a workload: its share of requests and its rate (req/s)."""
+
+    index: int
+    fraction: float
+    qps: float
+    label: str = ""
+    prompt_tokens_mean: float | None = None
+    output_tokens_mean: float | None = None
+    prompt: LengthDist | None = None
+    output: LengthDist | None = None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to serve a workload, with its capacity (req/s per replica) in every bucket."""
+
+    workload: str
+    key: str
+    device: str
+    precision: str
+    tp: int
+    pp: int
+    gpus: int
+    capacity_qps: tuple[float, ...]
+    limited_by: tuple[str | None, ...]
+    cost_per_replica_usd: float | None = None
+    pruned_reason: str | None = None
+    # Best p99 (ms) the candidate reaches at (near) zero load per bucket, where the serving
+    # model gives it: {metric: value} — used to explain a workload no candidate can serve.
+    floor_p99_ms: tuple[dict[str, float], ...] | None = None
+
+    @property
+    def kept(self) -> bool:
+        return self.pruned_reason is None
+
+
+@dataclass(frozen=True)
+class UnitSpec:
+    """A device (or capacity-table unit) with the figures money and the MILP need."""
+
+    key: str
+    gpus_per_node: int
+    price: UnitPrice
+    inventory_gpus: int | None = None
+    allowed: bool = True
+    device: Device | None = None
+
+
+@dataclass(frozen=True)
+class WorkloadCandidates:
+    workload: Workload
+    model: str
+    buckets: tuple[BucketSpec, ...]
+    candidates: tuple[Candidate, ...]
+    predictor: Predictor | None = None
+
+    @property
+    def kind(self) -> str:
+        return "batch" if self.workload.is_batch else "online"
+
+    @property
+    def kept(self) -> list[Candidate]:
+        return [c for c in self.candidates if c.kept]
+
+
+@dataclass(frozen=True)
+class CandidateSet:
+    workloads: tuple[WorkloadCandidates, ...]
+    units: dict[str, UnitSpec]
+    diagnostics: tuple[Diagnostic, ...] = field(default=())
+    objective: str = ""  # the plan objective the set was computed for ("" = any)
+    allowed_devices: tuple[str, ...] | None = None
+
+    def workload(self, name: str) -> WorkloadCandidates:
+        return next(wc for wc in self.workloads if wc.workload.name == name)
+
+
+# ---------------------------------------------------------------------------------------
+# Devices and money
+# ---------------------------------------------------------------------------------------
+
+
+def missing_figures(device: Device, plan: Plan) -> list[str]:
+    """Figures this plan needs that ``device`` lacks, each with the field to add."""
+    need = []
+    if plan.objective in ("tco", "capex") and device.purchase_usd is None:
+        need.append(f"purchase_usd (objective {plan.objective})")
+    if plan.objective == "cloud" and device.cloud_usd_per_gpu_hour is None:
+        need.append("cloud_usd_per_gpu_hour (objective cloud)")
+    if device.tdp_w is None:
+        if plan.objective == "tco":
+            need.append("tdp_w (tco power cost)")
+        elif plan.max_power_kw is not None:
+            need.append("tdp_w (max_power_kw)")
+    return need
+
+
+def catalog_units(plan: Plan, catalog: Catalog) -> dict[str, UnitSpec]:
+    """Every catalog device as a unit, with the plan's inventory and allowed-devices list.
+
+    Without an ``allowed_devices`` list every datacenter device is allowed; consumer cards
+    (``Device.consumer``, e.g. GeForce, whose licence restricts datacenter use) only when listed.
+    """
+    if plan.allowed_devices is not None:
+        allowed = {catalog.device(d).key for d in plan.allowed_devices}
+    else:
+        allowed = {k for k, d in catalog.devices.items() if not d.consumer}
+    inventory = {catalog.device(d).key: n for d, n in plan.inventory.items()}
+    units = {}
+    for key, dev in sorted(catalog.devices.items()):
+        units[key] = UnitSpec(
+            key=key, gpus_per_node=dev.gpus_per_node,
+            price=UnitPrice(dev.purchase_usd, dev.cloud_usd_per_gpu_hour, dev.tdp_w),
+            inventory_gpus=inventory.get(key), allowed=key in allowed, device=dev,
+        )
+    return units
+
+
+def cost_per_replica_usd(unit: UnitSpec, gpus: int, a: MoneyAssumptions) -> float:
+    """Objective $ of one replica: gpus · (per-GPU cost + per-server cost / gpus_per_node)."""
+    t = objective_terms(unit.price, a)
+    return gpus * (t.per_gpu + t.per_node / unit.gpus_per_node)
+
+
+
+# ---------------------------------------------------------------------------------------
+# The MILP problem
+# ---------------------------------------------------------------------------------------
+
+
+def unit_terms(unit: UnitSpec, a: MoneyAssumptions) -> UnitTerms:
+    return UnitTerms(
+        device=unit.key, gpus_per_node=unit.gpus_per_node,
+        objective_usd=objective_terms(unit.price, a), capex_usd=capex_terms(unit.price, a),
+        annual_opex_usd=annual_opex_terms(unit.price, a), power_kw=power_kw_terms(unit.price, a),
+        inventory_gpus=unit.inventory_gpus, allowed=unit.allowed,
+    )
+
+
+def fleet_problem(cset: CandidateSet, plan: Plan) -> FleetProblem:
+    """The MILP data: demands per bucket, kept candidates with capacity, unit terms, limits."""
+    a = MoneyAssumptions.from_plan(plan)
+    demands, options = [], []
+    for wc in cset.workloads:
+        demand, opts = problem_parts(wc)
+        demands.append(demand)
+        options += opts
+    used = {o.device for o in options}
+    units = {k: unit_terms(u, a) for k, u in cset.units.items() if k in used}
+    limits = Limits(plan.budget.capex_usd, plan.budget.annual_usd, plan.max_power_kw)
+    return FleetProblem(tuple(demands), tuple(options), units, limits)
+
+
+def rebase_candidates(cset: CandidateSet, plan: Plan) -> CandidateSet:
+    """A candidate set with the workload rates, replica rules and inventory of ``plan``.
+
+    The workloads' models, lengths, SLOs and precisions, the objective and the allowed
+    devices must be those the set was computed for (they decide capacities and pruning).
+    """
+    if cset.objective and cset.objective != plan.objective:
+        raise ValueError(f"candidates were computed for objective '{cset.objective}', not '{plan.objective}'")
+    if cset.allowed_devices != (tuple(plan.allowed_devices) if plan.allowed_devices is not None else None):
+        raise ValueError("candidates were computed for other allowed_devices; recompute them")
+    inventory = {k.lower(): v for k, v in plan.inventory.items()}
+    units = {k: (replace(u, inventory_gpus=inventory.get(k)) if u.device is not None else u)
+             for k, u in cset.units.items()}
+    workloads = []
+    for wc in cset.workloads:
+        w = plan.workload(wc.workload.name)
+        old = wc.workload
+        if (w.model, w.prompt_tokens, w.output_tokens, w.slo, w.precisions) != (
+                old.model, old.prompt_tokens, old.output_tokens, old.slo, old.precisions):
+            raise ValueError(f"workload '{w.name}' changed its model, lengths, SLO or precisions; "
+                             "recompute the candidates")
+        rate = w.request_rate_qps
+        buckets = tuple(replace(b, qps=b.fraction * rate) for b in wc.buckets)
+        workloads.append(replace(wc, workload=w, buckets=buckets))
+    return replace(cset, workloads=tuple(workloads), units=units)

@@ -1,0 +1,206 @@
+"""Capacities of candidate configurations per request-size bucket: typed jobs, a memo, a worker pool.
+
+A :class:`BucketJob` is one workload's configurations on one bucket; its capacities are
+``capacity_at_slo`` of the serving model (req/s per replica at the SLO), or for a batch
+workload the SLO-free throughput ``batch_throughput``. Results are memoised per process by
+the job's digest (capacity does not depend on the rate, so what-if sweeps and repeated solves
+reuse it), and many jobs run in a pool of forked worker processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import multiprocessing
+import os
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from optimizer.models import serving
+from optimizer.models.perf import Configs
+from optimizer.planning.candidate_set import BucketSpec
+from workloads.spec import Workload
+
+
+def finite_or_zero(x: float) -> float:
+    return float(x) if math.isfinite(x) and x > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class BucketEvaluation:
+    """Capacity (req/s per replica) of N configs on one bucket, what limits it, best p99s when 0."""
+
+    capacity_qps: np.ndarray
+    limited_by: list[str]
+    floor_p99_ms: list[dict[str, float]]
+    why: list[str | None]
+
+
+
+@dataclass(frozen=True)
+class BucketJob:
+    """The configurations ``configs`` (one per ``chosen`` (device, precision, tp, pp)) of workload
+    ``workload`` on bucket ``bucket``, under calibration ``params``."""
+
+    configs: Configs
+    chosen: tuple[tuple, ...]
+    bucket: BucketSpec
+    workload: Workload
+    params: object
+
+    @cached_property
+    def cache_key(self) -> tuple:
+        """Everything the capacities depend on, as a compact digest (keys stay small when
+        thousands of evaluations are held at once)."""
+        devices = tuple(sorted({_json(d) for d, _, _, _ in self.chosen}))
+        combos = tuple((d.key, q.key, t, p) for d, q, t, p in self.chosen)
+        b, w, params = self.bucket, self.workload, self.params
+        full = (self.configs.model.model_dump_json(), devices, combos, b.prompt.model_dump_json(),
+                b.output.model_dump_json(), w.slo.model_dump_json(), w.is_batch,
+                params.model_dump_json() if hasattr(params, "model_dump_json") else repr(params))
+        return (len(self.chosen), hashlib.blake2b(repr(full).encode(), digest_size=20).hexdigest())
+
+
+_CAPACITY_CACHE: dict[tuple, BucketEvaluation] = {}
+_CAPACITY_CACHE_MAX = 512
+_JSON_MEMO: dict[int, tuple[object, str]] = {}
+
+
+
+def _json(obj) -> str:
+    """``obj.model_dump_json()``, memoised by identity (the same catalog devices recur in every key)."""
+    hit = _JSON_MEMO.get(id(obj))
+    if hit is not None and hit[0] is obj:
+        return hit[1]
+    if len(_JSON_MEMO) >= 4096:
+        _JSON_MEMO.clear()
+    text = obj.model_dump_json()
+    _JSON_MEMO[id(obj)] = (obj, text)
+    return text
+
+
+def bucket_capacity(job: BucketJob) -> BucketEvaluation:
+    """Capacity at the SLO of every config of ``job`` (memoised per process; see the module doc).
+
+    NaN/inf from the serving model (saturated or unrunnable configs) count as 0 capacity.
+    """
+    hit = _CAPACITY_CACHE.get(job.cache_key)
+    if hit is not None:
+        return hit
+    ev = _evaluate_bucket(job)
+    _remember(job.cache_key, ev)
+    return ev
+
+
+def _remember(key: tuple, ev: BucketEvaluation) -> None:
+    if len(_CAPACITY_CACHE) >= _CAPACITY_CACHE_MAX:
+        _CAPACITY_CACHE.clear()
+    _CAPACITY_CACHE[key] = ev
+
+
+def _evaluate_bucket(job: BucketJob) -> BucketEvaluation:
+    """``bucket_capacity`` without the memo."""
+    configs, b, w, params = job.configs, job.bucket, job.workload, job.params
+    n = len(job.chosen)
+    with np.errstate(all="ignore"):
+        if w.is_batch:
+            _, req_s = serving.batch_throughput(configs, b.prompt, b.output, params)
+            ev = BucketEvaluation(np.array([finite_or_zero(x) for x in req_s]), ["throughput"] * n,
+                                  [{} for _ in range(n)], [None] * n)
+        else:
+            cap = serving.capacity_at_slo(configs, b.prompt, b.output, w.slo, params)
+            floors: list[dict[str, float]] = []
+            for i in range(n):
+                floor = {}
+                if cap.limited_by[i] == "unservable":
+                    for m in ("ttft", "tpot", "e2e"):
+                        v = float(getattr(cap, f"{m}_p99_ms")[i])
+                        if math.isfinite(v):
+                            floor[f"{m}_p99_ms"] = v
+                floors.append(floor)
+            ev = BucketEvaluation(np.array([finite_or_zero(x) for x in cap.max_qps]), list(cap.limited_by),
+                                  floors, [cap.why[i] if cap.limited_by[i] == "unservable" else None
+                                           for i in range(n)])
+    return ev
+
+
+# Below this many bucket evaluations a worker pool costs more than it saves.
+PARALLEL_MIN_JOBS = 4
+_POOL_JOBS: list[BucketJob] = []  # the jobs of the pool being run (inherited by its forked workers)
+
+
+def parallel_workers() -> int:
+    """Worker processes for bucket evaluations: ``GPUPLAN_WORKERS`` if set, else the usable CPUs
+    (1 = serial; parallel only where ``fork`` exists, so workers inherit the jobs without pickling,
+    and never inside a worker process — what-if scenarios already run one per CPU)."""
+    if "fork" not in multiprocessing.get_all_start_methods() or multiprocessing.parent_process() is not None:
+        return 1
+    env = os.environ.get("GPUPLAN_WORKERS", "").strip()
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            return 1
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+def _pool_init() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops the pool
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _pool_job(i: int) -> BucketEvaluation:
+    return _evaluate_bucket(_POOL_JOBS[i])
+
+
+def evaluate_buckets(jobs: Sequence[BucketJob]) -> dict[tuple, BucketEvaluation]:
+    """The capacities of many jobs, by their ``cache_key``.
+
+    Memoised ones come from the cache; the rest run in a pool of forked worker processes
+    (``parallel_workers``) when there are at least PARALLEL_MIN_JOBS of them, serially
+    otherwise. The serving model is pure, so the results are those of the serial path.
+    """
+    global _POOL_JOBS
+    out: dict[tuple, BucketEvaluation] = {}
+    todo: list[BucketJob] = []
+    keys: list[tuple] = []
+    seen: set[tuple] = set()
+    for job in jobs:
+        key = job.cache_key
+        if key in seen:
+            continue
+        seen.add(key)
+        hit = _CAPACITY_CACHE.get(key)
+        if hit is not None:
+            out[key] = hit
+        else:
+            todo.append(job)
+            keys.append(key)
+    workers = min(parallel_workers(), len(todo))
+    if workers < 2 or len(todo) < PARALLEL_MIN_JOBS:
+        results = [_evaluate_bucket(job) for job in todo]
+    else:
+        # biggest first (more configs, longer), so the last job does not run alone
+        order = sorted(range(len(todo)), key=lambda i: -len(todo[i].chosen))
+        _POOL_JOBS = [todo[i] for i in order]
+        try:
+            with multiprocessing.get_context("fork").Pool(workers, initializer=_pool_init) as pool:
+                done = pool.map(_pool_job, range(len(order)), chunksize=1)
+        finally:
+            _POOL_JOBS = []
+        results = [None] * len(todo)  # type: ignore[list-item]
+        for j, i in enumerate(order):
+            results[i] = done[j]
+    for key, ev in zip(keys, results, strict=True):
+        out[key] = ev
+        _remember(key, ev)
+    return out
+
+
