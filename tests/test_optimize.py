@@ -32,10 +32,12 @@ ASSUMPTION_KEYS = {
     "objective", "horizon_years", "electricity_usd_per_kwh", "pue", "power_utilization",
     "maintenance_fraction_per_year", "discount_rate", "server_overhead_usd", "server_power_w", "hours_per_year",
     "capex_budget_usd", "annual_budget_usd", "max_power_kw", "api_usd_per_million_output_tokens",
-    "api_usd_per_million_input_tokens",
+    "api_usd_per_million_input_tokens", "colocation_usd_per_kw_month", "colocation_usd_per_rack_month",
+    "rack_units_per_rack", "network_usd_per_server", "depreciation_years", "lease_interest_rate", "lease_years",
+    "allow_partial_servers",
 }
 FLEET_KEYS = {"device", "gpus", "nodes", "gpus_per_node", "purchase_usd", "cloud_usd_per_gpu_hour", "tdp_w",
-              "capex_usd", "power_kw"}
+              "capex_usd", "power_kw", "gpus_installed", "platform", "server_usd", "server_power_w"}
 DEPLOYMENT_KEYS = {"workload", "device", "precision", "tp", "pp", "replicas", "qps", "capacity_qps", "ttft_p99_ms",
                    "tpot_p99_ms", "e2e_p99_ms", "key"}
 WORKLOAD_KEYS = {"name", "model", "qps", "met", "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms", "slo_ttft_p99_ms",
