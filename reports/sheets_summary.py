@@ -150,10 +150,10 @@ def _words(ctx: Ctx, header: int) -> None:
     best = r.single_device_best
     if best is not None and ctx.single_total_row:
         diff = best.objective_usd - (r.objective_usd or 0)
-        label = f"{best.gpus_installed or best.gpus:,} × {best.device}"
-        expect = (f"Runner-up: the best single-device fleet ({label}) costs {_money(best.objective_usd)}, "
+        label = ctx.cells["runner_up_label"]  # a text cell: names never enter a formula
+        expect = (f"Runner-up: best single-device fleet (all {best.device}) costs {_money(best.objective_usd)}, "
                   f"{_money(abs(diff))} {'more' if diff >= 0 else 'less'} than this plan.")
-        say(Formula(f'="Runner-up: the best single-device fleet ({label}) costs "&TEXT(runner_up_usd,{MONEY})'
+        say(Formula(f'={label}&" costs "&TEXT(runner_up_usd,{MONEY})'
                     f'&", "&TEXT(ABS(runner_up_usd-objective_usd),{MONEY})&IF(runner_up_usd>=objective_usd,'
                     '" more"," less")&" than this plan ("&TEXT(ABS(runner_up_usd-objective_usd)/runner_up_usd,'
                     f'{PCT_TEXT})&")."', expect), ctx.cells["runner_up_usd"])
@@ -166,9 +166,9 @@ def _words(ctx: Ctx, header: int) -> None:
         say(Formula(f'="Against the hosted API the fleet "&IF(api_saving_usd>=0,"saves ","costs ")&TEXT('
                     f'ABS(api_saving_usd),{MONEY})&IF(api_saving_usd>=0,""," more")&" over "{horizon}&"."', expect),
             ctx.cells["api_saving_usd"])
-    tokens_note = ("peak-to-average ratio " + ", ".join(f"{w.name} {w.peak_to_average_ratio:g}" for w in r.workloads)
+    tokens_note = ("each workload's rate divided by its peak-to-average ratio, see Workloads"
                    if any(w.peak_to_average_ratio != 1 for w in r.workloads)
-                   else "the peak rate sustained all year (peak-to-average ratio 1)")
+                   else "the peak rate sustained all year: peak-to-average ratio 1")
     cpm = r.cost_per_million_output_tokens_usd or 0.0
     say(Formula(f'="Cost per million output tokens: "&TEXT(cost_per_million_output_tokens_usd,"$#,##0.00")'
                 f'&" on average volume ({tokens_note})."',
@@ -272,6 +272,7 @@ def _figures(ctx: Ctx, header: int) -> None:
         st = ctx.single_total_row
         obj = (f'=IF(objective="capex",{ref(fleet, st, fc["capex"])},IF(objective="cloud",'
                f'horizon_years*{ref(fleet, st, fc["cloud"])},{ref(fleet, st, fc["total"])}))')
+        ctx.cells["runner_up_label"] = f"A{row}"
         line(f"Runner-up: best single-device fleet (all {best.device}, {best.gpus_installed or best.gpus:,} GPUs)",
              Formula(obj, best.objective_usd), "$", styles.USD,
              f"its objective ({r.objective}) by the Fleet sheet's formulas at today's Assumptions", "runner_up_usd")
