@@ -6,11 +6,15 @@ formulas are checked against hand-computed depreciation, book value and annuity 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from catalog import load_catalog
 from catalog.errors import CatalogError
+from optimizer.optimize import optimize_plan
 from optimizer.planning.milp import Demand, FleetProblem, Option, UnitTerms, solve_fleet
+from optimizer.results.check import check_plan
 from optimizer.results.money import (
     LinearTerms,
     MoneyAssumptions,
@@ -23,6 +27,7 @@ from optimizer.results.money import (
     fleet_money,
 )
 from optimizer.results.plan_result import SolveStatus
+from workloads import parse_plan, resolve_catalog
 
 ZERO = LinearTerms(0.0, 0.0)
 
@@ -160,3 +165,51 @@ def test_n_plus_one_per_server_keeps_a_server_of_spares():
     big = Option("w", "k8", "hgx", 8, (3.0,))
     s = solve_fleet(FleetProblem((Demand("w", (4.0,), n_plus_one=True, per_server=True),), (big,), {"hgx": board()}))
     assert s.replicas[("w", "k8")] == 3  # ⌈4/3⌉ = 2 carry the load, + 1 spare server
+
+
+# ---------------------------------------------------------------- end to end
+
+
+def _hgx_plan(**changes):
+    """One chat service on H100 SXM only (HGX boards of 8); fields of the plan or the workload changed."""
+    workload = {"name": "chat", "model": "llama-3.1-8b", "qps": 30, "prompt_tokens": {"mean": 512, "p99": 2048},
+                "output_tokens": {"mean": 128, "p99": 512}, "slo": {"ttft_p99_ms": 1000, "tpot_p99_ms": 100},
+                "precisions": ["fp8"], "min_replicas": 1}
+    workload.update(changes.pop("workload", {}))
+    return parse_plan({"name": "hgx", "allowed_devices": ["h100-sxm"], "workloads": [workload], **changes}, "test")
+
+
+@pytest.fixture(scope="module")
+def hgx_runs(cat):
+    out = {}
+    for name, plan in {"partial": _hgx_plan(), "full": _hgx_plan(allow_partial_servers=False),
+                       "node": _hgx_plan(workload={"redundancy": "n+1-node"})}.items():
+        out[name] = (plan, optimize_plan(plan, resolve_catalog(plan, cat, "test"), compare_single_device=False))
+    return out
+
+
+def test_hgx_boards_are_bought_whole(hgx_runs):
+    for name, (plan, r) in hgx_runs.items():
+        assert r.status == SolveStatus.OPTIMAL, name
+        assert check_plan(r, plan) == [], name
+        (f,) = r.fleet
+        assert f.platform == "hgx-h100-8" and f.fixed_size
+        assert f.installed == 8 * f.nodes  # never a partial board: idle GPUs are bought with it
+        assert f.capex_usd == pytest.approx(f.installed * f.purchase_usd + f.nodes * 50_000.0)
+    full = hgx_runs["full"][1].fleet[0]
+    assert full.idle_gpus == 0  # the plan forbids partly used servers: every GPU bought serves
+
+
+def test_n_plus_one_per_server_survives_losing_any_server(hgx_runs):
+    plan, r = hgx_runs["node"]
+    assert check_plan(r, plan) == []  # includes the loss of any one server
+    (f,) = r.fleet
+    assert f.nodes >= 2  # one server down must leave enough: one server alone cannot be N+1
+    for d in r.deployments:
+        g = d.tp * d.pp
+        lost = min(d.replicas, max(1, 8 // g))
+        assert (d.replicas - lost) * d.capacity_qps / d.replicas >= d.qps * (1 - 1e-9)
+    # the same fleet with one server fewer fails the check
+    short = replace(r, deployments=tuple(replace(d, replicas=d.replicas - 8 // (d.tp * d.pp))
+                                         for d in r.deployments if d.replicas > 8 // (d.tp * d.pp)))
+    assert any(v.startswith("N+1 per server") or v.startswith("capacity") for v in check_plan(short, plan))
