@@ -120,7 +120,7 @@ def _block(ctx: Ctx, rows: list[FleetRow], first: int, table: str | None) -> int
     for f in rows:
         cells, cost = _row_cells(ctx, f, row, L)
         for key, _header, fmt in FLEET_COLUMNS:
-            sheet.put(row, col[key], cells[key], fmt or None)
+            sheet.put(row, col[key], cells[key], fmt or None, wrap=key in ("product", "idle"))
         if table is not None:
             ctx.fleet_row[f.device] = row
             ctx.fleet_cost_usd[f.device] = cost
@@ -157,6 +157,8 @@ def build_fleet(ctx: Ctx) -> None:
                   "so Summary's saving stays consistent when a price changes.", font=styles.NOTE_FONT, size=False)
         sheet.header(row + 2, 1, [h for _, h, _ in FLEET_COLUMNS])
         ctx.single_total_row = _block(ctx, list(best.fleet), row + 3, None)
+    sheet.width(ctx.fleet_cols["product"], 22)
+    sheet.width(ctx.fleet_cols["idle"], 12)
     sheet.ws.freeze_panes = sheet.ws.cell(row=FIRST_ROW, column=2)
     sheet.finish(title_rows=f"{HEADER_ROW}:{HEADER_ROW}")
 

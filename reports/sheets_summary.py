@@ -64,7 +64,7 @@ def build_summary(ctx: Ctx) -> None:
     sheet.width(4, 58)
     sheet.width(5, 34)
     sheet.ws.freeze_panes = sheet.ws.cell(row=HEADER_ROW + 1, column=1)
-    sheet.finish(title_rows=f"{HEADER_ROW}:{HEADER_ROW}")
+    sheet.finish()  # no repeated header: page 2 continues the key figures
 
 
 # ----------------------------------------------------------------------------- words
@@ -80,11 +80,13 @@ def _risks(ctx: Ctx) -> list[tuple[str, str]]:
     if estimated:
         cells = ", ".join(ctx.cells.get(f"purchase_usd:{d}", "Assumptions") for d in estimated)
         out.append((f"Estimated price, not a quote: {', '.join(estimated)}. Ask for quotes before ordering.", cells))
-    servers = sorted({f.platform for f in r.fleet if f.platform and f.server_usd is not None})
-    est_servers = sorted({s.device for s in r.sources if s.estimated and s.field == "server_usd"} & set(servers))
+    platform_of = {f.device: f.platform for f in r.fleet if f.platform and f.server_usd is not None}
+    est_servers = sorted({platform_of[s.device] for s in r.sources
+                          if s.estimated and s.field == "server_usd" and s.device in platform_of})
     if ctx.buy and est_servers:
         cells = ", ".join(ctx.cells.get(f"server_usd:{p}", "Assumptions") for p in est_servers)
-        out.append((f"Server prices (everything but the GPUs) are estimates: {', '.join(est_servers)}.", cells))
+        out.append((f"Server prices (everything but the GPUs) are estimates, vendors publish none: "
+                    f"{', '.join(est_servers)}.", cells))
     for f in r.fleet:
         if f.idle_gpus > 0:
             row = ctx.fleet_row.get(f.device)
@@ -151,7 +153,8 @@ def _words(ctx: Ctx, header: int) -> None:
     if best is not None and ctx.single_total_row:
         diff = best.objective_usd - (r.objective_usd or 0)
         label = ctx.cells["runner_up_label"]  # a text cell: names never enter a formula
-        expect = (f"Runner-up: best single-device fleet (all {best.device}) costs {_money(best.objective_usd)}, "
+        expect = (f"Runner-up: all {best.device} ({best.gpus_installed or best.gpus:,} GPUs) costs "
+                  f"{_money(best.objective_usd)}, "
                   f"{_money(abs(diff))} {'more' if diff >= 0 else 'less'} than this plan.")
         say(Formula(f'={label}&" costs "&TEXT(runner_up_usd,{MONEY})'
                     f'&", "&TEXT(ABS(runner_up_usd-objective_usd),{MONEY})&IF(runner_up_usd>=objective_usd,'
@@ -273,9 +276,10 @@ def _figures(ctx: Ctx, header: int) -> None:
         obj = (f'=IF(objective="capex",{ref(fleet, st, fc["capex"])},IF(objective="cloud",'
                f'horizon_years*{ref(fleet, st, fc["cloud"])},{ref(fleet, st, fc["total"])}))')
         ctx.cells["runner_up_label"] = f"A{row}"
-        line(f"Runner-up: best single-device fleet (all {best.device}, {best.gpus_installed or best.gpus:,} GPUs)",
+        line(f"Runner-up: all {best.device} ({best.gpus_installed or best.gpus:,} GPUs)",
              Formula(obj, best.objective_usd), "$", styles.USD,
-             f"its objective ({r.objective}) by the Fleet sheet's formulas at today's Assumptions", "runner_up_usd")
+             f"the best single-device fleet: its objective ({r.objective}) by the Fleet sheet's formulas",
+             "runner_up_usd")
         saving = line("Saving from mixing device types", Formula("=runner_up_usd-objective_usd",
                                                                  best.objective_usd - (r.objective_usd or 0)),
                       "$", styles.USD, "runner-up − this plan (positive = this plan is cheaper)",
