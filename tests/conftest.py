@@ -20,6 +20,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO.parent / "shared" / "reference"
 EXAMPLES = REPO / "examples"
+CORPUS = REPO / "tests" / "corpus"
+TEST_DATA = REPO / "tests" / "data"
 
 
 @dataclass

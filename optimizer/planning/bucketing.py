@@ -6,19 +6,16 @@ P(X > T) = Σ_b f_b·P(X_b > T) ≤ Σ_b f_b·1 % = 1 % — but stricter than th
 4 equal buckets the longest bucket alone must meet the p99 of its own lengths, about the
 workload's p99.75 length. Where routing short requests to cheap devices saves less than
 that costs (long prompts under a tight TTFT), the split plan is dearer than serving the
-whole length distribution on every replica: the 405B workload of
-``scripts/bench_optimizer.py`` costs $6.74 M split into 4 buckets and $2.61 M whole, and
-one whose longest bucket no device can serve is still servable whole.
+whole length distribution on every replica (measured figures: ``docs/benchmarks.md``), and a
+workload whose longest bucket no device can serve is still servable whole.
 
 So every online workload with more than one bucket is planned both ways on its own
 (:func:`optimizer.planning.milp.solve_alone`: integer replicas, servers amortised per GPU, budgets
 dropped) and split only where that is cheaper by more than ``SPLIT_TIE_RTOL``; on a tie it
 is served whole, which needs no size-aware routing in front of the replicas and gives the
-fleet MILP a smaller problem (on the 20-workload benchmark, ties whole: 18 of 20 workloads
-whole, proven within 0.1 % in 4.6 s at $4,312,947 — the optimum of the exact formulation
-that lets the MILP route every bucket split, whole or both, which took 19-36 s; ties split:
-9.6 s, $4,327,414). A workload neither way can serve stays split, so its diagnostics name
-the bucket that fails.
+fleet MILP a smaller problem (``docs/benchmarks.md`` compares it with the exact formulation
+that lets the MILP route every bucket split, whole or both). A workload neither way can
+serve stays split, so its diagnostics name the bucket that fails.
 """
 
 from __future__ import annotations

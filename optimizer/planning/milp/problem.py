@@ -122,11 +122,10 @@ class FleetProblem:
 
 
 # Below this many options the per-workload bound cuts cost more time than they save
-# (chat fleet, ~100 options: 0.33 s without, 0.74 s with; 20-workload benchmark, ~1,000
-# options: not proven in 60 s without, 11-30 s with).
+# (measured: docs/benchmarks.md).
 BOUNDS_MIN_OPTIONS = 300
 # Below this many options HiGHS's presolve (which reduces nothing here) and its restarts cost
-# more than they save (chat fleet, ~100 options: median 0.23 s CPU without, 0.32 s with).
+# more than they save (measured: docs/benchmarks.md).
 PRESOLVE_MIN_OPTIONS = 300
 
 Minimise = Literal["objective", "capex", "annual_opex", "power"] | tuple[Literal["gpus"], str]

@@ -27,9 +27,9 @@ from reports.recalc import pdf_to_png, recalculate, soffice_path, to_pdf
 from reports.result import PlanResultError
 from reports.workbook import SHEETS, build_workbook, write_workbook
 from reports.xl import is_valid_name
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, REPO, TEST_DATA
 
-DATA = Path(__file__).parent / "data"
+DATA = TEST_DATA
 SAMPLE = DATA / "sample_plan.json"
 REL = 1e-4  # 0.01 %
 
@@ -639,7 +639,7 @@ def chat_fleet_json(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("opt") / "chat-fleet.json"
     proc = subprocess.run([sys.executable, "-m", "cli.app", "optimize", str(EXAMPLES / "chat-fleet.yaml"),
                            "--json", str(out)], capture_output=True, text=True, timeout=900,
-                          cwd=Path(__file__).resolve().parent.parent)
+                          cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     return out
 

@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import EXAMPLES
+from tests.conftest import CORPUS, EXAMPLES
 
-CORPUS = Path(__file__).parent / "corpus"
 CASES = yaml.safe_load((CORPUS / "cases.yaml").read_text())
 SENTINEL = b"earlier output, must survive\n"
 OUTPUTS = ("out.json", "out.xlsx", "params.yaml")
