@@ -3,9 +3,9 @@
 Recalculation tests open the workbook in LibreOffice headless (which computes every
 formula), read the values back with openpyxl and compare them with the plan result's
 figures; they are skipped, with the reason in the summary, only where ``soffice`` is
-missing. Inputs: tests/data/sample_plan.json (hand-made, consistent with
-docs/plan-json.md) and, once `gpuplan optimize` exists, the chat-fleet example's real
-result.
+missing. Inputs: tests/data/sample_plan.json (written by `gpuplan optimize
+tests/data/sample_plan.yaml --json tests/data/sample_plan.json`: an HGX H100 board and PCIe L40S
+servers, a capex budget, colocation, a 5-year life) and the chat-fleet example's real result.
 """
 
 from __future__ import annotations
