@@ -222,7 +222,8 @@ def fleet_problem(cset: CandidateSet, plan: Plan) -> FleetProblem:
 
 
 def rebase_candidates(cset: CandidateSet, plan: Plan) -> CandidateSet:
-    """A candidate set with the workload rates, replica rules and inventory of ``plan``.
+    """A candidate set with the workload rates, replica rules, inventory and server figures of ``plan``
+    (its server_overhead_usd / server_power_w over the units' platforms, allow_partial_servers).
 
     The workloads' models, lengths, SLOs and precisions, the objective and the allowed
     devices must be those the set was computed for (they decide capacities and pruning).
@@ -232,7 +233,8 @@ def rebase_candidates(cset: CandidateSet, plan: Plan) -> CandidateSet:
     if cset.allowed_devices != (tuple(plan.allowed_devices) if plan.allowed_devices is not None else None):
         raise ValueError("candidates were computed for other allowed_devices; recompute them")
     inventory = {k.lower(): v for k, v in plan.inventory.items()}
-    units = {k: (replace(u, inventory_gpus=inventory.get(k)) if u.device is not None else u)
+    units = {k: (replace(u, inventory_gpus=inventory.get(k), price=unit_price(u.device, u.platform, plan),
+                         full_servers_only=not plan.allow_partial_servers) if u.device is not None else u)
              for k, u in cset.units.items()}
     workloads = []
     for wc in cset.workloads:

@@ -83,7 +83,7 @@ def test_a_tie_is_planned_whole_without_a_note():
     assert not [d for d in cset.diagnostics if d.code == "planned_whole"]
     result = optimize_plan(plan, catalog, load_params(None), candidates=cset, diagnose=False,
                            compare_single_device=False)
-    assert result.objective_usd == pytest.approx(230_675.65, abs=0.01)  # as with 4 buckets split
+    assert result.objective_usd == pytest.approx(261_328.39, abs=0.01)  # as with 4 buckets split (platform server figures)
 
 
 def test_split_is_kept_where_it_is_cheaper():

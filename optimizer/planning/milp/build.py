@@ -53,7 +53,7 @@ class FleetModel:
         )
 
 
-def replica_upper_bound(demand: Demand, option: Option, spare: int = 0) -> int:
+def replica_upper_bound(demand: Demand, option: Option, gpus_per_node: int = 1) -> int:
     """Most replicas of k that an optimal plan can need.
 
     max(min_replicas, ⌈Σ_b λ[b]/μ[b,k]⌉) + spare (N+1: see :func:`spare_replicas`): one
@@ -62,7 +62,7 @@ def replica_upper_bound(demand: Demand, option: Option, spare: int = 0) -> int:
     """
     load = sum(lam / mu for lam, mu in zip(demand.bucket_qps, option.capacity_qps, strict=True)
                if lam > 0 and mu > 0)
-    return max(demand.min_replicas, math.ceil(load - 1e-9)) + spare
+    return max(demand.min_replicas, math.ceil(load - 1e-9)) + spare_replicas(demand, option, gpus_per_node)
 
 
 def define_variables(problem: FleetProblem) -> FleetModel:
@@ -81,7 +81,7 @@ def define_variables(problem: FleetProblem) -> FleetModel:
         idx, dem = (o.workload, o.key), model.demands[o.workload]
         name = f"{model.w_name[o.workload]}__{model.k_name[idx]}"
         unit = problem.units[o.device]
-        ub = replica_upper_bound(dem, o, spare_replicas(dem, o, unit.gpus_per_node))
+        ub = replica_upper_bound(dem, o, unit.gpus_per_node)
         if unit.full_servers_only:  # room to fill the last server with replicas of this option
             ub += math.ceil((unit.gpus_per_node - 1) / o.gpus)
         model.n[idx] = prob.add_variable(f"n__{name}", 0, ub, cat=pulp.LpInteger)
