@@ -73,7 +73,9 @@ def test_exact_tie_goes_to_the_device_key_that_sorts_first(tmp_path, twin):
     """An identical copy of the L40S (same figures, another key) ties with it on every candidate."""
     base = load_catalog().devices["l40s"].model_dump(mode="json", exclude_none=True)
     override = tmp_path / "twin.yaml"
-    override.write_text(yaml.safe_dump({"devices": [{**base, "key": twin}]}))
+    platform = load_catalog().platforms["pcie-8"].model_dump(mode="json")
+    override.write_text(yaml.safe_dump({"devices": [{**base, "key": twin}],  # and a copy of its server
+                                        "platforms": [{**platform, "key": "pcie-8-twin", "devices": [twin]}]}))
     catalog = load_catalog(override)
     fleets = []
     for order in (["l40s", twin], [twin, "l40s"]):
