@@ -1,0 +1,93 @@
+"""One result schema: the JSON the optimizer writes, the keys docs/plan-json.md documents and the
+keys the workbook reads (reports/result.py) agree.
+
+- every key the optimizer writes (top level and in every row list) is documented;
+- every key the reports' models read is written by the optimizer;
+- the reports parse the optimizer's JSON (``parse_result``) without error.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from pydantic import BaseModel
+
+from catalog import load_catalog
+from optimizer.models.params import load_params
+from optimizer.optimize import optimize_plan
+from reports import result as report_schema
+from tests.conftest import EXAMPLES, REPO
+from workloads import load_plan, resolve_catalog
+
+DOC = REPO / "docs" / "plan-json.md"
+
+
+def documented_keys() -> set[str]:
+    """Every word that the 'Top-level keys' block and later key blocks of the doc name as a key."""
+    text = DOC.read_text(encoding="utf-8")
+    blocks = re.findall(r"```\n(.*?)```", text, flags=re.S)
+    words: set[str] = set()
+    for block in blocks:
+        words |= set(re.findall(r"\b[a-z][a-z0-9_]*\b", block))
+    return words
+
+
+@pytest.fixture(scope="module")
+def chat_json() -> dict:
+    plan = load_plan(EXAMPLES / "chat-fleet.yaml")
+    return optimize_plan(plan, resolve_catalog(plan, load_catalog(), "chat"), load_params(None)).to_json()
+
+
+def _keys(data: dict) -> set[str]:
+    """Top-level keys and the keys of every row of every list / nested mapping, flattened."""
+    out = set(data)
+    for value in data.values():
+        if isinstance(value, dict):
+            out |= _keys(value)
+        elif isinstance(value, list):
+            for row in value:
+                if isinstance(row, dict):
+                    out |= _keys(row)
+    return out
+
+
+def test_every_written_key_is_documented(chat_json):
+    missing = sorted(_keys(chat_json) - documented_keys())
+    assert not missing, f"keys written but not documented in docs/plan-json.md: {missing}"
+
+
+def _model_fields(model: type[BaseModel], seen: set[type]) -> set[str]:
+    if model in seen:
+        return set()
+    seen.add(model)
+    names = set(model.model_fields)
+    for f in model.model_fields.values():
+        for arg in _types_in(f.annotation):
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                names |= _model_fields(arg, seen)
+    return names
+
+
+def _types_in(tp) -> list:
+    args = getattr(tp, "__args__", None)
+    if not args:
+        return [tp]
+    out = []
+    for a in args:
+        out += _types_in(a)
+    return out
+
+
+def test_every_key_the_workbook_reads_is_written(chat_json):
+    read = _model_fields(report_schema.PlanResult, set())
+    never_written = sorted(read - _keys(chat_json))
+    # keys that are written only in other situations (infeasible plans, capacity tables) are documented
+    undocumented = [k for k in never_written if k not in documented_keys()]
+    assert not undocumented, f"the workbook reads keys the optimizer never writes or documents: {undocumented}"
+
+
+def test_reports_parse_the_optimizer_json(chat_json):
+    parsed = report_schema.parse_result(chat_json)
+    assert parsed.objective_usd == pytest.approx(chat_json["objective_usd"])
+    assert len(parsed.fleet) == len(chat_json["fleet"])
