@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from catalog.architecture import attention_params, parameter_counts
 from catalog.errors import CatalogError, suggest
 from catalog.files import format_validation_error, read_text, read_yaml
 from catalog.schema import Device, Model, Platform, Precision, Source
@@ -184,10 +185,12 @@ def load_catalog(override_path: Path | str | None = None) -> Catalog:
 def model_from_hf_config(path: Path | str, key: str | None = None) -> Model:
     """Build a Model from a local Hugging Face ``config.json`` (dense, GQA, MoE or MLA).
 
-    Parameter count = embeddings (+ untied LM head) + per layer attention and FFN:
-    attention q/k/v/o = hidden·heads·head_dim·2 + hidden·kv_heads·head_dim·2 (MLA: its
-    low-rank projections); dense FFN = 3·hidden·intermediate; MoE layer = (experts +
-    shared) · 3·hidden·moe_intermediate + router. Norms and biases are negligible.
+    Parameter count (``catalog.architecture.parameter_counts``) = embeddings (+ untied LM head)
+    + per layer attention and FFN: attention q/k/v/o = hidden·heads·head_dim·2 +
+    hidden·kv_heads·head_dim·2 (MLA: its low-rank projections); dense FFN =
+    3·hidden·intermediate; MoE layer = (experts + shared) · 3·hidden·moe_intermediate +
+    router. Norms and biases are negligible. A sliding window counts only when the config
+    enables it; ``layer_types`` (gpt-oss, Gemma 3) says how many layers use it.
     """
     path = Path(path)
     text = read_text(path, "model config", CatalogError)
@@ -197,6 +200,8 @@ def model_from_hf_config(path: Path | str, key: str | None = None) -> Model:
         raise CatalogError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(cfg, dict):
         raise CatalogError(f"{path}: expected a JSON object")
+    if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers (Llama 4, Gemma 3, Mistral 3)
+        cfg = {**cfg, **cfg["text_config"]}
 
     def need(*names: str) -> int:
         for name in names:
@@ -212,30 +217,28 @@ def model_from_hf_config(path: Path | str, key: str | None = None) -> Model:
     inter = need("intermediate_size", "ffn_hidden_size", "n_inner")
     vocab = need("vocab_size")
     experts = cfg.get("n_routed_experts") or cfg.get("num_local_experts") or cfg.get("num_experts") or 0
-    per_tok = cfg.get("num_experts_per_tok") or cfg.get("num_experts_per_token") or 0
+    per_tok = (cfg.get("num_experts_per_tok") or cfg.get("num_experts_per_token") or 0) if experts else 0
     moe_inter = cfg.get("moe_intermediate_size") or (inter if experts else 0)
     dense_first = cfg.get("first_k_dense_replace") or 0
-    moe_layers = max(layers - dense_first, 0) if experts else 0
-    shared = cfg.get("n_shared_experts") or 0
+    moe_step = cfg.get("interleave_moe_layer_step") or cfg.get("decoder_sparse_step") or 1
+    moe_layers = max(layers - dense_first, 0) // moe_step if experts else 0
+    shared = (cfg.get("n_shared_experts") or 0) if experts else 0
     shared_inter = cfg.get("shared_expert_intermediate_size") or (shared * moe_inter)
     kv_lora = cfg.get("kv_lora_rank") or 0
     rope = cfg.get("qk_rope_head_dim") or 0
 
+    q_lora = cfg.get("q_lora_rank") or 0
+    attn = attention_params(hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim, kv_lora_rank=kv_lora,
+                            q_lora_rank=q_lora, qk_rope_head_dim=rope, qk_nope_head_dim=cfg.get("qk_nope_head_dim"),
+                            v_head_dim=cfg.get("v_head_dim"))
     if kv_lora:
-        q_lora = cfg.get("q_lora_rank") or 0
-        nope = cfg.get("qk_nope_head_dim") or head_dim
-        v_dim = cfg.get("v_head_dim") or head_dim
-        q_proj = (hidden * q_lora + q_lora * heads * (nope + rope)) if q_lora else hidden * heads * (nope + rope)
-        attn = q_proj + hidden * (kv_lora + rope) + kv_lora * heads * (nope + v_dim) + heads * v_dim * hidden
-        head_dim = v_dim
-    else:
-        attn = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
-    dense_ffn = 3 * hidden * inter
-    expert_ffn = 3 * hidden * moe_inter
-    moe_ffn = experts * expert_ffn + 3 * hidden * shared_inter + hidden * experts
-    embed = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
-    total = embed + layers * attn + (layers - moe_layers) * dense_ffn + moe_layers * moe_ffn
-    active = total - moe_layers * (experts - per_tok) * expert_ffn if experts else total
+        head_dim = cfg.get("v_head_dim") or head_dim
+    tied = bool(cfg.get("tie_word_embeddings"))
+    counts = parameter_counts(layers=layers, hidden=hidden, vocab=vocab, attention_per_layer=attn,
+                              intermediate=inter, tied_embeddings=tied, experts=experts, experts_per_token=per_tok,
+                              moe_layers=moe_layers, moe_intermediate=moe_inter, shared_intermediate=shared_inter)
+    max_context = cfg.get("max_position_embeddings") or 4096
+    window, windowed_layers = _sliding_window(cfg, layers, max_context)
     name = key or str(cfg.get("_name_or_path") or path.parent.name or "custom-model")
     key = "".join(c if c.isalnum() or c in "._-" else "-" for c in name.lower()).strip("-.") or "custom-model"
     if key[0] in "._-":
@@ -244,12 +247,31 @@ def model_from_hf_config(path: Path | str, key: str | None = None) -> Model:
         "key": key, "hf_id": str(cfg.get("_name_or_path") or key), "num_layers": layers,
         "hidden_size": hidden, "num_attention_heads": heads, "num_kv_heads": kv_heads,
         "head_dim": head_dim, "intermediate_size": inter, "vocab_size": vocab,
-        "total_params_b": total / 1e9, "active_params_b": active / 1e9,
+        "total_params_b": counts.total / 1e9, "active_params_b": counts.active / 1e9,
         "num_experts": experts, "experts_per_token": per_tok, "shared_experts": shared,
         "moe_intermediate_size": moe_inter if experts else 0, "moe_layers": moe_layers,
         "kv_lora_rank": kv_lora, "qk_rope_head_dim": rope if kv_lora else 0,
-        "sliding_window_tokens": cfg.get("sliding_window") or None,
-        "max_context_tokens": cfg.get("max_position_embeddings") or 4096,
+        "q_lora_rank": q_lora if kv_lora else 0, "tied_embeddings": tied,
+        "sliding_window_tokens": window, "sliding_window_layers": windowed_layers,
+        "max_context_tokens": max_context,
         "source": Source(source=f"local config.json {path}", as_of="local"),
     }
     return _validate(Model, data, str(path))
+
+
+def _sliding_window(cfg: dict[str, Any], layers: int, max_context: int) -> tuple[int | None, int | None]:
+    """(window tokens, windowed layers) of a config, or (None, None) without a window in use
+    (none stated, disabled, or not shorter than the context).
+
+    Qwen-style configs carry a ``sliding_window`` they disable with ``use_sliding_window:
+    false``; ``layer_types`` lists ``sliding_attention`` per layer where only some layers
+    use it; otherwise every layer is windowed (Mistral-7B v0.1).
+    """
+    window = cfg.get("sliding_window")
+    if not isinstance(window, int) or not 0 < window < max_context or cfg.get("use_sliding_window") is False:
+        return None, None
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and len(types) == layers:
+        windowed = sum(1 for t in types if t == "sliding_attention")
+        return (window, windowed) if windowed else (None, None)
+    return window, layers

@@ -11,6 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from catalog.architecture import ParamCounts, attention_params, parameter_counts
+
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 PositiveInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -27,6 +29,11 @@ PEAK_FIELD_BY_DTYPE: dict[str, str] = {
     "int8": "int8_tops",
     "fp4": "fp4_tflops",
 }
+
+
+def _elementwise_min(a, b):
+    """min(a, b) for numbers and numpy arrays alike, without importing numpy: (a + b − |a − b|) / 2."""
+    return (a + b - abs(a - b)) / 2
 
 
 class Strict(BaseModel):
@@ -138,19 +145,37 @@ class Model(Strict):
     vocab_size: PositiveInt
     total_params_b: PositiveFloat
     active_params_b: PositiveFloat
+    vision_params_b: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
+        0.0, description="vision encoder parameters counted in total_params_b: held in memory, not read when "
+        "generating text (Gemma 3: 0.42, Llama 4: 0.87)"
+    )
     num_experts: NonNegInt = 0
     experts_per_token: NonNegInt = 0
     shared_experts: NonNegInt = 0
     moe_intermediate_size: NonNegInt = 0
     moe_layers: NonNegInt = 0
     kv_lora_rank: NonNegInt = Field(0, description="MLA latent size; 0 = ordinary K/V cache")
-    qk_rope_head_dim: NonNegInt = 0
-    sliding_window_tokens: PositiveInt | None = None
+    qk_rope_head_dim: NonNegInt = Field(0, description="MLA: decoupled RoPE key width cached beside the latent")
+    q_lora_rank: NonNegInt = Field(0, description="MLA: query low-rank width (parameter count only)")
+    tied_embeddings: bool = Field(False, description="the LM head shares the input embedding matrix")
+    sliding_window_tokens: PositiveInt | None = Field(
+        None, description="attention window of the windowed layers (tokens); None = full attention everywhere"
+    )
+    sliding_window_layers: NonNegInt | None = Field(
+        None, description="how many layers use the window (gpt-oss: half, Gemma 3: 52 of 62); "
+        "None with a window = every layer (Mistral-7B v0.1)"
+    )
+    sliding_window_kind: Literal["sliding", "chunked"] = Field(
+        "sliding", description="sliding: a token attends to the last sliding_window_tokens; chunked (Llama 4): "
+        "to the tokens of its own window-sized chunk. Either way a windowed layer holds at most the window in KV"
+    )
     max_context_tokens: PositiveInt
     source: Source
 
     @model_validator(mode="after")
     def _check(self) -> Model:
+        if self.vision_params_b >= self.total_params_b:
+            raise ValueError(f"vision_params_b {self.vision_params_b} must be below total_params_b {self.total_params_b}")
         if self.active_params_b > self.total_params_b * 1.0001:
             raise ValueError(
                 f"active_params_b {self.active_params_b} exceeds total_params_b {self.total_params_b}"
@@ -165,6 +190,25 @@ class Model(Strict):
                 raise ValueError("experts_per_token must be in 1..num_experts for an MoE model")
             if not (self.moe_intermediate_size and self.moe_layers):
                 raise ValueError("an MoE model needs moe_intermediate_size and moe_layers")
+            if self.moe_layers > self.num_layers:
+                raise ValueError(f"moe_layers {self.moe_layers} exceeds num_layers {self.num_layers}")
+        elif self.experts_per_token or self.shared_experts or self.moe_layers or self.moe_intermediate_size:
+            raise ValueError("experts_per_token, shared_experts, moe_layers and moe_intermediate_size "
+                             "need num_experts > 0 (a dense model leaves them out)")
+        if (self.q_lora_rank or self.qk_rope_head_dim) and not self.is_mla:
+            raise ValueError("q_lora_rank and qk_rope_head_dim describe MLA: set kv_lora_rank too, or leave them out")
+        if self.sliding_window_tokens is None:
+            if self.sliding_window_layers:
+                raise ValueError(f"sliding_window_layers {self.sliding_window_layers} needs sliding_window_tokens")
+        else:
+            if self.sliding_window_tokens > self.max_context_tokens:
+                raise ValueError(f"sliding_window_tokens {self.sliding_window_tokens} exceeds max_context_tokens "
+                                 f"{self.max_context_tokens}; leave the window out for full attention")
+            if self.sliding_window_layers is not None and self.sliding_window_layers > self.num_layers:
+                raise ValueError(f"sliding_window_layers {self.sliding_window_layers} exceeds num_layers "
+                                 f"{self.num_layers}")
+            if self.is_mla:
+                raise ValueError("a sliding window on an MLA latent cache is not modelled; leave one of them out")
         return self
 
     @property
@@ -187,8 +231,14 @@ class Model(Strict):
 
     @property
     def dense_params(self) -> float:
-        """Parameters read on every token whatever the routing: total − routed experts."""
-        return self.total_params_b * 1e9 - self.routed_expert_params
+        """Parameters read on every token whatever the routing, from the shapes: embedding + attention
+        + dense FFN layers + shared experts + routers (``architecture_params`` total − routed experts).
+
+        Computed rather than taken as published total − routed experts: published totals are
+        rounded ("400B") or count a vision tower, and the difference would all land here
+        (Llama-4-Maverick: 12.6B instead of 14.2B).
+        """
+        return self.architecture_params().total - self.routed_expert_params
 
     def kv_elements_per_token(self) -> int:
         """Cached elements per token over all layers.
@@ -201,8 +251,61 @@ class Model(Strict):
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim
 
     def kv_bytes_per_token(self, kv_bytes_per_element: float) -> float:
-        """KV-cache bytes per token (all layers) at a KV dtype of the given width."""
+        """KV-cache bytes per token (all layers) at a KV dtype of the given width.
+
+        This is the full-context figure (every layer caches every token); with a sliding
+        window it holds for contexts up to the window, beyond which ``effective_kv_tokens``
+        says how much less is cached.
+        """
         return self.kv_elements_per_token() * kv_bytes_per_element
+
+    @property
+    def windowed_layers(self) -> int:
+        """Layers whose KV is capped at the window: sliding_window_layers, all layers, or 0."""
+        if self.sliding_window_tokens is None:
+            return 0
+        return self.num_layers if self.sliding_window_layers is None else self.sliding_window_layers
+
+    def effective_kv_tokens(self, context_tokens):
+        """Tokens of KV a sequence of ``context_tokens`` holds, in units of all-layer tokens.
+
+        ``(full_layers · c + windowed_layers · min(c, window)) / layers``: multiplied by
+        ``kv_bytes_per_token`` it gives the sequence's KV bytes (gpt-oss-120b at c = 8192:
+        (18·8192 + 18·128)/36 = 4160 tokens, not 8192). Equals c without a window.
+        Works on floats and numpy arrays alike (broadcasts). For ``chunked`` windows it is
+        an upper bound (a chunked layer holds c mod window ≤ window tokens).
+        """
+        if self.sliding_window_tokens is None:
+            return context_tokens
+        full = self.num_layers - self.windowed_layers
+        return (full * context_tokens
+                + self.windowed_layers * _elementwise_min(context_tokens, self.sliding_window_tokens)) / self.num_layers
+
+    def kv_bytes_per_sequence(self, context_tokens, kv_bytes_per_element: float):
+        """KV-cache bytes of one sequence at ``context_tokens``: effective_kv_tokens · kv_bytes_per_token."""
+        return self.effective_kv_tokens(context_tokens) * self.kv_bytes_per_token(kv_bytes_per_element)
+
+    @property
+    def embedding_params(self) -> float:
+        """Input embedding + LM head parameters: vocab · hidden · (1 if tied else 2)."""
+        return float(self.vocab_size) * self.hidden_size * (1 if self.tied_embeddings else 2)
+
+    def architecture_params(self) -> ParamCounts:
+        """Parameters computed from the shapes (``catalog.architecture``), to check ``total_params_b``.
+
+        The published total may also count what the shapes leave out (a vision tower, norms,
+        biases); the catalog's models agree within 3 %.
+        """
+        attn = attention_params(hidden=self.hidden_size, heads=self.num_attention_heads, kv_heads=self.num_kv_heads,
+                                head_dim=self.head_dim, kv_lora_rank=self.kv_lora_rank, q_lora_rank=self.q_lora_rank,
+                                qk_rope_head_dim=self.qk_rope_head_dim)
+        return parameter_counts(
+            layers=self.num_layers, hidden=self.hidden_size, vocab=self.vocab_size, attention_per_layer=attn,
+            intermediate=self.intermediate_size, tied_embeddings=self.tied_embeddings, experts=self.num_experts,
+            experts_per_token=self.experts_per_token, moe_layers=self.moe_layers,
+            moe_intermediate=self.moe_intermediate_size,
+            shared_intermediate=self.shared_experts * self.moe_intermediate_size,
+        )
 
 
 PlatformKind = Literal["baseboard", "rack", "pcie", "cloud-host"]
@@ -269,24 +372,89 @@ class Platform(Strict):
 
 
 class Precision(Strict):
-    """A serving precision: how weights are stored, what computes, what caches."""
+    """A serving precision: how weights are stored, what computes, what caches.
 
-    key: Literal["bf16", "fp16", "fp8", "int8", "int4", "fp4"]
+    Storage: ``weight_bytes_per_param`` is what one weight really occupies, block scales
+    included: ``(weight_element_bits + weight_scale_bits / weight_scale_block_params) / 8``
+    (NVFP4: (4 + 8/16)/8 = 0.5625 B; MXFP4: (4 + 8/32)/8 = 0.53125 B). Embedding and LM head
+    stay in ``embedding_bytes_per_param`` (BF16 in FP8/FP4 checkpoints); ``model_weight_bytes``
+    combines the two. Attention math (QK^T, softmax·V) runs in ``attention_dtype`` whatever
+    the GEMM dtype.
+    """
+
+    key: Literal["bf16", "fp16", "fp8", "int8", "int4", "fp4", "nvfp4", "mxfp4"]
     description: str
-    weight_bytes_per_param: PositiveFloat
+    weight_bytes_per_param: PositiveFloat = Field(
+        description="stored bytes per weight, block scales included (= weight_bits_per_param / 8)"
+    )
+    weight_element_bits: PositiveInt = Field(description="bits of one weight element (E2M1: 4, E4M3: 8, BF16: 16)")
+    weight_scale_bits: NonNegInt = Field(
+        0, description="bits of the scale stored once per block (E4M3: 8, E8M0: 8; fp16 scale + 4-bit zero: 20)"
+    )
+    weight_scale_block_params: NonNegInt = Field(
+        0, description="weights sharing one scale (NVFP4 16, MXFP4 32, AWQ group 128); 0 = per-tensor or "
+        "per-channel scales, whose bytes are negligible"
+    )
+    embedding_bytes_per_param: PositiveFloat = Field(
+        description="bytes per parameter of the input embedding and LM head, which quantized checkpoints keep in BF16"
+    )
     compute_dtype: ComputeDtype
+    attention_dtype: Literal["bf16", "fp16", "fp8"] = Field(
+        description="dtype of the attention math (QK^T, softmax·V): FP8 or 16 bit even when GEMMs run in FP4"
+    )
     kv_dtype: Literal["bf16", "fp16", "fp8", "int8"]
     kv_bytes_per_element: PositiveFloat
     weight_only: bool = Field(
         description="weights dequantized to the compute dtype on the fly (e.g. int4 AWQ/GPTQ)"
     )
     activation_bytes: PositiveFloat = Field(2.0, description="bytes per activation element exchanged in all-reduce")
+    native_vendors: list[Vendor] = Field(
+        default_factory=list, description="vendors whose devices run this format natively (NVFP4: nvidia); "
+        "empty = any device with a peak for compute_dtype"
+    )
+    sources: dict[str, Source] = Field(default_factory=dict, description="figure -> where it comes from")
+
+    @model_validator(mode="after")
+    def _check(self) -> Precision:
+        if bool(self.weight_scale_bits) != bool(self.weight_scale_block_params):
+            raise ValueError("weight_scale_bits and weight_scale_block_params go together (both 0 = no block scales)")
+        if abs(self.weight_bits_per_param - self.weight_bits_from_format) > 1e-9:
+            raise ValueError(
+                f"weight_bytes_per_param {self.weight_bytes_per_param} is not (weight_element_bits "
+                f"{self.weight_element_bits} + weight_scale_bits {self.weight_scale_bits} / weight_scale_block_params "
+                f"{self.weight_scale_block_params}) / 8 = {self.weight_bits_from_format / 8:g}"
+            )
+        return self
+
+    @property
+    def weight_bits_per_param(self) -> float:
+        """Stored bits per weight, block scales included: 8 · weight_bytes_per_param (NVFP4 4.5, MXFP4 4.25)."""
+        return 8.0 * self.weight_bytes_per_param
+
+    @property
+    def weight_bits_from_format(self) -> float:
+        """element bits + scale bits / block size: what ``weight_bits_per_param`` must equal."""
+        scale = self.weight_scale_bits / self.weight_scale_block_params if self.weight_scale_block_params else 0.0
+        return self.weight_element_bits + scale
+
+    def model_weight_bytes(self, model: Model) -> float:
+        """Bytes of a model's weights: (total − embedding params) · weight bytes + embedding params · embedding bytes."""
+        embed = model.embedding_params
+        return (model.total_params_b * 1e9 - embed) * self.weight_bytes_per_param + embed * self.embedding_bytes_per_param
+
+    def attention_peak_tflops(self, device: Device) -> float | None:
+        """Dense peak of ``attention_dtype`` on ``device`` (the 16-bit peak for bf16/fp16), None if unsupported."""
+        if self.attention_dtype in ("bf16", "fp16"):
+            return device.peak_tflops(self.attention_dtype) or device.peak_16bit_tflops
+        return device.peak_tflops(self.attention_dtype)
 
     def compute_peak_tflops(self, device: Device) -> float | None:
         """Peak the device reaches in this precision, or None when it cannot run it natively.
 
         Weight-only formats compute in 16 bit, so they run wherever 16-bit tensor math does.
         """
+        if self.native_vendors and device.vendor not in self.native_vendors:
+            return None
         if self.weight_only:
             return device.peak_16bit_tflops
         if self.compute_dtype == "bf16":
@@ -295,6 +463,9 @@ class Precision(Strict):
 
     def unsupported_reason(self, device: Device) -> str | None:
         """Why ``device`` cannot run this precision, or None when it can."""
+        if self.native_vendors and device.vendor not in self.native_vendors:
+            return (f"{device.key} ({device.vendor}) has no native {self.key} support (only "
+                    f"{', '.join(self.native_vendors)} devices); use a precision it supports")
         if self.compute_peak_tflops(device) is not None:
             return None
         field = PEAK_FIELD_BY_DTYPE[self.compute_dtype]

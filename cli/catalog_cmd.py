@@ -130,10 +130,10 @@ def precisions(catalog: CatalogOpt = None, json_out: JsonOpt = False) -> None:
     if json_out:
         print_json(rows)
         return
-    out = [[r["key"], fmt(r["weight_bytes_per_param"], 1), r["compute_dtype"], r["kv_dtype"],
-            "yes" if r["weight_only"] else "", ", ".join(r["devices"])] for r in rows]
-    stdout.print(table("Precisions", ["precision", "bytes/weight", "compute", "KV cache", "weight-only", "runs on"],
-                       out))
+    out = [[r["key"], f"{r['weight_bytes_per_param'] * 8:.4g}", r["compute_dtype"], r["attention_dtype"],
+            r["kv_dtype"], "yes" if r["weight_only"] else "", ", ".join(r["devices"])] for r in rows]
+    stdout.print(table("Precisions", ["precision", "bits/weight", "compute", "attention", "KV cache", "weight-only",
+                                      "runs on"], out, right={"bits/weight"}))
 
 
 @app.command("show")

@@ -39,7 +39,7 @@ _LABELS = {
 
 ModelOpt = Annotated[str, typer.Option("--model", help="Model key, alias or HF id (see `gpuplan catalog models`).")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="Device key (see `gpuplan catalog devices`).")]
-PrecisionOpt = Annotated[str, typer.Option("--precision", help="bf16, fp16, fp8, int8, int4 or fp4.")]
+PrecisionOpt = Annotated[str, typer.Option("--precision", help="bf16, fp16, fp8, int8, int4, fp4, nvfp4 or mxfp4 (see gpuplan catalog precisions).")]
 TpOpt = Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel degree.")]
 PpOpt = Annotated[int, typer.Option("--pp", min=1, help="Pipeline-parallel degree.")]
 InputOpt = Annotated[int, typer.Option("--input-tokens", min=1, help="Prompt length (tokens).")]

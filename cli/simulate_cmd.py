@@ -36,7 +36,7 @@ def length_dist(mean: int, p99: int | None, flag: str) -> LengthDist:
 def simulate(
     model: Annotated[str, typer.Option("--model", help="Model key, alias or HF id.")],
     device: Annotated[str, typer.Option("--device", help="Device key.")],
-    precision: Annotated[str, typer.Option("--precision", help="bf16, fp16, fp8, int8, int4 or fp4.")],
+    precision: Annotated[str, typer.Option("--precision", help="bf16, fp16, fp8, int8, int4, fp4, nvfp4 or mxfp4 (see gpuplan catalog precisions).")],
     qps: Annotated[float, typer.Option("--qps", help="Poisson arrival rate (requests/s).")],
     input_tokens: Annotated[int, typer.Option("--input-tokens", min=1, help="Prompt length (mean if --input-p99).")],
     output_tokens: Annotated[int, typer.Option("--output-tokens", min=1, help="Output length (mean if --output-p99).")],

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from optimizer.calibration.shipped import shipped_measurements
+
 # Property and fuzz tests draw the same examples on every run (a red CI must mean a change
 # broke something, not that a new random example turned up); HYPOTHESIS_PROFILE=explore
 # draws fresh ones to hunt for bugs (it found the carriage-return CSV case).
@@ -18,7 +20,10 @@ settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 REPO = Path(__file__).resolve().parent.parent
-REFERENCE = REPO.parent / "shared" / "reference"
+REFERENCE = REPO / "tests" / "data" / "reference"  # gpus.csv, models.csv: what the catalog was built from
+MELANGE = REPO / "tests" / "data" / "melange"  # Mélange's published example inputs
+CALIBRATION_CSV = shipped_measurements("calibration.csv")  # the copy shipped in optimizer/calibration/data
+MEASUREMENTS_2026_CSV = shipped_measurements("measurements-2026.csv")
 EXAMPLES = REPO / "examples"
 CORPUS = REPO / "tests" / "corpus"
 TEST_DATA = REPO / "tests" / "data"

@@ -1,4 +1,4 @@
-"""Load a measurements CSV (the columns of ``../shared/reference/calibration.csv``).
+"""Load a measurements CSV (the columns of the shipped ``optimizer/calibration/data/calibration.csv``).
 
 Strict at the boundary: a missing required column is one error naming the file and the
 column; a bad number names the file, the line and the column. Device, model and precision

@@ -1,4 +1,4 @@
-"""Calibration and validation against ../shared/reference/calibration.csv (TensorRT-LLM tables).
+"""Calibration and validation against the shipped calibration.csv (TensorRT-LLM tables).
 
 Target from issue 3: median absolute error <= 15 % on the offline max-throughput rows.
 """
@@ -14,9 +14,9 @@ from optimizer.calibration.fit import fit_params, predict_offline_throughput
 from optimizer.calibration.measurements import load_measurements, resolve_model, resolve_precision
 from optimizer.calibration.report import offline_predictor, validate
 from optimizer.models.params import CalibrationParams, load_params, params_to_yaml
-from tests.conftest import REFERENCE
+from tests.conftest import CALIBRATION_CSV
 
-CSV = REFERENCE / "calibration.csv"
+CSV = CALIBRATION_CSV
 CAT = load_catalog()
 
 

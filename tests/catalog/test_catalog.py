@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
+import numpy as np
 import pytest
 
 from catalog import load_catalog
@@ -15,12 +17,14 @@ from tests.conftest import REFERENCE
 DEVICE_KEYS = (
     "a100-40gb-sxm a100-80gb-sxm a100-80gb-pcie h100-sxm h100-pcie h100-nvl h200-sxm h20 b200 b300 "
     "gb200 l40s l4 a10g a10 t4 rtx-4090 rtx-6000-ada rtx-pro-6000 mi250x mi300x mi325x mi355x gaudi2 "
-    "gaudi3 tpu-v5e tpu-v6e"
+    "gaudi3 tpu-v5e tpu-v6e gb300"
 ).split()
 MODEL_KEYS = ("llama-3.1-8b llama-3.1-70b llama-3.1-405b llama-2-7b llama-2-70b mixtral-8x7b "
-              "mistral-7b qwen2.5-72b deepseek-v3").split()
+              "mistral-7b qwen2.5-72b deepseek-v3 gpt-oss-120b gpt-oss-20b qwen3-235b-a22b qwen3-30b-a3b "
+              "qwen3-32b qwen3-8b llama-4-maverick llama-4-scout deepseek-r1 kimi-k2 gemma-3-27b "
+              "mistral-small-3.1-24b llama-3.2-3b llama-3.2-1b").split()
 ALIASES = {"llama-3-8b": "llama-3.1-8b", "llama-3-70b": "llama-3.1-70b", "llama-3.3-70b": "llama-3.1-70b",
-           "deepseek-r1": "deepseek-v3"}
+           "deepseek-ai/DeepSeek-R1-0528": "deepseek-r1", "deepseek-ai/DeepSeek-V3-0324": "deepseek-v3"}
 
 
 @pytest.fixture(scope="module")
@@ -72,32 +76,119 @@ def test_model_aliases(cat, alias, key):
     assert cat.model(alias).key == key
 
 
-def test_kv_bytes_per_token_match_models_csv(cat):
-    """models.csv column kv_cache_bytes_per_token_bf16 = 2 · layers · kv_heads · head_dim · 2 (MLA: latent)."""
+def _models_csv() -> list[dict[str, str]]:
     with open(REFERENCE / "models.csv", newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    for row in rows:
+        return list(csv.DictReader(fh))
+
+
+def test_every_models_csv_row_is_in_the_catalog(cat):
+    rows = _models_csv()
+    assert len(rows) == 23
+    assert sorted(cat.model(r["hf_repo"]).key for r in rows) == sorted(MODEL_KEYS)
+
+
+def test_kv_bytes_per_token_match_models_csv(cat):
+    """models.csv column kv_cache_bytes_per_token_bf16 = 2 · layers · kv_heads · head_dim · 2 (MLA: latent),
+    the full-context figure also for windowed models (gpt-oss-120b: 2·36·8·64·2 = 73,728)."""
+    for row in _models_csv():
         m = cat.model(row["hf_repo"])
-        assert m.kv_bytes_per_token(2) == int(row["kv_cache_bytes_per_token_bf16"]), m.key
+        assert m.kv_bytes_per_token(2) == pytest.approx(int(row["kv_cache_bytes_per_token_bf16"]), rel=0.01), m.key
+
+
+@pytest.mark.parametrize("row", _models_csv(), ids=lambda r: r["model"])
+def test_params_from_architecture_match_published_total(cat, row):
+    """Parameters computed from the shapes (+ the vision tower where there is one) are within 3 % of
+    the published total (norms and biases are not in the shapes; Kimi-K2 +2.6 % against '1T'), and
+    the active count within 3 % whether the card counts the input embedding or not (gpt-oss does not)."""
+    m = cat.model(row["hf_repo"])
+    counts = m.architecture_params()
+    assert (counts.total / 1e9 + m.vision_params_b) == pytest.approx(float(row["total_params_b"]), rel=0.03)
+    published_active = float(row["active_params_b"])
+    with_embedding = counts.active / 1e9
+    without_input_embedding = (counts.active - m.vocab_size * m.hidden_size) / 1e9
+    assert min(abs(with_embedding / published_active - 1), abs(without_input_embedding / published_active - 1)) < 0.03
+
+
+def test_sliding_window_kv_tokens(cat):
+    """gpt-oss-120b (models.csv notes): KV(n) = 36864·n + 36864·min(n, 128) bytes in BF16, i.e.
+    at n = 8192: 36864 · (8192 + 128) = 306,708,480 B, versus 73728 · 8192 without the window."""
+    m = cat.model("gpt-oss-120b")
+    assert m.windowed_layers == 18
+    assert m.kv_bytes_per_sequence(8192, 2) == 36864 * (8192 + 128)
+    assert m.kv_bytes_per_sequence(100, 2) == 73728 * 100  # inside the window every layer holds all
+    gemma = cat.model("gemma-3-27b")  # KV(n) = 81920·n + 425984·min(n, 1024)
+    assert gemma.kv_bytes_per_sequence(4096, 2) == pytest.approx(81920 * 4096 + 425984 * 1024)
+    scout = cat.model("llama-4-scout")  # chunked: KV(n) <= 49152·n + 147456·min(n, 8192)
+    assert scout.sliding_window_kind == "chunked"
+    assert scout.kv_bytes_per_sequence(100_000, 2) == pytest.approx(49152 * 100_000 + 147456 * 8192)
+    assert cat.model("mistral-7b").effective_kv_tokens(32768) == 4096  # every layer windowed
+    assert cat.model("llama-3.1-8b").effective_kv_tokens(32768) == 32768
+    arr = m.effective_kv_tokens(np.array([64.0, 8192.0]))  # vectorised
+    assert arr.tolist() == [64.0, (8192 + 128) / 2]
 
 
 def test_moe_active_params_consistent(cat):
-    """Dense part + experts_per_token experts reproduces the published active count within 2 %."""
-    for key in ("mixtral-8x7b", "deepseek-v3"):
-        m = cat.model(key)
+    """Dense part + experts_per_token experts reproduces the published active count within 3 %
+    (gpt-oss: after the input embedding, which its card leaves out of the active count; Kimi-K2 +2.7 %)."""
+    for m in cat.models.values():
+        if not m.is_moe:
+            continue
         active = m.dense_params + m.experts_per_token * m.params_per_expert
-        assert active / 1e9 == pytest.approx(m.active_params_b, rel=0.02)
+        if m.key.startswith("gpt-oss"):
+            active -= m.vocab_size * m.hidden_size
+        assert active / 1e9 == pytest.approx(m.active_params_b, rel=0.03), m.key
 
 
 def test_precisions(cat):
-    assert sorted(cat.precisions) == sorted(["bf16", "fp16", "fp8", "int8", "int4", "fp4"])
-    assert cat.precision("int4").weight_only and cat.precision("int4").weight_bytes_per_param == 0.5
+    assert sorted(cat.precisions) == sorted(["bf16", "fp16", "fp8", "int8", "int4", "fp4", "nvfp4", "mxfp4"])
+    assert cat.precision("int4").weight_only
     assert cat.precision("fp8").unsupported_reason(cat.device("a100-80gb-sxm")) is not None
     assert cat.precision("fp8").unsupported_reason(cat.device("h100-sxm")) is None
     assert cat.precision("int4").unsupported_reason(cat.device("t4")) is None  # fp16 compute
     assert cat.precision("bf16").unsupported_reason(cat.device("t4")) is not None
     assert cat.precision("fp4").unsupported_reason(cat.device("b200")) is None
     assert cat.precision("fp4").unsupported_reason(cat.device("h100-sxm")) is not None
+
+
+@pytest.mark.parametrize("key,bits", [
+    ("nvfp4", 4 + 8 / 16),  # NVIDIA: E2M1 + one E4M3 scale per 16 values
+    ("mxfp4", 4 + 8 / 32),  # OCP MX v1.0: E2M1 + one E8M0 scale per 32
+    ("fp4", 4.5),  # counted in the NVFP4 layout
+    ("int4", 4 + (16 + 4) / 128),  # AWQ group 128: fp16 scale + 4-bit zero
+    ("fp8", 8), ("bf16", 16),
+])
+def test_storage_bits_per_weight(cat, key, bits):
+    assert cat.precision(key).weight_bits_per_param == pytest.approx(bits, abs=1e-12)
+
+
+def test_fp4_formats_keep_embedding_bf16_and_attention_fp8(cat):
+    """Embedding and LM head in BF16, attention math in FP8: gpt-oss-120b in nvfp4 =
+    (116.83e9 − 2·201088·2880) · 0.5625 + 2·201088·2880 · 2 bytes."""
+    q = cat.precision("nvfp4")
+    assert q.attention_dtype == "fp8" and q.embedding_bytes_per_param == 2
+    m = cat.model("gpt-oss-120b")
+    embed = 2 * 201088 * 2880
+    assert q.model_weight_bytes(m) == pytest.approx((116.83e9 - embed) * 0.5625 + embed * 2)
+    assert q.attention_peak_tflops(cat.device("b200")) == cat.device("b200").fp8_tflops
+    assert cat.precision("int8").attention_peak_tflops(cat.device("a100-80gb-sxm")) == 312
+
+
+def test_fp4_native_support(cat):
+    """NVFP4 only on NVIDIA Blackwell; MXFP4 on Blackwell and MI355X (CDNA 4); neither on Hopper."""
+    runs = {k: {d for d in cat.devices if cat.precision(k).unsupported_reason(cat.device(d)) is None}
+            for k in ("nvfp4", "mxfp4")}
+    assert runs["nvfp4"] == {"b200", "b300", "gb200", "gb300", "rtx-pro-6000"}
+    assert runs["mxfp4"] == runs["nvfp4"] | {"mi355x"}
+    assert "only nvidia" in cat.precision("nvfp4").unsupported_reason(cat.device("mi355x"))
+
+
+def test_gb300_per_gpu_figures(cat):
+    """gpus.csv GB300 row (verda.com per-GPU table, without sparsity): 279 GB, 8 TB/s, 2.5/5/15 PF."""
+    d = cat.device("gb300")
+    assert (d.memory_gb, d.memory_bandwidth_tb_s, d.bf16_tflops, d.fp8_tflops, d.fp4_tflops, d.tdp_w) == (
+        279, 8.0, 2500, 5000, 15000, 1400)
+    assert d.interconnect_domain_gpus == 72
+    assert d.ranges["purchase_usd"] == (41700, 55600)
 
 
 def test_unknown_names_suggest(cat):
@@ -155,3 +246,43 @@ def test_model_from_hf_config(tmp_path, name):
     assert m.total_params_b == pytest.approx(total_b, rel=0.02)
     assert m.active_params_b == pytest.approx(active_b, rel=0.03)
     assert m.kv_bytes_per_token(2) == kv_bf16
+
+
+# Invalid model entries: one valid override (a gpt-oss-20b copy) changed by one field each.
+BAD_MODELS = {
+    "moe-layers-above-layers": ({"moe_layers": 25}, "moe_layers 25 exceeds num_layers 24"),
+    "window-layers-above-layers": ({"sliding_window_layers": 30}, "sliding_window_layers 30 exceeds num_layers 24"),
+    "window-above-context": ({"sliding_window_tokens": 200000}, "sliding_window_tokens 200000 exceeds max_context"),
+    "window-layers-without-window": ({"sliding_window_tokens": None}, "sliding_window_layers 12 needs sliding_window_tokens"),
+    "dense-with-expert-fields": ({"num_experts": 0, "experts_per_token": 0}, "need num_experts > 0"),
+    "mla-rank-without-latent": ({"q_lora_rank": 1536}, "describe MLA"),
+    "vision-above-total": ({"vision_params_b": 30.0}, "vision_params_b 30.0 must be below total_params_b"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_MODELS)
+def test_invalid_model_entry_is_named(tmp_path, name):
+    change, message = BAD_MODELS[name]
+    base = load_catalog().model("gpt-oss-20b").model_dump(mode="json")
+    entry = {**base, "key": "my-model", "hf_id": "me/my-model", "aliases": [], **change}
+    f = tmp_path / "mine.yaml"
+    f.write_text(json.dumps({"models": [entry]}))
+    with pytest.raises(CatalogError, match=re.escape(message)):
+        load_catalog(f)
+
+
+def test_hf_config_sliding_window_from_layer_types(tmp_path):
+    """gpt-oss-20b config shapes (models.csv): layer_types alternate sliding/full -> 12 windowed layers of
+    128; a Qwen3-style disabled window (use_sliding_window false) is no window."""
+    cfg = {"num_hidden_layers": 24, "hidden_size": 2880, "num_attention_heads": 64, "num_key_value_heads": 8,
+           "head_dim": 64, "intermediate_size": 2880, "vocab_size": 201088, "num_local_experts": 32,
+           "num_experts_per_tok": 4, "sliding_window": 128, "max_position_embeddings": 131072,
+           "layer_types": ["sliding_attention", "full_attention"] * 12}
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(cfg))
+    m = model_from_hf_config(f, key="oss")
+    assert (m.sliding_window_tokens, m.windowed_layers) == (128, 12)
+    assert m.total_params_b == pytest.approx(20.91, rel=0.01)
+    assert m.kv_bytes_per_token(2) == 49152
+    f.write_text(json.dumps({**cfg, "use_sliding_window": False}))
+    assert model_from_hf_config(f, key="oss").sliding_window_tokens is None

@@ -17,11 +17,11 @@ def test_version(run_cli):
     assert r.code == 0 and r.stdout.startswith("gpuplan ")
 
 
-def test_devices_json_lists_27_with_sources(run_cli):
+def test_devices_json_lists_28_with_sources(run_cli):
     r = run_cli("catalog", "devices", "--json")
     assert r.code == 0, r.stderr
     rows = json.loads(r.stdout)
-    assert len(rows) == 27
+    assert len(rows) == 28
     for row in rows:
         for key in ("key", "memory_gb", "memory_bandwidth_tb_s", "tdp_w", "purchase_usd", "sources"):
             assert key in row

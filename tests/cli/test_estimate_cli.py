@@ -7,9 +7,9 @@ import json
 import pytest
 import yaml
 
-from tests.conftest import REFERENCE
+from tests.conftest import CALIBRATION_CSV
 
-CSV = REFERENCE / "calibration.csv"
+CSV = CALIBRATION_CSV
 ALWAYS = {"model", "device", "precision", "tp", "pp", "fits", "reason", "weights_gb_per_gpu",
           "kv_cache_bytes_per_token", "max_concurrency", "tpot_bound_ms"}
 BASE = ("estimate", "--model", "llama-3.1-70b", "--device", "h100-sxm", "--precision", "fp8", "--tp", "4",
@@ -37,7 +37,7 @@ def test_estimate_max_throughput_json_keys(run_cli):
     # the offline batch reserves input + f·output tokens per sequence (f = kv_reserved_output_fraction
     # <= 1, fitted), so it can exceed max_concurrency (full input + output) by up to 1/f
     assert 1 <= out["batch"] <= out["max_concurrency"] * 2000 / (1000 + 1000 * 0.5)
-    # TensorRT-LLM v0.17 measured 7,431 tok/s for this cell (../shared/reference/calibration.csv)
+    # TensorRT-LLM v0.17 measured 7,431 tok/s for this cell (shipped calibration.csv, source group trtllm_perf_overview_v0.17)
     assert out["output_tokens_per_s"] == pytest.approx(7431, rel=0.3)
 
 

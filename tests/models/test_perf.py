@@ -80,7 +80,7 @@ def test_kv_bytes_mha_fp16():
 
 
 def test_kv_bytes_llama31_70b_bf16():
-    """Llama-3.1-70B, 8 KV heads: 2 x 80 x 8 x 128 x 2 = 327,680 (../shared/reference/models.csv)."""
+    """Llama-3.1-70B, 8 KV heads: 2 x 80 x 8 x 128 x 2 = 327,680 (models.csv column kv_cache_bytes_per_token_bf16)."""
     c = build_configs(CAT.model("llama-3.1-70b"), [(CAT.device("h100-sxm"), BF16, 4, 1)], PARAMS)
     assert c.kv_bytes_per_token[0] == 327_680
     c8 = build_configs(CAT.model("llama-3.1-70b"), [(CAT.device("h100-sxm"), FP8, 4, 1)], PARAMS)
@@ -140,10 +140,11 @@ def test_fp8_rejected_without_fp8_tflops():
     assert c.peak_flops[1] == 1000e12
 
 
-def test_int4_reads_quarter_of_bf16():
+def test_int4_reads_its_stored_bits_of_bf16():
+    """AWQ int4 (group 128: fp16 scale + 4-bit zero per group) stores 4.156 bits/weight: 4.156/16 of bf16."""
     d = device()
     c = build_configs(model70(), [(d, BF16, 8, 1), (d, INT4, 8, 1)], PARAMS)
-    assert tpot_bound_ms(c)[1] == pytest.approx(tpot_bound_ms(c)[0] / 4)
+    assert tpot_bound_ms(c)[1] == pytest.approx(tpot_bound_ms(c)[0] * (4 + 20 / 128) / 16)
 
 
 def test_moe_bytes_grow_with_experts_touched():

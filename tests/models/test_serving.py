@@ -154,9 +154,9 @@ def test_online_serving_rows_are_predicted_with_their_errors():
 
     from optimizer.calibration.measurements import load_measurements
     from optimizer.calibration.report import online_predictor, validate
-    from tests.conftest import REFERENCE
+    from tests.conftest import CALIBRATION_CSV
 
-    rows = load_measurements(REFERENCE / "calibration.csv", CAT)
+    rows = load_measurements(CALIBRATION_CSV, CAT)
     result = validate(rows, CAT, PARAMS, predictors=[online_predictor])
     errs = defaultdict(list)
     for r in result["rows"]:

@@ -29,10 +29,9 @@ from optimizer.planning.capacity_table import (
     parse_capacity_table,
 )
 from optimizer.results.check import check_plan
-from tests.conftest import EXAMPLES, REFERENCE
+from tests.conftest import EXAMPLES, MELANGE
 from workloads import load_plan, parse_plan, resolve_catalog
 
-MELANGE = REFERENCE / "melange"
 HEADER = ("workload,unit,gpus,cost_usd_per_hour,input_bucket,output_bucket,max_request_rate_qps,"
           "bucket_fraction,total_request_rate_qps")
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from catalog import load_catalog
 from catalog.errors import GpuplanError
-from tests.conftest import EXAMPLES, REFERENCE
+from tests.conftest import CALIBRATION_CSV, EXAMPLES
 from workloads import parse_plan, resolve_catalog
 
 BASE = yaml.safe_load((EXAMPLES / "chat-fleet.yaml").read_text())
@@ -240,7 +240,7 @@ def test_capacity_table_parser_on_random_text(text):
 # Measurement CSVs (optimizer.calibration.measurements.load_measurements)
 # ---------------------------------------------------------------------------------------
 
-MEASURED = [line for line in (REFERENCE / "calibration.csv").read_text().splitlines()[:6]]
+MEASURED = [line for line in CALIBRATION_CSV.read_text().splitlines()[:6]]
 
 
 @st.composite
