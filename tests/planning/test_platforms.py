@@ -50,8 +50,9 @@ def test_platform_sizes(cat):
     for key in ("h100-sxm", "h200-sxm", "b200", "b300", "a100-80gb-sxm", "mi300x", "mi325x", "mi355x", "gaudi3"):
         p = cat.platform_of(key)
         assert (p.gpus_per_server, p.fixed_size) == (8, True), key
-    nvl = cat.platform_of("gb200")
-    assert (nvl.kind, nvl.gpus_per_server) == ("rack", 72)
+    for key in ("gb200", "gb300"):
+        nvl = cat.platform_of(key)
+        assert (nvl.kind, nvl.gpus_per_server, nvl.server_usd) == ("rack", 72, 0.0)  # the rack price is per GPU
     assert cat.platform_of("l40s").kind == "pcie" and not cat.platform_of("l40s").fixed_size
 
 
