@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field, replace
 from importlib import resources
@@ -151,6 +152,13 @@ def _merge_overrides(
         except ValidationError as exc:
             raise CatalogError(format_validation_error(str(path), exc, cls, prefix=f"{section}[{i}]")) from None
     return merged
+
+
+@functools.cache
+def builtin_devices() -> dict[str, Device]:
+    """The shipped devices, before any user override (what a figure is compared with to tell
+    a user's quote from a catalog figure)."""
+    return _by_key(_builtin("devices"), Device, "built-in devices.yaml")
 
 
 def load_catalog(override_path: Path | str | None = None) -> Catalog:

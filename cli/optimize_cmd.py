@@ -22,6 +22,7 @@ from rich.console import Console
 
 from catalog.files import write_atomic
 from cli.common import CatalogOpt, ModelConfigOpt, ParamsOpt, fmt, load, stdout, table
+from cli.provenance_render import render_provenance, render_sensitivity
 from optimizer.planning.solver_options import SolverOptions
 from optimizer.results.plan_result import Provenance
 from workloads import load_plan, resolve_catalog
@@ -39,6 +40,15 @@ def optimize(
     gap: Annotated[float, typer.Option("--gap", min=0.0, max=1.0, help="Relative MIP gap to stop at (0.001 = 0.1 %).")] = SolverOptions().gap,
     buckets: Annotated[int, typer.Option("--buckets", min=1, max=16, help="Request-size buckets per workload (used where splitting lowers its cost; otherwise one).")] = 4,
     out: Annotated[Path | None, typer.Option("--out", help="Also write the finance workbook (.xlsx).")] = None,
+    sensitivity: Annotated[bool, typer.Option(
+        "--sensitivity/--no-sensitivity", help="Runner-up, break-even prices and capacity factors, tornado swings "
+        "(re-solves on the same candidates).")] = True,
+    verify: Annotated[bool | None, typer.Option(
+        "--verify/--no-verify", help="Re-check online deployments by simulation and re-size misses "
+        "(default: on up to 24 online deployments).", show_default=False)] = None,
+    confidence: Annotated[float | None, typer.Option(
+        "--confidence", min=0.5, max=0.99, help="Size for SLOs met with this probability under the performance "
+        "model's error band (plan field confidence); default: the point estimate.")] = None,
     params: ParamsOpt = None,
     catalog: CatalogOpt = None,
     model_config: ModelConfigOpt = None,
@@ -50,13 +60,16 @@ def optimize(
     cat = load(catalog, model_config)
     plan = load_plan(plan_path)
     cat = resolve_catalog(plan, cat, str(plan_path))
+    if confidence is not None:
+        plan = plan.model_copy(update={"confidence": confidence})
     calibration = load_params(params) if capacity_table is None else None
     digest = hashlib.sha256(plan_path.read_bytes()).hexdigest()
     busy = stderr.status("optimizing…") if sys.stderr.isatty() else nullcontext()
     with busy:
         result = optimize_plan(plan, cat, calibration, options=SolverOptions(time_limit_s=time_limit, gap=gap),
                                source=Provenance(str(plan_path), digest),
-                               capacity_table=capacity_table, n_buckets=buckets)
+                               capacity_table=capacity_table, n_buckets=buckets, sensitivity=sensitivity,
+                               verify=verify)
     data = result.to_json()
     inputs = tuple(p for p in (plan_path, capacity_table, params, catalog) if p is not None)
     to_stdout = json_path is not None and str(json_path) == "-"
@@ -143,6 +156,8 @@ def render(data: dict[str, Any]) -> None:
         ["lease payment per year", fmt(data.get("annual_lease_payment_usd"))],
     ]
     stdout.print(table("Costs (USD)", ["", "value"], money, right={"value"}))
+    render_provenance(data)
+    render_sensitivity(data)
     for d in data["diagnostics"]:
         stdout.print(f"{d['level']}: {d['message']}", markup=False, highlight=False)
 

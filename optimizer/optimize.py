@@ -1,8 +1,11 @@
 """The optimizer's front door: plan in, :class:`~optimizer.results.plan_result.PlanResult` out.
 
 ``optimize_plan`` reads like its pipeline: candidates (from the performance and serving
-models, or from a measured capacity table) → MILP data → solve → diagnostics (why
-infeasible; the best one-device fleet) → the typed result (:mod:`optimizer.assemble`).
+models, or from a measured capacity table) → headroom (capacities at the plan's confidence
+level and utilisation cap, rates at its demand quantile) → MILP data → solve → the
+simulator's check, re-sizing missed deployments → diagnostics (why infeasible; the best
+one-device fleet) → the typed result (:mod:`optimizer.assemble`) with its provenance and,
+when asked, its sensitivity (:mod:`optimizer.planning.safeguards`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pathlib import Path
 from catalog.errors import SolverError
 from catalog.load import Catalog
 from optimizer.assemble import assemble
+from optimizer.models.params import load_params
 from optimizer.planning.candidate_set import CandidateSet, fleet_problem, rebase_candidates
 from optimizer.planning.candidates import model_candidates
 from optimizer.planning.capacity_table import CapacityTable, load_capacity_table, table_candidates
@@ -22,7 +26,15 @@ from optimizer.planning.diagnose import (
     single_device_solution,
     unservable,
 )
+from optimizer.planning.headroom import capacity_factors, demand_factor, policy_of, sized
 from optimizer.planning.milp import FleetSolution, SolverOptions, solve_fleet
+from optimizer.planning.safeguards import (
+    annotate,
+    fidelity_map,
+    verify_and_resize,
+    verify_by_default,
+)
+from optimizer.planning.sensitivity import analyse
 from optimizer.planning.shortlist import single_device_shortlist
 from optimizer.results.plan_result import Diagnostic, PlanResult, Provenance, SolveStatus
 from workloads.spec import Plan
@@ -42,6 +54,8 @@ def optimize_plan(
     compare_single_device: bool = True,
     candidates: CandidateSet | None = None,
     diagnose: bool = True,
+    sensitivity: bool = False,
+    verify: bool | None = False,
 ) -> PlanResult:
     """The cheapest fleet for ``plan`` (catalog already resolved against the plan).
 
@@ -52,16 +66,28 @@ def optimize_plan(
     same workloads (what-if sweeps over limits); budgets, power cap and the rates of its
     buckets then come from ``plan``. ``diagnose=False`` skips the extra solves that explain
     an infeasible plan (feasibility probes in what-if bisections).
+
+    ``sensitivity`` adds the runner-up, break-evens and tornado swings (re-solves on the same
+    candidates); ``verify`` re-checks online deployments by simulation and re-sizes misses
+    (None = when the plan is small enough: ``verify_by_default``; never for a capacity table).
     """
     if n_buckets < 1:
         raise SolverError(f"n_buckets must be >= 1 (got {n_buckets}); e.g. --buckets 4")
     cset = plan_candidates(plan, catalog, params, capacity_table, n_buckets, candidates)
+    model_params = None if capacity_table is not None else (params if params is not None else load_params(None))
+    fidelity = fidelity_map(cset, model_params, catalog)
+    cset = sized(cset, capacity_factors(plan, fidelity), demand_factor(plan))
     problem = fleet_problem(cset, plan)
     diagnostics = list(cset.diagnostics)
     if missing := unservable(cset):
         sol = FleetSolution(SolveStatus.INFEASIBLE, "; ".join(d.message for d in missing), solver=options.solver)
         return assemble(plan, cset, sol, diagnostics + missing, None, source)
     sol = solve_fleet(problem, **options.solve_kwargs)
+    verification = None
+    if sol.status.has_plan and model_params is not None and (verify or (verify is None and verify_by_default(cset, sol))):
+        cset, resized, sol, verification = verify_and_resize(
+            plan, cset, sol, catalog, model_params, lambda p: solve_fleet(p, **options.solve_kwargs))
+        problem = resized or problem
     single = None
     if sol.status == SolveStatus.INFEASIBLE and diagnose:
         diagnostics += binding_limits(problem, **options.solve_kwargs)
@@ -73,7 +99,12 @@ def optimize_plan(
         diagnostics.append(single_device_note(single, sol.objective_usd or 0.0))
     if sol.status == SolveStatus.FEASIBLE:
         diagnostics.append(Diagnostic("warning", "not_proven_optimal", sol.detail))
-    return assemble(plan, cset, sol, diagnostics, single, source, problem)
+    result = annotate(assemble(plan, cset, sol, diagnostics, single, source, problem), plan, cset, fidelity,
+                      verification)
+    result = replace(result, headroom=policy_of(plan), verification=verification)
+    if sensitivity and sol.status.has_plan:
+        result = replace(result, sensitivity=analyse(plan, cset, problem, sol, fidelity, options))
+    return result
 
 
 def plan_candidates(plan: Plan, catalog: Catalog, params, capacity_table: CapacityTable | Path | str | None,

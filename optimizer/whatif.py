@@ -307,19 +307,52 @@ def uncertainty_scenarios(base: Plan, uncertainty: Uncertainty, samples: int, se
     return out
 
 
-def fixed_fleet_meets(base_result: dict[str, Any], multipliers: Sequence[float]) -> list[bool]:
-    """Whether the base plan's fleet still meets every SLO when all demand is scaled by each multiplier.
+def fixed_fleet_meets(base_result: dict[str, Any], multipliers: Sequence[float],
+                      capacity_factors: Sequence[dict[str, float]] | None = None) -> list[bool]:
+    """Whether the base plan's fleet still meets every SLO when all demand is scaled by each multiplier
+    (and, with ``capacity_factors``, each device's capacity by that sample's model-error factor).
 
     A workload is met while its scaled rate is within the capacity at SLO of the replicas
-    deployed for it (Σ capacity_qps of its deployments; routing is free to rebalance).
+    deployed for it (Σ factor[device] · capacity_qps of its deployments; routing is free to rebalance).
     """
-    capacity: dict[str, float] = {}
-    for d in base_result.get("deployments", []):
-        capacity[d["workload"]] = capacity.get(d["workload"], 0.0) + d["capacity_qps"]
     rates = {w["name"]: w["qps"] for w in base_result.get("workloads", [])}
     if not rates or base_result["status"] not in ("optimal", "feasible"):
         return [False for _ in multipliers]
-    return [all(rates[n] * m <= capacity.get(n, 0.0) * (1 + 1e-9) for n in rates) for m in multipliers]
+    out = []
+    for i, m in enumerate(multipliers):
+        factors = capacity_factors[i] if capacity_factors is not None else {}
+        capacity: dict[str, float] = {}
+        for d in base_result.get("deployments", []):
+            capacity[d["workload"]] = capacity.get(d["workload"], 0.0) + d["capacity_qps"] * factors.get(d["device"], 1.0)
+        out.append(all(rates[n] * m <= capacity.get(n, 0.0) * (1 + 1e-9) for n in rates))
+    return out
+
+
+def model_error_draws(base_result: dict[str, Any], samples: int, seed: int) -> list[dict[str, float]]:
+    """K draws of {device: capacity factor} for the devices of the base plan's deployments.
+
+    Each device's log factor is normal with its fidelity band as 10th/90th percentile
+    (``deployments[].fidelity``; ``optimizer.models.fidelity``): μ = (ln low + ln high)/2,
+    σ = (ln high − ln low)/(2·1.2816). Devices of one fidelity class share one standard-normal
+    draw per sample (a class's error is common to its devices: the same extrapolation).
+    Seeded by ``seed + 1``, so the demand and price draws of ``sample_uncertainty`` stay as they were.
+    """
+    bands: dict[str, dict[str, Any]] = {}
+    for d in base_result.get("deployments", []):
+        if d.get("fidelity"):
+            bands.setdefault(d["device"], d["fidelity"])
+    classes = sorted({f["class"] for f in bands.values()})
+    rng = np.random.default_rng(seed + 1)
+    z90 = 1.2815515655446004
+    draws = []
+    for _ in range(samples):
+        z = {c: float(rng.standard_normal()) for c in classes}
+        row = {}
+        for device, f in sorted(bands.items()):
+            lo, hi = math.log(f["low_factor"]), math.log(f["high_factor"])
+            row[device] = math.exp((lo + hi) / 2 + (hi - lo) / (2 * z90) * z[f["class"]])
+        draws.append(row)
+    return draws
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

@@ -72,6 +72,8 @@ class FleetRow(_Loose):
     tdp_w: NonNeg | None = None
     capex_usd: Num | None = None
     power_kw: Num | None = None
+    price_basis: str = ""
+    price_basis_detail: str = ""
     gpus_installed: Count | None = None
     device_name: str = ""
     platform: str = ""
@@ -91,6 +93,22 @@ class FleetRow(_Loose):
         return self.installed - self.gpus
 
 
+class Fidelity(_Loose):
+    class_: str = Field("", alias="class")
+    basis: str = ""
+    low_factor: Num
+    high_factor: Num
+
+
+class VerifiedDeployment(_Loose):
+    metric: str
+    slo_ms: NonNeg
+    predicted_ms: NonNeg | None = None
+    simulated_ms: NonNeg
+    simulated_ci95_ms: list[NonNeg | None] = []
+    met: bool
+
+
 class Deployment(_Loose):
     workload: str
     device: str
@@ -104,6 +122,8 @@ class Deployment(_Loose):
     tpot_p99_ms: NonNeg | None = None
     e2e_p99_ms: NonNeg | None = None
     key: str = ""
+    fidelity: Fidelity | None = None
+    verification: VerifiedDeployment | None = None
 
 
 class Workload(_Loose):
@@ -165,6 +185,58 @@ class Source(_Loose):
     estimated: bool = False
 
 
+class RunnerUpDevice(_Loose):
+    device: str
+    gpus: Count
+    nodes: Count
+
+
+class RunnerUp(_Loose):
+    excluded_device: str
+    fleet: list[RunnerUpDevice] = []
+    objective_usd: Num | None = None
+    difference_usd: Num | None = None
+
+
+class DeviceSensitivity(_Loose):
+    device: str
+    price_field: str = "purchase_usd"
+    purchase_usd: Num | None = None
+    break_even_purchase_usd: Num | None = None
+    cloud_usd_per_gpu_hour: Num | None = None
+    break_even_cloud_usd_per_gpu_hour: Num | None = None
+    break_even_capacity_factor: Num | None = None
+    price_note: str = ""
+    capacity_note: str = ""
+
+
+class TornadoRow(_Loose):
+    input: str
+    low_usd: Num | None = None
+    high_usd: Num | None = None
+    low_label: str = ""
+    high_label: str = ""
+
+
+class Sensitivity(_Loose):
+    base_objective_usd: Num
+    runner_up: RunnerUp | None = None
+    devices: list[DeviceSensitivity] = []
+    tornado: list[TornadoRow] = []
+    price_tolerance: Num = 0.0
+    capacity_tolerance: Num = 0.0
+    solves: Count = 0
+    seconds: NonNeg = 0.0
+
+
+class Headroom(_Loose):
+    confidence: Num | None = None
+    sized_for: str = "point estimate"
+    target_utilization: Num = 1.0
+    demand_quantile: Num = 0.5
+    demand_factor: Num = 1.0
+
+
 class PlanResult(_Loose):
     """The keys of the plan result JSON that the workbook uses (docs/plan-json.md)."""
 
@@ -205,6 +277,8 @@ class PlanResult(_Loose):
     candidates: list[Candidate] = []
     diagnostics: list[Diagnostic] = []
     sources: list[Source] = []
+    headroom: Headroom | None = None
+    sensitivity: Sensitivity | None = None
 
 
 def parse_result(data: Any, where: str = "plan result") -> PlanResult:

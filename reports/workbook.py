@@ -4,7 +4,7 @@
 it atomically (temporary file + rename), so a failure leaves any earlier report as it
 was; it refuses to write over any of ``inputs``.
 
-Sheets, in order: Summary, Fleet, Deployments, Workloads, Costs by year, Assumptions,
+Sheets, in order: Summary, Sensitivity, Fleet, Deployments, Workloads, Costs by year, Assumptions,
 Candidates, Method. Inputs live on Assumptions as workbook-level defined names
 (``horizon_years``, ``pue``, ``purchase_usd_<device>``, ...); every money figure on
 Summary, Fleet, Costs by year and Workloads is a formula over them and the Fleet
@@ -27,10 +27,11 @@ from reports.sheets_inputs import build_assumptions
 from reports.sheets_method import build_method
 from reports.sheets_money import build_costs, build_fleet
 from reports.sheets_plan import build_candidates, build_deployments, build_workloads
+from reports.sheets_sensitivity import build_sensitivity, build_summary_warnings
 from reports.sheets_summary import build_summary
 from reports.xl import Sheet, safe_text
 
-SHEETS = ("Summary", "Fleet", "Deployments", "Workloads", "Costs by year", "Assumptions", "Candidates", "Method")
+SHEETS = ("Summary", "Sensitivity", "Fleet", "Deployments", "Workloads", "Costs by year", "Assumptions", "Candidates", "Method")
 
 
 def build_workbook(result: dict[str, Any] | PlanResult, inputs: tuple = (), where: str = "plan result") -> Workbook:
@@ -48,6 +49,8 @@ def build_workbook(result: dict[str, Any] | PlanResult, inputs: tuple = (), wher
     build_deployments(ctx)
     build_workloads(ctx)
     build_summary(ctx)
+    build_summary_warnings(ctx)
+    build_sensitivity(ctx)
     build_candidates(ctx)
     build_method(ctx, inputs)
     wb.active = 0

@@ -226,6 +226,16 @@ class Plan(Strict):
     )
     api_usd_per_million_output_tokens: PositiveFloat | None = None
     api_usd_per_million_input_tokens: NonNegFloat = 0.0
+    confidence: Annotated[float, Field(ge=0.5, le=0.99)] | None = Field(
+        None, description="size every deployment so it meets its SLOs with this probability under the "
+        "performance model's error (its fidelity band); None = the point estimate")
+    target_utilization: Annotated[float, Field(gt=0, le=1)] = Field(
+        1.0, description="cap on routed load / capacity at the SLO of every deployment (1 = up to capacity)")
+    demand_quantile: Annotated[float, Field(ge=0.5, le=0.999)] = Field(
+        0.5, description="size for this quantile of a lognormal demand forecast with median = the stated "
+        "rates and sigma demand_sigma (0.5 = the stated rates)")
+    demand_sigma: Annotated[float, Field(ge=0, le=2)] = Field(
+        0.25, description="sigma of log(demand / stated demand) used by demand_quantile")
     workloads: list[Workload] = Field(min_length=1)
 
     @field_validator("workloads")

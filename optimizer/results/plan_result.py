@@ -15,6 +15,14 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from optimizer.results.provenance import (
+    Fidelity,
+    HeadroomPolicy,
+    Sensitivity,
+    Verification,
+    VerifiedDeployment,
+)
+
 
 class SolveStatus(StrEnum):
     """Outcome of a solve: proven optimal, feasible (time limit hit, with a gap), infeasible, error."""
@@ -82,6 +90,8 @@ class FleetRow:
     tdp_w: float | None
     capex_usd: float
     power_kw: float
+    price_basis: str = ""  # quoted | list | estimated | none (optimizer.planning.provenance)
+    price_basis_detail: str = ""
     gpus_installed: int | None = None  # None (results written before platforms): = gpus
     device_name: str = ""
     platform: str = ""
@@ -117,6 +127,8 @@ class Deployment:
     ttft_p99_ms: float | None = None
     tpot_p99_ms: float | None = None
     e2e_p99_ms: float | None = None
+    fidelity: Fidelity | None = None
+    verification: VerifiedDeployment | None = None
 
     @property
     def gpus(self) -> int:
@@ -259,6 +271,9 @@ class PlanResult:
     sources: tuple[SourceRow, ...] = field(default=())
     buckets: tuple[BucketRow, ...] = ()
     routing: tuple[Route, ...] = ()
+    headroom: HeadroomPolicy | None = None
+    sensitivity: Sensitivity | None = None
+    verification: Verification | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The plan as a JSON-ready dict with the keys of ``docs/plan-json.md`` (finite floats)."""
@@ -290,6 +305,9 @@ class PlanResult:
         out["sources"] = [asdict(s) for s in self.sources]
         out["buckets"] = [_clean(asdict(b)) for b in self.buckets]
         out["routing"] = [_clean(asdict(r)) for r in self.routing]
+        out["headroom"] = _headroom_json(self.headroom) if self.headroom else None
+        out["sensitivity"] = _sensitivity_json(self.sensitivity) if self.sensitivity else None
+        out["verification"] = _verification_json(self.verification) if self.verification else None
         return out
 
 
@@ -308,7 +326,60 @@ def _single_json(best: SingleDeviceBest) -> dict[str, Any]:
 
 
 def _deployment_json(d: Deployment) -> dict[str, Any]:
-    return {k: getattr(d, k) for k in _DEPLOYMENT_KEYS}
+    out = {k: getattr(d, k) for k in _DEPLOYMENT_KEYS}
+    out["fidelity"] = _fidelity_json(d.fidelity) if d.fidelity else None
+    out["verification"] = _verified_json(d.verification) if d.verification else None
+    return out
+
+
+def _fidelity_json(f: Fidelity) -> dict[str, Any]:
+    return {"class": f.class_, "basis": f.basis, "low_factor": _num(f.low_factor), "high_factor": _num(f.high_factor)}
+
+
+def _verified_json(v: VerifiedDeployment) -> dict[str, Any]:
+    return {"metric": v.metric, "slo_ms": _num(v.slo_ms), "predicted_ms": _num(v.predicted_ms),
+            "simulated_ms": _num(v.simulated_ms),
+            "simulated_ci95_ms": [_num(v.simulated_ci_low_ms), _num(v.simulated_ci_high_ms)],
+            "qps_per_replica": _num(v.qps_per_replica), "requests": v.requests, "seed": v.seed, "met": v.met,
+            "derate_factor": _num(v.derate_factor)}
+
+
+def _headroom_json(h: HeadroomPolicy) -> dict[str, Any]:
+    return {"confidence": h.confidence, "sized_for": "point estimate" if h.confidence is None
+            else f"confidence {h.confidence:g} of the performance band",
+            "target_utilization": h.target_utilization, "demand_quantile": h.demand_quantile,
+            "demand_sigma": h.demand_sigma, "demand_factor": _num(h.demand_factor)}
+
+
+def _sensitivity_json(s: Sensitivity) -> dict[str, Any]:
+    ru = s.runner_up
+    devices = []
+    for d in s.devices:
+        row: dict[str, Any] = {"device": d.device}
+        if d.price_field == "purchase_usd":
+            row.update(purchase_usd=_num(d.price), break_even_purchase_usd=_num(d.break_even_price))
+        else:
+            row.update(cloud_usd_per_gpu_hour=_num(d.price), break_even_cloud_usd_per_gpu_hour=_num(d.break_even_price))
+        row.update(break_even_capacity_factor=_num(d.break_even_capacity_factor), price_field=d.price_field,
+                   price_note=d.price_note, capacity_note=d.capacity_note)
+        devices.append(row)
+    return {
+        "base_objective_usd": _num(s.base_objective_usd),
+        "runner_up": None if ru is None else {
+            "excluded_device": ru.excluded_device, "fleet": [asdict(f) for f in ru.fleet],
+            "objective_usd": _num(ru.objective_usd), "difference_usd": _num(ru.difference_usd)},
+        "devices": devices,
+        "tornado": [{"input": t.input, "low_usd": _num(t.low_usd), "high_usd": _num(t.high_usd),
+                     "low_label": t.low_label, "high_label": t.high_label} for t in s.tornado],
+        "price_tolerance": s.price_tolerance, "capacity_tolerance": s.capacity_tolerance,
+        "solves": s.solves, "seconds": _num(s.seconds),
+        "method": "optimizer outputs: each figure re-solves the fleet MILP on the same candidates",
+    }
+
+
+def _verification_json(v: Verification) -> dict[str, Any]:
+    return {"all_met": v.all_met, "rounds": v.rounds, "seconds": _num(v.seconds), "note": v.note,
+            "deployments": [{"workload": d.workload, "key": d.key, **_verified_json(d)} for d in v.deployments]}
 
 
 def _workload_json(w: WorkloadResult) -> dict[str, Any]:

@@ -61,7 +61,7 @@ def _model_fields(model: type[BaseModel], seen: set[type]) -> set[str]:
     if model in seen:
         return set()
     seen.add(model)
-    names = set(model.model_fields)
+    names = {f.alias or n for n, f in model.model_fields.items()}  # the JSON key (e.g. fidelity 'class')
     for f in model.model_fields.values():
         for arg in _types_in(f.annotation):
             if isinstance(arg, type) and issubclass(arg, BaseModel):

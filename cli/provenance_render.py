@@ -1,0 +1,85 @@
+"""Terminal rendering of what a plan rests on: price basis, fidelity, simulation, sensitivity.
+
+Reads only the plan-result JSON (docs/plan-json.md), like the rest of the rendering.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cli.common import fmt, stdout, table
+
+
+def _band(f: dict[str, Any] | None) -> str:
+    if not f:
+        return "—"
+    return f"{f['class']} ×{f['low_factor']:.2f}–{f['high_factor']:.2f}"
+
+
+def render_provenance(data: dict[str, Any]) -> None:
+    """Sizing policy, price basis per device, fidelity and simulated p99 per deployment."""
+    h = data.get("headroom")
+    if h:
+        stdout.print(f"sized for: {h['sized_for']}; target_utilization {h['target_utilization']:g}; "
+                     f"demand_quantile {h['demand_quantile']:g} (rates × {h['demand_factor']:.3f}, "
+                     f"demand_sigma {h['demand_sigma']:g})", markup=False, highlight=False)
+    rows = [[f["device"], f.get("price_basis") or "—", fmt(f["purchase_usd"]),
+             fmt(f["cloud_usd_per_gpu_hour"], 2), f.get("price_basis_detail") or ""] for f in data["fleet"]]
+    if rows:
+        stdout.print(table("Where the prices come from", ["device", "price basis", "purchase $", "cloud $/h", "basis"],
+                           rows, right={"purchase $", "cloud $/h"}))
+    dep_rows = []
+    for d in data["deployments"]:
+        v = d.get("verification")
+        sim = "—" if not v else (f"{v['metric'].removesuffix('_p99_ms')} {v['simulated_ms']:,.0f} "
+                                 f"({v['simulated_ci95_ms'][0]:,.0f}–{v['simulated_ci95_ms'][1]:,.0f}) / "
+                                 f"{v['slo_ms']:,.0f}" + ("" if v["met"] else " MISSED"))
+        dep_rows.append([d["workload"], d["key"], _band(d.get("fidelity")), sim])
+    if dep_rows:
+        stdout.print(table("Performance fidelity (capacity band, measured/predicted) and simulated p99 (95 % CI) / SLO ms",
+                           ["workload", "deployment", "fidelity band", "simulated p99 / SLO"], dep_rows))
+    ver = data.get("verification")
+    if ver:
+        stdout.print(f"simulation: {'every SLO met' if ver['all_met'] else 'SLO MISSED'} after {ver['rounds']} "
+                     f"re-size round(s), {ver['seconds']:.1f} s" + (f"; {ver['note']}" if ver["note"] else ""),
+                     markup=False, highlight=False)
+
+
+def render_sensitivity(data: dict[str, Any]) -> None:
+    """Runner-up, break-even price and capacity factor per device, tornado swings."""
+    s = data.get("sensitivity")
+    if not s:
+        return
+    base = s["base_objective_usd"]
+    ru = s["runner_up"]
+    if ru and ru["objective_usd"] is not None:
+        fleet = " + ".join(f"{f['gpus']} × {f['device']}" for f in ru["fleet"])
+        stdout.print(f"runner-up without {ru['excluded_device']}: {fleet} at ${ru['objective_usd']:,.0f} "
+                     f"(+${ru['difference_usd']:,.0f}, {100 * ru['difference_usd'] / base:+.1f} %)",
+                     markup=False, highlight=False)
+    elif ru:
+        stdout.print(f"runner-up: no fleet without {ru['excluded_device']} meets the plan", markup=False)
+    rows = []
+    for d in s["devices"]:
+        cloud = d["price_field"] == "cloud_usd_per_gpu_hour"
+        price = d.get("cloud_usd_per_gpu_hour") if cloud else d.get("purchase_usd")
+        be = d.get("break_even_cloud_usd_per_gpu_hour") if cloud else d.get("break_even_purchase_usd")
+        digits = 2 if cloud else 0
+        rows.append([d["device"], d["price_field"], fmt(price, digits), fmt(be, digits, none="never"),
+                     f"{100 * (be / price - 1):+.1f} %" if be is not None and price else "—",
+                     fmt(d["break_even_capacity_factor"], 3, none="< 0.05"),
+                     "; ".join(x for x in (d["price_note"], d["capacity_note"]) if x)])
+    stdout.print(table(f"Break-even (the fleet changes above this price / below this capacity factor; "
+                       f"±{100 * s['price_tolerance']:.1f} % / ±{s['capacity_tolerance']:.3f})",
+                       ["device", "price", "today", "break-even", "room", "capacity factor", "note"], rows,
+                       right={"today", "break-even", "room", "capacity factor"}))
+    t_rows = [[t["input"], t["low_label"], fmt(t["low_usd"], none="infeasible"), t["high_label"],
+               fmt(t["high_usd"], none="infeasible"),
+               fmt(max(v for v in (t["low_usd"], t["high_usd"], base) if v is not None)
+                   - min(v for v in (t["low_usd"], t["high_usd"], base) if v is not None))]
+              for t in s["tornado"]]
+    stdout.print(table(f"Tornado: optimal {data['objective']} $ with one input at each end (base ${base:,.0f})",
+                       ["input", "low end", "$ at low", "high end", "$ at high", "swing $"], t_rows,
+                       right={"$ at low", "$ at high", "swing $"}))
+    stdout.print(f"sensitivity: {s['solves']} re-solves in {s['seconds']:.1f} s ({s['method']})",
+                 markup=False, highlight=False)

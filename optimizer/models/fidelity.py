@@ -1,0 +1,124 @@
+"""How far a device's predicted capacity can be trusted: its fidelity class and error band.
+
+Three classes (DESIGN §5):
+
+- **measured** — the calibration in use was fitted on rows of this device
+  (``params.fit.by_device``; a user's ``gpuplan calibrate`` output counts the same way);
+- **same-generation** — not measured, but a device of its ``generation`` was;
+- **datasheet-only** — nothing of its generation was measured.
+
+A band is the 10th–90th percentile of measured / predicted throughput (true capacity =
+factor × predicted), from validation residuals:
+
+- measured: the device's own fit record, p90 of |predicted/measured − 1| = e over its
+  n rows gives [1/(1 + e), 1/(1 − e)] (covers ≥ 80 % of its rows, two-sided);
+- same-generation: ``SAME_GENERATION_BAND``, out-of-sample residuals of the shipped
+  calibration on 49 H200 SXM throughput rows it was not fitted on (Hopper measured on
+  H100 only), widened to contain the band of every measured device of that generation;
+- datasheet-only: ``DATASHEET_ONLY_BAND``, out-of-sample residuals on 145 B200, B300 and
+  MI300X rows, widened to contain the two better classes (a device known less is never
+  trusted more).
+
+The out-of-sample rows include MoE and FP4 models the calibration never saw, which is much
+of their spread (the 15 newer H100 rows of the same tables, a measured device, give 0.42-1.19):
+today the band says as much about the model family as about the device.
+
+This is the simple band of today's validation; the performance-model work (issue 14)
+replaces :func:`fidelity_of` with leave-one-group-out bands per (device, engine).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from statistics import NormalDist
+
+from catalog.schema import Device
+from optimizer.models.params import CalibrationParams
+from optimizer.results.provenance import Fidelity
+
+# z of the 90th percentile: the band [p10, p90] spans 2·Z90 standard deviations of log(factor).
+Z90 = NormalDist().inv_cdf(0.9)
+
+# Measured / predicted output tokens/s (p10, p90) of the shipped calibration (fitted on
+# H100 SXM, A100 80GB SXM and L40S TensorRT-LLM rows) on rows it was not fitted on:
+# `python scripts/fidelity_bands.py optimizer/calibration/data/measurements-2026.csv` on 2026-12-01
+# (dense, MoE and FP4 models of the 2026 tables).
+# 49 H200 SXM rows of the TensorRT-LLM performance overview
+# (https://nvidia.github.io/TensorRT-LLM/1.2.0/developer-guide/perf-overview.html, 2026-03;
+# https://github.com/NVIDIA/TensorRT-LLM/blob/585c756579dc4d01f21fc13c2f604cdb461ac4f0/docs/source/developer-guide/perf-overview.md, ~late 2025;
+# the DeepSeek-R1 best-performance blog of the same repository).
+SAME_GENERATION_BAND = (0.392, 1.417)
+# 69 B200 and 28 B300 rows (same TensorRT-LLM pages) and 48 MI300X vLLM rows
+# (https://www.amd.com/en/developer/resources/rocm-hub/dev-ai/performance-results.html, 2025-07-16..2025-11-03;
+# https://github.com/ROCm/vllm/blob/documentation/docs/dev-docker/README.md, 2025-01..2025-11).
+DATASHEET_ONLY_BAND = (0.539, 1.488)
+# Fewer rows than this in a device's fit record do not make it "measured".
+MIN_MEASURED_ROWS = 5
+# A p90 |error| of 90 % or more leaves no upper bound worth stating; cap the band there.
+MAX_HIGH_FACTOR = 10.0
+
+
+def measured_band(p90_abs_pct_error: float) -> tuple[float, float]:
+    """[1/(1 + e), 1/(1 − e)] for e = p90 |predicted/measured − 1|: the measured/predicted range
+    of at least 90 % of the rows (so of their 10th–90th percentile)."""
+    e = p90_abs_pct_error / 100.0
+    return 1.0 / (1.0 + e), (1.0 / (1.0 - e) if e < 1.0 - 1.0 / MAX_HIGH_FACTOR else MAX_HIGH_FACTOR)
+
+
+def _envelope(*bands: tuple[float, float]) -> tuple[float, float]:
+    return min(b[0] for b in bands), max(b[1] for b in bands)
+
+
+def measured_devices(params: CalibrationParams) -> dict[str, tuple[int, float]]:
+    """Device key -> (rows, p90 |error| %) of the devices the calibration was fitted on."""
+    fit = params.fit
+    if fit is None:
+        return {}
+    out = {}
+    for key, stats in fit.by_device.items():
+        n, p90 = stats.get("n", 0), stats.get("p90_abs_pct_error")
+        if isinstance(n, int | float) and n >= MIN_MEASURED_ROWS and isinstance(p90, int | float):
+            out[key] = (int(n), float(p90))
+    return out
+
+
+def fidelity_of(device: Device, params: CalibrationParams, devices: Mapping[str, Device]) -> Fidelity:
+    """The fidelity class of ``device`` under the calibration ``params`` and its band.
+
+    ``devices`` is the catalog (to find the generation of each measured device).
+    """
+    measured = measured_devices(params)
+    bands = {k: measured_band(p90) for k, (_, p90) in measured.items()}
+    if device.key in measured:
+        n, p90 = measured[device.key]
+        low, high = bands[device.key]
+        when = f" on {params.fit.fitted_on}" if params.fit and params.fit.fitted_on else ""
+        return Fidelity("measured", f"calibration fitted{when} on {n} rows of {device.key}; p90 |error| {p90:.1f} %",
+                        low, high)
+    generation = {k: devices[k].generation for k in measured if k in devices}
+    same = [k for k, g in generation.items() if g == device.generation]
+    if same:
+        low, high = _envelope(SAME_GENERATION_BAND, *(bands[k] for k in same))
+        return Fidelity("same-generation",
+                        f"not measured; {device.generation} measured on {', '.join(sorted(same))}; band from "
+                        "out-of-sample H200 residuals", low, high)
+    low, high = _envelope(DATASHEET_ONLY_BAND, SAME_GENERATION_BAND, *bands.values())
+    return Fidelity("datasheet-only",
+                    f"nothing of generation {device.generation} measured; band from out-of-sample B200, B300 "
+                    "and MI300X residuals", low, high)
+
+
+def capacity_factor_at(fidelity: Fidelity, confidence: float) -> float:
+    """The capacity factor exceeded with probability ``confidence`` (never above 1).
+
+    log(factor) is taken normal with p10 = ln(low_factor), p90 = ln(high_factor):
+    μ = (ln low + ln high)/2, σ = (ln high − ln low)/(2·Z90); factor = exp(μ + σ·Φ⁻¹(1 − confidence)),
+    capped at 1 so planning at a confidence level never trusts a device more than its point
+    estimate. At confidence 0.9 this is low_factor (when below 1).
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1) (got {confidence}); e.g. --confidence 0.9")
+    lo, hi = math.log(fidelity.low_factor), math.log(fidelity.high_factor)
+    mu, sigma = (lo + hi) / 2.0, (hi - lo) / (2.0 * Z90)
+    return min(1.0, math.exp(mu + sigma * NormalDist().inv_cdf(1.0 - confidence)))

@@ -1,0 +1,70 @@
+"""Headroom as a policy: capacities derated and demand raised before the fleet is sized.
+
+The candidates' capacities at the SLO (req/s per replica) are multiplied by
+
+    factor[d] = target_utilization · capacity_factor_at(fidelity[d], confidence)   (1 without confidence)
+
+(times a per-candidate factor from the simulator's verification, ``optimizer.planning.verify``),
+and every bucket's rate by the demand factor
+
+    demand_factor = exp(demand_sigma · Φ⁻¹(demand_quantile))
+
+(the demand_quantile of a lognormal forecast whose median is the stated rate). Since every
+downstream figure (routing, replicas, deployment capacity, predicted p99s, the check) reads
+the derated candidate set, the plan is sized and reported consistently.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import replace
+from statistics import NormalDist
+
+from optimizer.models.fidelity import capacity_factor_at
+from optimizer.planning.candidate_set import CandidateSet
+from optimizer.results.provenance import Fidelity, HeadroomPolicy
+from workloads.spec import Plan
+
+
+def demand_factor(plan: Plan) -> float:
+    """exp(demand_sigma · Φ⁻¹(demand_quantile)); 1 at the median (demand_quantile 0.5)."""
+    if plan.demand_quantile == 0.5 or plan.demand_sigma == 0:
+        return 1.0
+    return math.exp(plan.demand_sigma * NormalDist().inv_cdf(plan.demand_quantile))
+
+
+def policy_of(plan: Plan) -> HeadroomPolicy:
+    return HeadroomPolicy(plan.confidence, plan.target_utilization, plan.demand_quantile, plan.demand_sigma,
+                          demand_factor(plan))
+
+
+def capacity_factors(plan: Plan, fidelity: Mapping[str, Fidelity]) -> dict[str, float]:
+    """Per device: target_utilization × the confidence level's factor of its fidelity band."""
+    out = {}
+    for d, fid in fidelity.items():
+        f = plan.target_utilization
+        if plan.confidence is not None:
+            f *= capacity_factor_at(fid, plan.confidence)
+        out[d] = f
+    return out
+
+
+def sized(cset: CandidateSet, device_factors: Mapping[str, float], demand: float = 1.0,
+          candidate_factors: Mapping[tuple[str, str], float] | None = None) -> CandidateSet:
+    """``cset`` with kept candidates' capacities × device and candidate factors, bucket rates × ``demand``."""
+    candidate_factors = candidate_factors or {}
+    if all(f == 1.0 for f in device_factors.values()) and demand == 1.0 and not candidate_factors:
+        return cset
+    workloads = []
+    for wc in cset.workloads:
+        w = wc.workload.name
+        cands = []
+        for c in wc.candidates:
+            f = device_factors.get(c.device, 1.0) * candidate_factors.get((w, c.key), 1.0)
+            if c.kept and f != 1.0:
+                c = replace(c, capacity_qps=tuple(mu * f for mu in c.capacity_qps))
+            cands.append(c)
+        buckets = tuple(replace(b, qps=b.qps * demand) for b in wc.buckets) if demand != 1.0 else wc.buckets
+        workloads.append(replace(wc, candidates=tuple(cands), buckets=buckets))
+    return replace(cset, workloads=tuple(workloads))

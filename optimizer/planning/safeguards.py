@@ -1,0 +1,123 @@
+"""The steps between a solve and a result that finance can trust (issue 15).
+
+``optimizer.optimize.optimize_plan`` calls them in this order:
+
+1. :func:`fidelity_map` — each candidate device's fidelity class and band;
+2. ``optimizer.planning.headroom.sized`` — capacities at the plan's confidence level and
+   utilisation cap, rates at its demand quantile;
+3. solve; :func:`verify_and_resize` — the simulator's check of every online deployment,
+   derating missed candidates and re-solving;
+4. :func:`annotate` — price basis per fleet device, fidelity and simulated p99 per deployment;
+5. ``optimizer.planning.sensitivity.analyse`` — runner-up, break-evens, tornado.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+from catalog.load import Catalog
+from optimizer.models.fidelity import fidelity_of
+from optimizer.models.params import CalibrationParams
+from optimizer.planning.candidate_set import CandidateSet, fleet_problem
+from optimizer.planning.headroom import sized
+from optimizer.planning.milp import FleetProblem, FleetSolution
+from optimizer.planning.provenance import price_basis
+from optimizer.planning.sensitivity import price_field
+from optimizer.planning.verify import (
+    MAX_VERIFIED_DEPLOYMENTS,
+    MAX_VERIFY_ROUNDS,
+    derate_factor,
+    online_deployments,
+    verify_deployments,
+)
+from optimizer.results.plan_result import Diagnostic, PlanResult
+from optimizer.results.provenance import Fidelity, Verification
+from workloads.spec import Plan
+
+TABLE_FIDELITY = Fidelity("measured", "capacities measured by the user (--capacity-table); no model band", 1.0, 1.0)
+
+
+def fidelity_map(cset: CandidateSet, params: CalibrationParams | None, catalog: Catalog) -> dict[str, Fidelity]:
+    """Fidelity of every device with a kept candidate (``params`` None: a measured capacity table)."""
+    devices = sorted({c.device for wc in cset.workloads for c in wc.kept})
+    out = {}
+    for d in devices:
+        dev = cset.units[d].device if d in cset.units else None
+        out[d] = TABLE_FIDELITY if params is None or dev is None else fidelity_of(dev, params, catalog.devices)
+    return out
+
+
+def verify_by_default(cset: CandidateSet, sol: FleetSolution) -> bool:
+    """On when the plan has at most MAX_VERIFIED_DEPLOYMENTS online deployments (the time budget)."""
+    return online_deployments(cset, sol) <= MAX_VERIFIED_DEPLOYMENTS
+
+
+def verify_and_resize(plan: Plan, cset: CandidateSet, sol: FleetSolution, catalog: Catalog,
+                      params: CalibrationParams, solve: Callable[[FleetProblem], FleetSolution]
+                      ) -> tuple[CandidateSet, FleetProblem | None, FleetSolution, Verification]:
+    """Simulate every online deployment; derate each missed candidate and re-solve, up to
+    MAX_VERIFY_ROUNDS times. Returns the final candidate set, problem (None if unchanged),
+    solution and the verification of the final plan."""
+    start = time.perf_counter()
+    factors: dict[tuple[str, str], float] = {}
+    problem = None
+    rounds = 0
+    notes: list[str] = []
+    while True:
+        checked, unsimulated = verify_deployments(cset, sol, catalog, params)
+        misses = [v for v in checked if not v.met]
+        if not misses or rounds >= MAX_VERIFY_ROUNDS:
+            break
+        notes.extend(f"round {rounds + 1}: {v.workload} on {v.key} simulated {v.metric} {v.simulated_ms:,.0f} ms "
+                     f"> SLO {v.slo_ms:,.0f} ms (predicted {v.predicted_ms or 0:,.0f} ms): capacity × "
+                     f"{derate_factor(v):.3f}, re-solved" for v in misses)
+        step = {(v.workload, v.key): derate_factor(v) for v in misses}
+        for k, f in step.items():
+            factors[k] = factors.get(k, 1.0) * f
+        candidate = sized(cset, {}, 1.0, step)
+        candidate_problem = fleet_problem(candidate, plan)
+        new = solve(candidate_problem)
+        rounds += 1
+        if not new.status.has_plan:
+            notes.append("re-sizing the missed deployments left no feasible fleet; the plan is kept as solved")
+            break
+        cset, problem, sol = candidate, candidate_problem, new
+    checked = [replace(v, derate_factor=factors.get((v.workload, v.key), 1.0)) for v in checked]
+    all_met = all(v.met for v in checked)
+    note = "; ".join(notes + unsimulated)
+    return cset, problem, sol, Verification(tuple(checked), rounds, time.perf_counter() - start, all_met, note)
+
+
+def annotate(result: PlanResult, plan: Plan, cset: CandidateSet, fidelity: Mapping[str, Fidelity],
+             verification: Verification | None) -> PlanResult:
+    """Price basis on each fleet row, fidelity and the simulator's figures on each deployment,
+    and a warning for every chosen device whose price is an estimate."""
+    if not result.status.has_plan:
+        return result
+    field = price_field(plan.objective)
+    fleet = []
+    notes = []
+    for f in result.fleet:
+        dev = cset.units[f.device].device if f.device in cset.units else None
+        if dev is None:
+            fleet.append(replace(f, price_basis="quoted", price_basis_detail="capacity-table unit price"))
+            continue
+        basis, detail = price_basis(dev, field)
+        fleet.append(replace(f, price_basis=basis, price_basis_detail=detail))
+        if basis == "estimated":
+            notes.append(Diagnostic("warning", "price_estimated",
+                                    f"the recommended {dev.name} price ({field} {getattr(dev, field):,.2f}) is an "
+                                    f"estimate ({detail}); enter your quote in Assumptions or the plan's devices: "
+                                    "section"))
+    checked = {(v.workload, v.key): v for v in verification.deployments} if verification else {}
+    deployments = tuple(replace(d, fidelity=fidelity.get(d.device), verification=checked.get((d.workload, d.key)))
+                        for d in result.deployments)
+    if verification is not None and not verification.all_met:
+        missed = [f"{v.workload} on {v.key} ({v.metric} {v.simulated_ms:,.0f} ms > {v.slo_ms:,.0f} ms)"
+                  for v in verification.deployments if not v.met]
+        notes.append(Diagnostic("warning", "simulation_misses_slo",
+                                "the simulator finds p99s above the SLO after re-sizing: " + "; ".join(missed)))
+    return replace(result, fleet=tuple(fleet), deployments=deployments,
+                   diagnostics=result.diagnostics + tuple(notes))

@@ -1,0 +1,320 @@
+"""How far the inputs may move before the recommended fleet changes.
+
+Every figure is a re-solve of the fleet MILP on the same candidates (capacities come from
+the serving model once; only the data of the MILP changes): a device's price rebuilds its
+unit terms, a capacity factor scales the capacities of its options, electricity rebuilds
+every unit's opex, demand scales every bucket's rate.
+
+- **Runner-up**: the cheapest fleet without the winning fleet's main device (the device
+  with the largest share of the objective), and its cost difference.
+- **Break-even price** p* of a chosen device d (purchase_usd; objective cloud: the hourly
+  price): the price above which the optimal fleet changes. Every fleet F's objective is
+  linear in p, C_F(p) = C_F(p0) + s_F·(p − p0) with s_F = d objective / d price (∝ F's GPUs
+  of d), so the base fleet B stays optimal up to the first crossing of its line with another
+  fleet's. Start from the cheapest fleet A without d (s_A = 0): p1 = crossing(B, A). Then
+  re-solve at p1·(1 − tol): if the optimum is B, p* ∈ [p1·(1 − tol), p1] and p1 is
+  reported; else its fleet F crosses B earlier, p2 = crossing(B, F), and repeat. Each
+  step strictly lowers the bound; a handful of solves suffice.
+- **Break-even capacity factor** f* of d: the factor on d's capacities below which the
+  optimal fleet changes. Lowering capacity only removes feasible fleets, so B stays optimal
+  exactly while it stays feasible; with B's own routing it is feasible down to
+  u = max over B's deployments on d of routed load / capacity, so f* ≤ u. Bisection on
+  [F_MIN, u] with a first probe at u·(1 − tol).
+- **Tornado**: the optimal objective at the low and the high end of each input — the
+  catalog's price ``ranges`` (an estimated price without a range: ±ESTIMATE_SWING), the
+  electricity price ±50 %, demand ±25 %, and every device's capacity at the ends of its
+  fidelity band (``optimizer.models.fidelity``).
+
+A re-solved fleet "differs" when its GPUs per device differ from B's and it is cheaper
+than B at that input (prices), or B is infeasible there (capacity); a different fleet within
+the solver's gap of B's cost counts as the same decision. Tolerances: PRICE_TOLERANCE
+(relative) and CAPACITY_TOLERANCE (absolute), plus the solver's relative gap.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+from optimizer.planning.candidate_set import CandidateSet, unit_terms
+from optimizer.planning.milp import FleetProblem, FleetSolution, solve_fleet
+from optimizer.planning.solver_options import SolverOptions
+from optimizer.results.money import MoneyAssumptions
+from optimizer.results.provenance import (
+    DeviceSensitivity,
+    Fidelity,
+    FleetDeviceGpus,
+    RunnerUp,
+    Sensitivity,
+    TornadoRow,
+)
+from workloads.spec import Plan
+
+PRICE_TOLERANCE = 0.005  # break-even prices: relative
+CAPACITY_TOLERANCE = 0.005  # break-even capacity factors: absolute
+F_MIN = 0.05  # capacity factors below this are not searched
+MAX_CROSSING_STEPS = 8
+ESTIMATE_SWING = 0.25  # tornado swing of an estimated price that has no published range
+ELECTRICITY_SWING = 0.5
+DEMAND_SWING = 0.25
+
+Fleet = dict[str, tuple[int, int]]  # device -> (gpus, nodes)
+
+
+def price_field(objective: str) -> str:
+    """The price the objective depends on: the hourly price for cloud, else the purchase price."""
+    return "cloud_usd_per_gpu_hour" if objective == "cloud" else "purchase_usd"
+
+
+def fleet_of(sol: FleetSolution) -> Fleet:
+    return {d: (g, sol.nodes.get(d, 0)) for d, g in sorted(sol.gpus.items()) if g > 0}
+
+
+def fleet_objective_usd(fleet: Fleet, problem: FleetProblem) -> float:
+    """Σ_d objective terms of d at (gpus, nodes), under ``problem``'s unit terms."""
+    return sum(problem.units[d].objective_usd.at(g, n) for d, (g, n) in fleet.items())
+
+
+def fleet_rows(fleet: Fleet) -> tuple[FleetDeviceGpus, ...]:
+    return tuple(FleetDeviceGpus(d, g, n) for d, (g, n) in fleet.items())
+
+
+# ---------------------------------------------------------------------------------------
+# The MILP data with one input changed
+# ---------------------------------------------------------------------------------------
+
+
+def with_price(problem: FleetProblem, cset: CandidateSet, a: MoneyAssumptions, device: str, field: str,
+               value: float) -> FleetProblem:
+    """``problem`` with ``device``'s ``field`` (purchase_usd | cloud_usd_per_gpu_hour) set to ``value``."""
+    unit = cset.units[device]
+    priced = replace(unit, price=replace(unit.price, **{field: value}))
+    return replace(problem, units={**problem.units, device: unit_terms(priced, a)})
+
+
+def with_money(problem: FleetProblem, cset: CandidateSet, a: MoneyAssumptions) -> FleetProblem:
+    """``problem`` with every unit's terms recomputed under the money assumptions ``a``."""
+    return replace(problem, units={d: unit_terms(cset.units[d], a) for d in problem.units})
+
+
+def with_capacity(problem: FleetProblem, factors: Mapping[str, float]) -> FleetProblem:
+    """``problem`` with the capacities of each device's options multiplied by its factor."""
+    options = tuple(replace(o, capacity_qps=tuple(c * factors[o.device] for c in o.capacity_qps))
+                    if o.device in factors else o for o in problem.options)
+    return replace(problem, options=options)
+
+
+def with_demand(problem: FleetProblem, factor: float) -> FleetProblem:
+    """``problem`` with every bucket's rate multiplied by ``factor`` (replica rules kept)."""
+    demands = tuple(replace(d, bucket_qps=tuple(q * factor for q in d.bucket_qps)) for d in problem.demands)
+    return replace(problem, demands=demands)
+
+
+def without_device(problem: FleetProblem, device: str) -> FleetProblem:
+    return replace(problem, options=tuple(o for o in problem.options if o.device != device))
+
+
+# ---------------------------------------------------------------------------------------
+# The analysis
+# ---------------------------------------------------------------------------------------
+
+
+class _Solver:
+    """Counts re-solves; returns None for a problem with no plan."""
+
+    def __init__(self, options: SolverOptions):
+        self.options = options
+        self.count = 0
+
+    def __call__(self, problem: FleetProblem) -> FleetSolution | None:
+        self.count += 1
+        sol = solve_fleet(problem, **self.options.solve_kwargs)
+        return sol if sol.status.has_plan else None
+
+
+def main_device(fleet: Fleet, problem: FleetProblem) -> str:
+    """The device with the largest share of the fleet's objective (ties: the key sorting first)."""
+    return min(fleet, key=lambda d: (-problem.units[d].objective_usd.at(*fleet[d]), d))
+
+
+def analyse(plan: Plan, cset: CandidateSet, problem: FleetProblem, base: FleetSolution,
+            fidelity: Mapping[str, Fidelity], options: SolverOptions = SolverOptions()) -> Sensitivity:
+    """Runner-up, break-even price and capacity factor per chosen device, tornado swings."""
+    start = time.perf_counter()
+    solve = _Solver(options)
+    a = MoneyAssumptions.from_plan(plan)
+    field = price_field(plan.objective)
+    fleet = fleet_of(base)
+    base_usd = fleet_objective_usd(fleet, problem)
+    main = main_device(fleet, problem)
+
+    without: dict[str, FleetSolution | None] = {}
+    for d in fleet:
+        without[d] = solve(without_device(problem, d))
+    ru = without[main]
+    runner_up = RunnerUp(main, fleet_rows(fleet_of(ru)) if ru else (),
+                         fleet_objective_usd(fleet_of(ru), problem) if ru else None,
+                         fleet_objective_usd(fleet_of(ru), problem) - base_usd if ru else None)
+
+    devices = []
+    for d in fleet:
+        price = getattr(cset.units[d].price, field)
+        be_price, price_note = break_even_price(problem, cset, a, d, field, price, fleet, without[d], solve,
+                                                options.gap)
+        be_cap, cap_note = break_even_capacity(problem, d, fleet, base, solve, options.gap)
+        devices.append(DeviceSensitivity(d, field, price, be_price, be_cap, price_note, cap_note))
+
+    tornado = tornado_rows(plan, cset, problem, a, field, fleet, base_usd, devices, fidelity, solve)
+    return Sensitivity(base_usd, runner_up, tuple(devices), tuple(tornado), PRICE_TOLERANCE, CAPACITY_TOLERANCE,
+                       solve.count, time.perf_counter() - start)
+
+
+def _slope(problem_at: Callable[[float], FleetProblem], fleet: Fleet, p: float) -> float:
+    """d C_F / d p: the objective is linear in the price, so one unit step gives the slope."""
+    return fleet_objective_usd(fleet, problem_at(p + 1.0)) - fleet_objective_usd(fleet, problem_at(p))
+
+
+def break_even_price(problem: FleetProblem, cset: CandidateSet, a: MoneyAssumptions, device: str, field: str,
+                     price: float | None, fleet: Fleet, alt: FleetSolution | None, solve: _Solver,
+                     gap: float) -> tuple[float | None, str]:
+    """p* above which the optimal fleet is no longer ``fleet`` (see the module doc)."""
+    if price is None:
+        return None, f"{device} has no {field}"
+    if alt is None:
+        return None, f"no fleet without {device} meets the plan: the fleet does not change at any price"
+
+    def at(p: float) -> FleetProblem:
+        return with_price(problem, cset, a, device, field, p)
+
+    def crossing(other: Fleet) -> float | None:
+        gap_usd = fleet_objective_usd(other, at(price)) - fleet_objective_usd(fleet, at(price))
+        ds = _slope(at, fleet, price) - _slope(at, other, price)
+        return price + gap_usd / ds if ds > 0 else None
+
+    p_hi = crossing(fleet_of(alt))
+    if p_hi is None:
+        return None, "no cheaper alternative at any price"
+    for _ in range(MAX_CROSSING_STEPS):
+        probe = p_hi * (1.0 - PRICE_TOLERANCE)
+        if probe <= price:
+            return p_hi, "within the tolerance of today's price"
+        sol = solve(at(probe))
+        if sol is None:
+            return p_hi, ""
+        other = fleet_of(sol)
+        prob = at(probe)
+        if other == fleet or fleet_objective_usd(other, prob) >= fleet_objective_usd(fleet, prob):
+            return p_hi, ""
+        nxt = crossing(other)
+        p_hi = nxt if nxt is not None and nxt < probe else probe
+    return p_hi, "search stopped after its step limit"
+
+
+def _utilisation(problem: FleetProblem, base: FleetSolution, device: str) -> float:
+    """max over base deployments on ``device`` of Σ_b routed_b / μ_b / replicas."""
+    cap = {(o.workload, o.key): o.capacity_qps for o in problem.options if o.device == device}
+    worst = 0.0
+    for (w, k), n in base.replicas.items():
+        if n <= 0 or (w, k) not in cap:
+            continue
+        mu = cap[(w, k)]
+        load = sum(q / mu[b] for (w2, b, k2), q in base.routed_qps.items()
+                   if w2 == w and k2 == k and q > 0 and mu[b] > 0)
+        worst = max(worst, load / n)
+    return worst
+
+
+def break_even_capacity(problem: FleetProblem, device: str, fleet: Fleet, base: FleetSolution, solve: _Solver,
+                        gap: float) -> tuple[float | None, str]:
+    """f* below which the optimal fleet is no longer ``fleet`` (see the module doc)."""
+    base_usd = fleet_objective_usd(fleet, problem)
+
+    def changed(f: float) -> bool:
+        sol = solve(with_capacity(problem, {device: f}))
+        if sol is None:
+            return True
+        other = fleet_of(sol)
+        return other != fleet and fleet_objective_usd(other, problem) > base_usd * (1.0 + gap)
+
+    hi = min(1.0, _utilisation(problem, base, device)) or 1.0  # unchanged at hi (B's own routing fits)
+    probe = hi - CAPACITY_TOLERANCE
+    if probe <= F_MIN:
+        return hi, ""
+    if changed(probe):
+        return hi, ""
+    lo = F_MIN
+    if not changed(lo):
+        return None, f"the fleet does not change down to a factor of {F_MIN}"
+    hi = probe
+    while hi - lo > CAPACITY_TOLERANCE:
+        mid = (lo + hi) / 2.0
+        if changed(mid):
+            lo = mid
+        else:
+            hi = mid
+    return hi, ""
+
+
+def tornado_rows(plan: Plan, cset: CandidateSet, problem: FleetProblem, a: MoneyAssumptions, field: str,
+                 fleet: Fleet, base_usd: float, devices: list[DeviceSensitivity],
+                 fidelity: Mapping[str, Fidelity], solve: _Solver) -> list[TornadoRow]:
+    """Optimal objective at both ends of each input, largest swing first."""
+    break_even = {s.device: s.break_even_price for s in devices}
+
+    def optimum(p: FleetProblem) -> float | None:
+        sol = solve(p)
+        return fleet_objective_usd(fleet_of(sol), p) if sol is not None else None
+
+    rows = []
+    used = sorted({o.device for o in problem.options})
+    for d in used:
+        unit = cset.units[d]
+        dev = unit.device
+        price = getattr(unit.price, field)
+        if dev is None or price is None:
+            continue
+        if field in dev.ranges:
+            low, high = dev.ranges[field]
+            what = "catalog range"
+        elif d in fleet and field in dev.estimated:
+            low, high = price * (1 - ESTIMATE_SWING), price * (1 + ESTIMATE_SWING)
+            what = f"estimate ±{ESTIMATE_SWING:.0%}"
+        else:
+            continue
+
+        def end(p: float, d: str = d, price: float = price) -> float | None:
+            if p >= price and d not in fleet:
+                return base_usd  # a dearer device that is not bought changes nothing
+            at = with_price(problem, cset, a, d, field, p)
+            be = break_even.get(d)
+            if p >= price and be is not None and p < be * (1 - PRICE_TOLERANCE):
+                return fleet_objective_usd(fleet, at)  # below the break-even the fleet stays
+            return optimum(at)
+
+        unit_label = "$/GPU-hour" if field == "cloud_usd_per_gpu_hour" else "$"
+        rows.append(TornadoRow(f"{d} {field} ({what})", f"{low:,.2f} {unit_label}" if field != "purchase_usd"
+                               else f"${low:,.0f}", f"{high:,.2f} {unit_label}" if field != "purchase_usd"
+                               else f"${high:,.0f}", end(low), end(high)))
+
+    if plan.objective != "cloud" and plan.electricity_usd_per_kwh > 0:
+        e = plan.electricity_usd_per_kwh
+        ends = []
+        for f in (1 - ELECTRICITY_SWING, 1 + ELECTRICITY_SWING):
+            ends.append(optimum(with_money(problem, cset, replace(a, electricity_usd_per_kwh=e * f))))
+        rows.append(TornadoRow(f"electricity_usd_per_kwh ±{ELECTRICITY_SWING:.0%}", f"{e * (1 - ELECTRICITY_SWING):.3f}",
+                               f"{e * (1 + ELECTRICITY_SWING):.3f}", *ends))
+
+    rows.append(TornadoRow(f"demand (every rate) ±{DEMAND_SWING:.0%}", f"×{1 - DEMAND_SWING:g}", f"×{1 + DEMAND_SWING:g}",
+                           optimum(with_demand(problem, 1 - DEMAND_SWING)),
+                           optimum(with_demand(problem, 1 + DEMAND_SWING))))
+
+    devs = [d for d in used if d in fidelity]
+    if devs:
+        # the pessimistic end (low capacity) costs more: it is the "high" end of the objective's input
+        worse = optimum(with_capacity(problem, {d: fidelity[d].low_factor for d in devs}))
+        better = optimum(with_capacity(problem, {d: fidelity[d].high_factor for d in devs}))
+        rows.append(TornadoRow("performance (each device at its fidelity band's end)", "band high (faster)",
+                               "band low (slower)", better, worse))
+    rows.sort(key=lambda r: -r.swing_usd)
+    return rows

@@ -1,0 +1,136 @@
+"""What a plan rests on and how far it can move: fidelity, price basis, sensitivity, verification.
+
+Plain records (a leaf like the rest of ``optimizer.results``): the models and the planning
+code fill them, the JSON (``docs/plan-json.md``), the terminal and the workbook read them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+FidelityClass = Literal["measured", "same-generation", "datasheet-only"]
+PriceBasis = Literal["quoted", "list", "estimated", "none"]
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """How far a device's predicted capacity can be trusted.
+
+    ``low_factor``/``high_factor``: the 10th and 90th percentile of measured / predicted
+    throughput for devices of this class (an 80 % band; the true capacity is
+    ``factor × predicted``). ``basis`` says which residuals the band comes from.
+    """
+
+    class_: FidelityClass
+    basis: str
+    low_factor: float
+    high_factor: float
+
+
+@dataclass(frozen=True)
+class FleetDeviceGpus:
+    """One device of an alternative fleet: GPUs and servers."""
+
+    device: str
+    gpus: int
+    nodes: int
+
+
+@dataclass(frozen=True)
+class RunnerUp:
+    """The cheapest plan that does not use ``excluded_device`` (the winning fleet's main device)."""
+
+    excluded_device: str
+    fleet: tuple[FleetDeviceGpus, ...]
+    objective_usd: float | None  # None: no feasible fleet without that device
+    difference_usd: float | None  # runner-up − winner
+
+
+@dataclass(frozen=True)
+class DeviceSensitivity:
+    """Break-evens of one chosen device: the price above which, and the capacity factor below
+    which, the optimal fleet changes (None: it does not change within the searched range)."""
+
+    device: str
+    price_field: str  # purchase_usd (tco, capex) | cloud_usd_per_gpu_hour (cloud)
+    price: float | None
+    break_even_price: float | None
+    break_even_capacity_factor: float | None
+    price_note: str = ""
+    capacity_note: str = ""
+
+
+@dataclass(frozen=True)
+class TornadoRow:
+    """The optimal objective ($) with one input at its low and at its high end, the others at base."""
+
+    input: str
+    low_label: str
+    high_label: str
+    low_usd: float | None
+    high_usd: float | None
+
+    @property
+    def swing_usd(self) -> float:
+        vals = [v for v in (self.low_usd, self.high_usd) if v is not None]
+        return max(vals) - min(vals) if vals else 0.0
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """The decision's sensitivity: runner-up, per-device break-evens, tornado swings.
+
+    Every figure is an optimizer output (a re-solve of the MILP on the same candidates with
+    one input changed), not a formula over the workbook's inputs.
+    """
+
+    base_objective_usd: float
+    runner_up: RunnerUp | None
+    devices: tuple[DeviceSensitivity, ...]
+    tornado: tuple[TornadoRow, ...]
+    price_tolerance: float  # relative tolerance of the break-even prices
+    capacity_tolerance: float  # absolute tolerance of the break-even capacity factors
+    solves: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class VerifiedDeployment:
+    """One online deployment re-checked by the discrete-event simulator at its routed load."""
+
+    workload: str
+    key: str
+    qps_per_replica: float
+    metric: str  # the SLO metric with the least slack in simulation (ttft_p99_ms, ...)
+    slo_ms: float
+    predicted_ms: float | None  # the analytic model's p99 at the same load
+    simulated_ms: float
+    simulated_ci_low_ms: float
+    simulated_ci_high_ms: float
+    requests: int
+    seed: int
+    met: bool
+    derate_factor: float = 1.0  # capacity factor applied to the candidate before the final solve
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The simulator's check of the final plan (``rounds`` re-solves after derating misses)."""
+
+    deployments: tuple[VerifiedDeployment, ...]
+    rounds: int
+    seconds: float
+    all_met: bool
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class HeadroomPolicy:
+    """How the fleet was sized: model-error confidence, utilisation cap, demand quantile."""
+
+    confidence: float | None  # None = point estimate of the models
+    target_utilization: float
+    demand_quantile: float
+    demand_sigma: float
+    demand_factor: float  # rate multiplier applied for demand_quantile
