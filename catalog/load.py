@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -13,9 +13,9 @@ from pydantic import ValidationError
 from catalog.architecture import attention_params, parameter_counts
 from catalog.errors import CatalogError, suggest
 from catalog.files import format_validation_error, parse_yaml_text, read_json, read_yaml
-from catalog.schema import SOURCED_FIELDS, Device, Model, Precision, Source
+from catalog.schema import SOURCED_FIELDS, Device, Model, Platform, Precision, Source
 
-_OVERRIDE_SECTIONS = ("devices", "models")
+_OVERRIDE_SECTIONS = ("devices", "models", "platforms")
 
 
 def _builtin(name: str) -> list[dict[str, Any]]:
@@ -32,6 +32,29 @@ class Catalog:
     precisions: dict[str, Precision]
     model_aliases: dict[str, str] = field(default_factory=dict)
     override_file: str | None = None
+    platforms: dict[str, Platform] = field(default_factory=dict)
+
+    def platform_of(self, device_key: str) -> Platform | None:
+        """The platform a device is bought on, or None (a user's device with no platform listed)."""
+        for p in self.platforms.values():
+            if device_key in p.devices:
+                return p
+        return None
+
+    def platform(self, name: str) -> Platform:
+        key = name.strip().lower()
+        if key in self.platforms:
+            return self.platforms[key]
+        raise CatalogError(f"unknown platform '{name}'{suggest(key, self.platforms)}; "
+                           "see catalog/data/platforms.yaml")
+
+    def with_platform_overrides(self, overrides: dict[str, dict[str, Any]], where: str) -> Catalog:
+        """A catalog whose platforms have some fields replaced (a plan's ``platforms:`` section)."""
+        platforms = dict(self.platforms)
+        for key, fields in overrides.items():
+            base = self.platform(key)
+            platforms[base.key] = _validate(Platform, {**base.model_dump(), **fields}, f"{where}: platforms.{key}")
+        return _checked_platforms(replace(self, platforms=platforms), where)
 
     def device(self, name: str) -> Device:
         key = name.strip().lower().replace("_", "-")
@@ -57,8 +80,7 @@ class Catalog:
     def with_model(self, model: Model) -> Catalog:
         """A catalog that also knows ``model`` (e.g. read from a config.json)."""
         models = {**self.models, model.key: model}
-        return Catalog(self.devices, models, self.precisions, _alias_map(models, f"model {model.key}"),
-                       self.override_file)
+        return replace(self, models=models, model_aliases=_alias_map(models, f"model {model.key}"))
 
     def with_device_overrides(self, overrides: dict[str, dict[str, Any]], where: str) -> Catalog:
         """A catalog whose devices have some fields replaced (scenario what-ifs)."""
@@ -75,7 +97,22 @@ class Catalog:
             if new:
                 data["estimated"] = {**base.estimated, **new}
             devices[base.key] = _validate(Device, data, f"{where}: devices.{key}")
-        return Catalog(devices, self.models, self.precisions, self.model_aliases, self.override_file)
+        return replace(self, devices=devices)
+
+
+def _checked_platforms(catalog: Catalog, where: str) -> Catalog:
+    """The catalog, once every platform names known devices and no device is on two platforms."""
+    owner: dict[str, str] = {}
+    for p in catalog.platforms.values():
+        for d in p.devices:
+            if d not in catalog.devices:
+                raise CatalogError(f"{where}: platform '{p.key}' lists unknown device '{d}'"
+                                   f"{suggest(d, catalog.devices)}")
+            if d in owner:
+                raise CatalogError(f"{where}: device '{d}' is on two platforms ('{owner[d]}' and '{p.key}'); "
+                                   "keep it on one")
+            owner[d] = p.key
+    return catalog
 
 
 def _alias_map(models: dict[str, Model], where: str = "catalog") -> dict[str, str]:
@@ -150,10 +187,11 @@ def builtin_devices() -> dict[str, Device]:
 def load_catalog(override_path: Path | str | None = None) -> Catalog:
     """The built-in catalog, with the entries of a user's YAML file added or overriding.
 
-    An override file has ``devices:`` and/or ``models:`` lists; an entry whose ``key``
+    An override file has ``devices:``, ``models:`` and/or ``platforms:`` lists; an entry whose ``key``
     exists replaces only the fields it gives (a negotiated price, say).
     """
     devices = _by_key(_builtin("devices"), Device, "built-in devices.yaml")
+    platforms = _by_key(_builtin("platforms"), Platform, "built-in platforms.yaml")
     models = _by_key(_builtin("models"), Model, "built-in models.yaml")
     precisions = _by_key(_builtin("precisions"), Precision, "built-in precisions.yaml")
     if override_path is not None:
@@ -168,8 +206,11 @@ def load_catalog(override_path: Path | str | None = None) -> Catalog:
             devices = _merge_overrides(devices, data["devices"], Device, path, "devices")
         if "models" in data:
             models = _merge_overrides(models, data["models"], Model, path, "models")
-    return Catalog(devices, models, precisions, _alias_map(models, str(override_path or "built-in models.yaml")),
-                   str(override_path) if override_path else None)
+        if "platforms" in data:
+            platforms = _merge_overrides(platforms, data["platforms"], Platform, path, "platforms")
+    catalog = Catalog(devices, models, precisions, _alias_map(models, str(override_path or "built-in models.yaml")),
+                      str(override_path) if override_path else None, platforms)
+    return _checked_platforms(catalog, str(override_path or "built-in platforms.yaml"))
 
 
 def model_from_hf_config(path: Path | str, key: str | None = None) -> Model:

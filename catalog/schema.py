@@ -316,6 +316,69 @@ class Model(Strict):
         )
 
 
+PlatformKind = Literal["baseboard", "rack", "pcie", "cloud-host"]
+
+
+class CitedSource(Strict):
+    """A figure's source: its URL and the date it describes (a detail says which part of the page)."""
+
+    url: str = Field(pattern=r"^https?://\S+$")
+    as_of: str = Field(min_length=4, description="date or year the source describes, e.g. 2024-06")
+    detail: str = ""
+
+
+PLATFORM_FIGURES = ("server_usd", "server_power_w", "nic_gb_s_per_gpu", "rack_units")
+
+
+class Platform(Strict):
+    """How a device is bought: a server (board, rack or PCIe chassis) of GPUs, with its own price and power.
+
+    kind:
+      - ``baseboard`` (HGX/DGX, OAM): a board of exactly ``gpus_per_server`` GPUs; a server
+        is bought with all of them, so a partly used server pays for its idle GPUs;
+      - ``rack`` (GB200/GB300 NVL72): the same, for a whole rack (72 GPUs in 18 trays of 4,
+        modelled as one 72-GPU unit because the rack is what is sold and priced);
+      - ``pcie``: a chassis with up to ``gpus_per_server`` slots, filled with as many cards as
+        needed (cards are bought one by one; the chassis is paid in full);
+      - ``cloud-host``: rented per accelerator-hour with the host included (no server money).
+
+    ``server_usd`` and ``server_power_w`` are everything but the GPUs: CPUs, memory, NICs,
+    switches, fans, chassis (at the nameplate, as the datasheet's maximum system power less
+    the GPUs' TDP). ``nic_gb_s_per_gpu`` is scale-out (east-west) network per GPU in Gb/s.
+    """
+
+    key: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]*$")
+    name: str = Field(min_length=1, description="product name as an order would read, e.g. NVIDIA HGX H100 8-GPU")
+    kind: PlatformKind
+    devices: list[str] = Field(min_length=1, description="device keys bought on this platform")
+    gpus_per_server: PositiveInt
+    server_usd: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    server_power_w: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    nic_gb_s_per_gpu: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    rack_units: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    sources: dict[str, CitedSource]
+    estimated: dict[str, str] = Field(default_factory=dict, description="figure -> basis of the estimate")
+    notes: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> Platform:
+        for figure in PLATFORM_FIGURES:
+            if figure not in self.sources and figure not in self.estimated and "specs" not in self.sources:
+                raise ValueError(f"{figure} needs a source (sources.{figure} or sources.specs) or an estimate basis")
+        unknown = (set(self.estimated) | set(self.sources)) - {*PLATFORM_FIGURES, "specs"}
+        if unknown:
+            raise ValueError(f"sources/estimated name unknown figure '{sorted(unknown)[0]}'; "
+                             f"known: {', '.join(PLATFORM_FIGURES)}, specs")
+        if len(set(self.devices)) != len(self.devices):
+            raise ValueError("devices lists a device twice")
+        return self
+
+    @property
+    def fixed_size(self) -> bool:
+        """A server is bought with all its GPUs (baseboard, rack), not filled slot by slot."""
+        return self.kind in ("baseboard", "rack")
+
+
 class Precision(Strict):
     """A serving precision: how weights are stored, what computes, what caches.
 

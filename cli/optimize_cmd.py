@@ -114,9 +114,15 @@ def render(data: dict[str, Any]) -> None:
                  markup=False, highlight=False)
     if data["status"] not in ("optimal", "feasible"):
         return
-    fleet_rows = [[f["device"], f["gpus"], f["nodes"], fmt(f["capex_usd"]), fmt(f["power_kw"], 1)] for f in data["fleet"]]
-    stdout.print(table("Fleet", ["device", "GPUs", "servers", "capex $", "power kW"], fleet_rows,
-                       right={"GPUs", "servers", "capex $", "power kW"}))
+    fleet_rows = []
+    for f in data["fleet"]:
+        bought = f.get("gpus_installed", f["gpus"])
+        idle = f"{bought - f['gpus']} of {bought} idle" if bought > f["gpus"] else "none"
+        fleet_rows.append([f["device"], f.get("platform_name") or "server", f["gpus"], bought, idle, f["nodes"],
+                           fmt(f["capex_usd"]), fmt(f["power_kw"], 1)])
+    cols = ["device", "server", "GPUs in use", "GPUs bought", "idle GPUs", "servers", "capex $", "power kW"]
+    stdout.print(table("Fleet", cols, fleet_rows, right={"GPUs in use", "GPUs bought", "servers", "capex $",
+                                                          "power kW"}))
     slo = {w["name"]: w for w in data["workloads"]}
     techniques = any(d.get("stage", "colocated") != "colocated" or d.get("technique") for d in data["deployments"])
     dep_rows = []
@@ -149,13 +155,17 @@ def render(data: dict[str, Any]) -> None:
         ["opex per year", fmt(data["annual_opex_usd"])],
         ["  power per year", fmt(data["annual_power_usd"])],
         ["  maintenance per year", fmt(data["annual_maintenance_usd"])],
+        ["  colocation per year", fmt(data.get("annual_facility_usd", 0.0))],
         ["  cloud rental per year", fmt(data["annual_cloud_usd"])
          + (f" ({data['annual_cloud_usd'] / 8760:,.2f} / h)" if data["objective"] == "cloud" else "")],
         [f"TCO over {data['assumptions']['horizon_years']} years", fmt(data["tco_usd"])],
         ["NPV of costs", fmt(data["npv_usd"])],
         ["power (nameplate)", fmt(data["power_kw"], 1) + " kW"],
         ["GPUs / servers", f"{data['gpus_total']} / {data['nodes_total']}"],
-        ["$ per million output tokens", fmt(data["cost_per_million_output_tokens_usd"], 3)],
+        ["$ per million output tokens (average volume)", fmt(data["cost_per_million_output_tokens_usd"], 3)],
+        ["depreciation per year", fmt(data.get("annual_depreciation_usd"))],
+        ["book value at the horizon", fmt(data.get("residual_value_usd"))],
+        ["lease payment per year", fmt(data.get("annual_lease_payment_usd"))],
     ]
     stdout.print(table("Costs (USD)", ["", "value"], money, right={"value"}))
     render_provenance(data)

@@ -114,7 +114,7 @@ def whatif(
     if json_path is not None:
         payloads["--json"] = json.dumps({**summary, "scenarios": rows}, indent=2, allow_nan=False) + "\n"
     if out is not None:
-        payloads["--out"] = whatif_workbook_bytes([r for r in rows if r["group"] != "samples"])
+        payloads["--out"] = whatif_workbook_bytes(rows, uncertainty=summary.get("uncertainty"))
     if plot is not None:
         payloads["--plot"] = frontier_plot_bytes(rows)
     if not outputs.to_stdout("--json"):

@@ -11,7 +11,7 @@ import datetime as _dt
 from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 
-from optimizer.planning.candidate_set import CandidateSet, WorkloadCandidates
+from optimizer.planning.candidate_set import CandidateSet, UnitSpec, WorkloadCandidates
 from optimizer.planning.milp import (
     FleetProblem,
     FleetSolution,
@@ -21,6 +21,7 @@ from optimizer.results.money import (
     MoneyAssumptions,
     capex_terms,
     cost_per_million_output_tokens_usd,
+    finance_figures,
     fleet_money,
     power_kw_terms,
     workload_tco_share_usd,
@@ -52,17 +53,40 @@ def _version() -> str:
 
 
 def assumptions_of(plan: Plan) -> Assumptions:
+    """The plan's money inputs as the result states them (server figures: the plan's or the fallbacks)."""
+    a = MoneyAssumptions.from_plan(plan)
     return Assumptions(
         objective=plan.objective, horizon_years=plan.horizon_years,
         electricity_usd_per_kwh=plan.electricity_usd_per_kwh, pue=plan.pue,
         power_utilization=plan.power_utilization,
         maintenance_fraction_per_year=plan.maintenance_fraction_per_year,
-        discount_rate=plan.discount_rate, server_overhead_usd=plan.server_overhead_usd,
-        server_power_w=plan.server_power_w, hours_per_year=HOURS_PER_YEAR,
+        discount_rate=plan.discount_rate, server_overhead_usd=a.server_overhead_usd,
+        server_power_w=a.server_power_w, hours_per_year=HOURS_PER_YEAR,
         capex_budget_usd=plan.budget.capex_usd, annual_budget_usd=plan.budget.annual_usd,
         max_power_kw=plan.max_power_kw,
         api_usd_per_million_output_tokens=plan.api_usd_per_million_output_tokens,
         api_usd_per_million_input_tokens=plan.api_usd_per_million_input_tokens,
+        colocation_usd_per_kw_month=a.colocation_usd_per_kw_month,
+        colocation_usd_per_rack_month=a.colocation_usd_per_rack_month,
+        rack_units_per_rack=a.rack_units_per_rack, network_usd_per_server=a.network_usd_per_server,
+        depreciation_years=a.depreciation_years, lease_interest_rate=a.lease_interest_rate,
+        lease_years=a.lease_years, allow_partial_servers=plan.allow_partial_servers,
+    )
+
+
+def fleet_row(device: str, unit: UnitSpec, gpus: int, nodes: int, a: MoneyAssumptions) -> FleetRow:
+    """One device of a fleet: GPUs in use and bought, servers, its platform, capex and power."""
+    p = unit.price
+    installed = p.installed_gpus(gpus, nodes)
+    platform = unit.platform
+    return FleetRow(
+        device=device, gpus=gpus, nodes=nodes, gpus_per_node=unit.gpus_per_node,
+        purchase_usd=p.purchase_usd, cloud_usd_per_gpu_hour=p.cloud_usd_per_gpu_hour, tdp_w=p.tdp_w or 0.0,
+        capex_usd=capex_terms(p, a).at(installed, nodes), power_kw=power_kw_terms(p, a).at(installed, nodes),
+        gpus_installed=installed, device_name=unit.device.name if unit.device is not None else "",
+        platform=platform.key if platform else "", platform_name=platform.name if platform else "",
+        fixed_size=p.fixed_size, server_usd=p.server_usd, server_power_w=p.server_power_w,
+        rack_units=p.rack_units, nic_gb_s_per_gpu=platform.nic_gb_s_per_gpu if platform else None,
     )
 
 
@@ -94,13 +118,12 @@ def assemble(
                           output_tokens_per_year=sum(w.output_tokens_per_year for w in workloads))
 
     fleet_figures = {d: (cset.units[d].price, g, sol.nodes[d]) for d, g in sorted(sol.gpus.items())}
-    money = fleet_money(fleet_figures.values(), a)
-    fleet = tuple(
-        FleetRow(device=d, gpus=g, nodes=n, gpus_per_node=cset.units[d].gpus_per_node,
-                 purchase_usd=p.purchase_usd, cloud_usd_per_gpu_hour=p.cloud_usd_per_gpu_hour,
-                 tdp_w=p.tdp_w or 0.0, capex_usd=capex_terms(p, a).at(g, n), power_kw=power_kw_terms(p, a).at(g, n))
-        for d, (p, g, n) in fleet_figures.items()
-    )
+    money = fleet_money(((p, p.installed_gpus(g, n), n) for p, g, n in fleet_figures.values()), a)
+    finance = finance_figures(money.capex_usd, a)
+    fleet = tuple(fleet_row(d, cset.units[d], g, n, a) for d, (_, g, n) in fleet_figures.items())
+    if single is not None and single.device in cset.units:
+        single = replace(single, fleet=(fleet_row(single.device, cset.units[single.device], single.gpus,
+                                                  single.nodes, a),))
     deployments = []
     for wc in cset.workloads:
         deployments += end_to_end(deployment_rows(wc, sol))
@@ -121,6 +144,9 @@ def assemble(
         annual_power_usd=money.annual_power_usd, annual_maintenance_usd=money.annual_maintenance_usd,
         annual_cloud_usd=money.annual_cloud_usd, tco_usd=money.tco_usd, npv_usd=money.npv_usd,
         power_kw=money.power_kw, gpus_total=sum(f.gpus for f in fleet), nodes_total=sum(f.nodes for f in fleet),
+        annual_facility_usd=money.annual_facility_usd, annual_depreciation_usd=finance.annual_depreciation_usd,
+        residual_value_usd=finance.residual_value_usd, annual_lease_payment_usd=finance.annual_lease_payment_usd,
+        lease_total_usd=finance.lease_total_usd,
         output_tokens_per_year=tokens,
         cost_per_million_output_tokens_usd=cost_per_million_output_tokens_usd(money.tco_usd, tokens, a),
         fleet=fleet, deployments=tuple(deployments), workloads=tuple(workloads), single_device_best=single,
@@ -213,6 +239,7 @@ def workload_row(
         slo_ttft_p99_ms=w.slo.ttft_p99_ms, slo_tpot_p99_ms=w.slo.tpot_p99_ms, slo_e2e_p99_ms=w.slo.e2e_p99_ms,
         output_tokens_per_year=out_tokens, input_tokens_per_year=requests_per_year * w.prompt_tokens.mean_tokens,
         cost_per_million_output_tokens_usd=cpm, min_replicas=w.min_replicas, redundancy=w.redundancy,
+        peak_to_average_ratio=w.peak_to_average_ratio,
     )
 
 
@@ -276,11 +303,16 @@ def bucket_rows(cset: CandidateSet) -> list[BucketRow]:
                       b.label) for wc in cset.workloads for b in wc.buckets]
 
 
+PLATFORM_SOURCE_FIELDS = ("server_usd", "server_power_w")
+
+
 def source_rows(cset: CandidateSet, fleet: tuple[FleetRow, ...]) -> list[SourceRow]:
-    """Where the catalog figures of the fleet's devices come from."""
+    """Where the catalog figures of the fleet's devices and of their platforms' servers come from
+    (a server figure the plan overrides with server_overhead_usd / server_power_w is the plan's)."""
     rows = []
     for f in fleet:
-        dev = cset.units[f.device].device
+        unit = cset.units[f.device]
+        dev = unit.device
         if dev is None:
             continue
         for name in SOURCE_FIELDS:
@@ -289,5 +321,17 @@ def source_rows(cset: CandidateSet, fleet: tuple[FleetRow, ...]) -> list[SourceR
                 rows.append(SourceRow(dev.key, name, src.source, src.as_of, name in dev.estimated))
             elif name in dev.estimated:
                 rows.append(SourceRow(dev.key, name, dev.estimated[name], "", True))
+        p = unit.platform
+        if p is None:
+            continue
+        for name in PLATFORM_SOURCE_FIELDS:
+            if getattr(unit.price, name) != getattr(p, name):
+                rows.append(SourceRow(dev.key, name, "the plan's figure (server_overhead_usd / server_power_w)", "",
+                                      False))
+            elif name in p.estimated:
+                rows.append(SourceRow(dev.key, name, f"{p.name}: {p.estimated[name]}", "", True))
+            elif (src := p.sources.get(name) or p.sources.get("specs")) is not None:
+                rows.append(SourceRow(dev.key, name, f"{p.name}: {src.detail} ({src.url})".replace(":  (", ": ("),
+                                      src.as_of, False))
     return rows
 

@@ -46,9 +46,22 @@ class Assumptions(_Loose):
     max_power_kw: NonNeg | None = None
     api_usd_per_million_output_tokens: NonNeg | None = None
     api_usd_per_million_input_tokens: NonNeg | None = None
+    colocation_usd_per_kw_month: NonNeg = 0.0
+    colocation_usd_per_rack_month: NonNeg = 0.0
+    rack_units_per_rack: Annotated[int, Field(ge=1)] = 42
+    network_usd_per_server: NonNeg = 0.0
+    depreciation_years: Annotated[int, Field(ge=1)] | None = None
+    lease_interest_rate: NonNeg = 0.08
+    lease_years: Annotated[int, Field(ge=1)] | None = None
+    allow_partial_servers: bool = True
 
 
 class FleetRow(_Loose):
+    """A device of the fleet: GPUs in use and bought, servers, and the prices its money comes from.
+
+    Results written before platforms existed have no ``gpus_installed`` (= gpus) and no
+    per-server figures (= the assumptions' server_overhead_usd / server_power_w)."""
+
     device: str
     gpus: Count
     nodes: Count
@@ -60,6 +73,23 @@ class FleetRow(_Loose):
     power_kw: Num | None = None
     price_basis: str = ""
     price_basis_detail: str = ""
+    gpus_installed: Count | None = None
+    device_name: str = ""
+    platform: str = ""
+    platform_name: str = ""
+    fixed_size: bool = False
+    server_usd: NonNeg | None = None
+    server_power_w: NonNeg | None = None
+    rack_units: NonNeg = 0.0
+    nic_gb_s_per_gpu: NonNeg | None = None
+
+    @property
+    def installed(self) -> int:
+        return self.gpus if self.gpus_installed is None else self.gpus_installed
+
+    @property
+    def idle_gpus(self) -> int:
+        return self.installed - self.gpus
 
 
 class Fidelity(_Loose):
@@ -113,12 +143,18 @@ class Workload(_Loose):
     output_tokens_per_year: NonNeg
     input_tokens_per_year: NonNeg = 0.0
     cost_per_million_output_tokens_usd: Num | None = None
+    peak_to_average_ratio: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.0
 
 
 class SingleDeviceBest(_Loose):
+    """The cheapest one-device fleet; ``fleet`` (its bill of materials) lets the workbook cost it by formula."""
+
     device: str
     objective_usd: Num
     gpus: Count
+    nodes: Count = 0
+    gpus_installed: Count | None = None
+    fleet: list[FleetRow] = []
 
 
 class Candidate(_Loose):
@@ -218,6 +254,11 @@ class PlanResult(_Loose):
     tco_usd: Num | None = None
     npv_usd: Num | None = None
     power_kw: Num | None = None
+    annual_facility_usd: Num = 0.0
+    annual_depreciation_usd: Num | None = None
+    residual_value_usd: Num | None = None
+    annual_lease_payment_usd: Num | None = None
+    lease_total_usd: Num | None = None
     gpus_total: Count | None = None
     nodes_total: Count | None = None
     output_tokens_per_year: NonNeg | None = None

@@ -10,15 +10,23 @@ from reports.context import Ctx, title
 from reports.xl import Formula
 
 FORMULAS_IN_WORDS = [
-    ("Capex", "Σ devices: GPUs × purchase price + servers × server overhead (0 when renting)."),
-    ("IT power", "Σ devices: (GPUs × nameplate W per GPU + servers × server W) / 1000, in kW."),
+    ("Capex", "Σ devices: GPUs bought × purchase price + servers × (server price of its platform + network "
+              "per server) (0 when renting). A board or rack (HGX/OAM, NVL72) is bought with all its GPUs."),
+    ("IT power", "Σ devices: (GPUs bought × nameplate W per GPU + servers × server W of its platform) / 1000, "
+                 "in kW."),
     ("Power per year", "IT kW × average draw × PUE × hours per year × electricity $/kWh (0 when renting)."),
     ("Maintenance per year", "capex × maintenance fraction per year."),
+    ("Colocation per year", "12 × ($ per kW-month × IT kW + $ per rack-month × servers × rack units / rack size) "
+                            "(0 when renting)."),
     ("Cloud rental per year", "Σ devices: GPUs × $ per GPU-hour × hours per year (only when renting)."),
-    ("Annual opex", "power + maintenance + cloud rental."),
+    ("Annual opex", "power + maintenance + colocation + cloud rental."),
     ("TCO", "capex + horizon years × annual opex (undiscounted)."),
     ("NPV", "capex + Σ years 1..horizon: annual opex / (1 + discount rate)^year."),
-    ("Cost per million output tokens", "TCO / (horizon years × output tokens per year / 1,000,000)."),
+    ("Cost per million output tokens", "TCO / (horizon years × average output tokens per year / 1,000,000); "
+                                       "average = rate / peak-to-average ratio."),
+    ("Depreciation", "capex / depreciation life per year (straight line); book value at the horizon = "
+                     "capex × max(0, 1 − horizon / life)."),
+    ("Lease", "yearly payment = capex × r / (1 − (1 + r)^−term) at the lease interest rate r (annuity)."),
     ("Workload cost", "Σ its deployments: GPUs used / GPUs of that device × that device's cost over the "
                       "horizon (server overhead shared per GPU)."),
     ("Capacity at SLO", "the largest request rate a replica carries with every p99 within the SLO "

@@ -220,16 +220,29 @@ def build_workloads(ctx: Ctx) -> None:
     sheet.finish(title_rows=f"{HEADER_ROW}:{HEADER_ROW}")
 
 
+def _allowed(c) -> bool:
+    """A candidate of a device the plan allows (pruned for not being allowed = not shown)."""
+    return "allowed_devices" not in (c.pruned_reason or "")
+
+
 def build_candidates(ctx: Ctx) -> None:
-    """Every configuration the optimizer evaluated, kept or pruned (with the reason)."""
+    """The configurations the optimizer could choose (allowed devices, not pruned), cheapest first per workload.
+
+    Pruned configurations and those of devices the plan does not allow stay in the JSON
+    (``candidates[]``); a line below the table counts them.
+    """
     sheet = ctx.sheets["Candidates"]
     title(sheet, "Candidates",
-          "Every configuration evaluated per workload: its capacity at the SLO and cost per req/s at "
-          "catalog prices under the objective; pruned ones say why.")
+          "The configurations the optimizer could choose for each workload, cheapest per req/s first: capacity "
+          "at the SLO and cost at catalog prices under the objective.")
     sheet.header(HEADER_ROW, 1, [h for h, _ in CANDIDATE_COLUMNS])
     chosen = {(d.workload, d.key) for d in ctx.result.deployments}
+    order = {w.name: i for i, w in enumerate(ctx.result.workloads)}
+    shown = [c for c in ctx.result.candidates if _allowed(c) and not c.pruned_reason]
+    shown.sort(key=lambda c: (order.get(c.workload, len(order)), c.workload,
+                              c.cost_per_qps_usd if c.cost_per_qps_usd is not None else float("inf"), c.key))
     row = FIRST_ROW
-    for c in ctx.result.candidates:
+    for c in shown:
         bucket = "" if c.bucket is None else str(c.bucket)
         values = [c.workload, bucket, c.key, c.device, c.precision or "", c.tp, c.pp,
                   c.gpus if c.gpus is not None else c.tp * c.pp, c.capacity_qps,
@@ -240,7 +253,13 @@ def build_candidates(ctx: Ctx) -> None:
             sheet.put(row, i, v, fmt or None, wrap=last_col and bool(v))
         row += 1
     if sheet.table("CandidatesTable", HEADER_ROW, 1, row - 1, len(CANDIDATE_COLUMNS)) is None:
-        sheet.put(FIRST_ROW, 1, "The plan result lists no candidates.", font=styles.NOTE_FONT)
-    sheet.width(len(CANDIDATE_COLUMNS), 70, cap=True)
+        sheet.put(FIRST_ROW, 1, "The plan result lists no candidates the optimizer could choose.",
+                  font=styles.NOTE_FONT)
+    pruned = sum(1 for c in ctx.result.candidates if _allowed(c) and c.pruned_reason)
+    excluded = sum(1 for c in ctx.result.candidates if not _allowed(c))
+    sheet.put(row + 1, 1, f"Not shown: {pruned:,} configurations pruned (with the reason) and {excluded:,} of devices "
+              "the plan does not allow; all are in the plan JSON under candidates[].", font=styles.NOTE_FONT,
+              size=False)
+    sheet.width(len(CANDIDATE_COLUMNS), 30, cap=True)
     sheet.ws.freeze_panes = sheet.ws.cell(row=FIRST_ROW, column=2)
     sheet.finish(title_rows=f"{HEADER_ROW}:{HEADER_ROW}")

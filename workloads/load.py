@@ -48,13 +48,15 @@ def _check_context(w: Workload, i: int, model: str, context: int, where: str) ->
 
 
 def resolve_catalog(plan: Plan, catalog: Catalog, where: str) -> Catalog:
-    """Check every name in ``plan`` against ``catalog`` and apply the plan's device overrides.
+    """Check every name in ``plan`` against ``catalog`` and apply the plan's device and platform overrides.
 
     Raises WorkloadError naming the field and suggesting the closest known name.
     """
     try:
         if plan.devices:
             catalog = catalog.with_device_overrides(plan.devices, where)
+        if plan.platforms:
+            catalog = catalog.with_platform_overrides(plan.platforms, where)
     except CatalogError as exc:
         raise WorkloadError(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
     for i, w in enumerate(plan.workloads):

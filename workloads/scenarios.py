@@ -238,6 +238,13 @@ def _make(name: str, group: str, data: dict[str, Any], catalog: Catalog, where: 
     return Scenario(name=name, group=group, plan=plan, **kw)
 
 
+def level_text(field: str, level: float) -> str:
+    """A sweep level as a reader writes it: ``$24,000`` for a price, ``$2.49`` for an hourly rate, ``1.5`` else."""
+    if "usd" in field:
+        return f"${level:,.0f}" if abs(level) >= 100 else f"${level:,.2f}"
+    return f"{level:,g}"
+
+
 def _labels(levels: list[float], first: str) -> list[str]:
     """Labels for sweep levels: ``first`` (a format spec) if it tells them apart, else more digits."""
     labels = [format(x, first) for x in levels]
@@ -270,11 +277,14 @@ def expand_scenarios(spec: ScenarioFile, base_data: dict[str, Any], catalog: Cat
     for s in spec.sweeps:
         levels = s.levels()
         if s.kind == "demand":
-            labels = ["x" + t for t in _labels(levels, "g")]
+            labels = [t + "x" for t in _labels(levels, "g")]
+        elif s.kind == "budget" or "usd" in (s.field or ""):
+            money = ",.0f" if s.kind == "budget" or min(abs(x) for x in levels) >= 100 else ",.2f"
+            labels = ["$" + t for t in _labels(levels, money)]
         else:
-            labels = _labels(levels, ",.0f" if s.kind == "budget" else ",.4g")
+            labels = _labels(levels, ",.4g")
         for level, label in zip(levels, labels, strict=True):
-            name = f"{s.name}@{label}"
+            name = f"{s.name} @ {label}"  # as a reader writes it: 'h200 @ $24,000', 'growth @ 1.5x'; unique
             if s.kind == "budget":
                 data = copy.deepcopy(base_data)
                 data.setdefault("budget", {})["capex_usd"] = level

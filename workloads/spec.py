@@ -174,7 +174,13 @@ class Workload(Strict):
         None, description="serving engine of every replica; None = the device's default (TensorRT-LLM "
         "on NVIDIA, vLLM on AMD and the rest: optimizer.models.params.default_engine)")
     min_replicas: Annotated[int, Field(ge=0, le=100_000)] = 1
-    redundancy: Literal["none", "n+1"] = "none"
+    redundancy: Literal["none", "n+1", "n+1-node"] = Field(
+        "none", description="n+1: survives losing any one replica; n+1-node: any one server (failure domain)"
+    )
+    peak_to_average_ratio: Annotated[float, Field(ge=1, le=100, allow_inf_nan=False)] = Field(
+        1.0, description="qps is the peak the fleet is sized for; the average volume (for $/M tokens) is "
+        "qps / this ratio. 1 = the peak is sustained all year"
+    )
     prefix_cache: PrefixCache | None = None
     speculative: Speculative | None = Field(
         None, description="allow speculative decoding / MTP; the optimizer uses it where it is cheaper")
@@ -217,15 +223,37 @@ class Workload(Strict):
 
     @property
     def output_tokens_per_year(self) -> float:
-        """Output tokens served in a year at the stated rate."""
+        """Output tokens served in a year on average: qps / peak_to_average_ratio · mean output · 8760 h
+        (batch: tokens_per_day · 365)."""
         if self.tokens_per_day is not None:
             return self.tokens_per_day * 365.0
-        return self.request_rate_qps * self.output_tokens.mean_tokens * 3600.0 * 8760.0
+        return self.request_rate_qps / self.peak_to_average_ratio * self.output_tokens.mean_tokens * 3600.0 * 8760.0
 
 
 class Budget(Strict):
     capex_usd: PositiveFloat | None = None
     annual_usd: PositiveFloat | None = Field(None, description="cap on yearly opex (tco) or rental (cloud)")
+
+
+class Facility(Strict):
+    """Optional facility costs: colocation by power or by rack space, network per server."""
+
+    colocation_usd_per_kw_month: NonNegFloat = Field(0.0, description="per kW of nameplate IT power, per month")
+    colocation_usd_per_rack_month: NonNegFloat = Field(0.0, description="per rack of rack_units_per_rack, per month")
+    rack_units_per_rack: Annotated[int, Field(ge=1, le=100)] = 42
+    network_usd_per_server: NonNegFloat = Field(0.0, description="capex per server: switch ports, optics, cables")
+
+
+class Finance(Strict):
+    """How finance books the purchase: straight-line depreciation, and leasing as the alternative."""
+
+    depreciation_years: Annotated[int, Field(ge=1, le=20)] | None = Field(
+        None, description="straight-line life of the hardware; default the horizon"
+    )
+    lease_interest_rate: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = Field(
+        0.08, description="yearly rate of a lease (or loan) paying the capex back in equal yearly payments"
+    )
+    lease_years: Annotated[int, Field(ge=1, le=20)] | None = Field(None, description="default the horizon")
 
 
 class Plan(Strict):
@@ -239,8 +267,20 @@ class Plan(Strict):
     power_utilization: Annotated[float, Field(gt=0, le=1)] = 0.7
     maintenance_fraction_per_year: Annotated[float, Field(ge=0, le=1)] = 0.05
     discount_rate: Annotated[float, Field(ge=0, le=1)] = 0.08
-    server_overhead_usd: NonNegFloat = 30000.0
-    server_power_w: NonNegFloat = 1500.0
+    server_overhead_usd: NonNegFloat | None = Field(
+        None, description="per server, overrides every platform's server_usd (old plans); default the platform's"
+    )
+    server_power_w: NonNegFloat | None = Field(
+        None, description="per server, overrides every platform's server_power_w; default the platform's"
+    )
+    platforms: dict[str, dict[str, float | str | None]] = Field(
+        default_factory=dict, description="per-platform field overrides, e.g. {pcie-8: {gpus_per_server: 4}}"
+    )
+    allow_partial_servers: bool = Field(
+        True, description="false: every server bought is full (no idle GPUs on a board, no empty PCIe slots)"
+    )
+    facility: Facility = Facility()
+    finance: Finance = Finance()
     budget: Budget = Budget()
     max_power_kw: PositiveFloat | None = None
     inventory: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)

@@ -33,7 +33,8 @@ def problem_parts(wc) -> tuple[Demand, tuple[Option, ...]]:
     """The MILP demand of a :class:`~optimizer.planning.candidates.WorkloadCandidates` and its options
     (kept candidates with capacity in some bucket)."""
     w = wc.workload
-    demand = Demand(w.name, tuple(b.qps for b in wc.buckets), w.min_replicas, w.redundancy == "n+1")
+    demand = Demand(w.name, tuple(b.qps for b in wc.buckets), w.min_replicas, w.redundancy != "none",
+                    per_server=w.redundancy == "n+1-node")
     options = tuple(Option(w.name, c.key, c.device, c.gpus, c.capacity_qps, c.stage)
                     for c in wc.kept if any(mu > 0 for mu in c.capacity_qps))
     return demand, options

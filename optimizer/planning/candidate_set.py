@@ -13,13 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from catalog.load import Catalog
-from catalog.schema import Device
+from catalog.schema import Device, Platform
 from optimizer.planning.bucketing import problem_parts
 from optimizer.planning.milp import FleetProblem, Limits, UnitTerms
 from optimizer.results.money import (
     MoneyAssumptions,
     UnitPrice,
     annual_opex_terms,
+    bought_terms,
     capex_terms,
     objective_terms,
     power_kw_terms,
@@ -87,6 +88,8 @@ class UnitSpec:
     inventory_gpus: int | None = None
     allowed: bool = True
     device: Device | None = None
+    platform: Platform | None = None  # the server it is bought in (None: a capacity-table unit, a user device)
+    full_servers_only: bool = False  # the plan forbids partly used servers
 
 
 @dataclass(frozen=True)
@@ -138,11 +141,30 @@ def missing_figures(device: Device, plan: Plan) -> list[str]:
     return need
 
 
-def catalog_units(plan: Plan, catalog: Catalog) -> dict[str, UnitSpec]:
-    """Every catalog device as a unit, with the plan's inventory and allowed-devices list.
+def unit_price(dev: Device, platform: Platform | None, plan: Plan) -> UnitPrice:
+    """A device's money figures: its own per GPU, its platform's per server.
 
-    Without an ``allowed_devices`` list every datacenter device is allowed; consumer cards
-    (``Device.consumer``, e.g. GeForce, whose licence restricts datacenter use) only when listed.
+    The plan's ``server_overhead_usd`` / ``server_power_w``, when given, replace the
+    platform's server price / power (plans written before platforms); a device with no
+    platform takes them or the defaults (``MoneyAssumptions``) and is sized by its own
+    ``gpus_per_node``, cards bought one by one.
+    """
+    if platform is None:
+        return UnitPrice(dev.purchase_usd, dev.cloud_usd_per_gpu_hour, dev.tdp_w, gpus_per_server=dev.gpus_per_node)
+    server_usd = platform.server_usd if plan.server_overhead_usd is None else plan.server_overhead_usd
+    server_w = platform.server_power_w if plan.server_power_w is None else plan.server_power_w
+    return UnitPrice(dev.purchase_usd, dev.cloud_usd_per_gpu_hour, dev.tdp_w, server_usd=server_usd,
+                     server_power_w=server_w, gpus_per_server=platform.gpus_per_server,
+                     fixed_size=platform.fixed_size, rack_units=platform.rack_units)
+
+
+def catalog_units(plan: Plan, catalog: Catalog) -> dict[str, UnitSpec]:
+    """Every catalog device as a unit on its platform, with the plan's inventory and allowed-devices list.
+
+    A unit's server size is its platform's ``gpus_per_server`` (8 for an HGX/OAM board, 72 for
+    an NVL72 rack, the slots of a PCIe chassis). Without an ``allowed_devices`` list every
+    datacenter device is allowed; consumer cards (``Device.consumer``, e.g. GeForce, whose
+    licence restricts datacenter use) only when listed.
     """
     if plan.allowed_devices is not None:
         allowed = {catalog.device(d).key for d in plan.allowed_devices}
@@ -151,10 +173,12 @@ def catalog_units(plan: Plan, catalog: Catalog) -> dict[str, UnitSpec]:
     inventory = {catalog.device(d).key: n for d, n in plan.inventory.items()}
     units = {}
     for key, dev in sorted(catalog.devices.items()):
+        platform = catalog.platform_of(key)
         units[key] = UnitSpec(
-            key=key, gpus_per_node=dev.gpus_per_node,
-            price=UnitPrice(dev.purchase_usd, dev.cloud_usd_per_gpu_hour, dev.tdp_w),
-            inventory_gpus=inventory.get(key), allowed=key in allowed, device=dev,
+            key=key, gpus_per_node=platform.gpus_per_server if platform else dev.gpus_per_node,
+            price=unit_price(dev, platform, plan),
+            inventory_gpus=inventory.get(key), allowed=key in allowed, device=dev, platform=platform,
+            full_servers_only=not plan.allow_partial_servers,
         )
     return units
 
@@ -172,11 +196,19 @@ def cost_per_replica_usd(unit: UnitSpec, gpus: int, a: MoneyAssumptions) -> floa
 
 
 def unit_terms(unit: UnitSpec, a: MoneyAssumptions) -> UnitTerms:
+    """The unit as the MILP sees it: money and power per GPU in use and per server
+    (:func:`~optimizer.results.money.bought_terms`: a fixed-size server carries all its GPUs)."""
+    p = unit.price
+
+    def terms(f):
+        return bought_terms(f(p, a), p)
+
     return UnitTerms(
         device=unit.key, gpus_per_node=unit.gpus_per_node,
-        objective_usd=objective_terms(unit.price, a), capex_usd=capex_terms(unit.price, a),
-        annual_opex_usd=annual_opex_terms(unit.price, a), power_kw=power_kw_terms(unit.price, a),
+        objective_usd=terms(objective_terms), capex_usd=terms(capex_terms),
+        annual_opex_usd=terms(annual_opex_terms), power_kw=terms(power_kw_terms),
         inventory_gpus=unit.inventory_gpus, allowed=unit.allowed,
+        fixed_size=p.fixed_size, full_servers_only=unit.full_servers_only,
     )
 
 
@@ -195,7 +227,8 @@ def fleet_problem(cset: CandidateSet, plan: Plan) -> FleetProblem:
 
 
 def rebase_candidates(cset: CandidateSet, plan: Plan) -> CandidateSet:
-    """A candidate set with the workload rates, replica rules and inventory of ``plan``.
+    """A candidate set with the workload rates, replica rules, inventory and server figures of ``plan``
+    (its server_overhead_usd / server_power_w over the units' platforms, allow_partial_servers).
 
     The workloads' models, lengths, SLOs and precisions, the objective and the allowed
     devices must be those the set was computed for (they decide capacities and pruning).
@@ -205,7 +238,8 @@ def rebase_candidates(cset: CandidateSet, plan: Plan) -> CandidateSet:
     if cset.allowed_devices != (tuple(plan.allowed_devices) if plan.allowed_devices is not None else None):
         raise ValueError("candidates were computed for other allowed_devices; recompute them")
     inventory = {k.lower(): v for k, v in plan.inventory.items()}
-    units = {k: (replace(u, inventory_gpus=inventory.get(k)) if u.device is not None else u)
+    units = {k: (replace(u, inventory_gpus=inventory.get(k), price=unit_price(u.device, u.platform, plan),
+                         full_servers_only=not plan.allow_partial_servers) if u.device is not None else u)
              for k, u in cset.units.items()}
     workloads = []
     for wc in cset.workloads:

@@ -114,9 +114,11 @@ def prune_dominated(candidates: Sequence[Candidate]) -> list[Candidate]:
 # ---------------------------------------------------------------------------------------
 
 
-def tp_degrees(device: Device) -> list[int]:
-    """Tensor-parallel degrees within one server: {1, 2, 4, 8} dividing gpus_per_node."""
-    return [t for t in TP_DEGREES if t <= device.gpus_per_node and device.gpus_per_node % t == 0]
+def tp_degrees(device: Device, server_gpus: int | None = None) -> list[int]:
+    """Tensor-parallel degrees within one server: {1, 2, 4, 8} dividing the device's gpus_per_node
+    and the size of the server it is bought in (a plan may fix a PCIe server at 4 slots)."""
+    sizes = (device.gpus_per_node, server_gpus or device.gpus_per_node)
+    return [t for t in TP_DEGREES if all(t <= g and g % t == 0 for g in sizes)]
 
 
 
@@ -153,7 +155,7 @@ def _combos(w: Workload, catalog: Catalog, units: dict[str, UnitSpec], plan: Pla
         for q_name in w.precisions:
             q = catalog.precision(q_name)
             q_why = why or q.unsupported_reason(dev)
-            for t in tp_degrees(dev):
+            for t in tp_degrees(dev, unit.gpus_per_node):
                 if q_why is not None:
                     pruned.append(Candidate(w.name, config_key(dev, q, t, 1, w.engine), key, q.key, t, 1, t, zeros, nones,
                                             pruned_reason=q_why))

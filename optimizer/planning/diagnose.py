@@ -239,7 +239,9 @@ def single_device_solution(
             break
         sol = solve_fleet(sub, time_limit_s=min(time_limit_s, left), gap=gap, solver=solver)
         if sol.status.has_plan and sol.objective_usd is not None and (best is None or sol.objective_usd < best.objective_usd):
-            best = SingleDeviceBest(d, sol.objective_usd, sum(sol.gpus.values()))
+            unit = problem.units[d]
+            gpus, nodes = sum(sol.gpus.values()), sum(sol.nodes.values())
+            best = SingleDeviceBest(d, sol.objective_usd, gpus, nodes, unit.installed_gpus(gpus, nodes))
             best_sol = sol
     return best, best_sol
 

@@ -8,11 +8,15 @@ own arithmetic rather than :mod:`optimizer.results.money` — and returns the vi
   decode pools = rate: a request served by disaggregated pools passes through one of each);
 - capacity: Σ_b routed[w,b,k] / μ[w,b,k] ≤ replicas (− 1 for N+1 when loaded); nothing is
   routed where μ = 0; each deployment's capacity_qps covers its qps;
+- N+1 per server (redundancy n+1-node): losing any one server of the fleet — which holds at
+  most min(replicas, ⌊G/g⌋) replicas of each deployment on it, wherever they are placed —
+  leaves every deployment enough replicas for its routed load;
 - SLOs: every loaded deployment's predicted p99s are within its workload's SLOs, and the
   ``met`` flags agree; min_replicas holds (for each phase); a disaggregated workload end to end:
   load on both kinds of pool, TTFT predicted on the prefill pools, TPOT on the decode pools;
 - servers: the fleet's GPUs per device equal the deployments' replicas · tp · pp and fit in
-  nodes · gpus_per_node, with tp ≤ gpus_per_node;
+  nodes · gpus_per_node, with tp ≤ gpus_per_node; a fixed-size platform installs
+  nodes · gpus_per_node GPUs; no server is partly used when the plan forbids it;
 - budgets and power: capex ≤ capex budget, opex ≤ annual budget, power ≤ max_power_kw,
   and (given the plan) GPUs ≤ inventory and only allowed devices;
 - money: every total of ``docs/plan-json.md`` recomputed from the fleet and assumptions,
@@ -46,6 +50,7 @@ def check_plan(result: PlanResult, plan=None) -> list[str]:
     out: list[str] = []
     out += _check_demand(result)
     out += _check_capacity(result)
+    out += _check_server_loss(result)
     out += _check_slos(result)
     out += _check_servers(result)
     out += _check_limits(result, plan)
@@ -79,7 +84,7 @@ def _check_demand(r: PlanResult) -> list[str]:
 def _check_capacity(r: PlanResult) -> list[str]:
     out = []
     mu = {(c.workload, c.bucket, c.key): c.capacity_qps for c in r.candidates}
-    n_plus_one = {w.name for w in r.workloads if w.redundancy == "n+1"}
+    n_plus_one = {w.name for w in r.workloads if w.redundancy == "n+1"}  # n+1-node: _check_server_loss
     for d in r.deployments:
         routes = [x for x in r.routing if x.workload == d.workload and x.key == d.key]
         load = 0.0
@@ -103,6 +108,29 @@ def _check_capacity(r: PlanResult) -> list[str]:
     for x in r.routing:
         if (x.workload, x.key) not in keys and x.qps > 1e-9:
             out.append(f"routing {x.workload}/{x.key}: load routed to a candidate with no replicas")
+    return out
+
+
+def _check_server_loss(r: PlanResult) -> list[str]:
+    """Every n+1-node workload survives the loss of any one server: for each device d and each
+    deployment k of the workload on d, the replicas left after losing the server that holds the
+    most of k (min(n, ⌊G/g⌋), at least 1) still carry k's routed load."""
+    out = []
+    per_server = {w.name for w in r.workloads if w.redundancy == "n+1-node"}
+    mu = {(c.workload, c.bucket, c.key): c.capacity_qps for c in r.candidates}
+    fleet = {f.device: f for f in r.fleet}
+    for d in r.deployments:
+        if d.workload not in per_server or d.device not in fleet:
+            continue
+        load = sum(x.qps / mu[(d.workload, x.bucket, d.key)] for x in r.routing
+                   if x.workload == d.workload and x.key == d.key and mu.get((d.workload, x.bucket, d.key), 0) > 0)
+        if load <= 1e-9:
+            continue
+        g = d.tp * d.pp
+        lost = min(d.replicas, max(1, fleet[d.device].gpus_per_node // g))
+        if not _le(load, d.replicas - lost):
+            out.append(f"N+1 per server {d.workload}/{d.key}: losing one {d.device} server takes {lost} of "
+                       f"{d.replicas} replicas; the rest carry {d.replicas - lost} replicas' worth, load is {load:.6g}")
     return out
 
 
@@ -167,9 +195,18 @@ def _check_servers(r: PlanResult) -> list[str]:
             continue
         if f.gpus != g:
             out.append(f"servers {dev}: fleet has {f.gpus} GPUs, deployments use {g}")
+    full_only = r.assumptions is not None and not r.assumptions.allow_partial_servers
     for f in r.fleet:
         if f.gpus > f.nodes * f.gpus_per_node:
             out.append(f"servers {f.device}: {f.gpus} GPUs do not fit {f.nodes} × {f.gpus_per_node}")
+        if f.fixed_size and f.installed != f.nodes * f.gpus_per_node:
+            out.append(f"servers {f.device}: {f.installed} GPUs installed on {f.nodes} fixed-size servers of "
+                       f"{f.gpus_per_node}")
+        if not f.fixed_size and f.installed != f.gpus:
+            out.append(f"servers {f.device}: {f.installed} GPUs installed, {f.gpus} in use on a PCIe/cloud platform")
+        if full_only and f.gpus != f.nodes * f.gpus_per_node:
+            out.append(f"servers {f.device}: {f.nodes * f.gpus_per_node - f.gpus} of {f.nodes * f.gpus_per_node} "
+                       "GPUs idle, but the plan forbids partly used servers")
         if f.device not in gpus:
             out.append(f"servers {f.device}: in the fleet but used by no deployment")
     for d in r.deployments:
@@ -199,8 +236,8 @@ def _check_limits(r: PlanResult, plan) -> list[str]:
         allowed = {d.lower() for d in plan.allowed_devices} if plan.allowed_devices is not None else None
         for f in r.fleet:
             key = f.device.lower()
-            if key in inventory and f.gpus > inventory[key]:
-                out.append(f"inventory {f.device}: {f.gpus} GPUs > {inventory[key]}")
+            if key in inventory and f.installed > inventory[key]:
+                out.append(f"inventory {f.device}: {f.installed} GPUs > {inventory[key]}")
             if allowed is not None and key not in allowed:
                 out.append(f"allowed_devices: {f.device} is not allowed")
     return out
@@ -212,30 +249,41 @@ def _check_money(r: PlanResult) -> list[str]:
     if a is None:
         return []
     cloud = a.objective == "cloud"
-    capex = power_w = rental_per_hour = 0.0
+    capex = power_w = rental_per_hour = rack_units = 0.0
     for f in r.fleet:
-        f_capex = 0.0 if cloud else f.gpus * (f.purchase_usd or 0.0) + f.nodes * a.server_overhead_usd
-        f_power_kw = (f.gpus * (f.tdp_w or 0.0) + f.nodes * a.server_power_w) / 1000.0
+        server_usd = a.server_overhead_usd if f.server_usd is None else f.server_usd
+        server_w = a.server_power_w if f.server_power_w is None else f.server_power_w
+        g = f.installed
+        f_capex = 0.0 if cloud else g * (f.purchase_usd or 0.0) + f.nodes * (server_usd + a.network_usd_per_server)
+        f_power_w = g * (f.tdp_w or 0.0) + f.nodes * server_w
         if not _close(f.capex_usd, f_capex):
             out.append(f"fleet {f.device}: capex_usd {f.capex_usd:,.2f}, recomputed {f_capex:,.2f}")
-        if not _close(f.power_kw, f_power_kw):
-            out.append(f"fleet {f.device}: power_kw {f.power_kw:.6g}, recomputed {f_power_kw:.6g}")
+        if not _close(f.power_kw, f_power_w / 1000.0):
+            out.append(f"fleet {f.device}: power_kw {f.power_kw:.6g}, recomputed {f_power_w / 1000.0:.6g}")
         capex += f_capex
-        power_w += f.gpus * (f.tdp_w or 0.0) + f.nodes * a.server_power_w
+        power_w += f_power_w
+        rack_units += f.nodes * f.rack_units
         if cloud:
-            rental_per_hour += f.gpus * (f.cloud_usd_per_gpu_hour or 0.0)
+            rental_per_hour += g * (f.cloud_usd_per_gpu_hour or 0.0)
     power_kw = power_w / 1000.0
     annual_power = 0.0 if cloud else power_kw * a.power_utilization * a.pue * a.hours_per_year * a.electricity_usd_per_kwh
     maintenance = capex * a.maintenance_fraction_per_year
+    facility = 0.0 if cloud else 12 * (a.colocation_usd_per_kw_month * power_kw
+                                       + a.colocation_usd_per_rack_month * rack_units / a.rack_units_per_rack)
     annual_cloud = rental_per_hour * a.hours_per_year
-    opex = annual_power + maintenance + annual_cloud
+    opex = annual_power + maintenance + facility + annual_cloud
     tco = capex + a.horizon_years * opex
     npv = capex + sum(opex / (1 + a.discount_rate) ** y for y in range(1, a.horizon_years + 1))
     objective = {"tco": tco, "capex": capex, "cloud": a.horizon_years * annual_cloud}[a.objective]
+    life = a.depreciation_years or a.horizon_years
+    n, rate = a.lease_years or a.horizon_years, a.lease_interest_rate
+    payment = capex / n if rate == 0 else capex * rate / (1 - (1 + rate) ** -n)
     expected = {
         "capex_usd": capex, "power_kw": power_kw, "annual_power_usd": annual_power,
-        "annual_maintenance_usd": maintenance, "annual_cloud_usd": annual_cloud, "annual_opex_usd": opex,
-        "tco_usd": tco, "npv_usd": npv, "objective_usd": objective,
+        "annual_maintenance_usd": maintenance, "annual_facility_usd": facility, "annual_cloud_usd": annual_cloud,
+        "annual_opex_usd": opex, "tco_usd": tco, "npv_usd": npv, "objective_usd": objective,
+        "annual_depreciation_usd": capex / life, "residual_value_usd": capex * max(0.0, 1 - a.horizon_years / life),
+        "annual_lease_payment_usd": payment, "lease_total_usd": n * payment,
     }
     for name, value in expected.items():
         if not _close(getattr(r, name), value):

@@ -1,18 +1,36 @@
 """Money and power of a fleet: the formulas of ``docs/plan-json.md``, as pure functions.
 
-Every total is linear in the fleet's GPU and server counts, so each figure splits into a
-per-GPU coefficient (a property of the device) and a per-server coefficient (a property of
-the plan). The MILP uses the coefficients; the result and the workbook use the totals::
+Every total is linear in the fleet's installed GPUs and server counts, so each figure splits
+into a per-GPU coefficient (the device) and a per-server coefficient (its platform: server
+price and power, network, rack space). The MILP uses the coefficients; the result and the
+workbook use the totals. ``gpus_d`` below are GPUs *installed*: on a fixed-size platform
+(HGX/OAM board, NVL72 rack) nodes_d · gpus_per_server_d, idle ones included; on a PCIe
+chassis the cards in use::
 
-    capex_usd              = Σ_d gpus_d·purchase_usd_d + nodes_d·server_overhead_usd       (cloud: 0)
-    power_kw               = Σ_d (gpus_d·tdp_w_d + nodes_d·server_power_w) / 1000
+    capex_usd              = Σ_d gpus_d·purchase_usd_d + nodes_d·(server_usd_d + network_usd_per_server)  (cloud: 0)
+    power_kw               = Σ_d (gpus_d·tdp_w_d + nodes_d·server_power_w_d) / 1000
     annual_power_usd       = power_kw · power_utilization · pue · 8760 · electricity_usd_per_kwh  (cloud: 0)
     annual_maintenance_usd = capex_usd · maintenance_fraction_per_year
+    annual_facility_usd    = 12 · (colocation_usd_per_kw_month · power_kw
+                                   + colocation_usd_per_rack_month · Σ_d nodes_d·rack_units_d / rack_units_per_rack)
+                                                                                          (cloud: 0)
     annual_cloud_usd       = Σ_d gpus_d · cloud_usd_per_gpu_hour_d · 8760                  (cloud only)
-    annual_opex_usd        = annual_power_usd + annual_maintenance_usd + annual_cloud_usd
+    annual_opex_usd        = annual_power_usd + annual_maintenance_usd + annual_facility_usd + annual_cloud_usd
     tco_usd                = capex_usd + horizon_years · annual_opex_usd
     npv_usd                = capex_usd + Σ_{y=1..H} annual_opex_usd / (1 + discount_rate)^y
     objective_usd          = tco_usd (tco) | capex_usd (capex) | horizon_years · annual_cloud_usd (cloud)
+
+Finance (:func:`finance_figures`), with life L = depreciation_years (default H), lease rate r
+and lease term n (default H)::
+
+    annual_depreciation_usd  = capex_usd / L                                  (straight line)
+    residual_value_usd       = capex_usd · max(0, 1 − H / L)                  (book value at the horizon)
+    annual_lease_payment_usd = capex_usd · r / (1 − (1 + r)^−n)               (annuity; r = 0: capex_usd / n)
+    lease_total_usd          = n · annual_lease_payment_usd
+
+A plan's ``server_overhead_usd`` / ``server_power_w``, when given, replace every platform's
+server_usd / server_power_w (the single figure of plans written before platforms existed);
+they are also the figures of a unit with no platform (a user's device, a capacity-table unit).
 
 A missing ``tdp_w`` counts as 0 W and a missing price as $0; the candidate generator prunes
 devices whose missing figure the objective or a limit needs (``Device.unusable_for``).
@@ -25,6 +43,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 HOURS_PER_YEAR = 8760.0
+MONTHS_PER_YEAR = 12.0
+# Per-server figures of a unit with no platform (a user's device, a capacity-table unit), and
+# the single figure every server had before platforms: a chassis with CPUs, memory and NICs.
+DEFAULT_SERVER_USD = 30000.0
+DEFAULT_SERVER_POWER_W = 1500.0
 
 Objective = Literal["tco", "capex", "cloud"]
 
@@ -40,20 +63,44 @@ class MoneyAssumptions:
     power_utilization: float = 0.7
     maintenance_fraction_per_year: float = 0.05
     discount_rate: float = 0.08
-    server_overhead_usd: float = 30000.0
-    server_power_w: float = 1500.0
+    server_overhead_usd: float = DEFAULT_SERVER_USD
+    server_power_w: float = DEFAULT_SERVER_POWER_W
+    colocation_usd_per_kw_month: float = 0.0
+    colocation_usd_per_rack_month: float = 0.0
+    rack_units_per_rack: int = 42
+    network_usd_per_server: float = 0.0
+    depreciation_years: int | None = None
+    lease_interest_rate: float = 0.08
+    lease_years: int | None = None
 
     @classmethod
     def from_plan(cls, plan) -> MoneyAssumptions:
-        """The assumptions of a :class:`workloads.spec.Plan`."""
+        """The assumptions of a :class:`workloads.spec.Plan` (server figures: the plan's, else the fallbacks)."""
         return cls(
             objective=plan.objective, horizon_years=plan.horizon_years,
             electricity_usd_per_kwh=plan.electricity_usd_per_kwh, pue=plan.pue,
             power_utilization=plan.power_utilization,
             maintenance_fraction_per_year=plan.maintenance_fraction_per_year,
-            discount_rate=plan.discount_rate, server_overhead_usd=plan.server_overhead_usd,
-            server_power_w=plan.server_power_w,
+            discount_rate=plan.discount_rate,
+            server_overhead_usd=DEFAULT_SERVER_USD if plan.server_overhead_usd is None else plan.server_overhead_usd,
+            server_power_w=DEFAULT_SERVER_POWER_W if plan.server_power_w is None else plan.server_power_w,
+            colocation_usd_per_kw_month=plan.facility.colocation_usd_per_kw_month,
+            colocation_usd_per_rack_month=plan.facility.colocation_usd_per_rack_month,
+            rack_units_per_rack=plan.facility.rack_units_per_rack,
+            network_usd_per_server=plan.facility.network_usd_per_server,
+            depreciation_years=plan.finance.depreciation_years,
+            lease_interest_rate=plan.finance.lease_interest_rate,
+            lease_years=plan.finance.lease_years,
         )
+
+    @property
+    def life_years(self) -> int:
+        """Straight-line depreciation life: depreciation_years, default the horizon."""
+        return self.depreciation_years or self.horizon_years
+
+    @property
+    def lease_term_years(self) -> int:
+        return self.lease_years or self.horizon_years
 
     @property
     def is_cloud(self) -> bool:
@@ -62,11 +109,30 @@ class MoneyAssumptions:
 
 @dataclass(frozen=True)
 class UnitPrice:
-    """The per-GPU figures of one device (or capacity-table unit) that money depends on."""
+    """The figures of one device (or capacity-table unit) and its platform that money depends on.
+
+    ``server_usd`` / ``server_power_w`` None = the plan's fallback (MoneyAssumptions).
+    ``fixed_size``: a server is bought with all its ``gpus_per_server`` GPUs (board, rack).
+    """
 
     purchase_usd: float | None
     cloud_usd_per_gpu_hour: float | None
     tdp_w: float | None
+    server_usd: float | None = None
+    server_power_w: float | None = None
+    gpus_per_server: int = 1
+    fixed_size: bool = False
+    rack_units: float = 0.0
+
+    def server_usd_or(self, a: MoneyAssumptions) -> float:
+        return a.server_overhead_usd if self.server_usd is None else self.server_usd
+
+    def server_power_w_or(self, a: MoneyAssumptions) -> float:
+        return a.server_power_w if self.server_power_w is None else self.server_power_w
+
+    def installed_gpus(self, gpus_used: int, nodes: int) -> int:
+        """GPUs bought: nodes · gpus_per_server on a fixed-size platform, else the cards in use."""
+        return nodes * self.gpus_per_server if self.fixed_size else gpus_used
 
 
 @dataclass(frozen=True)
@@ -89,14 +155,24 @@ def annual_power_usd_per_kw(a: MoneyAssumptions) -> float:
 
 def power_kw_terms(price: UnitPrice, a: MoneyAssumptions) -> LinearTerms:
     """Nameplate power in kW: tdp_w/1000 per GPU, server_power_w/1000 per server."""
-    return LinearTerms((price.tdp_w or 0.0) / 1000.0, a.server_power_w / 1000.0)
+    return LinearTerms((price.tdp_w or 0.0) / 1000.0, price.server_power_w_or(a) / 1000.0)
 
 
 def capex_terms(price: UnitPrice, a: MoneyAssumptions) -> LinearTerms:
-    """Capex in $: purchase_usd per GPU, server_overhead_usd per server (cloud: 0 for both)."""
+    """Capex in $: purchase_usd per GPU, server_usd + network_usd_per_server per server (cloud: 0 for both)."""
     if a.is_cloud:
         return LinearTerms(0.0, 0.0)
-    return LinearTerms(price.purchase_usd or 0.0, a.server_overhead_usd)
+    return LinearTerms(price.purchase_usd or 0.0, price.server_usd_or(a) + a.network_usd_per_server)
+
+
+def annual_facility_terms(price: UnitPrice, a: MoneyAssumptions) -> LinearTerms:
+    """Colocation in $/year: 12 · ($/kW-month · power_kw + $/rack-month · rack_units / rack_units_per_rack)
+    (cloud: 0)."""
+    if a.is_cloud:
+        return LinearTerms(0.0, 0.0)
+    p = power_kw_terms(price, a)
+    kw, rack = a.colocation_usd_per_kw_month * MONTHS_PER_YEAR, a.colocation_usd_per_rack_month * MONTHS_PER_YEAR
+    return LinearTerms(p.per_gpu * kw, p.per_node * kw + rack * price.rack_units / a.rack_units_per_rack)
 
 
 def annual_power_terms(price: UnitPrice, a: MoneyAssumptions) -> LinearTerms:
@@ -120,8 +196,9 @@ def annual_cloud_terms(price: UnitPrice, a: MoneyAssumptions) -> LinearTerms:
 
 
 def annual_opex_terms(price: UnitPrice, a: MoneyAssumptions) -> LinearTerms:
-    """Opex in $/year: power + maintenance + rental."""
-    parts = (annual_power_terms(price, a), annual_maintenance_terms(price, a), annual_cloud_terms(price, a))
+    """Opex in $/year: power + maintenance + facility + rental."""
+    parts = (annual_power_terms(price, a), annual_maintenance_terms(price, a), annual_facility_terms(price, a),
+             annual_cloud_terms(price, a))
     return LinearTerms(sum(p.per_gpu for p in parts), sum(p.per_node for p in parts))
 
 
@@ -142,6 +219,18 @@ def objective_terms(price: UnitPrice, a: MoneyAssumptions) -> LinearTerms:
     return LinearTerms(a.horizon_years * r.per_gpu, a.horizon_years * r.per_node)
 
 
+def bought_terms(terms: LinearTerms, price: UnitPrice) -> LinearTerms:
+    """The terms per GPU *in use* and per server as the MILP counts them.
+
+    Fixed-size platform: every server carries its gpus_per_server GPUs whether used or idle,
+    so the per-GPU figure moves into the server's: (0, per_node + gpus_per_server · per_gpu).
+    PCIe and cloud hosts: unchanged (cards are bought one by one).
+    """
+    if not price.fixed_size:
+        return terms
+    return LinearTerms(0.0, terms.per_node + price.gpus_per_server * terms.per_gpu)
+
+
 def npv_factor(a: MoneyAssumptions) -> float:
     """Σ_{y=1..H} 1/(1+discount_rate)^y: present value of $1 of opex in each year of the horizon."""
     return sum(1.0 / (1.0 + a.discount_rate) ** y for y in range(1, a.horizon_years + 1))
@@ -160,10 +249,11 @@ class FleetMoney:
     tco_usd: float
     npv_usd: float
     objective_usd: float
+    annual_facility_usd: float = 0.0
 
 
 def fleet_money(rows: Iterable[tuple[UnitPrice, int, int]], a: MoneyAssumptions) -> FleetMoney:
-    """Totals of a fleet given as ``(price, gpus, nodes)`` per device, by the formulas above."""
+    """Totals of a fleet given as ``(price, installed gpus, nodes)`` per device, by the formulas above."""
     rows = list(rows)
 
     def total(terms) -> float:
@@ -173,21 +263,58 @@ def fleet_money(rows: Iterable[tuple[UnitPrice, int, int]], a: MoneyAssumptions)
     power = total(power_kw_terms)
     annual_power = power * annual_power_usd_per_kw(a)
     maintenance = capex * a.maintenance_fraction_per_year
+    facility = total(annual_facility_terms)
     cloud = total(annual_cloud_terms)
-    opex = annual_power + maintenance + cloud
+    opex = annual_power + maintenance + facility + cloud
     tco = capex + a.horizon_years * opex
     objective = {"tco": tco, "capex": capex, "cloud": a.horizon_years * cloud}[a.objective]
     return FleetMoney(
         capex_usd=capex, power_kw=power, annual_power_usd=annual_power,
         annual_maintenance_usd=maintenance, annual_cloud_usd=cloud, annual_opex_usd=opex,
         tco_usd=tco, npv_usd=capex + opex * npv_factor(a), objective_usd=objective,
+        annual_facility_usd=facility,
+    )
+
+
+@dataclass(frozen=True)
+class FinanceFigures:
+    """How finance books a purchase of ``capex_usd`` (see the module docstring for the formulas)."""
+
+    life_years: int
+    annual_depreciation_usd: float
+    residual_value_usd: float
+    lease_interest_rate: float
+    lease_years: int
+    annual_lease_payment_usd: float
+    lease_total_usd: float
+
+
+def annuity_payment_usd(principal_usd: float, rate: float, years: int) -> float:
+    """Equal yearly payment repaying ``principal_usd`` over ``years`` at ``rate``: P·r / (1 − (1+r)^−n); r = 0: P/n."""
+    if rate == 0:
+        return principal_usd / years
+    return principal_usd * rate / (1.0 - (1.0 + rate) ** -years)
+
+
+def finance_figures(capex_usd: float, a: MoneyAssumptions) -> FinanceFigures:
+    """Straight-line depreciation, book value at the horizon, and the lease alternative of a purchase."""
+    life, n = a.life_years, a.lease_term_years
+    payment = annuity_payment_usd(capex_usd, a.lease_interest_rate, n)
+    return FinanceFigures(
+        life_years=life, annual_depreciation_usd=capex_usd / life,
+        residual_value_usd=capex_usd * max(0.0, 1.0 - a.horizon_years / life),
+        lease_interest_rate=a.lease_interest_rate, lease_years=n,
+        annual_lease_payment_usd=payment, lease_total_usd=n * payment,
     )
 
 
 def cost_per_million_output_tokens_usd(
     tco_usd: float, output_tokens_per_year: float, a: MoneyAssumptions
 ) -> float | None:
-    """tco_usd / (horizon_years · output_tokens_per_year / 1e6); None without output tokens."""
+    """tco_usd / (horizon_years · output_tokens_per_year / 1e6); None without output tokens.
+
+    ``output_tokens_per_year`` is the average volume (qps / peak_to_average_ratio), so a fleet
+    sized for a peak it sees a fraction of the time costs more per token."""
     if output_tokens_per_year <= 0:
         return None
     return tco_usd / (a.horizon_years * output_tokens_per_year / 1e6)
@@ -198,16 +325,16 @@ def workload_tco_share_usd(
     fleet: dict[str, tuple[UnitPrice, int, int]],
     a: MoneyAssumptions,
 ) -> float:
-    """A workload's share of tco_usd: its GPUs' own TCO plus their GPU-share of server TCO.
+    """A workload's share of tco_usd: its share of the GPUs in use of each device times that device's TCO.
 
-    share = Σ_d g_wd · tco_gpu_d + (g_wd / gpus_d) · nodes_d · tco_node,
-    so the shares of all workloads sum to the fleet's tco_usd.
+    ``fleet`` maps a device to (price, GPUs in use, servers). share = Σ_d (g_wd / used_d) ·
+    (installed_d · tco_gpu_d + nodes_d · tco_node_d), idle GPUs of a board included, so the
+    shares of all workloads sum to the fleet's tco_usd.
     """
     share = 0.0
     for device, g in workload_gpus_by_device.items():
         price, gpus, nodes = fleet[device]
         if g <= 0 or gpus <= 0:
             continue
-        t = tco_terms(price, a)
-        share += g * t.per_gpu + (g / gpus) * nodes * t.per_node
+        share += (g / gpus) * tco_terms(price, a).at(price.installed_gpus(gpus, nodes), nodes)
     return share

@@ -62,11 +62,24 @@ class Assumptions:
     max_power_kw: float | None
     api_usd_per_million_output_tokens: float | None
     api_usd_per_million_input_tokens: float | None
+    colocation_usd_per_kw_month: float = 0.0
+    colocation_usd_per_rack_month: float = 0.0
+    rack_units_per_rack: int = 42
+    network_usd_per_server: float = 0.0
+    depreciation_years: int | None = None
+    lease_interest_rate: float = 0.08
+    lease_years: int | None = None
+    allow_partial_servers: bool = True
 
 
 @dataclass(frozen=True)
 class FleetRow:
-    """GPUs and servers of one device in the fleet, with the figures its money comes from."""
+    """GPUs and servers of one device in the fleet, with the figures its money comes from.
+
+    ``gpus`` are the GPUs the deployments use; ``gpus_installed`` those bought (on a
+    fixed-size platform nodes · gpus_per_node, idle ones included). Money counts installed
+    GPUs and each server at its platform's ``server_usd`` / ``server_power_w``.
+    """
 
     device: str
     gpus: int
@@ -79,6 +92,23 @@ class FleetRow:
     power_kw: float
     price_basis: str = ""  # quoted | list | estimated | none (optimizer.planning.provenance)
     price_basis_detail: str = ""
+    gpus_installed: int | None = None  # None (results written before platforms): = gpus
+    device_name: str = ""
+    platform: str = ""
+    platform_name: str = ""
+    fixed_size: bool = False
+    server_usd: float | None = None  # None: assumptions.server_overhead_usd
+    server_power_w: float | None = None  # None: assumptions.server_power_w
+    rack_units: float = 0.0
+    nic_gb_s_per_gpu: float | None = None
+
+    @property
+    def installed(self) -> int:
+        return self.gpus if self.gpus_installed is None else self.gpus_installed
+
+    @property
+    def idle_gpus(self) -> int:
+        return self.installed - self.gpus
 
 
 @dataclass(frozen=True)
@@ -128,6 +158,7 @@ class WorkloadResult:
     cost_per_million_output_tokens_usd: float | None
     min_replicas: int = 0
     redundancy: str = "none"
+    peak_to_average_ratio: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -192,9 +223,15 @@ class SourceRow:
 
 @dataclass(frozen=True)
 class SingleDeviceBest:
+    """The cheapest fleet of one device type (the comparison of the Summary): its counts are facts,
+    its money is recomputed from them wherever prices change (the workbook's formulas)."""
+
     device: str
     objective_usd: float
     gpus: int
+    nodes: int = 0
+    gpus_installed: int | None = None
+    fleet: tuple[FleetRow, ...] = ()  # its bill of materials, for the workbook's formulas
 
 
 @dataclass(frozen=True)
@@ -230,6 +267,11 @@ class PlanResult:
     deployments: tuple[Deployment, ...] = ()
     workloads: tuple[WorkloadResult, ...] = ()
     single_device_best: SingleDeviceBest | None = None
+    annual_facility_usd: float = 0.0
+    annual_depreciation_usd: float = 0.0
+    residual_value_usd: float = 0.0
+    annual_lease_payment_usd: float = 0.0
+    lease_total_usd: float = 0.0
     candidates: tuple[CandidateRow, ...] = ()
     diagnostics: tuple[Diagnostic, ...] = ()
     sources: tuple[SourceRow, ...] = field(default=())
@@ -250,7 +292,9 @@ class PlanResult:
             "objective": self.objective,
         }
         for name in ("objective_usd", "capex_usd", "annual_opex_usd", "annual_power_usd",
-                     "annual_maintenance_usd", "annual_cloud_usd", "tco_usd", "npv_usd", "power_kw"):
+                     "annual_maintenance_usd", "annual_cloud_usd", "tco_usd", "npv_usd", "power_kw",
+                     "annual_facility_usd", "annual_depreciation_usd", "residual_value_usd",
+                     "annual_lease_payment_usd", "lease_total_usd"):
             out[name] = _num(getattr(self, name))
         out["gpus_total"] = int(self.gpus_total)
         out["nodes_total"] = int(self.nodes_total)
@@ -266,7 +310,7 @@ class PlanResult:
         out["deployments"] = [_clean(_deployment_json(d)) for d in self.deployments]
         out["disaggregated"] = disaggregated_json(self.deployments)
         out["workloads"] = [_clean(_workload_json(w)) for w in self.workloads]
-        out["single_device_best"] = _clean(asdict(self.single_device_best)) if self.single_device_best else None
+        out["single_device_best"] = _single_json(self.single_device_best) if self.single_device_best else None
         out["candidates"] = [_clean(asdict(c)) for c in self.candidates]
         out["diagnostics"] = [asdict(d) for d in self.diagnostics]
         out["sources"] = [asdict(s) for s in self.sources]
@@ -304,7 +348,13 @@ def disaggregated_json(deployments: tuple[Deployment, ...]) -> list[dict[str, An
 _WORKLOAD_KEYS = ("name", "model", "qps", "met", "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms",
                   "slo_ttft_p99_ms", "slo_tpot_p99_ms", "slo_e2e_p99_ms", "kind",
                   "output_tokens_per_year", "input_tokens_per_year",
-                  "cost_per_million_output_tokens_usd", "min_replicas", "redundancy")
+                  "cost_per_million_output_tokens_usd", "min_replicas", "redundancy", "peak_to_average_ratio")
+
+
+def _single_json(best: SingleDeviceBest) -> dict[str, Any]:
+    out = _clean({k: v for k, v in asdict(best).items() if k != "fleet"})
+    out["fleet"] = [_clean(asdict(f)) for f in best.fleet]
+    return out
 
 
 def _deployment_json(d: Deployment) -> dict[str, Any]:

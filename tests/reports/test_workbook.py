@@ -3,9 +3,9 @@
 Recalculation tests open the workbook in LibreOffice headless (which computes every
 formula), read the values back with openpyxl and compare them with the plan result's
 figures; they are skipped, with the reason in the summary, only where ``soffice`` is
-missing. Inputs: tests/data/sample_plan.json (hand-made, consistent with
-docs/plan-json.md) and, once `gpuplan optimize` exists, the chat-fleet example's real
-result.
+missing. Inputs: tests/data/sample_plan.json (written by `gpuplan optimize
+tests/data/sample_plan.yaml --json tests/data/sample_plan.json`: an HGX H100 board and PCIe L40S
+servers, a capex budget, colocation, a 5-year life) and the chat-fleet example's real result.
 """
 
 from __future__ import annotations
@@ -129,9 +129,11 @@ def test_fleet_formulas_reference_assumptions(sample_wb):
     row = {h: ws.cell(row=5, column=i + 1).value for i, h in enumerate(header)}
     assert row["Device"] == "h100-sxm"
     assert row["Unit price ($ per GPU)"] == "=purchase_usd_h100_sxm"
-    assert row["GPU extended price ($)"] == '=IF(objective="cloud",0,B5*E5)'
-    assert "server_overhead_usd" in row["Server overhead ($)"]
-    assert "tdp_w_h100_sxm" in row["IT power (kW)"] and "server_power_w" in row["IT power (kW)"]
+    # GPUs bought (D) × unit price (H); the HGX board's server price is its platform's named cell.
+    assert row["GPU extended price ($)"] == '=IF(objective="cloud",0,D5*H5)'
+    assert row["Server price ($ each)"] == "=server_usd_hgx_h100_8"
+    assert "network_usd_per_server" in row["Servers and network ($)"]
+    assert "tdp_w_h100_sxm" in row["IT power (kW)"] and "server_power_w_hgx_h100_8" in row["IT power (kW)"]
     for name in ("power_utilization", "pue", "hours_per_year", "electricity_usd_per_kwh"):
         assert name in row["Power per year ($)"]
     assert "maintenance_fraction_per_year" in row["Maintenance per year ($)"]
@@ -155,7 +157,7 @@ def test_number_formats(sample_wb):
 
 EXPECTED_TABLES = {
     "Fleet": {"FleetTable"}, "Deployments": {"DeploymentsTable"}, "Workloads": {"WorkloadsTable"},
-    "Costs by year": {"CostsByYearTable"}, "Assumptions": {"AssumptionsTable", "DevicePricesTable"},
+    "Costs by year": {"CostsByYearTable"}, "Assumptions": {"AssumptionsTable", "DevicePricesTable", "PlatformsTable"},
     "Candidates": {"CandidatesTable"}, "Method": {"ReconciliationTable", "DiagnosticsTable", "SourcesTable"},
 }
 
@@ -184,7 +186,7 @@ def test_tables_frozen_headers_and_page_setup(sample_wb):
 def test_conditional_formatting_and_validation(sample_wb):
     ws = sample_wb["Deployments"]
     rules = [r for cf in ws.conditional_formatting for r in cf.rules]
-    assert len(rules) == 4  # met / missed for TTFT and TPOT (no E2E SLO or prediction in the sample)
+    assert len(rules) == 6  # met / missed for TTFT, TPOT and E2E (the sample predicts E2E, with no E2E SLO)
     assert all("!" not in f for r in rules for f in r.formula)  # same-sheet references only
     dv = sample_wb["Assumptions"].data_validations.dataValidation
     assert len(dv) == 1 and dv[0].formula1 == '"tco,capex,cloud"'
@@ -421,8 +423,8 @@ def check_recalculated(recalced: Path, result: dict) -> None:
     wb = openpyxl.load_workbook(recalced, data_only=True)
     ws = wb["Costs by year"]
     last = 5 + result["assumptions"]["horizon_years"]
-    assert ws.cell(row=last, column=7).value == pytest.approx(result["tco_usd"], rel=REL)
-    assert ws.cell(row=last, column=10).value == pytest.approx(result["npv_usd"], rel=REL)
+    assert ws.cell(row=last, column=8).value == pytest.approx(result["tco_usd"], rel=REL)
+    assert ws.cell(row=last, column=11).value == pytest.approx(result["npv_usd"], rel=REL)
     # Method's reconciliation shows no difference
     for row in wb["Method"].iter_rows(values_only=True):
         if row[0] in ("TCO", "Capex", "NPV") and isinstance(row[3], float):
@@ -489,43 +491,116 @@ def edit_and_recalc(src: Path, tmp: Path, edits: dict[str, object]) -> Path:
 
 @needs_soffice
 def test_price_change_recalculates(sample_xlsx, sample_recalc, tmp_path):
-    """H100 $27,839 → $30,000 on 24 GPUs: capex +$51,864; maintenance 5 %/yr over 3 years → TCO +$59,643.60."""
+    """H100 $27,839 → $30,000 on the 8 GPUs of one HGX board: capex +$17,288; maintenance 5 %/yr
+    (+$864.40) over 3 years → TCO +$19,881.20 (colocation is per kW: unchanged)."""
     before = named_values(sample_recalc)
     after = named_values(edit_and_recalc(sample_xlsx, tmp_path, {"purchase_usd_h100_sxm": 30000.0}))
-    d_capex = 24 * (30000 - 27839)
-    assert d_capex == 51_864
+    d_capex = 8 * (30000 - 27839)
+    assert d_capex == 17_288
     assert after["capex_usd"] - before["capex_usd"] == pytest.approx(d_capex, rel=1e-9)
-    assert after["annual_maintenance_usd"] - before["annual_maintenance_usd"] == pytest.approx(2593.2, rel=1e-9)
+    assert after["annual_maintenance_usd"] - before["annual_maintenance_usd"] == pytest.approx(864.4, rel=1e-9)
     assert after["annual_power_usd"] == pytest.approx(before["annual_power_usd"], rel=1e-12)
-    assert after["tco_usd"] - before["tco_usd"] == pytest.approx(59_643.6, rel=1e-9)
-    npv_delta = d_capex + 2593.2 * sum(1 / 1.08 ** y for y in (1, 2, 3))
+    assert after["annual_facility_usd"] == pytest.approx(before["annual_facility_usd"], rel=1e-12)
+    assert after["tco_usd"] - before["tco_usd"] == pytest.approx(19_881.2, rel=1e-9)
+    npv_delta = d_capex + 864.4 * sum(1 / 1.08 ** y for y in (1, 2, 3))
     assert after["npv_usd"] - before["npv_usd"] == pytest.approx(npv_delta, rel=1e-9)
     tokens_m = 3 * before["output_tokens_per_year"] / 1e6
     assert after["cost_per_million_output_tokens_usd"] - before["cost_per_million_output_tokens_usd"] == (
-        pytest.approx(59_643.6 / tokens_m, rel=1e-6))
+        pytest.approx(19_881.2 / tokens_m, rel=1e-6))
     assert after["break_even_output_tokens_per_year"] > before["break_even_output_tokens_per_year"]
+
+
+def _fleet_tco_usd(rows: list[dict], prices: dict[str, float], a: dict) -> float:
+    """TCO of a fleet recomputed from its bill of materials (docs/plan-json.md), independently of the workbook."""
+    capex = kw = racks = 0.0
+    for f in rows:
+        g = f["gpus_installed"]
+        capex += g * prices.get(f["device"], f["purchase_usd"]) + f["nodes"] * (f["server_usd"] + a["network_usd_per_server"])
+        kw += (g * f["tdp_w"] + f["nodes"] * f["server_power_w"]) / 1000
+        racks += f["nodes"] * f["rack_units"] / a["rack_units_per_rack"]
+    power = kw * a["power_utilization"] * a["pue"] * 8760 * a["electricity_usd_per_kwh"]
+    facility = 12 * (a["colocation_usd_per_kw_month"] * kw + a["colocation_usd_per_rack_month"] * racks)
+    opex = power + capex * a["maintenance_fraction_per_year"] + facility
+    return capex + a["horizon_years"] * opex
+
+
+@needs_soffice
+def test_price_edit_keeps_every_saving_consistent(sample_xlsx, sample_recalc, tmp_path):
+    """Edit the H100 price (the runner-up is all H100): the runner-up, the mixing saving, the API saving and
+    every sentence that quotes them follow, each equal to a recomputation from the bills of materials."""
+    result = load_sample()
+    a = result["assumptions"]
+    single = result["single_device_best"]
+    before = named_values(sample_recalc)
+    assert before["runner_up_usd"] == pytest.approx(single["objective_usd"], rel=REL)
+    for price in (20_000.0, 45_000.0):
+        got = named_values(edit_and_recalc(sample_xlsx, tmp_path / f"p{price:.0f}", {"purchase_usd_h100_sxm": price}))
+        plan_tco = _fleet_tco_usd(result["fleet"], {"h100-sxm": price}, a)
+        single_tco = _fleet_tco_usd(single["fleet"], {"h100-sxm": price}, a)
+        assert got["tco_usd"] == pytest.approx(plan_tco, rel=1e-9)
+        assert got["runner_up_usd"] == pytest.approx(single_tco, rel=1e-9)
+        assert got["mixing_saving_usd"] == pytest.approx(single_tco - plan_tco, rel=1e-9)
+        assert got["mixing_saving_fraction"] == pytest.approx((single_tco - plan_tco) / single_tco, rel=1e-9)
+        api = 3 * result["output_tokens_per_year"] * 2.0 / 1e6
+        assert got["api_saving_usd"] == pytest.approx(api - plan_tco, rel=1e-9)
+        # a lease at the discount rate (8 %) is worth the capex in present value: no saving either way
+        assert got["buy_vs_lease_saving_usd"] == pytest.approx(
+            got["annual_lease_payment_usd"] * sum(1.08 ** -y for y in (1, 2, 3)) - got["capex_usd"], abs=1e-3)
+        assert got["buy_vs_lease_saving_usd"] == pytest.approx(0.0, abs=1e-3)
+    # the sentences quote the live figures
+    wb = openpyxl.load_workbook(sample_recalc, data_only=True)
+    words = [str(c.value) for c in wb["Summary"]["A"] if c.value]
+    wb.close()
+    runner = next(t for t in words if t.startswith("Runner-up") and "costs" in t)
+    assert f"${before['runner_up_usd']:,.0f}" in runner and "more than this plan" in runner
+    assert any(t.startswith("It costs ") and f"${before['capex_usd']:,.0f}" in t for t in words)
+    assert any(f"{before['capex_usd'] / 1_500_000:.1%}" in t and "capex budget" in t for t in words)
+    assert any("the fleet saves" in t for t in words) == (before["api_saving_usd"] >= 0)
+
+
+@needs_soffice
+def test_depreciation_and_residual_value_on_paper(sample_xlsx, tmp_path):
+    """Capex edited to a round figure: H100 price set so the fleet's capex is known on paper, life 5 years,
+    horizon 3: depreciation = capex/5, book value = capex × (1 − 3/5), lease at 8 % over 3 years = capex ×
+    0.08 / (1 − 1.08^−3) = capex × 0.388034; at 0 %: capex / 3."""
+    result = load_sample()
+    other = result["capex_usd"] - 8 * result["fleet"][0]["purchase_usd"]  # everything but the H100 GPUs
+    price = (1_000_000 - other) / 8  # capex = $1,000,000
+    v = named_values(edit_and_recalc(sample_xlsx, tmp_path / "a", {"purchase_usd_h100_sxm": price}))
+    assert v["capex_usd"] == pytest.approx(1_000_000, rel=1e-12)
+    assert v["annual_depreciation_usd"] == pytest.approx(200_000, rel=1e-12)
+    assert v["residual_value_usd"] == pytest.approx(400_000, rel=1e-12)
+    assert v["annual_lease_payment_usd"] == pytest.approx(388_033.5, abs=0.1)
+    assert v["lease_total_usd"] == pytest.approx(3 * 388_033.5, abs=0.3)
+    z = named_values(edit_and_recalc(sample_xlsx, tmp_path / "b", {"purchase_usd_h100_sxm": price,
+                                                                    "lease_interest_rate": 0.0,
+                                                                    "depreciation_years": 3}))
+    assert z["annual_lease_payment_usd"] == pytest.approx(1_000_000 / 3, rel=1e-12)
+    assert z["residual_value_usd"] == pytest.approx(0.0, abs=1e-6)
 
 
 @needs_soffice
 def test_electricity_horizon_and_cloud_changes_recalculate(sample_xlsx, sample_recalc, tmp_path):
-    """Electricity $0.10 → $0.15 on 28.5 kW: +28.5 × 0.7 × 1.3 × 8760 × 0.05 = +$11,359.53 per year."""
+    """Electricity $0.10 → $0.15 on 22.75 kW (HGX H100: 8 × 700 + 4,600 W; 3 PCIe servers: 23 × 350 +
+    3 × 1,500 W): +22.75 × 0.7 × 1.3 × 8760 × 0.05 = +$9,067.695 per year."""
     before = named_values(sample_recalc)
     after = named_values(edit_and_recalc(sample_xlsx, tmp_path / "a", {"electricity_usd_per_kwh": 0.15}))
-    assert after["annual_power_usd"] - before["annual_power_usd"] == pytest.approx(11_359.53, rel=1e-9)
-    assert after["tco_usd"] - before["tco_usd"] == pytest.approx(3 * 11_359.53, rel=1e-9)
+    assert after["annual_power_usd"] - before["annual_power_usd"] == pytest.approx(9_067.695, rel=1e-9)
+    assert after["tco_usd"] - before["tco_usd"] == pytest.approx(3 * 9_067.695, rel=1e-9)
 
     # Horizon 3 → 2 years: one year of opex less, and the Costs table's year 3 becomes 0.
     shorter = edit_and_recalc(sample_xlsx, tmp_path / "b", {"horizon_years": 2})
     v = named_values(shorter)
     assert v["tco_usd"] == pytest.approx(before["tco_usd"] - before["annual_opex_usd"], rel=1e-9)
     wb = openpyxl.load_workbook(shorter, data_only=True)
-    assert wb["Costs by year"]["G8"].value == pytest.approx(v["tco_usd"], rel=1e-9)
+    assert wb["Costs by year"]["H8"].value == pytest.approx(v["tco_usd"], rel=1e-9)
     wb.close()
 
-    # Rent the same fleet instead: capex 0, rental = (24 × $2.49 + 12 × $1.40) × 8,760 h per year.
+    # Rent the same fleet instead: capex 0, rental = (8 × $2.49 + 23 × $1.40) × 8,760 h per year.
     cloud = named_values(edit_and_recalc(sample_xlsx, tmp_path / "c", {"objective": "cloud"}))
-    rental = (24 * 2.49 + 12 * 1.4) * 8760
+    rental = (8 * 2.49 + 23 * 1.4) * 8760
     assert cloud["capex_usd"] == 0 and cloud["annual_power_usd"] == 0 and cloud["annual_maintenance_usd"] == 0
+    assert cloud["annual_facility_usd"] == 0
     assert cloud["annual_cloud_usd"] == pytest.approx(rental, rel=1e-9)
     assert cloud["objective_usd"] == pytest.approx(3 * rental, rel=1e-9)
 

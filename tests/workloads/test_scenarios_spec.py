@@ -30,17 +30,17 @@ def test_variants_and_sweeps_expand_in_order(tmp_path):
     })
     _, _, scenarios = load_scenarios(path, load_catalog())
     names = [s.name for s in scenarios]
-    assert names == ["base", "traffic-2x", "cheap-h200", "budget@1,000,000", "budget@2,000,000",
-                     "budget@3,000,000", "growth@x1", "growth@x2", "h200@2e+04", "h200@3e+04"]
+    assert names == ["base", "traffic-2x", "cheap-h200", "budget @ $1,000,000", "budget @ $2,000,000",
+                     "budget @ $3,000,000", "growth @ 1x", "growth @ 2x", "h200 @ $20,000", "h200 @ $30,000"]
     by = {s.name: s for s in scenarios}
     assert by["traffic-2x"].plan.workload("chat").qps == 80
     assert by["base"].plan.workload("chat").qps == 40
     assert by["cheap-h200"].plan.devices["h200-sxm"]["purchase_usd"] == 24000
     assert by["cheap-h200"].plan.electricity_usd_per_kwh == 0.2
     assert by["cheap-h200"].plan.budget.capex_usd == 2e6
-    assert by["budget@2,000,000"].mode == "max_demand"
-    assert by["growth@x2"].plan.workload("code-completion").qps == 400
-    assert by["growth@x2"].plan.workload("nightly-summaries").tokens_per_day == 1e8
+    assert by["budget @ $2,000,000"].mode == "max_demand"
+    assert by["growth @ 2x"].plan.workload("code-completion").qps == 400
+    assert by["growth @ 2x"].plan.workload("nightly-summaries").tokens_per_day == 1e8
 
 
 @pytest.mark.parametrize("path,pattern", [

@@ -19,6 +19,7 @@ from optimizer.planning.milp.problem import (
     Option,
     amortised_usd_per_replica,
     options_by_workload,
+    spare_replicas,
     unique_slugs,
 )
 
@@ -53,17 +54,16 @@ class FleetModel:
         )
 
 
-def replica_upper_bound(demand: Demand, option: Option) -> int:
+def replica_upper_bound(demand: Demand, option: Option, gpus_per_node: int = 1) -> int:
     """Most replicas of k that an optimal plan can need.
 
-    max(min_replicas, ⌈Σ_b λ[b]/μ[b,k]⌉) (+1 for N+1): one replica more than carrying all
-    the load k can carry, or than the replica minimum, is never cheaper, so the bound cuts
-    off no optimum and tightens the relaxation.
+    max(min_replicas, ⌈Σ_b λ[b]/μ[b,k]⌉) + spare (N+1: see :func:`spare_replicas`): one
+    replica more than carrying all the load k can carry, or than the replica minimum, is
+    never cheaper, so the bound cuts off no optimum and tightens the relaxation.
     """
     load = sum(lam / mu for lam, mu in zip(demand.bucket_qps, option.capacity_qps, strict=True)
                if lam > 0 and mu > 0)
-    spare = 1 if demand.n_plus_one else 0
-    return max(demand.min_replicas, math.ceil(load - 1e-9)) + spare
+    return max(demand.min_replicas, math.ceil(load - 1e-9)) + spare_replicas(demand, option, gpus_per_node)
 
 
 def define_variables(problem: FleetProblem) -> FleetModel:
@@ -81,7 +81,10 @@ def define_variables(problem: FleetProblem) -> FleetModel:
     for o in problem.options:
         idx, dem = (o.workload, o.key), model.demands[o.workload]
         name = f"{model.w_name[o.workload]}__{model.k_name[idx]}"
-        ub = replica_upper_bound(dem, o)
+        unit = problem.units[o.device]
+        ub = replica_upper_bound(dem, o, unit.gpus_per_node)
+        if unit.full_servers_only:  # room to fill the last server with replicas of this option
+            ub += math.ceil((unit.gpus_per_node - 1) / o.gpus)
         model.n[idx] = prob.add_variable(f"n__{name}", 0, ub, cat=pulp.LpInteger)
         gpu_terms[o.device].append((o.gpus, model.n[idx]))
         gpu_ub[o.device] += o.gpus * ub
@@ -133,11 +136,12 @@ def define_demand(model: FleetModel) -> None:
 def define_capacity(model: FleetModel) -> None:
     """Routed load fits the replicas at their SLO-safe rate.
 
-    Σ_b λ[w,b]·x[w,b,k] / μ[w,b,k] ≤ n[w,k] − u[w,k]: the load, in replicas' worth of
+    Σ_b λ[w,b]·x[w,b,k] / μ[w,b,k] ≤ n[w,k] − s[w,k]·u[w,k]: the load, in replicas' worth of
     capacity, summed over the buckets k carries (a replica serving a mix of buckets has
     capacity 1 = Σ_b its utilisation by bucket b). u is 0 except for N+1 workloads, where
-    it is one spare replica of every candidate that carries load (see
-    :func:`define_n_plus_one`). Named ``capacity__{workload}__{candidate}``.
+    s[w,k] spare replicas of every candidate that carries load are kept: 1 (n+1), or the
+    replicas one server holds (n+1-node; :func:`~optimizer.planning.milp.problem.spare_replicas`;
+    see :func:`define_n_plus_one`). Named ``capacity__{workload}__{candidate}``.
     """
     for o in model.problem.options:
         idx = (o.workload, o.key)
@@ -147,20 +151,26 @@ def define_capacity(model: FleetModel) -> None:
             for b, (lam, mu) in enumerate(zip(dem.bucket_qps, o.capacity_qps, strict=True))
             if (o.workload, b, o.key) in model.x
         )
-        spare = model.u.get(idx, 0)
+        u = model.u.get(idx)
+        spare = 0 if u is None else spare_replicas(dem, o, model.problem.units[o.device].gpus_per_node) * u
         model.prob += load + spare <= model.n[idx], f"capacity__{model.w_name[o.workload]}__{model.k_name[idx]}"
 
 
 def define_servers(model: FleetModel) -> None:
-    """Whole servers: gpus[d] ≤ gpus_per_node[d] · m[d].
+    """Whole servers: gpus[d] ≤ gpus_per_node[d] · m[d] (= when the plan forbids partly used servers).
 
     Tensor-parallel groups stay within a server (tp divides gpus_per_node), so counting GPUs
     against whole servers is exact: replicas of power-of-two sizes pack without waste.
+    A partly used server of a fixed-size platform is paid in full through its per-server
+    terms (see the module docstring of :mod:`~optimizer.planning.milp.problem`).
     Named ``servers__{device}``.
     """
     for d, m in model.m.items():
         unit = model.problem.units[d]
-        model.prob += model.gpus[d] <= unit.gpus_per_node * m, f"servers__{model.d_name[d]}"
+        if unit.full_servers_only:
+            model.prob += model.gpus[d] == unit.gpus_per_node * m, f"servers__{model.d_name[d]}"
+        else:
+            model.prob += model.gpus[d] <= unit.gpus_per_node * m, f"servers__{model.d_name[d]}"
 
 
 def define_min_replicas(model: FleetModel) -> None:
@@ -182,13 +192,15 @@ def define_min_replicas(model: FleetModel) -> None:
 
 
 def define_n_plus_one(model: FleetModel) -> None:
-    """N+1: the fleet still carries every bucket within its SLO with any one replica down.
+    """N+1: the fleet still carries every bucket within its SLO with any one replica (n+1) or
+    any one server (n+1-node) down.
 
-    Formulation: every candidate that carries load of an N+1 workload keeps one spare
-    replica. u[w,k] ∈ {0,1} with x[w,b,k] ≤ u[w,k] (load ⇒ u = 1), and the capacity rule
-    becomes load ≤ n − u. Whichever replica fails, the others of its group carry its
-    routed load without re-routing; this is exact for a single-candidate workload and
-    conservative (one spare per group, not per workload) for a mixed one.
+    Formulation: every candidate that carries load of an N+1 workload keeps s spare
+    replicas (1, or ⌊G/g⌋ — all the replicas of k one server can hold). u[w,k] ∈ {0,1} with
+    x[w,b,k] ≤ u[w,k] (load ⇒ u = 1), and the capacity rule becomes load ≤ n − s·u.
+    Whichever replica (server) fails, the others of its group carry its routed load without
+    re-routing, wherever the replicas are placed; this is exact for a single-candidate
+    workload and conservative (spares per group, not per workload) for a mixed one.
     Named ``n_plus_one__{workload}__b{bucket}__{candidate}``.
     """
     for (w, b, key), x in model.x.items():
@@ -212,18 +224,21 @@ def define_annual_budget(model: FleetModel) -> None:
 
 
 def define_power_cap(model: FleetModel) -> None:
-    """Σ_d (tdp_w[d]·gpus[d] + server_power_w·m[d]) / 1000 ≤ max_power_kw. Named ``max_power_kw``."""
+    """Σ_d (tdp_w[d]·gpus[d] + server_power_w[d]·m[d]) / 1000 ≤ max_power_kw. Named ``max_power_kw``."""
     cap = model.problem.limits.power_kw
     if cap is not None:
         model.prob += model.total("power_kw") <= cap, "max_power_kw"
 
 
 def define_inventory(model: FleetModel) -> None:
-    """gpus[d] ≤ inventory[d] for every device with a stated inventory. Named ``inventory__{device}``."""
+    """GPUs bought ≤ inventory[d] for every device with a stated inventory: gpus[d], or
+    gpus_per_node[d]·m[d] on a fixed-size platform (idle GPUs of a board are bought too).
+    Named ``inventory__{device}``."""
     for d in model.m:
-        inv = model.problem.units[d].inventory_gpus
-        if inv is not None:
-            model.prob += model.gpus[d] <= inv, f"inventory__{model.d_name[d]}"
+        unit = model.problem.units[d]
+        if unit.inventory_gpus is not None:
+            bought = unit.gpus_per_node * model.m[d] if unit.fixed_size else model.gpus[d]
+            model.prob += bought <= unit.inventory_gpus, f"inventory__{model.d_name[d]}"
 
 
 def define_allowed_devices(model: FleetModel) -> None:

@@ -13,7 +13,9 @@ at the SLO), devices d (gpus_per_node G[d]). Variables::
 
 and the GPUs of a device, gpus[d] = Σ_{w,k: d(k)=d} g[k]·n[w,k]. Every money and power
 figure is linear in (gpus[d], m[d]) — see :mod:`optimizer.results.money` — so the objective is
-Σ_d c_gpu[d]·gpus[d] + c_node[d]·m[d]. Each constraint family has its builder below,
+Σ_d c_gpu[d]·gpus[d] + c_node[d]·m[d]. On a fixed-size platform (HGX/OAM board, NVL72 rack)
+the GPUs are bought with the server, so c_gpu[d] = 0 and c_node[d] carries G[d] GPUs: a
+partly used server is allowed (unless the plan forbids it) and paid in full. Each constraint family has its builder below,
 documenting its maths; constraint names are built from domain keys in ``[a-z0-9_]`` joined
 by ``__`` (``capacity__chat__h100_sxm__fp8__tp4__pp1``).
 
@@ -60,6 +62,12 @@ class UnitTerms:
     power_kw: LinearTerms
     inventory_gpus: int | None = None
     allowed: bool = True
+    fixed_size: bool = False  # a server is bought with all its GPUs (board, rack); money terms are per server
+    full_servers_only: bool = False  # the plan forbids partly used servers
+
+    def installed_gpus(self, gpus_used: int, nodes: int) -> int:
+        """GPUs bought: nodes · gpus_per_node on a fixed-size platform, else the GPUs in use."""
+        return nodes * self.gpus_per_node if self.fixed_size else gpus_used
 
 
 Stage = Literal["colocated", "prefill", "decode"]
@@ -90,6 +98,21 @@ class Demand:
     bucket_qps: tuple[float, ...]
     min_replicas: int = 0
     n_plus_one: bool = False
+    per_server: bool = False  # N+1 against the loss of a whole server, not one replica
+
+
+def spare_replicas(demand: Demand, option: Option, gpus_per_node: int) -> int:
+    """Replicas of ``option`` an N+1 workload keeps spare: 1, or per server those one server can hold.
+
+    Per server (redundancy n+1-node): a server of G GPUs holds at most ⌊G / g⌋ replicas of g
+    GPUs (at least 1: a replica larger than a server is lost with any server it spans, one
+    replica when g is a multiple of G and replicas are placed on whole servers).
+    """
+    if not demand.n_plus_one:
+        return 0
+    if not demand.per_server:
+        return 1
+    return max(1, gpus_per_node // option.gpus)
 
 
 @dataclass(frozen=True)

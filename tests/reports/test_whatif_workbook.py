@@ -1,0 +1,61 @@
+"""The what-if workbook on hand-made scenario rows (no solving): words, deltas, charts, Monte Carlo."""
+
+from __future__ import annotations
+
+from openpyxl import load_workbook
+from openpyxl.chart import BarChart, ScatterChart
+
+from reports.whatif_workbook import describe_overrides, histogram, write_whatif_workbook
+
+
+def _row(name, group="variant", objective=100_000.0, fleet=None, overrides=None, mode="min_cost", level=None):
+    return {"name": name, "group": group, "mode": mode, "level": level, "overrides": overrides or {},
+            "status": "optimal", "objective_usd": objective, "capex_usd": objective, "annual_opex_usd": 0.0,
+            "tco_usd": objective, "power_kw": 1.0, "gpus_total": 8, "fleet": fleet or {"h100-sxm": 8},
+            "demand_multiplier": (overrides or {}).get("demand_multiplier", 1.0), "served_qps": 1.0,
+            "workloads": [{"name": "chat", "qps": 1.0, "met": True, "ttft_p99_ms": 900.0}]}
+
+
+def test_overrides_in_words():
+    assert describe_overrides({"devices.h200-sxm.purchase_usd": 24000}) == "h200-sxm price $24,000"
+    assert describe_overrides({"workloads.chat.qps": 80}) == "chat rate (req/s) 80"
+    assert describe_overrides({"budget.capex_usd": 3e6}) == "capex budget $3,000,000"
+    assert describe_overrides({"demand_multiplier": 1.5}) == "all demand × 1.5"
+    assert describe_overrides({}) == "nothing (the plan file as written)"
+
+
+def test_histogram_counts_every_value():
+    bins = histogram([1.0, 2.0, 2.5, 10.0], bins=3)
+    assert [n for *_, n in bins] == [3, 0, 1]  # [1, 4), [4, 7), [7, 10]
+    assert bins[0][0] == 1.0 and bins[-1][1] == 10.0
+
+
+def test_scenarios_sheet_frontiers_and_monte_carlo(tmp_path):
+    rows = [
+        _row("base", "base"),
+        _row("h200 @ $24,000", "h200", overrides={"devices.h200-sxm.purchase_usd": 24000}),
+        _row("growth @ 1.5x", "growth", 150_000.0, {"h100-sxm": 16}, {"demand_multiplier": 1.5}, level=1.5),
+        _row("growth @ 3x", "growth", 280_000.0, {"h100-sxm": 32}, {"demand_multiplier": 3.0}, level=3.0),
+        *[_row(f"sample-{i}", "samples", 90_000.0 + 10_000 * i, overrides={"demand_multiplier": 1.0}, level=1.0)
+          for i in range(1, 6)],
+    ]
+    summary = {"samples": 5, "seed": 0, "cost_p50_usd": 120_000.0, "cost_p90_usd": 136_000.0,
+               "infeasible_samples": 0, "base_fleet_meets_slo_probability": 0.8}
+    wb = load_workbook(write_whatif_workbook(rows, tmp_path / "w.xlsx", uncertainty=summary))
+    ws = wb["Scenarios"]
+    header = [c.value for c in ws[1]]
+    assert header == ["scenario", "base", "h200 @ $24,000", "growth @ 1.5x", "growth @ 3x"]  # no samples here
+    lines = {r[0].value: [c.value for c in r[1:]] for r in ws.iter_rows(min_row=2) if r[0].value}
+    assert lines["what it changed"][1] == "h200-sxm price $24,000"
+    assert lines["Δ objective vs base ($)"] == [0.0, 0.0, 50_000.0, 180_000.0]
+    assert lines["Δ objective vs base (%)"][3] == 1.8
+    assert "h200-sxm is still not chosen at this price" in lines["note"][1]
+    for title in ("Budget frontier", "Demand frontier"):
+        assert all(isinstance(c, ScatterChart) for c in wb[title]._charts)
+    assert len(wb["Demand frontier"]._charts) == 1
+    mc = wb["Monte Carlo"]
+    values = {r[0].value: r[1].value for r in mc.iter_rows(min_row=3, max_row=8)}
+    assert values["cost p50 ($)"] == 120_000.0 and values["probability the base fleet meets every SLO"] == 0.8
+    assert [type(c) for c in mc._charts] == [BarChart]
+    counts = [mc.cell(row=r, column=10).value for r in range(11, 21)]
+    assert sum(counts) == 5
