@@ -38,7 +38,7 @@ REPLICATIONS = 5
 T_975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 8: 2.365, 10: 2.262}  # Student t, R - 1 dof
 VERIFY_SEED = 0
 VERIFY_MARGIN = 0.02
-MAX_VERIFY_ROUNDS = 3
+MAX_VERIFY_ROUNDS = 5
 # Verification is on by default only up to this many online deployments (each costs
 # REPLICATIONS simulations of VERIFY_REQUESTS requests per bucket it carries, ~0.5-2 s).
 MAX_VERIFIED_DEPLOYMENTS = 24

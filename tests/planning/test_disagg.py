@@ -138,14 +138,15 @@ def test_a_prefill_pool_alone_serves_nothing():
 
 @pytest.fixture(scope="module")
 def rag():
+    """The RAG example with MI300X allowed too: with whole-server prices and the v2 calibration, pools
+    pay there (H100 prefill, MI300X decode), not with H100 and H20 alone."""
     plan = load_plan(EXAMPLES / "rag-disaggregated.yaml")
-    return plan, optimize_plan(plan, CAT, PARAMS)
+    plan = plan.model_copy(update={"allowed_devices": ["h100-sxm", "h20", "mi300x"]})
+    return plan, optimize_plan(plan, resolve_catalog(plan, CAT, "rag"), PARAMS)
 
 
 def test_rag_example_picks_disaggregated_pools(rag):
-    """With the shipped calibration the RAG example splits part of its load into prefill and decode
-    pools (on H100: the H20's decode no longer pays under the issue-14 fit; see the next test for a
-    pair of different devices)."""
+    """The RAG service splits part of its load into prefill and decode pools on different devices."""
     plan, r = rag
     assert check_plan(r, plan) == []
     assert all(w.met for w in r.workloads)
@@ -182,9 +183,10 @@ def test_rag_example_costs_more_without_disaggregation(rag):
 
 
 @pytest.mark.parametrize(("name", "objective_usd", "fleet"), [
-    # answers of main with issue 14's calibration, before issue 17 (6e4f919), as gpuplan optimize prints them
-    ("chat-fleet", 302675.45, [("b200", 4, 1), ("l40s", 5, 1)]),
-    ("chat-fleet-power-cap", 302675.45, [("b200", 4, 1), ("l40s", 5, 1)]),
+    # answers with issue 14's calibration and issue 16's platforms, with no issue-17 option in the plans
+    # (the same as main before issue 17 was merged gave for 14 alone: the options are off by default)
+    ("chat-fleet", 397691.618, [("l40s", 5, 1), ("rtx-pro-6000", 21, 3)]),
+    ("chat-fleet-power-cap", 506573.724, [("h100-nvl", 11, 2), ("rtx-pro-6000", 4, 1)]),
 ])
 def test_existing_examples_unchanged(name, objective_usd, fleet):
     r = optimize_plan(load_plan(EXAMPLES / f"{name}.yaml"), CAT, PARAMS)

@@ -21,7 +21,7 @@ from workloads.load import parse_plan
 from workloads.scenarios import ScenarioFile, apply_override, expand_scenarios
 
 CAT = load_catalog()
-VOLATILE = ("created_utc", "solve_seconds", "input_file", "input_sha256")
+VOLATILE = ("timings_s", "created_utc", "solve_seconds", "input_file", "input_sha256")
 
 
 def _workloads() -> list[dict]:
@@ -83,7 +83,7 @@ def test_sweep_labels_are_unique_and_readable():
         {"name": "b", "kind": "budget", "from": 100000, "to": 100001, "steps": 3},
         {"name": "g", "kind": "demand", "multipliers": [1, 1.5, 2]}]})
     names = [s.name for s in expand_scenarios(spec, _plan_data(), CAT, "test")]
-    assert names == ["base", "b@100,000.0", "b@100,000.5", "b@100,001.0", "g@x1", "g@x1.5", "g@x2"]
+    assert names == ["base", "b @ $100,000.0", "b @ $100,000.5", "b @ $100,001.0", "g @ 1x", "g @ 1.5x", "g @ 2x"]
     assert len(set(names)) == len(names)
 
 
@@ -91,7 +91,7 @@ def test_budget_labels_keep_whole_dollars_when_they_differ():
     spec = ScenarioFile.model_validate({"plan": _plan_data(), "sweeps": [
         {"name": "b", "kind": "budget", "from": 100000, "to": 500000, "steps": 3}]})
     names = [s.name for s in expand_scenarios(spec, _plan_data(), CAT, "test")]
-    assert names == ["base", "b@100,000", "b@300,000", "b@500,000"]
+    assert names == ["base", "b @ $100,000", "b @ $300,000", "b @ $500,000"]
 
 
 @pytest.mark.parametrize("text", [
