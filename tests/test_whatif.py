@@ -21,11 +21,20 @@ SMALL = {
 
 
 def _strip(row):
-    """A result without its timings (the only fields allowed to differ between runs)."""
+    """A result without its timings and without the split-or-whole note.
+
+    Timings are the only figures allowed to differ between runs. The ``planned_whole`` note
+    depends on which scenario's rates first computed the candidate set a process shares (the
+    local runner computes it once before forking, each Ray worker for its first scenario); the
+    fleet, replicas, routing and money must still be identical.
+    """
     row = json.loads(json.dumps(row))
     for r in [row, row.get("plan", {})]:
         for key in ("solve_seconds", "created_utc", "timings_s"):
             r.pop(key, None)
+    plan = row.get("plan") or {}
+    if "diagnostics" in plan:
+        plan["diagnostics"] = [d for d in plan["diagnostics"] if d.get("code") != "planned_whole"]
     return row
 
 
