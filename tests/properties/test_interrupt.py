@@ -66,8 +66,9 @@ def test_interrupted_optimize_keeps_earlier_outputs(tmp_path, signum):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.xlsx", "result.json", "slow.yaml"]
 
 
-def _process_group(pgid: int) -> list[int]:
-    """Pids of the live processes in process group ``pgid`` (field 5 of /proc/PID/stat)."""
+def _live_pids(field: int, value: int) -> list[int]:
+    """Pids of live processes whose /proc/PID/stat field ``field`` (after the command name) equals ``value``:
+    1 = parent pid, 2 = process group."""
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -75,9 +76,14 @@ def _process_group(pgid: int) -> list[int]:
                 fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
+            if int(fields[field]) == value and fields[0] != "Z":
                 pids.append(int(entry.name))
     return pids
+
+
+def _process_group(pgid: int) -> list[int]:
+    """Pids of the live processes in process group ``pgid`` (field 5 of /proc/PID/stat)."""
+    return _live_pids(2, pgid)
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to see the workers")
@@ -122,16 +128,7 @@ def test_interrupted_whatif_with_workers_stops_them_and_keeps_earlier_outputs(tm
 
 def _children(pid: int) -> list[int]:
     """Pids whose parent is ``pid`` (field 4 of /proc/PID/stat)."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid and fields[0] != "Z":
-                out.append(int(entry.name))
-    return out
+    return _live_pids(1, pid)
 
 
 def _alive(pid: int) -> bool:
