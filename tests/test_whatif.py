@@ -8,6 +8,9 @@ import pytest
 import yaml
 
 from catalog import load_catalog
+from optimizer.results.plan_result import Deployment, PlanResult, SolveStatus, WorkloadResult
+from optimizer.results.provenance import Fidelity
+from optimizer.whatif_uncertainty import fixed_fleet_meets, model_error_draws, summarise_uncertainty
 from tests.conftest import EXAMPLES
 from workloads.scenarios import load_scenarios
 
@@ -20,21 +23,18 @@ SMALL = {
 }
 
 
-def _strip(row):
-    """A result without its timings and without the split-or-whole note.
+def _strip(result):
+    """A scenario result's JSON row without its timings, the only figures allowed to differ between runs.
 
-    Timings are the only figures allowed to differ between runs. The ``planned_whole`` note
-    depends on which scenario's rates first computed the candidate set a process shares (the
-    local runner computes it once before forking, each Ray worker for its first scenario); the
-    fleet, replicas, routing and money must still be identical.
+    Every scenario's candidate set comes from the first scenario with the same candidate key
+    in every process and on every backend (``optimizer.whatif.candidate_sources``), so the
+    split-or-whole notes (``planned_whole``) must be identical too, with the fleet, replicas,
+    routing and money.
     """
-    row = json.loads(json.dumps(row))
+    row = json.loads(json.dumps(result if isinstance(result, dict) else result.to_json()))
     for r in [row, row.get("plan", {})]:
         for key in ("solve_seconds", "created_utc", "timings_s"):
             r.pop(key, None)
-    plan = row.get("plan") or {}
-    if "diagnostics" in plan:
-        plan["diagnostics"] = [d for d in plan["diagnostics"] if d.get("code") != "planned_whole"]
     return row
 
 
@@ -45,7 +45,7 @@ def small(tmp_path_factory):
     _, _, scenarios = load_scenarios(path, load_catalog())
     from optimizer.whatif import ScenarioOptions, run_scenarios
 
-    rows = run_scenarios(scenarios, ScenarioOptions(), workers=1)
+    rows = [r.to_json() for r in run_scenarios(scenarios, ScenarioOptions(), workers=1)]
     return path, scenarios, rows
 
 
@@ -156,3 +156,23 @@ def test_shipped_example(run_cli, tmp_path):
     assert budget[0] < 1 < budget[-1]  # $100k cannot carry today's demand; $500k carries more
     growth = [r["objective_usd"] for r in rows if r["group"] == "growth"]
     assert growth == sorted(growth)
+
+
+@pytest.mark.parametrize("headroom, expected", [(1.0, 0.5986), (1.5, 0.8146)])
+def test_monte_carlo_model_error_by_fidelity_class(headroom, expected):
+    """A fleet with capacity = headroom × load on one device of band [0.523, 2.617]:
+    log factor ~ N(μ = 0.15695, σ = 0.62826), so P(meets) = Φ((μ − ln(1/headroom))/σ):
+    Φ(0.2498) = 0.5986 at 1.0×, Φ(0.8951) = 0.8146 at 1.5×."""
+    band = Fidelity("datasheet-only", "", 0.523, 2.617)
+    workload = WorkloadResult("w", "m", 10.0, True, "online", None, None, None, None, None, None, 0.0, 0.0, None)
+    base = PlanResult(SolveStatus.OPTIMAL, "", "tco", workloads=(workload,),
+                      deployments=(Deployment("w", "k", "mi355x", "fp8", 1, 1, 1, 10.0, 10.0 * headroom,
+                                              fidelity=band),))
+    n = 4000
+    draws = model_error_draws(base, n, seed=0)
+    meets = fixed_fleet_meets(base, [1.0] * n, draws)
+    assert sum(meets) / n == pytest.approx(expected, abs=0.025)
+    assert all(fixed_fleet_meets(base, [1.0] * 3))  # the point model: always met
+    summary = summarise_uncertainty(base, [(1.0, base)] * n, seed=0)
+    assert summary.base_fleet_meets_slo_probability == sum(meets) / n
+    assert summary.base_fleet_meets_slo_probability_without_model_error == 1.0
