@@ -12,7 +12,17 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from catalog.outputs import Output, plan_outputs
-from cli.common import CatalogOpt, ParamsOpt, fmt, load, stdout, table
+from cli.common import (
+    CatalogOpt,
+    ParamsOpt,
+    TimeLimitAliasOpt,
+    TimeLimitOpt,
+    aliased,
+    fmt,
+    load,
+    stdout,
+    table,
+)
 from optimizer.planning.solver_options import SolverOptions
 
 
@@ -49,7 +59,8 @@ def whatif(
     address: Annotated[str | None, typer.Option(help="Ray address: auto or ray://host:port.")] = None,
     samples: Annotated[int, typer.Option(min=0, max=100000, help="Monte Carlo draws of demand/prices from the file's uncertainty section.")] = 0,
     seed: Annotated[int, typer.Option(help="Seed for --samples.")] = 0,
-    time_limit_s: Annotated[float, typer.Option("--time-limit", min=0.1, help="Seconds per solve.")] = SolverOptions().time_limit_s,
+    time_limit_s: TimeLimitOpt = None,
+    time_limit: TimeLimitAliasOpt = None,
     catalog: CatalogOpt = None,
     params: ParamsOpt = None,
 ) -> None:
@@ -68,7 +79,8 @@ def whatif(
     spec, _base_data, scenarios = load_scenarios(path, cat)
     options = ScenarioOptions(catalog_path=str(catalog) if catalog else None,
                               params_path=str(params) if params else None,
-                              solver=SolverOptions(time_limit_s=time_limit_s))
+                              solver=SolverOptions(time_limit_s=aliased(
+                                  time_limit_s, time_limit, SolverOptions().time_limit_s, "--time-limit-s", "--time-limit")))
     bar = _progress_bar(len(scenarios) + samples)
     with bar or contextlib.nullcontext():
         task = bar.add_task("scenarios", total=len(scenarios) + samples) if bar else None

@@ -42,12 +42,13 @@ from typing import Any
 from catalog.errors import GpuplanError
 from catalog.load import Catalog, load_catalog
 from optimizer.models.params import CalibrationParams, load_params
-from optimizer.optimize import DEFAULT_N_BUCKETS, optimize_plan
+from optimizer.optimize import optimize_plan
 from optimizer.planning.candidate_set import CandidateSet, fleet_problem
 from optimizer.planning.candidates import model_candidates
 from optimizer.planning.diagnose import unservable
+from optimizer.planning.milp.problem import FleetSolution
 from optimizer.planning.milp.solve import solve_fleet
-from optimizer.planning.solver_options import SolverOptions
+from optimizer.planning.solver_options import DEFAULT_N_BUCKETS, SolverOptions
 from optimizer.results.plan_result import PlanResult
 from optimizer.whatif_demand import (
     MIN_DEMAND_MULTIPLIER,
@@ -146,13 +147,13 @@ def _resolved(plan: Plan, options: ScenarioOptions) -> Catalog:
     return resolve_catalog(plan, _catalog(options.catalog_path), plan.name)
 
 
-def _solve(plan: Plan, options: ScenarioOptions, cset: CandidateSet) -> PlanResult:
-    """optimize_plan on a scenario's plan with a shared candidate set.
+def _solve(plan: Plan, options: ScenarioOptions, cset: CandidateSet, start: FleetSolution | None = None) -> PlanResult:
+    """optimize_plan on a scenario's plan with a shared candidate set (``start``: a feasible fleet).
 
     The one-device-type comparison (27 extra solves) is left to `gpuplan optimize`.
     """
     return optimize_plan(plan, _resolved(plan, options), _params(options.params_path), options=options.solver,
-                         compare_single_device=False, diagnose=True, candidates=cset)
+                         compare_single_device=False, diagnose=True, candidates=cset, start=start)
 
 
 def _feasible(plan: Plan, options: ScenarioOptions, cset: CandidateSet) -> bool:
@@ -213,9 +214,9 @@ def run_scenario(job: ScenarioJob, options: ScenarioOptions) -> ScenarioResult:
     plan, cset = job.scenario.plan, _candidates(job.candidates_from, options)
     if job.scenario.mode != "max_demand":
         return ScenarioResult(job.scenario, _solve(plan, options, cset))
-    s = max_demand_multiplier(plan, cset, _resolved(plan, options), _params(options.params_path), options.solver,
-                              lambda m: _feasible(scaled(plan, m), options, cset))
-    return ScenarioResult(job.scenario, _solve(scaled(plan, s or MIN_DEMAND_MULTIPLIER), options, cset), s)
+    s, fleet = max_demand_multiplier(plan, cset, _resolved(plan, options), _params(options.params_path),
+                                     options.solver, lambda m: _feasible(scaled(plan, m), options, cset))
+    return ScenarioResult(job.scenario, _solve(scaled(plan, s or MIN_DEMAND_MULTIPLIER), options, cset, fleet), s)
 
 
 def _run_local(jobs: Sequence[ScenarioJob], options: ScenarioOptions, workers: int,

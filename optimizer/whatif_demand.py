@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 
 import pulp
 
@@ -33,7 +34,8 @@ from optimizer.planning.candidate_set import CandidateSet, fleet_problem, rebase
 from optimizer.planning.diagnose import unservable
 from optimizer.planning.headroom import capacity_factors, demand_factor, sized
 from optimizer.planning.milp.build import build_model
-from optimizer.planning.milp.solve import solve_model
+from optimizer.planning.milp.problem import PRESOLVE_MIN_OPTIONS, FleetSolution
+from optimizer.planning.milp.solve import extract, solve_model
 from optimizer.planning.safeguards import fidelity_map
 from optimizer.planning.solver_options import SolverOptions
 from optimizer.results.plan_result import SolveStatus
@@ -72,11 +74,12 @@ def sized_candidates(plan: Plan, cset: CandidateSet, catalog: Catalog, params: C
 
 
 def max_share(plan: Plan, cset: CandidateSet, catalog: Catalog, params: CalibrationParams,
-              options: SolverOptions) -> tuple[SolveStatus, float]:
-    """(status, s): the MILP of the module docstring on ``cset``; s = t·S (0 unless status has a plan)."""
+              options: SolverOptions) -> tuple[SolveStatus, float, FleetSolution | None]:
+    """(status, s, fleet): the MILP of the module docstring on ``cset``; s = t·S (0 unless status
+    has a plan); the fleet serving s (routed loads at rates S·λ: :func:`fleet_at`)."""
     top = sized_candidates(scaled(plan, MAX_DEMAND_MULTIPLIER), cset, catalog, params)
     if unservable(top):
-        return SolveStatus.INFEASIBLE, 0.0
+        return SolveStatus.INFEASIBLE, 0.0, None
     model = build_model(fleet_problem(top, plan), "feasible")
     t = model.prob.add_variable("demand_share", 0, 1)
     for row in model.prob.constraints():
@@ -85,23 +88,37 @@ def max_share(plan: Plan, cset: CandidateSet, catalog: Catalog, params: Calibrat
             row.addInPlace(-t)
     model.prob.sense = pulp.LpMaximize
     model.prob.setObjective(pulp.LpAffineExpression([(t, 1.0)]))
-    run = solve_model(model, time_limit_s=options.time_limit_s, gap=DEMAND_GAP, solver=options.solver)
+    run = solve_model(model, time_limit_s=options.time_limit_s, gap=DEMAND_GAP, solver=options.solver,
+                      presolve=len(model.problem.options) >= PRESOLVE_MIN_OPTIONS)
     if not run.status.has_plan:
-        return run.status, 0.0
-    return run.status, max(float(t.value() or 0.0), 0.0) * MAX_DEMAND_MULTIPLIER
+        return run.status, 0.0, None
+    return run.status, max(float(t.value() or 0.0), 0.0) * MAX_DEMAND_MULTIPLIER, extract(model, run, 0.0)
+
+
+def fleet_at(fleet: FleetSolution, multiplier: float) -> FleetSolution:
+    """The max-share fleet as a solution at ``multiplier`` × the plan's rates (≤ s): the same
+    replicas and servers, each bucket routed in the same shares (routed loads × multiplier / S),
+    so every capacity row holds with room to spare — a first incumbent for the min-cost solve."""
+    f = multiplier / MAX_DEMAND_MULTIPLIER
+    return replace(fleet, routed_qps={k: v * f for k, v in fleet.routed_qps.items()})
 
 
 def max_demand_multiplier(plan: Plan, cset: CandidateSet, catalog: Catalog, params: CalibrationParams,
-                          options: SolverOptions, feasible: Callable[[float], bool]) -> float:
-    """The largest multiplier of every rate that ``plan``'s limits can serve (0: none ≥ MIN_DEMAND_MULTIPLIER).
+                          options: SolverOptions, feasible: Callable[[float], bool]
+                          ) -> tuple[float, FleetSolution | None]:
+    """The largest multiplier of every rate that ``plan``'s limits can serve (0: none ≥
+    MIN_DEMAND_MULTIPLIER), and a fleet serving it (None after a bisection).
 
     The MILP of the module docstring, rounded down to DEMAND_DIGITS; a bisection over
     ``feasible`` only when that MILP stops at its time limit without any incumbent.
     """
-    status, s = max_share(plan, cset, catalog, params, options)
+    status, s, fleet = max_share(plan, cset, catalog, params, options)
     if status == SolveStatus.ERROR:
-        return bisect(feasible)
-    return round_down(s) if s >= MIN_DEMAND_MULTIPLIER else 0.0
+        return bisect(feasible), None
+    if s < MIN_DEMAND_MULTIPLIER or fleet is None:
+        return 0.0, None
+    s = round_down(s)
+    return s, fleet_at(fleet, s)
 
 
 def bisect(feasible: Callable[[float], bool]) -> float:

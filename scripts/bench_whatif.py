@@ -31,8 +31,8 @@ from optimizer.whatif import ScenarioOptions, run_scenarios  # noqa: E402
 from workloads.scenarios import load_scenarios  # noqa: E402
 
 
-def _strip(rows):
-    out = json.loads(json.dumps(rows))
+def _strip(results):
+    out = json.loads(json.dumps([r.to_json() for r in results]))
     for r in out:
         for d in (r, r.get("plan", {})):
             d.pop("solve_seconds", None)
