@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from optimizer.results.money import MoneyAssumptions
 from optimizer.results.provenance import (
     Fidelity,
     HeadroomPolicy,
@@ -43,33 +44,6 @@ class Provenance:
 
     input_file: str = ""
     input_sha256: str = ""
-
-
-@dataclass(frozen=True)
-class Assumptions:
-    objective: str
-    horizon_years: int
-    electricity_usd_per_kwh: float
-    pue: float
-    power_utilization: float
-    maintenance_fraction_per_year: float
-    discount_rate: float
-    server_overhead_usd: float
-    server_power_w: float
-    hours_per_year: float
-    capex_budget_usd: float | None
-    annual_budget_usd: float | None
-    max_power_kw: float | None
-    api_usd_per_million_output_tokens: float | None
-    api_usd_per_million_input_tokens: float | None
-    colocation_usd_per_kw_month: float = 0.0
-    colocation_usd_per_rack_month: float = 0.0
-    rack_units_per_rack: int = 42
-    network_usd_per_server: float = 0.0
-    depreciation_years: int | None = None
-    lease_interest_rate: float = 0.08
-    lease_years: int | None = None
-    allow_partial_servers: bool = True
 
 
 @dataclass(frozen=True)
@@ -262,7 +236,7 @@ class PlanResult:
     input_sha256: str = ""
     gpuplan_version: str = ""
     created_utc: str = ""
-    assumptions: Assumptions | None = None
+    assumptions: MoneyAssumptions | None = None
     fleet: tuple[FleetRow, ...] = ()
     deployments: tuple[Deployment, ...] = ()
     workloads: tuple[WorkloadResult, ...] = ()
