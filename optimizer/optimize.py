@@ -17,7 +17,7 @@ from pathlib import Path
 from catalog.errors import SolverError
 from catalog.load import Catalog
 from optimizer.assemble import assemble
-from optimizer.models.params import load_params
+from optimizer.models.params import CalibrationParams, load_params
 from optimizer.planning.candidate_set import CandidateSet, fleet_problem, rebase_candidates
 from optimizer.planning.candidates import model_candidates
 from optimizer.planning.capacity_table import CapacityTable, load_capacity_table, table_candidates
@@ -59,7 +59,7 @@ from workloads.spec import Plan
 def optimize_plan(
     plan: Plan,
     catalog: Catalog,
-    params=None,
+    params: CalibrationParams | None = None,
     *,
     options: SolverOptions = SolverOptions(),
     source: Provenance = Provenance(),
@@ -196,7 +196,7 @@ class StageClock:
         return replace(result, timings_s=timings)
 
 
-def plan_candidates(plan: Plan, catalog: Catalog, params, capacity_table: CapacityTable | Path | str | None,
+def plan_candidates(plan: Plan, catalog: Catalog, params: CalibrationParams | None, capacity_table: CapacityTable | Path | str | None,
                     n_buckets: int, candidates: CandidateSet | None) -> CandidateSet:
     """The candidate set: ``candidates`` rebased onto ``plan``, a measured capacity table, or the models."""
     if candidates is not None:
