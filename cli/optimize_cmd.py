@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from catalog.constants import HOURS_PER_YEAR
 from catalog.errors import WorkloadError
 from catalog.outputs import Output, plan_outputs
 from cli.common import (
@@ -176,7 +177,7 @@ def render(data: dict[str, Any]) -> None:
         ["  maintenance per year", fmt(data["annual_maintenance_usd"])],
         ["  colocation per year", fmt(data.get("annual_facility_usd", 0.0))],
         ["  cloud rental per year", fmt(data["annual_cloud_usd"])
-         + (f" ({data['annual_cloud_usd'] / 8760:,.2f} / h)" if data["objective"] == "cloud" else "")],
+         + (f" ({data['annual_cloud_usd'] / HOURS_PER_YEAR:,.2f} / h)" if data["objective"] == "cloud" else "")],
         [f"TCO over {data['assumptions']['horizon_years']} years", fmt(data["tco_usd"])],
         ["NPV of costs", fmt(data["npv_usd"])],
         ["power (nameplate)", fmt(data["power_kw"], 1) + " kW"],

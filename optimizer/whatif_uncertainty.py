@@ -22,13 +22,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from catalog.load import Catalog
+from optimizer.models.fidelity import Z90
 from optimizer.results.plan_result import PlanResult
 from optimizer.whatif_demand import scaled
 from workloads.scenarios import Scenario, Uncertainty
 from workloads.spec import Plan
 
-# Φ⁻¹(0.9): a fidelity band's ends are its 10th and 90th percentiles.
-Z_90 = 1.2815515655446004
 MODEL_ERROR_NOTE = "capacity of each device × a draw from its fidelity band (one draw per class per sample)"
 
 
@@ -123,7 +122,7 @@ def model_error_draws(base: PlanResult, samples: int, seed: int) -> list[dict[st
 
     Each device's log factor is normal with its fidelity band as 10th/90th percentile
     (``Deployment.fidelity``; ``optimizer.models.fidelity``): μ = (ln low + ln high)/2,
-    σ = (ln high − ln low)/(2·Z_90). Devices of one fidelity class share one standard-normal
+    σ = (ln high − ln low)/(2·Z90). Devices of one fidelity class share one standard-normal
     draw per sample (a class's error is common to its devices: the same extrapolation).
     Seeded by ``seed + 1``, so the demand and price draws of ``sample_uncertainty`` stay as they were.
     """
@@ -139,7 +138,7 @@ def model_error_draws(base: PlanResult, samples: int, seed: int) -> list[dict[st
         row = {}
         for device, f in sorted(bands.items()):
             lo, hi = math.log(f.low_factor), math.log(f.high_factor)
-            row[device] = math.exp((lo + hi) / 2 + (hi - lo) / (2 * Z_90) * z[f.class_])
+            row[device] = math.exp((lo + hi) / 2 + (hi - lo) / (2 * Z90) * z[f.class_])
         draws.append(row)
     return draws
 

@@ -44,8 +44,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-HOURS_PER_YEAR = 8760.0
-MONTHS_PER_YEAR = 12.0
+from catalog.constants import HOURS_PER_YEAR, MONTHS_PER_YEAR
+
 # Per-server figures of a unit with no platform (a user's device, a capacity-table unit), and
 # the single figure every server had before platforms: a chassis with CPUs, memory and NICs.
 DEFAULT_SERVER_USD = 30000.0
