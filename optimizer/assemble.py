@@ -12,10 +12,7 @@ from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 
 from optimizer.planning.candidate_set import CandidateSet, UnitSpec, WorkloadCandidates
-from optimizer.planning.milp import (
-    FleetProblem,
-    FleetSolution,
-)
+from optimizer.planning.milp.problem import FleetProblem, FleetSolution
 from optimizer.results.money import (
     MoneyAssumptions,
     capex_terms,

@@ -28,15 +28,9 @@ from optimizer.planning.diagnose import (
     unservable,
 )
 from optimizer.planning.headroom import capacity_factors, demand_factor, policy_of, sized
-from optimizer.planning.milp import (
-    CHILD_MIN_OPTIONS,
-    RESTRICT_MIN_OPTIONS,
-    FleetProblem,
-    FleetSolution,
-    SolverOptions,
-    solve_fleet,
-    solve_restricted,
-)
+from optimizer.planning.milp.problem import FleetProblem, FleetSolution
+from optimizer.planning.milp.restrict import RESTRICT_MIN_OPTIONS, solve_restricted
+from optimizer.planning.milp.solve import CHILD_MIN_OPTIONS, solve_fleet
 from optimizer.planning.safeguards import (
     annotate,
     fidelity_map,
@@ -45,7 +39,7 @@ from optimizer.planning.safeguards import (
 )
 from optimizer.planning.sensitivity import analyse
 from optimizer.planning.shortlist import single_device_shortlist
-from optimizer.planning.solver_options import DEFAULT_N_BUCKETS
+from optimizer.planning.solver_options import DEFAULT_N_BUCKETS, SolverOptions
 from optimizer.results.plan_result import (
     Diagnostic,
     PlanResult,

@@ -24,8 +24,9 @@ from optimizer.optimize import optimize_plan
 from optimizer.planning.candidate_set import fleet_problem
 from optimizer.planning.candidates import model_candidates
 from optimizer.planning.headroom import demand_factor
-from optimizer.planning.milp import SolverOptions, solve_fleet
+from optimizer.planning.milp.solve import solve_fleet
 from optimizer.planning.sensitivity import analyse, fleet_of, with_capacity, with_price
+from optimizer.planning.solver_options import SolverOptions
 from optimizer.results.money import MoneyAssumptions
 from tests.conftest import EXAMPLES
 from workloads import load_plan, parse_plan, resolve_catalog
