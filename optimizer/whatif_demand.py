@@ -34,7 +34,7 @@ from optimizer.planning.candidate_set import CandidateSet, fleet_problem, rebase
 from optimizer.planning.diagnose import unservable
 from optimizer.planning.headroom import capacity_factors, demand_factor, sized
 from optimizer.planning.milp.build import build_model
-from optimizer.planning.milp.problem import PRESOLVE_MIN_OPTIONS, FleetSolution
+from optimizer.planning.milp.problem import PRESOLVE_MIN_OPTIONS, FleetProblem, FleetSolution
 from optimizer.planning.milp.solve import extract, solve_model
 from optimizer.planning.safeguards import fidelity_map
 from optimizer.planning.solver_options import SolverOptions
@@ -80,7 +80,15 @@ def max_share(plan: Plan, cset: CandidateSet, catalog: Catalog, params: Calibrat
     top = sized_candidates(scaled(plan, MAX_DEMAND_MULTIPLIER), cset, catalog, params)
     if unservable(top):
         return SolveStatus.INFEASIBLE, 0.0, None
-    model = build_model(fleet_problem(top, plan), "feasible")
+    status, t, fleet = solve_max_share(fleet_problem(top, plan), options)
+    return status, t * MAX_DEMAND_MULTIPLIER, fleet
+
+
+def solve_max_share(problem: FleetProblem, options: SolverOptions) -> tuple[SolveStatus, float, FleetSolution | None]:
+    """(status, t, fleet): the largest share t ∈ [0, 1] of every bucket's rate in ``problem`` that
+    some fleet meeting all its other rows serves (the module docstring's MILP), and that fleet
+    (routed loads at the problem's full rates). t = 0 and None unless the status has a plan."""
+    model = build_model(problem, "feasible")
     t = model.prob.add_variable("demand_share", 0, 1)
     for row in model.prob.constraints():
         if row.name.startswith("demand__"):  # together + s = 1  →  together + s − t = 0
@@ -89,10 +97,10 @@ def max_share(plan: Plan, cset: CandidateSet, catalog: Catalog, params: Calibrat
     model.prob.sense = pulp.LpMaximize
     model.prob.setObjective(pulp.LpAffineExpression([(t, 1.0)]))
     run = solve_model(model, time_limit_s=options.time_limit_s, gap=DEMAND_GAP, solver=options.solver,
-                      presolve=len(model.problem.options) >= PRESOLVE_MIN_OPTIONS)
+                      presolve=len(problem.options) >= PRESOLVE_MIN_OPTIONS)
     if not run.status.has_plan:
         return run.status, 0.0, None
-    return run.status, max(float(t.value() or 0.0), 0.0) * MAX_DEMAND_MULTIPLIER, extract(model, run, 0.0)
+    return run.status, min(max(float(t.value() or 0.0), 0.0), 1.0), extract(model, run, 0.0)
 
 
 def fleet_at(fleet: FleetSolution, multiplier: float) -> FleetSolution:

@@ -8,8 +8,12 @@ import pytest
 import yaml
 
 from catalog import load_catalog
+from optimizer.planning.milp.problem import Demand, FleetProblem, Limits, Option, UnitTerms
+from optimizer.planning.solver_options import SolverOptions
+from optimizer.results.money import LinearTerms
 from optimizer.results.plan_result import Deployment, PlanResult, SolveStatus, WorkloadResult
 from optimizer.results.provenance import Fidelity
+from optimizer.whatif_demand import bisect, round_down, solve_max_share
 from optimizer.whatif_uncertainty import fixed_fleet_meets, model_error_draws, summarise_uncertainty
 from tests.conftest import EXAMPLES
 from workloads.scenarios import load_scenarios
@@ -176,3 +180,35 @@ def test_monte_carlo_model_error_by_fidelity_class(headroom, expected):
     summary = summarise_uncertainty(base, [(1.0, base)] * n, seed=0)
     assert summary.base_fleet_meets_slo_probability == sum(meets) / n
     assert summary.base_fleet_meets_slo_probability_without_model_error == 1.0
+
+
+def _two_devices(n_plus_one: bool = False, capex_usd: float = 35.0) -> FleetProblem:
+    """10 req/s of one workload; x: $10 per GPU, 2 req/s per replica; y: $20 per GPU, 5 req/s; 1 GPU each."""
+    def unit(device: str, usd: float) -> UnitTerms:
+        zero = LinearTerms(0.0, 0.0)
+        return UnitTerms(device, 1, LinearTerms(usd, 0.0), LinearTerms(usd, 0.0), zero, zero)
+
+    return FleetProblem((Demand("w", (10.0,), n_plus_one=n_plus_one),),
+                        (Option("w", "x1", "x", 1, (2.0,)), Option("w", "y1", "y", 1, (5.0,))),
+                        {"x": unit("x", 10.0), "y": unit("y", 20.0)}, Limits(capex_usd=capex_usd))
+
+
+@pytest.mark.parametrize("n_plus_one, capex_usd, share", [
+    (False, 35.0, 0.7),   # $35 buys 1 y + 1 x (7 req/s); 3 x carry 6, 2 y cost $40
+    (True, 35.0, 0.4),    # N+1: every candidate carrying load keeps a spare: 3 x carry 2 × 2 req/s
+    (False, 1000.0, 1.0),  # the budget is not binding: the whole demand, t capped at 1
+    (False, 5.0, 0.0),    # $5 buys no replica
+])
+def test_max_share_milp_on_paper(n_plus_one, capex_usd, share):
+    status, t, fleet = solve_max_share(_two_devices(n_plus_one, capex_usd), SolverOptions())
+    assert status == SolveStatus.OPTIMAL
+    assert t == pytest.approx(share, abs=1e-7)
+    if share > 0:
+        assert sum(fleet.routed_qps.values()) == pytest.approx(10.0)  # routed at the full rate: shares sum to 1
+
+
+def test_round_down_and_bisection_agree_with_the_milp():
+    assert round_down(9.45694) == 9.456 and round_down(0.27689) == 0.2768 and round_down(1024.0) == 1024.0
+    served = 7.0  # the first case above, as a multiplier of 1 req/s: feasible up to 7
+    found = bisect(lambda m: m <= served)
+    assert served * (1 - 0.02) <= found <= served
