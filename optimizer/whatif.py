@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import multiprocessing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -49,7 +48,7 @@ from optimizer.planning.diagnose import unservable
 from optimizer.planning.milp.problem import FleetSolution
 from optimizer.planning.milp.solve import solve_fleet
 from optimizer.planning.solver_options import DEFAULT_N_BUCKETS, SolverOptions
-from optimizer.results.plan_result import PlanResult
+from optimizer.results.plan_result import PlanResult, record_json
 from optimizer.whatif_demand import (
     MIN_DEMAND_MULTIPLIER,
     max_demand_multiplier,
@@ -102,14 +101,13 @@ class ScenarioResult:
         s, r = self.scenario, self.result
         row: dict[str, Any] = {
             "name": s.name, "group": s.group, "mode": s.mode, "level": s.level, "overrides": s.overrides,
-            "status": str(r.status), "status_detail": r.status_detail, "objective": r.objective,
-            **{k: _finite(getattr(r, k)) for k in ("objective_usd", "capex_usd", "annual_opex_usd", "tco_usd",
-                                                   "power_kw")},
-            "gpus_total": r.gpus_total,
+            "status": str(r.status),
+            **record_json(r, ("status_detail", "objective", "objective_usd", "capex_usd", "annual_opex_usd",
+                              "tco_usd", "power_kw", "gpus_total")),
             "fleet": {f.device: f.gpus for f in r.fleet},
             "demand_multiplier": self.demand_multiplier,
             "served_qps": self.served_qps,
-            "workloads": [{k: getattr(w, k) for k in _ROW_WORKLOAD_KEYS} for w in r.workloads],
+            "workloads": [record_json(w, _ROW_WORKLOAD_KEYS) for w in r.workloads],
         }
         if with_plan:
             row["plan"] = r.to_json()
@@ -118,11 +116,6 @@ class ScenarioResult:
 
 _ROW_WORKLOAD_KEYS = ("name", "qps", "met", "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms",
                       "slo_ttft_p99_ms", "slo_tpot_p99_ms", "slo_e2e_p99_ms")
-
-
-def _finite(value: float | None) -> float | None:
-    """A finite float, or None (JSON has no inf/nan)."""
-    return None if value is None or not math.isfinite(float(value)) else float(value)
 
 
 @dataclass(frozen=True)
