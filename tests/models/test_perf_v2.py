@@ -12,6 +12,7 @@ import pytest
 
 from catalog import load_catalog
 from catalog.schema import Device, Model, Source
+from optimizer.models.configs import build_configs, config_key
 from optimizer.models.fidelity import fidelity_of
 from optimizer.models.params import (
     CalibrationParams,
@@ -21,8 +22,6 @@ from optimizer.models.params import (
     default_engine,
 )
 from optimizer.models.perf import (
-    build_configs,
-    config_key,
     decode_parts,
     decode_step_s,
     offline_batch,
