@@ -98,7 +98,7 @@ class Configs:
     lm_head_peak_flops: np.ndarray  # 16-bit peak (the lm_head stays BF16)
     step_overhead_s: np.ndarray
     sequence_overhead_s: np.ndarray  # host time per running sequence per step (sampling, bookkeeping)
-    batch_cap: np.ndarray  # scheduler cap on running sequences of each configuration (engine default or --max-batch)
+    batch_cap: np.ndarray  # cap on running sequences of the replica: ep x the per-rank cap (engine default or --max-batch)
     link_bytes_s: np.ndarray  # achieved per-direction all-reduce link bandwidth
     allreduce_latency_s: np.ndarray
     activation_bytes: np.ndarray
@@ -151,8 +151,11 @@ def build_configs(
 
     ``engines``: serving engine per combo (None = ``default_engine`` of the device);
     ``ep``: expert-parallel degree per combo (attention data-parallel over ep ranks of tp GPUs;
-    > 1 only for MoE models); ``max_batch``: scheduler cap on running sequences per combo
-    (None = the engine's ``max_batch_sequences``).
+    > 1 only for MoE models); ``max_batch``: scheduler cap on running sequences per combo and
+    attention rank (None = the engine's ``max_batch_sequences``): the replica runs at most
+    ep · cap sequences, as each attention data-parallel rank schedules its own batch
+    (TensorRT-LLM's DeepSeek-R1 blog runs DEP8 at ``max_batch_size 384`` with
+    ``--concurrency 3072`` = 8 · 384).
     """
     n = len(combos)
     devices = [d for d, _, _, _ in combos]
@@ -169,6 +172,9 @@ def build_configs(
     if max_batch is not None:
         caps = _per_combo(max_batch, n, "max_batch")
         batch_cap = np.array([b if c is None else float(c) for b, c in zip(batch_cap, caps, strict=True)], dtype=float)
+    # the cap is per scheduler: each of the ep attention data-parallel ranks runs its own
+    # (TensorRT-LLM max_batch_size, vLLM max_num_seqs per data-parallel engine)
+    batch_cap = batch_cap * epa
     mem = _memory(model, params, tp, pp, epa, per_dev, per_prec)
 
     in_domain = gpus / pp <= per_dev(lambda d: d.interconnect_domain_gpus)

@@ -187,7 +187,8 @@ class CalibrationParams(_Strict):
     workspace_gb_per_gpu: NonNeg = Field(
         1.5, description="activation/workspace memory per GPU (GiB) outside weights and KV")
     max_batch_sequences: int = Field(
-        2048, gt=0, description="scheduler cap on running sequences in the offline benchmarks")
+        2048, gt=0, description="scheduler cap on running sequences in the offline benchmarks, per "
+        "attention rank (a replica with ep attention data-parallel ranks runs up to ep times as many)")
     kv_reserved_output_fraction: Fraction = Field(
         1.0, description="share of the output length whose KV is reserved per running sequence "
         "when the batch is limited by memory (1 = guaranteed-no-evict scheduling)")

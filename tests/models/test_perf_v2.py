@@ -126,6 +126,21 @@ def moe(**kw) -> Model:
     return Model(**data)
 
 
+
+def test_batch_cap_is_per_attention_rank():
+    """A DEP replica schedules per attention rank: DEP8 at max_batch_size 384 runs 8 · 384 = 3072
+    sequences (TensorRT-LLM's DeepSeek-R1 blog: --ep 8, enable_attention_dp, max_batch_size 384,
+    --concurrency 3072), and ep 8 at the engine default cap runs 8 × that default.
+
+    KV fits far more: synth-moe KV is 2·32·8·128·2 = 131072 B/token, 192 GiB·0.92 − weights per GPU
+    leaves > 100 GB per rank, > 800k tokens per rank, ~ 3,000 sequences of 256 tokens per rank.
+    """
+    d = device()
+    p = CalibrationParams(max_batch_sequences=100)
+    c = build_configs(moe(), [(d, BF16, 1, 1)] * 3, p, ep=[8, 8, 1], max_batch=[384, None, 384])
+    assert list(c.batch_cap) == [3072.0, 800.0, 384.0]
+    assert list(offline_batch(c, 128, 128)) == [3072.0, 800.0, 384.0]
+
 def test_expert_parallel_splits_experts_and_multiplies_kv():
     """ep 4: each GPU holds the dense part whole and 1/4 of the experts; attention is data-parallel,
     so the KV capacity is 4 GPUs' free memory; the replica has 4 GPUs and an all-to-all per MoE layer."""
