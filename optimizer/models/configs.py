@@ -93,7 +93,8 @@ class Configs:
     peak_flops: np.ndarray  # dense peak of the GEMM compute dtype, FLOP/s (NaN if unsupported)
     compute_efficiency: np.ndarray  # GEMMs, by device class, engine and GEMM dtype
     attention_peak_flops: np.ndarray  # dense peak of the attention dtype, FLOP/s
-    attention_efficiency: np.ndarray
+    attention_efficiency: np.ndarray  # decode attention math
+    prefill_attention_efficiency: float  # context (prefill) attention math, FMHA kernels
     moe_efficiency: np.ndarray  # share of compute_efficiency the routed-expert grouped GEMMs reach
     lm_head_peak_flops: np.ndarray  # 16-bit peak (the lm_head stays BF16)
     step_overhead_s: np.ndarray
@@ -198,6 +199,7 @@ def build_configs(
         peak_flops=peak_flops, compute_efficiency=fac("compute_efficiency"),
         attention_peak_flops=attn_peak, attention_efficiency=fac("attention_efficiency"),
         moe_efficiency=fac("moe_efficiency"),
+        prefill_attention_efficiency=float(params.prefill_attention_efficiency or params.attention_efficiency),
         lm_head_peak_flops=per_dev(lambda d: d.peak_16bit_tflops) * 1e12,
         step_overhead_s=fac("step_overhead_ms") / 1e3, sequence_overhead_s=fac("sequence_overhead_us") / 1e6,
         batch_cap=batch_cap,
@@ -396,7 +398,8 @@ class StageConstants:
     gemm_flops_per_token: np.ndarray  # 2·active dense body params / G (attention, shared experts, dense FFNs)
     expert_flops_per_token: np.ndarray  # 2·k·params per expert / G (routed experts)
     lm_head_s_per_sequence: np.ndarray  # 2·vocab·hidden/(e·t) / (16-bit peak·eff_flops)
-    attn_s_per_ctx_token: np.ndarray  # 4·L·H·d / G / (attention peak·e_attn)
+    attn_s_per_ctx_token: np.ndarray  # decode: attention FLOPs per context token / G / (attention peak·e_attn)
+    prefill_attn_s_per_ctx_token: np.ndarray  # prefill: the same with the prefill FLOPs and efficiency
     allreduces: np.ndarray  # all-reduces per stage pass, layers/p · 2 (0 at t = 1)
     ring_factor: np.ndarray  # 2·(t−1)/t: share of the bytes each GPU sends in a ring all-reduce
     alltoalls: np.ndarray  # all-to-alls per stage pass, moe_layers/p · 2 (0 at e = 1)
@@ -440,8 +443,10 @@ def stage_constants(c: Configs) -> StageConstants:
         moe_flops_s=c.peak_flops * c.compute_efficiency * c.moe_efficiency,
         gemm_flops_per_token=2.0 * body_active / gpus, expert_flops_per_token=2.0 * routed_active / gpus,
         lm_head_s_per_sequence=2.0 * lm_head / (t * e * p) / (c.lm_head_peak_flops * c.compute_efficiency),
-        attn_s_per_ctx_token=attention_flops_per_context_token(m) / gpus
+        attn_s_per_ctx_token=decode_attention_flops_per_context_token(m) / gpus
         / (c.attention_peak_flops * c.attention_efficiency),
+        prefill_attn_s_per_ctx_token=attention_flops_per_context_token(m) / gpus
+        / (c.attention_peak_flops * c.prefill_attention_efficiency),
         allreduces=np.where(t > 1, m.num_layers / p * 2.0, 0.0), ring_factor=2.0 * (t - 1.0) / t * hidden_act / e,
         alltoalls=np.where(e > 1, m.moe_layers / p * 2.0, 0.0),
         a2a_factor=(e - 1.0) / e * max(m.experts_per_token, 1) * hidden_act / e,
@@ -454,6 +459,26 @@ def stage_constants(c: Configs) -> StageConstants:
 
 
 def attention_flops_per_context_token(model: Model) -> float:
-    """FLOPs of attention for one query token per token of context, all layers: 4·layers·heads·head_dim."""
+    """FLOPs of attention for one query token per token of context, all layers, as a prefill
+    (context) kernel computes it: ``2·layers·heads·(d_qk + d_v)`` = 4·layers·heads·head_dim for
+    MHA/GQA. MLA runs its prefill un-absorbed, every head with its own keys: d_qk = head_dim +
+    qk_rope_head_dim (DeepSeek-V3: 128 + 64), d_v = head_dim (DeepSeek-V2, arXiv 2405.04434, §2.1)."""
+    if model.is_mla:
+        return 2.0 * model.num_layers * model.num_attention_heads * (2 * model.head_dim + model.qk_rope_head_dim)
     return ATTENTION_FLOPS_PER_QK_ELEMENT * model.num_layers * model.num_attention_heads * model.head_dim
+
+
+def decode_attention_flops_per_context_token(model: Model) -> float:
+    """FLOPs of decode attention for one query token per token of context, all layers.
+
+    MHA/GQA as in prefill (4·layers·heads·head_dim). MLA decodes *absorbed* (W_UK folded into the
+    query, W_UV into the output: DeepSeek-V2 §2.1.2): every head attends the shared latent, keys
+    of kv_lora_rank + qk_rope_head_dim and values of kv_lora_rank, so
+    ``2·layers·heads·(2·kv_lora_rank + qk_rope_head_dim)`` — DeepSeek-V3: 2·61·128·1088 =
+    16.99 MFLOP, 4.25× the 4·61·128·128 a per-head layout would give (FlashMLA's decode kernel
+    takes K of width 576 and V of width 512: https://github.com/deepseek-ai/FlashMLA, 2025-02).
+    """
+    if model.is_mla:
+        return 2.0 * model.num_layers * model.num_attention_heads * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
+    return attention_flops_per_context_token(model)
 

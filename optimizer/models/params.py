@@ -146,7 +146,11 @@ class CalibrationParams(_Strict):
         0.6, description="GEMMs: achieved / dense peak tensor FLOPS of the compute dtype (overrides by "
         "compute_dtype and engine)")
     attention_efficiency: Fraction = Field(
-        0.3, description="attention math: achieved / dense peak of the attention dtype")
+        0.3, description="decode attention math: achieved / dense peak of the attention dtype")
+    prefill_attention_efficiency: Fraction | None = Field(
+        None, description="context (prefill) attention math: achieved / dense peak of the attention dtype "
+        "(FMHA context kernels, a different kernel from decode attention); None = attention_efficiency "
+        "(parameter files fitted before it existed)")
     moe_efficiency: Fraction = Field(
         1.0, description="routed-expert grouped GEMMs: share of compute_efficiency they reach (many "
         "small per-expert GEMMs; overrides by generation)")

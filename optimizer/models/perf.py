@@ -14,8 +14,10 @@ of t GPUs and the routed experts are split e ways, as TensorRT-LLM's "DEP" does)
   ``t_gemm = smax(dense bytes/GPU / (bw·e_bw), 2·dense active·T/G / (peak[gemm]·e_c)) +
   smax(touched expert bytes/GPU / (bw·e_bw), 2·k·expert·T/G / (peak[gemm]·e_c·e_moe)) +
   2·vocab·hidden·b/(p·e·t) / (peak[16 bit]·e_c)`` (dense GEMMs, MoE grouped GEMMs, lm_head),
-  ``t_attn = smax(b·c·kv/(kv_shards·p·e) / (bw·e_bw), 4·L·H·d·b·c/G / (peak[attn]·e_attn))``,
-  ``t_prefill_attn = 4·L·H·d·n·span/G / (peak[attn]·e_attn)``,
+  ``t_attn = smax(b·c·kv/(kv_shards·p·e) / (bw·e_bw), F_dec·b·c/G / (peak[attn]·e_attn))``,
+  ``t_prefill_attn = F_pre·n·span/G / (peak[attn]·e_prefill_attn)`` with F the attention FLOPs
+  per context token (``4·L·H·d``; MLA: absorbed in decode, ``2·L·H·(2·r + d_rope)``, per head
+  in prefill, ``2·L·H·(2·d + d_rope)``: ``optimizer.models.configs``),
   ``t_comm = L/p · 2 · (2·(t−1)/t · T/e·hidden·act / link + latency)`` (tensor parallel)
   ``+ moe_layers/p · 2 · (2·(e−1)/e · T/e·k·hidden·act / link + latency)`` (all-to-all),
   ``t_hop = T·hidden·act/link + hop latency`` (p > 1 only);
@@ -167,7 +169,7 @@ def _decode_step(c: Configs, batch, context_tokens, prefill_tokens, prefill_cont
     kv_mem = decode_ctx * k.kv_read_per_ctx_token / k.memory_bytes_s  # verify tokens reuse the same KV reads
     attn_comp = (decode_ctx + verify * seq_ctx) * k.attn_s_per_ctx_token
     attn_s = smooth_max(kv_mem, attn_comp, n)
-    prefill_attn_s = micro_n * effective_context(c.model, pctx) * k.attn_s_per_ctx_token
+    prefill_attn_s = micro_n * effective_context(c.model, pctx) * k.prefill_attn_s_per_ctx_token
     comm_s = _comm_s(c, tokens, ndim)
     host_s = k.step_overhead_s + b * k.sequence_overhead_s
     step_s = k.pp * (gemm_s + attn_s + prefill_attn_s + comm_s) + host_s
@@ -258,7 +260,7 @@ def prefill_s(c: Configs, prompt_tokens, batch_prompts=1) -> np.ndarray:
     # the prompt occupies one attention rank: its per-GPU work is that of e·T tokens spread over the group
     rank_tokens = tokens * k.ep
     gemm = _gemm_s(c, rank_tokens, ndim)[0]  # the lm_head of the last token is neglected, as in a step
-    attn_s = rank_tokens * effective_context(c.model, L / 2.0) * k.attn_s_per_ctx_token
+    attn_s = rank_tokens * effective_context(c.model, L / 2.0) * k.prefill_attn_s_per_ctx_token
     return k.pp * (gemm + attn_s + _comm_s(c, tokens, ndim)) + k.step_overhead_s
 
 

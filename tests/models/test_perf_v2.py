@@ -12,7 +12,12 @@ import pytest
 
 from catalog import load_catalog
 from catalog.schema import Device, Model, Source
-from optimizer.models.configs import build_configs, config_key
+from optimizer.models.configs import (
+    attention_flops_per_context_token,
+    build_configs,
+    config_key,
+    decode_attention_flops_per_context_token,
+)
 from optimizer.models.fidelity import fidelity_of
 from optimizer.models.params import (
     CalibrationParams,
@@ -219,3 +224,28 @@ def test_workload_engine_reaches_the_candidates():
         caps.append(max(c.capacity_qps[0] for c in kept))
     assert all(not k.endswith("__vllm") for k in keys[0]) and keys[1] and all(k.endswith("__vllm") for k in keys[1])
     assert caps[1] < caps[0]
+
+
+def test_mla_attention_flops_absorbed_in_decode_per_head_in_prefill():
+    """DeepSeek-R1 (61 layers, 128 heads, head_dim 128, rope 64, latent 512): decode attends the
+    latent absorbed, 2·61·128·(2·512 + 64) = 16,990,208 FLOP per context token; prefill runs per
+    head, 2·61·128·(2·128 + 64) = 4,997,120; a GQA model is 4·layers·heads·head_dim in both."""
+    r1 = CAT.model("deepseek-r1")
+    assert decode_attention_flops_per_context_token(r1) == 16_990_208
+    assert attention_flops_per_context_token(r1) == 4_997_120
+    m = dense()
+    assert decode_attention_flops_per_context_token(m) == attention_flops_per_context_token(m) == 4 * 32 * 32 * 128
+
+
+def test_prefill_attention_has_its_own_efficiency():
+    """Halving prefill_attention_efficiency doubles the prefill attention part only: the decode
+    step without prefill tokens is unchanged; None falls back to attention_efficiency."""
+    base = dict(attention_efficiency=0.4, **ZERO_HOST)
+    c = build_configs(dense(), [(device(), BF16, 1, 1)] * 3, CalibrationParams(**base))
+    c2 = build_configs(dense(), [(device(), BF16, 1, 1)] * 3, CalibrationParams(prefill_attention_efficiency=0.2, **base))
+    assert c.prefill_attention_efficiency == 0.4
+    one, two = decode_parts(c, 64, 2048.0, 4096.0, 1024.0), decode_parts(c2, 64, 2048.0, 4096.0, 1024.0)
+    assert two.prefill_attn_s[0] == pytest.approx(2 * one.prefill_attn_s[0], rel=1e-12)
+    assert two.attn_s[0] == one.attn_s[0] and two.gemm_s[0] == one.gemm_s[0]
+    # prefill attention = 4·32·32·128 FLOP · 4096 tokens · span 1024 / (1000e12 · 0.4)
+    assert one.prefill_attn_s[0] == pytest.approx(4 * 32 * 32 * 128 * 4096 * 1024 / (1000e12 * 0.4), rel=1e-9)
