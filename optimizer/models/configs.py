@@ -15,7 +15,8 @@ over e ranks of t GPUs and splits the routed experts e ways, as TensorRT-LLM's "
 - memory fit: weights/GPU + workspace + KV ≤ usable fraction · memory (GiB).
 - link = interconnect_gb_s/2 per direction when the group fits in interconnect_domain_gpus,
   else the host link pcie_gb_s/2, times ``link_efficiency``.
-- efficiencies come from ``CalibrationParams.factors_for`` (device class, engine, GEMM dtype);
+- efficiencies come from ``CalibrationParams.factors_for`` (device class, engine, GEMM dtype,
+  weight-only quantization);
   :class:`StageConstants` folds them with the model's shapes into the per-stage factors the
   step functions multiply (computed once per Configs).
 
@@ -274,17 +275,17 @@ def _peaks(devices: list[Device], precs: list[Precision]) -> tuple[np.ndarray, n
 
 def _factors(devices: list[Device], precs: list[Precision], eng: list[str], params: CalibrationParams):
     """``fac(name)``: the :class:`DeviceFactors` field ``name`` of every combo as an (N,) array,
-    the factors looked up once per distinct (device, engine, GEMM dtype)."""
+    the factors looked up once per distinct (device, engine, GEMM dtype, weight-only)."""
     n = len(devices)
-    fac_index: dict[tuple[str, str, str], int] = {}
+    fac_index: dict[tuple[str, str, str, bool], int] = {}
     fac_list: list[DeviceFactors] = []
     idx = np.empty(n, dtype=np.int64)
     for i, (d, q, e) in enumerate(zip(devices, precs, eng, strict=True)):
-        k = (d.key, e, q.compute_dtype)
+        k = (d.key, e, q.compute_dtype, q.weight_only)
         j = fac_index.get(k)
         if j is None:
             j = fac_index[k] = len(fac_list)
-            fac_list.append(params.factors_for(d, e, q.compute_dtype))
+            fac_list.append(params.factors_for(d, e, q.compute_dtype, q.weight_only))
         idx[i] = j
 
     def fac(name: str) -> np.ndarray:

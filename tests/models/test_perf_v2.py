@@ -249,3 +249,18 @@ def test_prefill_attention_has_its_own_efficiency():
     assert two.attn_s[0] == one.attn_s[0] and two.gemm_s[0] == one.gemm_s[0]
     # prefill attention = 4·32·32·128 FLOP · 4096 tokens · span 1024 / (1000e12 · 0.4)
     assert one.prefill_attn_s[0] == pytest.approx(4 * 32 * 32 * 128 * 4096 * 1024 / (1000e12 * 0.4), rel=1e-9)
+
+
+def test_weight_only_override_selects_w4a16_gemms():
+    """int4 (AWQ/GPTQ, W4A16) computes in BF16 like bf16, but a weight_only=True override reaches
+    its GEMMs alone: at batch 8192 (compute-bound) the int4 step is 0.6/0.3 = 2x the bf16 one
+    (GEMM FLOPs identical: the weights are dequantized to 16 bit, same MMA)."""
+    int4 = CAT.precision("int4")
+    assert int4.compute_dtype == "bf16" and int4.weight_only
+    p = CalibrationParams(compute_efficiency=0.6, overrides=[FactorOverride(weight_only=True, compute_efficiency=0.3)],
+                          **ZERO_HOST)
+    c = build_configs(dense(), [(device(), BF16, 1, 1), (device(), int4, 1, 1)], p)
+    assert list(c.compute_efficiency) == [0.6, 0.3]
+    parts = decode_parts(c, np.array([8192.0, 8192.0]), 0.0)
+    assert parts.gemm_s[1] / parts.gemm_s[0] == pytest.approx(2.0, rel=0.02)
+    assert FactorOverride(weight_only=True).selector == "weight_only=True"
