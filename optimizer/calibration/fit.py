@@ -142,7 +142,6 @@ def _global_knobs(params: CalibrationParams, usable: Sequence[Measurement], cat:
         _field_knob("compute_efficiency", 0.1, 1.0),
         _field_knob("attention_efficiency", 0.02, 1.0),
         _field_knob("prefill_attention_efficiency", 0.05, 1.0),
-        _field_knob("kv_bandwidth_efficiency", 0.3, 1.0),
         _field_knob("smooth_max_exponent", 1.5, 64.0),
         _field_knob("step_overhead_ms", 0.02, 30.0),
         _field_knob("memory_usable_fraction", 0.7, 0.97),  # engines keep a reserve; 1.0 is not physical

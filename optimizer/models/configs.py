@@ -96,7 +96,6 @@ class Configs:
     attention_peak_flops: np.ndarray  # dense peak of the attention dtype, FLOP/s
     attention_efficiency: np.ndarray  # decode attention math
     prefill_attention_efficiency: float  # context (prefill) attention math, FMHA kernels
-    kv_bandwidth_efficiency: float  # share of the weight-read bandwidth decode attention's KV reads reach
     moe_efficiency: np.ndarray  # share of compute_efficiency the routed-expert grouped GEMMs reach
     lm_head_peak_flops: np.ndarray  # 16-bit peak (the lm_head stays BF16)
     step_overhead_s: np.ndarray
@@ -202,7 +201,6 @@ def build_configs(
         attention_peak_flops=attn_peak, attention_efficiency=fac("attention_efficiency"),
         moe_efficiency=fac("moe_efficiency"),
         prefill_attention_efficiency=float(params.prefill_attention_efficiency or params.attention_efficiency),
-        kv_bandwidth_efficiency=float(params.kv_bandwidth_efficiency),
         lm_head_peak_flops=per_dev(lambda d: d.peak_16bit_tflops) * 1e12,
         step_overhead_s=fac("step_overhead_ms") / 1e3, sequence_overhead_s=fac("sequence_overhead_us") / 1e6,
         batch_cap=batch_cap,
@@ -396,7 +394,6 @@ class StageConstants:
     expert_read_per_gpu: np.ndarray  # bytes of one routed expert per GPU that holds it: expert/(t·p)
     kv_read_per_ctx_token: np.ndarray  # KV bytes per GPU per (sequence × context token) of its rank
     memory_bytes_s: np.ndarray  # achieved memory bandwidth per GPU, bw·eff_bw
-    kv_memory_bytes_s: np.ndarray  # achieved bandwidth of decode attention's KV reads, bw·eff_bw·eff_kv
     gemm_flops_s: np.ndarray  # achieved GEMM compute per GPU, peak·eff_flops (NaN if unsupported)
     moe_flops_s: np.ndarray  # achieved grouped-GEMM compute per GPU, peak·eff_flops·eff_moe
     gemm_flops_per_token: np.ndarray  # 2·active dense body params / G (attention, shared experts, dense FFNs)
@@ -443,7 +440,6 @@ def stage_constants(c: Configs) -> StageConstants:
         dense_read_per_gpu=c.dense_weight_bytes / (t * p), expert_read_per_gpu=c.expert_weight_bytes / (t * p),
         kv_read_per_ctx_token=c.kv_bytes_per_token / (c.kv_shards * p * e),
         memory_bytes_s=c.memory_bandwidth_bytes_s * c.memory_bandwidth_efficiency,
-        kv_memory_bytes_s=c.memory_bandwidth_bytes_s * c.memory_bandwidth_efficiency * c.kv_bandwidth_efficiency,
         gemm_flops_s=c.peak_flops * c.compute_efficiency,
         moe_flops_s=c.peak_flops * c.compute_efficiency * c.moe_efficiency,
         gemm_flops_per_token=2.0 * body_active / gpus, expert_flops_per_token=2.0 * routed_active / gpus,

@@ -152,10 +152,6 @@ class CalibrationParams(_Strict):
         "compute_dtype and engine)")
     attention_efficiency: Fraction = Field(
         0.3, description="decode attention math: achieved / dense peak of the attention dtype")
-    kv_bandwidth_efficiency: Fraction = Field(
-        1.0, description="decode attention's KV-cache reads: share of memory_bandwidth_efficiency they reach "
-        "(paged KV blocks of a few dozen tokens per sequence and layer, read by the attention kernel, "
-        "against long contiguous weight matrices read by the GEMMs); 1 = parameter files fitted before it existed")
     prefill_attention_efficiency: Fraction | None = Field(
         None, description="context (prefill) attention math: achieved / dense peak of the attention dtype "
         "(FMHA context kernels, a different kernel from decode attention); None = attention_efficiency "

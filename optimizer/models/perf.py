@@ -14,7 +14,7 @@ of t GPUs and the routed experts are split e ways, as TensorRT-LLM's "DEP" does)
   ``t_gemm = smax(dense bytes/GPU / (bw·e_bw), 2·dense active·T/G / (peak[gemm]·e_c)) +
   smax(touched expert bytes/GPU / (bw·e_bw), 2·k·expert·T/G / (peak[gemm]·e_c·e_moe)) +
   2·vocab·hidden·b/(p·e·t) / (peak[16 bit]·e_c)`` (dense GEMMs, MoE grouped GEMMs, lm_head),
-  ``t_attn = smax(b·c·kv/(kv_shards·p·e) / (bw·e_bw·e_kv), F_dec·b·c/G / (peak[attn]·e_attn))``,
+  ``t_attn = smax(b·c·kv/(kv_shards·p·e) / (bw·e_bw), F_dec·b·c/G / (peak[attn]·e_attn))``,
   ``t_prefill_attn = F_pre·n·span/G / (peak[attn]·e_prefill_attn)`` with F the attention FLOPs
   per context token (``4·L·H·d``; MLA: absorbed in decode, ``2·L·H·(2·r + d_rope)``, per head
   in prefill, ``2·L·H·(2·d + d_rope)``: ``optimizer.models.configs``),
@@ -166,7 +166,7 @@ def _decode_step(c: Configs, batch, context_tokens, prefill_tokens, prefill_cont
     gemm_s = gemm + lm_head
     seq_ctx = effective_context(c.model, ctx)
     decode_ctx = micro_b * seq_ctx  # context tokens the decoding micro-batch attends to
-    kv_mem = decode_ctx * k.kv_read_per_ctx_token / k.kv_memory_bytes_s  # verify tokens reuse the same KV reads
+    kv_mem = decode_ctx * k.kv_read_per_ctx_token / k.memory_bytes_s  # verify tokens reuse the same KV reads
     attn_comp = (decode_ctx + verify * seq_ctx) * k.attn_s_per_ctx_token
     attn_s = smooth_max(kv_mem, attn_comp, n)
     prefill_attn_s = micro_n * effective_context(c.model, pctx) * k.prefill_attn_s_per_ctx_token
@@ -198,7 +198,7 @@ def draft_s(c: Configs, batch, context_tokens, ndim: int = 1) -> np.ndarray:
     gemm, _, _ = _gemm_s(c, micro_b, ndim)
     decode_ctx = micro_b * effective_context(c.model, context_tokens)
     kv_share = spec.layer_fraction + spec.extra_kv_ratio
-    attn = smooth_max(decode_ctx * k.kv_read_per_ctx_token * kv_share / k.kv_memory_bytes_s,
+    attn = smooth_max(decode_ctx * k.kv_read_per_ctx_token * kv_share / k.memory_bytes_s,
                       decode_ctx * k.attn_s_per_ctx_token * kv_share, n)
     bytes_per_param = k.weight_bytes_per_gpu * k.tp_pp / (c.model.total_params_b * 1e9)
     extra = smooth_max(spec.extra_weight_params * bytes_per_param / k.tp_pp / k.memory_bytes_s,

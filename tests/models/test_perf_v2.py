@@ -264,16 +264,3 @@ def test_weight_only_override_selects_w4a16_gemms():
     parts = decode_parts(c, np.array([8192.0, 8192.0]), 0.0)
     assert parts.gemm_s[1] / parts.gemm_s[0] == pytest.approx(2.0, rel=0.02)
     assert FactorOverride(weight_only=True).selector == "weight_only=True"
-
-
-def test_kv_reads_have_their_own_bandwidth_efficiency():
-    """kv_bandwidth_efficiency 0.5 doubles the memory side of decode attention only: batch 64 at
-    context 4096 reads 64·4096·131072 B = 34.4 GB of KV at 4 TB/s·0.8·0.5 = 21.5 ms (was 10.7 ms);
-    the GEMM weight reads keep 4 TB/s·0.8."""
-    base = dict(memory_bandwidth_efficiency=0.8, attention_efficiency=1.0, **ZERO_HOST)
-    c1 = build_configs(dense(), [(device(), BF16, 1, 1)], CalibrationParams(**base))
-    c2 = build_configs(dense(), [(device(), BF16, 1, 1)], CalibrationParams(kv_bandwidth_efficiency=0.5, **base))
-    one, two = decode_parts(c1, 64, 4096.0), decode_parts(c2, 64, 4096.0)
-    assert one.attn_s[0] == pytest.approx(64 * 4096 * 131072 / (4e12 * 0.8), rel=1e-6)
-    assert two.attn_s[0] == pytest.approx(2 * one.attn_s[0], rel=1e-6)
-    assert two.gemm_s[0] == one.gemm_s[0]
