@@ -156,6 +156,9 @@ def _global_knobs(params: CalibrationParams, usable: Sequence[Measurement], cat:
         params = params.model_copy(update={"moe_tile_tokens": max(params.moe_tile_tokens, 16.0)})
         knobs.append(_field_knob("moe_tile_tokens", 1.0, 512.0))
         knobs.append(_field_knob("moe_efficiency", 0.05, 1.0))
+    if any(m.tp * m.ep > cat.devices[m.device_key].interconnect_domain_gpus for m in usable):  # type: ignore[index]
+        params = params.model_copy(update={"pcie_link_efficiency": params.pcie_link_efficiency or params.link_efficiency})
+        knobs.append(_field_knob("pcie_link_efficiency", 0.05, 1.0))
     if any(m.ep > 1 for m in usable):
         knobs.append(_field_knob("alltoall_latency_us", 1.0, 200.0))
     if fit_request_overhead:

@@ -14,7 +14,7 @@ over e ranks of t GPUs and splits the routed experts e ways, as TensorRT-LLM's "
   PP each stage holds layers/p, with EP each attention rank holds its own sequences.
 - memory fit: weights/GPU + workspace + KV ≤ usable fraction · memory (GiB).
 - link = interconnect_gb_s/2 per direction when the group fits in interconnect_domain_gpus,
-  else the host link pcie_gb_s/2, times ``link_efficiency``.
+  else the host link pcie_gb_s/2, times ``link_efficiency`` (``pcie_link_efficiency`` over the host link).
 - efficiencies come from ``CalibrationParams.factors_for`` (device class, engine, GEMM dtype,
   weight-only quantization);
   :class:`StageConstants` folds them with the model's shapes into the per-stage factors the
@@ -204,7 +204,8 @@ def build_configs(
         lm_head_peak_flops=per_dev(lambda d: d.peak_16bit_tflops) * 1e12,
         step_overhead_s=fac("step_overhead_ms") / 1e3, sequence_overhead_s=fac("sequence_overhead_us") / 1e6,
         batch_cap=batch_cap,
-        link_bytes_s=link / 2 * 1e9 * params.link_efficiency,
+        link_bytes_s=link / 2 * 1e9 * np.where(in_domain, params.link_efficiency,
+                                               params.pcie_link_efficiency or params.link_efficiency),
         allreduce_latency_s=np.where(in_domain, params.allreduce_latency_us, params.pcie_allreduce_latency_us) / 1e6,
         activation_bytes=per_prec(lambda q: q.activation_bytes),
         dense_weight_bytes=mem.body_dense * mem.wbpp + lm_head * ebpp,  # the vision tower is held, not read

@@ -178,6 +178,10 @@ class CalibrationParams(_Strict):
         "before it existed)")
     link_efficiency: Fraction = Field(
         0.7, description="achieved / peak per-direction link bandwidth in all-reduce")
+    pcie_link_efficiency: Fraction | None = Field(
+        None, description="achieved / peak per-direction host-link (PCIe) bandwidth in all-reduce when the "
+        "group spans more than the scale-up domain (NCCL rings through PCIe switches and the host, a different "
+        "path from NVLink); None = link_efficiency (parameter files fitted before it existed)")
     allreduce_latency_us: NonNeg = Field(
         8.0, description="fixed latency of one all-reduce inside the scale-up domain")
     pcie_allreduce_latency_us: NonNeg = Field(

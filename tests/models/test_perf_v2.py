@@ -264,3 +264,14 @@ def test_weight_only_override_selects_w4a16_gemms():
     parts = decode_parts(c, np.array([8192.0, 8192.0]), 0.0)
     assert parts.gemm_s[1] / parts.gemm_s[0] == pytest.approx(2.0, rel=0.02)
     assert FactorOverride(weight_only=True).selector == "weight_only=True"
+
+
+def test_host_link_has_its_own_efficiency():
+    """A tp2 group on a device with a 1-GPU domain all-reduces over PCIe at pcie_gb_s/2 ·
+    pcie_link_efficiency (64/2 GB/s · 0.25 = 8 GB/s); inside an NVLink domain at
+    interconnect_gb_s/2 · link_efficiency (1000/2 · 0.7 = 350 GB/s)."""
+    p = CalibrationParams(link_efficiency=0.7, pcie_link_efficiency=0.25)
+    c = build_configs(dense(), [(device("pcie", interconnect_domain_gpus=1), BF16, 2, 1), (device(), BF16, 2, 1)], p)
+    assert list(c.link_bytes_s) == pytest.approx([8e9, 350e9])
+    assert build_configs(dense(), [(device("pcie", interconnect_domain_gpus=1), BF16, 2, 1)],
+                         CalibrationParams(link_efficiency=0.7)).link_bytes_s[0] == pytest.approx(22.4e9)
