@@ -12,6 +12,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from catalog.errors import GpuplanError
+from optimizer.planning.solver_options import SolverOptions
+
 if TYPE_CHECKING:
     from catalog import Catalog
 
@@ -28,6 +31,20 @@ ParamsOpt = Annotated[
     typer.Option("--params", help="Calibration parameters (from `gpuplan calibrate`) to use instead of the shipped ones."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a table.")]
+# Flags are named as the library arguments they set: --time-limit-s is SolverOptions.time_limit_s.
+# The old name stays as a hidden alias, so scripts written for it keep working.
+TimeLimitOpt = Annotated[float | None, typer.Option(
+    "--time-limit-s", min=0.1, show_default=False,
+    help=f"Solver time limit per solve, seconds (default {SolverOptions().time_limit_s:g}).")]
+TimeLimitAliasOpt = Annotated[float | None, typer.Option("--time-limit", min=0.1, hidden=True,
+                                                         help="Old name of --time-limit-s.")]
+
+
+def aliased(value: Any, old_value: Any, default: Any, flag: str, old_flag: str) -> Any:
+    """The value of ``flag``, or of its old name ``old_flag``, or ``default``; both given and different: an error."""
+    if value is not None and old_value is not None and value != old_value:
+        raise GpuplanError(f"{old_flag} is the old name of {flag}; give one of them (got {old_value!r} and {value!r})")
+    return value if value is not None else (old_value if old_value is not None else default)
 
 # C0/C1 control characters but tab and newline, and the Unicode bidi overrides: a plan
 # name must not move the cursor, recolour the terminal or reverse the text it is shown in.

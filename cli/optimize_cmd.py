@@ -20,11 +20,23 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from catalog.constants import HOURS_PER_YEAR
 from catalog.errors import WorkloadError
 from catalog.outputs import Output, plan_outputs
-from cli.common import CatalogOpt, ModelConfigOpt, ParamsOpt, fmt, load, stdout, table
+from cli.common import (
+    CatalogOpt,
+    ModelConfigOpt,
+    ParamsOpt,
+    TimeLimitAliasOpt,
+    TimeLimitOpt,
+    aliased,
+    fmt,
+    load,
+    stdout,
+    table,
+)
 from cli.provenance_render import render_provenance, render_sensitivity
-from optimizer.planning.solver_options import SolverOptions
+from optimizer.planning.solver_options import DEFAULT_N_BUCKETS, SolverOptions
 from optimizer.results.plan_result import Provenance
 
 stderr = Console(stderr=True, width=None if sys.stderr.isatty() else 240)
@@ -36,9 +48,12 @@ def optimize(
         "--json", help="Write the result as JSON to this file (docs/plan-json.md); '-' prints it instead of tables.")] = None,
     capacity_table: Annotated[Path | None, typer.Option(
         "--capacity-table", help="Measured capacities (CSV, Mélange-style) to use instead of the models.")] = None,
-    time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Solver time limit (s).")] = SolverOptions().time_limit_s,
+    time_limit_s: TimeLimitOpt = None,
     gap: Annotated[float, typer.Option("--gap", min=0.0, max=1.0, help="Relative MIP gap to stop at (0.001 = 0.1 %).")] = SolverOptions().gap,
-    buckets: Annotated[int, typer.Option("--buckets", min=1, max=16, help="Request-size buckets per workload (used where splitting lowers its cost; otherwise one).")] = 4,
+    n_buckets: Annotated[int | None, typer.Option(
+        "--n-buckets", min=1, max=16, show_default=False,
+        help=f"Request-size buckets per workload (used where splitting lowers its cost; otherwise one; "
+             f"default {DEFAULT_N_BUCKETS}).")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Also write the finance workbook (.xlsx).")] = None,
     sensitivity: Annotated[bool, typer.Option(
         "--sensitivity/--no-sensitivity", help="Runner-up, break-even prices and capacity factors, tornado swings "
@@ -52,6 +67,9 @@ def optimize(
     params: ParamsOpt = None,
     catalog: CatalogOpt = None,
     model_config: ModelConfigOpt = None,
+    time_limit: TimeLimitAliasOpt = None,
+    buckets: Annotated[int | None, typer.Option("--buckets", min=1, max=16, hidden=True,
+                                                help="Old name of --n-buckets.")] = None,
 ) -> None:
     """Find the cheapest fleet (devices, precision, sharding, replicas) that meets every workload's SLOs."""
     # the optimizer (numpy, pulp, pydantic) loads when the command runs, not at `gpuplan --help`
@@ -60,6 +78,9 @@ def optimize(
     from optimizer.optimize import optimize_plan
     from workloads.load import load_plan, resolve_catalog
 
+    options = SolverOptions(time_limit_s=aliased(time_limit_s, time_limit, SolverOptions().time_limit_s,
+                                                 "--time-limit-s", "--time-limit"), gap=gap)
+    n_buckets = aliased(n_buckets, buckets, DEFAULT_N_BUCKETS, "--n-buckets", "--buckets")
     inputs = (plan_path, capacity_table, params, catalog, model_config)
     outputs = plan_outputs([Output("--json", json_path, (".json",), stdout_ok=True),
                             Output("--out", out, (".xlsx",))], inputs)
@@ -72,9 +93,8 @@ def optimize(
     digest = hashlib.sha256(read_bytes(plan_path, "plan", WorkloadError)).hexdigest()
     busy = stderr.status("optimizing…") if sys.stderr.isatty() else nullcontext()
     with busy:
-        result = optimize_plan(plan, cat, calibration, options=SolverOptions(time_limit_s=time_limit, gap=gap),
-                               source=Provenance(str(plan_path), digest),
-                               capacity_table=capacity_table, n_buckets=buckets, sensitivity=sensitivity,
+        result = optimize_plan(plan, cat, calibration, options=options, source=Provenance(str(plan_path), digest),
+                               capacity_table=capacity_table, n_buckets=n_buckets, sensitivity=sensitivity,
                                verify=verify)
     data = result.to_json()
     payloads: dict[str, str | bytes] = {}
@@ -157,7 +177,7 @@ def render(data: dict[str, Any]) -> None:
         ["  maintenance per year", fmt(data["annual_maintenance_usd"])],
         ["  colocation per year", fmt(data.get("annual_facility_usd", 0.0))],
         ["  cloud rental per year", fmt(data["annual_cloud_usd"])
-         + (f" ({data['annual_cloud_usd'] / 8760:,.2f} / h)" if data["objective"] == "cloud" else "")],
+         + (f" ({data['annual_cloud_usd'] / HOURS_PER_YEAR:,.2f} / h)" if data["objective"] == "cloud" else "")],
         [f"TCO over {data['assumptions']['horizon_years']} years", fmt(data["tco_usd"])],
         ["NPV of costs", fmt(data["npv_usd"])],
         ["power (nameplate)", fmt(data["power_kw"], 1) + " kW"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -10,9 +11,18 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from catalog.errors import GpuplanError
 from catalog.outputs import Output, plan_outputs
-from cli.common import CatalogOpt, ParamsOpt, fmt, load, stdout, table
+from cli.common import (
+    CatalogOpt,
+    ParamsOpt,
+    TimeLimitAliasOpt,
+    TimeLimitOpt,
+    aliased,
+    fmt,
+    load,
+    stdout,
+    table,
+)
 from optimizer.planning.solver_options import SolverOptions
 
 
@@ -22,18 +32,6 @@ def _progress_bar(total: int):
         return None
     return Progress(TextColumn("solving scenarios"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     transient=True)
-
-
-def _run(scenarios, options, workers, backend, address):
-    from optimizer.whatif import run_scenarios
-
-    bar = _progress_bar(len(scenarios))
-    if bar is None:
-        return run_scenarios(scenarios, options, workers=workers, backend=backend, address=address)
-    with bar:
-        task = bar.add_task("scenarios", total=len(scenarios))
-        return run_scenarios(scenarios, options, workers=workers, backend=backend, address=address,
-                             progress=lambda n: bar.advance(task, n))
 
 
 def _slo_text(row: dict[str, Any]) -> str:
@@ -61,68 +59,50 @@ def whatif(
     address: Annotated[str | None, typer.Option(help="Ray address: auto or ray://host:port.")] = None,
     samples: Annotated[int, typer.Option(min=0, max=100000, help="Monte Carlo draws of demand/prices from the file's uncertainty section.")] = 0,
     seed: Annotated[int, typer.Option(help="Seed for --samples.")] = 0,
-    time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Seconds per solve.")] = SolverOptions().time_limit_s,
+    time_limit_s: TimeLimitOpt = None,
+    time_limit: TimeLimitAliasOpt = None,
     catalog: CatalogOpt = None,
     params: ParamsOpt = None,
 ) -> None:
     """Solve every scenario of a what-if file and compare them."""
     # the optimizer (numpy, pulp, pydantic) loads when the command runs, not at `gpuplan --help`
-    from optimizer.whatif import (
-        ScenarioOptions,
-        fixed_fleet_meets,
-        model_error_draws,
-        percentile,
-        uncertainty_scenarios,
-    )
+    from optimizer.whatif import ScenarioOptions, check_backend, run_whatif
     from reports.whatif_workbook import frontier_plot_bytes, whatif_workbook_bytes
     from workloads.scenarios import load_scenarios, read_scenario_file, scenario_inputs
 
-    if backend not in ("local", "ray"):
-        raise GpuplanError(f"--backend: unknown backend '{backend}'; use local or ray")
+    check_backend(backend)
     specs = [Output("--json", json_path, (".json",), stdout_ok=True), Output("--out", out, (".xlsx",)),
              Output("--plot", plot, (".png",))]
     # checked before anything else is read, against every input (the base plan the file names too)
     outputs = plan_outputs(specs, (path, *scenario_inputs(read_scenario_file(path), path), catalog, params))
     cat = load(catalog)
     spec, _base_data, scenarios = load_scenarios(path, cat)
-    if samples and not (spec.uncertainty and (spec.uncertainty.demand or spec.uncertainty.prices)):
-        raise GpuplanError(f"{path}: --samples needs an uncertainty section (demand: {{sigma}} and/or prices)")
-    if samples:
-        scenarios = scenarios + uncertainty_scenarios(scenarios[0].plan, spec.uncertainty, samples, seed, cat)
     options = ScenarioOptions(catalog_path=str(catalog) if catalog else None,
-                           params_path=str(params) if params else None,
-                              solver=SolverOptions(time_limit_s=time_limit))
-    rows = _run(scenarios, options, workers, backend, address)
+                              params_path=str(params) if params else None,
+                              solver=SolverOptions(time_limit_s=aliased(
+                                  time_limit_s, time_limit, SolverOptions().time_limit_s, "--time-limit-s", "--time-limit")))
+    bar = _progress_bar(len(scenarios) + samples)
+    with bar or contextlib.nullcontext():
+        task = bar.add_task("scenarios", total=len(scenarios) + samples) if bar else None
+        study = run_whatif(str(path), scenarios, options, uncertainty=spec.uncertainty, samples=samples, seed=seed,
+                           catalog=cat, workers=workers, backend=backend, address=address,
+                           progress=(lambda n: bar.advance(task, n)) if bar else None)
 
-    summary: dict[str, Any] = {"file": str(path), "scenarios": [{k: v for k, v in r.items() if k != "plan"} for r in rows]}
-    sample_rows = [r for r in rows if r["group"] == "samples"]
-    if sample_rows:
-        costs = [r["objective_usd"] for r in sample_rows if r["status"] in ("optimal", "feasible")]
-        levels = [r["level"] or 1.0 for r in sample_rows]
-        demand_only = fixed_fleet_meets(rows[0]["plan"], levels)
-        meets = fixed_fleet_meets(rows[0]["plan"], levels, model_error_draws(rows[0]["plan"], len(levels), seed))
-        summary["uncertainty"] = {
-            "samples": len(sample_rows), "seed": seed,
-            "cost_p50_usd": percentile(costs, 50), "cost_p90_usd": percentile(costs, 90),
-            "infeasible_samples": len(sample_rows) - len(costs),
-            "base_fleet_meets_slo_probability": sum(meets) / len(meets),
-            "base_fleet_meets_slo_probability_without_model_error": sum(demand_only) / len(demand_only),
-            "model_error": "capacity of each device × a draw from its fidelity band (one draw per class per sample)",
-        }
-
+    rows = [r.to_json(with_plan=False) for r in study.results]
+    uncertainty = study.uncertainty.to_json() if study.uncertainty else None
     payloads: dict[str, str | bytes] = {}
     if json_path is not None:
-        payloads["--json"] = json.dumps({**summary, "scenarios": rows}, indent=2, allow_nan=False) + "\n"
+        payloads["--json"] = json.dumps(study.to_json(), indent=2, allow_nan=False) + "\n"
     if out is not None:
-        payloads["--out"] = whatif_workbook_bytes(rows, uncertainty=summary.get("uncertainty"))
+        payloads["--out"] = whatif_workbook_bytes(rows, uncertainty=uncertainty)
     if plot is not None:
         payloads["--plot"] = frontier_plot_bytes(rows)
     if not outputs.to_stdout("--json"):
-        _render(rows, summary, seed)
+        _render(rows, uncertainty)
     outputs.write(payloads)
 
 
-def _render(rows: list[dict[str, Any]], summary: dict[str, Any], seed: int) -> None:
+def _render(rows: list[dict[str, Any]], u: dict[str, Any] | None) -> None:
     t_rows = []
     for r in rows:
         if r["group"] == "samples":
@@ -134,9 +114,8 @@ def _render(rows: list[dict[str, Any]], summary: dict[str, Any], seed: int) -> N
     stdout.print(table("What-if scenarios", ["scenario", "status", "objective $", "capex $", "fleet (GPUs)",
                                              "served demand", "p99 vs SLO (ms)", "power kW"], t_rows,
                        right={"objective $", "capex $", "power kW"}))
-    if "uncertainty" in summary:
-        u = summary["uncertainty"]
-        stdout.print(f"Uncertainty over {u['samples']} samples (seed {seed}): cost p50 {fmt(u['cost_p50_usd'])} $, "
+    if u is not None:
+        stdout.print(f"Uncertainty over {u['samples']} samples (seed {u['seed']}): cost p50 {fmt(u['cost_p50_usd'])} $, "
                      f"p90 {fmt(u['cost_p90_usd'])} $; the base fleet meets every SLO in "
                      f"{u['base_fleet_meets_slo_probability']:.0%} of samples with model error by fidelity class "
                      f"({u['base_fleet_meets_slo_probability_without_model_error']:.0%} on the point model).")

@@ -12,12 +12,8 @@ from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 
 from optimizer.planning.candidate_set import CandidateSet, UnitSpec, WorkloadCandidates
-from optimizer.planning.milp import (
-    FleetProblem,
-    FleetSolution,
-)
+from optimizer.planning.milp.problem import FleetProblem, FleetSolution
 from optimizer.results.money import (
-    HOURS_PER_YEAR,
     MoneyAssumptions,
     capex_terms,
     cost_per_million_output_tokens_usd,
@@ -27,7 +23,6 @@ from optimizer.results.money import (
     workload_tco_share_usd,
 )
 from optimizer.results.plan_result import (
-    Assumptions,
     BucketRow,
     CandidateRow,
     Deployment,
@@ -50,28 +45,6 @@ def _version() -> str:
         return version("gpuplan")
     except PackageNotFoundError:
         return "0+unknown"
-
-
-def assumptions_of(plan: Plan) -> Assumptions:
-    """The plan's money inputs as the result states them (server figures: the plan's or the fallbacks)."""
-    a = MoneyAssumptions.from_plan(plan)
-    return Assumptions(
-        objective=plan.objective, horizon_years=plan.horizon_years,
-        electricity_usd_per_kwh=plan.electricity_usd_per_kwh, pue=plan.pue,
-        power_utilization=plan.power_utilization,
-        maintenance_fraction_per_year=plan.maintenance_fraction_per_year,
-        discount_rate=plan.discount_rate, server_overhead_usd=a.server_overhead_usd,
-        server_power_w=a.server_power_w, hours_per_year=HOURS_PER_YEAR,
-        capex_budget_usd=plan.budget.capex_usd, annual_budget_usd=plan.budget.annual_usd,
-        max_power_kw=plan.max_power_kw,
-        api_usd_per_million_output_tokens=plan.api_usd_per_million_output_tokens,
-        api_usd_per_million_input_tokens=plan.api_usd_per_million_input_tokens,
-        colocation_usd_per_kw_month=a.colocation_usd_per_kw_month,
-        colocation_usd_per_rack_month=a.colocation_usd_per_rack_month,
-        rack_units_per_rack=a.rack_units_per_rack, network_usd_per_server=a.network_usd_per_server,
-        depreciation_years=a.depreciation_years, lease_interest_rate=a.lease_interest_rate,
-        lease_years=a.lease_years, allow_partial_servers=plan.allow_partial_servers,
-    )
 
 
 def fleet_row(device: str, unit: UnitSpec, gpus: int, nodes: int, a: MoneyAssumptions) -> FleetRow:
@@ -106,7 +79,7 @@ def assemble(
         solve_seconds=sol.solve_seconds, gap=sol.gap if sol.gap is not None else float("nan"),
         solver=sol.solver, plan_name=plan.name, input_file=source.input_file, input_sha256=source.input_sha256,
         gpuplan_version=_version(), created_utc=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        assumptions=assumptions_of(plan), buckets=tuple(bucket_rows(cset)),
+        assumptions=a, buckets=tuple(bucket_rows(cset)),
     )
     rows, note = bounded_candidate_rows(candidate_rows(cset, a), sol)
     common["candidates"] = tuple(rows)

@@ -17,7 +17,7 @@ from pathlib import Path
 from catalog.errors import SolverError
 from catalog.load import Catalog
 from optimizer.assemble import assemble
-from optimizer.models.params import load_params
+from optimizer.models.params import CalibrationParams, load_params
 from optimizer.planning.candidate_set import CandidateSet, fleet_problem, rebase_candidates
 from optimizer.planning.candidates import model_candidates
 from optimizer.planning.capacity_table import CapacityTable, load_capacity_table, table_candidates
@@ -28,15 +28,9 @@ from optimizer.planning.diagnose import (
     unservable,
 )
 from optimizer.planning.headroom import capacity_factors, demand_factor, policy_of, sized
-from optimizer.planning.milp import (
-    CHILD_MIN_OPTIONS,
-    RESTRICT_MIN_OPTIONS,
-    FleetProblem,
-    FleetSolution,
-    SolverOptions,
-    solve_fleet,
-    solve_restricted,
-)
+from optimizer.planning.milp.problem import FleetProblem, FleetSolution
+from optimizer.planning.milp.restrict import RESTRICT_MIN_OPTIONS, solve_restricted
+from optimizer.planning.milp.solve import CHILD_MIN_OPTIONS, solve_fleet
 from optimizer.planning.safeguards import (
     annotate,
     fidelity_map,
@@ -45,6 +39,7 @@ from optimizer.planning.safeguards import (
 )
 from optimizer.planning.sensitivity import analyse
 from optimizer.planning.shortlist import single_device_shortlist
+from optimizer.planning.solver_options import DEFAULT_N_BUCKETS, SolverOptions
 from optimizer.results.plan_result import (
     Diagnostic,
     PlanResult,
@@ -54,13 +49,11 @@ from optimizer.results.plan_result import (
 )
 from workloads.spec import Plan
 
-DEFAULT_N_BUCKETS = 4
-
 
 def optimize_plan(
     plan: Plan,
     catalog: Catalog,
-    params=None,
+    params: CalibrationParams | None = None,
     *,
     options: SolverOptions = SolverOptions(),
     source: Provenance = Provenance(),
@@ -71,6 +64,7 @@ def optimize_plan(
     diagnose: bool = True,
     sensitivity: bool = False,
     verify: bool | None = False,
+    start: FleetSolution | None = None,
 ) -> PlanResult:
     """The cheapest fleet for ``plan`` (catalog already resolved against the plan).
 
@@ -85,6 +79,8 @@ def optimize_plan(
     ``sensitivity`` adds the runner-up, break-evens and tornado swings (re-solves on the same
     candidates); ``verify`` re-checks online deployments by simulation and re-sizes misses
     (None = when the plan is small enough: ``verify_by_default``; never for a capacity table).
+    ``start``: a fleet known to satisfy every constraint of this plan (a what-if's max-demand
+    fleet), the main solve's first incumbent.
     """
     if n_buckets < 1:
         raise SolverError(f"n_buckets must be >= 1 (got {n_buckets}); e.g. --buckets 4")
@@ -101,7 +97,7 @@ def optimize_plan(
         clock.lap("solve")
         return clock.stamp(assemble(plan, cset, sol, diagnostics + missing, None, source))
     sol, single, notes = solve_stage(problem, options, compare_single_device=compare_single_device,
-                                     diagnose=diagnose)
+                                     diagnose=diagnose, start=start)
     clock.lap("solve")
     verification = None
     if sol.status.has_plan and model_params is not None and (verify or (verify is None and verify_by_default(cset, sol))):
@@ -126,7 +122,7 @@ SINGLE_DEVICE_SHARE = 0.25
 
 
 def solve_stage(problem: FleetProblem, options: SolverOptions, *, compare_single_device: bool = True,
-                diagnose: bool = True, solved: FleetSolution | None = None,
+                diagnose: bool = True, solved: FleetSolution | None = None, start: FleetSolution | None = None,
                 ) -> tuple[FleetSolution, SingleDeviceBest | None, list[Diagnostic]]:
     """The solve stage, within ``options.time_limit_s`` (+ the child's kill grace) at any size.
 
@@ -141,7 +137,8 @@ def solve_stage(problem: FleetProblem, options: SolverOptions, *, compare_single
        what is left of the limit.
 
     ``solved``: the main solve's answer already (a fleet re-sized by the simulator's check):
-    only the one-device comparison and the notes are made.
+    only the one-device comparison and the notes are made. ``start``: a feasible fleet, the
+    main solve's first incumbent (instead of the one-device fleet).
     """
     limit = options.time_limit_s
     deadline = time.perf_counter() + limit
@@ -150,7 +147,8 @@ def solve_stage(problem: FleetProblem, options: SolverOptions, *, compare_single
     if compare_single_device:
         single, single_sol = single_device_solution(single_device_shortlist(problem, options.gap),
                                                     **options.solve_kwargs, total_s=SINGLE_DEVICE_SHARE * limit)
-    start = single_sol if len(problem.options) >= CHILD_MIN_OPTIONS else None
+    if start is None and len(problem.options) >= CHILD_MIN_OPTIONS:
+        start = single_sol
     main_s = max(deadline - time.perf_counter(), 0.05 * limit)
     if solved is not None:
         sol = solved
@@ -192,7 +190,7 @@ class StageClock:
         return replace(result, timings_s=timings)
 
 
-def plan_candidates(plan: Plan, catalog: Catalog, params, capacity_table: CapacityTable | Path | str | None,
+def plan_candidates(plan: Plan, catalog: Catalog, params: CalibrationParams | None, capacity_table: CapacityTable | Path | str | None,
                     n_buckets: int, candidates: CandidateSet | None) -> CandidateSet:
     """The candidate set: ``candidates`` rebased onto ``plan``, a measured capacity table, or the models."""
     if candidates is not None:

@@ -1,40 +1,69 @@
-"""What-if scenarios: solve many variants of a plan, in parallel, in a stable order.
+"""What-if scenarios: solve many variants of a plan, in parallel, in a stable order, on typed results.
 
-Each scenario is solved independently (a pure function of the scenario, the catalog
-override file and the calibration file), so results are the same whatever the backend
-(``local`` process pool or ``ray``) and the number of workers; they come back in the
-order of the scenario list.
+Each scenario is solved independently (a pure function of the scenario, the plan its
+candidates are computed from, the catalog override file and the calibration file), so results
+are the same whatever the backend (``local`` process pool or ``ray``) and the number of
+workers; they come back in the order of the scenario list as :class:`ScenarioResult`\\ s, each
+holding its :class:`~optimizer.results.plan_result.PlanResult`.
 
 Modes:
 - ``min_cost``: the cheapest fleet that serves the scenario's demand (``optimize_plan``).
-- ``max_demand``: the largest common demand multiplier s that the scenario's budget can
-  serve within SLOs. Cost is non-decreasing in demand, so feasibility is monotone in s and
-  s is found by bracketing and bisection to ``DEMAND_TOLERANCE`` relative.
+- ``max_demand``: the largest common demand multiplier s that the scenario's limits can
+  serve within SLOs — one MILP (:mod:`optimizer.whatif_demand`) — and the cheapest fleet at s.
+
+Shared candidates. Capacities at the SLOs do not depend on rates, budgets, power caps or
+inventory, so scenarios that differ only in those share one candidate set
+(:func:`candidate_key`): computed once per process — before the local workers fork, so a
+budget sweep computes it once in all — and rebased onto each scenario's rates and limits.
+One choice in a candidate set does depend on rates: whether a workload is split into
+request-size buckets or planned whole (``optimizer.planning.bucketing``, decided on the
+rates the set was computed from). Every scenario therefore gets its set from the *first*
+scenario of the list with the same key (:func:`candidate_sources`; the base for a budget or
+demand sweep), in every process and on every backend, so the answers do not depend on which
+worker saw which scenario first. A scenario at other rates (a demand level, a max-demand
+answer) keeps the base rates' split-or-whole choice, where a plain ``gpuplan optimize`` of
+its plan would decide again at its own rates (the ``planned_whole`` note says which it is).
+
+:func:`run_whatif` is the one call of ``gpuplan whatif``: scenarios, Monte Carlo draws
+(:mod:`optimizer.whatif_uncertainty`), solves, the uncertainty summary.
 """
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
-import math
 import multiprocessing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-import numpy as np
-
+from catalog.errors import GpuplanError
 from catalog.load import Catalog, load_catalog
-from optimizer.planning.solver_options import SolverOptions
+from optimizer.models.params import CalibrationParams, load_params
+from optimizer.optimize import optimize_plan
+from optimizer.planning.candidate_set import CandidateSet, fleet_problem
+from optimizer.planning.candidates import model_candidates
+from optimizer.planning.diagnose import unservable
+from optimizer.planning.milp.problem import FleetSolution
+from optimizer.planning.milp.solve import solve_fleet
+from optimizer.planning.solver_options import DEFAULT_N_BUCKETS, SolverOptions
+from optimizer.results.plan_result import PlanResult, record_json
+from optimizer.whatif_demand import (
+    MIN_DEMAND_MULTIPLIER,
+    max_demand_multiplier,
+    scaled,
+    sized_candidates,
+)
+from optimizer.whatif_uncertainty import (
+    UncertaintySummary,
+    summarise_uncertainty,
+    uncertainty_scenarios,
+)
 from optimizer.workers import capped_workers, run_pool
 from workloads.load import resolve_catalog
 from workloads.scenarios import Scenario, Uncertainty
 from workloads.spec import Plan
-
-DEMAND_TOLERANCE = 0.02
-MAX_DEMAND_MULTIPLIER = 1024.0
 
 
 @dataclass(frozen=True)
@@ -46,58 +75,87 @@ class ScenarioOptions:
     solver: SolverOptions = SolverOptions()
 
 
+@dataclass(frozen=True)
+class ScenarioResult:
+    """One scenario solved: its result at ``scale`` × the scenario plan's rates (1 but for max-demand)."""
+
+    scenario: Scenario
+    result: PlanResult
+    scale: float = 1.0
+
+    @property
+    def demand_multiplier(self) -> float:
+        """Served demand relative to the base file's: ``scale`` × the sweep's or draw's demand multiplier."""
+        return self.scale * float(self.scenario.overrides.get("demand_multiplier", 1.0))
+
+    @property
+    def served_qps(self) -> float:
+        """Σ of the workloads' rates at ``scale`` (0 without a plan)."""
+        if not self.result.status.has_plan:
+            return 0.0
+        return sum(w.request_rate_qps for w in self.scenario.plan.workloads) * self.scale
+
+    def to_json(self, *, with_plan: bool = True) -> dict[str, Any]:
+        """One row of the comparison (``scenarios[]`` of the what-if JSON): cost, fleet by device,
+        served demand, p99s vs SLOs, power; ``plan`` = the full plan result (``docs/plan-json.md``)."""
+        s, r = self.scenario, self.result
+        row: dict[str, Any] = {
+            "name": s.name, "group": s.group, "mode": s.mode, "level": s.level, "overrides": s.overrides,
+            "status": str(r.status),
+            **record_json(r, ("status_detail", "objective", "objective_usd", "capex_usd", "annual_opex_usd",
+                              "tco_usd", "power_kw", "gpus_total")),
+            "fleet": {f.device: f.gpus for f in r.fleet},
+            "demand_multiplier": self.demand_multiplier,
+            "served_qps": self.served_qps,
+            "workloads": [record_json(w, _ROW_WORKLOAD_KEYS) for w in r.workloads],
+        }
+        if with_plan:
+            row["plan"] = r.to_json()
+        return row
+
+
+_ROW_WORKLOAD_KEYS = ("name", "qps", "met", "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms",
+                      "slo_ttft_p99_ms", "slo_tpot_p99_ms", "slo_e2e_p99_ms")
+
+
+@dataclass(frozen=True)
+class ScenarioJob:
+    """A scenario and the plan its candidate set is computed from (:func:`candidate_sources`)."""
+
+    scenario: Scenario
+    candidates_from: Plan
+
+
 @lru_cache(maxsize=4)
 def _catalog(path: str | None) -> Catalog:
     return load_catalog(path)
 
 
 @lru_cache(maxsize=4)
-def _params(path: str | None):
-    from optimizer.models.params import load_params
-
+def _params(path: str | None) -> CalibrationParams:
     return load_params(path)
 
 
-def _scaled(plan: Plan, multiplier: float) -> Plan:
-    data = plan.model_dump(mode="python", by_alias=True)
-    for w in data["workloads"]:
-        if w.get("qps") is not None:
-            w["qps"] = w["qps"] * multiplier
-        if w.get("tokens_per_day") is not None:
-            w["tokens_per_day"] = w["tokens_per_day"] * multiplier
-    return Plan.model_validate(data)
+def _resolved(plan: Plan, options: ScenarioOptions) -> Catalog:
+    return resolve_catalog(plan, _catalog(options.catalog_path), plan.name)
 
 
-def _solve(plan: Plan, options: ScenarioOptions, *, full: bool, candidates=None):
-    """optimize_plan on a scenario's plan; ``full=False`` skips the diagnostics a probe does not need.
+def _solve(plan: Plan, options: ScenarioOptions, cset: CandidateSet, start: FleetSolution | None = None) -> PlanResult:
+    """optimize_plan on a scenario's plan with a shared candidate set (``start``: a feasible fleet).
 
     The one-device-type comparison (27 extra solves) is left to `gpuplan optimize`.
     """
-    from optimizer.optimize import optimize_plan
-
-    catalog = resolve_catalog(plan, _catalog(options.catalog_path), plan.name)
-    return optimize_plan(plan, catalog, _params(options.params_path), options=options.solver,
-                         compare_single_device=False, diagnose=full, candidates=candidates)
+    return optimize_plan(plan, _resolved(plan, options), _params(options.params_path), options=options.solver,
+                         compare_single_device=False, diagnose=True, candidates=cset, start=start)
 
 
-def _feasible(plan: Plan, options: ScenarioOptions, cset) -> bool:
-    """Whether some fleet serves ``plan`` within its limits: the MILP with objective 0, which
-    stops at the first fleet meeting every constraint (no cost to minimise, no result to
-    assemble). Same answer as ``_solve(...).status.has_plan``, a fraction of its time."""
-    # the planning stack loads in the worker that solves, as optimize_plan does in _solve
-    from optimizer.planning.candidate_set import fleet_problem, rebase_candidates
-    from optimizer.planning.diagnose import unservable
-    from optimizer.planning.milp import solve_fleet
-
-    rebased = rebase_candidates(cset, plan)
-    if unservable(rebased):
+def _feasible(plan: Plan, options: ScenarioOptions, cset: CandidateSet) -> bool:
+    """Whether some fleet serves ``plan`` within its limits: the MILP with objective 0, which stops at
+    the first fleet meeting every constraint (the bisection's probe, when the max-demand MILP cannot run)."""
+    sized = sized_candidates(plan, cset, _resolved(plan, options), _params(options.params_path))
+    if unservable(sized):
         return False
-    sol = solve_fleet(fleet_problem(rebased, plan), **options.solver.solve_kwargs, minimise="feasible")
-    return sol.status.has_plan
-
-
-def _optimize(plan: Plan, options: ScenarioOptions) -> dict[str, Any]:
-    return _solve(plan, options, full=True, candidates=_candidates(plan, options)).to_json()
+    return solve_fleet(fleet_problem(sized, plan), **options.solver.solve_kwargs, minimise="feasible").status.has_plan
 
 
 # Plan fields that rebase_candidates takes from the plan itself: they never change capacities.
@@ -105,7 +163,8 @@ _REBASED_PLAN_FIELDS = ("name", "budget", "max_power_kw", "inventory")
 _REBASED_WORKLOAD_FIELDS = ("qps", "tokens_per_day", "min_replicas", "redundancy")
 
 
-def _candidate_key(plan: Plan) -> str:
+def candidate_key(plan: Plan) -> str:
+    """The plan without the fields a candidate set is rebased onto (rates, replica rules, limits)."""
     data = plan.model_dump(mode="json", exclude=set(_REBASED_PLAN_FIELDS))
     for w in data["workloads"]:
         for field in _REBASED_WORKLOAD_FIELDS:
@@ -113,154 +172,66 @@ def _candidate_key(plan: Plan) -> str:
     return json.dumps(data, sort_keys=True)
 
 
-_CANDIDATE_CACHE: dict[tuple[str, ScenarioOptions], Any] = {}
+def candidate_sources(scenarios: Sequence[Scenario]) -> list[ScenarioJob]:
+    """Each scenario with the plan of the first scenario that has its :func:`candidate_key`."""
+    first: dict[str, Plan] = {}
+    return [ScenarioJob(s, first.setdefault(candidate_key(s.plan), s.plan)) for s in scenarios]
+
+
+_CANDIDATE_CACHE: dict[tuple[str, ScenarioOptions], CandidateSet] = {}
 _CANDIDATE_CACHE_SIZE = 16
 
 
-def _candidates(plan: Plan, options: ScenarioOptions):
-    """The plan's candidate set, shared by plans that differ only in rates and limits.
-
-    Capacities at the SLOs do not depend on rates, budgets or inventory, so a demand
-    bisection or a budget sweep computes them once per worker process and
-    ``optimize_plan`` rebases them onto each plan's rates and limits.
-    """
-    from optimizer.optimize import DEFAULT_N_BUCKETS
-    from optimizer.planning.candidates import model_candidates
-
-    key = (_candidate_key(plan), options)
+def _candidates(source: Plan, options: ScenarioOptions) -> CandidateSet:
+    """The candidate set computed from ``source``, once per process for each :func:`candidate_key`."""
+    key = (candidate_key(source), options)
     if key not in _CANDIDATE_CACHE:
         if len(_CANDIDATE_CACHE) >= _CANDIDATE_CACHE_SIZE:
             _CANDIDATE_CACHE.pop(next(iter(_CANDIDATE_CACHE)))
-        catalog = resolve_catalog(plan, _catalog(options.catalog_path), plan.name)
-        _CANDIDATE_CACHE[key] = model_candidates(plan, catalog, _params(options.params_path),
+        _CANDIDATE_CACHE[key] = model_candidates(source, _resolved(source, options), _params(options.params_path),
                                                  n_buckets=DEFAULT_N_BUCKETS)
     return _CANDIDATE_CACHE[key]
 
 
-def share_candidates(scenarios: Sequence[Scenario], options: ScenarioOptions) -> None:
-    """Compute the candidate sets of ``scenarios`` here, once each, before the workers fork:
-    they inherit ``_CANDIDATE_CACHE`` instead of each computing the same sets (a budget sweep
-    shares one). Only as many distinct sets as the cache holds; the workers compute the rest."""
-    seen: set[str] = set()
-    for s in scenarios:
-        key = _candidate_key(s.plan)
-        if key in seen:
-            continue
-        if len(seen) >= _CANDIDATE_CACHE_SIZE:
-            break
-        seen.add(key)
-        _candidates(s.plan, options)
+def share_candidates(jobs: Sequence[ScenarioJob], options: ScenarioOptions) -> None:
+    """Compute the jobs' candidate sets here, once each, before the workers fork: they inherit
+    ``_CANDIDATE_CACHE`` instead of each computing the same sets (a budget sweep shares one).
+    Only as many distinct sets as the cache holds; the workers compute the rest."""
+    for source in list({candidate_key(j.candidates_from): j.candidates_from for j in jobs}.values())[
+            :_CANDIDATE_CACHE_SIZE]:
+        _candidates(source, options)
 
 
-def max_demand(plan: Plan, options: ScenarioOptions) -> tuple[float, dict[str, Any]]:
-    """Largest multiplier s of every workload's rate whose cheapest fleet fits the plan's limits.
-
-    Bracket by doubling (or halving) from s = 1, then bisect until the bracket is within
-    DEMAND_TOLERANCE. Probes reuse one candidate set and skip diagnostics; the answer is
-    solved once more in full. Returns (s, full result at s); s = 0 (with the result at
-    1/256) when nothing fits.
-    """
-    cset = _candidates(plan, options)
-
-    def feasible(s: float) -> bool:
-        return _feasible(_scaled(plan, s), options, cset)
-
-    def answer(s: float) -> dict[str, Any]:
-        return _solve(_scaled(plan, s), options, full=True, candidates=cset).to_json()
-
-    lo, hi = 0.0, 1.0
-    if feasible(1.0):
-        lo = 1.0
-        while hi < MAX_DEMAND_MULTIPLIER:
-            hi *= 2.0
-            if not feasible(hi):
-                break
-            lo = hi
-        else:
-            return lo, answer(lo)
-    else:
-        probe = 1.0
-        while probe > 1.0 / 256 and lo == 0.0:
-            probe /= 2.0
-            if feasible(probe):
-                lo, hi = probe, probe * 2.0
-        if lo == 0.0:
-            return 0.0, answer(probe)
-    while (hi - lo) / hi > DEMAND_TOLERANCE:
-        mid = 0.5 * (lo + hi)
-        if feasible(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo, answer(lo)
+def run_scenario(job: ScenarioJob, options: ScenarioOptions) -> ScenarioResult:
+    """Solve one scenario in its mode (runs in a worker process)."""
+    plan, cset = job.scenario.plan, _candidates(job.candidates_from, options)
+    if job.scenario.mode != "max_demand":
+        return ScenarioResult(job.scenario, _solve(plan, options, cset))
+    s, fleet = max_demand_multiplier(plan, cset, _resolved(plan, options), _params(options.params_path),
+                                     options.solver, lambda m: _feasible(scaled(plan, m), options, cset))
+    return ScenarioResult(job.scenario, _solve(scaled(plan, s or MIN_DEMAND_MULTIPLIER), options, cset, fleet), s)
 
 
-def summarise(scenario: Scenario, result: dict[str, Any], scale: float = 1.0) -> dict[str, Any]:
-    """One row of the comparison: cost, fleet by device, served demand, p99s vs SLOs, power.
-
-    ``scale`` multiplies the scenario plan's rates (the answer of a max-demand search);
-    ``demand_multiplier`` is the served demand relative to the base file's: ``scale`` for
-    a budget level, the level of a demand sweep or Monte Carlo draw, else 1.
-    """
-    plan_qps = sum(w.request_rate_qps for w in scenario.plan.workloads)
-    multiplier = scale * float(scenario.overrides.get("demand_multiplier", 1.0))
-    return {
-        "name": scenario.name,
-        "group": scenario.group,
-        "mode": scenario.mode,
-        "level": scenario.level,
-        "overrides": scenario.overrides,
-        "status": result["status"],
-        "status_detail": result.get("status_detail", ""),
-        "objective": result.get("objective"),
-        "objective_usd": result.get("objective_usd"),
-        "capex_usd": result.get("capex_usd"),
-        "annual_opex_usd": result.get("annual_opex_usd"),
-        "tco_usd": result.get("tco_usd"),
-        "power_kw": result.get("power_kw"),
-        "gpus_total": result.get("gpus_total"),
-        "fleet": {row["device"]: row["gpus"] for row in result.get("fleet", [])},
-        "demand_multiplier": multiplier,
-        "served_qps": plan_qps * scale if result["status"] in ("optimal", "feasible") else 0.0,
-        "workloads": [
-            {k: w.get(k) for k in ("name", "qps", "met", "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms",
-                                   "slo_ttft_p99_ms", "slo_tpot_p99_ms", "slo_e2e_p99_ms")}
-            for w in result.get("workloads", [])
-        ],
-        "plan": result,
-    }
-
-
-def run_scenario(scenario: Scenario, options: ScenarioOptions) -> dict[str, Any]:
-    """Solve one scenario in its mode and summarise it (runs in a worker process)."""
-    if scenario.mode == "max_demand":
-        multiplier, result = max_demand(scenario.plan, options)
-        return summarise(scenario, result, multiplier)
-    return summarise(scenario, _optimize(scenario.plan, options))
-
-
-def _run_local(scenarios: Sequence[Scenario], options: ScenarioOptions, workers: int,
-               progress: Callable[[int], None] | None) -> list[dict[str, Any]]:
+def _run_local(jobs: Sequence[ScenarioJob], options: ScenarioOptions, workers: int,
+               progress: Callable[[int], None] | None) -> list[ScenarioResult]:
     """Serially, or on ``workers`` worker processes (optimizer.workers: they die with this
     process, ignore Ctrl-C, and are killed when it is interrupted)."""
     if workers <= 1:
         out = []
-        for s in scenarios:
-            out.append(run_scenario(s, options))
+        for j in jobs:
+            out.append(run_scenario(j, options))
             if progress:
                 progress(1)
         return out
     if "fork" in multiprocessing.get_all_start_methods():
-        share_candidates(scenarios, options)  # the workers (forked) inherit the candidate sets
-    return run_pool(functools.partial(run_scenario, options=options), scenarios, workers, progress)
+        share_candidates(jobs, options)  # the workers (forked) inherit the candidate sets
+    return run_pool(functools.partial(run_scenario, options=options), jobs, workers, progress)
 
 
-def _run_ray(scenarios: Sequence[Scenario], options: ScenarioOptions, address: str | None,
-             progress: Callable[[int], None] | None) -> list[dict[str, Any]]:
-    from catalog.errors import GpuplanError
-
+def _run_ray(jobs: Sequence[ScenarioJob], options: ScenarioOptions, address: str | None,
+             progress: Callable[[int], None] | None) -> list[ScenarioResult]:
     try:
-        import ray
+        import ray  # optional dependency: loaded only for --backend ray
     except ImportError:
         raise GpuplanError("--backend ray needs ray: pip install 'gpuplan[ray]'") from None
     started_here = not ray.is_initialized()
@@ -273,7 +244,7 @@ def _run_ray(scenarios: Sequence[Scenario], options: ScenarioOptions, address: s
                                "start one with `ray start --head` or use --address auto") from None
     try:
         remote = ray.remote(run_scenario)
-        refs = [remote.remote(s, options) for s in scenarios]
+        refs = [remote.remote(j, options) for j in jobs]
         out = []
         for ref in refs:  # in submission order
             out.append(ray.get(ref))
@@ -285,101 +256,62 @@ def _run_ray(scenarios: Sequence[Scenario], options: ScenarioOptions, address: s
             ray.shutdown()
 
 
+BACKENDS = ("local", "ray")
+
+
+def check_backend(backend: str) -> str:
+    """``backend`` if it is one of BACKENDS, else a one-line error naming them."""
+    if backend not in BACKENDS:
+        raise GpuplanError(f"--backend: unknown backend '{backend}'; use {' or '.join(BACKENDS)}")
+    return backend
+
+
 def run_scenarios(scenarios: Sequence[Scenario], options: ScenarioOptions, *, workers: int | None = None,
                   backend: str = "local", address: str | None = None,
-                  progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+                  progress: Callable[[int], None] | None = None) -> list[ScenarioResult]:
     """Solve every scenario; results in the order given, identical for every backend and worker count."""
+    check_backend(backend)
+    jobs = candidate_sources(scenarios)
     if backend == "ray":
-        return _run_ray(scenarios, options, address, progress)
-    return _run_local(scenarios, options, capped_workers(workers, len(scenarios)), progress)
+        return _run_ray(jobs, options, address, progress)
+    return _run_local(jobs, options, capped_workers(workers, len(jobs)), progress)
 
 
-def sample_uncertainty(base: Plan, uncertainty: Uncertainty, samples: int, seed: int) -> list[tuple[float, dict[str, float]]]:
-    """K draws of (demand multiplier, {device: price multiplier}); seeded, deterministic.
+@dataclass(frozen=True)
+class WhatifStudy:
+    """Every scenario's result, in file order (Monte Carlo draws last), and the draws' summary."""
 
-    Demand: lognormal with median 1 and the given σ. Prices: uniform in [low, high].
-    """
-    rng = np.random.default_rng(seed)
-    draws = []
-    sigma = uncertainty.demand.sigma if uncertainty.demand else 0.0
-    for _ in range(samples):
-        demand = float(math.exp(rng.normal(0.0, sigma))) if sigma > 0 else 1.0
-        prices = {k: float(rng.uniform(v.low, v.high)) for k, v in sorted(uncertainty.prices.items())}
-        draws.append((demand, prices))
-    return draws
+    file: str
+    results: tuple[ScenarioResult, ...]
+    uncertainty: UncertaintySummary | None = None
 
+    @property
+    def samples(self) -> tuple[ScenarioResult, ...]:
+        return tuple(r for r in self.results if r.scenario.group == "samples")
 
-def uncertainty_scenarios(base: Plan, uncertainty: Uncertainty, samples: int, seed: int,
-                          catalog: Catalog) -> list[Scenario]:
-    """One min-cost scenario per draw (demand scaled, device prices multiplied)."""
-    out = []
-    for i, (demand, prices) in enumerate(sample_uncertainty(base, uncertainty, samples, seed)):
-        plan = _scaled(base, demand)
-        if prices:
-            data = plan.model_dump(mode="python", by_alias=True)
-            devices = copy.deepcopy(data.get("devices") or {})
-            for key, mult in prices.items():
-                dev = catalog.device(key)
-                fields = devices.setdefault(dev.key, {})
-                for field in ("purchase_usd", "cloud_usd_per_gpu_hour"):
-                    base_value = fields.get(field, getattr(dev, field))
-                    if base_value is not None:
-                        fields[field] = float(base_value) * mult
-            data["devices"] = devices
-            plan = Plan.model_validate(data)
-        out.append(Scenario(name=f"sample-{i + 1}", group="samples", level=demand, plan=plan,
-                            overrides={"demand_multiplier": demand, **{f"price:{k}": v for k, v in prices.items()}}))
-    return out
+    def to_json(self, *, with_plans: bool = True) -> dict[str, Any]:
+        """The what-if JSON: ``{file, scenarios: [row…], uncertainty?}`` (rows: :meth:`ScenarioResult.to_json`)."""
+        out: dict[str, Any] = {"file": self.file, "scenarios": [r.to_json(with_plan=with_plans) for r in self.results]}
+        if self.uncertainty is not None:
+            out["uncertainty"] = self.uncertainty.to_json()
+        return out
 
 
-def fixed_fleet_meets(base_result: dict[str, Any], multipliers: Sequence[float],
-                      capacity_factors: Sequence[dict[str, float]] | None = None) -> list[bool]:
-    """Whether the base plan's fleet still meets every SLO when all demand is scaled by each multiplier
-    (and, with ``capacity_factors``, each device's capacity by that sample's model-error factor).
-
-    A workload is met while its scaled rate is within the capacity at SLO of the replicas
-    deployed for it (Σ factor[device] · capacity_qps of its deployments; routing is free to rebalance).
-    """
-    rates = {w["name"]: w["qps"] for w in base_result.get("workloads", [])}
-    if not rates or base_result["status"] not in ("optimal", "feasible"):
-        return [False for _ in multipliers]
-    out = []
-    for i, m in enumerate(multipliers):
-        factors = capacity_factors[i] if capacity_factors is not None else {}
-        capacity: dict[str, float] = {}
-        for d in base_result.get("deployments", []):
-            capacity[d["workload"]] = capacity.get(d["workload"], 0.0) + d["capacity_qps"] * factors.get(d["device"], 1.0)
-        out.append(all(rates[n] * m <= capacity.get(n, 0.0) * (1 + 1e-9) for n in rates))
-    return out
-
-
-def model_error_draws(base_result: dict[str, Any], samples: int, seed: int) -> list[dict[str, float]]:
-    """K draws of {device: capacity factor} for the devices of the base plan's deployments.
-
-    Each device's log factor is normal with its fidelity band as 10th/90th percentile
-    (``deployments[].fidelity``; ``optimizer.models.fidelity``): μ = (ln low + ln high)/2,
-    σ = (ln high − ln low)/(2·1.2816). Devices of one fidelity class share one standard-normal
-    draw per sample (a class's error is common to its devices: the same extrapolation).
-    Seeded by ``seed + 1``, so the demand and price draws of ``sample_uncertainty`` stay as they were.
-    """
-    bands: dict[str, dict[str, Any]] = {}
-    for d in base_result.get("deployments", []):
-        if d.get("fidelity"):
-            bands.setdefault(d["device"], d["fidelity"])
-    classes = sorted({f["class"] for f in bands.values()})
-    rng = np.random.default_rng(seed + 1)
-    z90 = 1.2815515655446004
-    draws = []
-    for _ in range(samples):
-        z = {c: float(rng.standard_normal()) for c in classes}
-        row = {}
-        for device, f in sorted(bands.items()):
-            lo, hi = math.log(f["low_factor"]), math.log(f["high_factor"])
-            row[device] = math.exp((lo + hi) / 2 + (hi - lo) / (2 * z90) * z[f["class"]])
-        draws.append(row)
-    return draws
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    finite = [v for v in values if v is not None and math.isfinite(v)]
-    return float(np.percentile(finite, q)) if finite else None
+def run_whatif(file: str, scenarios: Sequence[Scenario], options: ScenarioOptions, *,
+               uncertainty: Uncertainty | None = None, samples: int = 0, seed: int = 0,
+               catalog: Catalog | None = None, workers: int | None = None, backend: str = "local",
+               address: str | None = None, progress: Callable[[int], None] | None = None) -> WhatifStudy:
+    """``gpuplan whatif``: the file's scenarios, plus ``samples`` Monte Carlo draws of its
+    ``uncertainty`` section (seeded by ``seed``), solved; with draws, their summary
+    (:func:`~optimizer.whatif_uncertainty.summarise_uncertainty` against the base scenario's fleet)."""
+    if samples and not (uncertainty and (uncertainty.demand or uncertainty.prices)):
+        raise GpuplanError(f"{file}: --samples needs an uncertainty section (demand: {{sigma}} and/or prices)")
+    scenarios = list(scenarios)
+    if samples:
+        scenarios += uncertainty_scenarios(scenarios[0].plan, uncertainty, samples, seed,  # type: ignore[arg-type]
+                                           catalog or _catalog(options.catalog_path))
+    results = tuple(run_scenarios(scenarios, options, workers=workers, backend=backend, address=address,
+                                  progress=progress))
+    draws = [(r.scenario.level or 1.0, r.result) for r in results if r.scenario.group == "samples"]
+    summary = summarise_uncertainty(results[0].result, draws, seed) if draws else None
+    return WhatifStudy(file, results, summary)

@@ -8,7 +8,7 @@ from openpyxl import Workbook
 
 from reports import styles
 from reports.result import FleetRow, PlanResult
-from reports.xl import Sheet, slug
+from reports.xl import Sheet, name_fragment
 
 FIRST_ROW = 5  # tables start their header on row 4, data on row 5
 HEADER_ROW = 4
@@ -71,9 +71,9 @@ class Ctx:
         for row in [*self.result.fleet, *single]:
             if row.device not in self.device_slug:
                 self.priced.append(row)
-                self.device_slug[row.device] = _unique(slug(row.device), set(self.device_slug.values()))
+                self.device_slug[row.device] = _unique(name_fragment(row.device), set(self.device_slug.values()))
             if row.platform and row.platform not in self.platform_slug:
-                self.platform_slug[row.platform] = _unique(slug(row.platform), set(self.platform_slug.values()))
+                self.platform_slug[row.platform] = _unique(name_fragment(row.platform), set(self.platform_slug.values()))
         self.has_api = self.result.assumptions.api_usd_per_million_output_tokens is not None
 
     def server_names(self, row: FleetRow) -> tuple[str, str, str]:

@@ -14,10 +14,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from catalog.errors import GpuplanError
 from catalog.files import format_validation_error, read_json
+from optimizer.results.money import MoneyAssumptions
 
 Num = Annotated[float, Field(allow_inf_nan=False)]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=0)]
+
+
+# The money inputs a plan result must state (``assumptions``; the others have defaults).
+REQUIRED_ASSUMPTIONS = ("objective", "horizon_years", "electricity_usd_per_kwh", "pue", "power_utilization",
+                        "maintenance_fraction_per_year", "discount_rate", "server_overhead_usd", "server_power_w")
 
 
 class PlanResultError(GpuplanError):
@@ -26,34 +32,6 @@ class PlanResultError(GpuplanError):
 
 class _Loose(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
-
-
-class Assumptions(_Loose):
-    """Money and facility inputs; each becomes a named input cell on the Assumptions sheet."""
-
-    objective: Literal["tco", "capex", "cloud"]
-    horizon_years: Annotated[int, Field(ge=1, le=100)]
-    electricity_usd_per_kwh: NonNeg
-    pue: Annotated[float, Field(ge=1, allow_inf_nan=False)]
-    power_utilization: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
-    maintenance_fraction_per_year: NonNeg
-    discount_rate: Annotated[float, Field(gt=-1, allow_inf_nan=False)]
-    server_overhead_usd: NonNeg
-    server_power_w: NonNeg
-    hours_per_year: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 8760
-    capex_budget_usd: NonNeg | None = None
-    annual_budget_usd: NonNeg | None = None
-    max_power_kw: NonNeg | None = None
-    api_usd_per_million_output_tokens: NonNeg | None = None
-    api_usd_per_million_input_tokens: NonNeg | None = None
-    colocation_usd_per_kw_month: NonNeg = 0.0
-    colocation_usd_per_rack_month: NonNeg = 0.0
-    rack_units_per_rack: Annotated[int, Field(ge=1)] = 42
-    network_usd_per_server: NonNeg = 0.0
-    depreciation_years: Annotated[int, Field(ge=1)] | None = None
-    lease_interest_rate: NonNeg = 0.08
-    lease_years: Annotated[int, Field(ge=1)] | None = None
-    allow_partial_servers: bool = True
 
 
 class FleetRow(_Loose):
@@ -271,7 +249,7 @@ class PlanResult(_Loose):
     input_sha256: str = ""
     gpuplan_version: str = ""
     created_utc: str = ""
-    assumptions: Assumptions
+    assumptions: MoneyAssumptions
     fleet: list[FleetRow] = []
     deployments: list[Deployment] = []
     workloads: list[Workload] = []
@@ -287,6 +265,11 @@ def parse_result(data: Any, where: str = "plan result") -> PlanResult:
     """Check a plan result dict; raise PlanResultError naming ``where`` and the key."""
     if not isinstance(data, dict):
         raise PlanResultError(f"{where}: expected a JSON object at the top level, got {type(data).__name__}")
+    stated = data.get("assumptions")
+    if isinstance(stated, dict):  # MoneyAssumptions has defaults for these; a result must not lean on them
+        for key in REQUIRED_ASSUMPTIONS:
+            if key not in stated:
+                raise PlanResultError(f"{where}: assumptions.{key}: required field is missing; add it")
     try:
         result = PlanResult.model_validate(data)
     except ValidationError as exc:

@@ -20,6 +20,7 @@ from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.table import Table, TableStyleInfo
 from openpyxl.worksheet.worksheet import Worksheet
 
+from catalog.names import slug
 from reports import styles
 
 # Characters XML 1.0 cannot hold (openpyxl raises IllegalCharacterError on them).
@@ -58,10 +59,13 @@ def is_valid_name(name: str) -> bool:
     return bool(_NAME_RE.match(name)) and not _CELL_LIKE.match(name) and name.upper() not in {"TRUE", "FALSE"}
 
 
-def slug(text: str) -> str:
-    """``h100-sxm`` → ``h100_sxm``: a fragment usable inside a defined name."""
-    s = re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
-    return s[:60] or "x"
+# Longest name fragment a device or platform key becomes (Excel names are at most 255 characters).
+MAX_NAME_FRAGMENT = 60
+
+
+def name_fragment(text: str) -> str:
+    """``h100-sxm`` → ``h100_sxm``: a fragment usable inside a defined name (``catalog.names.slug``, cut)."""
+    return slug(text)[:MAX_NAME_FRAGMENT]
 
 
 def ref(ws: Worksheet, row: int, col: int, absolute: bool = True) -> str:

@@ -27,7 +27,7 @@ from optimizer.optimize import optimize_plan
 from optimizer.planning.candidate_set import fleet_problem
 from optimizer.planning.candidates import model_candidates
 from optimizer.planning.evaluate import parallel_workers
-from optimizer.planning.milp import solve_fleet
+from optimizer.planning.milp.solve import solve_fleet
 from workloads import load_plan, parse_plan, resolve_catalog
 
 REPO = Path(__file__).resolve().parent.parent

@@ -19,9 +19,10 @@ from optimizer.models.params import load_params
 from optimizer.optimize import optimize_plan
 from optimizer.planning.candidate_set import fleet_problem
 from optimizer.planning.candidates import model_candidates
-from optimizer.planning.milp import SolverOptions, solve_fleet
+from optimizer.planning.milp.solve import solve_fleet
 from optimizer.planning.safeguards import fidelity_map, verify_and_resize
 from optimizer.planning.sensitivity import analyse
+from optimizer.planning.solver_options import SolverOptions
 from workloads import load_plan, resolve_catalog
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,20 +1,20 @@
 #!/usr/bin/env python3
 """Benchmark: a 200-scenario capex-budget sweep of the chat fleet, by backend and worker count.
 
-    python scripts/bench_whatif.py [--scenarios 200] [--backends local1,local2,ray]
+    python scripts/bench_whatif.py [--scenarios 200] [--backends local1,local2,ray] [--save FILE]
 
-Each scenario is a budget level (max-demand search: ~10 MILP solves on one shared candidate
-set per worker). Prints wall time per run and checks that every run returns the same results
-(apart from solve timings) in the same order.
-
-Measured (2 cores, 2026-11-29): local 1 worker 463.7 s (2.32 s/scenario), local 2 workers
-228.7 s, ray (local instance, 2 CPUs) 236.6 s; all three identical.
+Each scenario is a budget level: one max-demand MILP (``optimizer.whatif_demand``) and the
+cheapest fleet at the demand found, warm-started from the max-demand fleet, all on the one
+candidate set of the sweep (computed once, in the parent before the workers fork). Prints wall
+and CPU time per run, the load average, and whether every run returns the same results (apart
+from solve timings) in the same order. Measured figures: ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import sys
 import tempfile
@@ -31,8 +31,8 @@ from optimizer.whatif import ScenarioOptions, run_scenarios  # noqa: E402
 from workloads.scenarios import load_scenarios  # noqa: E402
 
 
-def _strip(rows):
-    out = json.loads(json.dumps(rows))
+def _strip(results):
+    out = json.loads(json.dumps([r.to_json() for r in results]))
     for r in out:
         for d in (r, r.get("plan", {})):
             d.pop("solve_seconds", None)
@@ -75,8 +75,9 @@ def main() -> int:
         wall, cpu = time.perf_counter() - start, _cpu_s() - cpu0
         same = "reference" if reference is None else ("same results" if _strip(rows) == reference else "DIFFERENT")
         reference = reference or _strip(rows)
+        load = os.getloadavg()[0]
         print(f"{backend:8s} wall {wall:7.1f} s  ({wall / len(scenarios):.2f} s/scenario), CPU {cpu:7.1f} s "
-              f"(this process and its finished workers)  {same}")
+              f"(this process and its finished workers), load average {load:.1f} after  {same}")
         if args.save is not None:
             args.save.write_text(json.dumps(_strip(rows), indent=1, sort_keys=True))
     return 0

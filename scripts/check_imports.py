@@ -5,7 +5,8 @@ Layers (a module may import only its own layer's siblings and layers below it):
     results  <  models  <  calibration
     results, models, workers  <  planning  <  assemble  <  optimize  <  whatif
 
-``workers`` (the process pool) is a leaf like ``results``: standard library only.
+``workers`` (the process pool) is a leaf like ``results``: standard library only. The what-if
+layer is ``whatif.py`` and its ``whatif_*.py`` siblings (max-demand MILP, Monte Carlo).
 
 ``results/`` imports nothing else in ``optimizer/``; ``catalog/`` and ``workloads/`` import nothing
 of ``optimizer/``, ``reports/`` or ``cli/``; ``optimizer/`` imports neither ``reports/`` nor ``cli/``;
@@ -61,8 +62,11 @@ def imports_of(path: Path, name: str) -> set[str]:
 
 
 def layer(mod: str) -> str | None:
+    """The layer of an optimizer/ module: its first name under optimizer/ (``whatif_*`` modules are ``whatif``)."""
     parts = mod.split(".")
-    return parts[1] if parts[0] == "optimizer" and len(parts) > 1 else None
+    if parts[0] != "optimizer" or len(parts) < 2:
+        return None
+    return "whatif" if parts[1].startswith("whatif_") else parts[1]
 
 
 def main(argv: list[str]) -> int:

@@ -8,6 +8,13 @@ import pytest
 import yaml
 
 from catalog import load_catalog
+from optimizer.planning.milp.problem import Demand, FleetProblem, Limits, Option, UnitTerms
+from optimizer.planning.solver_options import SolverOptions
+from optimizer.results.money import LinearTerms
+from optimizer.results.plan_result import Deployment, PlanResult, SolveStatus, WorkloadResult
+from optimizer.results.provenance import Fidelity
+from optimizer.whatif_demand import bisect, round_down, solve_max_share
+from optimizer.whatif_uncertainty import fixed_fleet_meets, model_error_draws, summarise_uncertainty
 from tests.conftest import EXAMPLES
 from workloads.scenarios import load_scenarios
 
@@ -20,21 +27,18 @@ SMALL = {
 }
 
 
-def _strip(row):
-    """A result without its timings and without the split-or-whole note.
+def _strip(result):
+    """A scenario result's JSON row without its timings, the only figures allowed to differ between runs.
 
-    Timings are the only figures allowed to differ between runs. The ``planned_whole`` note
-    depends on which scenario's rates first computed the candidate set a process shares (the
-    local runner computes it once before forking, each Ray worker for its first scenario); the
-    fleet, replicas, routing and money must still be identical.
+    Every scenario's candidate set comes from the first scenario with the same candidate key
+    in every process and on every backend (``optimizer.whatif.candidate_sources``), so the
+    split-or-whole notes (``planned_whole``) must be identical too, with the fleet, replicas,
+    routing and money.
     """
-    row = json.loads(json.dumps(row))
+    row = json.loads(json.dumps(result if isinstance(result, dict) else result.to_json()))
     for r in [row, row.get("plan", {})]:
         for key in ("solve_seconds", "created_utc", "timings_s"):
             r.pop(key, None)
-    plan = row.get("plan") or {}
-    if "diagnostics" in plan:
-        plan["diagnostics"] = [d for d in plan["diagnostics"] if d.get("code") != "planned_whole"]
     return row
 
 
@@ -45,7 +49,7 @@ def small(tmp_path_factory):
     _, _, scenarios = load_scenarios(path, load_catalog())
     from optimizer.whatif import ScenarioOptions, run_scenarios
 
-    rows = run_scenarios(scenarios, ScenarioOptions(), workers=1)
+    rows = [r.to_json() for r in run_scenarios(scenarios, ScenarioOptions(), workers=1)]
     return path, scenarios, rows
 
 
@@ -156,3 +160,55 @@ def test_shipped_example(run_cli, tmp_path):
     assert budget[0] < 1 < budget[-1]  # $100k cannot carry today's demand; $500k carries more
     growth = [r["objective_usd"] for r in rows if r["group"] == "growth"]
     assert growth == sorted(growth)
+
+
+@pytest.mark.parametrize("headroom, expected", [(1.0, 0.5986), (1.5, 0.8146)])
+def test_monte_carlo_model_error_by_fidelity_class(headroom, expected):
+    """A fleet with capacity = headroom × load on one device of band [0.523, 2.617]:
+    log factor ~ N(μ = 0.15695, σ = 0.62826), so P(meets) = Φ((μ − ln(1/headroom))/σ):
+    Φ(0.2498) = 0.5986 at 1.0×, Φ(0.8951) = 0.8146 at 1.5×."""
+    band = Fidelity("datasheet-only", "", 0.523, 2.617)
+    workload = WorkloadResult("w", "m", 10.0, True, "online", None, None, None, None, None, None, 0.0, 0.0, None)
+    base = PlanResult(SolveStatus.OPTIMAL, "", "tco", workloads=(workload,),
+                      deployments=(Deployment("w", "k", "mi355x", "fp8", 1, 1, 1, 10.0, 10.0 * headroom,
+                                              fidelity=band),))
+    n = 4000
+    draws = model_error_draws(base, n, seed=0)
+    meets = fixed_fleet_meets(base, [1.0] * n, draws)
+    assert sum(meets) / n == pytest.approx(expected, abs=0.025)
+    assert all(fixed_fleet_meets(base, [1.0] * 3))  # the point model: always met
+    summary = summarise_uncertainty(base, [(1.0, base)] * n, seed=0)
+    assert summary.base_fleet_meets_slo_probability == sum(meets) / n
+    assert summary.base_fleet_meets_slo_probability_without_model_error == 1.0
+
+
+def _two_devices(n_plus_one: bool = False, capex_usd: float = 35.0) -> FleetProblem:
+    """10 req/s of one workload; x: $10 per GPU, 2 req/s per replica; y: $20 per GPU, 5 req/s; 1 GPU each."""
+    def unit(device: str, usd: float) -> UnitTerms:
+        zero = LinearTerms(0.0, 0.0)
+        return UnitTerms(device, 1, LinearTerms(usd, 0.0), LinearTerms(usd, 0.0), zero, zero)
+
+    return FleetProblem((Demand("w", (10.0,), n_plus_one=n_plus_one),),
+                        (Option("w", "x1", "x", 1, (2.0,)), Option("w", "y1", "y", 1, (5.0,))),
+                        {"x": unit("x", 10.0), "y": unit("y", 20.0)}, Limits(capex_usd=capex_usd))
+
+
+@pytest.mark.parametrize("n_plus_one, capex_usd, share", [
+    (False, 35.0, 0.7),   # $35 buys 1 y + 1 x (7 req/s); 3 x carry 6, 2 y cost $40
+    (True, 35.0, 0.4),    # N+1: every candidate carrying load keeps a spare: 3 x carry 2 × 2 req/s
+    (False, 1000.0, 1.0),  # the budget is not binding: the whole demand, t capped at 1
+    (False, 5.0, 0.0),    # $5 buys no replica
+])
+def test_max_share_milp_on_paper(n_plus_one, capex_usd, share):
+    status, t, fleet = solve_max_share(_two_devices(n_plus_one, capex_usd), SolverOptions())
+    assert status == SolveStatus.OPTIMAL
+    assert t == pytest.approx(share, abs=1e-7)
+    if share > 0:
+        assert sum(fleet.routed_qps.values()) == pytest.approx(10.0)  # routed at the full rate: shares sum to 1
+
+
+def test_round_down_and_bisection_agree_with_the_milp():
+    assert round_down(9.45694) == 9.456 and round_down(0.27689) == 0.2768 and round_down(1024.0) == 1024.0
+    served = 7.0  # the first case above, as a multiplier of 1 req/s: feasible up to 7
+    found = bisect(lambda m: m <= served)
+    assert served * (1 - 0.02) <= found <= served

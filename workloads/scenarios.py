@@ -40,15 +40,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from catalog.errors import WorkloadError, suggest
 from catalog.files import format_validation_error, read_yaml
 from catalog.load import Catalog
-from catalog.schema import Device
+from catalog.schema import Device, Strict
 from workloads.load import parse_plan, resolve_catalog
 from workloads.spec import Plan, Workload
 
 MAX_SCENARIOS = 10_000
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Variant(Strict):
@@ -73,7 +69,7 @@ class Sweep(Strict):
     device: str | None = None
     field: str = "purchase_usd"
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True)  # with Strict's extra="forbid", frozen
 
     @model_validator(mode="after")
     def _check(self) -> Sweep:

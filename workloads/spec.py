@@ -9,7 +9,10 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from catalog.constants import HOURS_PER_YEAR, SECONDS_PER_HOUR, Z99
+from catalog.schema import Strict
 
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -17,10 +20,6 @@ Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 
 MAX_QPS = 1e7  # ten million requests per second: beyond any real service; catches unit slips
 MAX_TOKENS = 10_000_000
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class LengthDist(Strict):
@@ -88,7 +87,7 @@ class LengthDist(Strict):
         ratio = self.p99_tokens / self.mean_tokens
         if ratio <= 1.0:
             return 0.0
-        z = 2.326347874
+        z = Z99
         # σ²/2 − zσ + ln(ratio) = 0 → smaller root (the larger one is an unphysical heavy tail).
         disc = z * z - 2.0 * math.log(ratio)
         if disc < 0:
@@ -227,7 +226,7 @@ class Workload(Strict):
         (batch: tokens_per_day · 365)."""
         if self.tokens_per_day is not None:
             return self.tokens_per_day * 365.0
-        return self.request_rate_qps / self.peak_to_average_ratio * self.output_tokens.mean_tokens * 3600.0 * 8760.0
+        return self.request_rate_qps / self.peak_to_average_ratio * self.output_tokens.mean_tokens * SECONDS_PER_HOUR * HOURS_PER_YEAR
 
 
 class Budget(Strict):

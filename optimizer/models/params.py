@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from catalog.errors import ModelError
 from catalog.files import format_validation_error, parse_yaml_text, read_yaml
-from catalog.schema import Device
+from catalog.schema import Device, Strict
 
 Fraction = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -54,11 +54,7 @@ def check_engine(engine: str) -> str:
     return engine
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class FactorOverride(_Strict):
+class FactorOverride(Strict):
     """Factors for one class of devices; ``None`` keeps the value from the defaults."""
 
     vendor: str | None = None
@@ -105,7 +101,7 @@ FACTOR_FIELDS = ("memory_bandwidth_efficiency", "compute_efficiency", "attention
                  "step_overhead_ms", "sequence_overhead_us", "max_batch_sequences")
 
 
-class ErrorBand(_Strict):
+class ErrorBand(Strict):
     """An 80 % interval of measured/predicted for one fidelity class, from leave-out residuals."""
 
     low_factor: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = Field(
@@ -116,7 +112,7 @@ class ErrorBand(_Strict):
     basis: str = Field(description="which leave-out predictions gave the residuals")
 
 
-class Coverage(_Strict):
+class Coverage(Strict):
     """Which (device, engine) pairs, generations and vendors the fit had measurements of."""
 
     device_engines: list[str] = Field(default_factory=list, description="'device/engine' pairs measured")
@@ -124,7 +120,7 @@ class Coverage(_Strict):
     vendors: list[str] = Field(default_factory=list)
 
 
-class FitRecord(_Strict):
+class FitRecord(Strict):
     """Where fitted parameters came from and how well they fit (never hidden)."""
 
     data_file: str
@@ -142,7 +138,7 @@ class FitRecord(_Strict):
     fitted_on: str = ""
 
 
-class CalibrationParams(_Strict):
+class CalibrationParams(Strict):
     """Efficiency factors and overheads of the replica model (see ``optimizer.models.perf``)."""
 
     memory_bandwidth_efficiency: Fraction = Field(

@@ -20,7 +20,8 @@ serve stays split, so its diagnostics name the bucket that fails.
 
 from __future__ import annotations
 
-from optimizer.planning.milp import Demand, FleetSolution, Option, UnitTerms, solve_alone
+from optimizer.planning.milp.problem import Demand, FleetSolution, Option, UnitTerms
+from optimizer.planning.milp.solve import solve_alone
 from optimizer.results.plan_result import Diagnostic
 
 # Split must be cheaper than whole by more than this fraction to be kept.

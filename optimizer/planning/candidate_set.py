@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from catalog.load import Catalog
 from catalog.schema import Device, Platform
 from optimizer.planning.bucketing import problem_parts
-from optimizer.planning.milp import FleetProblem, Limits, UnitTerms
+from optimizer.planning.milp.problem import FleetProblem, Limits, UnitTerms
 from optimizer.results.money import (
     MoneyAssumptions,
     UnitPrice,

@@ -36,7 +36,7 @@ from catalog.schema import Device, Model
 from optimizer.models import serving
 from optimizer.models.disagg import pool_p99_ms, sent_tokens
 from optimizer.models.lengths import split_buckets
-from optimizer.models.params import load_params
+from optimizer.models.params import CalibrationParams, load_params
 from optimizer.models.perf import Configs, build_configs, config_key
 from optimizer.models.techniques import ServingTechnique, workload_technique
 from optimizer.planning.bucketing import choose_bucketing, fold_notes
@@ -61,6 +61,7 @@ from optimizer.planning.evaluate import (
     evaluate_buckets,
     finite_or_zero,
 )
+from optimizer.planning.solver_options import DEFAULT_N_BUCKETS
 from optimizer.planning.technique_savings import technique_note
 from optimizer.results.money import MoneyAssumptions
 from optimizer.results.plan_result import Diagnostic
@@ -193,12 +194,12 @@ class _Prepared:
     configs: Configs | None
     variants: tuple[_Variant, ...] = ()
 
-    def jobs(self, w: Workload, params) -> list[BucketJob]:
+    def jobs(self, w: Workload, params: CalibrationParams) -> list[BucketJob]:
         """The evaluation of every bucket, for every variant."""
         return [_job(self, v, b, w, params) for v in self.variants for b in self.buckets]
 
 
-def _job(prep: _Prepared, v: _Variant, b: BucketSpec, w: Workload, params) -> BucketJob:
+def _job(prep: _Prepared, v: _Variant, b: BucketSpec, w: Workload, params: CalibrationParams) -> BucketJob:
     return BucketJob(v.configs, tuple(prep.chosen[i] for i in v.rows), b, w, params, v.stage, v.technique,
                      v.nic_gbps_per_gpu)
 
@@ -230,7 +231,7 @@ def _variants(w: Workload, model: Model, catalog: Catalog, chosen: list[tuple], 
     return tuple(out)
 
 
-def _prepare(w: Workload, plan: Plan, catalog: Catalog, units: dict[str, UnitSpec], params,
+def _prepare(w: Workload, plan: Plan, catalog: Catalog, units: dict[str, UnitSpec], params: CalibrationParams,
              n_buckets: int) -> _Prepared:
     """Enumerate, fit in memory (smallest pp that fits) and build the configs of one workload."""
 
@@ -267,7 +268,7 @@ def _as_whole(w: Workload, prep: _Prepared) -> _Prepared | None:
     return replace(prep, buckets=_bucket_specs(w, 1), pruned=pruned)
 
 
-def _finish(w: Workload, prep: _Prepared, units: dict[str, UnitSpec], params, a: MoneyAssumptions,
+def _finish(w: Workload, prep: _Prepared, units: dict[str, UnitSpec], params: CalibrationParams, a: MoneyAssumptions,
             prune: bool, evaluated: dict[tuple, BucketEvaluation] | None = None) -> WorkloadCandidates:
     """Capacities per bucket (``evaluated`` first, else ``bucket_capacity``), costs, pruning."""
     kept: list[Candidate] = []
@@ -279,7 +280,7 @@ def _finish(w: Workload, prep: _Prepared, units: dict[str, UnitSpec], params, a:
     return WorkloadCandidates(w, prep.model.key, prep.buckets, tuple(kept + prep.pruned), predictor)
 
 
-def _variant_candidates(w: Workload, prep: _Prepared, v: _Variant, units: dict[str, UnitSpec], params,
+def _variant_candidates(w: Workload, prep: _Prepared, v: _Variant, units: dict[str, UnitSpec], params: CalibrationParams,
                         a: MoneyAssumptions, evaluated: dict[tuple, BucketEvaluation] | None) -> list[Candidate]:
     """The candidates of one variant: capacity in every bucket, cost per replica, a reason when none."""
     buckets, nb = prep.buckets, len(prep.buckets)
@@ -314,7 +315,7 @@ def _variant_candidates(w: Workload, prep: _Prepared, v: _Variant, units: dict[s
     return out
 
 
-def _predictor(prep: _Prepared, params) -> Predictor:
+def _predictor(prep: _Prepared, params: CalibrationParams) -> Predictor:
     """p99s (ms) of one candidate on one bucket at a rate per replica: ``serve_at_rate`` (colocated),
     ``disagg.pool_p99_ms`` (a pool's share: prefill TTFT with the KV transfer; decode TPOT and E2E)."""
     variants: dict[str, tuple[_Variant, int]] = {}
@@ -348,7 +349,8 @@ def _finite(x) -> float | None:
 
 
 def model_candidates(
-    plan: Plan, catalog: Catalog, params=None, *, n_buckets: int = 4, prune: bool = True
+    plan: Plan, catalog: Catalog, params: CalibrationParams | None = None, *, n_buckets: int = DEFAULT_N_BUCKETS,
+    prune: bool = True,
 ) -> CandidateSet:
     """Candidates of every workload from the performance and serving models.
 

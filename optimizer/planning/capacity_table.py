@@ -48,6 +48,7 @@ from pathlib import Path
 from catalog.errors import GpuplanError, suggest
 from catalog.files import read_text
 from catalog.load import Catalog
+from catalog.names import slug
 from optimizer.planning.candidate_set import (
     BucketSpec,
     Candidate,
@@ -56,7 +57,6 @@ from optimizer.planning.candidate_set import (
     WorkloadCandidates,
     cost_per_replica_usd,
 )
-from optimizer.planning.milp import slug
 from optimizer.results.money import MoneyAssumptions, UnitPrice
 from workloads.spec import Plan
 

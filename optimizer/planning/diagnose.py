@@ -18,14 +18,14 @@ import time
 from dataclasses import replace
 
 from optimizer.planning.candidate_set import CandidateSet, WorkloadCandidates
-from optimizer.planning.milp import (
+from optimizer.planning.milp.problem import (
     FleetProblem,
     FleetSolution,
     Limits,
     Minimise,
-    solve_fleet,
     uncovered_buckets,
 )
+from optimizer.planning.milp.solve import solve_fleet
 from optimizer.results.plan_result import Diagnostic, SingleDeviceBest, SolveStatus
 
 METRIC_LABEL = {"ttft_p99_ms": "TTFT p99", "tpot_p99_ms": "TPOT p99", "e2e_p99_ms": "E2E p99"}

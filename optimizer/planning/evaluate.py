@@ -20,6 +20,7 @@ from functools import cached_property
 import numpy as np
 
 from optimizer.models import disagg, serving
+from optimizer.models.params import CalibrationParams
 from optimizer.models.perf import Configs
 from optimizer.models.techniques import ServingTechnique
 from optimizer.planning.candidate_set import BucketSpec
@@ -51,7 +52,7 @@ class BucketJob:
     chosen: tuple[tuple, ...]
     bucket: BucketSpec
     workload: Workload
-    params: object
+    params: CalibrationParams
     # a colocated replica, or one pool of a disaggregated pair ("prefill" | "decode"), with the
     # prefix cache / speculative decoding it uses (None: plain) and, for pools, each config's NIC Gb/s
     stage: str = "colocated"
@@ -67,7 +68,7 @@ class BucketJob:
         b, w, params = self.bucket, self.workload, self.params
         full = (self.configs.model.model_dump_json(), devices, combos, b.prompt.model_dump_json(),
                 b.output.model_dump_json(), w.slo.model_dump_json(), w.is_batch, tuple(self.configs.engines),
-                params.model_dump_json() if hasattr(params, "model_dump_json") else repr(params))
+                params.model_dump_json())
         if self.stage != "colocated" or self.technique is not None:  # plain jobs keep today's keys
             full += (self.stage, repr(self.technique), self.nic_gbps_per_gpu)
         return (len(self.chosen), hashlib.blake2b(repr(full).encode(), digest_size=20).hexdigest())

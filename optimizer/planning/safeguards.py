@@ -22,7 +22,7 @@ from optimizer.models.fidelity import fidelity_of
 from optimizer.models.params import CalibrationParams
 from optimizer.planning.candidate_set import CandidateSet, fleet_problem
 from optimizer.planning.headroom import sized
-from optimizer.planning.milp import FleetProblem, FleetSolution
+from optimizer.planning.milp.problem import FleetProblem, FleetSolution
 from optimizer.planning.provenance import price_basis
 from optimizer.planning.sensitivity import price_field
 from optimizer.planning.verify import (

@@ -38,7 +38,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from optimizer.planning.candidate_set import CandidateSet, unit_terms
-from optimizer.planning.milp import FleetProblem, FleetSolution, solve_fleet
+from optimizer.planning.milp.problem import FleetProblem, FleetSolution
+from optimizer.planning.milp.solve import solve_fleet
 from optimizer.planning.solver_options import SolverOptions
 from optimizer.results.money import MoneyAssumptions
 from optimizer.results.provenance import (

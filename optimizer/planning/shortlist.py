@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from optimizer.planning.milp import (
+from optimizer.planning.milp.build import replica_upper_bound
+from optimizer.planning.milp.problem import (
     FleetProblem,
     amortised_usd_per_replica,
     options_by_workload,
-    replica_upper_bound,
 )
 
 

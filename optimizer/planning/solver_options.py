@@ -1,4 +1,5 @@
-"""Solver settings, in a module light enough for the CLI to import at start-up (no solver import)."""
+"""Solver settings and the planning defaults the CLI shows, in a module light enough for the CLI to
+import at start-up (no solver import)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import math
 from dataclasses import dataclass
 
 from catalog.errors import SolverError
+
+# Request-size buckets per workload (``optimize_plan(n_buckets=...)``, ``gpuplan optimize --n-buckets``).
+DEFAULT_N_BUCKETS = 4
 
 
 @dataclass(frozen=True)

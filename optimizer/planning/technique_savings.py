@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from optimizer.planning.bucketing import alone_usd
-from optimizer.planning.milp import UnitTerms
+from optimizer.planning.milp.problem import UnitTerms
 from optimizer.results.plan_result import Diagnostic
 
 

@@ -30,7 +30,7 @@ from optimizer.models.params import CalibrationParams
 from optimizer.models.perf import build_configs
 from optimizer.models.simulate import simulate
 from optimizer.planning.candidate_set import CandidateSet
-from optimizer.planning.milp import FleetSolution
+from optimizer.planning.milp.problem import FleetSolution
 from optimizer.results.provenance import VerifiedDeployment
 
 VERIFY_REQUESTS = 8000

@@ -40,10 +40,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
-HOURS_PER_YEAR = 8760.0
-MONTHS_PER_YEAR = 12.0
+from pydantic import Field
+
+from catalog.constants import HOURS_PER_YEAR, MONTHS_PER_YEAR
+
 # Per-server figures of a unit with no platform (a user's device, a capacity-table unit), and
 # the single figure every server had before platforms: a chassis with CPUs, memory and NICs.
 DEFAULT_SERVER_USD = 30000.0
@@ -52,26 +54,43 @@ DEFAULT_SERVER_POWER_W = 1500.0
 Objective = Literal["tco", "capex", "cloud"]
 
 
+NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
 @dataclass(frozen=True)
 class MoneyAssumptions:
-    """The plan's money and facility figures that the formulas use."""
+    """The plan's money, facility and limit figures: what the formulas use and what the result
+    states (``assumptions`` of the plan JSON, each a named input cell of the workbook).
+
+    The one type for them: the optimizer builds it from the plan (:meth:`from_plan`), the JSON
+    is its fields, and the workbook reads it back validated by the constraints annotated here
+    (``reports.result``). ``hours_per_year`` is stated for the workbook's formulas (= HOURS_PER_YEAR);
+    budgets, the power cap and the hosted-API prices are None when the plan has none.
+    """
 
     objective: Objective = "tco"
-    horizon_years: int = 3
-    electricity_usd_per_kwh: float = 0.10
-    pue: float = 1.3
-    power_utilization: float = 0.7
-    maintenance_fraction_per_year: float = 0.05
-    discount_rate: float = 0.08
-    server_overhead_usd: float = DEFAULT_SERVER_USD
-    server_power_w: float = DEFAULT_SERVER_POWER_W
-    colocation_usd_per_kw_month: float = 0.0
-    colocation_usd_per_rack_month: float = 0.0
-    rack_units_per_rack: int = 42
-    network_usd_per_server: float = 0.0
-    depreciation_years: int | None = None
-    lease_interest_rate: float = 0.08
-    lease_years: int | None = None
+    horizon_years: Annotated[int, Field(ge=1, le=100)] = 3
+    electricity_usd_per_kwh: NonNeg = 0.10
+    pue: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.3
+    power_utilization: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.7
+    maintenance_fraction_per_year: NonNeg = 0.05
+    discount_rate: Annotated[float, Field(gt=-1, allow_inf_nan=False)] = 0.08
+    server_overhead_usd: NonNeg = DEFAULT_SERVER_USD
+    server_power_w: NonNeg = DEFAULT_SERVER_POWER_W
+    hours_per_year: Annotated[float, Field(gt=0, allow_inf_nan=False)] = HOURS_PER_YEAR
+    capex_budget_usd: NonNeg | None = None
+    annual_budget_usd: NonNeg | None = None
+    max_power_kw: NonNeg | None = None
+    api_usd_per_million_output_tokens: NonNeg | None = None
+    api_usd_per_million_input_tokens: NonNeg | None = None
+    colocation_usd_per_kw_month: NonNeg = 0.0
+    colocation_usd_per_rack_month: NonNeg = 0.0
+    rack_units_per_rack: Annotated[int, Field(ge=1)] = 42
+    network_usd_per_server: NonNeg = 0.0
+    depreciation_years: Annotated[int, Field(ge=1)] | None = None
+    lease_interest_rate: NonNeg = 0.08
+    lease_years: Annotated[int, Field(ge=1)] | None = None
+    allow_partial_servers: bool = True
 
     @classmethod
     def from_plan(cls, plan) -> MoneyAssumptions:
@@ -91,6 +110,11 @@ class MoneyAssumptions:
             depreciation_years=plan.finance.depreciation_years,
             lease_interest_rate=plan.finance.lease_interest_rate,
             lease_years=plan.finance.lease_years,
+            capex_budget_usd=plan.budget.capex_usd, annual_budget_usd=plan.budget.annual_usd,
+            max_power_kw=plan.max_power_kw,
+            api_usd_per_million_output_tokens=plan.api_usd_per_million_output_tokens,
+            api_usd_per_million_input_tokens=plan.api_usd_per_million_input_tokens,
+            allow_partial_servers=plan.allow_partial_servers,
         )
 
     @property

@@ -11,10 +11,11 @@ deployment).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from enum import StrEnum
 from typing import Any
 
+from optimizer.results.money import MoneyAssumptions
 from optimizer.results.provenance import (
     Fidelity,
     HeadroomPolicy,
@@ -43,33 +44,6 @@ class Provenance:
 
     input_file: str = ""
     input_sha256: str = ""
-
-
-@dataclass(frozen=True)
-class Assumptions:
-    objective: str
-    horizon_years: int
-    electricity_usd_per_kwh: float
-    pue: float
-    power_utilization: float
-    maintenance_fraction_per_year: float
-    discount_rate: float
-    server_overhead_usd: float
-    server_power_w: float
-    hours_per_year: float
-    capex_budget_usd: float | None
-    annual_budget_usd: float | None
-    max_power_kw: float | None
-    api_usd_per_million_output_tokens: float | None
-    api_usd_per_million_input_tokens: float | None
-    colocation_usd_per_kw_month: float = 0.0
-    colocation_usd_per_rack_month: float = 0.0
-    rack_units_per_rack: int = 42
-    network_usd_per_server: float = 0.0
-    depreciation_years: int | None = None
-    lease_interest_rate: float = 0.08
-    lease_years: int | None = None
-    allow_partial_servers: bool = True
 
 
 @dataclass(frozen=True)
@@ -262,7 +236,7 @@ class PlanResult:
     input_sha256: str = ""
     gpuplan_version: str = ""
     created_utc: str = ""
-    assumptions: Assumptions | None = None
+    assumptions: MoneyAssumptions | None = None
     fleet: tuple[FleetRow, ...] = ()
     deployments: tuple[Deployment, ...] = ()
     workloads: tuple[WorkloadResult, ...] = ()
@@ -305,17 +279,17 @@ class PlanResult:
         out["gap"] = _num(self.gap)
         for name in ("solver", "plan_name", "input_file", "input_sha256", "gpuplan_version", "created_utc"):
             out[name] = getattr(self, name)
-        out["assumptions"] = _clean(asdict(self.assumptions)) if self.assumptions else None
-        out["fleet"] = [_clean(asdict(r)) for r in self.fleet]
-        out["deployments"] = [_clean(_deployment_json(d)) for d in self.deployments]
+        out["assumptions"] = record_json(self.assumptions) if self.assumptions else None
+        out["fleet"] = [record_json(r) for r in self.fleet]
+        out["deployments"] = [_deployment_json(d) for d in self.deployments]
         out["disaggregated"] = disaggregated_json(self.deployments)
-        out["workloads"] = [_clean(_workload_json(w)) for w in self.workloads]
-        out["single_device_best"] = _single_json(self.single_device_best) if self.single_device_best else None
-        out["candidates"] = [_clean(asdict(c)) for c in self.candidates]
-        out["diagnostics"] = [asdict(d) for d in self.diagnostics]
-        out["sources"] = [asdict(s) for s in self.sources]
-        out["buckets"] = [_clean(asdict(b)) for b in self.buckets]
-        out["routing"] = [_clean(asdict(r)) for r in self.routing]
+        out["workloads"] = [record_json(w, _WORKLOAD_KEYS) for w in self.workloads]
+        out["single_device_best"] = record_json(self.single_device_best) if self.single_device_best else None
+        out["candidates"] = [record_json(c) for c in self.candidates]
+        out["diagnostics"] = [record_json(d) for d in self.diagnostics]
+        out["sources"] = [record_json(r) for r in self.sources]
+        out["buckets"] = [record_json(b) for b in self.buckets]
+        out["routing"] = [record_json(r) for r in self.routing]
         out["headroom"] = _headroom_json(self.headroom) if self.headroom else None
         out["sensitivity"] = _sensitivity_json(self.sensitivity) if self.sensitivity else None
         out["verification"] = _verification_json(self.verification) if self.verification else None
@@ -339,8 +313,8 @@ def disaggregated_json(deployments: tuple[Deployment, ...]) -> list[dict[str, An
                         default=None) for m in ("ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms")}
         out.append(_clean({
             "workload": w,
-            "prefill": [_clean({k: getattr(d, k) for k in _POOL_KEYS}) for d in pools["prefill"]],
-            "decode": [_clean({k: getattr(d, k) for k in _POOL_KEYS}) for d in pools["decode"]],
+            "prefill": [record_json(d, _POOL_KEYS) for d in pools["prefill"]],
+            "decode": [record_json(d, _POOL_KEYS) for d in pools["decode"]],
             **worst,
             "kv_link_gb_s": sum(d.kv_link_gb_s or 0.0 for d in pools["prefill"]),
         }))
@@ -351,21 +325,11 @@ _WORKLOAD_KEYS = ("name", "model", "qps", "met", "ttft_p99_ms", "tpot_p99_ms", "
                   "cost_per_million_output_tokens_usd", "min_replicas", "redundancy", "peak_to_average_ratio")
 
 
-def _single_json(best: SingleDeviceBest) -> dict[str, Any]:
-    out = _clean({k: v for k, v in asdict(best).items() if k != "fleet"})
-    out["fleet"] = [_clean(asdict(f)) for f in best.fleet]
-    return out
-
-
 def _deployment_json(d: Deployment) -> dict[str, Any]:
-    out = {k: getattr(d, k) for k in _DEPLOYMENT_KEYS}
-    out["fidelity"] = _fidelity_json(d.fidelity) if d.fidelity else None
+    out = record_json(d, _DEPLOYMENT_KEYS)
+    out["fidelity"] = record_json(d.fidelity) if d.fidelity else None
     out["verification"] = _verified_json(d.verification) if d.verification else None
     return out
-
-
-def _fidelity_json(f: Fidelity) -> dict[str, Any]:
-    return {"class": f.class_, "basis": f.basis, "low_factor": _num(f.low_factor), "high_factor": _num(f.high_factor)}
 
 
 def _verified_json(v: VerifiedDeployment) -> dict[str, Any]:
@@ -398,7 +362,7 @@ def _sensitivity_json(s: Sensitivity) -> dict[str, Any]:
     return {
         "base_objective_usd": _num(s.base_objective_usd),
         "runner_up": None if ru is None else {
-            "excluded_device": ru.excluded_device, "fleet": [asdict(f) for f in ru.fleet],
+            "excluded_device": ru.excluded_device, "fleet": [record_json(f) for f in ru.fleet],
             "objective_usd": _num(ru.objective_usd), "difference_usd": _num(ru.difference_usd)},
         "devices": devices,
         "tornado": [{"input": t.input, "low_usd": _num(t.low_usd), "high_usd": _num(t.high_usd),
@@ -414,10 +378,6 @@ def _verification_json(v: Verification) -> dict[str, Any]:
             "deployments": [{"workload": d.workload, "key": d.key, **_verified_json(d)} for d in v.deployments]}
 
 
-def _workload_json(w: WorkloadResult) -> dict[str, Any]:
-    return {k: getattr(w, k) for k in _WORKLOAD_KEYS}
-
-
 def _num(value: float | None) -> float | None:
     """A finite float, or None (JSON has no inf/nan)."""
     if value is None:
@@ -428,3 +388,30 @@ def _num(value: float | None) -> float | None:
 
 def _clean(row: dict[str, Any]) -> dict[str, Any]:
     return {k: (_num(v) if isinstance(v, float) else v) for k, v in row.items()}
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def record_json(record: Any, keys: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """The one JSON mapping of a result record (a dataclass of this package or ``results.provenance``,
+    or the money assumptions): its fields — or ``keys``, in that order — with floats finite or None,
+    nested records, tuples and mappings mapped alike, and a trailing ``_`` dropped from a field
+    name (``Fidelity.class_`` → ``class``). Records whose JSON adds computed keys (headroom,
+    sensitivity, verification) start from their own mappers below."""
+    if keys is None:
+        keys = _FIELDS.get(type(record)) or _FIELDS.setdefault(type(record),
+                                                               tuple(f.name for f in fields(record)))
+    return {k.removesuffix("_"): _json_value(getattr(record, k)) for k in keys}
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, float):
+        return _num(value)
+    if isinstance(value, tuple | list):
+        return [_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _json_value(v) for k, v in value.items()}
+    if is_dataclass(value) and not isinstance(value, type):
+        return record_json(value)
+    return value

@@ -22,7 +22,8 @@ from optimizer.models.disagg import (
 from optimizer.models.params import load_params
 from optimizer.models.simulate_pools import simulate_pools
 from optimizer.optimize import optimize_plan
-from optimizer.planning.milp import Demand, FleetProblem, Option, UnitTerms, solve_fleet
+from optimizer.planning.milp.problem import Demand, FleetProblem, Option, UnitTerms
+from optimizer.planning.milp.solve import solve_fleet
 from optimizer.results.check import check_plan
 from optimizer.results.money import LinearTerms
 from optimizer.results.plan_result import SolveStatus

@@ -12,17 +12,9 @@ import pulp
 import pytest
 
 from optimizer.planning.diagnose import binding_limits
-from optimizer.planning.milp import (
-    Demand,
-    FleetProblem,
-    Limits,
-    Option,
-    UnitTerms,
-    build_model,
-    replica_upper_bound,
-    solve_fleet,
-)
-from optimizer.planning.milp.solve import _classify
+from optimizer.planning.milp.build import build_model, replica_upper_bound
+from optimizer.planning.milp.problem import Demand, FleetProblem, Limits, Option, UnitTerms
+from optimizer.planning.milp.solve import _classify, solve_fleet
 from optimizer.results.money import (
     LinearTerms,
     MoneyAssumptions,
@@ -213,7 +205,8 @@ def test_cbc_fallback_solves_the_same():
 
 
 def test_solver_banner_does_not_reach_stdout():
-    code = ("from optimizer.planning.milp import *\n"
+    code = ("from optimizer.planning.milp.problem import Demand, FleetProblem, Option, UnitTerms\n"
+            "from optimizer.planning.milp.solve import solve_fleet\n"
             "from optimizer.results.money import LinearTerms\n"
             "z = LinearTerms(0, 0)\n"
             "p = FleetProblem((Demand('w', (1.0,)),), (Option('w', 'k', 'd', 1, (1.0,)),),"
@@ -248,7 +241,8 @@ def test_money_terms_match_the_formulas():
 def test_workload_bound_cuts_keep_the_optimum(monkeypatch):
     # Two workloads, two devices with server overhead: the cuts (each workload alone at
     # amortised server prices) must not cut off the joint optimum, only tighten the bound.
-    from optimizer.planning import milp
+    from optimizer.planning.milp import problem as milp_problem
+    from optimizer.planning.milp import solve as milp
 
     p = FleetProblem(
         (Demand("a", (3.0, 1.0), min_replicas=1), Demand("b", (5.0,), n_plus_one=True)),
@@ -261,7 +255,7 @@ def test_workload_bound_cuts_keep_the_optimum(monkeypatch):
     cuts = milp.workload_lower_bounds(p, time_limit_s=5, gap=0.0)
     assert set(cuts) == {"a", "b"}
     # Each bound is at most the amortised cost of that workload's replicas in the optimum.
-    amortised = {w: sum(milp.amortised_usd_per_replica(p, o) * plain.replicas.get((w, o.key), 0)
+    amortised = {w: sum(milp_problem.amortised_usd_per_replica(p, o) * plain.replicas.get((w, o.key), 0)
                         for o in p.options if o.workload == w) for w in cuts}
     assert all(cuts[w] <= amortised[w] + 1e-6 for w in cuts)
     model = build_model(p, "objective", cuts)

@@ -15,7 +15,7 @@ from optimizer.planning.candidates import (
     model_candidates,
     prune_dominated,
 )
-from optimizer.planning.milp import SolverOptions
+from optimizer.planning.solver_options import SolverOptions
 from optimizer.results.check import check_plan
 from optimizer.results.plan_result import SolveStatus
 from tests.conftest import EXAMPLES

@@ -13,7 +13,8 @@ import pytest
 from catalog import load_catalog
 from catalog.errors import CatalogError
 from optimizer.optimize import optimize_plan
-from optimizer.planning.milp import Demand, FleetProblem, Option, UnitTerms, solve_fleet
+from optimizer.planning.milp.problem import Demand, FleetProblem, Option, UnitTerms
+from optimizer.planning.milp.solve import solve_fleet
 from optimizer.results.check import check_plan
 from optimizer.results.money import (
     LinearTerms,

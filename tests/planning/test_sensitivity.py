@@ -24,8 +24,9 @@ from optimizer.optimize import optimize_plan
 from optimizer.planning.candidate_set import fleet_problem
 from optimizer.planning.candidates import model_candidates
 from optimizer.planning.headroom import demand_factor
-from optimizer.planning.milp import SolverOptions, solve_fleet
+from optimizer.planning.milp.solve import solve_fleet
 from optimizer.planning.sensitivity import analyse, fleet_of, with_capacity, with_price
+from optimizer.planning.solver_options import SolverOptions
 from optimizer.results.money import MoneyAssumptions
 from tests.conftest import EXAMPLES
 from workloads import load_plan, parse_plan, resolve_catalog
@@ -256,20 +257,3 @@ def test_estimated_price_warns():
     assert [f.price_basis for f in r.fleet] == ["estimated"]
     warn = [d.message for d in r.diagnostics if d.code == "price_estimated"]
     assert warn and "is an estimate" in warn[0] and "Assumptions" in warn[0]
-
-
-@pytest.mark.parametrize("headroom, expected", [(1.0, 0.5986), (1.5, 0.8146)])
-def test_monte_carlo_model_error_by_fidelity_class(headroom, expected):
-    """A fleet with capacity = headroom × load on one device of band [0.523, 2.617]:
-    log factor ~ N(μ = 0.15695, σ = 0.62826), so P(meets) = Φ((μ − ln(1/headroom))/σ):
-    Φ(0.2498) = 0.5986 at 1.0×, Φ(0.8951) = 0.8146 at 1.5×."""
-    from optimizer.whatif import fixed_fleet_meets, model_error_draws
-
-    band = {"class": "datasheet-only", "basis": "", "low_factor": 0.523, "high_factor": 2.617}
-    base = {"status": "optimal", "workloads": [{"name": "w", "qps": 10.0}],
-            "deployments": [{"workload": "w", "device": "mi355x", "capacity_qps": 10.0 * headroom, "fidelity": band}]}
-    n = 4000
-    draws = model_error_draws(base, n, seed=0)
-    meets = fixed_fleet_meets(base, [1.0] * n, draws)
-    assert sum(meets) / n == pytest.approx(expected, abs=0.025)
-    assert all(fixed_fleet_meets(base, [1.0] * 3))  # the point model: always met

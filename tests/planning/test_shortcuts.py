@@ -12,7 +12,8 @@ from optimizer.planning import evaluate
 from optimizer.planning.candidate_set import fleet_problem
 from optimizer.planning.candidates import model_candidates
 from optimizer.planning.diagnose import single_device_best
-from optimizer.planning.milp import Limits, workload_lower_bounds
+from optimizer.planning.milp.problem import Limits
+from optimizer.planning.milp.solve import workload_lower_bounds
 from optimizer.planning.shortlist import single_device_shortlist
 from tests.conftest import EXAMPLES
 from workloads import load_plan, resolve_catalog

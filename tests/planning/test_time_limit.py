@@ -20,9 +20,10 @@ import pytest
 
 from catalog import load_catalog
 from optimizer.optimize import optimize_plan
-from optimizer.planning.milp import restricted_problem, solve_fleet, solve_restricted
 from optimizer.planning.milp import solve as solve_mod
 from optimizer.planning.milp.deadline import run_with_deadline
+from optimizer.planning.milp.restrict import restricted_problem, solve_restricted
+from optimizer.planning.milp.solve import solve_fleet
 from optimizer.results.plan_result import SolveStatus
 from tests.conftest import EXAMPLES, REPO
 from tests.properties.test_solver_trouble import hard_problem

@@ -16,15 +16,9 @@ from hypothesis import strategies as st
 from catalog import load_catalog
 from optimizer.optimize import optimize_plan
 from optimizer.planning.capacity_table import parse_capacity_table
-from optimizer.planning.milp import (
-    Demand,
-    FleetProblem,
-    Limits,
-    Option,
-    SolverOptions,
-    UnitTerms,
-    solve_fleet,
-)
+from optimizer.planning.milp.problem import Demand, FleetProblem, Limits, Option, UnitTerms
+from optimizer.planning.milp.solve import solve_fleet
+from optimizer.planning.solver_options import SolverOptions
 from optimizer.results.check import check_plan
 from optimizer.results.money import LinearTerms
 from optimizer.results.plan_result import SolveStatus
@@ -195,7 +189,7 @@ def two_workload_problems(draw):
 @SETTINGS
 @given(p=two_workload_problems())
 def test_bound_cuts_never_change_the_optimum(p):
-    import optimizer.planning.milp as milp
+    import optimizer.planning.milp.solve as milp  # the module that reads BOUNDS_MIN_OPTIONS
 
     plain = solve_fleet(p, gap=0.0, bounds=False)
     old = milp.BOUNDS_MIN_OPTIONS

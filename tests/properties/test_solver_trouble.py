@@ -20,7 +20,8 @@ import pulp
 import pytest
 
 from catalog.errors import SolverError
-from optimizer.planning.milp import Demand, FleetProblem, Option, UnitTerms, solve_fleet
+from optimizer.planning.milp.problem import Demand, FleetProblem, Option, UnitTerms
+from optimizer.planning.milp.solve import solve_fleet
 from optimizer.results.money import LinearTerms
 from optimizer.results.plan_result import SolveStatus
 from tests.conftest import EXAMPLES, REPO
@@ -103,7 +104,7 @@ def test_zero_capacity_budget_is_infeasible_with_the_binding_limit_named():
     from dataclasses import replace
 
     from optimizer.planning.diagnose import binding_limits
-    from optimizer.planning.milp import Limits
+    from optimizer.planning.milp.problem import Limits
 
     problem = replace(_small_problem(), limits=Limits(capex_usd=1e-9))
     sol = solve_fleet(problem, time_limit_s=5, gap=1e-6)

@@ -8,6 +8,7 @@ keys the workbook reads (reports/result.py) agree.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -57,14 +58,18 @@ def test_every_written_key_is_documented(chat_json):
     assert not missing, f"keys written but not documented in docs/plan-json.md: {missing}"
 
 
-def _model_fields(model: type[BaseModel], seen: set[type]) -> set[str]:
+def _model_fields(model: type, seen: set[type]) -> set[str]:
+    """The JSON keys a reader model reads: its fields (aliases), and those of the models and
+    dataclasses (``assumptions``: ``optimizer.results.money.MoneyAssumptions``) inside it."""
     if model in seen:
         return set()
     seen.add(model)
+    if dataclasses.is_dataclass(model):
+        return {f.name for f in dataclasses.fields(model)}
     names = {f.alias or n for n, f in model.model_fields.items()}  # the JSON key (e.g. fidelity 'class')
     for f in model.model_fields.values():
         for arg in _types_in(f.annotation):
-            if isinstance(arg, type) and issubclass(arg, BaseModel):
+            if isinstance(arg, type) and (issubclass(arg, BaseModel) or dataclasses.is_dataclass(arg)):
                 names |= _model_fields(arg, seen)
     return names
 
@@ -91,3 +96,18 @@ def test_reports_parse_the_optimizer_json(chat_json):
     parsed = report_schema.parse_result(chat_json)
     assert parsed.objective_usd == pytest.approx(chat_json["objective_usd"])
     assert len(parsed.fleet) == len(chat_json["fleet"])
+
+
+def test_one_money_assumptions_type(chat_json):
+    """The optimizer writes and the workbook reads the same assumptions type, with its checks."""
+    from optimizer.results.money import MoneyAssumptions
+
+    parsed = report_schema.parse_result(chat_json)
+    assert isinstance(parsed.assumptions, MoneyAssumptions)
+    assert dataclasses.asdict(parsed.assumptions) == chat_json["assumptions"]
+    for key, bad in (("pue", 0.5), ("horizon_years", 0), ("power_utilization", 1.5)):
+        with pytest.raises(report_schema.PlanResultError, match=key):
+            report_schema.parse_result({**chat_json, "assumptions": {**chat_json["assumptions"], key: bad}})
+    stated = {k: v for k, v in chat_json["assumptions"].items() if k != "pue"}
+    with pytest.raises(report_schema.PlanResultError, match=r"assumptions\.pue: required field is missing"):
+        report_schema.parse_result({**chat_json, "assumptions": stated})

@@ -36,11 +36,11 @@ solver may stop at either, and the same input still gives the same one.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from catalog.names import slug
 from optimizer.planning.solver_options import SolverOptions  # noqa: F401 (re-exported)
 from optimizer.results.money import LinearTerms
 from optimizer.results.plan_result import SolveStatus
@@ -167,15 +167,6 @@ class FleetSolution:
 # ---------------------------------------------------------------------------------------
 # Names
 # ---------------------------------------------------------------------------------------
-
-
-def slug(text: str) -> str:
-    """A domain key as a name part: lower case, runs of characters outside ``[a-z0-9_]`` become ``_``.
-
-    Keys already in that alphabet (``h100_sxm__fp8__tp4__pp1``) pass through unchanged.
-    """
-    out = re.sub(r"[^a-z0-9_]+", "_", text.lower()).strip("_")
-    return out or "x"
 
 
 def unique_slugs(names: list[str]) -> dict[str, str]:
