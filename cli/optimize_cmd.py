@@ -40,9 +40,10 @@ def optimize(
     gap: Annotated[float, typer.Option("--gap", min=0.0, max=1.0, help="Relative MIP gap to stop at (0.001 = 0.1 %).")] = SolverOptions().gap,
     buckets: Annotated[int, typer.Option("--buckets", min=1, max=16, help="Request-size buckets per workload (used where splitting lowers its cost; otherwise one).")] = 4,
     out: Annotated[Path | None, typer.Option("--out", help="Also write the finance workbook (.xlsx).")] = None,
-    sensitivity: Annotated[bool, typer.Option(
+    sensitivity: Annotated[bool | None, typer.Option(
         "--sensitivity/--no-sensitivity", help="Runner-up, break-even prices and capacity factors, tornado swings "
-        "(re-solves on the same candidates).")] = True,
+        "(~20 re-solves on the same candidates; default: on when --out writes the workbook).",
+        show_default=False)] = None,
     verify: Annotated[bool | None, typer.Option(
         "--verify/--no-verify", help="Re-check online deployments by simulation and re-size misses "
         "(default: on up to 24 online deployments).", show_default=False)] = None,
@@ -74,7 +75,8 @@ def optimize(
     with busy:
         result = optimize_plan(plan, cat, calibration, options=SolverOptions(time_limit_s=time_limit, gap=gap),
                                source=Provenance(str(plan_path), digest),
-                               capacity_table=capacity_table, n_buckets=buckets, sensitivity=sensitivity,
+                               capacity_table=capacity_table, n_buckets=buckets,
+                               sensitivity=sensitivity if sensitivity is not None else out is not None,
                                verify=verify)
     data = result.to_json()
     payloads: dict[str, str | bytes] = {}

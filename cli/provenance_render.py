@@ -49,6 +49,9 @@ def render_sensitivity(data: dict[str, Any]) -> None:
     """Runner-up, break-even price and capacity factor per device, tornado swings."""
     s = data.get("sensitivity")
     if not s:
+        if data.get("status") in ("optimal", "feasible"):
+            stdout.print("sensitivity: not computed (--sensitivity adds the runner-up, break-evens and tornado; "
+                         "on by default with --out)", markup=False, highlight=False)
         return
     base = s["base_objective_usd"]
     ru = s["runner_up"]

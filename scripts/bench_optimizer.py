@@ -36,16 +36,23 @@ MODELS = ["llama-3.1-8b", "llama-3.1-70b", "mistral-7b", "qwen2.5-72b", "mixtral
 PRECISIONS = ["bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 
 
-def big_plan(n_workloads: int):
+def big_plan(n_workloads: int, catalog=None):
+    """N generated workloads; with ``catalog``, prompts shortened to fit each model's context
+    (p99 prompt ≤ context − p99 output, mean ≤ half the p99: llama-2 has 4,096 tokens)."""
     workloads = []
     for i in range(n_workloads):
         model = MODELS[i % len(MODELS)]
         small = model.endswith(("7b", "8b"))
+        out_mean, out_p99 = [128, 256, 512, 64][(i // 4) % 4], [512, 1024, 2048, 256][(i // 4) % 4]
+        p_mean, p_p99 = [256, 1024, 2048, 512][i % 4], [1024, 4096, 8192, 4096][i % 4]
+        if catalog is not None:
+            p_p99 = min(p_p99, catalog.model(model).max_context_tokens - out_p99)
+            p_mean = min(p_mean, p_p99 // 2)
         workloads.append({
             "name": f"svc{i:02d}", "model": model,
             "qps": [5, 20, 60, 150][i % 4] * (4 if small else 1),
-            "prompt_tokens": {"mean": [256, 1024, 2048, 512][i % 4], "p99": [1024, 4096, 8192, 4096][i % 4]},
-            "output_tokens": {"mean": [128, 256, 512, 64][(i // 4) % 4], "p99": [512, 1024, 2048, 256][(i // 4) % 4]},
+            "prompt_tokens": {"mean": p_mean, "p99": p_p99},
+            "output_tokens": {"mean": out_mean, "p99": out_p99},
             "slo": {"ttft_p99_ms": [500, 1000, 2000, 3000][(i + 1) % 4], "tpot_p99_ms": [50, 100, 150, 200][i % 4]},
             "precisions": PRECISIONS, "min_replicas": 1 + i % 2,
         })
@@ -86,7 +93,7 @@ def main() -> None:
     print(f"chat fleet end to end: {t1 - t0:.2f} s ({result.status}, solve {result.solve_seconds:.2f} s, "
           f"${result.objective_usd:,.0f})")
 
-    plan = big_plan(args.workloads)
+    plan = big_plan(args.workloads, catalog)
     catalog = resolve_catalog(plan, catalog, "bench")
     t0 = time.perf_counter()
     full = model_candidates(plan, catalog, params, n_buckets=args.buckets, prune=False)
