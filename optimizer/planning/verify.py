@@ -56,7 +56,7 @@ VERIFY_SEED = 0
 VERIFY_MARGIN = 0.02
 MAX_VERIFY_ROUNDS = 5
 # Verification is on by default only up to this many online deployments (each costs
-# REPLICATIONS simulations of VERIFY_REQUESTS requests per bucket it carries, ~0.5-2 s).
+# MIN_REPLICATIONS to REPLICATIONS simulations of VERIFY_REQUESTS requests per bucket it carries).
 MAX_VERIFIED_DEPLOYMENTS = 24
 METRICS = ("ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms")
 
