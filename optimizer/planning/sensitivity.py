@@ -25,11 +25,6 @@ every unit's opex, demand scales every bucket's rate.
   electricity price ±50 %, demand ±25 %, and every device's capacity at the ends of its
   fidelity band (``optimizer.models.fidelity``).
 
-The re-solves that do not depend on one another — one per fleet device for the runner-up, the
-break-even searches (each a chain of solves, one chain per device and kind), the tornado's ends
-— run in forked worker processes (``optimizer.planning.evaluate.parallel_workers``; the same
-figures with any worker count).
-
 A re-solved fleet "differs" when its GPUs per device differ from B's and it is cheaper
 than B at that input (prices), or B is infeasible there (capacity); a different fleet within
 the solver's gap of B's cost counts as the same decision. Tolerances: PRICE_TOLERANCE
@@ -40,11 +35,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from functools import partial
+from dataclasses import replace
 
 from optimizer.planning.candidate_set import CandidateSet, unit_terms
-from optimizer.planning.evaluate import parallel_workers
 from optimizer.planning.milp import FleetProblem, FleetSolution, solve_fleet
 from optimizer.planning.solver_options import SolverOptions
 from optimizer.results.money import MoneyAssumptions
@@ -56,7 +49,6 @@ from optimizer.results.provenance import (
     Sensitivity,
     TornadoRow,
 )
-from optimizer.workers import run_pool
 from workloads.spec import Plan
 
 PRICE_TOLERANCE = 0.005  # break-even prices: relative
@@ -137,48 +129,8 @@ class _Solver:
 
     def __call__(self, problem: FleetProblem) -> FleetSolution | None:
         self.count += 1
-        return self.solve(problem)
-
-    def solve(self, problem: FleetProblem) -> FleetSolution | None:
-        """One re-solve, not counted."""
         sol = solve_fleet(problem, **self.options.solve_kwargs)
         return sol if sol.status.has_plan else None
-
-    def many(self, problems: list[FleetProblem]) -> list[FleetSolution | None]:
-        """``[self(p) for p in problems]``, in parallel."""
-        self.count += len(problems)
-        return parallel(self.solve, problems)
-
-    def chains(self, fns: list[Callable[[_Solver], object]]) -> list[object]:
-        """``[fn(solver) for fn in fns]``, in parallel, each with its own solver; their solves are counted here."""
-        got = parallel(lambda fn: _chain(fn, self.options), fns)
-        self.count += sum(n for _, n in got)
-        return [out for out, _ in got]
-
-
-def _chain(fn: Callable[[_Solver], object], options: SolverOptions) -> tuple[object, int]:
-    solver = _Solver(options)
-    return fn(solver), solver.count
-
-
-_TASKS: list[Callable[[], object]] = []  # the tasks of the pool being run (inherited by forked workers)
-
-
-def _task(i: int) -> object:
-    return _TASKS[i]()
-
-
-def parallel(fn: Callable[[object], object], items: list) -> list:
-    """``[fn(x) for x in items]`` on forked workers (``parallel_workers``), in item order."""
-    global _TASKS
-    workers = min(parallel_workers(), len(items))
-    if workers < 2:
-        return [fn(x) for x in items]
-    _TASKS = [lambda x=x: fn(x) for x in items]
-    try:
-        return run_pool(_task, range(len(items)), workers)
-    finally:
-        _TASKS = []
 
 
 def main_device(fleet: Fleet, problem: FleetProblem) -> str:
@@ -197,21 +149,21 @@ def analyse(plan: Plan, cset: CandidateSet, problem: FleetProblem, base: FleetSo
     base_usd = fleet_objective_usd(fleet, problem)
     main = main_device(fleet, problem)
 
-    without = dict(zip(fleet, solve.many([without_device(problem, d) for d in fleet]), strict=True))
+    without: dict[str, FleetSolution | None] = {}
+    for d in fleet:
+        without[d] = solve(without_device(problem, d))
     ru = without[main]
     runner_up = RunnerUp(main, fleet_rows(fleet_of(ru)) if ru else (),
                          fleet_objective_usd(fleet_of(ru), problem) if ru else None,
                          fleet_objective_usd(fleet_of(ru), problem) - base_usd if ru else None)
 
-    prices = {d: getattr(cset.units[d].price, field) for d in fleet}
-    searches = [fn for d in fleet for fn in (
-        partial(break_even_price, problem, cset, a, d, field, prices[d], fleet, without[d], gap=options.gap),
-        partial(break_even_capacity, problem, d, fleet, base, gap=options.gap))]
-    found = iter(solve.chains(searches))
     devices = []
     for d in fleet:
-        (be_price, price_note), (be_cap, cap_note) = next(found), next(found)
-        devices.append(DeviceSensitivity(d, field, prices[d], be_price, be_cap, price_note, cap_note))
+        price = getattr(cset.units[d].price, field)
+        be_price, price_note = break_even_price(problem, cset, a, d, field, price, fleet, without[d], solve,
+                                                options.gap)
+        be_cap, cap_note = break_even_capacity(problem, d, fleet, base, solve, options.gap)
+        devices.append(DeviceSensitivity(d, field, price, be_price, be_cap, price_note, cap_note))
 
     tornado = tornado_rows(plan, cset, problem, a, field, fleet, base_usd, devices, fidelity, solve)
     return Sensitivity(base_usd, runner_up, tuple(devices), tuple(tornado), PRICE_TOLERANCE, CAPACITY_TOLERANCE,
@@ -224,7 +176,7 @@ def _slope(problem_at: Callable[[float], FleetProblem], fleet: Fleet, p: float) 
 
 
 def break_even_price(problem: FleetProblem, cset: CandidateSet, a: MoneyAssumptions, device: str, field: str,
-                     price: float | None, fleet: Fleet, alt: FleetSolution | None, solve: _Solver, *,
+                     price: float | None, fleet: Fleet, alt: FleetSolution | None, solve: _Solver,
                      gap: float) -> tuple[float | None, str]:
     """p* above which the optimal fleet is no longer ``fleet`` (see the module doc)."""
     if price is None:
@@ -273,7 +225,7 @@ def _utilisation(problem: FleetProblem, base: FleetSolution, device: str) -> flo
     return worst
 
 
-def break_even_capacity(problem: FleetProblem, device: str, fleet: Fleet, base: FleetSolution, solve: _Solver, *,
+def break_even_capacity(problem: FleetProblem, device: str, fleet: Fleet, base: FleetSolution, solve: _Solver,
                         gap: float) -> tuple[float | None, str]:
     """f* below which the optimal fleet is no longer ``fleet`` (see the module doc)."""
     base_usd = fleet_objective_usd(fleet, problem)
@@ -309,13 +261,12 @@ def tornado_rows(plan: Plan, cset: CandidateSet, problem: FleetProblem, a: Money
                  fidelity: Mapping[str, Fidelity], solve: _Solver) -> list[TornadoRow]:
     """Optimal objective at both ends of each input, largest swing first."""
     break_even = {s.device: s.break_even_price for s in devices}
-    pending: list[FleetProblem] = []  # the re-solves, run together at the end (in parallel)
 
-    def optimum(p: FleetProblem) -> _Pending:
-        pending.append(p)
-        return _Pending(len(pending) - 1)
+    def optimum(p: FleetProblem) -> float | None:
+        sol = solve(p)
+        return fleet_objective_usd(fleet_of(sol), p) if sol is not None else None
 
-    rows: list[tuple] = []
+    rows = []
     used = sorted({o.device for o in problem.options})
     for d in used:
         unit = cset.units[d]
@@ -332,7 +283,7 @@ def tornado_rows(plan: Plan, cset: CandidateSet, problem: FleetProblem, a: Money
         else:
             continue
 
-        def end(p: float, d: str = d, price: float = price) -> float | _Pending | None:
+        def end(p: float, d: str = d, price: float = price) -> float | None:
             if p >= price and d not in fleet:
                 return base_usd  # a dearer device that is not bought changes nothing
             at = with_price(problem, cset, a, d, field, p)
@@ -342,7 +293,7 @@ def tornado_rows(plan: Plan, cset: CandidateSet, problem: FleetProblem, a: Money
             return optimum(at)
 
         unit_label = "$/GPU-hour" if field == "cloud_usd_per_gpu_hour" else "$"
-        rows.append((f"{d} {field} ({what})", f"{low:,.2f} {unit_label}" if field != "purchase_usd"
+        rows.append(TornadoRow(f"{d} {field} ({what})", f"{low:,.2f} {unit_label}" if field != "purchase_usd"
                                else f"${low:,.0f}", f"{high:,.2f} {unit_label}" if field != "purchase_usd"
                                else f"${high:,.0f}", end(low), end(high)))
 
@@ -351,10 +302,10 @@ def tornado_rows(plan: Plan, cset: CandidateSet, problem: FleetProblem, a: Money
         ends = []
         for f in (1 - ELECTRICITY_SWING, 1 + ELECTRICITY_SWING):
             ends.append(optimum(with_money(problem, cset, replace(a, electricity_usd_per_kwh=e * f))))
-        rows.append((f"electricity_usd_per_kwh ±{ELECTRICITY_SWING:.0%}", f"{e * (1 - ELECTRICITY_SWING):.3f}",
+        rows.append(TornadoRow(f"electricity_usd_per_kwh ±{ELECTRICITY_SWING:.0%}", f"{e * (1 - ELECTRICITY_SWING):.3f}",
                                f"{e * (1 + ELECTRICITY_SWING):.3f}", *ends))
 
-    rows.append((f"demand (every rate) ±{DEMAND_SWING:.0%}", f"×{1 - DEMAND_SWING:g}", f"×{1 + DEMAND_SWING:g}",
+    rows.append(TornadoRow(f"demand (every rate) ±{DEMAND_SWING:.0%}", f"×{1 - DEMAND_SWING:g}", f"×{1 + DEMAND_SWING:g}",
                            optimum(with_demand(problem, 1 - DEMAND_SWING)),
                            optimum(with_demand(problem, 1 + DEMAND_SWING))))
 
@@ -363,17 +314,7 @@ def tornado_rows(plan: Plan, cset: CandidateSet, problem: FleetProblem, a: Money
         # the pessimistic end (low capacity) costs more: it is the "high" end of the objective's input
         worse = optimum(with_capacity(problem, {d: fidelity[d].low_factor for d in devs}))
         better = optimum(with_capacity(problem, {d: fidelity[d].high_factor for d in devs}))
-        rows.append(("performance (each device at its fidelity band's end)", "band high (faster)",
+        rows.append(TornadoRow("performance (each device at its fidelity band's end)", "band high (faster)",
                                "band low (slower)", better, worse))
-    values = [fleet_objective_usd(fleet_of(sol), p) if sol is not None else None
-              for sol, p in zip(solve.many(pending), pending, strict=True)]
-    out = [TornadoRow(*(values[x.index] if isinstance(x, _Pending) else x for x in row)) for row in rows]
-    out.sort(key=lambda r: -r.swing_usd)
-    return out
-
-
-@dataclass(frozen=True)
-class _Pending:
-    """A tornado end waiting for its re-solve: the index of its problem."""
-
-    index: int
+    rows.sort(key=lambda r: -r.swing_usd)
+    return rows
