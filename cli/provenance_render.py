@@ -49,6 +49,9 @@ def render_sensitivity(data: dict[str, Any]) -> None:
     """Runner-up, break-even price and capacity factor per device, tornado swings."""
     s = data.get("sensitivity")
     if not s:
+        if data.get("status") in ("optimal", "feasible"):
+            stdout.print("sensitivity: not computed (--no-sensitivity; without it the runner-up, break-evens "
+                         "and tornado are shown)", markup=False, highlight=False)
         return
     base = s["base_objective_usd"]
     ru = s["runner_up"]

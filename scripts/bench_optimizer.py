@@ -1,7 +1,7 @@
 """Benchmark the fleet optimizer: a large generated plan, and the chat fleet end to end.
 
-    /tmp/venv/bin/python scripts/bench_optimizer.py [--workloads 20] [--buckets 4] [--time-limit 60]
-        [--repeat 3] [--no-unpruned]
+    python scripts/bench_optimizer.py [--workloads 20] [--buckets 4] [--time-limit 60]
+        [--repeat 3] [--no-unpruned] [--end-to-end]
 
 The large plan: N workloads cycling over the catalog's models with varied rates, lengths
 and SLOs, every catalog device, every precision, tp 1-8 (pp where needed), 4 length
@@ -12,6 +12,9 @@ time, solve time, status and gap (``--repeat`` solves the pruned problem several
 and prints the median: timings on a shared machine are noisy). Candidate generation uses
 ``GPUPLAN_WORKERS`` processes (default: the usable CPUs; 1 = serial). Target: proven
 optimal (gap <= 0.1 %) in < 10 s on a 2-core machine; the chat fleet end to end in < 2 s.
+``--end-to-end`` instead runs ``optimize_plan`` on the large plan as ``gpuplan optimize`` does
+(verification when small enough, no sensitivity) and prints its stage timings (issue 13: < 10 s).
+Both the chat line and ``--end-to-end`` use the CLI's defaults (verification on by default).
 """
 
 from __future__ import annotations
@@ -36,16 +39,23 @@ MODELS = ["llama-3.1-8b", "llama-3.1-70b", "mistral-7b", "qwen2.5-72b", "mixtral
 PRECISIONS = ["bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 
 
-def big_plan(n_workloads: int):
+def big_plan(n_workloads: int, catalog=None):
+    """N generated workloads; with ``catalog``, prompts shortened to fit each model's context
+    (p99 prompt ≤ context − p99 output, mean ≤ half the p99: llama-2 has 4,096 tokens)."""
     workloads = []
     for i in range(n_workloads):
         model = MODELS[i % len(MODELS)]
         small = model.endswith(("7b", "8b"))
+        out_mean, out_p99 = [128, 256, 512, 64][(i // 4) % 4], [512, 1024, 2048, 256][(i // 4) % 4]
+        p_mean, p_p99 = [256, 1024, 2048, 512][i % 4], [1024, 4096, 8192, 4096][i % 4]
+        if catalog is not None:
+            p_p99 = min(p_p99, catalog.model(model).max_context_tokens - out_p99)
+            p_mean = min(p_mean, p_p99 // 2)
         workloads.append({
             "name": f"svc{i:02d}", "model": model,
             "qps": [5, 20, 60, 150][i % 4] * (4 if small else 1),
-            "prompt_tokens": {"mean": [256, 1024, 2048, 512][i % 4], "p99": [1024, 4096, 8192, 4096][i % 4]},
-            "output_tokens": {"mean": [128, 256, 512, 64][(i // 4) % 4], "p99": [512, 1024, 2048, 256][(i // 4) % 4]},
+            "prompt_tokens": {"mean": p_mean, "p99": p_p99},
+            "output_tokens": {"mean": out_mean, "p99": out_p99},
             "slo": {"ttft_p99_ms": [500, 1000, 2000, 3000][(i + 1) % 4], "tpot_p99_ms": [50, 100, 150, 200][i % 4]},
             "precisions": PRECISIONS, "min_replicas": 1 + i % 2,
         })
@@ -67,6 +77,14 @@ def run_milp(label: str, cset, plan, time_limit_s: float, repeat: int = 1) -> No
               f"(min {min(totals):.2f}, max {max(totals):.2f})")
 
 
+def _stages(result) -> str:
+    return ", ".join(f"{k} {v:.1f} s" for k, v in (result.timings_s or {}).items())
+
+
+def _single(result) -> str:
+    return f"{result.single_device_best.objective_usd:,.0f}" if result.single_device_best else "—"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", type=int, default=20)
@@ -74,6 +92,7 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--repeat", type=int, default=1, help="solve the pruned problem this many times")
     ap.add_argument("--no-unpruned", action="store_true", help="skip the solve without dominance pruning")
+    ap.add_argument("--end-to-end", action="store_true", help="optimize_plan on the large plan, stage timings")
     args = ap.parse_args()
 
     catalog = load_catalog()
@@ -81,13 +100,19 @@ def main() -> None:
 
     t0 = time.perf_counter()
     plan = load_plan(REPO / "examples" / "chat-fleet.yaml")
-    result = optimize_plan(plan, resolve_catalog(plan, catalog, "chat-fleet.yaml"), params)
+    result = optimize_plan(plan, resolve_catalog(plan, catalog, "chat-fleet.yaml"), params, verify=None)
     t1 = time.perf_counter()
     print(f"chat fleet end to end: {t1 - t0:.2f} s ({result.status}, solve {result.solve_seconds:.2f} s, "
-          f"${result.objective_usd:,.0f})")
+          f"${result.objective_usd:,.0f}); stages {_stages(result)}")
 
-    plan = big_plan(args.workloads)
+    plan = big_plan(args.workloads, catalog)
     catalog = resolve_catalog(plan, catalog, "bench")
+    if args.end_to_end:
+        t0 = time.perf_counter()
+        result = optimize_plan(plan, catalog, params, verify=None)
+        print(f"{args.workloads} workloads end to end: {time.perf_counter() - t0:.1f} s ({result.status}, "
+              f"${result.objective_usd or 0:,.0f}, one-device ${_single(result)}); stages {_stages(result)}")
+        return
     t0 = time.perf_counter()
     full = model_candidates(plan, catalog, params, n_buckets=args.buckets, prune=False)
     t1 = time.perf_counter()

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Benchmark CLI start-up and the shipped example end to end: median wall and CPU time of N runs.
 
-    python scripts/bench_startup.py [--runs 7] [--only help|chat]
+    python scripts/bench_startup.py [--runs 7] [--only help|chat] [--compare OTHER_CHECKOUT] [-- ARGS...]
 
 Runs ``gpuplan --help`` and ``gpuplan optimize examples/chat-fleet.yaml`` as separate
 processes (what a user waits for) and reports, for each, the median wall time and the median
 CPU time (user + system of the child, from ``os.wait4``) — CPU time is what to compare on a
 shared machine, where wall time also counts the other engineers' jobs. Targets (issue 13, a
-2-core machine): ``--help`` < 0.3 s, the chat fleet < 1.0 s.
+2-core machine): ``--help`` < 0.3 s, the chat fleet < 1.0 s. ``--compare DIR`` also runs the same
+commands from another checkout (``python -m cli.app`` with that tree first on the path), the two
+interleaved run by run so that both see the same load; extra ``ARGS`` go to ``optimize``.
 
 Figures: docs/benchmarks.md (start-up, issue 13).
 """
@@ -26,10 +28,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def timed(cmd: list[str]) -> tuple[float, float, int]:
+def timed(cmd: list[str], cwd: Path = REPO, env: dict | None = None) -> tuple[float, float, int]:
     """(wall s, CPU s of the child, exit code) of one run, output discarded."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -40,23 +42,31 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--only", choices=["help", "chat"], default=None)
+    ap.add_argument("--compare", type=Path, default=None, help="another checkout, run interleaved")
+    ap.add_argument("args", nargs="*", help="extra arguments of optimize (after --)")
     args = ap.parse_args()
     gpuplan = shutil.which("gpuplan") or str(Path(sys.executable).with_name("gpuplan"))
-    cases = {
-        "help": [gpuplan, "--help"],
-        "chat": [gpuplan, "optimize", "examples/chat-fleet.yaml"],
-    }
+    trees = {"this": ([gpuplan], REPO, None)}
+    if args.compare is not None:
+        other = args.compare.resolve()
+        trees["other"] = ([sys.executable, "-m", "cli.app"], other, {**os.environ, "PYTHONPATH": str(other)})
+    cases = {"help": ["--help"], "chat": ["optimize", "examples/chat-fleet.yaml", *args.args]}
     targets = {"help": 0.3, "chat": 1.0}
-    for name, cmd in cases.items():
+    for name, tail in cases.items():
         if args.only and name != args.only:
             continue
-        runs = [timed(cmd) for _ in range(args.runs)]
-        bad = [rc for _, _, rc in runs if rc != 0]
-        wall = statistics.median(r[0] for r in runs)
-        cpu = statistics.median(r[1] for r in runs)
-        print(f"{' '.join(['gpuplan'] + cmd[1:]):45s} wall median {wall:.3f} s (min {min(r[0] for r in runs):.3f}), "
-              f"CPU median {cpu:.3f} s, target {targets[name]} s over {args.runs} runs"
-              + (f"; {len(bad)} runs FAILED (exit {bad[0]})" if bad else ""))
+        runs: dict[str, list] = {t: [] for t in trees}
+        for _ in range(args.runs):
+            for t, (head, cwd, env) in trees.items():
+                runs[t].append(timed(head + tail, cwd, env))
+        for t, got in runs.items():
+            bad = [rc for _, _, rc in got if rc != 0]
+            wall = statistics.median(r[0] for r in got)
+            cpu = statistics.median(r[1] for r in got)
+            where = "" if len(trees) == 1 else f"[{t} {trees[t][1]}] "
+            print(f"{where}{' '.join(['gpuplan'] + tail):45s} wall median {wall:.3f} s (min {min(r[0] for r in got):.3f}), "
+                  f"CPU median {cpu:.3f} s, target {targets[name]} s over {args.runs} runs"
+                  + (f"; {len(bad)} runs FAILED (exit {bad[0]})" if bad else ""))
     return 0
 
 

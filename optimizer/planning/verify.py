@@ -3,13 +3,23 @@
 For a deployment of candidate k with r replicas carrying load q_b of bucket b, the
 utilisation is u = Σ_b q_b/μ_b / r and each bucket b with load is simulated on one
 replica at u·μ_b req/s (the same convention as the predicted p99s of the plan), with the
-bucket's length distributions: ``REPLICATIONS`` independent runs (seeds seed, seed+1, ...)
+bucket's length distributions: up to ``REPLICATIONS`` independent runs (seeds seed, seed+1, ...)
 of ``VERIFY_REQUESTS`` Poisson arrivals each. The simulated p99 is that of all runs'
 requests pooled; its 95 % confidence interval is mean ± t·sd/√R of the runs' own p99s
 (replications: queueing makes successive requests' latencies correlated, so the
 order-statistic interval of one run is far too narrow — seeds 0-2 of one chat deployment
 give 765-1,419 ms at 4,000 requests). The worst p99 over the buckets of each metric is
-compared with the workload's SLO. Pools are simulated as their stage runs
+compared with the workload's SLO.
+
+**Sequential stopping rule.** A bucket stops after R < REPLICATIONS runs (R ≥ MIN_REPLICATIONS)
+when, for every metric with an SLO, the one-sided 99 % t-bound of the runs' mean p99 clears
+the SLO — mean + t₀.₉₉·sd/√R < SLO (met) or mean − t₀.₉₉·sd/√R > SLO (missed) — and otherwise
+runs on to REPLICATIONS, where the pooled p99 decides as before. With looks at R = 2, 3, 4
+the chance that an early stop decides a metric the wrong way is at most 3 × 1 % (Bonferroni),
+under the t-model of the runs' p99s; a deployment far from its SLO (most of them) costs 2 runs
+instead of 5. Runs are independent of one another, so every bucket's next runs are simulated
+in parallel (forked workers, ``optimizer.planning.evaluate.parallel_workers``) in waves, and
+the result does not depend on the worker count. Pools are simulated as their stage runs
 (``_stage_latencies``: a prefill replica's TTFT with the KV transfer, a decode replica's TPOT);
 speculative candidates are not simulated (the simulator has no speculative decoding) and say so.
 
@@ -19,6 +29,8 @@ fleet is re-solved (``optimizer.optimize``), up to ``MAX_VERIFY_ROUNDS`` times.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -30,17 +42,21 @@ from optimizer.models.params import CalibrationParams
 from optimizer.models.perf import build_configs
 from optimizer.models.simulate import simulate
 from optimizer.planning.candidate_set import CandidateSet
+from optimizer.planning.evaluate import parallel_workers
 from optimizer.planning.milp.problem import FleetSolution
 from optimizer.results.provenance import VerifiedDeployment
+from optimizer.workers import run_pool
 
 VERIFY_REQUESTS = 8000
 REPLICATIONS = 5
+MIN_REPLICATIONS = 2
+T_99 = {2: 31.821, 3: 6.965, 4: 4.541}  # one-sided 99 % Student t, R - 1 dof, for the early looks
 T_975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 8: 2.365, 10: 2.262}  # Student t, R - 1 dof
 VERIFY_SEED = 0
 VERIFY_MARGIN = 0.02
 MAX_VERIFY_ROUNDS = 5
 # Verification is on by default only up to this many online deployments (each costs
-# REPLICATIONS simulations of VERIFY_REQUESTS requests per bucket it carries, ~0.5-2 s).
+# MIN_REPLICATIONS to REPLICATIONS simulations of VERIFY_REQUESTS requests per bucket it carries).
 MAX_VERIFIED_DEPLOYMENTS = 24
 METRICS = ("ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms")
 
@@ -50,14 +66,34 @@ def online_deployments(cset: CandidateSet, sol: FleetSolution) -> int:
                if sol.replicas.get((wc.workload.name, c.key), 0) > 0)
 
 
-def verify_deployments(cset: CandidateSet, sol: FleetSolution, catalog: Catalog, params: CalibrationParams,
-                       *, requests: int = VERIFY_REQUESTS, seed: int = VERIFY_SEED
-                       ) -> tuple[list[VerifiedDeployment], list[str]]:
-    """Every loaded online deployment of ``sol`` simulated at its routed load (see the module doc).
+@dataclass
+class _Bucket:
+    """One loaded bucket of a deployment to simulate: its rate per replica and the runs so far."""
 
-    Returns the checked deployments and notes on those that could not be simulated.
-    """
-    out: list[VerifiedDeployment] = []
+    bucket: object  # BucketSpec
+    rate: float
+    runs: list[dict[str, np.ndarray]] = field(default_factory=list)
+    error: str | None = None
+    done: bool = False
+
+
+@dataclass
+class _Check:
+    """One loaded online deployment to simulate: what it runs on and its buckets."""
+
+    wc: object  # WorkloadCandidates
+    c: object  # Candidate
+    replicas: int
+    routed: dict[int, float]
+    device: object
+    configs: object
+    buckets: list[_Bucket]
+
+
+def _checks(cset: CandidateSet, sol: FleetSolution, catalog: Catalog, params: CalibrationParams
+            ) -> tuple[list[_Check], list[str]]:
+    """The loaded online deployments of ``sol`` that the simulator can run, and notes on the others."""
+    out: list[_Check] = []
     notes: list[str] = []
     for wc in cset.workloads:
         w = wc.workload
@@ -77,38 +113,103 @@ def verify_deployments(cset: CandidateSet, sol: FleetSolution, catalog: Catalog,
                 notes.append(f"{w.name} on {c.key}: not simulated (the simulator has no speculative decoding)")
                 continue
             configs = build_configs(model, [(unit.device, catalog.precision(c.precision), c.tp, c.pp)], params)
-            worst: dict[str, tuple[float, float, float]] = {}
-            predicted: dict[str, float | None] = {}
-            try:
-                for b in wc.buckets:
-                    if routed[b.index] <= 0:
-                        continue
-                    rate = u * c.capacity_qps[b.index]
-                    runs = [_stage_latencies(configs, c.stage, w, unit.device, rate, b, requests, seed + i)
-                            for i in range(REPLICATIONS)]
-                    got = wc.predictor(c.key, b.index, rate) if wc.predictor else (None, None, None)
-                    for m, attr, pred in zip(METRICS, ("ttft_s", "tpot_s", "e2e_s"), got, strict=True):
-                        p99 = replicated_p99_ms([run[attr] for run in runs if attr in run])
-                        if p99 is not None and (m not in worst or p99[0] > worst[m][0]):
-                            worst[m] = p99
-                        if pred is not None:
-                            predicted[m] = max(predicted.get(m) or 0.0, pred)
-            except ModelError as exc:
-                notes.append(f"{w.name} on {c.key}: not simulated ({exc})")
-                continue
-            slack = []
-            for m in METRICS:
-                slo = getattr(w.slo, m)
-                if slo is not None and m in worst:
-                    slack.append((worst[m][0] / slo, m, slo))
-            if not slack:
-                continue
-            ratio, m, slo = max(slack)
-            value, lo, hi = worst[m]
-            out.append(VerifiedDeployment(
-                workload=w.name, key=c.key, qps_per_replica=sum(routed.values()) / r, metric=m, slo_ms=slo,
-                predicted_ms=predicted.get(m), simulated_ms=value, simulated_ci_low_ms=lo, simulated_ci_high_ms=hi,
-                requests=requests * REPLICATIONS, seed=seed, met=ratio <= 1.0))
+            buckets = [_Bucket(b, u * c.capacity_qps[b.index]) for b in wc.buckets if routed[b.index] > 0]
+            out.append(_Check(wc, c, r, routed, unit.device, configs, buckets))
+    return out, notes
+
+
+_SIM_TASKS: list[tuple] = []  # the runs of the wave being simulated (inherited by forked workers)
+
+
+def _sim_task(i: int) -> dict[str, np.ndarray] | str:
+    """One run of ``_SIM_TASKS[i]``; a ModelError comes back as its message."""
+    check, bucket, requests, seed = _SIM_TASKS[i]
+    try:
+        return _stage_latencies(check.configs, check.c.stage, check.wc.workload, check.device, bucket.rate,
+                                bucket.bucket, requests, seed)
+    except ModelError as exc:
+        return str(exc)
+
+
+def _simulate_waves(checks: list[_Check], requests: int, seed: int) -> None:
+    """Runs of every bucket until the stopping rule (module doc) decides it, wave by wave: the
+    first wave runs MIN_REPLICATIONS of every bucket, each later one the next run of the undecided."""
+    global _SIM_TASKS
+    live = [(ch, b) for ch in checks for b in ch.buckets]
+    while live:
+        tasks = [(ch, b, requests, seed + len(b.runs) + k) for ch, b in live
+                 for k in range(MIN_REPLICATIONS if not b.runs else 1)]
+        workers = min(parallel_workers(), len(tasks))
+        _SIM_TASKS = tasks
+        try:
+            got = run_pool(_sim_task, range(len(tasks)), workers) if workers > 1 else [
+                _sim_task(i) for i in range(len(tasks))]
+        finally:
+            _SIM_TASKS = []
+        for (_, b, _, _), run in zip(tasks, got, strict=True):
+            if isinstance(run, str):
+                b.error = b.error or run
+            else:
+                b.runs.append(run)
+        for ch, b in live:
+            b.done = b.error is not None or len(b.runs) >= REPLICATIONS or _decided(b.runs, ch.wc.workload)
+        live = [(ch, b) for ch, b in live if not b.done]
+
+
+def _decided(runs: list[dict[str, np.ndarray]], w) -> bool:
+    """True when every SLO metric's one-sided 99 % t-bound of the runs' mean p99 clears its SLO."""
+    r = len(runs)
+    if r < MIN_REPLICATIONS or r not in T_99:
+        return False
+    for m, attr in zip(METRICS, ("ttft_s", "tpot_s", "e2e_s"), strict=True):
+        slo = getattr(w.slo, m)
+        if slo is None or attr not in runs[0]:
+            continue
+        each = np.array([np.percentile(run[attr], 99.0) for run in runs if len(run[attr])]) * 1e3
+        if len(each) < r:
+            return False
+        half = T_99[r] * float(np.std(each, ddof=1)) / np.sqrt(r)
+        mean = float(np.mean(each))
+        if not (mean + half < slo or mean - half > slo):
+            return False
+    return True
+
+
+def verify_deployments(cset: CandidateSet, sol: FleetSolution, catalog: Catalog, params: CalibrationParams,
+                       *, requests: int = VERIFY_REQUESTS, seed: int = VERIFY_SEED
+                       ) -> tuple[list[VerifiedDeployment], list[str]]:
+    """Every loaded online deployment of ``sol`` simulated at its routed load (see the module doc).
+
+    Returns the checked deployments and notes on those that could not be simulated.
+    """
+    checks, notes = _checks(cset, sol, catalog, params)
+    _simulate_waves(checks, requests, seed)
+    out: list[VerifiedDeployment] = []
+    for ch in checks:
+        w, c = ch.wc.workload, ch.c
+        if failed := next((b.error for b in ch.buckets if b.error is not None), None):
+            notes.append(f"{w.name} on {c.key}: not simulated ({failed})")
+            continue
+        worst: dict[str, tuple[tuple[float, float, float], int]] = {}
+        predicted: dict[str, float | None] = {}
+        for b in ch.buckets:
+            got = ch.wc.predictor(c.key, b.bucket.index, b.rate) if ch.wc.predictor else (None, None, None)
+            for m, attr, pred in zip(METRICS, ("ttft_s", "tpot_s", "e2e_s"), got, strict=True):
+                p99 = replicated_p99_ms([run[attr] for run in b.runs if attr in run])
+                if p99 is not None and (m not in worst or p99[0] > worst[m][0][0]):
+                    worst[m] = (p99, len(b.runs))
+                if pred is not None:
+                    predicted[m] = max(predicted.get(m) or 0.0, pred)
+        slack = [(worst[m][0][0] / slo, m, slo) for m in METRICS
+                 if (slo := getattr(w.slo, m)) is not None and m in worst]
+        if not slack:
+            continue
+        ratio, m, slo = max(slack)
+        (value, lo, hi), runs = worst[m]
+        out.append(VerifiedDeployment(
+            workload=w.name, key=c.key, qps_per_replica=sum(ch.routed.values()) / ch.replicas, metric=m, slo_ms=slo,
+            predicted_ms=predicted.get(m), simulated_ms=value, simulated_ci_low_ms=lo, simulated_ci_high_ms=hi,
+            requests=requests * runs, seed=seed, met=ratio <= 1.0))
     return out, notes
 
 

@@ -35,7 +35,7 @@ def test_optimize_json_is_byte_identical_across_processes(tmp_path):
     data = yaml.safe_load((EXAMPLES / "chat-fleet.yaml").read_text())
     plan = tmp_path / "chat.yaml"
     plan.write_text(yaml.safe_dump({**data, "allowed_devices": ["l40s", "h100-sxm", "mi300x", "l4"]}))
-    procs = [subprocess.Popen([sys.executable, "-m", "cli.app", "optimize", str(plan), "--json",
+    procs = [subprocess.Popen([sys.executable, "-m", "cli.app", "optimize", str(plan), "--sensitivity", "--json",
                                str(tmp_path / f"run{seed}.json")], cwd=REPO, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONHASHSEED": seed})
              for seed in ("1", "2")]

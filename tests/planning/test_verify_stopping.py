@@ -1,0 +1,60 @@
+"""The simulator check's sequential stopping rule (optimizer/planning/verify.py), on paper-derived cases."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from catalog import load_catalog
+from optimizer.optimize import optimize_plan
+from optimizer.planning.verify import MIN_REPLICATIONS, REPLICATIONS, _decided
+from workloads import parse_plan, resolve_catalog
+
+
+def _w(ttft_ms: float | None = None, tpot_ms: float | None = None):
+    return SimpleNamespace(slo=SimpleNamespace(ttft_p99_ms=ttft_ms, tpot_p99_ms=tpot_ms, e2e_p99_ms=None))
+
+
+def _runs(p99s_ms: list[float], attr: str = "ttft_s") -> list[dict[str, np.ndarray]]:
+    return [{attr: np.full(200, v / 1e3)} for v in p99s_ms]  # every request at v: the run's p99 is v
+
+
+@pytest.mark.parametrize(("p99s", "slo", "decided"), [
+    # 2 runs, mean 105, sd 7.07: 105 + 31.821·7.07/√2 = 264 < 1000 -> met early
+    ([100, 110], 1000, True),
+    # straddling the SLO: 1000 ± 31.821·141/√2 -> undecided
+    ([900, 1100], 1000, False),
+    # 2 runs far above but spread: 3100 − 31.821·141/√2 = -82 -> undecided ...
+    ([3000, 3200], 1000, False),
+    # ... a third run: 3200 − 6.965·200/√3 = 2396 > 1000 -> missed, decided
+    ([3000, 3200, 3400], 1000, True),
+    # one run is too few for any bound
+    ([100], 1000, False),
+])
+def test_stops_only_when_a_one_sided_99_bound_clears_the_slo(p99s, slo, decided):
+    assert _decided(_runs(p99s), _w(ttft_ms=slo)) is decided
+
+
+def test_every_metric_must_be_decided():
+    runs = [{"ttft_s": np.full(200, 0.1), "tpot_s": np.full(200, t)} for t in (0.045, 0.055)]
+    assert _decided(runs, _w(ttft_ms=1000)) is True  # TTFT alone: clear
+    assert _decided(runs, _w(ttft_ms=1000, tpot_ms=50)) is False  # TPOT straddles 50 ms
+    assert MIN_REPLICATIONS == 2 and REPLICATIONS == 5
+
+
+def test_verification_is_the_same_with_one_or_two_workers(monkeypatch):
+    plan = parse_plan({"name": "v", "allowed_devices": ["h100-sxm", "l40s"], "workloads": [
+        {"name": "chat", "model": "llama-3.1-8b", "qps": 20, "prompt_tokens": {"mean": 1024, "p99": 4096},
+         "output_tokens": {"mean": 256, "p99": 1024}, "slo": {"ttft_p99_ms": 1000}, "precisions": ["fp8"]},
+        {"name": "code", "model": "llama-3.1-8b", "qps": 40, "prompt_tokens": {"mean": 512, "p99": 2048},
+         "output_tokens": {"mean": 64, "p99": 256}, "slo": {"ttft_p99_ms": 500}, "precisions": ["fp8"]}]}, "v")
+    cat = resolve_catalog(plan, load_catalog(), "v")
+    got = []
+    for workers in ("1", "2"):
+        monkeypatch.setenv("GPUPLAN_WORKERS", workers)
+        r = optimize_plan(plan, cat, compare_single_device=False, verify=True)
+        got.append((r.objective_usd, [(v.key, v.simulated_ms, v.requests, v.met) for v in r.verification.deployments]))
+    assert got[0] == got[1]
+    assert got[0][1] and all(n % 8000 == 0 and 2 * 8000 <= n <= 5 * 8000 for _, _, n, _ in got[0][1])
