@@ -32,8 +32,8 @@ over quadrature nodes of the length distributions and inverted by bisection):
   ``[0, t(b, C) − D(b)]`` (a step carries at most one chunk), which bounds its variance.
 - **TTFT** = residual of the step in progress (length-biased step durations, uniform
   residual; zero when the replica is idle, probability ``e^{−b}``) + prompts that join the
-  same step + an M/G/1-type queue of prompt work at the full-chunk rate beyond one step
-  (``E[W_q] = λE[S²]/2 · u/(1−u)``, ``u = λ·E[L]·t(b, C)/C``) + its own prefill steps
+  same step + the M/G/1 FCFS wait for the prompt work ahead at the full-chunk rate
+  (Takács moments, ``E[W] = λE[S²]/(2(1−u))``, ``S = L·t(b, C)/C``, ``u = λ·E[S]``) + its own prefill steps
   + the front-end time ``request_overhead_s`` (tokenising, engine queueing, first-token
   detokenising/HTTP; a constant, calibrated on the online TTFT rows).
 - **E2E** = TTFT + (O − 1)·TPOT (so the front-end time counts once in E2E too).
