@@ -243,20 +243,54 @@ class Steps:
         return self._moments[r]
 
 
+def mixed_poisson_pmf(m: np.ndarray, dispersion: np.ndarray, k_max: int) -> np.ndarray:
+    """P(K = k), k = 0..k_max, for K with mean m and variance ``dispersion·m`` (>= m): a negative
+    binomial of shape r = m/(dispersion − 1), ``p₀ = (r/(r+m))^r``, ``p_{k+1} = p_k·(k + r)/(k + 1)·m/(r + m)``;
+    Poisson where the dispersion is 1. (N,) → (N, k_max + 1); the tail folds into k_max."""
+    over = dispersion > 1.0 + 1e-9
+    if not np.any(over & (m > 0)):
+        return poisson_pmf(m, k_max)
+    mm = np.maximum(m, 1e-300)
+    r = np.where(over, mm / np.maximum(dispersion - 1.0, 1e-9), 1.0)
+    q = mm / (r + mm)
+    p = np.empty((len(m), k_max + 1))
+    p[:, 0] = np.exp(r * np.log1p(-q))
+    for k in range(k_max):
+        p[:, k + 1] = p[:, k] * (k + r) / (k + 1.0) * q
+    p[:, -1] += np.clip(1.0 - p.sum(axis=1), 0.0, 1.0)
+    return np.where(over[:, None] & (m[:, None] > 0), p, poisson_pmf(m, k_max))
+
+
 def _steps(c: Configs, b: np.ndarray, m: np.ndarray, lens: Lengths, chunk: int) -> Steps:
-    """Step durations when K ~ Poisson(m) prompts (those that arrived during the previous
-    step) ride in it: ``T = D(b) + g(K prompts)``; K = 1 resolves the prompt length by
-    quadrature, K >= 2 uses K·E[L] tokens."""
+    """Step durations when K prompts (those that arrived during the previous step) ride in it:
+    ``T = D(b) + g(K prompts)``; K = 1 resolves the prompt length by quadrature, K >= 2 uses K·E[L] tokens.
+
+    K is Poisson(λ·T_prev) given the previous step's length, and T_prev itself grows with the
+    prompts it carried, so K is a mixed Poisson: mean m = λ·t̄, variance ``m + λ²·Var(T)``; with
+    ``Var(T) ≈ ε²·Var(K)`` (ε the mean extra of one prompt) that is ``Var(K) = m/(1 − (λε)²)``
+    (λε capped at 0.95), a negative binomial (``mixed_poisson_pmf``). The over-dispersion matters
+    because g is convex (prefill tokens hide under the memory-bound decode step up to a point):
+    with Poisson K the mean prefill extra per prompt near saturation was 8 % under the
+    simulator's (llama-3.1-8b fp8 on rtx-pro-6000, 62 req/s: 7.7 vs 8.4 ms).
+    """
     bb = b[:, None]
     d = perf.decode_step_s(c, bb, lens.ctx)
     k_max = max(prompts_k_max(m), 1)
-    pk = poisson_pmf(m, k_max)
     n = _prompt_tokens(lens, k_max, chunk)
     g1, gk = _chunked_extra_s(c, bb, lens.ctx, n, chunk, d)
     # K >= 2: the sum of K prompts has variance K·Var(L); spread it over two points ±sd
     # (at the local per-token cost g_K / (K·E[L])) so the step variance keeps it.
     spread = n.sd_tokens * gk / n.k_tokens
-    return Steps(d[:, 0], pk, lens.l_w, g1, gk, np.maximum(gk - spread, 0.0))
+    poisson = Steps(d[:, 0], poisson_pmf(m, k_max), lens.l_w, g1, gk, np.maximum(gk - spread, 0.0))
+    lam_eps = np.clip(np.where(m > 0, (poisson.moment(1) - poisson.d) / np.maximum(poisson.moment(1), 1e-300), 0.0),
+                      0.0, 0.95)  # λ·ε = λ·(E[T] − D)/m = (E[T] − D)/t̄ at m = λ·t̄
+    dispersion = 1.0 / (1.0 - lam_eps**2)
+    k_max = max(prompts_k_max(m * dispersion), 1)
+    if k_max + 1 > poisson.pk.shape[1]:
+        n = _prompt_tokens(lens, k_max, chunk)
+        g1, gk = _chunked_extra_s(c, bb, lens.ctx, n, chunk, d)
+        spread = n.sd_tokens * gk / n.k_tokens
+    return Steps(d[:, 0], mixed_poisson_pmf(m, dispersion, k_max), lens.l_w, g1, gk, np.maximum(gk - spread, 0.0))
 
 
 @dataclass
