@@ -26,7 +26,7 @@ from optimizer.models.serving.state import (
     prompts_k_max,
     solve_state,
 )
-from optimizer.models.serving.tails import mixture_quantile
+from optimizer.models.serving.tails import gamma_quantile, mixture_quantile
 from optimizer.models.techniques import ServingTechnique
 from workloads.spec import LengthDist
 
@@ -125,8 +125,13 @@ def evaluate_load(c: Configs, lam: np.ndarray, lens: Lengths, chunk: int, need: 
     # ---- KV occupancy (M/G/∞ shot noise, over-dispersed by load feedback) and utilisation
     life = tbar + np.where(sat, 0.0, fb.bias_s)  # request-weighted step: a sequence's time per decode step
     kv_mean = lam * life * lens.kv_tok_steps + lam * ttft_mean * lens.kv_prompt_tokens
-    kv_sd = np.sqrt(lam * tbar * lens.kv_tok2_steps * fb.occupancy_factor)
-    kv_p99 = kv_mean + Z99 * kv_sd
+    # shot noise: κ2 = F·λt̄·E[Σ(L+j)²], κ3 = F²·λt̄·E[Σ(L+j)³] (a cluster of 1/(1−g) sequences, third
+    # moment ~F² of the Poisson one); p99 of the shifted gamma — the count of sequences is skewed —
+    # never below the normal one (Wilson–Hilferty fails at the huge skew of a nearly idle replica)
+    kv_var = lam * tbar * lens.kv_tok2_steps * fb.occupancy_factor
+    kv_k3 = lam * tbar * lens.kv_tok3_steps * fb.occupancy_factor**1.5
+    kv_p99 = np.fmax(gamma_quantile(0.99, kv_mean, np.nan_to_num(kv_var), np.nan_to_num(kv_k3)),
+                     kv_mean + Z99 * np.sqrt(kv_var))
     b_p99 = s.b + Z99 * np.sqrt(s.b * fb.occupancy_factor)
     kv_cap = np.asarray(c.kv_capacity_tokens, dtype=float)
     kv_fits = (kv_p99 <= kv_cap) & (b_p99 <= c.max_batch_sequences) & ~sat

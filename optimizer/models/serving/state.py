@@ -50,6 +50,7 @@ class Lengths:
     kv_prompt_tokens: float = 0.0  # E[prompt tokens whose KV a waiting/prefilling request holds]
     span_offset: float = 0.0  # cached tokens a prefill chunk attends to before its own (prefix caching)
     tokens_per_step: float = 1.0  # tokens a decoding sequence emits per step (speculative decoding)
+    kv_tok3_steps: float = 0.0  # E[Σ_{j=1}^{O−1} (L + j)³] (the skew of the KV occupancy)
     prompt_grids: dict[tuple[int, int], _PromptTokens] = field(default_factory=dict, repr=False,
                                                                compare=False)  # ``_prompt_tokens`` by (k_max, C)
 
@@ -73,7 +74,17 @@ def lengths_for(prompt: LengthDist, output: LengthDist, technique: ServingTechni
     kv2 = float(ow @ (n * el2 + 2 * el * sum_j + sum_j2))
     ctx = el + (float(ow @ (n * (n + 1))) / (2.0 * eo1) if eo1 > 0 else 0.0)
     var_l = float(lw @ (ln - el) ** 2)
-    return Lengths(ln, lw, on, ow, lv, ov, el, var_l, eo1, float(ow @ on), ctx, kv1, kv2, kv_prompt_tokens=el)
+    kv3 = _sum_cubes(float(lw @ ln), el2, float(lw @ ln**3), n, 1.0, ow)
+    return Lengths(ln, lw, on, ow, lv, ov, el, var_l, eo1, float(ow @ on), ctx, kv1, kv2, kv_prompt_tokens=el,
+                   kv_tok3_steps=kv3)
+
+
+def _sum_cubes(e1: float, e2: float, e3: float, steps: np.ndarray, a: float, o_w: np.ndarray) -> float:
+    """E[Σ_{j=1}^{S} (K + a·j)³] for K independent of S, from E[K], E[K²], E[K³] and the step nodes S:
+    ``S·K³ + 3a·K²·Σj + 3a²·K·Σj² + a³·Σj³`` with Σj³ = (S(S + 1)/2)²."""
+    sj = steps * (steps + 1) / 2.0
+    sj2 = steps * (steps + 1) * (2 * steps + 1) / 6.0
+    return float(o_w @ (steps * e3 + 3 * a * e2 * sj + 3 * a * a * e1 * sj2 + a**3 * sj * sj))
 
 
 def _technique_lengths(ln, lw, lv, on, ow, ov, t: ServingTechnique) -> Lengths:
@@ -100,8 +111,9 @@ def _technique_lengths(ln, lw, lv, on, ow, ov, t: ServingTechnique) -> Lengths:
     kv2 = float(ow @ (steps * ek2 + 2 * ek * a * sum_j + a * a * sum_j2))
     ctx = el_full + (a * float(ow @ (steps * (steps + 1))) / (2.0 * es) if es > 0 else 0.0)
     var_l = float(lw @ (pre - el) ** 2)
+    kv3 = _sum_cubes(ek, ek2, float(lw @ held**3), steps, a, ow)
     return Lengths(pre, lw, 1.0 + steps, ow, lv * (1.0 - h) ** 2, ov / (a * a), el, var_l, es, float(ow @ on), ctx,
-                   kv1, kv2, kv_prompt_tokens=ek, span_offset=el_full - el, tokens_per_step=a)
+                   kv1, kv2, kv_prompt_tokens=ek, span_offset=el_full - el, tokens_per_step=a, kv_tok3_steps=kv3)
 
 
 # ---------------------------------------------------------------------------------------
