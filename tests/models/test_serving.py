@@ -61,7 +61,7 @@ def test_littles_law_fixed_point():
 
 def test_p99_blows_up_as_utilisation_approaches_one():
     c = cfg()
-    cap = serving.capacity_at_slo(c, FIXED_P, FIXED_O, SLO()).max_qps[0]
+    cap = serving.capacity_at_slo(c, FIXED_P, FIXED_O, SLO(), offline_ceiling=None).max_qps[0]
     loads = [0.2, 0.5, 0.8, 0.95]
     r = serving.serve_at_rate(c, np.array([cap * f for f in loads]), FIXED_P, FIXED_O) if False else None
     ttft = [serving.serve_at_rate(c, cap * f, FIXED_P, FIXED_O).ttft_p99_ms[0] for f in loads]
@@ -81,7 +81,7 @@ def test_capacity_is_monotone_in_the_slo_and_vectorised():
     for a, b in zip(caps, caps[1:], strict=False):  # to the solver's bracket, CAPACITY_RTOL
         assert np.all(b >= a * (1 - serving.CAPACITY_RTOL))
     cap = serving.capacity_at_slo(c, FIXED_P, FIXED_O, SLO(tpot_p99_ms=30, ttft_p99_ms=500))
-    assert set(cap.limited_by) <= {"ttft", "tpot", "e2e", "memory", "unservable"}
+    assert set(cap.limited_by) <= {"ttft", "tpot", "e2e", "memory", "utilization", "unservable"}
     ok = cap.max_qps > 0
     at = serving.serve_at_rate(c, np.where(ok, cap.max_qps, 1.0), FIXED_P, FIXED_O)
     assert np.all(at.tpot_p99_ms[ok] <= 30 * 1.001) and np.all(at.ttft_p99_ms[ok] <= 500 * 1.001)
@@ -125,7 +125,7 @@ AGREEMENT = [
 @pytest.mark.parametrize("model,device,prec,tp,p,o,load", AGREEMENT)
 def test_agreement_with_simulator(model, device, prec, tp, p, o, load):
     c = cfg(model, device, prec, tp)
-    qps = serving.capacity_at_slo(c, p, o, SLO()).max_qps[0] * load
+    qps = serving.capacity_at_slo(c, p, o, SLO(), offline_ceiling=None).max_qps[0] * load
     a = serving.serve_at_rate(c, qps, p, o)
     s = simulate(c, 0, qps, p, o, requests=20_000, seed=1)
     assert a.ttft_p99_ms[0] == pytest.approx(s.ttft[99.0].value_ms, rel=0.15)

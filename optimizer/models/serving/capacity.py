@@ -77,11 +77,13 @@ def capacity_at_slo(
     params: CalibrationParams | None = None,
     prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
     technique: ServingTechnique | None = None,
+    offline_ceiling: float | None = SERVER_OFFLINE_CEILING,
 ) -> Capacity:
     """Max request rate (req/s) per configuration with every p99 in ``slo`` met and KV at p99 fitting.
 
-    The result is at most ``SERVER_OFFLINE_CEILING`` (0.88) × the replica's offline request rate
-    (limited_by ``'utilization'``; the basis is at the constant).
+    The result is at most ``offline_ceiling`` (default ``SERVER_OFFLINE_CEILING``, 0.88; the basis
+    is at the constant) × the replica's offline request rate (limited_by ``'utilization'``); None:
+    no ceiling (the model's own limits, as scripts/agreement.py loads the replicas).
     Feasible(λ) = not saturated ∧ KV fits ∧ every given p99 ≤ its target, assumed monotone
     in λ; its margin ``max(ln(p99/target), ln(kv_p99/kv_capacity), ln(b_p99/max_batch))``
     (∞ when saturated) is continuous, so the root is found by regula falsi (Illinois) in
@@ -93,20 +95,23 @@ def capacity_at_slo(
     ``technique``: prefix caching and speculative decoding (``optimizer.models.techniques``).
     """
     if technique is not None and technique.active:
-        return _capacity(technique.configure(c), lengths_for(prompt, output, technique), slo, prefill_chunk_tokens)
-    return _capacity(c, lengths_for(prompt, output), slo, prefill_chunk_tokens)
+        return _capacity(technique.configure(c), lengths_for(prompt, output, technique), slo, prefill_chunk_tokens,
+                         offline_ceiling)
+    return _capacity(c, lengths_for(prompt, output), slo, prefill_chunk_tokens, offline_ceiling)
 
 
-def _capacity(c: Configs, lens: Lengths, slo: SLO, prefill_chunk_tokens: int) -> Capacity:
+def _capacity(c: Configs, lens: Lengths, slo: SLO, prefill_chunk_tokens: int,
+              offline_ceiling: float | None = SERVER_OFFLINE_CEILING) -> Capacity:
     """``capacity_at_slo`` on configurations and lengths with any technique applied."""
     runnable_idx = np.flatnonzero(np.asarray(c.supported, dtype=bool) & np.asarray(c.runnable, dtype=bool))
     if len(runnable_idx) < len(c):
         return _scatter_capacity(c, runnable_idx, _capacity(
-            c.take(runnable_idx), lens, slo, prefill_chunk_tokens) if len(runnable_idx) else None)
+            c.take(runnable_idx), lens, slo, prefill_chunk_tokens, offline_ceiling) if len(runnable_idx) else None)
     targets = slo_targets(slo)
     first, inverse = _distinct_rows(c)
     if len(first) < len(c):
-        return _expand_capacity(c, inverse, _capacity(c.take(first), lens, slo, prefill_chunk_tokens), targets)
+        return _expand_capacity(c, inverse, _capacity(c.take(first), lens, slo, prefill_chunk_tokens, offline_ceiling),
+                                targets)
     search = _Search(c, lens, prefill_chunk_tokens, targets)
     lam_cap = _scheduler_cap_qps(c, search.lens)
     lam_lo = lam_cap * 1e-6
@@ -127,7 +132,8 @@ def _capacity(c: Configs, lens: Lengths, slo: SLO, prefill_chunk_tokens: int) ->
             ok_hi[at_bound] = f_cap <= 0
             lam_hi[at_bound] = np.where(f_cap <= 0, lam_cap[at_bound], lam_hi[at_bound])
     max_qps = np.where(ok_lo & np.asarray(c.supported, dtype=bool), np.where(ok_hi, lam_hi, lo), 0.0)
-    ceiling = SERVER_OFFLINE_CEILING * _offline_qps(c, search.lens)
+    ceiling = (offline_ceiling * _offline_qps(c, search.lens) if offline_ceiling is not None
+               else np.full(len(c), np.inf))
     capped = (max_qps > ceiling) & (ceiling > 0)
     max_qps = np.where(capped, ceiling, max_qps)
     # at capacity: TTFT and TPOT percentiles always, E2E (a costly L × O mixture) when it is an SLO
