@@ -255,22 +255,25 @@ class Steps:
         return self._moments[r]
 
 
-def mixed_poisson_pmf(m: np.ndarray, dispersion: np.ndarray, k_max: int) -> np.ndarray:
+def mixed_poisson_pmf(m: np.ndarray, dispersion: np.ndarray, k_max: int,
+                      poisson: np.ndarray | None = None) -> np.ndarray:
     """P(K = k), k = 0..k_max, for K with mean m and variance ``dispersion·m`` (>= m): a negative
     binomial of shape r = m/(dispersion − 1), ``p₀ = (r/(r+m))^r``, ``p_{k+1} = p_k·(k + r)/(k + 1)·m/(r + m)``;
-    Poisson where the dispersion is 1. (N,) → (N, k_max + 1); the tail folds into k_max."""
+    Poisson where the dispersion is 1 (``poisson``: that pmf if already computed). (N,) → (N, k_max + 1);
+    the tail folds into k_max."""
     over = dispersion > 1.0 + 1e-9
+    if poisson is None:
+        poisson = poisson_pmf(m, k_max)
     if not np.any(over & (m > 0)):
-        return poisson_pmf(m, k_max)
+        return poisson
     mm = np.maximum(m, 1e-300)
-    r = np.where(over, mm / np.maximum(dispersion - 1.0, 1e-9), 1.0)
-    q = mm / (r + mm)
-    p = np.empty((len(m), k_max + 1))
-    p[:, 0] = np.exp(r * np.log1p(-q))
-    for k in range(k_max):
-        p[:, k + 1] = p[:, k] * (k + r) / (k + 1.0) * q
+    r = np.where(over, mm / np.maximum(dispersion - 1.0, 1e-9), 1.0)[:, None]
+    q = (mm[:, None] / (r + mm[:, None]))
+    k = np.arange(k_max, dtype=float)[None, :]
+    p = np.exp(r * np.log1p(-q)) * np.concatenate([np.ones((len(m), 1)), np.cumprod((k + r) / (k + 1.0) * q, axis=1)],
+                                                    axis=1)
     p[:, -1] += np.clip(1.0 - p.sum(axis=1), 0.0, 1.0)
-    return np.where(over[:, None] & (m[:, None] > 0), p, poisson_pmf(m, k_max))
+    return np.where(over[:, None] & (m[:, None] > 0), p, poisson)
 
 
 def _steps(c: Configs, b: np.ndarray, m: np.ndarray, lens: Lengths, chunk: int) -> Steps:
@@ -287,22 +290,19 @@ def _steps(c: Configs, b: np.ndarray, m: np.ndarray, lens: Lengths, chunk: int) 
     """
     bb = b[:, None]
     d = perf.decode_step_s(c, bb, lens.ctx)
-    k_max = max(prompts_k_max(m), 1)
+    # K up to 6 sd of a dispersion-2 count (the tail beyond folds into k_max)
+    k_max = max(prompts_k_max(2.0 * m), 1)
     n = _prompt_tokens(lens, k_max, chunk)
     g1, gk = _chunked_extra_s(c, bb, lens.ctx, n, chunk, d)
     # K >= 2: the sum of K prompts has variance K·Var(L); spread it over two points ±sd
     # (at the local per-token cost g_K / (K·E[L])) so the step variance keeps it.
     spread = n.sd_tokens * gk / n.k_tokens
-    poisson = Steps(d[:, 0], poisson_pmf(m, k_max), lens.l_w, g1, gk, np.maximum(gk - spread, 0.0))
-    lam_eps = np.clip(np.where(m > 0, (poisson.moment(1) - poisson.d) / np.maximum(poisson.moment(1), 1e-300), 0.0),
+    gk_lo = np.maximum(gk - spread, 0.0)
+    poisson = Steps(d[:, 0], poisson_pmf(m, k_max), lens.l_w, g1, gk, gk_lo)
+    mean_t = poisson.moment(1)
+    lam_eps = np.clip(np.where(m > 0, (mean_t - poisson.d) / np.maximum(mean_t, 1e-300), 0.0),
                       0.0, 0.95)  # λ·ε = λ·(E[T] − D)/m = (E[T] − D)/t̄ at m = λ·t̄
-    dispersion = 1.0 / (1.0 - lam_eps**2)
-    k_max = max(prompts_k_max(m * dispersion), 1)
-    if k_max + 1 > poisson.pk.shape[1]:
-        n = _prompt_tokens(lens, k_max, chunk)
-        g1, gk = _chunked_extra_s(c, bb, lens.ctx, n, chunk, d)
-        spread = n.sd_tokens * gk / n.k_tokens
-    return Steps(d[:, 0], mixed_poisson_pmf(m, dispersion, k_max), lens.l_w, g1, gk, np.maximum(gk - spread, 0.0))
+    return Steps(d[:, 0], mixed_poisson_pmf(m, 1.0 / (1.0 - lam_eps**2), k_max, poisson.pk), lens.l_w, g1, gk, gk_lo)
 
 
 @dataclass
