@@ -79,13 +79,13 @@ def capacity_at_slo(
     technique: ServingTechnique | None = None,
     offline_ceiling: float | None = SERVER_OFFLINE_CEILING,
 ) -> Capacity:
-    """Max request rate (req/s) per configuration with every p99 in ``slo`` met and KV at p99 fitting.
+    """Max request rate (req/s) per configuration with every p99 in ``slo`` met and KV at p99.9 fitting.
 
     The result is at most ``offline_ceiling`` (default ``SERVER_OFFLINE_CEILING``, 0.88; the basis
     is at the constant) × the replica's offline request rate (limited_by ``'utilization'``); None:
     no ceiling (the model's own limits, as scripts/agreement.py loads the replicas).
     Feasible(λ) = not saturated ∧ KV fits ∧ every given p99 ≤ its target, assumed monotone
-    in λ; its margin ``max(ln(p99/target), ln(kv_p99/kv_capacity), ln(b_p99/max_batch))``
+    in λ; its margin ``max(ln(p99/target), ln(kv_p999/kv_capacity), ln(b_p99/max_batch))``
     (∞ when saturated) is continuous, so the root is found by regula falsi (Illinois) in
     ln λ, with a geometric bisection step whenever the upper end is saturated or the
     previous step did not halve the bracket, until the bracket is within CAPACITY_RTOL. Unservable = infeasible at λ_lo = 1e-6·(scheduler-cap
@@ -183,7 +183,7 @@ class _Search:
             cs, lam, st = cs.take(live), lam[live], take_state(st, live)
         r = evaluate_load(cs, lam, self.lens, self.chunk, self.need, p50=False, state=st)
         with np.errstate(divide="ignore", invalid="ignore"):
-            terms = [np.log(r.kv_p99_tokens / np.maximum(r.kv_capacity_tokens, 1e-300)),
+            terms = [np.log(r.kv_p999_tokens / np.maximum(r.kv_capacity_tokens, 1e-300)),
                      np.log(np.maximum(r.running_batch + Z99 * np.sqrt(r.running_batch), 1e-300)
                             / self.c.max_batch_sequences)]
             terms += [np.log(getattr(r, f"{k}_p99_ms") / t) for k, t in self.targets.items()]
