@@ -39,7 +39,6 @@ def calibrate(
     from catalog.files import read_bytes
     from cli.validate_cmd import load_all, resolve_measurement_paths
     from optimizer.calibration.bands import (
-        CLASS_OF_GROUPING,
         coverage,
         error_bands,
         leave_out,
@@ -64,7 +63,7 @@ def calibrate(
         groupings = ("source_group", "device", "generation")
         held = [leave_out(rows, cat, start, by) for by in groupings]
         bands_by_class = error_bands(*held)
-        summary = {by: leave_out_summary(h, bands_by_class.get(CLASS_OF_GROUPING[by]))
+        summary = {by: leave_out_summary(h, bands_by_class)
                    for by, h in zip(groupings, held, strict=True)}
         fitted = fitted.model_copy(update={"error_bands": bands_by_class,
                                            "fit": fitted.fit.model_copy(update={"leave_out": summary})})

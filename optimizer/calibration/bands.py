@@ -7,16 +7,19 @@ predictions of held-out rows, never from in-sample residuals:
   ``source_group``, ``device`` or ``generation``) and predicts the held-out rows (every
   offline metric: max-throughput output tokens/s and one-batch e2e latency);
 - ``error_bands(...)`` turns them into an 80 % interval of measured/predicted per fidelity
-  class (``optimizer.models.fidelity``): class a from leave-one-source-group-out
-  predictions whose device and engine remained in the fit, class b from leave-one-device-out,
-  class c from leave-one-generation-out; low/high = the 10th/90th percentile of
-  measured/predicted;
+  class (``optimizer.models.fidelity``), each from the held-out predictions that stood in
+  that class's situation: class a from leave-one-source-group-out predictions whose device and
+  engine remained in the fit; class b from leave-one-device-out predictions whose generation
+  remained (another device of it was measured); class c from leave-one-generation-out
+  predictions and the leave-one-device-out ones whose generation left with the device (a
+  device alone in its generation, e.g. the only CDNA 3 or Ampere part, held out is a
+  datasheet-only device to the refit); low/high = the 10th/90th percentile of measured/predicted;
 - ``coverage(rows, cat)`` records which device/engine pairs and generations a fit measured.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,6 +48,12 @@ class HeldOut:
     measured: float
     predicted: float
     fit_had_device_engine: bool  # the device/engine pair was still measured in the fit
+    fit_had_generation: bool = False  # another device of its generation was still measured in the fit
+
+    @property
+    def fidelity_class(self) -> str:
+        """The class the refit would give this row: a (device/engine measured), b (generation), c."""
+        return "a" if self.fit_had_device_engine else "b" if self.fit_had_generation else "c"
 
     @property
     def ratio(self) -> float:
@@ -103,12 +112,14 @@ def leave_out(rows: Sequence[Measurement], cat: Catalog, start: CalibrationParam
             continue
         params = fit_params(train, cat, start=start, sweeps=sweeps)
         seen = {f"{m.device_key}/{engine_of(m, cat)}" for m in train if m.device_key}
+        gens = {cat.devices[m.device_key].generation for m in train if m.device_key}  # type: ignore[index]
         for i, ps in _offline_predictions(held, cat, params).items():
             m = held[i]
             dev = cat.devices[m.device_key]  # type: ignore[index]
             eng = engine_of(m, cat)
             out.extend(HeldOut(key, dev.key, eng, dev.generation, m.source_group, p.metric, p.measured,
-                               p.predicted, f"{dev.key}/{eng}" in seen) for p in ps if p.predicted > 0)
+                               p.predicted, f"{dev.key}/{eng}" in seen, dev.generation in gens)
+                       for p in ps if p.predicted > 0)
     return out
 
 
@@ -125,10 +136,13 @@ def error_bands(by_source_group: Sequence[HeldOut], by_device: Sequence[HeldOut]
                 by_generation: Sequence[HeldOut]) -> dict[str, ErrorBand]:
     """The band of each fidelity class from the three leave-out sets (module docstring)."""
     sets = {
-        "a": ([h for h in by_source_group if h.fit_had_device_engine],
+        "a": ([h for h in by_source_group if h.fidelity_class == "a"],
               "leave-one-source-group-out predictions (device and engine still measured)"),
-        "b": (list(by_device), "leave-one-device-out predictions"),
-        "c": (list(by_generation), "leave-one-generation-out predictions"),
+        "b": ([h for h in by_device if h.fidelity_class == "b"],
+              "leave-one-device-out predictions whose generation stayed measured"),
+        "c": (list(by_generation) + [h for h in by_device if h.fidelity_class == "c"],
+              "leave-one-generation-out predictions and leave-one-device-out ones of a device alone in "
+              "its generation"),
     }
     out = {}
     for cls, (held, basis) in sets.items():
@@ -138,8 +152,10 @@ def error_bands(by_source_group: Sequence[HeldOut], by_device: Sequence[HeldOut]
     return out
 
 
-def leave_out_summary(held: Sequence[HeldOut], band: ErrorBand | None) -> dict[str, dict[str, float | int]]:
-    """Per held-out group: n, median and p90 |error| %, and the % of its predictions inside ``band``."""
+def leave_out_summary(held: Sequence[HeldOut], band: ErrorBand | Mapping[str, ErrorBand] | None
+                      ) -> dict[str, dict[str, float | int]]:
+    """Per held-out group: n, median and p90 |error| %, and the % of its predictions inside ``band``
+    (a mapping of bands by class: the band of each prediction's ``fidelity_class``)."""
     out: dict[str, dict[str, float | int]] = {}
     for g in sorted({h.group for h in held}):
         hs = [h for h in held if h.group == g]
@@ -147,7 +163,7 @@ def leave_out_summary(held: Sequence[HeldOut], band: ErrorBand | None) -> dict[s
         row: dict[str, float | int] = {"n": len(hs), "median_abs_pct_error": round(float(np.median(err)), 2),
                                        "p90_abs_pct_error": round(float(np.percentile(err, 90)), 2)}
         if band is not None:
-            row["in_band_pct"] = round(float(np.mean([inside(h, band) for h in hs])) * 100, 1)
+            row["in_band_pct"] = round(float(np.mean([inside(h, band_for(h, band)) for h in hs])) * 100, 1)
         out[g] = row
     return out
 
@@ -155,3 +171,13 @@ def leave_out_summary(held: Sequence[HeldOut], band: ErrorBand | None) -> dict[s
 def inside(h: HeldOut, band: ErrorBand) -> bool:
     """The measured value of ``h`` lies within the band around its prediction."""
     return band.low_factor <= h.ratio <= band.high_factor
+
+
+def band_for(h: HeldOut, bands: ErrorBand | Mapping[str, ErrorBand]) -> ErrorBand:
+    """``bands`` itself, or from a mapping the band of ``h``'s class (the nearest wider one if absent)."""
+    if isinstance(bands, ErrorBand):
+        return bands
+    for cls in {"a": "abc", "b": "bc", "c": "c"}[h.fidelity_class]:
+        if cls in bands:
+            return bands[cls]
+    return next(iter(bands.values()))

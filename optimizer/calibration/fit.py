@@ -29,6 +29,7 @@ from datetime import date
 
 import numpy as np
 
+from catalog.errors import ModelError
 from catalog.load import Catalog
 from optimizer.calibration.measurements import Measurement
 from optimizer.calibration.predict import (
@@ -86,6 +87,9 @@ def abs_pct_errors(pred: np.ndarray, measured: np.ndarray) -> np.ndarray:
     return np.abs(pred / measured - 1.0) * 100.0
 
 
+GRID_POINTS = 7  # log-spaced values per knob and sweep (the centre is the current value, not re-evaluated)
+
+
 def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationParams | None = None,
                data_file: str = "", sweeps: int = 6, by_generation: bool = True,
                by_memory_type: bool = True, online_weight: float = 0.0) -> CalibrationParams:
@@ -103,18 +107,41 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
     """
     usable = [m for m in rows if offline_skip_reason(m) is None]
     if not usable:
-        from catalog.errors import ModelError
-
         raise ModelError(f"{data_file or 'measurements'}: no offline max-throughput rows to fit "
                          "(need scenario 'offline ...' rows with input_len, output_len, throughput_tok_s)")
     params = start or CalibrationParams()
     devices = [cat.devices[k] for k in sorted({m.device_key for m in usable})]  # type: ignore[index]
     overrides, override_knobs = class_overrides(usable, cat, devices, by_generation, by_memory_type)
-    params = params.model_copy(update={"overrides": overrides})
+    params = params.model_copy(update={"overrides": overrides, "prefill_attention_efficiency":
+                                       params.prefill_attention_efficiency or params.attention_efficiency})
+    online = online_fit_rows(rows) if online_weight > 0 else []
+    metrics = [k for k in ("tpot_mean_ms", "ttft_mean_ms") if any(getattr(m, k) for m in online)]
+    params, knobs = _global_knobs(params, usable, cat, "ttft_mean_ms" in metrics)
+    latency = [m for m in rows if is_latency_row(m)]
+    loss = _loss(usable, latency, online, metrics, online_weight, cat)
+    params, best = coordinate_search(params, knobs + override_knobs, loss, sweeps)
+    params = _typical_generation_defaults(params, loss, best)
+    record = fit_record(usable, cat, params, data_file)
+    if latency:
+        record = record.model_copy(update={"method": record.method + f"; plus the squared log error of "
+                                           f"e2e_latency_s over {len(latency)} offline latency rows (one fixed "
+                                           "batch), equal weight per source_group"})
+    if online:
+        names = " and ".join({"tpot_mean_ms": "mean ITL", "ttft_mean_ms": "mean TTFT"}[k] for k in metrics)
+        record = record.model_copy(update={"method": record.method + f"; plus {online_weight:g} x mean "
+                                           f"squared log error of {names} over {len(online)} online-serving rows"})
+    return params.model_copy(update={"fit": record})
+
+
+def _global_knobs(params: CalibrationParams, usable: Sequence[Measurement], cat: Catalog,
+                  fit_request_overhead: bool) -> tuple[CalibrationParams, list[_Knob]]:
+    """The knobs of the global (not per-class) fields and their bounds, and the params with
+    the starts a multiplicative search needs (MoE tile >= 16 rows, request overhead >= 1 ms)."""
     knobs = [
         _field_knob("memory_bandwidth_efficiency", 0.3, 1.0),
         _field_knob("compute_efficiency", 0.1, 1.0),
         _field_knob("attention_efficiency", 0.02, 1.0),
+        _field_knob("prefill_attention_efficiency", 0.05, 1.0),
         _field_knob("smooth_max_exponent", 1.5, 64.0),
         _field_knob("step_overhead_ms", 0.02, 30.0),
         _field_knob("memory_usable_fraction", 0.7, 0.97),  # engines keep a reserve; 1.0 is not physical
@@ -129,19 +156,23 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
         params = params.model_copy(update={"moe_tile_tokens": max(params.moe_tile_tokens, 16.0)})
         knobs.append(_field_knob("moe_tile_tokens", 1.0, 512.0))
         knobs.append(_field_knob("moe_efficiency", 0.05, 1.0))
+    if any(m.tp * m.ep > cat.devices[m.device_key].interconnect_domain_gpus for m in usable):  # type: ignore[index]
+        params = params.model_copy(update={"pcie_link_efficiency": params.pcie_link_efficiency or params.link_efficiency})
+        knobs.append(_field_knob("pcie_link_efficiency", 0.05, 1.0))
     if any(m.ep > 1 for m in usable):
         knobs.append(_field_knob("alltoall_latency_us", 1.0, 200.0))
-    knobs += override_knobs
-    measured = np.array([m.throughput_tok_s for m in usable], dtype=float)
-    w = _weights(usable)
-
-    online = online_fit_rows(rows) if online_weight > 0 else []
-    metrics = [k for k in ("tpot_mean_ms", "ttft_mean_ms") if any(getattr(m, k) for m in online)]
-    if "ttft_mean_ms" in metrics:
+    if fit_request_overhead:
         params = params.model_copy(update={"request_overhead_ms": max(params.request_overhead_ms, 1.0)})
         knobs.append(_field_knob("request_overhead_ms", 0.01, 50.0))
+    return params, knobs
 
-    latency = [m for m in rows if is_latency_row(m)]
+
+def _loss(usable: Sequence[Measurement], latency: Sequence[Measurement], online: Sequence[Measurement],
+          metrics: Sequence[str], online_weight: float, cat: Catalog) -> Callable[[CalibrationParams], float]:
+    """The fit objective (``fit_params``): weighted squared log errors of the offline throughput,
+    the one-batch latency and (times ``online_weight``) the online mean ITL/TTFT rows."""
+    measured = np.array([m.throughput_tok_s for m in usable], dtype=float)
+    w = _weights(usable)
     lat_measured = np.array([m.e2e_latency_s for m in latency], dtype=float)
     lat_w = _weights(latency)
 
@@ -161,29 +192,28 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
                 total += online_weight * (float(np.mean(np.square(err))) if err else 25.0)
         return total
 
+    return loss
+
+
+def coordinate_search(params: CalibrationParams, knobs: Sequence[_Knob], loss: Callable[[CalibrationParams], float],
+                      sweeps: int, span: float = 0.5, shrink: float = 0.6) -> tuple[CalibrationParams, float]:
+    """Cyclic coordinate search: per sweep and knob, ``GRID_POINTS`` log-spaced values within
+    ±``span`` (log) of the current one, clipped to the knob's bounds, keep the best; the span
+    shrinks by ``shrink`` each sweep. The current value (the grid centre) is never re-evaluated."""
     best = loss(params)
-    span = 0.5  # half-width of the search in log space, shrinks each sweep
     for _ in range(sweeps):
         for k in knobs:
             x0 = k.get(params)
-            grid = np.exp(np.linspace(math.log(x0) - span, math.log(x0) + span, 9))
-            for x in np.clip(grid, k.low, k.high):
+            grid = np.clip(np.exp(np.linspace(math.log(x0) - span, math.log(x0) + span, GRID_POINTS)), k.low, k.high)
+            for x in grid:
+                if abs(x - x0) <= 1e-12 * abs(x0):
+                    continue
                 cand = k.set(params, float(x))
                 val = loss(cand)
                 if val < best - 1e-12:
                     best, params = val, cand
-        span *= 0.6
-    params = _typical_generation_defaults(params, loss, best)
-    record = fit_record(usable, cat, params, data_file)
-    if latency:
-        record = record.model_copy(update={"method": record.method + f"; plus the squared log error of "
-                                           f"e2e_latency_s over {len(latency)} offline latency rows (one fixed "
-                                           "batch), equal weight per source_group"})
-    if online:
-        names = " and ".join({"tpot_mean_ms": "mean ITL", "ttft_mean_ms": "mean TTFT"}[k] for k in metrics)
-        record = record.model_copy(update={"method": record.method + f"; plus {online_weight:g} x mean "
-                                           f"squared log error of {names} over {len(online)} online-serving rows"})
-    return params.model_copy(update={"fit": record})
+        span *= shrink
+    return params, best
 
 
 def _typical_generation_defaults(params: CalibrationParams, loss: Callable[[CalibrationParams], float],
@@ -209,6 +239,8 @@ def class_overrides(rows: Sequence[Measurement], cat: Catalog, devices: Sequence
     - each generation (bandwidth efficiency), when the data hold more than one;
     - each GEMM dtype other than the 16-bit ones (compute efficiency: FP4 GEMMs reach a smaller
       share of their peak than FP8 ones), when the data hold another dtype too;
+    - weight-only precisions (compute and grouped-GEMM efficiency: a W4A16 GEMM dequantizes each
+      weight tile to 16 bit inside the kernel), when the data hold other precisions too;
     - each engine other than trtllm (bandwidth and compute efficiency, step and per-sequence host
       time), when the data hold trtllm rows too.
     Never per device key.
@@ -244,6 +276,11 @@ def class_overrides(rows: Sequence[Measurement], cat: Catalog, devices: Sequence
                 on = sorted({m.device_key for m in rows if cat.precisions[m.precision_key].compute_dtype == dt})  # type: ignore[index]
                 add(FactorOverride(compute_dtype=dt, note=f"GEMMs in {dt}, fitted on {', '.join(on)}"),
                     [("compute_efficiency", 0.05, 1.0)])
+    weight_only = {cat.precisions[m.precision_key].weight_only for m in rows}  # type: ignore[index]
+    if weight_only == {True, False}:
+        on = sorted({m.device_key for m in rows if cat.precisions[m.precision_key].weight_only})  # type: ignore[index]
+        add(FactorOverride(weight_only=True, note=f"weight-only GEMMs (dequantized in the kernel), fitted on {', '.join(on)}"),
+            [("compute_efficiency", 0.05, 1.0), ("moe_efficiency", 0.05, 1.0)])
     engines = sorted({m.engine or "trtllm" for m in rows})
     if len(engines) > 1:
         for e in engines:

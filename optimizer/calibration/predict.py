@@ -32,9 +32,9 @@ import numpy as np
 from catalog.load import Catalog
 from optimizer.calibration.measurements import Measurement
 from optimizer.models import serving
+from optimizer.models.configs import build_configs
 from optimizer.models.params import CalibrationParams
 from optimizer.models.perf import (
-    build_configs,
     decode_step_s,
     offline_throughput_tokens_s,
     prefill_s,
@@ -67,7 +67,7 @@ def offline_skip_reason(m: Measurement) -> str | None:
 
 
 def row_configs(rows: Sequence[Measurement], idx: Sequence[int], cat: Catalog, params: CalibrationParams):
-    """The :class:`optimizer.perf.Configs` of rows ``idx`` (one model): device, precision, tp, pp,
+    """The :class:`optimizer.models.configs.Configs` of rows ``idx`` (one model): device, precision, tp, pp,
     and the engine, expert-parallel degree and batch cap the run stated."""
     model = cat.models[rows[idx[0]].model_key]  # type: ignore[index]
     combos = [(cat.devices[rows[i].device_key], cat.precisions[rows[i].precision_key],  # type: ignore[index]

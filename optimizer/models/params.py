@@ -10,7 +10,8 @@ never through its key, so the model predicts devices it has no measurements for;
 through the serving *engine* (``trtllm``, ``vllm``, ``sglang``) and the *compute dtype* of
 the GEMMs (FP4 GEMMs reach a smaller share of their peak than FP8 ones).
 ``overrides`` are applied in order; an override matches a (device, engine, dtype) when every
-selector it gives (``vendor``, ``generation``, ``memory_type``, ``engine``, ``compute_dtype``)
+selector it gives (``vendor``, ``generation``, ``memory_type``, ``engine``, ``compute_dtype``,
+``weight_only``)
 equals the configuration's; later matches win.
 
 The engine of a configuration defaults per vendor (``default_engine``): NVIDIA devices
@@ -65,6 +66,9 @@ class FactorOverride(_Strict):
     memory_type: str | None = None
     engine: Engine | None = None
     compute_dtype: str | None = Field(None, description="dtype of the GEMMs (bf16, fp16, fp8, int8, fp4)")
+    weight_only: bool | None = Field(None, description="true: only weight-only-quantized precisions (W4A16: "
+                                     "the GEMM dequantizes every weight tile to 16 bit before its 16-bit MMA), "
+                                     "false: only the others")
     memory_bandwidth_efficiency: Fraction | None = None
     compute_efficiency: Fraction | None = None
     attention_efficiency: Fraction | None = None
@@ -81,12 +85,13 @@ class FactorOverride(_Strict):
                              + " (factors never depend on a single device key)")
         return self
 
-    def matches(self, device: Device, engine: str | None = None, compute_dtype: str | None = None) -> bool:
+    def matches(self, device: Device, engine: str | None = None, compute_dtype: str | None = None,
+                weight_only: bool = False) -> bool:
         return all(
             want is None or want == have
             for want, have in ((self.vendor, device.vendor), (self.generation, device.generation),
                                (self.memory_type, device.memory_type), (self.engine, engine),
-                               (self.compute_dtype, compute_dtype))
+                               (self.compute_dtype, compute_dtype), (self.weight_only, weight_only))
         )
 
     @property
@@ -95,7 +100,7 @@ class FactorOverride(_Strict):
         return ",".join(f"{k}={getattr(self, k)}" for k in SELECTORS if getattr(self, k) is not None)
 
 
-SELECTORS = ("vendor", "generation", "memory_type", "engine", "compute_dtype")
+SELECTORS = ("vendor", "generation", "memory_type", "engine", "compute_dtype", "weight_only")
 FACTOR_FIELDS = ("memory_bandwidth_efficiency", "compute_efficiency", "attention_efficiency", "moe_efficiency",
                  "step_overhead_ms", "sequence_overhead_us", "max_batch_sequences")
 
@@ -146,7 +151,11 @@ class CalibrationParams(_Strict):
         0.6, description="GEMMs: achieved / dense peak tensor FLOPS of the compute dtype (overrides by "
         "compute_dtype and engine)")
     attention_efficiency: Fraction = Field(
-        0.3, description="attention math: achieved / dense peak of the attention dtype")
+        0.3, description="decode attention math: achieved / dense peak of the attention dtype")
+    prefill_attention_efficiency: Fraction | None = Field(
+        None, description="context (prefill) attention math: achieved / dense peak of the attention dtype "
+        "(FMHA context kernels, a different kernel from decode attention); None = attention_efficiency "
+        "(parameter files fitted before it existed)")
     moe_efficiency: Fraction = Field(
         1.0, description="routed-expert grouped GEMMs: share of compute_efficiency they reach (many "
         "small per-expert GEMMs; overrides by generation)")
@@ -169,6 +178,10 @@ class CalibrationParams(_Strict):
         "before it existed)")
     link_efficiency: Fraction = Field(
         0.7, description="achieved / peak per-direction link bandwidth in all-reduce")
+    pcie_link_efficiency: Fraction | None = Field(
+        None, description="achieved / peak per-direction host-link (PCIe) bandwidth in all-reduce when the "
+        "group spans more than the scale-up domain (NCCL rings through PCIe switches and the host, a different "
+        "path from NVLink); None = link_efficiency (parameter files fitted before it existed)")
     allreduce_latency_us: NonNeg = Field(
         8.0, description="fixed latency of one all-reduce inside the scale-up domain")
     pcie_allreduce_latency_us: NonNeg = Field(
@@ -187,7 +200,8 @@ class CalibrationParams(_Strict):
     workspace_gb_per_gpu: NonNeg = Field(
         1.5, description="activation/workspace memory per GPU (GiB) outside weights and KV")
     max_batch_sequences: int = Field(
-        2048, gt=0, description="scheduler cap on running sequences in the offline benchmarks")
+        2048, gt=0, description="scheduler cap on running sequences in the offline benchmarks, per "
+        "attention rank (a replica with ep attention data-parallel ranks runs up to ep times as many)")
     kv_reserved_output_fraction: Fraction = Field(
         1.0, description="share of the output length whose KV is reserved per running sequence "
         "when the batch is limited by memory (1 = guaranteed-no-evict scheduling)")
@@ -198,13 +212,15 @@ class CalibrationParams(_Strict):
     coverage: Coverage | None = None
     fit: FitRecord | None = None
 
-    def factors_for(self, device: Device, engine: str | None = None, compute_dtype: str | None = None) -> DeviceFactors:
+    def factors_for(self, device: Device, engine: str | None = None, compute_dtype: str | None = None,
+                    weight_only: bool = False) -> DeviceFactors:
         """Factors for ``device`` served by ``engine`` (default: ``default_engine``) with GEMMs in
-        ``compute_dtype``: the defaults, then every matching override in order."""
+        ``compute_dtype`` (``weight_only``: a weight-only-quantized precision): the defaults, then
+        every matching override in order."""
         engine = engine or default_engine(device)
         values = {k: getattr(self, k) for k in FACTOR_FIELDS}
         for o in self.overrides:
-            if o.matches(device, engine, compute_dtype):
+            if o.matches(device, engine, compute_dtype, weight_only):
                 values.update({k: getattr(o, k) for k in FACTOR_FIELDS if getattr(o, k) is not None})
         return DeviceFactors(**values)
 

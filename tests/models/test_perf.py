@@ -10,14 +10,12 @@ import pytest
 
 from catalog import load_catalog
 from catalog.schema import Device, Model, Source
+from optimizer.models.configs import build_configs, config_key, experts_touched
 from optimizer.models.estimate import estimate_config
 from optimizer.models.params import CalibrationParams, FactorOverride, load_params
 from optimizer.models.perf import (
     bound_kind,
-    build_configs,
-    config_key,
     decode_step_s,
-    experts_touched,
     max_sequences,
     offline_throughput_tokens_s,
     prefill_s,

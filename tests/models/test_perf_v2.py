@@ -12,6 +12,12 @@ import pytest
 
 from catalog import load_catalog
 from catalog.schema import Device, Model, Source
+from optimizer.models.configs import (
+    attention_flops_per_context_token,
+    build_configs,
+    config_key,
+    decode_attention_flops_per_context_token,
+)
 from optimizer.models.fidelity import fidelity_of
 from optimizer.models.params import (
     CalibrationParams,
@@ -21,8 +27,6 @@ from optimizer.models.params import (
     default_engine,
 )
 from optimizer.models.perf import (
-    build_configs,
-    config_key,
     decode_parts,
     decode_step_s,
     offline_batch,
@@ -127,6 +131,21 @@ def moe(**kw) -> Model:
     return Model(**data)
 
 
+
+def test_batch_cap_is_per_attention_rank():
+    """A DEP replica schedules per attention rank: DEP8 at max_batch_size 384 runs 8 · 384 = 3072
+    sequences (TensorRT-LLM's DeepSeek-R1 blog: --ep 8, enable_attention_dp, max_batch_size 384,
+    --concurrency 3072), and ep 8 at the engine default cap runs 8 × that default.
+
+    KV fits far more: synth-moe KV is 2·32·8·128·2 = 131072 B/token, 192 GiB·0.92 − weights per GPU
+    leaves > 100 GB per rank, > 800k tokens per rank, ~ 3,000 sequences of 256 tokens per rank.
+    """
+    d = device()
+    p = CalibrationParams(max_batch_sequences=100)
+    c = build_configs(moe(), [(d, BF16, 1, 1)] * 3, p, ep=[8, 8, 1], max_batch=[384, None, 384])
+    assert list(c.batch_cap) == [3072.0, 800.0, 384.0]
+    assert list(offline_batch(c, 128, 128)) == [3072.0, 800.0, 384.0]
+
 def test_expert_parallel_splits_experts_and_multiplies_kv():
     """ep 4: each GPU holds the dense part whole and 1/4 of the experts; attention is data-parallel,
     so the KV capacity is 4 GPUs' free memory; the replica has 4 GPUs and an all-to-all per MoE layer."""
@@ -205,3 +224,54 @@ def test_workload_engine_reaches_the_candidates():
         caps.append(max(c.capacity_qps[0] for c in kept))
     assert all(not k.endswith("__vllm") for k in keys[0]) and keys[1] and all(k.endswith("__vllm") for k in keys[1])
     assert caps[1] < caps[0]
+
+
+def test_mla_attention_flops_absorbed_in_decode_per_head_in_prefill():
+    """DeepSeek-R1 (61 layers, 128 heads, head_dim 128, rope 64, latent 512): decode attends the
+    latent absorbed, 2·61·128·(2·512 + 64) = 16,990,208 FLOP per context token; prefill runs per
+    head, 2·61·128·(2·128 + 64) = 4,997,120; a GQA model is 4·layers·heads·head_dim in both."""
+    r1 = CAT.model("deepseek-r1")
+    assert decode_attention_flops_per_context_token(r1) == 16_990_208
+    assert attention_flops_per_context_token(r1) == 4_997_120
+    m = dense()
+    assert decode_attention_flops_per_context_token(m) == attention_flops_per_context_token(m) == 4 * 32 * 32 * 128
+
+
+def test_prefill_attention_has_its_own_efficiency():
+    """Halving prefill_attention_efficiency doubles the prefill attention part only: the decode
+    step without prefill tokens is unchanged; None falls back to attention_efficiency."""
+    base = dict(attention_efficiency=0.4, **ZERO_HOST)
+    c = build_configs(dense(), [(device(), BF16, 1, 1)] * 3, CalibrationParams(**base))
+    c2 = build_configs(dense(), [(device(), BF16, 1, 1)] * 3, CalibrationParams(prefill_attention_efficiency=0.2, **base))
+    assert c.prefill_attention_efficiency == 0.4
+    one, two = decode_parts(c, 64, 2048.0, 4096.0, 1024.0), decode_parts(c2, 64, 2048.0, 4096.0, 1024.0)
+    assert two.prefill_attn_s[0] == pytest.approx(2 * one.prefill_attn_s[0], rel=1e-12)
+    assert two.attn_s[0] == one.attn_s[0] and two.gemm_s[0] == one.gemm_s[0]
+    # prefill attention = 4·32·32·128 FLOP · 4096 tokens · span 1024 / (1000e12 · 0.4)
+    assert one.prefill_attn_s[0] == pytest.approx(4 * 32 * 32 * 128 * 4096 * 1024 / (1000e12 * 0.4), rel=1e-9)
+
+
+def test_weight_only_override_selects_w4a16_gemms():
+    """int4 (AWQ/GPTQ, W4A16) computes in BF16 like bf16, but a weight_only=True override reaches
+    its GEMMs alone: at batch 8192 (compute-bound) the int4 step is 0.6/0.3 = 2x the bf16 one
+    (GEMM FLOPs identical: the weights are dequantized to 16 bit, same MMA)."""
+    int4 = CAT.precision("int4")
+    assert int4.compute_dtype == "bf16" and int4.weight_only
+    p = CalibrationParams(compute_efficiency=0.6, overrides=[FactorOverride(weight_only=True, compute_efficiency=0.3)],
+                          **ZERO_HOST)
+    c = build_configs(dense(), [(device(), BF16, 1, 1), (device(), int4, 1, 1)], p)
+    assert list(c.compute_efficiency) == [0.6, 0.3]
+    parts = decode_parts(c, np.array([8192.0, 8192.0]), 0.0)
+    assert parts.gemm_s[1] / parts.gemm_s[0] == pytest.approx(2.0, rel=0.02)
+    assert FactorOverride(weight_only=True).selector == "weight_only=True"
+
+
+def test_host_link_has_its_own_efficiency():
+    """A tp2 group on a device with a 1-GPU domain all-reduces over PCIe at pcie_gb_s/2 ·
+    pcie_link_efficiency (64/2 GB/s · 0.25 = 8 GB/s); inside an NVLink domain at
+    interconnect_gb_s/2 · link_efficiency (1000/2 · 0.7 = 350 GB/s)."""
+    p = CalibrationParams(link_efficiency=0.7, pcie_link_efficiency=0.25)
+    c = build_configs(dense(), [(device("pcie", interconnect_domain_gpus=1), BF16, 2, 1), (device(), BF16, 2, 1)], p)
+    assert list(c.link_bytes_s) == pytest.approx([8e9, 350e9])
+    assert build_configs(dense(), [(device("pcie", interconnect_domain_gpus=1), BF16, 2, 1)],
+                         CalibrationParams(link_efficiency=0.7)).link_bytes_s[0] == pytest.approx(22.4e9)

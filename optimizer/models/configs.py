@@ -1,0 +1,486 @@
+"""Replica configurations of one model as aligned numpy arrays: what a replica holds and reaches.
+
+Pure: no I/O, no printing. ``build_configs`` turns (device, precision, tp, pp) combos (with
+an engine and an expert-parallel degree each) into a :class:`Configs`; the step rooflines in
+``optimizer.models.perf`` evaluate all of them at once. Physics per ``DESIGN.md`` §1/§5
+(t = tp, p = pp, e = ep, G = e·t·p GPUs; a replica with e > 1 runs attention data-parallel
+over e ranks of t GPUs and splits the routed experts e ways, as TensorRT-LLM's "DEP" does):
+
+- storage: the embedding and lm_head matrices (``Model.embedding_params``) are stored at the
+  precision's ``embedding_bytes_per_param`` (BF16), every other weight at
+  ``weight_bytes_per_param`` (NVFP4 4.5 bits); weights per GPU = dense/(t·p) + experts/(e·t·p).
+- KV bytes per token = 2 · layers · kv_heads · head_dim · kv dtype bytes (MLA: latent); with
+  TP the KV heads are split over min(t, kv_heads) GPUs (an MLA latent is replicated), with
+  PP each stage holds layers/p, with EP each attention rank holds its own sequences.
+- memory fit: weights/GPU + workspace + KV ≤ usable fraction · memory (GiB).
+- link = interconnect_gb_s/2 per direction when the group fits in interconnect_domain_gpus,
+  else the host link pcie_gb_s/2, times ``link_efficiency`` (``pcie_link_efficiency`` over the host link).
+- efficiencies come from ``CalibrationParams.factors_for`` (device class, engine, GEMM dtype,
+  weight-only quantization);
+  :class:`StageConstants` folds them with the model's shapes into the per-stage factors the
+  step functions multiply (computed once per Configs).
+
+Units: bytes, seconds, FLOPs in arrays; ``_ms`` / ``_gb`` only where the name says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
+
+import numpy as np
+
+from catalog.errors import ModelError
+from catalog.schema import Device, Model, Precision
+from optimizer.models.params import CalibrationParams, DeviceFactors, check_engine, default_engine
+from optimizer.models.speculative import SpeculativeCost
+
+GIB_BYTES = 2.0**30
+ATTENTION_FLOPS_PER_QK_ELEMENT = 4.0  # QK^T and A·V: 2 matmuls x 2 FLOPs per multiply-add
+
+
+def config_key(device: Device, precision: Precision, tp: int, pp: int, engine: str | None = None,
+               ep: int = 1) -> str:
+    """Deterministic key in ``[a-z0-9_]`` with ``__`` separators, e.g. ``h100_sxm__fp8__tp4__pp1``;
+    ``__ep8`` and ``__vllm`` are appended when the expert-parallel degree is > 1 or the engine is
+    not the device's default."""
+    dev = device.key.replace("-", "_").replace(".", "_")
+    key = f"{dev}__{precision.key}__tp{tp}__pp{pp}"
+    if ep > 1:
+        key += f"__ep{ep}"
+    if engine is not None and engine != default_engine(device):
+        key += f"__{engine}"
+    return key
+
+
+def _per_combo(value, n: int, what: str) -> list:
+    """``value`` (a scalar, None or a sequence of length n) as a list of n entries."""
+    if value is None or isinstance(value, str | int | float | np.integer):
+        return [value] * n
+    out = list(value)
+    if len(out) != n:
+        raise ModelError(f"{what}: got {len(out)} values for {n} configurations")
+    return out
+
+
+@dataclass(frozen=True)
+class Configs:
+    """N replica configurations of one model as aligned arrays (index i = one config)."""
+
+    keys: list[str]
+    model: Model
+    devices: list[Device]
+    precisions: list[Precision]
+    engines: list[str]
+    tp: np.ndarray
+    pp: np.ndarray
+    ep: np.ndarray  # attention data-parallel ranks = expert-parallel degree (1 = none)
+    gpus: np.ndarray
+    supported: np.ndarray  # the device computes in this precision
+    fits: np.ndarray  # weights + workspace + at least one KV token fit
+    runnable: np.ndarray  # supported & fits
+    reason: list[str | None]
+    # memory
+    weight_bytes_total: np.ndarray  # stored bytes of one model copy
+    weight_bytes_per_gpu: np.ndarray
+    kv_bytes_per_token: np.ndarray  # whole model, all layers, in the KV dtype
+    kv_shards: np.ndarray  # GPUs one token's KV is split over inside a stage
+    usable_bytes_per_gpu: np.ndarray
+    kv_capacity_tokens: np.ndarray  # tokens whose KV fits in the whole replica (<= 0: none)
+    # speed (per GPU)
+    memory_bandwidth_bytes_s: np.ndarray  # peak
+    memory_bandwidth_efficiency: np.ndarray
+    peak_flops: np.ndarray  # dense peak of the GEMM compute dtype, FLOP/s (NaN if unsupported)
+    compute_efficiency: np.ndarray  # GEMMs, by device class, engine and GEMM dtype
+    attention_peak_flops: np.ndarray  # dense peak of the attention dtype, FLOP/s
+    attention_efficiency: np.ndarray  # decode attention math
+    prefill_attention_efficiency: float  # context (prefill) attention math, FMHA kernels
+    moe_efficiency: np.ndarray  # share of compute_efficiency the routed-expert grouped GEMMs reach
+    lm_head_peak_flops: np.ndarray  # 16-bit peak (the lm_head stays BF16)
+    step_overhead_s: np.ndarray
+    sequence_overhead_s: np.ndarray  # host time per running sequence per step (sampling, bookkeeping)
+    batch_cap: np.ndarray  # cap on running sequences of the replica: ep x the per-rank cap (engine default or --max-batch)
+    link_bytes_s: np.ndarray  # achieved per-direction all-reduce link bandwidth
+    allreduce_latency_s: np.ndarray
+    activation_bytes: np.ndarray
+    # model constants (bytes per parameter folded in)
+    dense_weight_bytes: np.ndarray  # bytes read every step whatever the routing (body + lm_head)
+    expert_weight_bytes: np.ndarray  # bytes of one routed expert over all MoE layers
+    smooth_max_exponent: float
+    moe_tile_tokens: float
+    alltoall_latency_s: float
+    pp_hop_latency_s: float
+    pp_microbatch_overhead_s: float
+    request_overhead_s: float  # front-end time per request, added once to TTFT and E2E (not a step)
+    max_batch_sequences: int  # the default scheduler cap (serving's scalar view of batch_cap)
+    kv_reserved_output_fraction: float  # share of the output whose KV a running sequence reserves
+    speculative: SpeculativeCost | None = None  # decode steps verify k draft tokens (optimizer.models.speculative)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def index(self, key: str) -> int:
+        return self.keys.index(key)
+
+    @cached_property
+    def stage(self) -> StageConstants:
+        """The step-independent factors of a pipeline-stage time, computed once per Configs."""
+        return stage_constants(self)
+
+    def take(self, indices: Sequence[int] | np.ndarray | slice) -> Configs:
+        """The configurations at ``indices`` (in that order; a slice gives views), every aligned array sliced alike."""
+        idx = indices if isinstance(indices, slice) else np.asarray(indices, dtype=int)
+        changes = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, np.ndarray):
+                changes[f.name] = value[idx]
+            elif isinstance(value, list):
+                changes[f.name] = value[idx] if isinstance(idx, slice) else [value[i] for i in idx]
+        return replace(self, **changes)
+
+
+def build_configs(
+    model: Model,
+    combos: Sequence[tuple[Device, Precision, int, int]],
+    params: CalibrationParams,
+    engines: str | Sequence[str | None] | None = None,
+    ep: int | Sequence[int] | None = None,
+    max_batch: int | Sequence[int | None] | None = None,
+) -> Configs:
+    """Arrays for every (device, precision, tp, pp) combo; unrunnable ones keep a reason.
+
+    ``engines``: serving engine per combo (None = ``default_engine`` of the device);
+    ``ep``: expert-parallel degree per combo (attention data-parallel over ep ranks of tp GPUs;
+    > 1 only for MoE models); ``max_batch``: scheduler cap on running sequences per combo and
+    attention rank (None = the engine's ``max_batch_sequences``): the replica runs at most
+    ep · cap sequences, as each attention data-parallel rank schedules its own batch
+    (TensorRT-LLM's DeepSeek-R1 blog runs DEP8 at ``max_batch_size 384`` with
+    ``--concurrency 3072`` = 8 · 384).
+    """
+    n = len(combos)
+    devices = [d for d, _, _, _ in combos]
+    precs = [q for _, q, _, _ in combos]
+    tp = np.array([t for _, _, t, _ in combos], dtype=np.int64).reshape(n)
+    pp = np.array([p for _, _, _, p in combos], dtype=np.int64).reshape(n)
+    default_of = {d.key: default_engine(d) for d in {d.key: d for d in devices}.values()}
+    eng, epa = _engines_and_ep(model, devices, default_of, tp, pp, engines, ep)
+    gpus = tp * pp * epa
+    per_dev, per_prec = _gatherers(devices, precs)
+    peak_flops, attn_peak, why_unsupported = _peaks(devices, precs)
+    fac = _factors(devices, precs, eng, params)
+    batch_cap = fac("max_batch_sequences")
+    if max_batch is not None:
+        caps = _per_combo(max_batch, n, "max_batch")
+        batch_cap = np.array([b if c is None else float(c) for b, c in zip(batch_cap, caps, strict=True)], dtype=float)
+    # the cap is per scheduler: each of the ep attention data-parallel ranks runs its own
+    # (TensorRT-LLM max_batch_size, vLLM max_num_seqs per data-parallel engine)
+    batch_cap = batch_cap * epa
+    mem = _memory(model, params, tp, pp, epa, per_dev, per_prec)
+
+    in_domain = gpus / pp <= per_dev(lambda d: d.interconnect_domain_gpus)
+    link = np.where(in_domain, per_dev(lambda d: d.interconnect_gb_s), per_dev(lambda d: d.pcie_gb_s))
+    ebpp = per_prec(lambda q: q.embedding_bytes_per_param)
+    lm_head = float(model.vocab_size) * model.hidden_size  # read every step (tied or not); the input embedding is a lookup
+    reason = [why if why is not None or mem.fits[i] else _no_fit_reason(model, params, d, q, tp[i], pp[i], epa[i],
+                                                                           mem.weight_per_gpu[i], mem.usable[i])
+              for i, (d, q, why) in enumerate(zip(devices, precs, why_unsupported, strict=True))]
+    supported = ~np.isnan(peak_flops)
+    return Configs(
+        keys=_keys(combos, eng, epa, default_of),
+        model=model, devices=devices, precisions=precs, engines=eng,
+        tp=tp, pp=pp, ep=epa, gpus=gpus,
+        supported=supported, fits=mem.fits, runnable=supported & mem.fits, reason=reason,
+        weight_bytes_total=mem.weight_total, weight_bytes_per_gpu=mem.weight_per_gpu,
+        kv_bytes_per_token=mem.kv_bpt, kv_shards=mem.kv_shards,
+        usable_bytes_per_gpu=mem.usable, kv_capacity_tokens=np.maximum(mem.kv_capacity, 0.0),
+        memory_bandwidth_bytes_s=per_dev(lambda d: d.memory_bandwidth_tb_s) * 1e12,
+        memory_bandwidth_efficiency=fac("memory_bandwidth_efficiency"),
+        peak_flops=peak_flops, compute_efficiency=fac("compute_efficiency"),
+        attention_peak_flops=attn_peak, attention_efficiency=fac("attention_efficiency"),
+        moe_efficiency=fac("moe_efficiency"),
+        prefill_attention_efficiency=float(params.prefill_attention_efficiency or params.attention_efficiency),
+        lm_head_peak_flops=per_dev(lambda d: d.peak_16bit_tflops) * 1e12,
+        step_overhead_s=fac("step_overhead_ms") / 1e3, sequence_overhead_s=fac("sequence_overhead_us") / 1e6,
+        batch_cap=batch_cap,
+        link_bytes_s=link / 2 * 1e9 * np.where(in_domain, params.link_efficiency,
+                                               params.pcie_link_efficiency or params.link_efficiency),
+        allreduce_latency_s=np.where(in_domain, params.allreduce_latency_us, params.pcie_allreduce_latency_us) / 1e6,
+        activation_bytes=per_prec(lambda q: q.activation_bytes),
+        dense_weight_bytes=mem.body_dense * mem.wbpp + lm_head * ebpp,  # the vision tower is held, not read
+        expert_weight_bytes=(model.params_per_expert if model.is_moe else 0.0) * mem.wbpp,
+        smooth_max_exponent=float(params.smooth_max_exponent), moe_tile_tokens=float(params.moe_tile_tokens),
+        alltoall_latency_s=params.alltoall_latency_us / 1e6,
+        pp_hop_latency_s=params.pp_hop_latency_us / 1e6,
+        pp_microbatch_overhead_s=params.pp_microbatch_overhead_us / 1e6,
+        request_overhead_s=params.request_overhead_ms / 1e3,
+        max_batch_sequences=params.max_batch_sequences,
+        kv_reserved_output_fraction=params.kv_reserved_output_fraction,
+    )
+
+
+def _engines_and_ep(model: Model, devices: list[Device], default_of: dict[str, str], tp: np.ndarray,
+                    pp: np.ndarray, engines, ep) -> tuple[list[str], np.ndarray]:
+    """The engine (checked; None = the device's default) and expert-parallel degree of every combo."""
+    n = len(devices)
+    if engines is None:
+        eng = [default_of[d.key] for d in devices]
+    else:
+        eng = [check_engine(e) if e is not None else default_of[d.key]
+               for e, d in zip(_per_combo(engines, n, "engines"), devices, strict=True)]
+    epa = (np.ones(n, dtype=np.int64) if ep is None else
+           np.array([1 if e is None else int(e) for e in _per_combo(ep, n, "ep")], dtype=np.int64).reshape(n))
+    if n and (tp.min() < 1 or pp.min() < 1 or epa.min() < 1):
+        raise ModelError(f"tp, pp and ep must be >= 1 (got tp {tp.min()}, pp {pp.min()}, ep {epa.min()})")
+    if n and epa.max() > 1 and not model.is_moe:
+        raise ModelError(f"ep {epa.max()}: {model.key} is a dense model; expert parallelism needs an MoE model "
+                         "(use --tp for a dense model)")
+    return eng, epa
+
+
+def _gatherers(devices: list[Device], precs: list[Precision]):
+    """(per_dev, per_prec): ``per_dev(f)`` is f of each combo's device as an (N,) array, evaluated
+    once per distinct device and gathered (``per_prec`` likewise per precision)."""
+    n = len(devices)
+    dev_keys = sorted({d.key for d in devices})
+    dev_by_key = {d.key: d for d in devices}
+    dev_idx = np.array([dev_keys.index(d.key) for d in devices], dtype=np.int64) if n else np.zeros(0, int)
+    prec_keys = sorted({q.key for q in precs})
+    prec_by_key = {q.key: q for q in precs}
+    prec_idx = np.array([prec_keys.index(q.key) for q in precs], dtype=np.int64) if n else np.zeros(0, int)
+
+    def per_dev(f) -> np.ndarray:
+        return np.array([f(dev_by_key[k]) for k in dev_keys], dtype=float)[dev_idx] if n else np.zeros(0)
+
+    def per_prec(f) -> np.ndarray:
+        return np.array([f(prec_by_key[k]) for k in prec_keys], dtype=float)[prec_idx] if n else np.zeros(0)
+
+    return per_dev, per_prec
+
+
+def _peaks(devices: list[Device], precs: list[Precision]) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
+    """(GEMM peak FLOP/s, attention peak FLOP/s, why unsupported) per combo; NaN peaks where the
+    device cannot compute in the precision. One lookup per distinct (device, precision)."""
+    pair: dict[tuple[str, str], tuple[float, float, str | None]] = {}
+    for d in {d.key: d for d in devices}.values():
+        for q in {q.key: q for q in precs}.values():
+            peak = q.compute_peak_tflops(d)
+            attn = q.attention_peak_tflops(d)
+            pair[(d.key, q.key)] = (np.nan if peak is None else peak * 1e12, attn * 1e12 if attn else np.nan,
+                                    q.unsupported_reason(d))
+    got = [pair[(d.key, q.key)] for d, q in zip(devices, precs, strict=True)]
+    return (np.array([g[0] for g in got], dtype=float), np.array([g[1] for g in got], dtype=float),
+            [g[2] for g in got])
+
+
+def _factors(devices: list[Device], precs: list[Precision], eng: list[str], params: CalibrationParams):
+    """``fac(name)``: the :class:`DeviceFactors` field ``name`` of every combo as an (N,) array,
+    the factors looked up once per distinct (device, engine, GEMM dtype, weight-only)."""
+    n = len(devices)
+    fac_index: dict[tuple[str, str, str, bool], int] = {}
+    fac_list: list[DeviceFactors] = []
+    idx = np.empty(n, dtype=np.int64)
+    for i, (d, q, e) in enumerate(zip(devices, precs, eng, strict=True)):
+        k = (d.key, e, q.compute_dtype, q.weight_only)
+        j = fac_index.get(k)
+        if j is None:
+            j = fac_index[k] = len(fac_list)
+            fac_list.append(params.factors_for(d, e, q.compute_dtype, q.weight_only))
+        idx[i] = j
+
+    def fac(name: str) -> np.ndarray:
+        return np.array([getattr(f, name) for f in fac_list], dtype=float)[idx] if n else np.zeros(0)
+
+    return fac
+
+
+@dataclass(frozen=True)
+class _Memory:
+    """What one replica stores and how many KV tokens fit (arrays (N,); bytes)."""
+
+    wbpp: np.ndarray  # stored bytes per (non-embedding) parameter
+    body_dense: float  # non-expert, non-embedding, non-vision parameters
+    weight_total: np.ndarray
+    weight_per_gpu: np.ndarray
+    kv_bpt: np.ndarray
+    kv_shards: np.ndarray
+    usable: np.ndarray
+    kv_capacity: np.ndarray
+    fits: np.ndarray
+
+
+def _memory(model: Model, params: CalibrationParams, tp, pp, epa, per_dev, per_prec) -> _Memory:
+    """Weights per GPU = dense/(t·p) + experts/(e·t·p) (embedding and lm_head at the embedding
+    bytes); KV tokens that fit = e · (usable − weights − workspace) / (KV bytes per token per GPU)."""
+    wbpp = per_prec(lambda q: q.weight_bytes_per_param)
+    ebpp = per_prec(lambda q: q.embedding_bytes_per_param)
+    emb = model.embedding_params
+    # non-expert, non-embedding parameters read every step; for an MoE model from the shapes
+    # (Model.dense_params: a published total is rounded, "1T", and may undercount the experts)
+    vision = model.vision_params_b * 1e9
+    body_dense = (model.dense_params if model.is_moe else model.total_params_b * 1e9 - vision) - emb
+    dense_store = (body_dense + vision) * wbpp + emb * ebpp
+    expert_store = model.routed_expert_params * wbpp
+    weight_per_gpu = dense_store / (tp * pp) + expert_store / (tp * pp * epa)
+    kv_bpt = per_prec(lambda q: model.kv_bytes_per_token(q.kv_bytes_per_element))
+    kv_shards = np.ones(len(tp)) if model.is_mla else np.minimum(tp, model.num_kv_heads).astype(float)
+    usable = per_dev(lambda d: d.memory_gb) * GIB_BYTES * params.memory_usable_fraction
+    free = usable - weight_per_gpu - params.workspace_gb_per_gpu * GIB_BYTES
+    kv_capacity = epa * free / (kv_bpt / (kv_shards * pp))
+    return _Memory(wbpp, body_dense, dense_store + expert_store, weight_per_gpu, kv_bpt, kv_shards, usable,
+                   kv_capacity, kv_capacity >= 1.0)
+
+
+def _no_fit_reason(model: Model, params: CalibrationParams, d: Device, q: Precision, tp: int, pp: int, ep: int,
+                   weight_per_gpu: float, usable: float) -> str:
+    """The one-line reason a supported combo does not fit (weights, workspace, usable memory, the fix)."""
+    ws = params.workspace_gb_per_gpu * GIB_BYTES
+    par = f"tp{tp}·pp{pp}" + (f"·ep{ep}" if ep > 1 else "")
+    return (f"{model.key} in {q.key} needs {weight_per_gpu / 1e9:.1f} GB of weights per GPU "
+            f"+ {ws / 1e9:.1f} GB workspace at {par}; {d.key} has {usable / 1e9:.1f} GB "
+            f"usable ({params.memory_usable_fraction:.0%} of {d.memory_gb:g} GiB); "
+            "raise tp/pp/ep or use a smaller precision")
+
+
+def _keys(combos, engines: list[str], ep: np.ndarray, default_of: dict[str, str]) -> list[str]:
+    """``config_key`` of every combo (the device part computed once per device)."""
+    dev = {k: k.replace("-", "_").replace(".", "_") for k in default_of}
+    out = []
+    for (d, q, t, p), e, x in zip(combos, engines, ep.tolist(), strict=True):
+        key = f"{dev[d.key]}__{q.key}__tp{t}__pp{p}"
+        if x > 1:
+            key += f"__ep{x}"
+        if e != default_of[d.key]:
+            key += f"__{e}"
+        out.append(key)
+    return out
+
+
+
+def effective_context(model: Model, context_tokens):
+    """Context tokens attended (and cached) per sequence, averaged over the layers: windowed
+    layers see at most the window (``Model.effective_kv_tokens``: (full·c + windowed·min(c, W))/layers)."""
+    return model.effective_kv_tokens(context_tokens)
+
+
+def column(a: np.ndarray, ndim: int) -> np.ndarray:
+    """Config array (N,) shaped to broadcast against (N, K, ...) inputs."""
+    return a.reshape((-1,) + (1,) * (ndim - 1))
+
+
+def experts_touched(num_experts: int, experts_per_token: int, tokens) -> np.ndarray:
+    """Expected distinct experts per MoE layer for ``tokens`` routed tokens: E·(1 − (1 − k/E)^B)."""
+    tokens = np.asarray(tokens, dtype=float)
+    if num_experts <= 0:
+        return np.zeros_like(tokens)
+    return num_experts * (1.0 - (1.0 - experts_per_token / num_experts) ** np.maximum(tokens, 0.0))
+
+
+@dataclass(frozen=True)
+class StageConstants:
+    """The factors of a pipeline-stage time that depend on the configuration only: arrays (N,),
+    or (N, 1, ...) columns from ``shaped``.
+
+    Folded once per :class:`Configs` (``Configs.stage``): the step-time functions are called
+    many times on the same configurations and then only do the per-step arithmetic.
+    """
+
+    pp: np.ndarray  # p, as float
+    ep: np.ndarray  # e, as float (attention data-parallel ranks)
+    gpus: np.ndarray  # e·t·p, as float
+    tp_pp: np.ndarray  # t·p: GPUs one attention rank's weights are spread over
+    weight_bytes_per_gpu: np.ndarray  # stored
+    dense_read_per_gpu: np.ndarray  # dense body + lm_head bytes read per step per GPU
+    expert_read_per_gpu: np.ndarray  # bytes of one routed expert per GPU that holds it: expert/(t·p)
+    kv_read_per_ctx_token: np.ndarray  # KV bytes per GPU per (sequence × context token) of its rank
+    memory_bytes_s: np.ndarray  # achieved memory bandwidth per GPU, bw·eff_bw
+    gemm_flops_s: np.ndarray  # achieved GEMM compute per GPU, peak·eff_flops (NaN if unsupported)
+    moe_flops_s: np.ndarray  # achieved grouped-GEMM compute per GPU, peak·eff_flops·eff_moe
+    gemm_flops_per_token: np.ndarray  # 2·active dense body params / G (attention, shared experts, dense FFNs)
+    expert_flops_per_token: np.ndarray  # 2·k·params per expert / G (routed experts)
+    lm_head_s_per_sequence: np.ndarray  # 2·vocab·hidden/(e·t) / (16-bit peak·eff_flops)
+    attn_s_per_ctx_token: np.ndarray  # decode: attention FLOPs per context token / G / (attention peak·e_attn)
+    prefill_attn_s_per_ctx_token: np.ndarray  # prefill: the same with the prefill FLOPs and efficiency
+    allreduces: np.ndarray  # all-reduces per stage pass, layers/p · 2 (0 at t = 1)
+    ring_factor: np.ndarray  # 2·(t−1)/t: share of the bytes each GPU sends in a ring all-reduce
+    alltoalls: np.ndarray  # all-to-alls per stage pass, moe_layers/p · 2 (0 at e = 1)
+    a2a_factor: np.ndarray  # (e−1)/e · k: share of a rank's routed token copies that leave it
+    activation_bytes: np.ndarray
+    link_bytes_s: np.ndarray
+    allreduce_latency_s: np.ndarray
+    hop_s_fixed: np.ndarray  # pipeline hop latency (0 at p = 1)
+    hop_on: np.ndarray  # p > 1
+    step_overhead_s: np.ndarray  # fixed host time per step incl. p·microbatch overhead when p > 1
+    sequence_overhead_s: np.ndarray  # host time per running sequence per step, / e ranks
+    _shaped: dict[int, StageConstants] = field(default_factory=dict, repr=False, compare=False)
+
+    def shaped(self, ndim: int) -> StageConstants:
+        """The constants as (N, 1, ...) columns that broadcast against ``ndim``-dimensional inputs (cached)."""
+        if ndim <= 1:
+            return self
+        if ndim not in self._shaped:
+            self._shaped[ndim] = StageConstants(
+                *(column(getattr(self, f.name), ndim) for f in fields(self) if f.name != "_shaped"))
+        return self._shaped[ndim]
+
+
+def stage_constants(c: Configs) -> StageConstants:
+    """The :class:`StageConstants` of every configuration of ``c``."""
+    m = c.model
+    p = c.pp.astype(float)
+    t = c.tp.astype(float)
+    e = c.ep.astype(float)
+    gpus = t * p * e
+    routed_active = m.experts_per_token * m.params_per_expert if m.is_moe else 0.0
+    body_active = max(m.active_params_b * 1e9 - m.embedding_params - routed_active, 0.0)
+    lm_head = m.vocab_size * m.hidden_size
+    hidden_act = m.hidden_size * c.activation_bytes
+    return StageConstants(
+        pp=p, ep=e, gpus=gpus, tp_pp=t * p, weight_bytes_per_gpu=c.weight_bytes_per_gpu,
+        dense_read_per_gpu=c.dense_weight_bytes / (t * p), expert_read_per_gpu=c.expert_weight_bytes / (t * p),
+        kv_read_per_ctx_token=c.kv_bytes_per_token / (c.kv_shards * p * e),
+        memory_bytes_s=c.memory_bandwidth_bytes_s * c.memory_bandwidth_efficiency,
+        gemm_flops_s=c.peak_flops * c.compute_efficiency,
+        moe_flops_s=c.peak_flops * c.compute_efficiency * c.moe_efficiency,
+        gemm_flops_per_token=2.0 * body_active / gpus, expert_flops_per_token=2.0 * routed_active / gpus,
+        lm_head_s_per_sequence=2.0 * lm_head / (t * e * p) / (c.lm_head_peak_flops * c.compute_efficiency),
+        attn_s_per_ctx_token=decode_attention_flops_per_context_token(m) / gpus
+        / (c.attention_peak_flops * c.attention_efficiency),
+        prefill_attn_s_per_ctx_token=attention_flops_per_context_token(m) / gpus
+        / (c.attention_peak_flops * c.prefill_attention_efficiency),
+        allreduces=np.where(t > 1, m.num_layers / p * 2.0, 0.0), ring_factor=2.0 * (t - 1.0) / t * hidden_act / e,
+        alltoalls=np.where(e > 1, m.moe_layers / p * 2.0, 0.0),
+        a2a_factor=(e - 1.0) / e * max(m.experts_per_token, 1) * hidden_act / e,
+        activation_bytes=c.activation_bytes, link_bytes_s=c.link_bytes_s, allreduce_latency_s=c.allreduce_latency_s,
+        hop_s_fixed=np.where(p > 1, c.pp_hop_latency_s, 0.0), hop_on=(p > 1).astype(float) * hidden_act,
+        step_overhead_s=c.step_overhead_s + np.where(p > 1, p * c.pp_microbatch_overhead_s, 0.0),
+        sequence_overhead_s=c.sequence_overhead_s / e,
+    )
+
+
+
+def attention_flops_per_context_token(model: Model) -> float:
+    """FLOPs of attention for one query token per token of context, all layers, as a prefill
+    (context) kernel computes it: ``2·layers·heads·(d_qk + d_v)`` = 4·layers·heads·head_dim for
+    MHA/GQA. MLA runs its prefill un-absorbed, every head with its own keys: d_qk = head_dim +
+    qk_rope_head_dim (DeepSeek-V3: 128 + 64), d_v = head_dim (DeepSeek-V2, arXiv 2405.04434, §2.1)."""
+    if model.is_mla:
+        return 2.0 * model.num_layers * model.num_attention_heads * (2 * model.head_dim + model.qk_rope_head_dim)
+    return ATTENTION_FLOPS_PER_QK_ELEMENT * model.num_layers * model.num_attention_heads * model.head_dim
+
+
+def decode_attention_flops_per_context_token(model: Model) -> float:
+    """FLOPs of decode attention for one query token per token of context, all layers.
+
+    MHA/GQA as in prefill (4·layers·heads·head_dim). MLA decodes *absorbed* (W_UK folded into the
+    query, W_UV into the output: DeepSeek-V2 §2.1.2): every head attends the shared latent, keys
+    of kv_lora_rank + qk_rope_head_dim and values of kv_lora_rank, so
+    ``2·layers·heads·(2·kv_lora_rank + qk_rope_head_dim)`` — DeepSeek-V3: 2·61·128·1088 =
+    16.99 MFLOP, 4.25× the 4·61·128·128 a per-head layout would give (FlashMLA's decode kernel
+    takes K of width 576 and V of width 512: https://github.com/deepseek-ai/FlashMLA, 2025-02).
+    """
+    if model.is_mla:
+        return 2.0 * model.num_layers * model.num_attention_heads * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
+    return attention_flops_per_context_token(model)
+
