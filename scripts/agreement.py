@@ -8,7 +8,9 @@ which the replica is not saturated and the KV cache holds its p99 occupancy). Pr
 one row per point and the median / worst relative difference |analytic − sim| / sim,
 for p99 TTFT, p99 TPOT and p99 KV-cache occupancy (tokens; the simulator's occupancy is
 sampled once per step while the measured requests arrive).
-Then capacity at an SLO: the analytic bisection vs a bisection on the simulator.
+Then capacity at an SLO: the analytic bisection vs a bisection on the simulator. Both grids use
+the model's own limits, without the planning ceiling (``offline_ceiling=None``; see
+``serving.capacity.SERVER_OFFLINE_CEILING``).
 Then disaggregated pairs (``optimizer.models.disagg`` vs ``simulate_pools``): end-to-end p99
 TTFT (prefill pool + KV transfer) and TPOT (decode pool) at 30 %-90 % of each pool's capacity
 at the pair's SLO.
@@ -86,7 +88,7 @@ def grid_points(cat, params, rows=CONFIGS, loads=LOADS):
     """(configs, prompt, output, label, qps, load) for every grid point."""
     for row in rows:
         c, p, o, label = configs(cat, params, row)
-        cap = serving.capacity_at_slo(c, p, o, SLO()).max_qps[0]
+        cap = serving.capacity_at_slo(c, p, o, SLO(), offline_ceiling=None).max_qps[0]
         for f in loads:
             yield c, p, o, label, cap * f, f
 
@@ -148,7 +150,7 @@ def main(argv=None) -> int:
             mult = CAPACITY_SLO_BY_MODEL.get(row[0], CAPACITY_SLO)
             slo = SLO(tpot_p99_ms=float(zero.tpot_p99_ms[0]) * mult["tpot_p99_ms"],
                       ttft_p99_ms=float(zero.ttft_p99_ms[0]) * mult["ttft_p99_ms"])
-            cap = serving.capacity_at_slo(c, p, o, slo)
+            cap = serving.capacity_at_slo(c, p, o, slo, offline_ceiling=None)
             a = float(cap.max_qps[0])
             s = sim_capacity(c, p, o, slo, a, args.capacity_requests)
             diffs.append(rel(a, s))

@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     cat, params = load_catalog(None), load_params()
     c = perf.build_configs(cat.model("llama-3.1-8b"), [(cat.device("h100-sxm"), cat.precision("bf16"), 1, 1)], params)
     p, o = LengthDist(mean=1000, p99=4000), LengthDist(mean=256, p99=1024)
-    qps = float(serving.capacity_at_slo(c, p, o, SLO()).max_qps[0]) * args.load
+    qps = float(serving.capacity_at_slo(c, p, o, SLO(), offline_ceiling=None).max_qps[0]) * args.load
     for label in ("low load (0.2 req/s: many idle steps)", f"{args.load:.0%} of capacity ({qps:.1f} req/s)"):
         q = 0.2 if label.startswith("low") else qps
         t0 = time.perf_counter()

@@ -61,7 +61,7 @@ def test_littles_law_fixed_point():
 
 def test_p99_blows_up_as_utilisation_approaches_one():
     c = cfg()
-    cap = serving.capacity_at_slo(c, FIXED_P, FIXED_O, SLO()).max_qps[0]
+    cap = serving.capacity_at_slo(c, FIXED_P, FIXED_O, SLO(), offline_ceiling=None).max_qps[0]
     loads = [0.2, 0.5, 0.8, 0.95]
     r = serving.serve_at_rate(c, np.array([cap * f for f in loads]), FIXED_P, FIXED_O) if False else None
     ttft = [serving.serve_at_rate(c, cap * f, FIXED_P, FIXED_O).ttft_p99_ms[0] for f in loads]
@@ -81,7 +81,7 @@ def test_capacity_is_monotone_in_the_slo_and_vectorised():
     for a, b in zip(caps, caps[1:], strict=False):  # to the solver's bracket, CAPACITY_RTOL
         assert np.all(b >= a * (1 - serving.CAPACITY_RTOL))
     cap = serving.capacity_at_slo(c, FIXED_P, FIXED_O, SLO(tpot_p99_ms=30, ttft_p99_ms=500))
-    assert set(cap.limited_by) <= {"ttft", "tpot", "e2e", "memory", "unservable"}
+    assert set(cap.limited_by) <= {"ttft", "tpot", "e2e", "memory", "utilization", "unservable"}
     ok = cap.max_qps > 0
     at = serving.serve_at_rate(c, np.where(ok, cap.max_qps, 1.0), FIXED_P, FIXED_O)
     assert np.all(at.tpot_p99_ms[ok] <= 30 * 1.001) and np.all(at.ttft_p99_ms[ok] <= 500 * 1.001)
@@ -125,7 +125,7 @@ AGREEMENT = [
 @pytest.mark.parametrize("model,device,prec,tp,p,o,load", AGREEMENT)
 def test_agreement_with_simulator(model, device, prec, tp, p, o, load):
     c = cfg(model, device, prec, tp)
-    qps = serving.capacity_at_slo(c, p, o, SLO()).max_qps[0] * load
+    qps = serving.capacity_at_slo(c, p, o, SLO(), offline_ceiling=None).max_qps[0] * load
     a = serving.serve_at_rate(c, qps, p, o)
     s = simulate(c, 0, qps, p, o, requests=20_000, seed=1)
     assert a.ttft_p99_ms[0] == pytest.approx(s.ttft[99.0].value_ms, rel=0.15)
@@ -163,7 +163,9 @@ def test_online_serving_rows_are_predicted_with_their_errors():
     for r in result["rows"]:
         errs[r["metric"]].append(abs(r["pct_error"]))
     assert {k: len(v) for k, v in errs.items()} == {"ttft_mean_ms": 26, "tpot_mean_ms": 26, "output_tokens_per_s": 30}
-    assert np.median(errs["ttft_mean_ms"]) <= 11.0  # v2 calibration: 10.5 % (issue 14 asks <= 10 %)
+    # v2 calibration: 10.5 %; 11.2 % since TTFT waits the full M/G/1 prefill queue (which put the analytic
+    # TTFT p99 within 4 % median of the simulator's, scripts/agreement.py); issue 14 asks <= 10 %
+    assert np.median(errs["ttft_mean_ms"]) <= 11.5
     assert np.median(errs["tpot_mean_ms"]) <= 19.0  # v2 calibration: 18 % (v1: <= 12 %; issue 14 asks <= 10 %)
     assert np.median(errs["output_tokens_per_s"]) <= 8.0  # v2 calibration: 7.8 % (v1: <= 7 %)
 
@@ -171,13 +173,13 @@ def test_online_serving_rows_are_predicted_with_their_errors():
 # p99 KV-cache occupancy vs the simulator's (sampled per step, 20,000 requests, seed 1) at
 # high load. Stated tolerance 12 %. With Poisson batch variance (before the load-feedback
 # over-dispersion F = 1/((1 − u_p)(1 − g))) the analytic p99 was 16-30 % low at these points
-# (optimistic kv_fits); with F: −7 % to +1 %.
+# (optimistic kv_fits); with F: −7 % to +1 %; after the v2 calibration (vLLM host time 1.4 ms/step)
+# the MI300X point was 14 % low (a normal p99 of a skewed count: few long-lived sequences); with the
+# shifted-gamma p99 (κ3 = F^1.5·λt̄·E[Σ(L+j)³]): −9.0 %, −0.5 %, −11.2 %, +0.2 % in this order.
 KV_AGREEMENT = [  # the last column: the analytic utilisation of the point (the rate follows from it)
     ("llama-3.1-8b", "h100-sxm", "bf16", 1, FIXED_P, FIXED_O, 0.8),
     ("llama-3.1-8b", "a100-80gb-sxm", "bf16", 1, LengthDist(mean=1000, p99=4000), LengthDist(mean=200, p99=800), 0.8),
-    pytest.param("qwen2.5-72b", "mi300x", "fp8", 2, LengthDist(mean=800), LengthDist(mean=300), 0.6, marks=pytest.mark.xfail(
-        strict=True, reason="v2 calibration (vLLM host time 1.4 ms/step): analytic KV p99 14 % below the simulator's; "
-        "issue 14 follow-up")),
+    ("qwen2.5-72b", "mi300x", "fp8", 2, LengthDist(mean=800), LengthDist(mean=300), 0.6),
     ("mistral-7b", "l4", "fp8", 1, LengthDist(mean=300, p99=1200), LengthDist(mean=150), 0.6),
 ]
 

@@ -10,9 +10,9 @@ Mean behaviour (all arrays over the N configurations):
 - ``D(b) = t(b, c̄, 0, 0)``: a decode-only step at mean context
   ``c̄ = E[L] + E[(O−1)·O]/(2·E[O−1])`` (time-weighted context of a running sequence).
 - ``e(L) = Σ_chunks [t(b, c̄, n_j, s_j) − D(b)]``: extra step time a prompt of L tokens
-  costs when its chunks ride alone; when ``m = λ·t̄`` prompts arrive per step they share
-  steps, and the per-prompt cost ``ε`` blends ``E[e(L)]`` (weight ``e^{−m}``) with the
-  full-step rate ``E[L]·e(n₊)/n₊``, ``n₊ = min(C, E[L]·(1 + m))``.
+  costs when its chunks ride alone; the K prompts that arrived during the previous step share
+  the next one, ``T = D(b) + g(K prompts)``, K a mixed Poisson of mean ``m = λ·t̄`` and variance
+  ``m/(1 − (λε)²)`` (a long step lets more prompts in; ``state._steps``), and ``ε = (E[T] − D)/m``.
 - Step time and running batch (Little's law), a fixed point solved by Newton's method:
   ``t̄ = D(b)/(1 − λ·ε)``, ``b = λ·E[O−1]·t̄``. No root (or ``λ·ε >= 1``, or a batch over
   the scheduler cap) = saturated. ``utilization = λ·(ε + E[O−1]·dD/db)`` (→ 1 at the
@@ -32,8 +32,8 @@ over quadrature nodes of the length distributions and inverted by bisection):
   ``[0, t(b, C) − D(b)]`` (a step carries at most one chunk), which bounds its variance.
 - **TTFT** = residual of the step in progress (length-biased step durations, uniform
   residual; zero when the replica is idle, probability ``e^{−b}``) + prompts that join the
-  same step + an M/G/1-type queue of prompt work at the full-chunk rate beyond one step
-  (``E[W_q] = λE[S²]/2 · u/(1−u)``, ``u = λ·E[L]·t(b, C)/C``) + its own prefill steps
+  same step + the M/G/1 FCFS wait for the prompt work ahead at the full-chunk rate
+  (Takács moments, ``E[W] = λE[S²]/(2(1−u))``, ``S = L·t(b, C)/C``, ``u = λ·E[S]``) + its own prefill steps
   + the front-end time ``request_overhead_s`` (tokenising, engine queueing, first-token
   detokenising/HTTP; a constant, calibrated on the online TTFT rows).
 - **E2E** = TTFT + (O − 1)·TPOT (so the front-end time counts once in E2E too).
@@ -47,6 +47,9 @@ over quadrature nodes of the length distributions and inverted by bisection):
   scheduler cap. F is 1.2-1.5 at 20 % load and 5-20 at 90 %; without it (F = 1, Poisson)
   the p99 was 13-30 % under the simulator's at 90 % load and memory-limited capacities
   5-10 % too high (the simulator preempted thousands of times at them).
+- **Capacity** (``capacity.capacity_at_slo``): the largest λ with every p99 met and the KV p99
+  and batch p99 fitting, and at most ``SERVER_OFFLINE_CEILING`` (0.88) of the replica's offline
+  request rate (the lowest measured Server/Offline ratio; the basis is at the constant).
 
 Pure: no I/O, no printing. Times in seconds internally; ``_ms`` fields in results.
 

@@ -79,6 +79,12 @@ def _shape_quantile(q: float, sh: _Shape) -> np.ndarray:
     return np.where(sh.skewed, x_gamma, sh.mean + z * sh.sd)
 
 
+def gamma_quantile(q: float, mean: np.ndarray, var: np.ndarray, k3: np.ndarray) -> np.ndarray:
+    """The q-quantile of the shifted gamma with this mean, variance and third cumulant (normal where
+    unskewed), Wilson–Hilferty: ``shift + kθ·(z_q/(3√k) + 1 − 1/(9k))³``."""
+    return _shape_quantile(q, _shape(mean, var, k3))
+
+
 def mixture_quantile(q: float, weights: np.ndarray, mean, var, k3) -> np.ndarray:
     """x with Σ_j w_j·P(X_j > x) = 1 − q; components on the last axis of (N, J) arrays.
 
