@@ -7,6 +7,7 @@ fleet must change 2 % beyond it and stay 2 % inside it.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -203,22 +204,38 @@ RAG = {"name": "rag", "model": "llama-3.1-8b", "qps": 62, "prompt_tokens": {"mea
        "output_tokens": {"mean": 256, "p99": 1024}, "slo": {"ttft_p99_ms": 800}, "precisions": ["bf16"]}
 
 
-def test_rag_on_mi300x_is_resized_until_simulation_meets_the_slo():
-    """8B RAG on MI300X, TTFT SLO 800 ms: the analytic plan (4 replicas at 15.5 req/s each)
-    simulates above 800 ms; with verification it is re-sized and every simulated p99 meets it."""
+def test_rag_on_mi300x_now_meets_the_slo_without_resizing():
+    """Issue 15's case (8B RAG on MI300X, TTFT SLO 800 ms: predicted 648 ms, simulated 874 ms) after
+    issue 14's serving fixes (full M/G/1 prefill queue, p99.9 KV fit): the analytic plan simulates
+    within its SLO, so verification changes nothing, and the prediction is within 10 % of the
+    simulated p99 (measured 729 vs 703 ms)."""
     plan, cat = _plan(["mi300x"], RAG)
-    unverified = optimize_plan(plan, cat, compare_single_device=False, verify=False)
     verified = optimize_plan(plan, cat, compare_single_device=False, verify=True)
     v = verified.verification
-    assert v is not None and v.rounds >= 1 and v.all_met
-    # re-sized: more replicas or another candidate (whole 8-GPU boards can hold either), never cheaper
-    assert ([(d.key, d.replicas) for d in verified.deployments]
-            != [(d.key, d.replicas) for d in unverified.deployments])
-    assert verified.objective_usd >= unverified.objective_usd
+    assert v is not None and v.rounds == 0 and v.all_met
     for d in verified.deployments:
         assert d.verification is not None
         assert d.verification.simulated_ms <= d.verification.slo_ms
-        assert d.verification.predicted_ms is not None and d.verification.predicted_ms <= d.verification.slo_ms
+        assert d.verification.predicted_ms == pytest.approx(d.verification.simulated_ms, rel=0.10)
+
+
+def test_an_optimistic_capacity_is_resized_until_simulation_meets_the_slo():
+    """The safety net on its own: every candidate's capacity overstated 1.5x (a model 50 %
+    optimistic), the plan under-provisions; verification re-sizes it until every simulated p99
+    meets the SLO, never making it cheaper."""
+    plan, cat = _plan(["mi300x"], RAG)
+    cset = model_candidates(plan, cat, load_params(None))
+    optimistic = replace(cset, workloads=tuple(
+        replace(wc, candidates=tuple(replace(c, capacity_qps=tuple(q * 1.5 for q in c.capacity_qps))
+                                     for c in wc.candidates))
+        for wc in cset.workloads))
+    unverified = optimize_plan(plan, cat, candidates=optimistic, compare_single_device=False, verify=False)
+    verified = optimize_plan(plan, cat, candidates=optimistic, compare_single_device=False, verify=True)
+    v = verified.verification
+    assert v is not None and v.rounds >= 1 and v.all_met
+    assert verified.objective_usd >= unverified.objective_usd
+    for d in verified.deployments:
+        assert d.verification is not None and d.verification.simulated_ms <= d.verification.slo_ms
     assert "simulated ttft_p99_ms" in v.note
 
 
