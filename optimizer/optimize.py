@@ -116,7 +116,7 @@ def optimize_plan(
     return clock.stamp(result)
 
 
-# Share of --time-limit the one-device fleets may take before the main solve (they are its
+# Share of --time-limit-s the one-device fleets may take before the main solve (they are its
 # first incumbent and its fallback); the main solve gets the rest.
 SINGLE_DEVICE_SHARE = 0.25
 
@@ -220,7 +220,7 @@ def one_device_fallback(sol: FleetSolution, single_sol: FleetSolution | None
     note = Diagnostic(
         "warning", "time_limit_fallback",
         f"{what}; the cheapest one-device fleet (${single_sol.objective_usd:,.0f}) is returned instead; "
-        "raise --time-limit for a mixed fleet")
+        "raise --time-limit-s for a mixed fleet")
     bound = sol.bound_usd
     gap_now = (single_sol.objective_usd - bound) / single_sol.objective_usd if bound is not None else sol.gap
     return replace(single_sol, status=SolveStatus.FEASIBLE, gap=gap_now, bound_usd=bound,

@@ -28,7 +28,7 @@ class SolverOptions:
         if not (isinstance(self.time_limit_s, int | float) and math.isfinite(self.time_limit_s)
                 and self.time_limit_s > 0):
             raise SolverError(f"time limit must be a finite number of seconds > 0 (got {self.time_limit_s}); "
-                              "e.g. --time-limit 10")
+                              "e.g. --time-limit-s 10")
         if not (isinstance(self.gap, int | float) and 0 <= self.gap < 1):
             raise SolverError(f"gap must be a fraction in [0, 1) (got {self.gap}); e.g. --gap 0.001 for 0.1 %")
 

@@ -135,7 +135,7 @@ def test_no_incumbent_before_the_kill_is_an_error_with_the_limit(monkeypatch):
     monkeypatch.setattr(solve_mod, "DEADLINE_GRACE_S", -19.9)
     sol = solve_fleet(hard_problem(60), time_limit_s=20.0, gap=1e-9, bounds=False, in_child=True)
     assert sol.status == SolveStatus.ERROR
-    assert sol.detail == "no solution found in 20 s (the time limit); raise --time-limit"
+    assert sol.detail == "no solution found in 20 s (the time limit); raise --time-limit-s"
     assert sol.replicas == {}
 
 

@@ -65,7 +65,7 @@ def test_time_limit_with_an_incumbent_is_feasible_with_its_gap():
 def test_time_limit_without_an_incumbent_says_no_solution_found():
     sol = solve_fleet(hard_problem(60), time_limit_s=0.1, gap=1e-9, bounds=False)
     assert sol.status == SolveStatus.ERROR
-    assert sol.detail == "no solution found in 0.1 s (the time limit); raise --time-limit"
+    assert sol.detail == "no solution found in 0.1 s (the time limit); raise --time-limit-s"
     assert sol.replicas == {} and sol.objective_usd is None
 
 

@@ -207,7 +207,7 @@ def _classify(model: FleetModel, solver: str, seconds: float, time_limit_s: floa
         return SolveRun(SolveStatus.INFEASIBLE, "no fleet satisfies every constraint", None, seconds, solver)
     if status == pulp.LpStatusNotSolved:
         return SolveRun(SolveStatus.ERROR, f"no solution found in {time_limit_s:g} s (the time limit); "
-                        "raise --time-limit", None, seconds, solver)
+                        "raise --time-limit-s", None, seconds, solver)
     return SolveRun(SolveStatus.ERROR, f"solver status {pulp.LpStatus.get(status, status)}", None, seconds, solver)
 
 
@@ -351,7 +351,7 @@ def solve_fleet(
         return out.value
     seconds = out.wall_seconds
     if not out.reports:  # the same words as a solve that stopped by itself without a plan
-        detail = (f"no solution found in {time_limit_s:g} s (the time limit); raise --time-limit" if out.timed_out
+        detail = (f"no solution found in {time_limit_s:g} s (the time limit); raise --time-limit-s" if out.timed_out
                   else f"the solver process failed ({out.error}) before it found a plan")
         return FleetSolution(SolveStatus.ERROR, detail, solve_seconds=seconds, solver=solver)
     why = (f"time limit ({time_limit_s:g} s) reached; the solver was stopped" if out.timed_out
