@@ -59,6 +59,7 @@ def test_interrupted_optimize_keeps_earlier_outputs(tmp_path, signum):
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.communicate()  # reap it and close its pipes (no ResourceWarning in a later test)
     assert proc.returncode == 130, (proc.returncode, stderr)
     assert stderr.strip() == "error: interrupted; earlier outputs are left as they were"
     assert "Traceback" not in stdout
