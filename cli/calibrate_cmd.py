@@ -38,35 +38,19 @@ def calibrate(
     # the fit, numpy and pydantic load only when the command runs, not at `gpuplan --help`
     from catalog.files import read_bytes
     from cli.validate_cmd import load_all, resolve_measurement_paths
-    from optimizer.calibration.bands import (
-        coverage,
-        error_bands,
-        leave_out,
-        leave_out_summary,
-    )
-    from optimizer.calibration.fit import fit_params, online_fit_rows
+    from optimizer.calibration.calibrate import calibrate as fit_and_band
+    from optimizer.calibration.calibrate import online_rows_used
     from optimizer.models.params import load_params, params_to_yaml
 
     paths = resolve_measurement_paths(measurements or [], shipped)
     outputs = plan_outputs([Output("--out", out, (".yaml", ".yml"))], (*paths, params, catalog))
     cat = load(catalog)
     rows = load_all(paths, cat)
-    start = load_params(params) if params is not None else None
     names = ", ".join(p.name for p in paths)
-    fitted = fit_params(rows, cat, start=start, data_file=names, online_weight=online_weight)
-    n_online = len(online_fit_rows(rows)) if online_weight > 0 else 0
     digest = hashlib.sha256(b"".join(read_bytes(p, "measurements", ModelError) for p in paths)).hexdigest()
-    fitted = fitted.model_copy(update={"fit": fitted.fit.model_copy(update={"data_sha256": digest}),
-                                       "coverage": coverage(rows, cat)})
-    if bands:
-        # every refit starts where the full fit started (not from its result, which saw the held-out rows)
-        groupings = ("source_group", "device", "generation")
-        held = [leave_out(rows, cat, start, by) for by in groupings]
-        bands_by_class = error_bands(*held)
-        summary = {by: leave_out_summary(h, bands_by_class)
-                   for by, h in zip(groupings, held, strict=True)}
-        fitted = fitted.model_copy(update={"error_bands": bands_by_class,
-                                           "fit": fitted.fit.model_copy(update={"leave_out": summary})})
+    fitted = fit_and_band(rows, cat, start=load_params(params) if params is not None else None, data_file=names,
+                          data_sha256=digest, online_weight=online_weight, bands=bands)
+    n_online = online_rows_used(rows, online_weight)
     fit = fitted.fit
     header = (f"gpuplan calibration parameters, fitted by `gpuplan calibrate {names}`\n"
               f"fit: {fit.rows_used} offline rows, median |error| {fit.median_abs_pct_error}% , "

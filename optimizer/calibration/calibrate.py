@@ -1,0 +1,40 @@
+"""The one library call behind ``gpuplan calibrate``: fit, then (optionally) leave-out bands.
+
+``calibrate(rows, cat, ...)`` = ``fit_params`` on every row, the data's sha256 and coverage
+recorded in the result, and — with ``bands`` — one refit per held-out source group, device and
+generation (``optimizer.calibration.bands``), whose residuals give each fidelity class its
+error band. Every refit starts where the full fit started, not from its result (which saw the
+held-out rows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from catalog.load import Catalog
+from optimizer.calibration.bands import coverage, error_bands, leave_out, leave_out_summary
+from optimizer.calibration.fit import fit_params, online_fit_rows
+from optimizer.calibration.measurements import Measurement
+from optimizer.models.params import CalibrationParams
+
+LEAVE_OUT_GROUPINGS = ("source_group", "device", "generation")
+
+
+def calibrate(rows: Sequence[Measurement], cat: Catalog, *, start: CalibrationParams | None, data_file: str,
+              data_sha256: str, online_weight: float, bands: bool) -> CalibrationParams:
+    """Fitted parameters for ``rows``, with the fit record, coverage and (``bands``) error bands."""
+    fitted = fit_params(rows, cat, start=start, data_file=data_file, online_weight=online_weight)
+    fitted = fitted.model_copy(update={"fit": fitted.fit.model_copy(update={"data_sha256": data_sha256}),
+                                       "coverage": coverage(rows, cat)})
+    if not bands:
+        return fitted
+    held = [leave_out(rows, cat, start, by) for by in LEAVE_OUT_GROUPINGS]
+    bands_by_class = error_bands(*held)
+    summary = {by: leave_out_summary(h, bands_by_class) for by, h in zip(LEAVE_OUT_GROUPINGS, held, strict=True)}
+    return fitted.model_copy(update={"error_bands": bands_by_class,
+                                      "fit": fitted.fit.model_copy(update={"leave_out": summary})})
+
+
+def online_rows_used(rows: Sequence[Measurement], online_weight: float) -> int:
+    """How many online-serving rows the fit used (none at weight 0)."""
+    return len(online_fit_rows(rows)) if online_weight > 0 else 0

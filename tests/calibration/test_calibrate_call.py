@@ -1,0 +1,25 @@
+"""`optimizer.calibration.calibrate`: the one library call behind `gpuplan calibrate`."""
+
+from __future__ import annotations
+
+from catalog import load_catalog
+from optimizer.calibration.calibrate import calibrate, online_rows_used
+from optimizer.calibration.fit import fit_params
+from optimizer.calibration.measurements import load_measurements
+from tests.conftest import EXAMPLES
+
+
+def test_calibrate_is_the_fit_plus_its_record():
+    """Without bands it is fit_params on the same rows, with the data digest and coverage recorded;
+    the example's 6 rows are offline rows, so no online row is used at any weight."""
+    cat = load_catalog()
+    rows = load_measurements(EXAMPLES / "measurements-example.csv", cat)
+    got = calibrate(rows, cat, start=None, data_file="example", data_sha256="ab" * 32, online_weight=1.0,
+                    bands=False)
+    plain = fit_params(rows, cat, start=None, data_file="example", online_weight=1.0)
+    assert got.fit.data_sha256 == "ab" * 32
+    assert got.coverage is not None
+    assert got.compute_efficiency == plain.compute_efficiency
+    assert got.memory_bandwidth_efficiency == plain.memory_bandwidth_efficiency
+    assert got.error_bands == plain.error_bands
+    assert online_rows_used(rows, 0.0) == 0
