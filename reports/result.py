@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from catalog.errors import GpuplanError
 from catalog.files import format_validation_error, read_json
 from optimizer.results.money import MoneyAssumptions
+from optimizer.results.plan_result import InstalledGpus
 
 Num = Annotated[float, Field(allow_inf_nan=False)]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -34,7 +35,7 @@ class _Loose(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
-class FleetRow(_Loose):
+class FleetRow(_Loose, InstalledGpus):
     """A device of the fleet: GPUs in use and bought, servers, and the prices its money comes from.
 
     Results written before platforms existed have no ``gpus_installed`` (= gpus) and no
@@ -60,14 +61,6 @@ class FleetRow(_Loose):
     server_power_w: NonNeg | None = None
     rack_units: NonNeg = 0.0
     nic_gb_s_per_gpu: NonNeg | None = None
-
-    @property
-    def installed(self) -> int:
-        return self.gpus if self.gpus_installed is None else self.gpus_installed
-
-    @property
-    def idle_gpus(self) -> int:
-        return self.installed - self.gpus
 
 
 class Fidelity(_Loose):

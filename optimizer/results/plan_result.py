@@ -46,8 +46,25 @@ class Provenance:
     input_sha256: str = ""
 
 
+class InstalledGpus:
+    """GPUs bought vs in use, for any fleet record with ``gpus`` and ``gpus_installed`` (the result
+    written here and the one the workbook reads back): installed = gpus_installed, or gpus when the
+    record predates platforms; idle = installed − in use."""
+
+    gpus: int
+    gpus_installed: int | None
+
+    @property
+    def installed(self) -> int:
+        return self.gpus if self.gpus_installed is None else self.gpus_installed
+
+    @property
+    def idle_gpus(self) -> int:
+        return self.installed - self.gpus
+
+
 @dataclass(frozen=True)
-class FleetRow:
+class FleetRow(InstalledGpus):
     """GPUs and servers of one device in the fleet, with the figures its money comes from.
 
     ``gpus`` are the GPUs the deployments use; ``gpus_installed`` those bought (on a
@@ -75,14 +92,6 @@ class FleetRow:
     server_power_w: float | None = None  # None: assumptions.server_power_w
     rack_units: float = 0.0
     nic_gb_s_per_gpu: float | None = None
-
-    @property
-    def installed(self) -> int:
-        return self.gpus if self.gpus_installed is None else self.gpus_installed
-
-    @property
-    def idle_gpus(self) -> int:
-        return self.installed - self.gpus
 
 
 @dataclass(frozen=True)
