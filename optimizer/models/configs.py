@@ -369,6 +369,28 @@ def column(a: np.ndarray, ndim: int) -> np.ndarray:
     return a.reshape((-1,) + (1,) * (ndim - 1))
 
 
+def remote_ranks_per_token(num_experts: int, experts_per_token: int, ep) -> np.ndarray:
+    """Expected other expert-parallel ranks one token is dispatched to (and combined from):
+    ``(e − 1)·(1 − P0)`` with ``P0 = C(E − E/e, k)/C(E, k) = Π_{i<k} (E − E/e − i)/(E − i)`` the
+    chance that none of the token's k distinct experts sits on a given rank (E/e experts each).
+
+    The dispatch sends a token once to every rank that holds at least one of its experts, not
+    once per expert (DeepEP ``get_dispatch_layout`` -> ``is_token_in_rank``,
+    https://github.com/deepseek-ai/DeepEP, 2025-02; the combine returns one partial sum per
+    rank), so it is at most e − 1 whatever k is. Qwen3-235B (E 128, k 8) at e 4:
+    P0 = Π (96 − i)/(128 − i) = 0.0927, 3·0.9073 = 2.72 copies, where one copy per expert is
+    k·(e − 1)/e = 6; at k = 1 both are (e − 1)/e. 0 at e = 1 or for a dense model.
+    """
+    e = np.asarray(ep, dtype=float)
+    if num_experts <= 0 or experts_per_token <= 0:
+        return np.zeros_like(e)
+    per_rank = num_experts / e
+    none_here = np.ones_like(e)
+    for i in range(experts_per_token):
+        none_here = none_here * np.clip(num_experts - per_rank - i, 0.0, None) / (num_experts - i)
+    return (e - 1.0) * (1.0 - none_here)
+
+
 def experts_touched(num_experts: int, experts_per_token: int, tokens) -> np.ndarray:
     """Expected distinct experts per MoE layer for ``tokens`` routed tokens: E·(1 − (1 − k/E)^B)."""
     tokens = np.asarray(tokens, dtype=float)
@@ -405,7 +427,7 @@ class StageConstants:
     allreduces: np.ndarray  # all-reduces per stage pass, layers/p · 2 (0 at t = 1)
     ring_factor: np.ndarray  # 2·(t−1)/t: share of the bytes each GPU sends in a ring all-reduce
     alltoalls: np.ndarray  # all-to-alls per stage pass, moe_layers/p · 2 (0 at e = 1)
-    a2a_factor: np.ndarray  # (e−1)/e · k: share of a rank's routed token copies that leave it
+    a2a_factor: np.ndarray  # remote ranks one token is sent to (``remote_ranks_per_token``) · hidden·act / e
     activation_bytes: np.ndarray
     link_bytes_s: np.ndarray
     allreduce_latency_s: np.ndarray
@@ -451,7 +473,7 @@ def stage_constants(c: Configs) -> StageConstants:
         / (c.attention_peak_flops * c.prefill_attention_efficiency),
         allreduces=np.where(t > 1, m.num_layers / p * 2.0, 0.0), ring_factor=2.0 * (t - 1.0) / t * hidden_act / e,
         alltoalls=np.where(e > 1, m.moe_layers / p * 2.0, 0.0),
-        a2a_factor=(e - 1.0) / e * max(m.experts_per_token, 1) * hidden_act / e,
+        a2a_factor=remote_ranks_per_token(m.num_experts, m.experts_per_token, e) * hidden_act / e,
         activation_bytes=c.activation_bytes, link_bytes_s=c.link_bytes_s, allreduce_latency_s=c.allreduce_latency_s,
         hop_s_fixed=np.where(p > 1, c.pp_hop_latency_s, 0.0), hop_on=(p > 1).astype(float) * hidden_act,
         step_overhead_s=c.step_overhead_s + np.where(p > 1, p * c.pp_microbatch_overhead_s, 0.0),
