@@ -286,7 +286,14 @@ def class_overrides(rows: Sequence[Measurement], cat: Catalog, devices: Sequence
         for e in engines:
             if e != "trtllm":
                 on = sorted({m.device_key for m in rows if m.engine == e})
-                add(FactorOverride(engine=e, note=f"fitted on {', '.join(on)}"),  # type: ignore[arg-type]
+                # started at the defaults' values, so the engine's rows never fall through to (and drag)
+                # the GEMM-dtype and generation overrides that the trtllm rows identify
+                start = CalibrationParams()
+                add(FactorOverride(engine=e, note=f"fitted on {', '.join(on)}",  # type: ignore[arg-type]
+                                   memory_bandwidth_efficiency=start.memory_bandwidth_efficiency,
+                                   compute_efficiency=start.compute_efficiency,
+                                   step_overhead_ms=start.step_overhead_ms,
+                                   sequence_overhead_us=start.sequence_overhead_us),
                     [("memory_bandwidth_efficiency", 0.3, 1.0), ("compute_efficiency", 0.05, 1.0),
                      ("step_overhead_ms", 0.02, 30.0), ("sequence_overhead_us", 0.5, 200.0)])
     return overrides, knobs

@@ -9,11 +9,12 @@ Expected values are derived on paper from the formulas in the docstrings of
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from optimizer.models.configs import build_configs, remote_ranks_per_token
-from optimizer.models.params import CalibrationParams
+from optimizer.models.params import CalibrationParams, FactorOverride
 from optimizer.models.perf import decode_parts
-from tests.models.test_perf_v2 import BF16, ZERO_HOST, device, moe
+from tests.models.test_perf_v2 import BF16, ZERO_HOST, dense, device, moe
 
 
 def test_remote_ranks_per_token_dedups_experts_on_one_rank():
@@ -35,3 +36,29 @@ def test_alltoall_time_counts_one_copy_per_remote_rank():
     p = CalibrationParams(**ZERO_HOST, link_efficiency=1.0, alltoall_latency_us=0.0)
     c = build_configs(m, [(device(), BF16, 1, 1)], p, ep=4)
     assert float(decode_parts(c, 256.0, 0.0).comm_s[0]) == pytest.approx(184.16e-6, rel=1e-3)
+
+
+def test_experts_only_checkpoint_keeps_the_body_in_16_bit():
+    """moe() with ``unquantized_dense`` in FP4 (0.5625 B/weight): the non-expert body (Model.dense_params)
+    is stored at 2 B and the routed experts at 0.5625 B, so weights/GPU = dense·2 + 64·402.65M·0.5625;
+    its dense GEMMs run at the 16-bit peak (1000 TFLOP/s, not 4000) with the 16-bit efficiency (0.6, not
+    the FP4 override's 0.3): at T tokens their compute side is 2·body_active·T / (1000e12·0.6)."""
+    p = CalibrationParams(**ZERO_HOST, compute_efficiency=0.6,
+                          overrides=[FactorOverride(compute_dtype="fp4", compute_efficiency=0.3)])
+    fp4 = BF16.model_copy(update={"key": "fp4", "weight_bytes_per_param": 0.5625, "compute_dtype": "fp4",
+                                  "weight_element_bits": 4})
+    plain, kept = moe(), moe(unquantized_dense=True)
+    a = build_configs(plain, [(device(), fp4, 1, 1)], p)
+    b = build_configs(kept, [(device(), fp4, 1, 1)], p)
+    routed = 64 * 3 * 4096 * 1024 * 32
+    assert b.weight_bytes_per_gpu[0] == pytest.approx(kept.dense_params * 2 + routed * 0.5625)
+    assert a.weight_bytes_per_gpu[0] == pytest.approx(plain.dense_params * 0.5625 + routed * 0.5625, rel=1e-3)
+    assert b.dense_peak_flops[0] == 1000e12 and b.dense_compute_efficiency[0] == pytest.approx(0.6)
+    assert a.dense_peak_flops[0] == 4000e12 and a.dense_compute_efficiency[0] == pytest.approx(0.3)
+    assert b.stage.gemm_flops_s[0] == pytest.approx(600e12)
+    assert b.stage.moe_flops_s[0] == pytest.approx(4000e12 * 0.3 * p.moe_efficiency)  # the experts stay FP4
+
+
+def test_dense_model_refuses_unquantized_dense():
+    with pytest.raises(ValidationError, match="unquantized_dense"):
+        dense(unquantized_dense=True)
