@@ -112,6 +112,7 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
     params = start or CalibrationParams()
     devices = [cat.devices[k] for k in sorted({m.device_key for m in usable})]  # type: ignore[index]
     overrides, override_knobs = class_overrides(usable, cat, devices, by_generation, by_memory_type)
+    overrides = warm_started(overrides, params.overrides, override_knobs)
     params = params.model_copy(update={"overrides": overrides, "prefill_attention_efficiency":
                                        params.prefill_attention_efficiency or params.attention_efficiency})
     online = online_fit_rows(rows) if online_weight > 0 else []
@@ -229,6 +230,22 @@ def _typical_generation_defaults(params: CalibrationParams, loss: Callable[[Cali
         if abs(loss(cand) - best) <= 1e-9 * max(abs(best), 1.0):
             params = cand
     return params
+
+
+def warm_started(overrides: Sequence[FactorOverride], start: Sequence[FactorOverride],
+                 knobs: Sequence[_Knob]) -> list[FactorOverride]:
+    """``overrides`` with each fitted field taken from the override of ``start`` with the same selectors
+    (``FactorOverride.selector``), where it has one: a fit started from earlier parameters resumes
+    their per-class factors instead of restarting them at the global values."""
+    fitted = {(int(k.name[len("overrides["):k.name.index("]")]), k.name.split(".", 1)[1]) for k in knobs}
+    by_selector = {o.selector: o for o in start}
+    out = []
+    for i, o in enumerate(overrides):
+        old = by_selector.get(o.selector)
+        if old is not None:
+            o = o.model_copy(update={f: getattr(old, f) for j, f in fitted if j == i and getattr(old, f) is not None})
+        out.append(o)
+    return out
 
 
 def class_overrides(rows: Sequence[Measurement], cat: Catalog, devices: Sequence, by_generation: bool,
