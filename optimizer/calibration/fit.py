@@ -109,7 +109,7 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
     if not usable:
         raise ModelError(f"{data_file or 'measurements'}: no offline max-throughput rows to fit "
                          "(need scenario 'offline ...' rows with input_len, output_len, throughput_tok_s)")
-    params = start or CalibrationParams()
+    params = (start or CalibrationParams()).model_copy(update={"alltoall_latency_us": None})  # tied to the all-reduce's
     devices = [cat.devices[k] for k in sorted({m.device_key for m in usable})]  # type: ignore[index]
     overrides, override_knobs = class_overrides(usable, cat, devices, by_generation, by_memory_type)
     overrides = warm_started(overrides, params.overrides, override_knobs)
@@ -160,8 +160,6 @@ def _global_knobs(params: CalibrationParams, usable: Sequence[Measurement], cat:
     if any(m.tp * m.ep > cat.devices[m.device_key].interconnect_domain_gpus for m in usable):  # type: ignore[index]
         params = params.model_copy(update={"pcie_link_efficiency": params.pcie_link_efficiency or params.link_efficiency})
         knobs.append(_field_knob("pcie_link_efficiency", 0.05, 1.0))
-    if any(m.ep > 1 for m in usable):
-        knobs.append(_field_knob("alltoall_latency_us", 1.0, 200.0))
     if fit_request_overhead:
         params = params.model_copy(update={"request_overhead_ms": max(params.request_overhead_ms, 1.0)})
         knobs.append(_field_knob("request_overhead_ms", 0.01, 50.0))

@@ -114,7 +114,7 @@ class Configs:
     expert_weight_bytes: np.ndarray  # bytes of one routed expert over all MoE layers
     smooth_max_exponent: float
     moe_tile_tokens: float
-    alltoall_latency_s: float
+    alltoall_latency_s: np.ndarray  # per combo: alltoall_latency_us, or the link's all-reduce latency
     pp_hop_latency_s: float
     pp_microbatch_overhead_s: float
     request_overhead_s: float  # front-end time per request, added once to TTFT and E2E (not a step)
@@ -221,7 +221,8 @@ def build_configs(
         dense_weight_bytes=mem.body_dense * mem.dbpp + lm_head * ebpp,  # the vision tower is held, not read
         expert_weight_bytes=(model.params_per_expert if model.is_moe else 0.0) * mem.wbpp,
         smooth_max_exponent=float(params.smooth_max_exponent), moe_tile_tokens=float(params.moe_tile_tokens),
-        alltoall_latency_s=params.alltoall_latency_us / 1e6,
+        alltoall_latency_s=(np.where(in_domain, params.allreduce_latency_us, params.pcie_allreduce_latency_us) / 1e6
+                            if params.alltoall_latency_us is None else np.full(n, params.alltoall_latency_us / 1e6)),
         pp_hop_latency_s=params.pp_hop_latency_us / 1e6,
         pp_microbatch_overhead_s=params.pp_microbatch_overhead_us / 1e6,
         request_overhead_s=params.request_overhead_ms / 1e3,
@@ -445,6 +446,7 @@ class StageConstants:
     activation_bytes: np.ndarray
     link_bytes_s: np.ndarray
     allreduce_latency_s: np.ndarray
+    alltoall_latency_s: np.ndarray
     hop_s_fixed: np.ndarray  # pipeline hop latency (0 at p = 1)
     hop_on: np.ndarray  # p > 1
     step_overhead_s: np.ndarray  # fixed host time per step incl. p·microbatch overhead when p > 1
@@ -489,6 +491,7 @@ def stage_constants(c: Configs) -> StageConstants:
         alltoalls=np.where(e > 1, m.moe_layers / p * 2.0, 0.0),
         a2a_factor=remote_ranks_per_token(m.num_experts, m.experts_per_token, e) * hidden_act / e,
         activation_bytes=c.activation_bytes, link_bytes_s=c.link_bytes_s, allreduce_latency_s=c.allreduce_latency_s,
+        alltoall_latency_s=c.alltoall_latency_s,
         hop_s_fixed=np.where(p > 1, c.pp_hop_latency_s, 0.0), hop_on=(p > 1).astype(float) * hidden_act,
         step_overhead_s=c.step_overhead_s + np.where(p > 1, p * c.pp_microbatch_overhead_s, 0.0),
         sequence_overhead_s=c.sequence_overhead_s / e,

@@ -182,8 +182,11 @@ class CalibrationParams(Strict):
         8.0, description="fixed latency of one all-reduce inside the scale-up domain")
     pcie_allreduce_latency_us: NonNeg = Field(
         25.0, description="fixed latency of one all-reduce over host PCIe")
-    alltoall_latency_us: NonNeg = Field(
-        10.0, description="fixed latency of one expert-parallel all-to-all (dispatch or combine)")
+    alltoall_latency_us: NonNeg | None = Field(
+        None, description="fixed latency of one expert-parallel all-to-all (dispatch or combine); None = the "
+        "all-reduce latency of the same link (allreduce_latency_us, pcie_allreduce_latency_us): both are one "
+        "NCCL collective over the same links, and the fit ties them (a free all-to-all latency absorbed "
+        "unmodelled per-layer MoE costs of some engines, 165-200 us, and then slowed every EP replica)")
     pp_hop_latency_us: NonNeg = Field(
         20.0, description="pipeline parallelism: fixed latency of one stage-to-stage activation send "
         "(uncalibrated: no pipeline-parallel measurements)")

@@ -128,7 +128,7 @@ def _comm_s(c: Configs, tokens: np.ndarray, ndim: int) -> np.ndarray:
     (r·T/e·hidden·act / link + latency each, r = ``remote_ranks_per_token``) and the pipeline hop to the next stage."""
     k = c.stage.shaped(ndim)
     ar = k.allreduces * (k.ring_factor * tokens / k.link_bytes_s + k.allreduce_latency_s)
-    a2a = k.alltoalls * (k.a2a_factor * tokens / k.link_bytes_s + c.alltoall_latency_s)
+    a2a = k.alltoalls * (k.a2a_factor * tokens / k.link_bytes_s + k.alltoall_latency_s)
     hop = k.hop_on * tokens / k.link_bytes_s + k.hop_s_fixed
     return ar + a2a + hop
 

@@ -62,3 +62,15 @@ def test_experts_only_checkpoint_keeps_the_body_in_16_bit():
 def test_dense_model_refuses_unquantized_dense():
     with pytest.raises(ValidationError, match="unquantized_dense"):
         dense(unquantized_dense=True)
+
+
+def test_alltoall_latency_defaults_to_the_all_reduce_latency_of_the_link():
+    """alltoall_latency_us None (what the fit ships): each of the 64 all-to-alls of the step above starts
+    like an all-reduce on NVLink, 8 µs: 184.16 µs + 64·8 µs = 696.16 µs; an explicit 3 µs gives
+    184.16 + 192 = 376.16 µs."""
+    m = moe(experts_per_token=8)
+    tied = CalibrationParams(**ZERO_HOST, link_efficiency=1.0, allreduce_latency_us=8.0)
+    own = tied.model_copy(update={"alltoall_latency_us": 3.0})
+    for p, want in ((tied, 696.16e-6), (own, 376.16e-6)):
+        c = build_configs(m, [(device(), BF16, 1, 1)], p, ep=4)
+        assert float(decode_parts(c, 256.0, 0.0).comm_s[0]) == pytest.approx(want, rel=1e-3)
