@@ -221,14 +221,21 @@ def build_configs(
         dense_weight_bytes=mem.body_dense * mem.dbpp + lm_head * ebpp,  # the vision tower is held, not read
         expert_weight_bytes=(model.params_per_expert if model.is_moe else 0.0) * mem.wbpp,
         smooth_max_exponent=float(params.smooth_max_exponent), moe_tile_tokens=float(params.moe_tile_tokens),
-        alltoall_latency_s=(np.where(in_domain, params.allreduce_latency_us, params.pcie_allreduce_latency_us) / 1e6
-                            if params.alltoall_latency_us is None else np.full(n, params.alltoall_latency_us / 1e6)),
+        alltoall_latency_s=_alltoall_latency_s(fac, in_domain, params),
         pp_hop_latency_s=params.pp_hop_latency_us / 1e6,
         pp_microbatch_overhead_s=params.pp_microbatch_overhead_us / 1e6,
         request_overhead_s=params.request_overhead_ms / 1e3,
         max_batch_sequences=params.max_batch_sequences,
         kv_reserved_output_fraction=params.kv_reserved_output_fraction,
     )
+
+
+def _alltoall_latency_s(fac, in_domain: np.ndarray, params: CalibrationParams) -> np.ndarray:
+    """Start-up time (s) of one all-to-all per combo: the class's ``alltoall_latency_us`` where the
+    parameters give one, else that of an all-reduce over the same link (NVLink or host PCIe)."""
+    allreduce_us = np.where(in_domain, params.allreduce_latency_us, params.pcie_allreduce_latency_us)
+    own_us = fac("alltoall_latency_us")  # NaN where None
+    return np.where(np.isnan(own_us), allreduce_us, own_us) / 1e6
 
 
 def _engines_and_ep(model: Model, devices: list[Device], default_of: dict[str, str], tp: np.ndarray,
@@ -303,7 +310,8 @@ def _factors(devices: list[Device], precs: list[Precision], eng: list[str], para
         idx[i] = j
 
     def fac(name: str) -> np.ndarray:
-        return np.array([getattr(f, name) for f in fac_list], dtype=float)[idx] if n else np.zeros(0)
+        values = [getattr(f, name) for f in fac_list]
+        return np.array([np.nan if v is None else v for v in values], dtype=float)[idx] if n else np.zeros(0)
 
     return fac
 

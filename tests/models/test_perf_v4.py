@@ -74,3 +74,15 @@ def test_alltoall_latency_defaults_to_the_all_reduce_latency_of_the_link():
     for p, want in ((tied, 696.16e-6), (own, 376.16e-6)):
         c = build_configs(m, [(device(), BF16, 1, 1)], p, ep=4)
         assert float(decode_parts(c, 256.0, 0.0).comm_s[0]) == pytest.approx(want, rel=1e-3)
+
+
+def test_a_generation_override_sets_its_own_alltoall_time():
+    """A ``generation`` override with alltoall_latency_us 50 replaces the all-reduce default for that
+    class only: 184.16 µs + 64·50 µs = 3384.16 µs at ep 4 (the test above: 696.16 µs with 8 µs)."""
+    m = moe(experts_per_token=8)
+    p = CalibrationParams(**ZERO_HOST, link_efficiency=1.0, allreduce_latency_us=8.0,
+                          overrides=[FactorOverride(generation="synthetic", alltoall_latency_us=50.0)])
+    c = build_configs(m, [(device(), BF16, 1, 1), (device("synth2", generation="other"), BF16, 1, 1)], p, ep=4)
+    comm = decode_parts(c, 256.0, 0.0).comm_s
+    assert float(comm[0]) == pytest.approx(3384.16e-6, rel=1e-3)
+    assert float(comm[1]) == pytest.approx(696.16e-6, rel=1e-3)
