@@ -33,12 +33,14 @@ the solver's gap of B's cost counts as the same decision. Tolerances: PRICE_TOLE
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from optimizer.planning.candidate_set import CandidateSet, unit_terms
 from optimizer.planning.milp.problem import FleetProblem, FleetSolution
+from optimizer.planning.milp.resolve import is_feasible, transplant
 from optimizer.planning.milp.solve import solve_fleet
 from optimizer.planning.solver_options import SolverOptions
 from optimizer.results.money import MoneyAssumptions
@@ -122,16 +124,37 @@ def without_device(problem: FleetProblem, device: str) -> FleetProblem:
 
 
 class _Solver:
-    """Counts re-solves; returns None for a problem with no plan."""
+    """Counts re-solves; returns None for a problem with no plan.
 
-    def __init__(self, options: SolverOptions):
+    Every plan found (and the base plan) is kept; a re-solve starts from the cheapest of them
+    that satisfies every constraint of its problem (:func:`~optimizer.planning.milp.resolve.is_feasible`),
+    so that HiGHS only has to prove it optimal, or improve on it.
+    """
+
+    def __init__(self, options: SolverOptions, base: tuple[FleetProblem, FleetSolution] | None = None):
         self.options = options
         self.count = 0
+        self.known: list[tuple[FleetProblem, FleetSolution]] = [base] if base is not None else []
+
+    def start(self, problem: FleetProblem) -> FleetSolution | None:
+        """The cheapest known plan, carried onto ``problem``, that is feasible there (None: none is)."""
+        best, best_usd = None, math.inf
+        for source, sol in self.known:
+            moved = transplant(sol, source, problem)
+            if moved is None or not is_feasible(problem, moved):
+                continue
+            usd = fleet_objective_usd(fleet_of(moved), problem)
+            if usd < best_usd:
+                best, best_usd = moved, usd
+        return best
 
     def __call__(self, problem: FleetProblem) -> FleetSolution | None:
         self.count += 1
-        sol = solve_fleet(problem, **self.options.solve_kwargs)
-        return sol if sol.status.has_plan else None
+        sol = solve_fleet(problem, **self.options.solve_kwargs, start=self.start(problem))
+        if not sol.status.has_plan:
+            return None
+        self.known.append((problem, sol))
+        return sol
 
 
 def main_device(fleet: Fleet, problem: FleetProblem) -> str:
@@ -143,7 +166,7 @@ def analyse(plan: Plan, cset: CandidateSet, problem: FleetProblem, base: FleetSo
             fidelity: Mapping[str, Fidelity], options: SolverOptions = SolverOptions()) -> Sensitivity:
     """Runner-up, break-even price and capacity factor per chosen device, tornado swings."""
     start = time.perf_counter()
-    solve = _Solver(options)
+    solve = _Solver(options, (problem, base))
     a = MoneyAssumptions.from_plan(plan)
     field = price_field(plan.objective)
     fleet = fleet_of(base)
