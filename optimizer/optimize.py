@@ -111,8 +111,10 @@ def optimize_plan(
     result = annotate(assemble(plan, cset, sol, diagnostics, single, source, problem), plan, cset, fidelity,
                       verification)
     result = replace(result, headroom=policy_of(plan), verification=verification)
+    clock.lap("verification")
     if sensitivity and sol.status.has_plan:
         result = replace(result, sensitivity=analyse(plan, cset, problem, sol, fidelity, options))
+    clock.lap("sensitivity")
     return clock.stamp(result)
 
 
@@ -181,11 +183,14 @@ class StageClock:
         self.last = now
 
     def stamp(self, result: PlanResult) -> PlanResult:
-        """``result`` with its timings: the stages so far, verification (the simulator's check
-        and re-sizing when asked, assembling the result and re-predicting each deployment's
-        p99s, since the last lap; the sensitivity analysis when asked) and the total."""
-        self.lap("verification")
-        timings = {k: self.laps.get(k, 0.0) for k in ("candidates", "solve", "verification")}
+        """``result`` with its timings: the stages lapped (candidates, solve, verification: the
+        simulator's check and re-sizing when asked, assembling the result and re-predicting each
+        deployment's p99s; sensitivity: its re-solves when asked, else 0), anything since the last
+        lap counted in verification, and the total."""
+        now = time.perf_counter()
+        self.laps["verification"] = self.laps.get("verification", 0.0) + now - self.last
+        self.last = now
+        timings = {k: self.laps.get(k, 0.0) for k in ("candidates", "solve", "verification", "sensitivity")}
         timings["total"] = self.last - self.start
         return replace(result, timings_s=timings)
 
