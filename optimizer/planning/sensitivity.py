@@ -43,8 +43,7 @@ from dataclasses import replace
 
 from optimizer.planning.candidate_set import CandidateSet, unit_terms
 from optimizer.planning.milp.problem import FleetProblem, FleetSolution
-from optimizer.planning.milp.resolve import is_feasible, transplant
-from optimizer.planning.milp.solve import solve_fleet
+from optimizer.planning.milp.resolve import is_feasible, resolve_fleet, transplant
 from optimizer.planning.solver_options import SolverOptions
 from optimizer.results.money import MoneyAssumptions
 from optimizer.results.provenance import (
@@ -153,7 +152,7 @@ class _Solver:
 
     def __call__(self, problem: FleetProblem) -> FleetSolution | None:
         self.count += 1
-        sol = solve_fleet(problem, **self.options.solve_kwargs, start=self.start(problem))
+        sol = resolve_fleet(problem, **self.options.solve_kwargs, start=self.start(problem))
         if not sol.status.has_plan:
             return None
         self.known.append((problem, sol))

@@ -18,6 +18,13 @@ def test_shipped_files_read_the_same_with_both_loaders(name):
     assert yaml.load(text, Loader=ShippedLoader) == yaml.load(text, Loader=StrictLoader)  # noqa: S506
 
 
+def test_shipped_calibration_parameters_read_the_same_with_both_loaders():
+    from optimizer.models.params import shipped_params_path  # noqa: PLC0415 - catalog tests import no optimizer at top
+
+    text = shipped_params_path().read_text("utf-8")
+    assert yaml.load(text, Loader=ShippedLoader) == yaml.load(text, Loader=StrictLoader)  # noqa: S506
+
+
 def test_shipped_loader_refuses_duplicate_keys_at_any_depth():
     with pytest.raises(CatalogError, match="duplicate key 'b' at line 3 \\(first at line 2\\)"):
         parse_yaml_text("a:\n  b: 1\n  b: 2\n", "t.yaml", CatalogError, shipped=True)
