@@ -114,7 +114,7 @@ def optimize_plan(
     clock.lap("verification")
     if sensitivity and sol.status.has_plan:
         result = replace(result, sensitivity=analyse(plan, cset, problem, sol, fidelity, options))
-    clock.lap("sensitivity")
+        clock.lap("sensitivity")
     return clock.stamp(result)
 
 
