@@ -2,7 +2,7 @@
 """Benchmark CLI start-up and the shipped example end to end: median wall and CPU time of N runs.
 
     python scripts/bench_startup.py [--runs 7] [--only help|chat] [--compare OTHER_CHECKOUT] [-- ARGS...]
-    python scripts/bench_startup.py --stages [--runs 3]
+    python scripts/bench_startup.py --stages [--runs 3] [--compare OTHER_CHECKOUT]
 
 Runs ``gpuplan --help`` and ``gpuplan optimize examples/chat-fleet.yaml`` as separate
 processes (what a user waits for) and reports, for each, the median wall time and the median
@@ -77,17 +77,23 @@ print(json.dumps(out))
 """
 
 
-def stages(runs: int) -> None:
-    """Median CPU seconds of each stage of the chat fleet over ``runs`` fresh processes (module doc)."""
-    env = {**os.environ, "GPUPLAN_WORKERS": "1"}
-    got = []
+def stages(runs: int, other: Path | None = None) -> None:
+    """Median CPU seconds of each stage of the chat fleet over ``runs`` fresh processes (module
+    doc); with ``other`` (another checkout, its tree first on the path) the two interleaved."""
+    trees = {"this": (REPO, {**os.environ, "GPUPLAN_WORKERS": "1"})}
+    if other is not None:
+        trees["other"] = (other.resolve(), {**os.environ, "GPUPLAN_WORKERS": "1", "PYTHONPATH": str(other.resolve())})
+    got: dict[str, list[dict]] = {t: [] for t in trees}
     for _ in range(runs):
-        done = subprocess.run([sys.executable, "-c", STAGES_CHILD], cwd=REPO, env=env, capture_output=True, text=True,
-                              check=True)
-        got.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    for key in got[0]:
-        values = [g[key] for g in got]
-        print(f"{key:28s} median {statistics.median(values):8.3f}  (runs: {', '.join(f'{v:.3f}' for v in values)})")
+        for t, (cwd, env) in trees.items():
+            done = subprocess.run([sys.executable, "-c", STAGES_CHILD], cwd=cwd, env=env, capture_output=True,
+                                  text=True, check=True)
+            got[t].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    for t, rows in got.items():
+        print(f"[{t} {trees[t][0]}]")
+        for key in rows[0]:
+            values = [g.get(key, 0.0) for g in rows]
+            print(f"  {key:28s} median {statistics.median(values):8.3f}  (runs: {', '.join(f'{v:.3f}' for v in values)})")
     print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 
@@ -100,7 +106,7 @@ def main() -> int:
     ap.add_argument("args", nargs="*", help="extra arguments of optimize (after --)")
     args = ap.parse_args()
     if args.stages:
-        stages(args.runs)
+        stages(args.runs, args.compare)
         return 0
     gpuplan = shutil.which("gpuplan") or str(Path(sys.executable).with_name("gpuplan"))
     trees = {"this": ([gpuplan], REPO, None)}
