@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from optimizer.planning.candidate_set import CandidateSet, unit_terms
@@ -133,10 +133,11 @@ class _Solver:
     so that HiGHS only has to prove it optimal, or improve on it.
     """
 
-    def __init__(self, options: SolverOptions, base: tuple[FleetProblem, FleetSolution] | None = None):
+    def __init__(self, options: SolverOptions, base: tuple[FleetProblem, FleetSolution] | None = None,
+                 known: Sequence[tuple[FleetProblem, FleetSolution]] = ()):
         self.options = options
         self.count = 0
-        self.known: list[tuple[FleetProblem, FleetSolution]] = [base] if base is not None else []
+        self.known: list[tuple[FleetProblem, FleetSolution]] = ([base] if base is not None else []) + list(known)
 
     def start(self, problem: FleetProblem) -> FleetSolution | None:
         """The cheapest known plan, carried onto ``problem``, that is feasible there (None: none is)."""
@@ -165,10 +166,15 @@ def main_device(fleet: Fleet, problem: FleetProblem) -> str:
 
 
 def analyse(plan: Plan, cset: CandidateSet, problem: FleetProblem, base: FleetSolution,
-            fidelity: Mapping[str, Fidelity], options: SolverOptions = SolverOptions()) -> Sensitivity:
-    """Runner-up, break-even price and capacity factor per chosen device, tornado swings."""
+            fidelity: Mapping[str, Fidelity], options: SolverOptions = SolverOptions(),
+            known: Sequence[FleetSolution] = ()) -> Sensitivity:
+    """Runner-up, break-even price and capacity factor per chosen device, tornado swings.
+
+    ``known``: other plans of ``problem`` (the one-device fleets), first incumbents of the re-solves
+    where they are feasible and the cheapest known (a fleet without a chosen device, say).
+    """
     start = time.perf_counter()
-    solve = _Solver(options, (problem, base))
+    solve = _Solver(options, (problem, base), [(problem, k) for k in known])
     a = MoneyAssumptions.from_plan(plan)
     field = price_field(plan.objective)
     fleet = fleet_of(base)

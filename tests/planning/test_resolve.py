@@ -85,3 +85,13 @@ def test_warm_and_cold_re_solves_agree(base):
     assert fleet_of(warm) == fleet_of(solve_fleet(lower)) == {"a": (4, 1)}
     assert warm.objective_usd == pytest.approx(400.0, rel=1e-6)
     assert solve.count == 2
+
+
+def test_a_known_one_device_plan_starts_the_fleet_without_the_main_device(base):
+    """Without device a only b's plan fits: 2 × b (4 GPUs, $800), given as the known plan."""
+    without_a = without_device(PROBLEM, "a")
+    b_only = solve_fleet(without_a)
+    assert fleet_of(b_only) == {"b": (4, 1)}
+    solve = _Solver(SolverOptions(), (PROBLEM, base), [(PROBLEM, b_only)])
+    assert fleet_of(solve.start(without_a)) == {"b": (4, 1)}
+    assert solve(without_a).objective_usd == pytest.approx(800.0, rel=1e-6)

@@ -70,7 +70,8 @@ def is_feasible(problem: FleetProblem, sol: FleetSolution) -> bool:
 
     Checked: every replica and routed share belongs to an option of ``problem`` with capacity in
     that bucket; each bucket fully routed (shares sum to 1, pools: colocated + prefill and
-    colocated + decode); capacity Σ_b routed[b,k] / μ[b,k] ≤ n[k] − spare (N+1); replica
+    colocated + decode); capacity Σ_b routed[b,k] / μ[b,k] ≤ n[k] − spare (N+1, with u = 1 wherever
+    n > 0, the start :func:`~optimizer.planning.milp.solve.start_values` gives); replica
     minimums; servers ⌈gpus / gpus_per_node⌉ (full servers where required); allowed devices,
     inventories, capex / annual / power limits.
     """
@@ -98,7 +99,8 @@ def is_feasible(problem: FleetProblem, sol: FleetSolution) -> bool:
                 return False
     for idx, n in sol.replicas.items():
         o, dem = options[idx], demands[idx[0]]
-        spare = spare_replicas(dem, o, problem.units[o.device].gpus_per_node) if load.get(idx, 0.0) > 0 else 0
+        # u = 1 wherever there are replicas, as the start gives it (start_values): spares kept by all of them
+        spare = spare_replicas(dem, o, problem.units[o.device].gpus_per_node) if n > 0 else 0
         if load.get(idx, 0.0) > (n - spare) * (1 + FEASIBILITY_TOLERANCE) + FEASIBILITY_TOLERANCE:
             return False
     return _replica_minimums_met(problem, sol) and _fleet_within_limits(problem, sol)
