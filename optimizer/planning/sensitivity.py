@@ -22,7 +22,8 @@ every unit's opex, demand scales every bucket's rate.
   changes just below u (B's replicas run near their capacity), so the search gallops down
   from u: probes at u − tol, u − 2·tol, u − 4·tol, … (F_MIN at the latest) until the fleet
   changes, then bisects the last bracket to the tolerance: 2·log2(Δ/tol) solves for a
-  threshold Δ below u (2-3 on the examples, where a bisection of [F_MIN, u] took 9-10).
+  threshold Δ below u (5 for the chat fleet's rtx-pro-6000, where a bisection of [F_MIN, u]
+  took 10).
 - **Tornado**: the optimal objective at the low and the high end of each input — the
   catalog's price ``ranges`` (an estimated price without a range: ±ESTIMATE_SWING), the
   electricity price ±50 %, demand ±25 %, and every device's capacity at the ends of its
