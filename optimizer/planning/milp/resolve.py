@@ -38,7 +38,7 @@ from optimizer.planning.milp.solve import (
 )
 from optimizer.results.plan_result import SolveStatus
 
-# HiGHS settings of the small re-solves (chat fleet, 23 warm-started re-solves: 4.2 → 3.3 s CPU,
+# HiGHS settings of the small re-solves (chat fleet, 23 warm-started re-solves: 3.5 → 2.9 s CPU,
 # the same answers on the shipped examples; docs/benchmarks.md): costs scaled by 2⁻³ (HiGHS's own
 # advice for this model's cost range, $1e-4 tie-break terms to $4e6 racks) and cuts dropped from
 # the LP after 5 rounds unused (the root's cut loop is most of a proof).
