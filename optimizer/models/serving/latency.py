@@ -241,7 +241,7 @@ def _prompt_chunks_extra_s(c: Configs, b: np.ndarray, ctx: np.ndarray, n_tok: np
     ``n_tok = K·C + r``: K full chunks and a partial one of r tokens. Full chunk k attends to
     ``min(k·C + C/2, L)``, which is L from ``k_L = ceil((L − C/2)/C)`` on, so the K full
     chunks cost a cumulative sum over k < k_max (k_max = max k_L) plus (K − k_max)⁺ times
-    the chunk at span L: two step-time evaluations instead of one per chunk.
+    the chunk at span L: two step-time evaluations instead of one per chunk, all in one call.
     Shapes: b, ctx, d, span_offset (N, 1, 1); n_tok (N, QL, J); prompt_tokens (N, QL, 1). ``span_offset``:
     cached tokens every chunk also attends to (prefix caching). k_max is over every row: a row
     whose own is smaller has its chunks from its own k_L on at span L, the same step time.
@@ -250,15 +250,22 @@ def _prompt_chunks_extra_s(c: Configs, b: np.ndarray, ctx: np.ndarray, n_tok: np
     rem = n_tok - full * chunk
     k_max = max(int(math.ceil(float(np.max(prompt_tokens - chunk / 2.0)) / chunk)), 0)
     k = np.arange(k_max + 1, dtype=float)[None, None, :]
-    per_chunk = perf.decode_step_s(c, b, ctx, float(chunk),
-                                   np.minimum(k * chunk + chunk / 2.0, prompt_tokens) + span_offset) - d
+    # one step-time evaluation of every chunk, flattened to (N, columns): full chunk k at span
+    # k·C + C/2 (K), at span L (QL) — min(k·C + C/2, L) is one of the two —, the partial chunks (QL·J)
+    n, q_l, n_j = n_tok.shape
+    offset = np.broadcast_to(span_offset, (n, 1, 1))[:, :, 0]
+    spans = [k[0] * chunk + chunk / 2.0 + offset, prompt_tokens[:, :, 0] + offset,
+             (np.minimum(full * chunk + rem / 2.0, prompt_tokens) + offset[:, :, None]).reshape(n, -1)]
+    tokens = [np.full((n, k_max + 1 + q_l), float(chunk)), rem.reshape(n, -1)]
+    t = perf.decode_step_s(c, b[:, :, 0], ctx[:, :, 0], np.concatenate(tokens, axis=1), np.concatenate(spans, axis=1))
+    t_k, t_l, t_rem = t[:, :k_max + 1], t[:, k_max + 1:k_max + 1 + q_l], t[:, k_max + 1 + q_l:].reshape(n, q_l, n_j)
+    per_chunk = np.where(k * chunk + chunk / 2.0 <= prompt_tokens, t_k[:, None, :], t_l[:, :, None]) - d
     cum = np.concatenate([np.zeros(per_chunk.shape[:-1] + (1,)), np.cumsum(per_chunk, axis=-1)], axis=-1)
     idx = np.minimum(full, k_max + 1).astype(np.int64)
     idx = np.broadcast_to(idx, np.broadcast_shapes(idx.shape, cum.shape[:-1] + (1,)))
     cum = np.broadcast_to(cum, idx.shape[:-1] + cum.shape[-1:])
     total = np.take_along_axis(cum, idx, axis=-1) + np.maximum(full - k_max - 1, 0.0) * per_chunk[..., -1:]
-    partial = perf.decode_step_s(c, b, ctx, rem, np.minimum(full * chunk + rem / 2.0, prompt_tokens) + span_offset) - d
-    return total + np.where(rem > 0, partial, 0.0)
+    return total + np.where(rem > 0, t_rem - d, 0.0)
 
 
 def _row_blocks(n: int, elements_per_row: int):

@@ -129,16 +129,17 @@ class _PromptTokens:
     n_one: int  # QL: the first columns are one prompt each
     rest: np.ndarray  # tokens of the chunk that carries the remainder (more than C only in the last explicit one)
     n_step: np.ndarray  # its step size, min(rest, C)
-    # the distinct (n_step, rest_span) steps of each set (G, U; a set with fewer repeats its last)
-    # and each column's among them (G, J): long prompts and large K all end in a full chunk at the
-    # same span, one step time for all
-    step_tokens: np.ndarray
-    step_span: np.ndarray
+    # each column's step among the distinct (n_step, rest_span) steps of its set (G, J): long prompts
+    # and large K all end in a full chunk at the same span, one step time for all
     step_of_column: np.ndarray
     full_span: np.ndarray  # (G, MAX_EXPLICIT_CHUNKS): full chunk j < last of one prompt, then of several
     before: np.ndarray  # (G, J) column of the full chunks before the remainder, in ``_chunked_extra_s``'s table
     sd_tokens: np.ndarray  # (G, K − 1) √(K·Var(L))
     k_tokens: np.ndarray  # (G, K − 1) max(K·E[L], 1)
+    # the steps ``_chunked_extra_s`` times, (G, 1 + MAX_EXPLICIT_CHUNKS + U): none (D), the full chunks, then
+    # the U distinct remainder steps (a set with fewer repeats its last)
+    step_grid_tokens: np.ndarray
+    step_grid_span: np.ndarray
 
 
 def _prompt_tokens(lens: RowLengths, k_max: int, chunk: int) -> _PromptTokens:
@@ -166,10 +167,14 @@ def _prompt_tokens(lens: RowLengths, k_max: int, chunk: int) -> _PromptTokens:
     width = max(steps.shape[1] for steps, _ in distinct)
     steps = np.stack([np.pad(u, ((0, 0), (0, width - u.shape[1])), mode="edge") for u, _ in distinct], axis=1)
     full = np.broadcast_to(np.arange(last) * chunk + chunk / 2.0, (len(base), last))
+    full_span = np.concatenate([full, mean_l / 2.0], axis=1) + offset
+    zero = np.zeros((len(base), 1))
     lens.grids[key] = _PromptTokens(
-        n_one=q_l, rest=rest, n_step=n_step, step_tokens=steps[0], step_span=steps[1],
+        n_one=q_l, rest=rest, n_step=n_step,
         step_of_column=np.stack([inverse.ravel() for _, inverse in distinct]),
-        full_span=np.concatenate([full, mean_l / 2.0], axis=1) + offset,
+        full_span=full_span,
+        step_grid_tokens=np.concatenate([zero, np.full((len(base), last + 1), float(chunk)), steps[0]], axis=1),
+        step_grid_span=np.concatenate([zero, full_span, steps[1]], axis=1),
         before=j_rest.astype(np.int64) + np.where(single, 0, last + 1),
         sd_tokens=np.sqrt(ks * base.var_l[:, None]), k_tokens=np.maximum(ks * mean_l, 1.0),
     )
@@ -181,27 +186,28 @@ def _chunk_extra_s(t: np.ndarray, d: np.ndarray, n: np.ndarray, n_step: np.ndarr
     return np.where(n > 0, (t - d) * n / np.maximum(n_step, 1e-300), 0.0)
 
 
-def _chunked_extra_s(c: Configs, b: np.ndarray, ctx: np.ndarray, n: _PromptTokens, group: np.ndarray, chunk: int,
-                     d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _chunked_extra_s(c: Configs, b: np.ndarray, ctx: np.ndarray, n: _PromptTokens, group: np.ndarray, chunk: int
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """g(n) = Σ_chunks [t(b, c̄, n_j, span_j) − D(b)]: extra step time of the prefill tokens of
-    each column of ``n`` (spans there); returns (N, QL) for one prompt, (N, K − 1) for several.
+    each column of ``n`` (spans there); returns (D(b) (N, 1), (N, QL) for one prompt, (N, K − 1) for several).
 
     The tokens go through ``ceil(n/C)`` steps of at most C tokens; beyond MAX_EXPLICIT_CHUNKS
     chunks the rest is charged at the last explicit chunk's per-token cost. Full chunks cost
     the same whatever n, so they are evaluated once per configuration, and only the chunk that
-    carries the remainder once per distinct (size, span) of its length set (row ``group`` of ``n``).
-    Shapes: b, ctx, d (N, 1).
+    carries the remainder once per distinct (size, span) of its length set (row ``group`` of ``n``),
+    D(b) with them: one step-time evaluation. Shapes: b, ctx (N, 1).
     """
     last = MAX_EXPLICIT_CHUNKS - 1
-    full = _chunk_extra_s(perf.decode_step_s(c, b, ctx, float(chunk), n.full_span[group]), d, float(chunk),
-                          float(chunk))
+    t = perf.decode_step_s(c, b, ctx, n.step_grid_tokens[group], n.step_grid_span[group])
+    d = t[:, :1]
+    full = _chunk_extra_s(t[:, 1:last + 2], d, float(chunk), float(chunk))
     zero = np.zeros((len(full), 1))
     before = np.concatenate([zero, np.cumsum(full[:, :last], axis=1),  # the full chunks before chunk j
                              zero, np.cumsum(np.repeat(full[:, last:], last, axis=1), axis=1)], axis=1)
     rows = np.arange(len(group))[:, None]
-    t_rest = perf.decode_step_s(c, b, ctx, n.step_tokens[group], n.step_span[group])[rows, n.step_of_column[group]]
+    t_rest = t[:, last + 2:][rows, n.step_of_column[group]]
     g = before[rows, n.before[group]] + _chunk_extra_s(t_rest, d, n.rest[group], n.n_step[group])
-    return g[:, :n.n_one], g[:, n.n_one:]
+    return d, g[:, :n.n_one], g[:, n.n_one:]
 
 
 _LOG_FACTORIAL = np.array([math.lgamma(k + 1.0) for k in range(POISSON_K_MAX + 1)])  # ln k!
@@ -323,12 +329,11 @@ def _steps(c: Configs, b: np.ndarray, m: np.ndarray, lens: RowLengths, chunk: in
     simulator's (llama-3.1-8b fp8 on rtx-pro-6000, 62 req/s: 7.7 vs 8.4 ms).
     """
     bb, ctx = b[:, None], lens.ctx[:, None]
-    d = perf.decode_step_s(c, bb, ctx)
     # K up to 6 sd of a dispersion-2 count (the tail beyond folds into k_max), per group of rows
     k_rows = np.maximum(group_k_max(2.0 * m, lens), 1)
     k_max = int(np.max(k_rows, initial=1))
     n = _prompt_tokens(lens, k_max, chunk)
-    g1, gk = _chunked_extra_s(c, bb, ctx, n, lens.group, chunk, d)
+    d, g1, gk = _chunked_extra_s(c, bb, ctx, n, lens.group, chunk)
     # K >= 2: the sum of K prompts has variance K·Var(L); spread it over two points ±sd
     # (at the local per-token cost g_K / (K·E[L])) so the step variance keeps it.
     spread = n.sd_tokens[lens.group] * gk / n.k_tokens[lens.group]
