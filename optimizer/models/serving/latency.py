@@ -282,15 +282,15 @@ def _carrying_step_sums(c: Configs, s: State, lens: RowLengths, chunk: int, mj: 
     step(s) that carry a prompt of each node length L with J ~ Poisson(m_J) others:
     ``own = ceil(n/C)·D(b) + g(n)``, n = L + J·E[L] (``_prompt_chunks_extra_s``).
 
-    The (N, QL, J) grid is the largest array of the serving model; it is evaluated by
-    ``_row_blocks`` of the rows in order of m_J, each row with J up to its ``_carrying_j_max``
+    The (N, QL, J) grid is the largest array of the serving model; it is evaluated by blocks
+    of rows in order of their J (``_sorted_blocks``), each row with J up to its ``_carrying_j_max``
     (the Poisson tail beyond folds into it).
     """
     n = len(c)
     j_rows = _carrying_j_max(mj, lens)
     order = np.lexsort((mj, j_rows))
     sums = np.empty((4, n, lens.l_nodes.shape[1]))
-    for block in _row_blocks(n, lens.l_nodes.shape[1] * (int(np.max(j_rows, initial=0)) + 1)):
+    for block in _sorted_blocks(j_rows[order] + 1, lens.l_nodes.shape[1]):
         rows = order[block]
         m = mj[rows]
         j_max = int(np.max(j_rows[rows]))
@@ -310,6 +310,18 @@ def _carrying_step_sums(c: Configs, s: State, lens: RowLengths, chunk: int, mj: 
         sums[2, rows] = np.sum(pj3 * own2 * own, axis=2)
         sums[3, rows] = np.sum(p_own * (j[None, None, :] - m[:, None, None]), axis=2)
     return sums[0], sums[1], sums[2], sums[3]
+
+
+def _sorted_blocks(width: np.ndarray, per_column: int):
+    """Slices of rows whose grid is ``width[i]·per_column`` elements (``width`` ascending), each of at most
+    GRID_BLOCK_ELEMENTS elements at the width of its last row (at least one row)."""
+    start, n = 0, len(width)
+    while start < n:
+        # rows start..stop−1 cost (stop − start)·width[stop − 1]·per_column
+        cost = (np.arange(1, n - start + 1) * width[start:] * per_column)
+        stop = start + max(1, int(np.searchsorted(cost, GRID_BLOCK_ELEMENTS, side="right")))
+        yield slice(start, stop)
+        start = stop
 
 
 def _carrying_j_max(mj: np.ndarray, lens: RowLengths) -> np.ndarray:
