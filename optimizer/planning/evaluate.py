@@ -134,14 +134,16 @@ def _evaluate_bucket(job: BucketJob) -> BucketEvaluation:
         elif job.stage != "colocated":
             ev = _evaluate_pool(job)
         else:
-            cap = serving.capacity_at_slo(configs, b.prompt, b.output, w.slo, params, technique=job.technique)
+            cap = serving.capacity_at_slo_sets(configs, [(b.prompt, b.output)], w.slo, params, technique=job.technique,
+                                               p99s_at_capacity=False)[0]
             ev = _colocated_evaluation(cap, n)
     return ev
 
 
 def _colocated_evaluation(cap: serving.Capacity, n: int) -> BucketEvaluation:
     """The evaluation of ``n`` configurations from their capacity at the SLO: 0 where not finite,
-    and for an unservable one the best p99s it reaches and why."""
+    and for an unservable one the best p99s it reaches and why (the p99s at capacity are not needed:
+    ``p99s_at_capacity=False``)."""
     floors: list[dict[str, float]] = []
     for i in range(n):
         floor = {}
@@ -163,7 +165,8 @@ def _evaluate_family(jobs: Sequence[BucketJob]) -> list[BucketEvaluation]:
         return [_evaluate_bucket(job) for job in jobs]
     with np.errstate(all="ignore"):
         caps = serving.capacity_at_slo_sets(first.configs, [(j.bucket.prompt, j.bucket.output) for j in jobs],
-                                            first.workload.slo, first.params, technique=first.technique)
+                                            first.workload.slo, first.params, technique=first.technique,
+                                            p99s_at_capacity=False)
     return [_colocated_evaluation(cap, len(first.chosen)) for cap in caps]
 
 

@@ -106,16 +106,21 @@ def capacity_at_slo_sets(
     prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
     technique: ServingTechnique | None = None,
     offline_ceiling: float | None = SERVER_OFFLINE_CEILING,
+    p99s_at_capacity: bool = True,
 ) -> list[Capacity]:
     """``capacity_at_slo`` of every configuration on each (prompt, output) pair of ``lengths`` (a
     workload's buckets), in one search over the G·N rows (``rows.RowLengths``): the capacities are
-    those of one call per pair, within rounding, at about the numpy overhead of one."""
+    those of one call per pair, within rounding, at about the numpy overhead of one.
+
+    ``p99s_at_capacity=False`` skips the evaluation at capacity of the servable configurations
+    (their p99s and ``at_capacity`` figures are NaN; capacities, limits and the unservable ones'
+    best p99s are unchanged): what a planner that needs only the capacities asks."""
     active = technique is not None and technique.active
     sets = [lengths_for(p, o, technique) if active else lengths_for(p, o) for p, o in lengths]
     cc = technique.configure(c) if active else c
     n = len(c)
     tiled = cc if len(sets) == 1 else cc.take(np.tile(np.arange(n), len(sets)))
-    cap = _capacity(tiled, row_lengths(sets, n), slo, prefill_chunk_tokens, offline_ceiling)
+    cap = _capacity(tiled, row_lengths(sets, n), slo, prefill_chunk_tokens, offline_ceiling, p99s_at_capacity)
     return [cap] if len(sets) == 1 else [_rows_of(cap, slice(g * n, (g + 1) * n)) for g in range(len(sets))]
 
 
@@ -128,18 +133,18 @@ def _rows_of(cap: Capacity, rows: slice) -> Capacity:
 
 
 def _capacity(c: Configs, lens: RowLengths, slo: SLO, prefill_chunk_tokens: int,
-              offline_ceiling: float | None = SERVER_OFFLINE_CEILING) -> Capacity:
+              offline_ceiling: float | None = SERVER_OFFLINE_CEILING, p99s_at_capacity: bool = True) -> Capacity:
     """``capacity_at_slo`` on configurations and per-row lengths with any technique applied."""
     runnable_idx = np.flatnonzero(np.asarray(c.supported, dtype=bool) & np.asarray(c.runnable, dtype=bool))
     if len(runnable_idx) < len(c):
         return _scatter_capacity(c, runnable_idx, _capacity(
-            c.take(runnable_idx), lens.take(runnable_idx), slo, prefill_chunk_tokens, offline_ceiling)
-            if len(runnable_idx) else None)
+            c.take(runnable_idx), lens.take(runnable_idx), slo, prefill_chunk_tokens, offline_ceiling,
+            p99s_at_capacity) if len(runnable_idx) else None)
     targets = slo_targets(slo)
     first, inverse = _distinct_rows(c, lens.group)
     if len(first) < len(c):
         return _expand_capacity(c, inverse, _capacity(c.take(first), lens.take(first), slo, prefill_chunk_tokens,
-                                                      offline_ceiling), targets)
+                                                      offline_ceiling, p99s_at_capacity), targets)
     search = _Search(c, lens, prefill_chunk_tokens, targets)
     lam_cap = _scheduler_cap_qps(c, search.lens)
     lam_lo = lam_cap * 1e-6
@@ -166,13 +171,32 @@ def _capacity(c: Configs, lens: RowLengths, slo: SLO, prefill_chunk_tokens: int,
     max_qps = np.where(capped, ceiling, max_qps)
     # at capacity: TTFT and TPOT percentiles always, E2E (a costly L × O mixture) when it is an SLO
     # (Newton from the step time of the highest feasible probe, below both)
-    at_cap = evaluate_load(c, np.where(max_qps > 0, max_qps, lam_lo), search.lens, search.chunk,
-                           search.need | {"ttft", "tpot"}, t0=t_lo)
+    need = search.need | {"ttft", "tpot"}
+    if p99s_at_capacity:
+        at_cap = evaluate_load(c, np.where(max_qps > 0, max_qps, lam_lo), search.lens, search.chunk, need, t0=t_lo)
+    else:  # only the unservable rows, at λ_lo
+        at_cap = _evaluate_rows(search, np.flatnonzero(max_qps <= 0), lam_lo, need, t_lo)
     limited_by, why = _limits(search, at_cap, max_qps, hi, ok_lo, ok_hi, bind_hi)
     for i in np.flatnonzero(capped):
         limited_by[i], why[i] = "utilization", None
     # unservable rows: at_cap is at λ_lo, the best they reach
     return Capacity.at(at_cap, max_qps, max_qps * search.lens.mean_o, limited_by, why)
+
+
+def _evaluate_rows(search: _Search, rows: np.ndarray, lam: np.ndarray, need: set[str], t0: np.ndarray) -> LoadResult:
+    """``evaluate_load`` of ``rows`` at ``lam[rows]`` as a LoadResult over every row (NaN elsewhere; the
+    booleans False)."""
+    n = len(search.c)
+    sub = (evaluate_load(search.c.take(rows), lam[rows], search.lens.take(rows), search.chunk, need, t0=t0[rows])
+           if len(rows) else None)
+    out = {}
+    for f in fields(LoadResult):
+        boolean = f.name in ("saturated", "kv_fits")
+        full = np.zeros(n, dtype=bool) if boolean else np.full(n, np.nan)
+        if sub is not None:
+            full[rows] = getattr(sub, f.name)
+        out[f.name] = full
+    return LoadResult(**out)
 
 
 @dataclass(frozen=True)
