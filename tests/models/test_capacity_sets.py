@@ -122,3 +122,20 @@ def test_mixed_length_sets_e2e_slo_and_a_technique(chat_fleet):
     _assert_same(per_set, serving.capacity_at_slo_sets(c, sets, slo, PARAMS, technique=technique))
     backwards = serving.capacity_at_slo_sets(c, sets[::-1], slo, PARAMS, technique=technique)[::-1]
     _assert_same(per_set, backwards)
+
+
+def test_capacities_without_the_p99s_at_capacity(chat_fleet):
+    """What the planner asks (``p99s_at_capacity=False``): the same capacities, limits and reasons; the
+    unservable configurations keep their best p99s, the servable ones have none."""
+    plan, catalog = chat_fleet
+    w = plan.workloads[0]
+    c = _configs(catalog, w.model, w.engine, PINNED_COMBOS)
+    full = serving.capacity_at_slo_sets(c, _sets(w), w.slo, PARAMS)
+    lean = serving.capacity_at_slo_sets(c, _sets(w), w.slo, PARAMS, p99s_at_capacity=False)
+    for a, b in zip(full, lean, strict=True):
+        np.testing.assert_array_equal(b.max_qps, a.max_qps)
+        assert (b.limited_by, b.why) == (a.limited_by, a.why)
+        unservable = a.max_qps == 0
+        assert unservable.any() and (~unservable).any()
+        np.testing.assert_allclose(b.ttft_p99_ms[unservable], a.ttft_p99_ms[unservable], rtol=1e-9)
+        assert np.isnan(b.ttft_p99_ms[~unservable]).all() and np.isfinite(a.ttft_p99_ms[~unservable]).all()
