@@ -206,16 +206,15 @@ def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft, need: set[str
     if "tpot" in need:
         # a row whose requests all have one output token: no gap between tokens, so no time per
         # output token to wait for — a TPOT SLO is met trivially (0 ms), not unmeetable (nan)
-        has = np.flatnonzero(tp.weights.sum(axis=1) > 0)
+        has = tp.weights.sum(axis=1) > 0
+        out["tpot_p99"], out["tpot_p50"] = np.where(has, np.nan, 0.0), np.where(has, np.nan, 0.0)
+        rows = np.flatnonzero(has)
         for q in qs:
             key = f"tpot_p{round(q * 100)}"
-            out[key] = np.zeros(n)
-            if len(has) == n:
+            if len(rows) == n:
                 out[key] = mixture_quantile(q, tp.weights, tp.mt, tp.var, tp.k3)
-            elif len(has):
-                out[key][has] = mixture_quantile(q, tp.weights[has], tp.mt[has], tp.var[has], tp.k3[has])
-        if "tpot_p50" not in {f"tpot_p{round(q * 100)}" for q in qs}:
-            out["tpot_p50"] = np.where(tp.weights.sum(axis=1) > 0, np.nan, 0.0)
+            elif len(rows):
+                out[key][rows] = mixture_quantile(q, tp.weights[rows], tp.mt[rows], tp.var[rows], tp.k3[rows])
     ttft_m, ttft_v, ttft_k3 = ttft
     if "ttft" in need:
         for q in qs:
