@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from optimizer.models.serving.rows import RowLengths
-from optimizer.models.serving.state import State
+from optimizer.models.serving.state import GRID_BLOCK_ELEMENTS, State
 
 # Window integrals of the linear load-feedback model (see ``feedback_factors``), as functions of the
 # decode gain v: I_a(v) = (1/2π)∫ K(θ)²/|1 − v·K₁(θ)|² dθ, I_b(v) = (1/2π)∫ K(θ)·Re K₁(θ)/|1 − v·K₁(θ)|² dθ
@@ -98,11 +98,15 @@ def batch_average_var(lam, tbar, window, o1, o_w) -> np.ndarray:
     ``(2λ/W²)·Σ_q w_q·I(s_q, W)`` with service ``s_q = (O_q−1)·t̄`` and
     ``I = W²s/2 − W³/6`` (s >= W) or ``W·s²/2 − s³/6`` (s < W).
     """
-    s = o1[:, None, :] * tbar[:, None, None]  # (N, 1, QO') others' service
-    w = window[:, :, None]  # (N, QO, 1)
-    big = w * w * s / 2.0 - w * w * w / 6.0
-    small = w * s * s / 2.0 - s * s * s / 6.0
-    integral = (np.where(s >= w, big, small) @ o_w[:, :, None])[:, :, 0]  # (N, QO)
+    integral = np.empty(window.shape)  # (N, QO), by blocks of rows: the (rows, QO, QO') temporaries stay in cache
+    step = max(1, GRID_BLOCK_ELEMENTS // max(window.shape[1] * o1.shape[1], 1))
+    for start in range(0, len(window), step):
+        rows = slice(start, start + step)
+        s = o1[rows, None, :] * tbar[rows, None, None]  # (rows, 1, QO') others' service
+        w = window[rows, :, None]  # (rows, QO, 1)
+        big = w * w * s / 2.0 - w * w * w / 6.0
+        small = w * s * s / 2.0 - s * s * s / 6.0
+        integral[rows] = (np.where(s >= w, big, small) @ o_w[rows, :, None])[:, :, 0]
     with np.errstate(invalid="ignore", divide="ignore"):
         v = 2.0 * lam[:, None] * integral / np.maximum(window, 1e-300) ** 2
     return np.where(window > 0, v, 0.0)
