@@ -28,7 +28,7 @@ from workloads import load_plan, resolve_catalog
 REL = 1e-6
 RUNNER_UP = ("rtx-pro-6000", {"b200": 7}, 471_198.164)
 DEVICES = {  # device: (break-even purchase $, break-even capacity factor)
-    "l40s": (6_234.82161490862, 0.9553906638703685),
+    "l40s": (6_234.82161490862, 0.955),  # the fleet changes between 0.9550 and 0.9554
     "rtx-pro-6000": (9_467.494420286592, 0.975),
 }
 TORNADO = {  # input prefix: ($ at the low end, $ at the high end)
@@ -66,12 +66,14 @@ def test_chat_fleet_sensitivity_is_pinned(chat):
     got = {d.device: (d.break_even_price, d.break_even_capacity_factor) for d in s.devices}
     assert got.keys() == DEVICES.keys()
     for d, (price, factor) in DEVICES.items():
-        assert got[d] == (pytest.approx(price, rel=REL), pytest.approx(factor, rel=REL)), d
+        # a factor is a bracket of width CAPACITY_TOLERANCE, not a point: capacities that differ in
+        # the 9th digit (one serving-model search per workload) move where the search lands in it
+        assert got[d] == (pytest.approx(price, rel=REL), pytest.approx(factor, abs=CAPACITY_TOLERANCE)), d
     assert len(s.tornado) == len(TORNADO)
     for row in s.tornado:
         (low, high), = [v for k, v in TORNADO.items() if row.input.startswith(k)]
         assert (row.low_usd, row.high_usd) == (pytest.approx(low, rel=REL), pytest.approx(high, rel=REL)), row.input
-    assert s.solves == 23
+    assert s.solves <= 25  # 28 with the bisection; 23-25 by where the galloping search lands
 
 
 def test_timings_report_the_sensitivity_stage(chat):
@@ -81,15 +83,16 @@ def test_timings_report_the_sensitivity_stage(chat):
                                        abs=0.05)
 
 
-def test_capacity_factor_brackets_the_change(inputs, chat):
-    """The galloping search's claim for rtx-pro-6000 (f* = 0.975 < B's utilisation): the fleet
-    stays at f* and changes at f* − tolerance (a different fleet costing more than B + the gap)."""
+@pytest.mark.parametrize("device", sorted(DEVICES))
+def test_capacity_factor_brackets_the_change(inputs, chat, device):
+    """The search's claim for each chosen device (f* below B's utilisation): the fleet stays at
+    the reported f* and changes at f* − tolerance (a different fleet costing more than B + the gap)."""
     plan, cat, cset = inputs
     cset = sized(cset, capacity_factors(plan, fidelity_map(cset, load_params(None), cat)), demand_factor(plan))
     problem = fleet_problem(cset, plan)
     base = {f.device: f.gpus for f in chat.fleet}
-    f = DEVICES["rtx-pro-6000"][1]
-    at = {k: {d: g for d, (g, _) in fleet_of(solve_fleet(with_capacity(problem, {"rtx-pro-6000": k}))).items()}
+    f, = [d.break_even_capacity_factor for d in chat.sensitivity.devices if d.device == device]
+    at = {k: {d: g for d, (g, _) in fleet_of(solve_fleet(with_capacity(problem, {device: k}))).items()}
           for k in (f, f - CAPACITY_TOLERANCE)}
     assert at[f] == base
     assert at[f - CAPACITY_TOLERANCE] != base
