@@ -1,5 +1,5 @@
 """The decomposition of the fleet MILP (optimizer/planning/milp/heuristic.py, decompose.py):
-each workload alone, pooled on shared servers, device elimination, the bound Σ_w L[w].
+each workload alone, pooled on shared servers, the MILP over their neighbourhood, the bound Σ_w L[w].
 
 The hand-worked case (two workloads, two devices; objective $ per GPU and per server):
 
@@ -12,7 +12,7 @@ The hand-worked case (two workloads, two devices; objective $ per GPU and per se
 So Σ_w L[w] = $1,000. Pooled alone plans: 5 GPUs of a on one server, 5·100 + 800 = $1,300.
 Every fleet: all on b 5 GPUs on 3 servers, 5·180 + 3·80 = $1,140 (the optimum); all on a
 $1,300; w1 on a and w2 on b 300 + 800 + 360 + 80 = $1,540; w1 on b and w2 on a
-540 + 160 + 200 + 800 = $1,700. Device elimination drops a (both re-planned on b): $1,140.
+540 + 160 + 200 + 800 = $1,700. The neighbourhood MILP (every option here) finds $1,140.
 With an inventory of 4 b GPUs the all-b fleet is out and the optimum is all on a, $1,300.
 """
 
@@ -70,27 +70,28 @@ def test_bounds_of_the_hand_worked_case_are_below_its_optimum():
     assert pooled_bound(p, plans) <= optimum.objective_usd
 
 
-def test_pooled_plans_then_device_elimination_reach_the_optimum():
+def test_pooled_plans_share_servers():
     p = hand_problem()
-    plans = workload_plans(p, time_limit_s=10, gap=1e-6)
-    first = pooled_fleet(p, plans)
-    assert first.gpus == {"a": 5} and first.nodes == {"a": 1}
-    assert first.objective_usd == pytest.approx(1300.0)
     fleet, lower, cuts = pooled_start(p, time_limit_s=10, gap=1e-6)
-    assert fleet.gpus == {"b": 5} and fleet.nodes == {"b": 3}
-    assert fleet.objective_usd == pytest.approx(1140.0)
+    assert fleet.gpus == {"a": 5} and fleet.nodes == {"a": 1}
+    assert fleet.objective_usd == pytest.approx(1300.0)
     assert lower == pytest.approx(1000.0, rel=1e-5)
     assert set(cuts) == {"w1", "w2"}
+    assert fleet.routed_qps == {("w1", 0, "a1"): pytest.approx(10.0), ("w2", 0, "a2"): pytest.approx(6.0)}
 
 
 def test_a_shared_row_the_pooled_fleet_breaks_keeps_it_out():
     p = hand_problem(inventory_b=4)
-    all_b = pooled_fleet(p, {w: single_option_plan(d, tuple(o for o in p.options if o.workload == w and o.device == "b"),
-                                                   p.units) for w, d in (("w1", p.demands[0]), ("w2", p.demands[1]))})
+    on_b = {d.workload: single_option_plan(d, tuple(o for o in p.options if o.workload == d.workload and o.device == "b"),
+                                           p.units) for d in p.demands}
+    all_b = pooled_fleet(p, on_b)
     assert all_b.gpus == {"b": 5}
     assert fleet_violations(p, all_b) == ["b: 5 GPUs > inventory 4"]
+    assert fleet_violations(hand_problem(), all_b) == []
+    p = hand_problem(inventory_b=0)
+    p = FleetProblem(p.demands, tuple(o for o in p.options if o.device == "b"), p.units)  # only b, none in stock
     fleet, _, _ = pooled_start(p, time_limit_s=10, gap=1e-6)
-    assert fleet.gpus == {"a": 5} and fleet.objective_usd == pytest.approx(1300.0)
+    assert fleet is None
 
 
 def test_solve_decomposed_proves_the_hand_worked_optimum(monkeypatch):
@@ -122,14 +123,17 @@ def chat():
     return plan, cset, fleet_problem(cset, plan)
 
 
-def test_pooled_fleet_passes_the_solver_free_check_and_never_loses_to_one_device(chat):
+def test_pooled_fleet_passes_the_solver_free_check_and_never_loses_to_one_device(chat, monkeypatch):
     plan, cset, problem = chat
+    monkeypatch.setattr(decompose, "BOUNDS_MIN_OPTIONS", 0)  # the chat fleet (~100 options) decomposed
     fleet, lower, _ = pooled_start(problem, time_limit_s=30, gap=1e-3)
     assert fleet is not None and fleet.objective_usd >= lower
     result = assemble(plan, cset, fleet, [], None, Provenance(), problem)
     assert check_plan(result, plan) == []
     _, one = single_device_solution(problem, time_limit_s=10, gap=1e-3)
-    sol = solve_decomposed(problem, time_limit_s=10, gap=1e-3, start=one)  # below BOUNDS_MIN_OPTIONS: the MILP
+    sol = solve_decomposed(problem, time_limit_s=10, gap=1e-3, start=one)
     assert sol.objective_usd <= one.objective_usd * (1 + 1e-9)
+    exact = solve_fleet(problem, time_limit_s=30, gap=1e-6)
+    assert sol.bound_usd <= exact.objective_usd * (1 + 1e-9) <= sol.objective_usd * (1 + 1e-9)
     assert sol.objective_usd <= fleet.objective_usd * (1 + 1e-3)
     assert check_plan(assemble(plan, cset, sol, [], None, Provenance(), problem), plan) == []
