@@ -30,7 +30,10 @@ from optimizer.planning.milp import decompose
 from optimizer.planning.milp.decompose import pooled_start, solve_decomposed, workload_plans
 from optimizer.planning.milp.heuristic import (
     analytic_lower_bounds,
+    consolidate,
+    fleet_cost_usd,
     fleet_violations,
+    placed_in_fleet,
     pooled_bound,
     pooled_fleet,
     single_option_plan,
@@ -137,3 +140,28 @@ def test_pooled_fleet_passes_the_solver_free_check_and_never_loses_to_one_device
     assert sol.bound_usd <= exact.objective_usd * (1 + 1e-9) <= sol.objective_usd * (1 + 1e-9)
     assert sol.objective_usd <= fleet.objective_usd * (1 + 1e-3)
     assert check_plan(assemble(plan, cset, sol, [], None, Provenance(), problem), plan) == []
+
+
+def test_consolidation_empties_the_device_whose_server_is_mostly_idle():
+    # pooled: 5 of a's 8 GPUs ($1,300; $300 of idle GPUs). Re-placing w1 beside w2 keeps a
+    # (3 × $100 on the paid server vs 3 × $180 + 2 × $80 on b); emptying a puts both on b: $1,140.
+    p = hand_problem()
+    plans = workload_plans(p, time_limit_s=10, gap=1e-6)
+    fleet = pooled_fleet(p, consolidate(p, plans, time_limit_s=10))
+    assert fleet.gpus == {"b": 5} and fleet.objective_usd == pytest.approx(1140.0)
+    assert fleet_cost_usd(p.units, fleet.gpus) == pytest.approx(1140.0)
+    # with 4 b GPUs in stock w2 no longer fits on b: the fleet stays on a
+    p = hand_problem(inventory_b=4)
+    fleet = pooled_fleet(p, consolidate(p, workload_plans(p, time_limit_s=10, gap=1e-6), time_limit_s=10))
+    assert fleet.gpus == {"a": 5} and fleet_violations(p, fleet) == []
+
+
+def test_placed_in_fleet_counts_only_the_servers_it_adds():
+    p = hand_problem()
+    w2 = p.demands[1]
+    # beside 3 GPUs of a (5 free on the paid server), w2's 2 replicas on a cost 2 × $100
+    plan = placed_in_fleet(w2, p.options[2:], p.units, {"a": 3})
+    assert plan.replicas == {("w2", "a2"): 2}
+    # beside nothing, a costs 2 × 100 + 800 = $1,000 and b 2 × 180 + 80 = $440
+    assert placed_in_fleet(w2, p.options[2:], p.units, {}).replicas == {("w2", "b2"): 2}
+    assert placed_in_fleet(w2, p.options[2:], p.units, {}, frozenset({"a", "b"})) is None

@@ -22,6 +22,7 @@ from dataclasses import replace
 
 from optimizer.planning.milp.heuristic import (
     WorkloadPlan,
+    consolidate,
     fleet_violations,
     pooled_bound,
     pooled_fleet,
@@ -45,6 +46,7 @@ from optimizer.results.plan_result import SolveStatus
 ALONE_MAX_S = 2.0
 # Shares of the time limit: the one-workload MILPs, the neighbourhood MILP, the fleet MILP's polish.
 PLANS_SHARE = 0.25
+CONSOLIDATE_SHARE = 0.1
 NEIGHBOURHOOD_SHARE = 0.4
 POLISH_SHARE = 0.2
 # The neighbourhood of a fleet: its options, and each workload's best per bucket and cheapest per replica.
@@ -88,15 +90,18 @@ def decomposes(problem: FleetProblem, minimise: Minimise) -> bool:
     return minimise == "objective" and len(problem.demands) > 1 and len(problem.options) >= BOUNDS_MIN_OPTIONS
 
 
-def pooled_start(problem: FleetProblem, *, time_limit_s: float, gap: float, solver: str = "highs"
-                 ) -> tuple[FleetSolution | None, float, dict[str, float]]:
-    """Steps 1-2 of the module doc in ``time_limit_s``: (the pooled fleet, None when it breaks a
+def pooled_start(problem: FleetProblem, *, time_limit_s: float, gap: float, solver: str = "highs",
+                 consolidate_s: float = 0.0) -> tuple[FleetSolution | None, float, dict[str, float]]:
+    """Steps 1-2 of the module doc: the one-workload plans in ``time_limit_s``, pooled, then
+    ``heuristic.consolidate`` for ``consolidate_s``. Returns (the fleet, None when it breaks a
     shared row or some workload has no plan; Σ_w L[w]; the cuts L[w] proven by a MILP)."""
     plans = workload_plans(problem, time_limit_s=time_limit_s, gap=gap, solver=solver)
     if plans is None:
         return None, 0.0, {}
     lower = pooled_bound(problem, plans)
     cuts = {w: p.bound_usd for w, p in plans.items() if p.bound_usd is not None}
+    if consolidate_s > 0:
+        plans = consolidate(problem, plans, time_limit_s=consolidate_s)
     fleet = pooled_fleet(problem, plans, "pooled one-workload plans")
     return (None if fleet_violations(problem, fleet) else fleet), lower, cuts
 
@@ -116,7 +121,8 @@ def solve_decomposed(problem: FleetProblem, *, time_limit_s: float = 10.0, gap: 
         return solve_fleet(problem, time_limit_s=time_limit_s, gap=gap, solver=solver, minimise=minimise, start=start)
     t0 = time.perf_counter()
     deadline = t0 + time_limit_s
-    pooled, lower, cuts = pooled_start(problem, time_limit_s=PLANS_SHARE * time_limit_s, gap=gap, solver=solver)
+    pooled, lower, cuts = pooled_start(problem, time_limit_s=PLANS_SHARE * time_limit_s, gap=gap, solver=solver,
+                                       consolidate_s=CONSOLIDATE_SHARE * time_limit_s)
     best = cheaper(pooled, start)
     steps = ["pooled one-workload plans" if best is pooled and best is not None else "the given start"]
     if not within_gap(best, lower, gap):

@@ -23,6 +23,7 @@ n = max(min_replicas, ⌈Σ_b λ_b/μ_b⌉ + spare)), and the analytic bound of
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -167,3 +168,107 @@ def restricted_problem(problem: FleetProblem, keep: frozenset[tuple[str, str]] =
     options = tuple(o for o in problem.options if (o.workload, o.key) in chosen)
     used = {o.device for o in options}
     return replace(problem, options=options, units={d: u for d, u in problem.units.items() if d in used})
+
+
+def fleet_cost_usd(units: Mapping[str, UnitTerms], gpus: Mapping[str, int]) -> float:
+    """Σ_d c_gpu[d]·gpus[d] + c_node[d]·⌈gpus[d]/G[d]⌉: the objective of a fleet on whole servers."""
+    return sum(units[d].objective_usd.at(g, math.ceil(g / units[d].gpus_per_node)) for d, g in gpus.items() if g)
+
+
+def placed_in_fleet(demand: Demand, options: tuple[Option, ...], units: Mapping[str, UnitTerms],
+                    others_gpus: Mapping[str, int], banned: frozenset[str] = frozenset()) -> WorkloadPlan | None:
+    """The single-option plan (:func:`single_option_plan`'s replica count) whose marginal cost beside
+    a fleet using ``others_gpus`` is lowest: c_gpu·n·g + c_node·(⌈(o + n·g)/G⌉ − ⌈o/G⌉), the GPUs of
+    partly used servers being paid already. Devices in ``banned``, not allowed, whole-servers-only
+    (the MILP's work) or out of inventory are skipped. None when no option fits."""
+    loaded = [b for b, lam in enumerate(demand.bucket_qps) if lam > 0]
+    best: tuple[float, str, int] | None = None
+    for o in options:
+        u = units[o.device]
+        if (o.stage != "colocated" or o.device in banned or not u.allowed or u.full_servers_only
+                or any(o.capacity_qps[b] <= 0 for b in loaded)):
+            continue
+        load = sum(demand.bucket_qps[b] / o.capacity_qps[b] for b in loaded)
+        n = max(demand.min_replicas, math.ceil(load - 1e-9) + spare_replicas(demand, o, u.gpus_per_node), 1)
+        before = others_gpus.get(o.device, 0)
+        after = before + n * o.gpus
+        nodes_after = math.ceil(after / u.gpus_per_node)
+        if u.inventory_gpus is not None and u.installed_gpus(after, nodes_after) > u.inventory_gpus:
+            continue
+        cost = u.objective_usd.per_gpu * n * o.gpus + u.objective_usd.per_node * (
+            nodes_after - math.ceil(before / u.gpus_per_node))
+        if best is None or (cost, o.key) < best[:2]:
+            best = (cost, o.key, n)
+    if best is None:
+        return None
+    _, key, n = best
+    w = demand.workload
+    return WorkloadPlan(w, {(w, key): n}, {(w, b, key): demand.bucket_qps[b] for b in loaded}, None)
+
+
+def consolidate(problem: FleetProblem, plans: Mapping[str, WorkloadPlan], *, time_limit_s: float
+                ) -> dict[str, WorkloadPlan]:
+    """Local search on the fleet's true cost (:func:`fleet_cost_usd`) from the pooled plans, two moves:
+
+    - re-place: a workload's plan replaced by its cheapest single option beside the others
+      (:func:`placed_in_fleet`), largest workloads first;
+    - empty a device: every workload on device d re-placed without d, largest first, the
+      devices with the most $ of idle server GPUs first (one-workload plans scatter over
+      near-identical devices, each paying a partly used server).
+
+    A move is kept when the fleet gets cheaper and breaks no shared row (:func:`fleet_violations`);
+    rounds repeat until one keeps none or ``time_limit_s`` is spent. No solver: O(options) a move.
+    """
+    deadline = time.perf_counter() + time_limit_s
+    units, out = problem.units, dict(plans)
+    by_key = {(o.workload, o.key): o for o in problem.options}
+    by_workload = options_by_workload(problem)
+    order = sorted(problem.demands, key=lambda d: (-sum(d.bucket_qps), d.workload))
+
+    def gpus_of(p: WorkloadPlan) -> dict[str, int]:
+        g: dict[str, int] = {}
+        for idx, n in p.replicas.items():
+            g[by_key[idx].device] = g.get(by_key[idx].device, 0) + n * by_key[idx].gpus
+        return g
+
+    def add(a: Mapping[str, int], b: Mapping[str, int], sign: int = 1) -> dict[str, int]:
+        return {d: a.get(d, 0) + sign * b.get(d, 0) for d in set(a) | set(b)}
+
+    fleet = {d: g for d, g in pooled_fleet(problem, out).gpus.items()}
+    cost = fleet_cost_usd(units, fleet)
+
+    def keep(trial: dict[str, WorkloadPlan], gpus: dict[str, int]) -> bool:
+        nonlocal out, fleet, cost
+        c = fleet_cost_usd(units, gpus)
+        if c < cost * (1 - 1e-9) and not fleet_violations(problem, pooled_fleet(problem, trial)):
+            out, fleet, cost = trial, gpus, c
+            return True
+        return False
+
+    improved = True
+    while improved and time.perf_counter() < deadline:
+        improved = False
+        for dem in order:
+            w = dem.workload
+            others = add(fleet, gpus_of(out[w]), -1)
+            new = placed_in_fleet(dem, by_workload.get(w, ()), units, others)
+            if new is not None and keep({**out, w: replace(new, bound_usd=out[w].bound_usd)}, add(others, gpus_of(new))):
+                improved = True
+        waste = {d: units[d].objective_usd.per_node * (-g % units[d].gpus_per_node) / units[d].gpus_per_node
+                 for d, g in fleet.items() if g}
+        for d in sorted((d for d in waste if waste[d] > 0), key=lambda d: (-waste[d], d)):
+            if time.perf_counter() >= deadline:
+                break
+            users = [dem for dem in order if d in gpus_of(out[dem.workload])]
+            trial, gpus = dict(out), dict(fleet)
+            for dem in users:
+                gpus = add(gpus, gpus_of(out[dem.workload]), -1)
+            for dem in users:
+                new = placed_in_fleet(dem, by_workload.get(dem.workload, ()), units, gpus, frozenset({d}))
+                if new is None:
+                    break
+                trial[dem.workload] = replace(new, bound_usd=out[dem.workload].bound_usd)
+                gpus = add(gpus, gpus_of(new))
+            else:
+                improved = keep(trial, gpus) or improved
+    return out
