@@ -1,17 +1,23 @@
-"""The fleet MILP of many workloads by decomposition: each workload alone, pooled, improved,
-then the whole MILP started from that fleet (or no MILP when it is proven within the gap).
+"""The fleet MILP of many workloads by decomposition: each workload alone, pooled, consolidated,
+a MILP over that fleet's neighbourhood, then the whole MILP started from the best fleet.
 
 1. Each workload's one-workload MILP (``solve_alone``; servers amortised per GPU, no shared
-   rows): its plan and its proven bound L[w] (:func:`workload_plans`; past its time share a
-   workload gets its cheapest single-option plan and the analytic bound).
-2. The plans pooled on shared servers (``heuristic.pooled_fleet``), then device
-   elimination (:func:`eliminate_devices`). The pooled fleet is checked against the shared
-   rows (``heuristic.fleet_violations``) and dropped when it breaks one.
-3. If the pooled fleet (or the given start, whichever is cheaper) is within ``gap`` of
-   Σ_w L[w] (``heuristic.pooled_bound``, a lower bound on the optimum), it is the answer,
-   proven; otherwise the fleet MILP runs in what is left of the limit with the L[w] as cuts
-   (``define_workload_bounds``) and that fleet as its first incumbent, so it never returns
-   a dearer one. The gap is reported against max(Σ_w L[w], the MILP's dual bound).
+   rows): its plan and its proven bound L[w] (:func:`workload_plans`, PLANS_SHARE of the
+   limit; past it a workload gets its cheapest single-option plan and the analytic bound).
+   Σ_w L[w] is a lower bound on the fleet's optimum (``heuristic.pooled_bound``).
+2. The plans pooled on shared servers and consolidated without a solver
+   (``heuristic.consolidate``, CONSOLIDATE_SHARE); dropped if the fleet breaks a shared row
+   (``heuristic.fleet_violations``). The cheaper of it and the given start is the incumbent.
+3. The MILP restricted to the incumbent's options plus each workload's NEIGHBOURHOOD_PER_BUCKET
+   best options per bucket and its cheapest one (``heuristic.restricted_problem``;
+   NEIGHBOURHOOD_SHARE), started from the incumbent, the L[w] as cuts
+   (``define_workload_bounds``): its plans are plans of the full problem.
+4. ``polish``: the full MILP from the best fleet for POLISH_SHARE of the limit; its dual
+   bound, when higher, replaces Σ_w L[w].
+
+Each step starts from the previous fleet, so the answer is never dearer than the start; it
+is ``optimal`` when within ``gap`` of the bound, else ``feasible`` with that gap. A step is
+skipped once the fleet is within the gap.
 """
 
 from __future__ import annotations
@@ -135,14 +141,19 @@ def solve_decomposed(problem: FleetProblem, *, time_limit_s: float = 10.0, gap: 
             best = near
             steps.append(f"a MILP over their neighbourhood ({len(sub.options):,} of {len(problem.options):,} options: "
                          f"{near.detail})")
-    if polish and not within_gap(best, lower, gap) and deadline - time.perf_counter() > 0.05 * time_limit_s:
-        left = min(deadline - time.perf_counter(), POLISH_SHARE * time_limit_s)
-        full = solve_fleet(problem, time_limit_s=left, gap=gap, solver=solver, start=best, cuts=cuts)
+    full = None
+    if polish and not within_gap(best, lower, gap) and (best is None or deadline - time.perf_counter() > 0.05 * time_limit_s):
+        left = min(deadline - time.perf_counter(), POLISH_SHARE * time_limit_s) if best is not None else \
+            deadline - time.perf_counter()  # no plan yet: the fleet MILP gets what is left (it may prove infeasibility)
+        full = solve_fleet(problem, time_limit_s=max(left, 0.05 * time_limit_s), gap=gap, solver=solver, start=best,
+                           cuts=cuts)
         lower = max(lower, bound_of(full) or 0.0) if full.status.has_plan else lower  # the full MILP's dual bound
         if cheaper(full, best) is full:
             best = full
             steps.append(f"the fleet MILP ({full.detail})")
     if best is None:
+        if full is not None:
+            return replace(full, solve_seconds=time.perf_counter() - t0 - full.build_seconds)
         return FleetSolution(SolveStatus.ERROR, f"no plan found in {time_limit_s:g} s (the time limit); "
                              "raise --time-limit-s", solver=solver, solve_seconds=time.perf_counter() - t0)
     g = max((best.objective_usd - lower) / best.objective_usd, 0.0) if best.objective_usd else None

@@ -15,9 +15,12 @@ shared rows dropped, the problem splits into one small MILP per workload:
 
 A workload whose one-workload MILP does not fit in the time given gets its cheapest
 single-option plan instead (:func:`single_option_plan`: one candidate carries every bucket,
-n = max(min_replicas, ⌈Σ_b λ_b/μ_b⌉ + spare)), and the analytic bound of
-``optimizer.planning.milp.restrict.analytic_lower_bounds``.
+n = max(min_replicas, ⌈Σ_b λ_b/μ_b⌉ + spare)), and the analytic bound
+(:func:`analytic_lower_bounds`).
 
+The pooled plans are then consolidated (:func:`consolidate`: one-workload plans scatter over
+near-identical devices, each paying a partly used server), and :func:`restricted_problem`
+gives the neighbourhood of the fleet that the decomposition's MILP searches.
 """
 
 from __future__ import annotations
