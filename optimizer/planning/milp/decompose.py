@@ -10,7 +10,7 @@ a MILP over that fleet's neighbourhood, then the whole MILP started from the bes
    (``heuristic.fleet_violations``). The cheaper of it and the given start is the incumbent.
 3. The MILP restricted to the incumbent's options plus each workload's NEIGHBOURHOOD_PER_BUCKET
    best options per bucket and its cheapest one (``heuristic.restricted_problem``;
-   NEIGHBOURHOOD_SHARE), started from the incumbent, the L[w] as cuts
+   NEIGHBOURHOOD_SHARE, or all that is left without the polish), started from the incumbent, the L[w] as cuts
    (``define_workload_bounds``): its plans are plans of the full problem.
 4. ``polish``: the full MILP from the best fleet for POLISH_SHARE of the limit; its dual
    bound, when higher, replaces Σ_w L[w].
@@ -45,7 +45,7 @@ from optimizer.planning.milp.problem import (
     UnitTerms,
     options_by_workload,
 )
-from optimizer.planning.milp.solve import bound_of, solve_alone, solve_fleet
+from optimizer.planning.milp.solve import DEADLINE_GRACE_S, bound_of, solve_alone, solve_fleet
 from optimizer.results.plan_result import SolveStatus
 
 # A one-workload MILP gets at most this long (s); it has a few hundred columns and solves in ~0.05 s.
@@ -134,7 +134,9 @@ def solve_decomposed(problem: FleetProblem, *, time_limit_s: float = 10.0, gap: 
     if not within_gap(best, lower, gap):
         keep = frozenset(k for k, n in best.replicas.items() if n > 0) if best is not None else frozenset()
         sub = restricted_problem(problem, keep, per_bucket=per_bucket, cheapest=NEIGHBOURHOOD_CHEAPEST)
-        left = min(deadline - time.perf_counter(), NEIGHBOURHOOD_SHARE * time_limit_s)
+        # with the polish to come, NEIGHBOURHOOD_SHARE; without, what is left less the child's kill grace
+        left = min(deadline - time.perf_counter(), NEIGHBOURHOOD_SHARE * time_limit_s) if polish else \
+            deadline - time.perf_counter() - DEADLINE_GRACE_S
         near = solve_fleet(sub, time_limit_s=max(left, 0.05 * time_limit_s), gap=gap, solver=solver, start=best,
                            cuts=cuts)
         if cheaper(near, best) is near:
