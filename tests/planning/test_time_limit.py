@@ -153,9 +153,10 @@ def test_plan_json_reports_stage_timings():
     result = optimize_plan(plan, resolve_catalog(plan, load_catalog(), "melange"),
                            capacity_table=EXAMPLES / "melange-example.csv")
     t = result.to_json()["timings_s"]
-    assert set(t) == {"candidates", "solve", "verification", "total"}
+    assert set(t) == {"candidates", "solve", "verification", "sensitivity", "total"}
     assert all(v >= 0 for v in t.values())
-    assert t["total"] == pytest.approx(t["candidates"] + t["solve"] + t["verification"], abs=0.05)
+    assert t["sensitivity"] == 0.0  # not asked
+    assert t["total"] == pytest.approx(t["candidates"] + t["solve"] + t["verification"] + t["sensitivity"], abs=0.05)
 
 
 def test_restricted_milp_gives_a_plan_of_the_full_problem_with_its_gap():
