@@ -28,6 +28,7 @@ from optimizer.planning.diagnose import (
     unservable,
 )
 from optimizer.planning.headroom import capacity_factors, demand_factor, policy_of, sized
+from optimizer.planning.milp.decompose import decomposes, solve_decomposed
 from optimizer.planning.milp.problem import FleetProblem, FleetSolution
 from optimizer.planning.milp.restrict import RESTRICT_MIN_OPTIONS, solve_restricted
 from optimizer.planning.milp.solve import CHILD_MIN_OPTIONS, solve_fleet
@@ -103,7 +104,7 @@ def optimize_plan(
     verification = None
     if sol.status.has_plan and model_params is not None and (verify or (verify is None and verify_by_default(cset, sol))):
         cset, resized, sol, verification = verify_and_resize(
-            plan, cset, sol, catalog, model_params, lambda p: solve_fleet(p, **options.solve_kwargs))
+            plan, cset, sol, catalog, model_params, lambda p: solve_decomposed(p, **options.solve_kwargs))
         if resized is not None:  # the one-device comparison was made on the fleet before re-sizing
             problem = resized
             sol, single, notes = solve_stage(problem, options, compare_single_device=compare_single_device,
@@ -135,7 +136,9 @@ def solve_stage(problem: FleetProblem, options: SolverOptions, *, compare_single
        the main solve's first incumbent, so that solve never returns a dearer plan.
     2. The main MILP in what is left (``solve_fleet``; a child process with a hard deadline
        on large problems; from RESTRICT_MIN_OPTIONS options on, the restricted MILP over each
-       workload's best options, ``solve_restricted``, with its gap against the full problem).
+       workload's best options, ``solve_restricted``, with its gap against the full problem;
+       from BOUNDS_MIN_OPTIONS options and two workloads on, ``solve_decomposed``: each
+       workload alone, pooled, then the MILP started from that fleet).
     3. A time-limited plan dearer than the one-device fleet, or none at all, gives way to it
        (:func:`one_device_fallback`); an infeasible plan is explained (``binding_limits``) in
        what is left of the limit.
@@ -160,6 +163,8 @@ def solve_stage(problem: FleetProblem, options: SolverOptions, *, compare_single
         sol = solved
     elif len(problem.options) >= RESTRICT_MIN_OPTIONS:
         sol = solve_restricted(problem, **{**options.solve_kwargs, "time_limit_s": main_s}, start=single_sol)
+    elif decomposes(problem, "objective"):
+        sol = solve_decomposed(problem, **{**options.solve_kwargs, "time_limit_s": main_s}, start=start)
     else:
         sol = solve_fleet(problem, **{**options.solve_kwargs, "time_limit_s": main_s}, start=start)
     if sol.status == SolveStatus.INFEASIBLE and diagnose:
