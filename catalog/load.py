@@ -20,7 +20,7 @@ _OVERRIDE_SECTIONS = ("devices", "models", "platforms")
 
 def _builtin(name: str) -> list[dict[str, Any]]:
     text = resources.files("catalog").joinpath("data", f"{name}.yaml").read_text("utf-8")
-    return parse_yaml_text(text, f"built-in {name}.yaml", CatalogError)[name]
+    return parse_yaml_text(text, f"built-in {name}.yaml", CatalogError, shipped=True)[name]
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from optimizer.planning.diagnose import (
     unservable,
 )
 from optimizer.planning.headroom import capacity_factors, demand_factor, policy_of, sized
+from optimizer.planning.milp.decompose import decomposes, solve_decomposed
 from optimizer.planning.milp.problem import FleetProblem, FleetSolution
 from optimizer.planning.milp.restrict import RESTRICT_MIN_OPTIONS, solve_restricted
 from optimizer.planning.milp.solve import CHILD_MIN_OPTIONS, solve_fleet
@@ -96,23 +97,26 @@ def optimize_plan(
         sol = FleetSolution(SolveStatus.INFEASIBLE, "; ".join(d.message for d in missing), solver=options.solver)
         clock.lap("solve")
         return clock.stamp(assemble(plan, cset, sol, diagnostics + missing, None, source))
+    one_device: list[FleetSolution] = []  # every one-device plan solved: known plans of the sensitivity re-solves
     sol, single, notes = solve_stage(problem, options, compare_single_device=compare_single_device,
-                                     diagnose=diagnose, start=start)
+                                     diagnose=diagnose, start=start, found=one_device)
     clock.lap("solve")
     verification = None
     if sol.status.has_plan and model_params is not None and (verify or (verify is None and verify_by_default(cset, sol))):
         cset, resized, sol, verification = verify_and_resize(
-            plan, cset, sol, catalog, model_params, lambda p: solve_fleet(p, **options.solve_kwargs))
+            plan, cset, sol, catalog, model_params, lambda p: solve_decomposed(p, **options.solve_kwargs))
         if resized is not None:  # the one-device comparison was made on the fleet before re-sizing
             problem = resized
             sol, single, notes = solve_stage(problem, options, compare_single_device=compare_single_device,
-                                             diagnose=diagnose, solved=sol)
+                                             diagnose=diagnose, solved=sol, found=one_device)
     diagnostics += notes
     result = annotate(assemble(plan, cset, sol, diagnostics, single, source, problem), plan, cset, fidelity,
                       verification)
     result = replace(result, headroom=policy_of(plan), verification=verification)
+    clock.lap("verification")
     if sensitivity and sol.status.has_plan:
-        result = replace(result, sensitivity=analyse(plan, cset, problem, sol, fidelity, options))
+        result = replace(result, sensitivity=analyse(plan, cset, problem, sol, fidelity, options, known=one_device))
+        clock.lap("sensitivity")
     return clock.stamp(result)
 
 
@@ -123,6 +127,7 @@ SINGLE_DEVICE_SHARE = 0.25
 
 def solve_stage(problem: FleetProblem, options: SolverOptions, *, compare_single_device: bool = True,
                 diagnose: bool = True, solved: FleetSolution | None = None, start: FleetSolution | None = None,
+                found: list[FleetSolution] | None = None,
                 ) -> tuple[FleetSolution, SingleDeviceBest | None, list[Diagnostic]]:
     """The solve stage, within ``options.time_limit_s`` (+ the child's kill grace) at any size.
 
@@ -131,14 +136,17 @@ def solve_stage(problem: FleetProblem, options: SolverOptions, *, compare_single
        the main solve's first incumbent, so that solve never returns a dearer plan.
     2. The main MILP in what is left (``solve_fleet``; a child process with a hard deadline
        on large problems; from RESTRICT_MIN_OPTIONS options on, the restricted MILP over each
-       workload's best options, ``solve_restricted``, with its gap against the full problem).
+       workload's best options, ``solve_restricted``, with its gap against the full problem;
+       from BOUNDS_MIN_OPTIONS options and two workloads on, ``solve_decomposed``: each
+       workload alone, pooled, then the MILP started from that fleet).
     3. A time-limited plan dearer than the one-device fleet, or none at all, gives way to it
        (:func:`one_device_fallback`); an infeasible plan is explained (``binding_limits``) in
        what is left of the limit.
 
     ``solved``: the main solve's answer already (a fleet re-sized by the simulator's check):
     only the one-device comparison and the notes are made. ``start``: a feasible fleet, the
-    main solve's first incumbent (instead of the one-device fleet).
+    main solve's first incumbent (instead of the one-device fleet). ``found`` receives every
+    one-device plan solved.
     """
     limit = options.time_limit_s
     deadline = time.perf_counter() + limit
@@ -146,7 +154,8 @@ def solve_stage(problem: FleetProblem, options: SolverOptions, *, compare_single
     single = single_sol = None
     if compare_single_device:
         single, single_sol = single_device_solution(single_device_shortlist(problem, options.gap),
-                                                    **options.solve_kwargs, total_s=SINGLE_DEVICE_SHARE * limit)
+                                                    **options.solve_kwargs, total_s=SINGLE_DEVICE_SHARE * limit,
+                                                    found=found)
     if start is None and len(problem.options) >= CHILD_MIN_OPTIONS:
         start = single_sol
     main_s = max(deadline - time.perf_counter(), 0.05 * limit)
@@ -154,6 +163,8 @@ def solve_stage(problem: FleetProblem, options: SolverOptions, *, compare_single
         sol = solved
     elif len(problem.options) >= RESTRICT_MIN_OPTIONS:
         sol = solve_restricted(problem, **{**options.solve_kwargs, "time_limit_s": main_s}, start=single_sol)
+    elif decomposes(problem, "objective"):
+        sol = solve_decomposed(problem, **{**options.solve_kwargs, "time_limit_s": main_s}, start=start)
     else:
         sol = solve_fleet(problem, **{**options.solve_kwargs, "time_limit_s": main_s}, start=start)
     if sol.status == SolveStatus.INFEASIBLE and diagnose:
@@ -181,11 +192,14 @@ class StageClock:
         self.last = now
 
     def stamp(self, result: PlanResult) -> PlanResult:
-        """``result`` with its timings: the stages so far, verification (the simulator's check
-        and re-sizing when asked, assembling the result and re-predicting each deployment's
-        p99s, since the last lap; the sensitivity analysis when asked) and the total."""
-        self.lap("verification")
-        timings = {k: self.laps.get(k, 0.0) for k in ("candidates", "solve", "verification")}
+        """``result`` with its timings: the stages lapped (candidates, solve, verification: the
+        simulator's check and re-sizing when asked, assembling the result and re-predicting each
+        deployment's p99s; sensitivity: its re-solves when asked, else 0), anything since the last
+        lap counted in verification, and the total."""
+        now = time.perf_counter()
+        self.laps["verification"] = self.laps.get("verification", 0.0) + now - self.last
+        self.last = now
+        timings = {k: self.laps.get(k, 0.0) for k in ("candidates", "solve", "verification", "sensitivity")}
         timings["total"] = self.last - self.start
         return replace(result, timings_s=timings)
 

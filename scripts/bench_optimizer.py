@@ -14,12 +14,15 @@ and prints the median: timings on a shared machine are noisy). Candidate generat
 optimal (gap <= 0.1 %) in < 10 s on a 2-core machine; the chat fleet end to end in < 2 s.
 ``--end-to-end`` instead runs ``optimize_plan`` on the large plan as ``gpuplan optimize`` does
 (verification when small enough, no sensitivity) and prints its stage timings (issue 13: < 10 s).
-Both the chat line and ``--end-to-end`` use the CLI's defaults (verification on by default).
+Both the chat line and ``--end-to-end`` use the CLI's defaults (verification on by default). Each
+line gives the CPU seconds (user + system, this process and its finished workers) besides the wall
+time: on a shared machine CPU is the figure to compare.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import time
 from pathlib import Path
@@ -77,6 +80,12 @@ def run_milp(label: str, cset, plan, time_limit_s: float, repeat: int = 1) -> No
               f"(min {min(totals):.2f}, max {max(totals):.2f})")
 
 
+def cpu_s() -> float:
+    """User + system CPU seconds of this process and of its reaped children (the worker pools)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def _stages(result) -> str:
     return ", ".join(f"{k} {v:.1f} s" for k, v in (result.timings_s or {}).items())
 
@@ -98,24 +107,24 @@ def main() -> None:
     catalog = load_catalog()
     params = load_params(None)
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_s()
     plan = load_plan(REPO / "examples" / "chat-fleet.yaml")
     result = optimize_plan(plan, resolve_catalog(plan, catalog, "chat-fleet.yaml"), params, verify=None)
     t1 = time.perf_counter()
-    print(f"chat fleet end to end: {t1 - t0:.2f} s ({result.status}, solve {result.solve_seconds:.2f} s, "
+    print(f"chat fleet end to end: {t1 - t0:.2f} s, CPU {cpu_s() - c0:.2f} s ({result.status}, solve {result.solve_seconds:.2f} s, "
           f"${result.objective_usd:,.0f}); stages {_stages(result)}")
 
     plan = big_plan(args.workloads, catalog)
     catalog = resolve_catalog(plan, catalog, "bench")
     if args.end_to_end:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_s()
         result = optimize_plan(plan, catalog, params, verify=None)
-        print(f"{args.workloads} workloads end to end: {time.perf_counter() - t0:.1f} s ({result.status}, "
+        print(f"{args.workloads} workloads end to end: {time.perf_counter() - t0:.1f} s, CPU {cpu_s() - c0:.1f} s ({result.status}, "
               f"${result.objective_usd or 0:,.0f}, one-device ${_single(result)}); stages {_stages(result)}")
         return
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_s()
     full = model_candidates(plan, catalog, params, n_buckets=args.buckets, prune=False)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), cpu_s()
     pruned = model_candidates(plan, catalog, params, n_buckets=args.buckets)  # capacities memoised
     t2 = time.perf_counter()
     n_all = sum(len(wc.candidates) for wc in full.workloads)
@@ -123,7 +132,7 @@ def main() -> None:
     n_kept = sum(len(wc.kept) for wc in pruned.workloads)
     print(f"{args.workloads} workloads × {args.buckets} buckets: {n_all} candidates enumerated, "
           f"{n_full} runnable with capacity, {n_kept} after dominance pruning; "
-          f"models {t1 - t0:.1f} s ({parallel_workers()} worker processes), pruning {t2 - t1:.2f} s")
+          f"models {t1 - t0:.1f} s, CPU {c1 - c0:.1f} s ({parallel_workers()} worker processes), pruning {t2 - t1:.2f} s")
     whole = sum(len(wc.buckets) == 1 for wc in pruned.workloads)
     dearer = sum(d.code == "planned_whole" for d in pruned.diagnostics)
     print(f"served whole (optimizer/planning/bucketing.py): {whole} of {args.workloads} workloads, {dearer} of them "

@@ -2,6 +2,7 @@
 """Benchmark CLI start-up and the shipped example end to end: median wall and CPU time of N runs.
 
     python scripts/bench_startup.py [--runs 7] [--only help|chat] [--compare OTHER_CHECKOUT] [-- ARGS...]
+    python scripts/bench_startup.py --stages [--runs 3] [--compare OTHER_CHECKOUT]
 
 Runs ``gpuplan --help`` and ``gpuplan optimize examples/chat-fleet.yaml`` as separate
 processes (what a user waits for) and reports, for each, the median wall time and the median
@@ -11,12 +12,19 @@ shared machine, where wall time also counts the other engineers' jobs. Targets (
 commands from another checkout (``python -m cli.app`` with that tree first on the path), the two
 interleaved run by run so that both see the same load; extra ``ARGS`` go to ``optimize``.
 
+``--stages``: where the chat fleet's CPU time goes, in a fresh process per run with one worker
+(``GPUPLAN_WORKERS=1``, so every stage's work is in that process): imports, catalog + plan +
+calibration load, then ``optimize_plan``'s own ``timings_s`` stages measured in CPU seconds
+(its clock reads ``time.process_time`` here) and the rendering of the result (JSON + tables);
+medians over the runs.
+
 Figures: docs/benchmarks.md (start-up, issue 13).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -38,13 +46,68 @@ def timed(cmd: list[str], cwd: Path = REPO, env: dict | None = None) -> tuple[fl
     return wall, usage.ru_utime + usage.ru_stime, proc.returncode
 
 
+STAGES_CHILD = r"""
+import io, json, sys, time
+from contextlib import redirect_stdout
+c0 = time.process_time()
+import optimizer.optimize as oo
+from cli.optimize_cmd import render
+from catalog.load import load_catalog
+from optimizer.models.params import load_params
+from workloads.load import load_plan, resolve_catalog
+c1 = time.process_time()
+plan = load_plan("examples/chat-fleet.yaml")
+cat = resolve_catalog(plan, load_catalog(), "examples/chat-fleet.yaml")
+params = load_params(None)
+c2 = time.process_time()
+class _Cpu:  # optimize_plan's stage clock in CPU seconds (one worker: all of the work is here)
+    perf_counter = staticmethod(time.process_time)
+oo.time = _Cpu
+result = oo.optimize_plan(plan, cat, params, sensitivity=True, verify=True)
+c3 = time.process_time()
+with redirect_stdout(io.StringIO()):
+    data = result.to_json()
+    json.dumps(data, indent=2, allow_nan=False)
+    render(data)
+c4 = time.process_time()
+out = {"imports": c1 - c0, "catalog + plan + params": c2 - c1}
+out.update({k: v for k, v in result.timings_s.items() if k != "total"})
+out.update({"optimize_plan total": c3 - c2, "JSON + tables": c4 - c3, "sensitivity re-solves": result.sensitivity.solves})
+print(json.dumps(out))
+"""
+
+
+def stages(runs: int, other: Path | None = None) -> None:
+    """Median CPU seconds of each stage of the chat fleet over ``runs`` fresh processes (module
+    doc); with ``other`` (another checkout, its tree first on the path) the two interleaved."""
+    trees = {"this": (REPO, {**os.environ, "GPUPLAN_WORKERS": "1"})}
+    if other is not None:
+        trees["other"] = (other.resolve(), {**os.environ, "GPUPLAN_WORKERS": "1", "PYTHONPATH": str(other.resolve())})
+    got: dict[str, list[dict]] = {t: [] for t in trees}
+    for _ in range(runs):
+        for t, (cwd, env) in trees.items():
+            done = subprocess.run([sys.executable, "-c", STAGES_CHILD], cwd=cwd, env=env, capture_output=True,
+                                  text=True, check=True)
+            got[t].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    for t, rows in got.items():
+        print(f"[{t} {trees[t][0]}]")
+        for key in rows[0]:
+            values = [g.get(key, 0.0) for g in rows]
+            print(f"  {key:28s} median {statistics.median(values):8.3f}  (runs: {', '.join(f'{v:.3f}' for v in values)})")
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--only", choices=["help", "chat"], default=None)
     ap.add_argument("--compare", type=Path, default=None, help="another checkout, run interleaved")
+    ap.add_argument("--stages", action="store_true", help="CPU seconds by stage of the chat fleet, in-process")
     ap.add_argument("args", nargs="*", help="extra arguments of optimize (after --)")
     args = ap.parse_args()
+    if args.stages:
+        stages(args.runs, args.compare)
+        return 0
     gpuplan = shutil.which("gpuplan") or str(Path(sys.executable).with_name("gpuplan"))
     trees = {"this": ([gpuplan], REPO, None)}
     if args.compare is not None:

@@ -261,7 +261,8 @@ def load_params(path: Path | str | None = None) -> CalibrationParams:
         shipped = shipped_params_path()
         if not shipped.exists():
             return CalibrationParams()
-        return parse_params(parse_yaml_text(shipped.read_text("utf-8"), f"built-in {PARAMS_FILE}", ModelError),
+        return parse_params(parse_yaml_text(shipped.read_text("utf-8"), f"built-in {PARAMS_FILE}", ModelError,
+                                            shipped=True),
                             f"built-in {PARAMS_FILE}")
     data = read_yaml(path, "calibration parameters", ModelError)
     return parse_params(data, str(path))

@@ -76,6 +76,7 @@ class StepTime:
                                    np.array([[0.0, 0.0, 1.0]]), np.array([[0.0, 0.0, 1000.0]]))[0]
         self._att = float(probe[1] - probe[0]) / float(perf.effective_context(one.model, 1000.0))  # per b·c
         self._model = one.model
+        self._plain = one.model.sliding_window_tokens is None  # effective context = context (no window)
         self._pre = float(probe[2] - self._a[1]) / float(perf.effective_context(one.model, 1000.0))  # per n·span
         self.max_tokens = max_tokens
         self._check(one)
@@ -83,6 +84,9 @@ class StepTime:
     def __call__(self, batch: int, context_tokens: float, prefill_tokens: int = 0,
                  prefill_span_tokens: float = 0.0) -> float:
         """Seconds of one step: ``A(b + n) + B(b) + a_dec·b·c + a_pre·n·span``."""
+        if self._plain:  # the scheduler's hot path: effective_context(c) is c itself
+            return (self._a[batch + prefill_tokens] + self._b[batch] + self._att * batch * context_tokens
+                    + self._pre * prefill_tokens * prefill_span_tokens)
         return (self._a[batch + prefill_tokens] + self._b[batch]
                 + self._att * batch * perf.effective_context(self._model, context_tokens)
                 + self._pre * prefill_tokens * perf.effective_context(self._model, prefill_span_tokens))

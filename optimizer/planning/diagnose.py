@@ -219,12 +219,14 @@ def _fmt(value: float, unit: str) -> str:
 
 def single_device_solution(
     problem: FleetProblem, *, time_limit_s: float, gap: float, solver: str = "highs", total_s: float | None = None,
+    found: list[FleetSolution] | None = None,
 ) -> tuple[SingleDeviceBest | None, FleetSolution | None]:
     """The cheapest fleet of one device type that serves every workload under the same
     limits, and its solution (a feasible solution of ``problem`` itself).
 
     ``total_s`` bounds the wall time of all the one-device solves together (each gets what is
-    left, at most ``time_limit_s``); devices not reached in it are not compared.
+    left, at most ``time_limit_s``); devices not reached in it are not compared. ``found``
+    receives every one-device plan solved (the sensitivity analysis's first known plans).
     """
     best: SingleDeviceBest | None = None
     best_sol: FleetSolution | None = None
@@ -238,6 +240,8 @@ def single_device_solution(
         if left <= 0.01:
             break
         sol = solve_fleet(sub, time_limit_s=min(time_limit_s, left), gap=gap, solver=solver)
+        if found is not None and sol.status.has_plan:
+            found.append(sol)
         if sol.status.has_plan and sol.objective_usd is not None and (best is None or sol.objective_usd < best.objective_usd):
             unit = problem.units[d]
             gpus, nodes = sum(sol.gpus.values()), sum(sol.nodes.values())

@@ -4,7 +4,9 @@ A :class:`BucketJob` is one workload's configurations on one bucket; its capacit
 ``capacity_at_slo`` of the serving model (req/s per replica at the SLO), or for a batch
 workload the SLO-free throughput ``batch_throughput``. Results are memoised per process by
 the job's digest (capacity does not depend on the rate, so what-if sweeps and repeated solves
-reuse it), and many jobs run in a pool of forked worker processes (optimizer.workers).
+reuse it). The colocated jobs that differ only by their bucket (a workload's buckets, split and
+whole) run as one ``capacity_at_slo_sets`` search, and these families in a pool of forked worker
+processes (optimizer.workers).
 """
 
 from __future__ import annotations
@@ -73,6 +75,15 @@ class BucketJob:
             full += (self.stage, repr(self.technique), self.nic_gbps_per_gpu)
         return (len(self.chosen), hashlib.blake2b(repr(full).encode(), digest_size=20).hexdigest())
 
+    @property
+    def family_key(self) -> tuple | None:
+        """What jobs evaluated in one search share (everything but the bucket), or None for a job
+        evaluated alone (batch workloads, disaggregated pools)."""
+        if self.workload.is_batch or self.stage != "colocated":
+            return None
+        combos = tuple((d.key, q.key, t, p) for d, q, t, p in self.chosen)
+        return (id(self.configs), combos, self.workload.slo.model_dump_json(), id(self.params), repr(self.technique))
+
 
 _CAPACITY_CACHE: dict[tuple, BucketEvaluation] = {}
 _CAPACITY_CACHE_MAX = 512
@@ -123,20 +134,40 @@ def _evaluate_bucket(job: BucketJob) -> BucketEvaluation:
         elif job.stage != "colocated":
             ev = _evaluate_pool(job)
         else:
-            cap = serving.capacity_at_slo(configs, b.prompt, b.output, w.slo, params, technique=job.technique)
-            floors: list[dict[str, float]] = []
-            for i in range(n):
-                floor = {}
-                if cap.limited_by[i] == "unservable":
-                    for m in ("ttft", "tpot", "e2e"):
-                        v = float(getattr(cap, f"{m}_p99_ms")[i])
-                        if math.isfinite(v):
-                            floor[f"{m}_p99_ms"] = v
-                floors.append(floor)
-            ev = BucketEvaluation(np.array([finite_or_zero(x) for x in cap.max_qps]), list(cap.limited_by),
-                                  floors, [cap.why[i] if cap.limited_by[i] == "unservable" else None
-                                           for i in range(n)])
+            cap = serving.capacity_at_slo_sets(configs, [(b.prompt, b.output)], w.slo, params, technique=job.technique,
+                                               p99s_at_capacity=False)[0]
+            ev = _colocated_evaluation(cap, n)
     return ev
+
+
+def _colocated_evaluation(cap: serving.Capacity, n: int) -> BucketEvaluation:
+    """The evaluation of ``n`` configurations from their capacity at the SLO: 0 where not finite,
+    and for an unservable one the best p99s it reaches and why (the p99s at capacity are not needed:
+    ``p99s_at_capacity=False``)."""
+    floors: list[dict[str, float]] = []
+    for i in range(n):
+        floor = {}
+        if cap.limited_by[i] == "unservable":
+            for m in ("ttft", "tpot", "e2e"):
+                v = float(getattr(cap, f"{m}_p99_ms")[i])
+                if math.isfinite(v):
+                    floor[f"{m}_p99_ms"] = v
+        floors.append(floor)
+    return BucketEvaluation(np.array([finite_or_zero(x) for x in cap.max_qps]), list(cap.limited_by),
+                            floors, [cap.why[i] if cap.limited_by[i] == "unservable" else None for i in range(n)])
+
+
+def _evaluate_family(jobs: Sequence[BucketJob]) -> list[BucketEvaluation]:
+    """``_evaluate_bucket`` of each of ``jobs`` (one ``family_key``: the same configurations on
+    several buckets), in one ``capacity_at_slo_sets`` search when they are colocated jobs."""
+    first = jobs[0]
+    if len(jobs) == 1 or first.family_key is None:
+        return [_evaluate_bucket(job) for job in jobs]
+    with np.errstate(all="ignore"):
+        caps = serving.capacity_at_slo_sets(first.configs, [(j.bucket.prompt, j.bucket.output) for j in jobs],
+                                            first.workload.slo, first.params, technique=first.technique,
+                                            p99s_at_capacity=False)
+    return [_colocated_evaluation(cap, len(first.chosen)) for cap in caps]
 
 
 def _evaluate_pool(job: BucketJob) -> BucketEvaluation:
@@ -155,7 +186,7 @@ def _evaluate_pool(job: BucketJob) -> BucketEvaluation:
 
 # Below this many bucket evaluations a worker pool costs more than it saves.
 PARALLEL_MIN_JOBS = 4
-_POOL_JOBS: list[BucketJob] = []  # the jobs of the pool being run (inherited by its forked workers)
+_POOL_JOBS: list[list[BucketJob]] = []  # the job families of the pool being run (inherited by its forked workers)
 
 
 def parallel_workers() -> int:
@@ -173,16 +204,17 @@ def parallel_workers() -> int:
     return capped_workers(requested, usable_cpus())
 
 
-def _pool_job(i: int) -> BucketEvaluation:
-    return _evaluate_bucket(_POOL_JOBS[i])
+def _pool_job(i: int) -> list[BucketEvaluation]:
+    return _evaluate_family(_POOL_JOBS[i])
 
 
 def evaluate_buckets(jobs: Sequence[BucketJob]) -> dict[tuple, BucketEvaluation]:
     """The capacities of many jobs, by their ``cache_key``.
 
-    Memoised ones come from the cache; the rest run in a pool of forked worker processes
-    (``parallel_workers``) when there are at least PARALLEL_MIN_JOBS of them, serially
-    otherwise. The serving model is pure, so the results are those of the serial path.
+    Memoised ones come from the cache; the rest are grouped by ``family_key`` (one search per
+    family, ``_evaluate_family``) and the families run in a pool of forked worker processes
+    (``parallel_workers``) when there are at least PARALLEL_MIN_JOBS jobs and two families,
+    serially otherwise. The serving model is pure, so the results are those of the serial path.
     """
     global _POOL_JOBS
     out: dict[tuple, BucketEvaluation] = {}
@@ -200,20 +232,25 @@ def evaluate_buckets(jobs: Sequence[BucketJob]) -> dict[tuple, BucketEvaluation]
         else:
             todo.append(job)
             keys.append(key)
-    workers = min(parallel_workers(), len(todo))
+    families: dict[object, list[int]] = {}
+    for i, job in enumerate(todo):
+        families.setdefault(job.family_key if job.family_key is not None else ("alone", i), []).append(i)
+    groups = list(families.values())
+    workers = min(parallel_workers(), len(groups))
     if workers < 2 or len(todo) < PARALLEL_MIN_JOBS:
-        results = [_evaluate_bucket(job) for job in todo]
+        done = [_evaluate_family([todo[i] for i in g]) for g in groups]
     else:
-        # biggest first (more configs, longer), so the last job does not run alone
-        order = sorted(range(len(todo)), key=lambda i: -len(todo[i].chosen))
-        _POOL_JOBS = [todo[i] for i in order]
+        # biggest first (more configs × buckets, longer), so the last family does not run alone
+        groups.sort(key=lambda g: -len(todo[g[0]].chosen) * len(g))
+        _POOL_JOBS = [[todo[i] for i in g] for g in groups]
         try:  # optimizer.workers: the workers die with this process and leave Ctrl-C to it
-            done = run_pool(_pool_job, range(len(order)), workers)
+            done = run_pool(_pool_job, range(len(groups)), workers)
         finally:
             _POOL_JOBS = []
-        results = [None] * len(todo)  # type: ignore[list-item]
-        for j, i in enumerate(order):
-            results[i] = done[j]
+    results: list[BucketEvaluation] = [None] * len(todo)  # type: ignore[list-item]
+    for g, evs in zip(groups, done, strict=True):
+        for i, ev in zip(g, evs, strict=True):
+            results[i] = ev
     for key, ev in zip(keys, results, strict=True):
         out[key] = ev
         _remember(key, ev)

@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.ma  # noqa: F401 - np.percentile imports it on first use (~30-90 ms): here, before workers fork
 
 from catalog.errors import ModelError
 from catalog.load import Catalog

@@ -50,7 +50,8 @@ def test_time_limit_with_an_incumbent_is_feasible_with_its_gap():
     sol = solve_fleet(problem, time_limit_s=0.2, gap=1e-9, bounds=False)
     assert sol.status == SolveStatus.FEASIBLE, sol.detail
     assert sol.detail.startswith("time limit (0.2 s) reached; gap ")
-    assert sol.gap is not None and 0 < sol.gap < 1
+    # gap 1 (bound 0) when a loaded machine stops HiGHS before its root LP gives a bound
+    assert sol.gap is not None and 0 < sol.gap <= 1
     assert sol.bound_usd is not None and sol.bound_usd <= sol.objective_usd
     # the incumbent is a real plan: every bucket fully routed, within capacity
     for dem in problem.demands:

@@ -47,26 +47,33 @@ over quadrature nodes of the length distributions and inverted by bisection):
   scheduler cap. F is 1.2-1.5 at 20 % load and 5-20 at 90 %; without it (F = 1, Poisson)
   the p99 was 13-30 % under the simulator's at 90 % load and memory-limited capacities
   5-10 % too high (the simulator preempted thousands of times at them).
-- **Capacity** (``capacity.capacity_at_slo``): the largest λ with every p99 met and the KV p99
+- **Capacity** (``capacity.capacity_at_slo``; ``capacity_at_slo_sets`` for several length sets, a
+  workload's buckets, in one search over per-row lengths, ``rows.RowLengths``): the largest λ with every p99 met and the KV p99
   and batch p99 fitting, and at most ``SERVER_OFFLINE_CEILING`` (0.88) of the replica's offline
   request rate (the lowest measured Server/Offline ratio; the basis is at the constant).
 
 Pure: no I/O, no printing. Times in seconds internally; ``_ms`` fields in results.
 
-Modules: ``state`` (length quadrature, per-step prompt work, the fixed point), ``feedback``
+Modules: ``rows`` (request lengths per row), ``state`` (length quadrature, per-step prompt work, the fixed point), ``feedback``
 (load feedback), ``tails`` (shifted-gamma tails, mixture quantiles), ``latency``
 (``serve_at_rate``), ``capacity`` (``capacity_at_slo``), ``floors`` (physical floors of the
 p99s, batch throughput).
 """
 
 from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS, Z99
-from optimizer.models.serving.capacity import CAPACITY_RTOL, Capacity, capacity_at_slo, slo_targets
+from optimizer.models.serving.capacity import (
+    CAPACITY_RTOL,
+    Capacity,
+    capacity_at_slo,
+    capacity_at_slo_sets,
+    slo_targets,
+)
 from optimizer.models.serving.feedback import feedback_factors, feedback_integrals
 from optimizer.models.serving.floors import batch_throughput, check_slo_floors, slo_floor_ms
 from optimizer.models.serving.latency import LoadResult, check_rate, serve_at_rate
 
 __all__ = [
     "CAPACITY_RTOL", "DEFAULT_PREFILL_CHUNK_TOKENS", "Z99", "Capacity", "LoadResult", "batch_throughput",
-    "capacity_at_slo", "check_rate", "check_slo_floors", "feedback_factors", "feedback_integrals",
+    "capacity_at_slo", "capacity_at_slo_sets", "check_rate", "check_slo_floors", "feedback_factors", "feedback_integrals",
     "serve_at_rate", "slo_floor_ms", "slo_targets",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -11,10 +12,10 @@ from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS, Z99
 from optimizer.models.params import CalibrationParams
 from optimizer.models.perf import Configs
 from optimizer.models.serving.latency import SLO_LIMITS, LoadResult, evaluate_load, take_state
+from optimizer.models.serving.rows import RowLengths, row_lengths
 from optimizer.models.serving.state import (
     BISECTION_ITERATIONS,
     CAPACITY_RTOL,
-    Lengths,
     lengths_for,
     solve_state,
 )
@@ -94,24 +95,56 @@ def capacity_at_slo(
     same figures (e.g. bf16 and fp16 where a device runs both alike) are searched once.
     ``technique``: prefix caching and speculative decoding (``optimizer.models.techniques``).
     """
-    if technique is not None and technique.active:
-        return _capacity(technique.configure(c), lengths_for(prompt, output, technique), slo, prefill_chunk_tokens,
-                         offline_ceiling)
-    return _capacity(c, lengths_for(prompt, output), slo, prefill_chunk_tokens, offline_ceiling)
+    return capacity_at_slo_sets(c, [(prompt, output)], slo, params, prefill_chunk_tokens, technique, offline_ceiling)[0]
 
 
-def _capacity(c: Configs, lens: Lengths, slo: SLO, prefill_chunk_tokens: int,
-              offline_ceiling: float | None = SERVER_OFFLINE_CEILING) -> Capacity:
-    """``capacity_at_slo`` on configurations and lengths with any technique applied."""
+def capacity_at_slo_sets(
+    c: Configs,
+    lengths: Sequence[tuple[LengthDist, LengthDist]],
+    slo: SLO,
+    params: CalibrationParams | None = None,
+    prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
+    technique: ServingTechnique | None = None,
+    offline_ceiling: float | None = SERVER_OFFLINE_CEILING,
+    p99s_at_capacity: bool = True,
+) -> list[Capacity]:
+    """``capacity_at_slo`` of every configuration on each (prompt, output) pair of ``lengths`` (a
+    workload's buckets), in one search over the G·N rows (``rows.RowLengths``): the capacities are
+    those of one call per pair, within rounding, at about the numpy overhead of one.
+
+    ``p99s_at_capacity=False`` skips the evaluation at capacity of the servable configurations
+    (their p99s and ``at_capacity`` figures are NaN; capacities, limits and the unservable ones'
+    best p99s are unchanged): what a planner that needs only the capacities asks."""
+    active = technique is not None and technique.active
+    sets = [lengths_for(p, o, technique) if active else lengths_for(p, o) for p, o in lengths]
+    cc = technique.configure(c) if active else c
+    n = len(c)
+    tiled = cc if len(sets) == 1 else cc.take(np.tile(np.arange(n), len(sets)))
+    cap = _capacity(tiled, row_lengths(sets, n), slo, prefill_chunk_tokens, offline_ceiling, p99s_at_capacity)
+    return [cap] if len(sets) == 1 else [_rows_of(cap, slice(g * n, (g + 1) * n)) for g in range(len(sets))]
+
+
+def _rows_of(cap: Capacity, rows: slice) -> Capacity:
+    """The capacity of the configurations at ``rows``."""
+    at_cap = (LoadResult(*(getattr(cap.at_capacity, f.name)[rows] for f in fields(LoadResult)))
+              if cap.at_capacity is not None else None)
+    return Capacity(cap.max_qps[rows], cap.output_tokens_per_s[rows], cap.limited_by[rows], cap.why[rows],
+                    cap.ttft_p99_ms[rows], cap.tpot_p99_ms[rows], cap.e2e_p99_ms[rows], at_cap)
+
+
+def _capacity(c: Configs, lens: RowLengths, slo: SLO, prefill_chunk_tokens: int,
+              offline_ceiling: float | None = SERVER_OFFLINE_CEILING, p99s_at_capacity: bool = True) -> Capacity:
+    """``capacity_at_slo`` on configurations and per-row lengths with any technique applied."""
     runnable_idx = np.flatnonzero(np.asarray(c.supported, dtype=bool) & np.asarray(c.runnable, dtype=bool))
     if len(runnable_idx) < len(c):
         return _scatter_capacity(c, runnable_idx, _capacity(
-            c.take(runnable_idx), lens, slo, prefill_chunk_tokens, offline_ceiling) if len(runnable_idx) else None)
+            c.take(runnable_idx), lens.take(runnable_idx), slo, prefill_chunk_tokens, offline_ceiling,
+            p99s_at_capacity) if len(runnable_idx) else None)
     targets = slo_targets(slo)
-    first, inverse = _distinct_rows(c)
+    first, inverse = _distinct_rows(c, lens.group)
     if len(first) < len(c):
-        return _expand_capacity(c, inverse, _capacity(c.take(first), lens, slo, prefill_chunk_tokens, offline_ceiling),
-                                targets)
+        return _expand_capacity(c, inverse, _capacity(c.take(first), lens.take(first), slo, prefill_chunk_tokens,
+                                                      offline_ceiling, p99s_at_capacity), targets)
     search = _Search(c, lens, prefill_chunk_tokens, targets)
     lam_cap = _scheduler_cap_qps(c, search.lens)
     lam_lo = lam_cap * 1e-6
@@ -138,8 +171,11 @@ def _capacity(c: Configs, lens: Lengths, slo: SLO, prefill_chunk_tokens: int,
     max_qps = np.where(capped, ceiling, max_qps)
     # at capacity: TTFT and TPOT percentiles always, E2E (a costly L × O mixture) when it is an SLO
     # (Newton from the step time of the highest feasible probe, below both)
-    at_cap = evaluate_load(c, np.where(max_qps > 0, max_qps, lam_lo), search.lens, search.chunk,
-                           search.need | {"ttft", "tpot"}, t0=t_lo)
+    need = search.need | {"ttft", "tpot"}
+    if p99s_at_capacity:
+        at_cap = evaluate_load(c, np.where(max_qps > 0, max_qps, lam_lo), search.lens, search.chunk, need, t0=t_lo)
+    else:  # only the unservable rows, at λ_lo
+        at_cap = _evaluate_rows(search, np.flatnonzero(max_qps <= 0), lam_lo, need, t_lo)
     limited_by, why = _limits(search, at_cap, max_qps, hi, ok_lo, ok_hi, bind_hi)
     for i in np.flatnonzero(capped):
         limited_by[i], why[i] = "utilization", None
@@ -147,12 +183,28 @@ def _capacity(c: Configs, lens: Lengths, slo: SLO, prefill_chunk_tokens: int,
     return Capacity.at(at_cap, max_qps, max_qps * search.lens.mean_o, limited_by, why)
 
 
+def _evaluate_rows(search: _Search, rows: np.ndarray, lam: np.ndarray, need: set[str], t0: np.ndarray) -> LoadResult:
+    """``evaluate_load`` of ``rows`` at ``lam[rows]`` as a LoadResult over every row (NaN elsewhere; the
+    booleans False)."""
+    n = len(search.c)
+    sub = (evaluate_load(search.c.take(rows), lam[rows], search.lens.take(rows), search.chunk, need, t0=t0[rows])
+           if len(rows) else None)
+    out = {}
+    for f in fields(LoadResult):
+        boolean = f.name in ("saturated", "kv_fits")
+        full = np.zeros(n, dtype=bool) if boolean else np.full(n, np.nan)
+        if sub is not None:
+            full[rows] = getattr(sub, f.name)
+        out[f.name] = full
+    return LoadResult(**out)
+
+
 @dataclass(frozen=True)
 class _Search:
     """What every probe of one capacity search shares: configurations, lengths, chunk, SLO targets."""
 
     c: Configs
-    lens: Lengths
+    lens: RowLengths
     chunk: int
     targets: dict[str, float]
 
@@ -171,8 +223,8 @@ class _Search:
 
         Returns (margin, step time in s, index of the binding limit in ``names``, −1 when
         saturated); the tails are computed only where not saturated."""
-        cs = self.c.take(rows)
-        st = solve_state(cs, lam, self.lens, self.chunk, t0)
+        cs, ls = self.c.take(rows), self.lens.take(rows)
+        st = solve_state(cs, lam, ls, self.chunk, t0)
         f = np.full(len(rows), np.inf)
         step_s = np.full(len(rows), np.inf)
         bind = np.full(len(rows), -1)
@@ -180,8 +232,8 @@ class _Search:
         if not len(live):
             return f, step_s, bind
         if len(live) < len(rows):
-            cs, lam, st = cs.take(live), lam[live], take_state(st, live)
-        r = evaluate_load(cs, lam, self.lens, self.chunk, self.need, p50=False, state=st)
+            cs, ls, lam, st = cs.take(live), ls.take(live), lam[live], take_state(st, live)
+        r = evaluate_load(cs, lam, ls, self.chunk, self.need, p50=False, state=st)
         with np.errstate(divide="ignore", invalid="ignore"):
             terms = [np.log(r.kv_p999_tokens / np.maximum(r.kv_capacity_tokens, 1e-300)),
                      np.log(np.maximum(r.running_batch + Z99 * np.sqrt(r.running_batch), 1e-300)
@@ -245,7 +297,8 @@ def _limits(search: _Search, at_cap: LoadResult, max_qps: np.ndarray, hi: np.nda
     c, targets = search.c, search.targets
     runnable = np.asarray(c.supported, dtype=bool)
     unknown = np.flatnonzero(ok_lo & ~ok_hi & (bind_hi < 0))
-    above = (evaluate_load(c.take(unknown), np.minimum(hi, max_qps * 1.02)[unknown], search.lens, search.chunk,
+    above = (evaluate_load(c.take(unknown), np.minimum(hi, max_qps * 1.02)[unknown], search.lens.take(unknown),
+                           search.chunk,
                            search.need, p50=False) if len(unknown) else None)
     where_unknown = {int(i): j for j, i in enumerate(unknown)}
     limited_by: list[str] = []
@@ -267,21 +320,21 @@ def _limits(search: _Search, at_cap: LoadResult, max_qps: np.ndarray, hi: np.nda
     return limited_by, why
 
 
-def _scheduler_cap_qps(c: Configs, lens: Lengths) -> np.ndarray:
+def _scheduler_cap_qps(c: Configs, lens: RowLengths) -> np.ndarray:
     """max_batch / (E[O−1]·D(1)) req/s: no replica holds more decoding sequences than its cap."""
     d1 = np.where(np.asarray(c.supported, dtype=bool), perf.decode_step_s(c, 1.0, lens.ctx), 1.0)
-    return float(c.max_batch_sequences) / (max(lens.mean_o1, 0.5) * d1)
+    return float(c.max_batch_sequences) / (np.maximum(lens.mean_o1, 0.5) * d1)
 
 
-def _offline_qps(c: Configs, lens: Lengths) -> np.ndarray:
+def _offline_qps(c: Configs, lens: RowLengths) -> np.ndarray:
     """Requests/s of the replica when every request is queued (``perf.offline_throughput_tokens_s`` at
     the mean prompt and the mean decode steps + 1; 0 where not one sequence fits)."""
     steps = lens.mean_o1 + 1.0
-    _, tput = perf.offline_throughput_tokens_s(c, max(lens.mean_l, 1.0), steps)
+    _, tput = perf.offline_throughput_tokens_s(c, np.maximum(lens.mean_l, 1.0), steps)
     return np.nan_to_num(tput, nan=0.0) / steps
 
 
-def _feasible_qps_bound(c: Configs, lens: Lengths) -> np.ndarray:
+def _feasible_qps_bound(c: Configs, lens: RowLengths) -> np.ndarray:
     """An upper bound on the feasible request rate (req/s), from two rooflines.
 
     - Decode: the batch is ``b = λ·E[O−1]·t̄`` with ``t̄ >= D(b)``, and feasibility needs
@@ -290,11 +343,12 @@ def _feasible_qps_bound(c: Configs, lens: Lengths) -> np.ndarray:
     - Compute: every request needs ``E[L] + E[O−1]`` token passes at no more than
       ``compute_bound_tokens_s``, so ``λ <= compute_bound_tokens_s / (E[L] + E[O−1])``.
     """
-    bound = np.full(len(c), np.inf)
-    if lens.mean_o1 > 0:
-        b_max = np.maximum(np.minimum(float(c.max_batch_sequences), c.kv_capacity_tokens / max(lens.ctx, 1.0)), 1.0)
-        bound = b_max / (lens.mean_o1 * perf.decode_step_s(c, b_max, lens.ctx))
-    roof = perf.compute_bound_tokens_s(c) / max(lens.mean_l + lens.mean_o1, 1.0)
+    b_max = np.maximum(np.minimum(float(c.max_batch_sequences), c.kv_capacity_tokens / np.maximum(lens.ctx, 1.0)), 1.0)
+    decodes = lens.mean_o1 > 0
+    with np.errstate(divide="ignore"):
+        bound = np.where(decodes, b_max / (np.where(decodes, lens.mean_o1, 1.0) * perf.decode_step_s(c, b_max, lens.ctx)),
+                         np.inf)
+    roof = perf.compute_bound_tokens_s(c) / np.maximum(lens.mean_l + lens.mean_o1, 1.0)
     out = np.fmin(bound, roof) * (1.0 + 1e-6)
     return np.where(np.isfinite(out) & (out > 0), out, np.inf)
 
@@ -327,12 +381,12 @@ def _scatter_capacity(c: Configs, idx: np.ndarray, sub: Capacity | None) -> Capa
     )
 
 
-def _distinct_rows(c: Configs) -> tuple[np.ndarray, np.ndarray]:
+def _distinct_rows(c: Configs, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(first, inverse): the first row of each distinct configuration by every array figure
-    (keys, devices and precisions aside), in order, and for every row the index of its own in
-    ``first``. Rows with the same figures have the same serving behaviour."""
+    (keys, devices and precisions aside) and length set ``group``, in order, and for every row the
+    index of its own in ``first``. Rows with the same figures have the same serving behaviour."""
     figures = np.stack([np.asarray(getattr(c, f.name), dtype=float) for f in fields(c)
-                        if isinstance(getattr(c, f.name), np.ndarray)], axis=1)
+                        if isinstance(getattr(c, f.name), np.ndarray)] + [group.astype(float)], axis=1)
     _, first, inverse = np.unique(figures, axis=0, return_index=True, return_inverse=True)
     order = np.argsort(first)
     rank = np.empty_like(order)

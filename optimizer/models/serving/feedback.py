@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.models.serving.state import Lengths, State
+from optimizer.models.serving.rows import RowLengths
+from optimizer.models.serving.state import GRID_BLOCK_ELEMENTS, State
 
 # Window integrals of the linear load-feedback model (see ``feedback_factors``), as functions of the
 # decode gain v: I_a(v) = (1/2π)∫ K(θ)²/|1 − v·K₁(θ)|² dθ, I_b(v) = (1/2π)∫ K(θ)·Re K₁(θ)/|1 − v·K₁(θ)|² dθ
@@ -40,7 +41,7 @@ class _Feedback:
     occupancy_factor: np.ndarray  # Var / Poisson variance of the instantaneous batch and KV occupancy
 
 
-def feedback_factors(lam: np.ndarray, s: State, lens: Lengths) -> _Feedback:
+def feedback_factors(lam: np.ndarray, s: State, lens: RowLengths) -> _Feedback:
     """Load feedback: a longer step admits more arrivals, which make later steps longer.
 
     Linearised in the step clock, arrivals per step are ``a_k = ξ_k + λ·δT_k`` (ξ Poisson,
@@ -72,7 +73,7 @@ def feedback_factors(lam: np.ndarray, s: State, lens: Lengths) -> _Feedback:
     At u_p = u_d = 0 this is the old model plus the cross term and ``s`` (the tagged request
     in its own batch). g is capped at 0.98.
     """
-    n = max(lens.mean_o1, 1.0)
+    n = np.maximum(lens.mean_o1, 1.0)
     up = np.clip(s.rho1, 0.0, 0.95)
     slope = np.maximum(s.slope_s, 0.0)
     eps = np.maximum(s.eps_s, 0.0)
@@ -92,16 +93,20 @@ def feedback_factors(lam: np.ndarray, s: State, lens: Lengths) -> _Feedback:
 
 
 def batch_average_var(lam, tbar, window, o1, o_w) -> np.ndarray:
-    """Variance of the M/G/∞ population averaged over a window W (per config, per O node).
+    """Variance of the M/G/∞ population averaged over a window W (per config, per O node; o1, o_w (N, QO)).
 
     ``(2λ/W²)·Σ_q w_q·I(s_q, W)`` with service ``s_q = (O_q−1)·t̄`` and
     ``I = W²s/2 − W³/6`` (s >= W) or ``W·s²/2 − s³/6`` (s < W).
     """
-    s = o1[None, None, :] * tbar[:, None, None]  # (N, 1, QO') others' service
-    w = window[:, :, None]  # (N, QO, 1)
-    big = w * w * s / 2.0 - w * w * w / 6.0
-    small = w * s * s / 2.0 - s * s * s / 6.0
-    integral = np.where(s >= w, big, small) @ o_w  # (N, QO)
+    integral = np.empty(window.shape)  # (N, QO), by blocks of rows: the (rows, QO, QO') temporaries stay in cache
+    step = max(1, GRID_BLOCK_ELEMENTS // max(window.shape[1] * o1.shape[1], 1))
+    for start in range(0, len(window), step):
+        rows = slice(start, start + step)
+        s = o1[rows, None, :] * tbar[rows, None, None]  # (rows, 1, QO') others' service
+        w = window[rows, :, None]  # (rows, QO, 1)
+        big = w * w * s / 2.0 - w * w * w / 6.0
+        small = w * s * s / 2.0 - s * s * s / 6.0
+        integral[rows] = (np.where(s >= w, big, small) @ o_w[rows, :, None])[:, :, 0]
     with np.errstate(invalid="ignore", divide="ignore"):
         v = 2.0 * lam[:, None] * integral / np.maximum(window, 1e-300) ** 2
     return np.where(window > 0, v, 0.0)

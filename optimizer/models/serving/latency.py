@@ -16,11 +16,12 @@ from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS, Z99
 from optimizer.models.params import CalibrationParams
 from optimizer.models.perf import Configs
 from optimizer.models.serving.feedback import batch_average_var, feedback_factors
+from optimizer.models.serving.rows import RowLengths, row_lengths
 from optimizer.models.serving.state import (
     GRID_BLOCK_ELEMENTS,
-    Lengths,
     State,
     Steps,
+    group_k_max,
     lengths_for,
     poisson_pmf,
     prompts_k_max,
@@ -100,22 +101,22 @@ def serve_at_rate(
     lam = np.broadcast_to(check_rate(qps), (len(c),)).astype(float)
     if technique is not None:
         c = technique.configure(c)
-    lens = lengths_for(prompt, output, technique)
+    lens = row_lengths([lengths_for(prompt, output, technique)], len(c))
     return evaluate_load(c, lam, lens, prefill_chunk_tokens, need=set(SLO_LIMITS) if percentiles else set())
 
 
 def take_state(s: State, rows: np.ndarray) -> State:
     """The state of the configurations at ``rows``."""
     st = s.steps
-    steps = Steps(st.d[rows], st.pk[rows], st.l_w, st.g1[rows], st.gk[rows], st.gk_lo[rows])
+    steps = Steps(st.d[rows], st.pk[rows], st.l_w[rows], st.g1[rows], st.gk[rows], st.gk_lo[rows])
     return State(s.b[rows], s.step_s[rows], steps, s.slope_s[rows], s.eps_s[rows], s.rho1[rows],
                   s.t_full_s[rows], s.saturated[rows])
 
 
-def evaluate_load(c: Configs, lam: np.ndarray, lens: Lengths, chunk: int, need: set[str],
+def evaluate_load(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, need: set[str],
                   t0: np.ndarray | None = None, p50: bool = True, state: State | None = None) -> LoadResult:
     """Latencies, KV occupancy and utilisation at rates ``lam`` (formulas: :mod:`optimizer.models.serving`);
-    percentiles only of the limits in ``need`` (and p50s only when ``p50``)."""
+    percentiles only of the limits in ``need`` (and p50s only when ``p50``); each row at its own lengths."""
     runnable = np.asarray(c.supported, dtype=bool)
     s = solve_state(c, lam, lens, chunk, t0) if state is None else state
     sat = s.saturated | ~runnable
@@ -124,7 +125,7 @@ def evaluate_load(c: Configs, lam: np.ndarray, lens: Lengths, chunk: int, need: 
     tp = _tpot_moments(c, lam, lens, s, fb, sat, tbar)
     ttft_m, ttft_v, ttft_k3 = _ttft_moments(c, lam, lens, s, chunk)
     out = _percentiles(len(c), lens, tp, (ttft_m, ttft_v, ttft_k3), need, p50)
-    ttft_mean = ttft_m @ lens.l_w
+    ttft_mean = np.sum(np.where(lens.l_w > 0, ttft_m, 0.0) * lens.l_w, axis=1)  # padded nodes (weight 0) aside
     e2e_mean = ttft_mean + lens.mean_o1 * tp.mean
 
     # ---- KV occupancy (M/G/∞ shot noise, over-dispersed by load feedback) and utilisation
@@ -162,7 +163,7 @@ def evaluate_load(c: Configs, lam: np.ndarray, lens: Lengths, chunk: int, need: 
 @dataclass(frozen=True)
 class _TpotMoments:
     """TPOT moments of a request by output node: ``mean`` (N,), ``mt``, ``var``, ``k3`` (N, QO) in s, s², s³,
-    and the request weights of the nodes that have a TPOT (``weights``, (QO,))."""
+    and the request weights of the nodes that have a TPOT (``weights``, (N, QO); a row of zeros: no node has one)."""
 
     mean: np.ndarray
     mt: np.ndarray
@@ -171,18 +172,18 @@ class _TpotMoments:
     weights: np.ndarray
 
 
-def _tpot_moments(c: Configs, lam: np.ndarray, lens: Lengths, s: State, fb, sat: np.ndarray,
+def _tpot_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, fb, sat: np.ndarray,
                   tbar: np.ndarray) -> _TpotMoments:
     """TPOT | O = mean of O−1 step durations + batch drift over its life W = (O−1)·t̄, with load feedback."""
-    o1 = np.maximum(lens.o_nodes - 1.0, 0.0)  # (QO,) decode steps of a request
+    o1 = np.maximum(lens.o_nodes - 1.0, 0.0)  # (N, QO) decode steps of a request
     m1, m2, m3 = (s.steps.moment(r) for r in (1, 2, 3))
     var_t = np.maximum(m2 - m1**2, 0.0)
     k3_t = m3 - 3 * m1 * m2 + 2 * m1**3
     d_tag = perf.decode_step_s(c, s.b + 1.0, lens.ctx)
     # request-weighted mean step E[b·T]/E[b] = t̄ + Cov(b, T)/b̄, Little's law shift included
     mean_tpot = m1 + np.where(sat, 0.0, fb.bias_s)
-    steps_n = np.maximum(o1, 1.0)[None, :]
-    window = o1[None, :] * tbar[:, None]  # (N, QO)
+    steps_n = np.maximum(o1, 1.0)
+    window = o1 * tbar[:, None]  # (N, QO)
     var_b = batch_average_var(lam, tbar, window, o1, lens.o_w)
     var_pref = (var_t * fb.prefill_factor)[:, None] / steps_n + fb.cross_var_s2[:, None]
     # prefill share Y = TPOT − D(b+1) is a per-step average in [0, e_full]: Var ≤ Ȳ·(e_full − Ȳ)
@@ -192,65 +193,78 @@ def _tpot_moments(c: Configs, lam: np.ndarray, lens: Lengths, s: State, fb, sat:
     var_tpot = var_pref * shrink + (s.slope_s[:, None] ** 2) * var_b * fb.batch_factor[:, None]
     k3_tpot = (k3_t * fb.prefill_factor**1.5)[:, None] / steps_n**2 * shrink**1.5
     w_tpot = np.where(o1 >= 0.5, lens.o_w, 0.0)
-    w_tpot = w_tpot / w_tpot.sum() if w_tpot.sum() > 0 else w_tpot
+    total = w_tpot.sum(axis=1)[:, None]
+    w_tpot = np.where(total > 0, w_tpot / np.where(total > 0, total, 1.0), w_tpot)
     return _TpotMoments(mean_tpot, np.broadcast_to(mean_tpot[:, None], var_tpot.shape), var_tpot, k3_tpot, w_tpot)
 
 
-def _percentiles(n: int, lens: Lengths, tp: _TpotMoments, ttft, need: set[str], p50: bool) -> dict[str, np.ndarray]:
+def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft, need: set[str], p50: bool) -> dict[str, np.ndarray]:
     """p99 (and p50) of TPOT, TTFT and E2E (s) for the limits in ``need``; NaN for the others."""
     nan = np.full(n, np.nan)
     out = {k: nan.copy() for k in ("tpot_p50", "tpot_p99", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99")}
     qs = (0.99, 0.50) if p50 else (0.99,)
-    if "tpot" in need and tp.weights.sum() > 0:
+    if "tpot" in need:
+        # a row whose requests all have one output token: no gap between tokens, so no time per
+        # output token to wait for — a TPOT SLO is met trivially (0 ms), not unmeetable (nan)
+        has = tp.weights.sum(axis=1) > 0
+        out["tpot_p99"], out["tpot_p50"] = np.where(has, np.nan, 0.0), np.where(has, np.nan, 0.0)
+        rows = np.flatnonzero(has)
         for q in qs:
-            out[f"tpot_p{round(q * 100)}"] = mixture_quantile(q, tp.weights, tp.mt, tp.var, tp.k3)
-    elif "tpot" in need:
-        # every request has one output token: no gap between tokens, so no time per output
-        # token to wait for — a TPOT SLO is met trivially (0 ms), not unmeetable (nan)
-        out["tpot_p99"] = np.zeros(n)
-        out["tpot_p50"] = np.zeros(n)
+            key = f"tpot_p{round(q * 100)}"
+            if len(rows) == n:
+                out[key] = mixture_quantile(q, tp.weights, tp.mt, tp.var, tp.k3)
+            elif len(rows):
+                out[key][rows] = mixture_quantile(q, tp.weights[rows], tp.mt[rows], tp.var[rows], tp.k3[rows])
     ttft_m, ttft_v, ttft_k3 = ttft
     if "ttft" in need:
         for q in qs:
             out[f"ttft_p{round(q * 100)}"] = mixture_quantile(q, lens.l_w, ttft_m, ttft_v, ttft_k3)
     if "e2e" in need:
         # components (L node, O node): TTFT(L) + (O−1)·TPOT(O), independent
-        o1 = np.maximum(lens.o_nodes - 1.0, 0.0)
-        m = ttft_m[:, :, None] + o1[None, None, :] * tp.mt[:, None, :]
-        v = (ttft_v[:, :, None] + (o1**2)[None, None, :] * tp.var[:, None, :]
-             + (tp.mt**2 * lens.o_var[None, :])[:, None, :])  # output length spread inside a stratum
-        k3 = ttft_k3[:, :, None] + (o1**3)[None, None, :] * tp.k3[:, None, :]
-        w = (lens.l_w[:, None] * lens.o_w[None, :]).ravel()
+        o1 = np.maximum(lens.o_nodes - 1.0, 0.0)[:, None, :]
+        m = ttft_m[:, :, None] + o1 * tp.mt[:, None, :]
+        v = (ttft_v[:, :, None] + (o1**2) * tp.var[:, None, :]
+             + (tp.mt**2 * lens.o_var)[:, None, :])  # output length spread inside a stratum
+        k3 = ttft_k3[:, :, None] + (o1**3) * tp.k3[:, None, :]
+        w = (lens.l_w[:, :, None] * lens.o_w[:, None, :]).reshape(n, -1)
         for q in qs:
             out[f"e2e_p{round(q * 100)}"] = mixture_quantile(q, w, m.reshape(n, -1), v.reshape(n, -1),
                                                             k3.reshape(n, -1))
     return out
 
 
-def _prompt_chunks_extra_s(c: Configs, b: np.ndarray, ctx: float, n_tok: np.ndarray, prompt_tokens: np.ndarray,
-                           chunk: int, d: np.ndarray, span_offset: float = 0.0) -> np.ndarray:
+def _prompt_chunks_extra_s(c: Configs, b: np.ndarray, ctx: np.ndarray, n_tok: np.ndarray, prompt_tokens: np.ndarray,
+                           chunk: int, d: np.ndarray, span_offset: np.ndarray | float = 0.0) -> np.ndarray:
     """Σ_chunks [t(b, c̄, n_j, min(j·C + n_j/2, L)) − D(b)] for ``n_tok`` tokens cut into chunks of C.
 
     ``n_tok = K·C + r``: K full chunks and a partial one of r tokens. Full chunk k attends to
     ``min(k·C + C/2, L)``, which is L from ``k_L = ceil((L − C/2)/C)`` on, so the K full
     chunks cost a cumulative sum over k < k_max (k_max = max k_L) plus (K − k_max)⁺ times
-    the chunk at span L: two step-time evaluations instead of one per chunk.
-    Shapes: b, d (N, 1, 1); n_tok (1, QL, J); prompt_tokens (1, QL, 1). ``span_offset``: cached
-    tokens every chunk also attends to (prefix caching).
+    the chunk at span L: two step-time evaluations instead of one per chunk, all in one call.
+    Shapes: b, ctx, d, span_offset (N, 1, 1); n_tok (N, QL, J); prompt_tokens (N, QL, 1). ``span_offset``:
+    cached tokens every chunk also attends to (prefix caching). k_max is over every row: a row
+    whose own is smaller has its chunks from its own k_L on at span L, the same step time.
     """
     full = np.floor(n_tok / chunk)
     rem = n_tok - full * chunk
     k_max = max(int(math.ceil(float(np.max(prompt_tokens - chunk / 2.0)) / chunk)), 0)
     k = np.arange(k_max + 1, dtype=float)[None, None, :]
-    per_chunk = perf.decode_step_s(c, b, ctx, float(chunk),
-                                   np.minimum(k * chunk + chunk / 2.0, prompt_tokens) + span_offset) - d
+    # one step-time evaluation of every chunk, flattened to (N, columns): full chunk k at span
+    # k·C + C/2 (K), at span L (QL) — min(k·C + C/2, L) is one of the two —, the partial chunks (QL·J)
+    n, q_l, n_j = n_tok.shape
+    offset = np.broadcast_to(span_offset, (n, 1, 1))[:, :, 0]
+    spans = [k[0] * chunk + chunk / 2.0 + offset, prompt_tokens[:, :, 0] + offset,
+             (np.minimum(full * chunk + rem / 2.0, prompt_tokens) + offset[:, :, None]).reshape(n, -1)]
+    tokens = [np.full((n, k_max + 1 + q_l), float(chunk)), rem.reshape(n, -1)]
+    t = perf.decode_step_s(c, b[:, :, 0], ctx[:, :, 0], np.concatenate(tokens, axis=1), np.concatenate(spans, axis=1))
+    t_k, t_l, t_rem = t[:, :k_max + 1], t[:, k_max + 1:k_max + 1 + q_l], t[:, k_max + 1 + q_l:].reshape(n, q_l, n_j)
+    per_chunk = np.where(k * chunk + chunk / 2.0 <= prompt_tokens, t_k[:, None, :], t_l[:, :, None]) - d
     cum = np.concatenate([np.zeros(per_chunk.shape[:-1] + (1,)), np.cumsum(per_chunk, axis=-1)], axis=-1)
     idx = np.minimum(full, k_max + 1).astype(np.int64)
     idx = np.broadcast_to(idx, np.broadcast_shapes(idx.shape, cum.shape[:-1] + (1,)))
     cum = np.broadcast_to(cum, idx.shape[:-1] + cum.shape[-1:])
     total = np.take_along_axis(cum, idx, axis=-1) + np.maximum(full - k_max - 1, 0.0) * per_chunk[..., -1:]
-    partial = perf.decode_step_s(c, b, ctx, rem, np.minimum(full * chunk + rem / 2.0, prompt_tokens) + span_offset) - d
-    return total + np.where(rem > 0, partial, 0.0)
+    return total + np.where(rem > 0, t_rem - d, 0.0)
 
 
 def _row_blocks(n: int, elements_per_row: int):
@@ -262,29 +276,31 @@ def _row_blocks(n: int, elements_per_row: int):
         yield slice(start, min(start + step, n))
 
 
-def _carrying_step_sums(c: Configs, s: State, lens: Lengths, chunk: int, mj: np.ndarray):
+def _carrying_step_sums(c: Configs, s: State, lens: RowLengths, chunk: int, mj: np.ndarray):
     """E[own], E[own²], E[own³] and E[own·(J − m_J)] (each (N, QL)) of the time ``own`` of the
     step(s) that carry a prompt of each node length L with J ~ Poisson(m_J) others:
     ``own = ceil(n/C)·D(b) + g(n)``, n = L + J·E[L] (``_prompt_chunks_extra_s``).
 
-    The (N, QL, J) grid is the largest array of the serving model; it is evaluated by
-    ``_row_blocks`` of the rows in order of m_J, each block with J up to its own ``prompts_k_max``
-    (the Poisson tail beyond folds into it, as for all the rows at once).
+    The (N, QL, J) grid is the largest array of the serving model; it is evaluated by blocks
+    of rows in order of their J (``_sorted_blocks``), each row with J up to its ``_carrying_j_max``
+    (the Poisson tail beyond folds into it).
     """
     n = len(c)
-    order = np.argsort(mj, kind="stable")
-    sums = np.empty((4, n, len(lens.l_nodes)))
-    for block in _row_blocks(n, len(lens.l_nodes) * (prompts_k_max(mj) + 1)):
+    j_rows = _carrying_j_max(mj, lens)
+    order = np.lexsort((mj, j_rows))
+    sums = np.empty((4, n, lens.l_nodes.shape[1]))
+    for block in _sorted_blocks(j_rows[order] + 1, lens.l_nodes.shape[1]):
         rows = order[block]
         m = mj[rows]
-        j_max = prompts_k_max(m)
-        pj3 = poisson_pmf(m, j_max)[:, None, :]  # (rows, 1, J)
+        j_max = int(np.max(j_rows[rows]))
+        pj3 = poisson_pmf(m, j_max, j_rows[rows])[:, None, :]  # (rows, 1, J)
         j = np.arange(j_max + 1)
-        n_tok = lens.l_nodes[None, :, None] + j[None, None, :] * lens.mean_l  # (1, QL, J)
+        ls = lens.take(rows)
+        n_tok = ls.l_nodes[:, :, None] + j[None, None, :] * ls.mean_l[:, None, None]  # (rows, QL, J)
         b3 = s.b[rows, None, None]
         d3 = s.steps.d[rows, None, None]
-        g = _prompt_chunks_extra_s(c.take(rows), b3, lens.ctx, n_tok, lens.l_nodes[None, :, None], chunk, d3,
-                                   lens.span_offset)
+        g = _prompt_chunks_extra_s(c.take(rows), b3, ls.ctx[:, None, None], n_tok, ls.l_nodes[:, :, None], chunk, d3,
+                                   ls.span_offset[:, None, None])
         own = np.ceil(n_tok / chunk) * d3 + g  # (rows, QL, J)
         p_own = pj3 * own
         sums[0, rows] = np.sum(p_own, axis=2)
@@ -295,7 +311,38 @@ def _carrying_step_sums(c: Configs, s: State, lens: Lengths, chunk: int, mj: np.
     return sums[0], sums[1], sums[2], sums[3]
 
 
-def _ttft_moments(c: Configs, lam: np.ndarray, lens: Lengths, s: State, chunk: int):
+def _sorted_blocks(width: np.ndarray, per_column: int):
+    """Slices of rows whose grid is ``width[i]·per_column`` elements (``width`` ascending), each of at most
+    GRID_BLOCK_ELEMENTS elements at the width of its last row (at least one row)."""
+    start, n = 0, len(width)
+    while start < n:
+        # rows start..stop−1 cost (stop − start)·width[stop − 1]·per_column
+        cost = (np.arange(1, n - start + 1) * width[start:] * per_column)
+        stop = start + max(1, int(np.searchsorted(cost, GRID_BLOCK_ELEMENTS, side="right")))
+        yield slice(start, stop)
+        start = stop
+
+
+def _carrying_j_max(mj: np.ndarray, lens: RowLengths) -> np.ndarray:
+    """The count J each row resolves (ints (N,)): as when its group's rows ran alone, sorted by m_J
+    (stable) and cut into ``_row_blocks`` of ``QL·(prompts_k_max of the group + 1)`` elements (QL
+    the group's prompt nodes), ``prompts_k_max`` of the row's block."""
+    out = np.zeros(len(mj), dtype=np.int64)
+    order = np.lexsort((mj, lens.group))
+    k_group = group_k_max(mj, lens)
+    start = 0
+    while start < len(order):  # one pass per group (G ≤ the buckets of a workload)
+        g = lens.group[order[start]]
+        stop = start + int(np.searchsorted(lens.group[order[start:]], g, side="right"))
+        members = order[start:stop]
+        q_l = int(lens.l_count[members[0]])
+        for block in _row_blocks(len(members), q_l * (int(k_group[members[0]]) + 1)):
+            out[members[block]] = prompts_k_max(mj[members[block]])
+        start = stop
+    return out
+
+
+def _ttft_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, chunk: int):
     """Mean, variance, third cumulant of TTFT for each prompt node (N, QL).
 
     TTFT = R + T_next + W_q: the residual R of the step in progress (length-biased, uniform
@@ -327,13 +374,13 @@ def _ttft_moments(c: Configs, lam: np.ndarray, lens: Lengths, s: State, chunk: i
     w1, w2, w3, stable = _prefill_wait_moments(lam, lens, sec_per_token)
     mean = o1 + (r1 + w1)[:, None] + c.request_overhead_s  # + the per-request front-end time
     # the prompt length spread inside each stratum, at the full-chunk cost per token
-    var = var_o + (var_r + w2)[:, None] + 2.0 * cov + (sec_per_token**2)[:, None] * lens.l_var[None, :]
+    var = var_o + (var_r + w2)[:, None] + 2.0 * cov + (sec_per_token**2)[:, None] * lens.l_var
     k3 = k3_o + (k3_r + w3)[:, None]
     unstable = ~stable[:, None] | s.saturated[:, None]
     return np.where(unstable, np.inf, mean), np.where(unstable, 0.0, var), np.where(unstable, 0.0, k3)
 
 
-def _prefill_wait_moments(lam: np.ndarray, lens: Lengths, sec_per_token: np.ndarray):
+def _prefill_wait_moments(lam: np.ndarray, lens: RowLengths, sec_per_token: np.ndarray):
     """Mean, variance, third cumulant (s, s², s³; each (N,)) of the M/G/1 FCFS waiting time W of
     the prompt work ahead, and whether the queue is stable (u = λ·E[S] < 1).
 
@@ -348,7 +395,8 @@ def _prefill_wait_moments(lam: np.ndarray, lens: Lengths, sec_per_token: np.ndar
     the simulator's, scripts/agreement.py; with the full W: −8 % to +6 %.)
     """
     ln, lw, lv = lens.l_nodes, lens.l_w, lens.l_var
-    raw = [float(lw @ ln)] + [float(lw @ (ln**k + k * (k - 1) / 2.0 * ln ** (k - 2) * lv)) for k in (2, 3, 4)]
+    raw = [np.sum(lw * ln, axis=1)] + [np.sum(lw * (ln**k + k * (k - 1) / 2.0 * ln ** (k - 2) * lv), axis=1)
+                                       for k in (2, 3, 4)]
     s1, s2, s3, s4 = (raw[k - 1] * sec_per_token**k for k in (1, 2, 3, 4))
     u = lam * s1
     stable = u < 1

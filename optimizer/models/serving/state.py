@@ -14,6 +14,7 @@ import numpy as np
 from optimizer.models import perf
 from optimizer.models.lengths import quadrature_spread
 from optimizer.models.perf import Configs
+from optimizer.models.serving.rows import RowLengths
 from optimizer.models.techniques import ServingTechnique
 from workloads.spec import LengthDist
 
@@ -51,8 +52,6 @@ class Lengths:
     span_offset: float = 0.0  # cached tokens a prefill chunk attends to before its own (prefix caching)
     tokens_per_step: float = 1.0  # tokens a decoding sequence emits per step (speculative decoding)
     kv_tok3_steps: float = 0.0  # E[Σ_{j=1}^{O−1} (L + j)³] (the skew of the KV occupancy)
-    prompt_grids: dict[tuple[int, int], _PromptTokens] = field(default_factory=dict, repr=False,
-                                                               compare=False)  # ``_prompt_tokens`` by (k_max, C)
 
 
 def lengths_for(prompt: LengthDist, output: LengthDist, technique: ServingTechnique | None = None) -> Lengths:
@@ -124,49 +123,62 @@ def _technique_lengths(ln, lw, lv, on, ow, ov, t: ServingTechnique) -> Lengths:
 class _PromptTokens:
     """The prefill tokens n a step can carry, as J columns: one prompt of each node length L
     (QL columns), then K = 2..k_max prompts of E[L] tokens; with what ``_steps`` and
-    ``_chunked_extra_s`` need of them that does not depend on the configuration. Shapes (1, J)
-    unless noted."""
+    ``_chunked_extra_s`` need of them that does not depend on the configuration. One row per
+    length set (``RowLengths.base``): shapes (G, J) unless noted."""
 
     n_one: int  # QL: the first columns are one prompt each
     rest: np.ndarray  # tokens of the chunk that carries the remainder (more than C only in the last explicit one)
     n_step: np.ndarray  # its step size, min(rest, C)
-    rest_span: np.ndarray  # its attention span
-    # the distinct (n_step, rest_span) steps (1, U) and each column's among them (J,): long
-    # prompts and large K all end in a full chunk at the same span, one step time for all
-    step_tokens: np.ndarray
-    step_span: np.ndarray
+    # each column's step among the distinct (n_step, rest_span) steps of its set (G, J): long prompts
+    # and large K all end in a full chunk at the same span, one step time for all
     step_of_column: np.ndarray
-    full_span: np.ndarray  # (1, MAX_EXPLICIT_CHUNKS): full chunk j < last of one prompt, then of several
-    before: np.ndarray  # (J,) column of the full chunks before the remainder, in ``_chunked_extra_s``'s table
-    sd_tokens: np.ndarray  # (1, K − 1) √(K·Var(L))
-    k_tokens: np.ndarray  # (1, K − 1) max(K·E[L], 1)
+    full_span: np.ndarray  # (G, MAX_EXPLICIT_CHUNKS): full chunk j < last of one prompt, then of several
+    before: np.ndarray  # (G, J) column of the full chunks before the remainder, in ``_chunked_extra_s``'s table
+    sd_tokens: np.ndarray  # (G, K − 1) √(K·Var(L))
+    k_tokens: np.ndarray  # (G, K − 1) max(K·E[L], 1)
+    # the steps ``_chunked_extra_s`` times, (G, 1 + MAX_EXPLICIT_CHUNKS + U): none (D), the full chunks, then
+    # the U distinct remainder steps (a set with fewer repeats its last)
+    step_grid_tokens: np.ndarray
+    step_grid_span: np.ndarray
 
 
-def _prompt_tokens(lens: Lengths, k_max: int, chunk: int) -> _PromptTokens:
-    """The :class:`_PromptTokens` for K up to ``k_max`` and chunks of C = ``chunk`` tokens (cached on ``lens``).
+def _prompt_tokens(lens: RowLengths, k_max: int, chunk: int) -> _PromptTokens:
+    """The :class:`_PromptTokens` of every length set for K up to ``k_max`` and chunks of C = ``chunk``
+    tokens (cached on ``lens.grids``, which its ``take`` shares).
 
     Chunk j of one prompt attends to ``j·C + n_j/2`` tokens on average; chunks of several
     prompts to E[L]/2. The chunk carrying the remainder is ``min(⌊n/C⌋, MAX_EXPLICIT_CHUNKS − 1)``.
     """
     key = (k_max, chunk)
-    if key not in lens.prompt_grids:
-        last = MAX_EXPLICIT_CHUNKS - 1
-        ks = np.arange(2, k_max + 1, dtype=float)
-        n_tokens = np.concatenate([lens.l_nodes, ks * lens.mean_l])[None, :]
-        single = np.arange(n_tokens.shape[1]) < len(lens.l_nodes)
-        j_rest = np.clip(np.floor(n_tokens / chunk), 0.0, last)
-        rest = n_tokens - j_rest * chunk
-        n_step = np.minimum(rest, chunk)
-        rest_span = np.where(single, j_rest * chunk + n_step / 2.0, lens.mean_l / 2.0) + lens.span_offset
-        steps, step_of_column = np.unique(np.stack([n_step[0], rest_span[0]]), axis=1, return_inverse=True)
-        lens.prompt_grids[key] = _PromptTokens(
-            n_one=len(lens.l_nodes), rest=rest, n_step=n_step, rest_span=rest_span,
-            step_tokens=steps[:1], step_span=steps[1:], step_of_column=step_of_column.ravel(),
-            full_span=np.append(np.arange(last) * chunk + chunk / 2.0, lens.mean_l / 2.0)[None, :] + lens.span_offset,
-            before=j_rest[0].astype(np.int64) + np.where(single, 0, last + 1),
-            sd_tokens=np.sqrt(ks * lens.var_l)[None, :], k_tokens=np.maximum(ks * lens.mean_l, 1.0)[None, :],
-        )
-    return lens.prompt_grids[key]
+    if key in lens.grids:
+        return lens.grids[key]
+    base = lens.base
+    last = MAX_EXPLICIT_CHUNKS - 1
+    ks = np.arange(2, k_max + 1, dtype=float)[None, :]
+    mean_l, offset = base.mean_l[:, None], base.span_offset[:, None]
+    q_l = base.l_nodes.shape[1]
+    n_tokens = np.concatenate([base.l_nodes, ks * mean_l], axis=1)
+    single = np.arange(n_tokens.shape[1]) < q_l
+    j_rest = np.clip(np.floor(n_tokens / chunk), 0.0, last)
+    rest = n_tokens - j_rest * chunk
+    n_step = np.minimum(rest, chunk)
+    rest_span = np.where(single, j_rest * chunk + n_step / 2.0, mean_l / 2.0) + offset
+    distinct = [np.unique(np.stack([n_step[g], rest_span[g]]), axis=1, return_inverse=True) for g in range(len(base))]
+    width = max(steps.shape[1] for steps, _ in distinct)
+    steps = np.stack([np.pad(u, ((0, 0), (0, width - u.shape[1])), mode="edge") for u, _ in distinct], axis=1)
+    full = np.broadcast_to(np.arange(last) * chunk + chunk / 2.0, (len(base), last))
+    full_span = np.concatenate([full, mean_l / 2.0], axis=1) + offset
+    zero = np.zeros((len(base), 1))
+    lens.grids[key] = _PromptTokens(
+        n_one=q_l, rest=rest, n_step=n_step,
+        step_of_column=np.stack([inverse.ravel() for _, inverse in distinct]),
+        full_span=full_span,
+        step_grid_tokens=np.concatenate([zero, np.full((len(base), last + 1), float(chunk)), steps[0]], axis=1),
+        step_grid_span=np.concatenate([zero, full_span, steps[1]], axis=1),
+        before=j_rest.astype(np.int64) + np.where(single, 0, last + 1),
+        sd_tokens=np.sqrt(ks * base.var_l[:, None]), k_tokens=np.maximum(ks * mean_l, 1.0),
+    )
+    return lens.grids[key]
 
 
 def _chunk_extra_s(t: np.ndarray, d: np.ndarray, n: np.ndarray, n_step: np.ndarray) -> np.ndarray:
@@ -174,38 +186,66 @@ def _chunk_extra_s(t: np.ndarray, d: np.ndarray, n: np.ndarray, n_step: np.ndarr
     return np.where(n > 0, (t - d) * n / np.maximum(n_step, 1e-300), 0.0)
 
 
-def _chunked_extra_s(c: Configs, b: np.ndarray, ctx: float, n: _PromptTokens, chunk: int,
-                     d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _chunked_extra_s(c: Configs, b: np.ndarray, ctx: np.ndarray, n: _PromptTokens, group: np.ndarray, chunk: int
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """g(n) = Σ_chunks [t(b, c̄, n_j, span_j) − D(b)]: extra step time of the prefill tokens of
-    each column of ``n`` (spans there); returns (N, QL) for one prompt, (N, K − 1) for several.
+    each column of ``n`` (spans there); returns (D(b) (N, 1), (N, QL) for one prompt, (N, K − 1) for several).
 
     The tokens go through ``ceil(n/C)`` steps of at most C tokens; beyond MAX_EXPLICIT_CHUNKS
     chunks the rest is charged at the last explicit chunk's per-token cost. Full chunks cost
     the same whatever n, so they are evaluated once per configuration, and only the chunk that
-    carries the remainder once per distinct (size, span). Shapes: b, d (N, 1).
+    carries the remainder once per distinct (size, span) of its length set (row ``group`` of ``n``),
+    D(b) with them: one step-time evaluation. Shapes: b, ctx (N, 1).
     """
     last = MAX_EXPLICIT_CHUNKS - 1
-    full = _chunk_extra_s(perf.decode_step_s(c, b, ctx, float(chunk), n.full_span), d, float(chunk), float(chunk))
+    t = perf.decode_step_s(c, b, ctx, n.step_grid_tokens[group], n.step_grid_span[group])
+    d = t[:, :1]
+    full = _chunk_extra_s(t[:, 1:last + 2], d, float(chunk), float(chunk))
     zero = np.zeros((len(full), 1))
     before = np.concatenate([zero, np.cumsum(full[:, :last], axis=1),  # the full chunks before chunk j
                              zero, np.cumsum(np.repeat(full[:, last:], last, axis=1), axis=1)], axis=1)
-    t_rest = perf.decode_step_s(c, b, ctx, n.step_tokens, n.step_span)[:, n.step_of_column]
-    g = before[:, n.before] + _chunk_extra_s(t_rest, d, n.rest, n.n_step)
-    return g[:, :n.n_one], g[:, n.n_one:]
+    rows = np.arange(len(group))[:, None]
+    t_rest = t[:, last + 2:][rows, n.step_of_column[group]]
+    g = before[rows, n.before[group]] + _chunk_extra_s(t_rest, d, n.rest[group], n.n_step[group])
+    return d, g[:, :n.n_one], g[:, n.n_one:]
 
 
 _LOG_FACTORIAL = np.array([math.lgamma(k + 1.0) for k in range(POISSON_K_MAX + 1)])  # ln k!
 
 
-def poisson_pmf(m: np.ndarray, k_max: int) -> np.ndarray:
-    """P(K = k), k = 0..k_max (<= POISSON_K_MAX), for K ~ Poisson(m) (N,) → (N, k_max + 1); the tail folds into k_max."""
+def poisson_pmf(m: np.ndarray, k_max: int, k_rows: np.ndarray | None = None) -> np.ndarray:
+    """P(K = k), k = 0..k_max (<= POISSON_K_MAX), for K ~ Poisson(m) (N,) → (N, k_max + 1); the tail folds into k_max
+    (into ``k_rows[i]`` <= k_max for row i when given, 0 beyond: ``fold_tail``)."""
     k = np.arange(k_max + 1, dtype=float)
     lg = _LOG_FACTORIAL[:k_max + 1]
     mm = np.maximum(m, 1e-300)[:, None]
     p = np.exp(-mm + k[None, :] * np.log(mm) - lg[None, :])
     p = np.where(m[:, None] > 0, p, (k[None, :] == 0).astype(float))
-    p[:, -1] += np.clip(1.0 - p.sum(axis=1), 0.0, 1.0)
+    return fold_tail(p, k_rows)
+
+
+def fold_tail(p: np.ndarray, k_rows: np.ndarray | None) -> np.ndarray:
+    """``p`` (N, k_max + 1) with the mass beyond each row's last count added to it: the last column
+    (``k_rows`` None), else column ``k_rows[i]``, the columns after it set to 0."""
+    if k_rows is None:
+        p[:, -1] += np.clip(1.0 - p.sum(axis=1), 0.0, 1.0)
+        return p
+    p = np.where(np.arange(p.shape[1])[None, :] <= k_rows[:, None], p, 0.0)
+    p[np.arange(len(p)), k_rows] += np.clip(1.0 - p.sum(axis=1), 0.0, 1.0)
     return p
+
+
+def group_k_max(m: np.ndarray, lens: RowLengths) -> np.ndarray:
+    """Per row, ``prompts_k_max`` of the rows of its own group (ints (N,)): the count a call on
+    that group's rows alone would resolve, ``min(POISSON_K_MAX, ⌈top + 6√top + 4⌉)``."""
+    mf = np.where(np.isfinite(m), m, 0.0)
+    if lens.n_groups == 1:
+        top = np.full(len(m), float(np.max(mf, initial=0.0)))
+    else:
+        tops = np.zeros(lens.n_groups)
+        np.maximum.at(tops, lens.group, mf)
+        top = tops[lens.group]
+    return np.minimum(POISSON_K_MAX, np.ceil(top + 6.0 * np.sqrt(top) + 4.0)).astype(np.int64)
 
 
 def prompts_k_max(m: np.ndarray) -> int:
@@ -228,7 +268,7 @@ class Steps:
 
     d: np.ndarray  # decode-only step D(b), (N,)
     pk: np.ndarray  # P(K = k), (N, k_max + 1)
-    l_w: np.ndarray  # (QL,) weights of the prompt-length nodes
+    l_w: np.ndarray  # (N, QL) weights of the prompt-length nodes
     g1: np.ndarray  # (N, QL) extra of one prompt of each node length, alone
     gk: np.ndarray  # (N, k_max − 1) extra of K = 2..k_max prompts: the mean of two points, gk_lo and 2·g_K − gk_lo
     gk_lo: np.ndarray
@@ -242,13 +282,13 @@ class Steps:
     @cached_property
     def probs(self) -> np.ndarray:
         half = self.pk[:, 2:] / 2.0
-        return np.concatenate([self.pk[:, :1], self.pk[:, 1:2] * self.l_w[None, :], half, half], axis=1)
+        return np.concatenate([self.pk[:, :1], self.pk[:, 1:2] * self.l_w, half, half], axis=1)
 
     def moment(self, r: int) -> np.ndarray:
         """E[T^r] (N,), computed once per r; E[T] = D + P(K=1)·E[g1] + Σ_K P(K)·g_K without the table."""
         if r not in self._moments:
             if r == 1:
-                self._moments[r] = (self.d + self.pk[:, 1] * (self.g1 @ self.l_w)
+                self._moments[r] = (self.d + self.pk[:, 1] * np.sum(self.g1 * self.l_w, axis=1)
                                     + np.sum(self.pk[:, 2:] * self.gk, axis=1))
             else:
                 self._moments[r] = np.sum(self.probs * int_power(self.values, r), axis=1)
@@ -256,14 +296,14 @@ class Steps:
 
 
 def mixed_poisson_pmf(m: np.ndarray, dispersion: np.ndarray, k_max: int,
-                      poisson: np.ndarray | None = None) -> np.ndarray:
+                      poisson: np.ndarray | None = None, k_rows: np.ndarray | None = None) -> np.ndarray:
     """P(K = k), k = 0..k_max, for K with mean m and variance ``dispersion·m`` (>= m): a negative
     binomial of shape r = m/(dispersion − 1), ``p₀ = (r/(r+m))^r``, ``p_{k+1} = p_k·(k + r)/(k + 1)·m/(r + m)``;
     Poisson where the dispersion is 1 (``poisson``: that pmf if already computed). (N,) → (N, k_max + 1);
-    the tail folds into k_max."""
+    the tail folds into k_max (or each row's ``k_rows``, ``fold_tail``)."""
     over = dispersion > 1.0 + 1e-9
     if poisson is None:
-        poisson = poisson_pmf(m, k_max)
+        poisson = poisson_pmf(m, k_max, k_rows)
     if not np.any(over & (m > 0)):
         return poisson
     mm = np.maximum(m, 1e-300)
@@ -272,11 +312,11 @@ def mixed_poisson_pmf(m: np.ndarray, dispersion: np.ndarray, k_max: int,
     k = np.arange(k_max, dtype=float)[None, :]
     p = np.exp(r * np.log1p(-q)) * np.concatenate([np.ones((len(m), 1)), np.cumprod((k + r) / (k + 1.0) * q, axis=1)],
                                                     axis=1)
-    p[:, -1] += np.clip(1.0 - p.sum(axis=1), 0.0, 1.0)
+    p = fold_tail(p, k_rows)
     return np.where(over[:, None] & (m[:, None] > 0), p, poisson)
 
 
-def _steps(c: Configs, b: np.ndarray, m: np.ndarray, lens: Lengths, chunk: int) -> Steps:
+def _steps(c: Configs, b: np.ndarray, m: np.ndarray, lens: RowLengths, chunk: int) -> Steps:
     """Step durations when K prompts (those that arrived during the previous step) ride in it:
     ``T = D(b) + g(K prompts)``; K = 1 resolves the prompt length by quadrature, K >= 2 uses K·E[L] tokens.
 
@@ -288,21 +328,22 @@ def _steps(c: Configs, b: np.ndarray, m: np.ndarray, lens: Lengths, chunk: int) 
     with Poisson K the mean prefill extra per prompt near saturation was 8 % under the
     simulator's (llama-3.1-8b fp8 on rtx-pro-6000, 62 req/s: 7.7 vs 8.4 ms).
     """
-    bb = b[:, None]
-    d = perf.decode_step_s(c, bb, lens.ctx)
-    # K up to 6 sd of a dispersion-2 count (the tail beyond folds into k_max)
-    k_max = max(prompts_k_max(2.0 * m), 1)
+    bb, ctx = b[:, None], lens.ctx[:, None]
+    # K up to 6 sd of a dispersion-2 count (the tail beyond folds into k_max), per group of rows
+    k_rows = np.maximum(group_k_max(2.0 * m, lens), 1)
+    k_max = int(np.max(k_rows, initial=1))
     n = _prompt_tokens(lens, k_max, chunk)
-    g1, gk = _chunked_extra_s(c, bb, lens.ctx, n, chunk, d)
+    d, g1, gk = _chunked_extra_s(c, bb, ctx, n, lens.group, chunk)
     # K >= 2: the sum of K prompts has variance K·Var(L); spread it over two points ±sd
     # (at the local per-token cost g_K / (K·E[L])) so the step variance keeps it.
-    spread = n.sd_tokens * gk / n.k_tokens
+    spread = n.sd_tokens[lens.group] * gk / n.k_tokens[lens.group]
     gk_lo = np.maximum(gk - spread, 0.0)
-    poisson = Steps(d[:, 0], poisson_pmf(m, k_max), lens.l_w, g1, gk, gk_lo)
+    poisson = Steps(d[:, 0], poisson_pmf(m, k_max, k_rows), lens.l_w, g1, gk, gk_lo)
     mean_t = poisson.moment(1)
     lam_eps = np.clip(np.where(m > 0, (mean_t - poisson.d) / np.maximum(mean_t, 1e-300), 0.0),
                       0.0, 0.95)  # λ·ε = λ·(E[T] − D)/m = (E[T] − D)/t̄ at m = λ·t̄
-    return Steps(d[:, 0], mixed_poisson_pmf(m, 1.0 / (1.0 - lam_eps**2), k_max, poisson.pk), lens.l_w, g1, gk, gk_lo)
+    return Steps(d[:, 0], mixed_poisson_pmf(m, 1.0 / (1.0 - lam_eps**2), k_max, poisson.pk, k_rows), lens.l_w, g1, gk,
+                 gk_lo)
 
 
 @dataclass
@@ -317,7 +358,7 @@ class State:
     saturated: np.ndarray
 
 
-def solve_state(c: Configs, lam: np.ndarray, lens: Lengths, chunk: int, t0: np.ndarray | None = None) -> State:
+def solve_state(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, t0: np.ndarray | None = None) -> State:
     """Smallest root of h(t) = E[T | b = λ·E[O−1]·t, m = λ·t] − t by Newton's method from below.
 
     h(D(0)) > 0 and h is near-convex, so Newton from the left approaches the stable
@@ -331,26 +372,26 @@ def solve_state(c: Configs, lam: np.ndarray, lens: Lengths, chunk: int, t0: np.n
     t = np.where(np.isfinite(t), t, perf.decode_step_s(c, zero, lens.ctx))
     saturated = ~np.isfinite(t)
 
-    def h(cs, lv, tv):
-        b = np.minimum(lv * lens.mean_o1 * tv, cap)
-        return _steps(cs, b, lv * tv, lens, chunk).moment(1) - tv
+    def h(cs, ls, lv, tv):
+        b = np.minimum(lv * ls.mean_o1 * tv, cap)
+        return _steps(cs, b, lv * tv, ls, chunk).moment(1) - tv
 
     done = saturated.copy()
     for _ in range(NEWTON_ITERATIONS):  # only the rows still moving
         rows = np.flatnonzero(~done)
         if not len(rows):
             break
-        cs = c if len(rows) == n else c.take(rows)
+        cs, ls = (c, lens) if len(rows) == n else (c.take(rows), lens.take(rows))
         lv, tv = lam[rows], t[rows]
-        hv = h(cs, lv, tv)
+        hv = h(cs, ls, lv, tv)
         dt = np.maximum(1e-9, 1e-4 * tv)
-        dh = (h(cs, lv, tv + dt) - hv) / dt
+        dh = (h(cs, ls, lv, tv + dt) - hv) / dt
         sat = ((dh >= 0) & (hv > 1e-12 * tv)) | ~np.isfinite(hv)
         # h is not convex everywhere (the max() in the step time): a step past the root
         # comes back with the next (negative) move
         move = np.where(sat, 0.0, -hv / np.where(dh < 0, dh, -1.0))
         t[rows] = np.maximum(tv + move, 0.5 * tv)
-        sat |= lv * lens.mean_o1 * t[rows] > cap
+        sat |= lv * ls.mean_o1 * t[rows] > cap
         saturated[rows] |= sat
         done[rows] = sat | (np.abs(move) <= 1e-7 * tv)
     b = np.minimum(lam * lens.mean_o1 * t, cap)
@@ -360,7 +401,7 @@ def solve_state(c: Configs, lam: np.ndarray, lens: Lengths, chunk: int, t0: np.n
     dm = np.maximum(1e-3, 0.01 * m)
     slope_m = (_steps(c, b, m + dm, lens, chunk).moment(1) - mean_t) / dm
     rho1 = np.clip(lam * slope_m, 0.0, 0.95)
-    eps = np.where(m > 0, (mean_t - st.d) / np.maximum(m, 1e-300), st.g1 @ lens.l_w)
+    eps = np.where(m > 0, (mean_t - st.d) / np.maximum(m, 1e-300), np.sum(st.g1 * lens.l_w, axis=1))
     slope = perf.decode_step_s(c, b + 1.0, lens.ctx) - st.d
     t_full = perf.decode_step_s(c, b, lens.ctx, float(chunk), chunk / 2.0)
     t = np.where(saturated, np.inf, mean_t)

@@ -86,7 +86,7 @@ def gamma_quantile(q: float, mean: np.ndarray, var: np.ndarray, k3: np.ndarray) 
 
 
 def mixture_quantile(q: float, weights: np.ndarray, mean, var, k3) -> np.ndarray:
-    """x with Σ_j w_j·P(X_j > x) = 1 − q; components on the last axis of (N, J) arrays.
+    """x with Σ_j w_j·P(X_j > x) = 1 − q; components on the last axis of (N, J) arrays, weights (J,) or per row (N, J).
 
     The root lies between the smallest and largest component quantile (components with
     weight > 0). It is found there by the Illinois variant of regula falsi on
@@ -102,10 +102,13 @@ def mixture_quantile(q: float, weights: np.ndarray, mean, var, k3) -> np.ndarray
     lo = np.min(np.where(used, xq, np.inf), axis=-1)
     hi = np.max(np.where(used, xq, -np.inf), axis=-1)
     log_target = math.log(1.0 - q)
+    weights = np.asarray(weights)
 
     def f(x, rows):  # decreasing in x
-        sub = sh if len(rows) == len(lo) else sh.take(rows)
-        return np.log(np.maximum(_shape_sf(x[:, None], sub) @ weights, 1e-300)) - log_target
+        every_row = len(rows) == len(lo)
+        sf = _shape_sf(x[:, None], sh if every_row else sh.take(rows))
+        tail = sf @ weights if weights.ndim == 1 else np.einsum("ij,ij->i", sf, weights if every_row else weights[rows])
+        return np.log(np.maximum(tail, 1e-300)) - log_target
 
     every = np.arange(len(lo))
     # the bracket is exact only up to rounding of the inverse: widen where it left the root out

@@ -73,14 +73,19 @@ def workload_lower_bounds(problem: FleetProblem, *, time_limit_s: float, gap: fl
             break
         sol = solve_alone(dem, by_workload.get(dem.workload, ()), problem.units,
                           time_limit_s=min(per_workload_s, left), gap=min(gap, 1e-6), solver=solver)
-        if sol is None:
-            continue
-        bound = sol.bound_usd if sol.bound_usd is not None else (
-            sol.objective_usd if sol.status == SolveStatus.OPTIMAL else None)
+        bound = bound_of(sol) if sol is not None else None
         if bound is not None:
-            # a hair below, and below the sub-solve's tie-break term: never cut off the optimum
-            out[dem.workload] = bound * (1 - TIE_BREAK_FRACTION - 1e-9) - 1e-6
+            out[dem.workload] = bound
     return out
+
+
+def bound_of(sol: FleetSolution) -> float | None:
+    """A one-workload solve's proven lower bound: HiGHS's dual bound (the optimum when proven),
+    a hair below and below the sub-solve's tie-break term, so a cut from it never cuts off the
+    optimum; None without one."""
+    bound = sol.bound_usd if sol.bound_usd is not None else (
+        sol.objective_usd if sol.status == SolveStatus.OPTIMAL else None)
+    return None if bound is None else bound * (1 - TIE_BREAK_FRACTION - 1e-9) - 1e-6
 
 
 

@@ -1,0 +1,173 @@
+"""The fleet MILP of many workloads by decomposition: each workload alone, pooled, consolidated,
+a MILP over that fleet's neighbourhood, then the whole MILP started from the best fleet.
+
+1. Each workload's one-workload MILP (``solve_alone``; servers amortised per GPU, no shared
+   rows): its plan and its proven bound L[w] (:func:`workload_plans`, PLANS_SHARE of the
+   limit; past it a workload gets its cheapest single-option plan and the analytic bound).
+   Σ_w L[w] is a lower bound on the fleet's optimum (``heuristic.pooled_bound``).
+2. The plans pooled on shared servers and consolidated without a solver
+   (``heuristic.consolidate``, CONSOLIDATE_SHARE); dropped if the fleet breaks a shared row
+   (``heuristic.fleet_violations``). The cheaper of it and the given start is the incumbent.
+3. The MILP restricted to the incumbent's options plus each workload's NEIGHBOURHOOD_PER_BUCKET
+   best options per bucket and its cheapest one (``heuristic.restricted_problem``;
+   NEIGHBOURHOOD_SHARE, or all that is left without the polish), started from the incumbent, the L[w] as cuts
+   (``define_workload_bounds``): its plans are plans of the full problem.
+4. ``polish``: the full MILP from the best fleet for POLISH_SHARE of the limit; its dual
+   bound, when higher, replaces Σ_w L[w].
+
+Each step starts from the previous fleet, so the answer is never dearer than the start; it
+is ``optimal`` when within ``gap`` of the bound, else ``feasible`` with that gap. A step is
+skipped once the fleet is within the gap.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+
+from optimizer.planning.milp.heuristic import (
+    WorkloadPlan,
+    consolidate,
+    fleet_violations,
+    pooled_bound,
+    pooled_fleet,
+    restricted_problem,
+    single_option_plan,
+)
+from optimizer.planning.milp.problem import (
+    BOUNDS_MIN_OPTIONS,
+    Demand,
+    FleetProblem,
+    FleetSolution,
+    Minimise,
+    Option,
+    UnitTerms,
+    options_by_workload,
+)
+from optimizer.planning.milp.solve import DEADLINE_GRACE_S, bound_of, solve_alone, solve_fleet
+from optimizer.results.plan_result import SolveStatus
+
+# A one-workload MILP gets at most this long (s); it has a few hundred columns and solves in ~0.05 s.
+ALONE_MAX_S = 2.0
+# Shares of the time limit: the one-workload MILPs, the neighbourhood MILP, the fleet MILP's polish.
+PLANS_SHARE = 0.25
+CONSOLIDATE_SHARE = 0.1
+NEIGHBOURHOOD_SHARE = 0.4
+POLISH_SHARE = 0.2
+# The neighbourhood of a fleet: its options, and each workload's best per bucket and cheapest per replica.
+NEIGHBOURHOOD_PER_BUCKET = 2
+NEIGHBOURHOOD_CHEAPEST = 1
+
+
+def alone_plan(demand: Demand, options: tuple[Option, ...], units: Mapping[str, UnitTerms], *,
+               time_limit_s: float, gap: float, solver: str = "highs") -> WorkloadPlan | None:
+    """The workload's one-workload MILP (``solve_alone``: amortised servers, no shared rows):
+    its plan and its proven bound; None when it found no plan."""
+    sol = solve_alone(demand, options, units, time_limit_s=time_limit_s, gap=gap, solver=solver)
+    if sol is None or not sol.status.has_plan:
+        return None
+    return WorkloadPlan(demand.workload, dict(sol.replicas), dict(sol.routed_qps), bound_of(sol))
+
+
+def workload_plans(problem: FleetProblem, *, time_limit_s: float, gap: float, solver: str = "highs"
+                   ) -> dict[str, WorkloadPlan] | None:
+    """Every workload's plan: its one-workload MILP while ``time_limit_s`` lasts (in plan
+    order), the cheapest single-option plan after that (or where the MILP found none).
+    None when some workload has neither."""
+    deadline = time.perf_counter() + time_limit_s
+    by_workload = options_by_workload(problem)
+    out: dict[str, WorkloadPlan] = {}
+    for dem in problem.demands:
+        opts = by_workload.get(dem.workload, ())
+        left = deadline - time.perf_counter()
+        plan = alone_plan(dem, opts, problem.units, time_limit_s=min(ALONE_MAX_S, left), gap=min(gap, 1e-6),
+                          solver=solver) if left > 0.05 else None
+        plan = plan or single_option_plan(dem, opts, problem.units)
+        if plan is None:
+            return None
+        out[dem.workload] = plan
+    return out
+
+
+def decomposes(problem: FleetProblem, minimise: Minimise) -> bool:
+    """The decomposition applies: the plan's objective, several workloads, BOUNDS_MIN_OPTIONS options or more
+    (below that the whole MILP is solved faster directly: docs/benchmarks.md)."""
+    return minimise == "objective" and len(problem.demands) > 1 and len(problem.options) >= BOUNDS_MIN_OPTIONS
+
+
+def pooled_start(problem: FleetProblem, *, time_limit_s: float, gap: float, solver: str = "highs",
+                 consolidate_s: float = 0.0) -> tuple[FleetSolution | None, float, dict[str, float]]:
+    """Steps 1-2 of the module doc: the one-workload plans in ``time_limit_s``, pooled, then
+    ``heuristic.consolidate`` for ``consolidate_s``. Returns (the fleet, None when it breaks a
+    shared row or some workload has no plan; Σ_w L[w]; the cuts L[w] proven by a MILP)."""
+    plans = workload_plans(problem, time_limit_s=time_limit_s, gap=gap, solver=solver)
+    if plans is None:
+        return None, 0.0, {}
+    lower = pooled_bound(problem, plans)
+    cuts = {w: p.bound_usd for w, p in plans.items() if p.bound_usd is not None}
+    if consolidate_s > 0:
+        plans = consolidate(problem, plans, time_limit_s=consolidate_s)
+    fleet = pooled_fleet(problem, plans, "pooled one-workload plans")
+    return (None if fleet_violations(problem, fleet) else fleet), lower, cuts
+
+
+def within_gap(sol: FleetSolution | None, lower: float, gap: float) -> bool:
+    """``sol`` costs at most ``gap`` (relative) above the proven lower bound ``lower``."""
+    return sol is not None and bool(sol.objective_usd) and (sol.objective_usd - lower) <= gap * sol.objective_usd
+
+
+def solve_decomposed(problem: FleetProblem, *, time_limit_s: float = 10.0, gap: float = 1e-3, solver: str = "highs",
+                     minimise: Minimise = "objective", start: FleetSolution | None = None,
+                     per_bucket: int = NEIGHBOURHOOD_PER_BUCKET, polish: bool = True) -> FleetSolution:
+    """``solve_fleet`` by the decomposition of the module doc where it applies (:func:`decomposes`),
+    within ``time_limit_s``; ``start``: a feasible fleet (the one-device fleet) the answer never
+    exceeds. ``per_bucket``: the neighbourhood's options per bucket; ``polish``: step 4."""
+    if not decomposes(problem, minimise):
+        return solve_fleet(problem, time_limit_s=time_limit_s, gap=gap, solver=solver, minimise=minimise, start=start)
+    t0 = time.perf_counter()
+    deadline = t0 + time_limit_s
+    pooled, lower, cuts = pooled_start(problem, time_limit_s=PLANS_SHARE * time_limit_s, gap=gap, solver=solver,
+                                       consolidate_s=CONSOLIDATE_SHARE * time_limit_s)
+    best = cheaper(pooled, start)
+    steps = ["pooled one-workload plans" if best is pooled and best is not None else "the given start"]
+    if not within_gap(best, lower, gap):
+        keep = frozenset(k for k, n in best.replicas.items() if n > 0) if best is not None else frozenset()
+        sub = restricted_problem(problem, keep, per_bucket=per_bucket, cheapest=NEIGHBOURHOOD_CHEAPEST)
+        # with the polish to come, NEIGHBOURHOOD_SHARE; without, what is left less the child's kill grace
+        left = min(deadline - time.perf_counter(), NEIGHBOURHOOD_SHARE * time_limit_s) if polish else \
+            deadline - time.perf_counter() - DEADLINE_GRACE_S
+        near = solve_fleet(sub, time_limit_s=max(left, 0.05 * time_limit_s), gap=gap, solver=solver, start=best,
+                           cuts=cuts)
+        if cheaper(near, best) is near:
+            best = near
+            steps.append(f"a MILP over their neighbourhood ({len(sub.options):,} of {len(problem.options):,} options: "
+                         f"{near.detail})")
+    full = None
+    if polish and not within_gap(best, lower, gap) and (best is None or deadline - time.perf_counter() > 0.05 * time_limit_s):
+        left = min(deadline - time.perf_counter(), POLISH_SHARE * time_limit_s) if best is not None else \
+            deadline - time.perf_counter()  # no plan yet: the fleet MILP gets what is left (it may prove infeasibility)
+        full = solve_fleet(problem, time_limit_s=max(left, 0.05 * time_limit_s), gap=gap, solver=solver, start=best,
+                           cuts=cuts)
+        lower = max(lower, bound_of(full) or 0.0) if full.status.has_plan else lower  # the full MILP's dual bound
+        if cheaper(full, best) is full:
+            best = full
+            steps.append(f"the fleet MILP ({full.detail})")
+    if best is None:
+        if full is not None:
+            return replace(full, solve_seconds=time.perf_counter() - t0 - full.build_seconds)
+        return FleetSolution(SolveStatus.ERROR, f"no plan found in {time_limit_s:g} s (the time limit); "
+                             "raise --time-limit-s", solver=solver, solve_seconds=time.perf_counter() - t0)
+    g = max((best.objective_usd - lower) / best.objective_usd, 0.0) if best.objective_usd else None
+    status = SolveStatus.OPTIMAL if g is not None and g <= gap else SolveStatus.FEASIBLE
+    detail = ("proven optimal" if status == SolveStatus.OPTIMAL else "best plan of the decomposition") + (
+        f"; gap {g * 100:.3g} % against the proven lower bound ${lower:,.0f}" if g is not None else "") + \
+        " (" + ", then ".join(steps) + ")"
+    return replace(best, status=status, detail=detail, gap=g, bound_usd=lower, solver=solver,
+                   solve_seconds=time.perf_counter() - t0 - best.build_seconds)
+
+
+def cheaper(a: FleetSolution | None, b: FleetSolution | None) -> FleetSolution | None:
+    """The cheaper of two feasible fleets (None where there is none); ``a`` on a tie."""
+    fleets = [s for s in (a, b) if s is not None and s.status.has_plan and s.objective_usd is not None]
+    return min(fleets, key=lambda s: s.objective_usd) if fleets else None

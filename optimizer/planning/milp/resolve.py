@@ -1,0 +1,173 @@
+"""Re-solves of a fleet MILP whose data changed a little (sensitivity analysis): a known plan as
+the first incumbent.
+
+A re-solve (a price, a capacity factor, a demand factor changed) is proven by the same
+branch-and-bound; what a good first incumbent saves is the search for it. On the chat fleet's
+MILP (95 options) HiGHS spends ~0.26 s of its ~0.40 s finding the optimum and ~0.14 s proving
+it (docs/benchmarks.md). :func:`transplant` carries a plan solved for one problem onto another
+problem with the same workloads and buckets (replicas kept, each bucket's shares kept, so its
+routed load scales with the bucket's rate) and :func:`is_feasible` checks it against every
+constraint of the new problem, so that only plans that satisfy it are given to the solver.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+
+import pulp
+
+from optimizer.planning.milp.build import build_model
+from optimizer.planning.milp.problem import (
+    BOUNDS_MIN_OPTIONS,
+    PRESOLVE_MIN_OPTIONS,
+    FleetProblem,
+    FleetSolution,
+    spare_replicas,
+    uncovered_buckets,
+)
+from optimizer.planning.milp.solve import (
+    CHILD_MIN_OPTIONS,
+    _classify,
+    _HiGHS,
+    extract,
+    solve_fleet,
+    start_values,
+    stdout_silenced,
+)
+from optimizer.results.plan_result import SolveStatus
+
+# HiGHS settings of the small re-solves (chat fleet, 23 warm-started re-solves: 3.5 → 2.9 s CPU,
+# the same answers on the shipped examples; docs/benchmarks.md): costs scaled by 2⁻³ (HiGHS's own
+# advice for this model's cost range, $1e-4 tie-break terms to $4e6 racks) and cuts dropped from
+# the LP after 5 rounds unused (the root's cut loop is most of a proof).
+RESOLVE_HIGHS_OPTIONS = {"user_objective_scale": -3, "mip_lp_age_limit": 5}
+# Relative slack of the capacity and budget rows (HiGHS's primal feasibility tolerance is 1e-7
+# absolute; a plan at its rows' limits, as every optimal plan is, must still count as feasible).
+FEASIBILITY_TOLERANCE = 1e-7
+
+
+def transplant(sol: FleetSolution, source: FleetProblem, target: FleetProblem) -> FleetSolution | None:
+    """``sol`` (a plan of ``source``) as a plan of ``target``: the same replicas and routing shares.
+
+    Routed load of bucket b on k = share[b,k] · λ_target[b], share = routed / λ_source. None when
+    the workloads or their bucket counts differ (not the same plan structure).
+    """
+    src = {d.workload: d.bucket_qps for d in source.demands}
+    dst = {d.workload: d.bucket_qps for d in target.demands}
+    if src.keys() != dst.keys() or any(len(src[w]) != len(dst[w]) for w in src):
+        return None
+    routed = {}
+    for (w, b, k), q in sol.routed_qps.items():
+        lam = src[w][b]
+        routed[(w, b, k)] = q / lam * dst[w][b] if lam > 0 else 0.0
+    return replace(sol, routed_qps=routed)
+
+
+def is_feasible(problem: FleetProblem, sol: FleetSolution) -> bool:
+    """``sol`` satisfies every constraint of ``problem``'s MILP (:mod:`~optimizer.planning.milp.build`).
+
+    Checked: every replica and routed share belongs to an option of ``problem`` with capacity in
+    that bucket; each bucket fully routed (shares sum to 1, pools: colocated + prefill and
+    colocated + decode); capacity Σ_b routed[b,k] / μ[b,k] ≤ n[k] − spare (N+1, with u = 1 wherever
+    n > 0, the start :func:`~optimizer.planning.milp.solve.start_values` gives); replica
+    minimums; servers ⌈gpus / gpus_per_node⌉ (full servers where required); allowed devices,
+    inventories, capex / annual / power limits.
+    """
+    options = {(o.workload, o.key): o for o in problem.options}
+    demands = {d.workload: d for d in problem.demands}
+    if any(idx not in options for idx in sol.replicas):
+        return False
+    load: dict[tuple[str, str], float] = {}
+    routed_sum: dict[tuple[str, int, str], float] = {}
+    for (w, b, k), q in sol.routed_qps.items():
+        o = options.get((w, k))
+        if o is None or (q > 0 and (o.capacity_qps[b] <= 0 or sol.replicas.get((w, k), 0) <= 0)):
+            return False
+        if q > 0:
+            load[(w, k)] = load.get((w, k), 0.0) + q / o.capacity_qps[b]
+            stage = o.stage
+            routed_sum[(w, b, stage)] = routed_sum.get((w, b, stage), 0.0) + q
+    for dem in problem.demands:
+        for b, lam in enumerate(dem.bucket_qps):
+            if lam <= 0:
+                continue
+            together = routed_sum.get((dem.workload, b, "colocated"), 0.0)
+            pools = [routed_sum.get((dem.workload, b, s), 0.0) for s in ("prefill", "decode")]
+            if not all(math.isclose(together + p, lam, rel_tol=1e-6) for p in pools):
+                return False
+    for idx, n in sol.replicas.items():
+        o, dem = options[idx], demands[idx[0]]
+        # u = 1 wherever there are replicas, as the start gives it (start_values): spares kept by all of them
+        spare = spare_replicas(dem, o, problem.units[o.device].gpus_per_node) if n > 0 else 0
+        if load.get(idx, 0.0) > (n - spare) * (1 + FEASIBILITY_TOLERANCE) + FEASIBILITY_TOLERANCE:
+            return False
+    return _replica_minimums_met(problem, sol) and _fleet_within_limits(problem, sol)
+
+
+def _replica_minimums_met(problem: FleetProblem, sol: FleetSolution) -> bool:
+    """Σ colocated + decode (and colocated + prefill, with a prefill pool) replicas ≥ min_replicas."""
+    stage = {(o.workload, o.key): o.stage for o in problem.options}
+    count: dict[tuple[str, str], int] = {}
+    for idx, n in sol.replicas.items():
+        count[(idx[0], stage[idx])] = count.get((idx[0], stage[idx]), 0) + n
+    has_prefill = {w for (w, _), s in stage.items() if s == "prefill"}
+    for dem in problem.demands:
+        w = dem.workload
+        together = count.get((w, "colocated"), 0)
+        if together + count.get((w, "decode"), 0) < dem.min_replicas:
+            return False
+        if w in has_prefill and together + count.get((w, "prefill"), 0) < dem.min_replicas:
+            return False
+    return True
+
+
+def _fleet_within_limits(problem: FleetProblem, sol: FleetSolution) -> bool:
+    """Servers, allowed devices, inventories and the plan's capex / annual opex / power limits."""
+    units, lim = problem.units, problem.limits
+    totals = {"capex_usd": 0.0, "annual_opex_usd": 0.0, "power_kw": 0.0}
+    for d, g in sol.gpus.items():
+        if g <= 0:
+            continue
+        unit = units.get(d)
+        n = sol.nodes.get(d, 0)
+        if unit is None or not unit.allowed or n < math.ceil(g / unit.gpus_per_node):
+            return False
+        if unit.full_servers_only and g != n * unit.gpus_per_node:
+            return False
+        if unit.inventory_gpus is not None and unit.installed_gpus(g, n) > unit.inventory_gpus:
+            return False
+        for f in totals:
+            totals[f] += getattr(unit, f).at(g, n)
+    for f, cap in (("capex_usd", lim.capex_usd), ("annual_opex_usd", lim.annual_opex_usd), ("power_kw", lim.power_kw)):
+        if cap is not None and totals[f] > cap * (1 + FEASIBILITY_TOLERANCE) + FEASIBILITY_TOLERANCE:
+            return False
+    return True
+
+
+def resolve_fleet(problem: FleetProblem, *, start: FleetSolution | None, time_limit_s: float, gap: float,
+                  solver: str = "highs") -> FleetSolution:
+    """:func:`~optimizer.planning.milp.solve.solve_fleet` for a re-solve: ``start`` (feasible in
+    ``problem``, or None) as the first incumbent, and RESOLVE_HIGHS_OPTIONS on a small problem
+    (fewer options than the thresholds of the bound cuts, presolve and the child process, which
+    ``solve_fleet`` keeps for the others, as it does the CBC fallback)."""
+    small = len(problem.options) < min(BOUNDS_MIN_OPTIONS, PRESOLVE_MIN_OPTIONS, CHILD_MIN_OPTIONS)
+    if solver != "highs" or not small or uncovered_buckets(problem) or not pulp.HiGHS(msg=False).available():
+        return solve_fleet(problem, time_limit_s=time_limit_s, gap=gap, solver=solver, start=start)
+    t0 = time.perf_counter()
+    model = build_model(problem)
+    build_seconds = time.perf_counter() - t0
+    first = start_values(model, start) if start is not None and start.status.has_plan else None
+    highs = _HiGHS(msg=False, timeLimit=max(time_limit_s - build_seconds, 0.1 * time_limit_s), gapRel=gap,
+                   threads=1, start=first, presolve="off", **RESOLVE_HIGHS_OPTIONS)
+    t1 = time.perf_counter()
+    try:
+        with stdout_silenced():
+            model.prob.solve(highs)
+    except pulp.PulpSolverError:
+        return solve_fleet(problem, time_limit_s=time_limit_s, gap=gap, solver=solver, start=start)
+    run = _classify(model, "highs", time.perf_counter() - t1, time_limit_s)
+    if run.status == SolveStatus.ERROR:
+        return solve_fleet(problem, time_limit_s=time_limit_s, gap=gap, solver=solver, start=start)
+    return extract(model, run, build_seconds)

@@ -1,0 +1,141 @@
+"""One capacity search over many length sets (``serving.capacity_at_slo_sets``) gives each set's own answer.
+
+The optimizer evaluates a workload's buckets (split and whole) in one search over per-row lengths
+(``optimizer.models.serving.rows``) instead of one ``capacity_at_slo`` call per bucket. The answers
+must not move: the capacities of every row equal the per-set path's within 1e-9 relative (the sums
+over quadrature nodes are taken in another order, a few ulps, which the root searches carry on), the
+binding limits are the same, and pinned capacities of the per-bucket code stay put.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from catalog import load_catalog
+from optimizer.models import serving
+from optimizer.models.lengths import split_buckets
+from optimizer.models.params import load_params
+from optimizer.models.perf import build_configs
+from optimizer.models.techniques import ServingTechnique
+from tests.conftest import EXAMPLES
+from workloads import load_plan, resolve_catalog
+from workloads.spec import SLO, LengthDist
+
+PARAMS = load_params(None)
+RTOL = 1e-9
+
+# Capacities (req/s per replica) of the chat workload of examples/chat-fleet.yaml (llama-3.1-70b, TTFT
+# p99 2 s, TPOT p99 200 ms) on its 4 buckets and whole, one ``capacity_at_slo`` call per set, recorded
+# from main at 87ff74f (the per-bucket path, before the search went per row). They move with the
+# performance model or its calibration: re-record them then, from the per-set path.
+PINNED_COMBOS = [("h100-sxm", "fp8", 1, 1), ("a100-80gb-sxm", "bf16", 2, 1), ("l40s", "fp8", 1, 1),
+                 ("mi300x", "bf16", 1, 1), ("rtx-pro-6000", "fp8", 1, 1), ("h200-sxm", "bf16", 1, 1)]
+PINNED_QPS = [
+    [6.69388739608852, 3.3199120694086943, 0.0, 2.8394065253297267, 7.567991601953019, 0.039744456186503345],
+    [2.5539146178265666, 1.430023855344622, 0.0, 1.2309810464756055, 3.6314243160596815, 0.005775770226924051],
+    [1.242800944594076, 0.7477639868589651, 0.0, 0.47486497208782685, 1.9893197487887144, 0.0018871617904252069],
+    [0.38875665587256175, 0.05451494152774409, 0.0, 0.0, 0.7484777199097791, 0.0009374595973598493],
+    [1.1345838860485133, 0.4555503349438842, 0.0, 0.0, 1.9912477236241979, 0.002640511223329063],
+]
+PINNED_LIMITS = [
+    ["memory", "memory", "unservable", "tpot", "utilization", "memory"],
+    ["memory", "memory", "unservable", "ttft", "memory", "memory"],
+    ["memory", "memory", "unservable", "ttft", "memory", "memory"],
+    ["memory", "ttft", "unservable", "unservable", "ttft", "memory"],
+    ["memory", "ttft", "unservable", "unservable", "memory", "memory"],
+]
+
+
+@pytest.fixture(scope="module")
+def chat_fleet():
+    plan = load_plan(EXAMPLES / "chat-fleet.yaml")
+    return plan, resolve_catalog(plan, load_catalog(), "chat-fleet.yaml")
+
+
+def _sets(w, n_buckets: int = 4) -> list[tuple[LengthDist, LengthDist]]:
+    """A workload's buckets, then the workload whole (what the optimizer evaluates)."""
+    parts = split_buckets(w.prompt_tokens, w.output_tokens, n_buckets)
+    return [(b.prompt, b.output) for b in parts] + [(w.prompt_tokens, w.output_tokens)]
+
+
+def _configs(catalog, model_key: str, engine, combos):
+    model = catalog.model(model_key)
+    return build_configs(model, [(catalog.device(d), catalog.precision(q), t, p) for d, q, t, p in combos], PARAMS,
+                         engines=engine)
+
+
+def _grid(catalog, model_key: str, engine, devices, precisions=("bf16", "fp8"), tps=(1, 2)):
+    """Every (device, precision, tp) the device runs natively, pp = 1."""
+    combos = [(d, q, t, 1) for d in devices for q in precisions for t in tps
+              if catalog.precision(q).unsupported_reason(catalog.device(d)) is None]
+    return _configs(catalog, model_key, engine, combos)
+
+
+def _assert_same(per_set: list[serving.Capacity], together: list[serving.Capacity]) -> None:
+    assert len(per_set) == len(together)
+    for a, b in zip(per_set, together, strict=True):
+        np.testing.assert_allclose(b.max_qps, a.max_qps, rtol=RTOL, atol=0.0)
+        assert b.limited_by == a.limited_by
+        assert b.why == a.why
+        for name in ("ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms"):
+            x, y = getattr(a, name), getattr(b, name)
+            assert np.array_equal(np.isfinite(x), np.isfinite(y)), name
+            np.testing.assert_allclose(y[np.isfinite(y)], x[np.isfinite(x)], rtol=1e-7, err_msg=name)
+
+
+def test_pinned_capacities_of_the_per_bucket_path(chat_fleet):
+    plan, catalog = chat_fleet
+    w = plan.workloads[0]
+    c = _configs(catalog, w.model, w.engine, PINNED_COMBOS)
+    caps = serving.capacity_at_slo_sets(c, _sets(w), w.slo, PARAMS)
+    for cap, qps, limits in zip(caps, PINNED_QPS, PINNED_LIMITS, strict=True):
+        np.testing.assert_allclose(cap.max_qps, qps, rtol=2e-9, atol=0.0)
+        assert cap.limited_by == limits
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_chat_fleet_buckets_in_one_search(chat_fleet, index):
+    """The chat and code-completion workloads on many devices: one search = one call per set."""
+    plan, catalog = chat_fleet
+    w = plan.workloads[index]
+    c = _grid(catalog, w.model, w.engine, ["h100-sxm", "a100-80gb-sxm", "l40s", "mi300x", "rtx-pro-6000", "h200-sxm",
+                                          "b200", "mi355x"])
+    sets = _sets(w)
+    per_set = [serving.capacity_at_slo(c, p, o, w.slo, PARAMS) for p, o in sets]
+    _assert_same(per_set, serving.capacity_at_slo_sets(c, sets, w.slo, PARAMS))
+
+
+def test_mixed_length_sets_e2e_slo_and_a_technique(chat_fleet):
+    """Sets of different node counts (fixed, histogram, lognormal), one of one output token (no TPOT),
+    an E2E SLO and prefix caching: still each set's own answer, in any order."""
+    _, catalog = chat_fleet
+    c = _grid(catalog, "llama-3.1-8b", None, ["h100-sxm", "l40s", "a100-80gb-pcie", "mi300x"])
+    lognormal_p = LengthDist(mean=800, p99=4000)
+    lognormal_o = LengthDist(mean=200, p99=900)
+    sets = [(LengthDist(mean=600), LengthDist(mean=1)),
+            *[(b.prompt, b.output) for b in split_buckets(lognormal_p, lognormal_o, 3)],
+            (lognormal_p, lognormal_o)]
+    slo = SLO(ttft_p99_ms=800, tpot_p99_ms=60, e2e_p99_ms=9000)
+    technique = ServingTechnique(prefix_hit_fraction=0.4, shared_prefix_tokens=200)
+    per_set = [serving.capacity_at_slo(c, p, o, slo, PARAMS, technique=technique) for p, o in sets]
+    _assert_same(per_set, serving.capacity_at_slo_sets(c, sets, slo, PARAMS, technique=technique))
+    backwards = serving.capacity_at_slo_sets(c, sets[::-1], slo, PARAMS, technique=technique)[::-1]
+    _assert_same(per_set, backwards)
+
+
+def test_capacities_without_the_p99s_at_capacity(chat_fleet):
+    """What the planner asks (``p99s_at_capacity=False``): the same capacities, limits and reasons; the
+    unservable configurations keep their best p99s, the servable ones have none."""
+    plan, catalog = chat_fleet
+    w = plan.workloads[0]
+    c = _configs(catalog, w.model, w.engine, PINNED_COMBOS)
+    full = serving.capacity_at_slo_sets(c, _sets(w), w.slo, PARAMS)
+    lean = serving.capacity_at_slo_sets(c, _sets(w), w.slo, PARAMS, p99s_at_capacity=False)
+    for a, b in zip(full, lean, strict=True):
+        np.testing.assert_array_equal(b.max_qps, a.max_qps)
+        assert (b.limited_by, b.why) == (a.limited_by, a.why)
+        unservable = a.max_qps == 0
+        assert unservable.any() and (~unservable).any()
+        np.testing.assert_allclose(b.ttft_p99_ms[unservable], a.ttft_p99_ms[unservable], rtol=1e-9)
+        assert np.isnan(b.ttft_p99_ms[~unservable]).all() and np.isfinite(a.ttft_p99_ms[~unservable]).all()
