@@ -178,6 +178,10 @@ class Model(Strict):
     max_context_tokens: PositiveInt
     mtp_layers: NonNegInt = Field(0, description="multi-token-prediction modules for speculative decoding "
                                                  "(config.json num_nextn_predict_layers); 0 = none")
+    unquantized_dense: bool = Field(
+        False, description="the checkpoint quantizes only the routed experts: attention, routers and every other "
+        "non-expert weight stay 16 bit (stored and multiplied) whatever the precision of the experts "
+        "(gpt-oss: config.json quantization_config.modules_to_not_convert)")
     source: Source
 
     @model_validator(mode="after")
@@ -203,6 +207,9 @@ class Model(Strict):
         elif self.experts_per_token or self.shared_experts or self.moe_layers or self.moe_intermediate_size:
             raise ValueError("experts_per_token, shared_experts, moe_layers and moe_intermediate_size "
                              "need num_experts > 0 (a dense model leaves them out)")
+        if self.unquantized_dense and not self.num_experts:
+            raise ValueError("unquantized_dense describes an MoE checkpoint whose experts alone are quantized; "
+                             "a dense model leaves it out")
         if (self.q_lora_rank or self.qk_rope_head_dim) and not self.is_mla:
             raise ValueError("q_lora_rank and qk_rope_head_dim describe MLA: set kv_lora_rank too, or leave them out")
         if self.sliding_window_tokens is None:

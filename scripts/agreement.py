@@ -118,8 +118,9 @@ def main(argv=None) -> int:
     ap.add_argument("--capacity-requests", type=int, default=8_000)
     ap.add_argument("--no-capacity", action="store_true")
     ap.add_argument("--no-pools", action="store_true")
+    ap.add_argument("--params", default=None, help="calibration parameters (default: the shipped ones)")
     args = ap.parse_args(argv)
-    cat, params = load_catalog(None), load_params()
+    cat, params = load_catalog(None), load_params(args.params)
     t0 = time.perf_counter()
     rows, d_ttft, d_tpot, d_kv = [], [], [], []
     print(f"{'configuration':58s} {'load':>5s} {'qps':>8s} | {'TTFT p99 ms an/sim':>19s} {'diff':>6s} | "

@@ -3,8 +3,9 @@
 ``calibrate(rows, cat, ...)`` = ``fit_params`` on every row, the data's sha256 and coverage
 recorded in the result, and — with ``bands`` — one refit per held-out source group, device and
 generation (``optimizer.calibration.bands``), whose residuals give each fidelity class its
-error band. Every refit starts where the full fit started, not from its result (which saw the
-held-out rows).
+error band. Every refit starts from the built-in defaults, neither from the full fit's result nor
+from its start (``--params``: an earlier fit, whose per-class factors saw the held-out rows and
+which ``fit_params`` resumes).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def calibrate(rows: Sequence[Measurement], cat: Catalog, *, start: CalibrationPa
                                        "coverage": coverage(rows, cat)})
     if not bands:
         return fitted
-    held = [leave_out(rows, cat, start, by) for by in LEAVE_OUT_GROUPINGS]
+    held = [leave_out(rows, cat, None, by) for by in LEAVE_OUT_GROUPINGS]
     bands_by_class = error_bands(*held)
     summary = {by: leave_out_summary(h, bands_by_class) for by, h in zip(LEAVE_OUT_GROUPINGS, held, strict=True)}
     return fitted.model_copy(update={"error_bands": bands_by_class,

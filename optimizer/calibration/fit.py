@@ -111,7 +111,11 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
                          "(need scenario 'offline ...' rows with input_len, output_len, throughput_tok_s)")
     params = start or CalibrationParams()
     devices = [cat.devices[k] for k in sorted({m.device_key for m in usable})]  # type: ignore[index]
-    overrides, override_knobs = class_overrides(usable, cat, devices, by_generation, by_memory_type)
+    overrides, override_knobs = class_overrides(usable, cat, devices, by_generation, by_memory_type,
+                                                a2a_start_us=params.alltoall_latency_us or params.allreduce_latency_us)
+    overrides = warm_started(overrides, params.overrides, override_knobs)
+    # the default all-to-all time (a generation without EP rows) is the all-reduce latency of the link
+    params = params.model_copy(update={"alltoall_latency_us": None})
     params = params.model_copy(update={"overrides": overrides, "prefill_attention_efficiency":
                                        params.prefill_attention_efficiency or params.attention_efficiency})
     online = online_fit_rows(rows) if online_weight > 0 else []
@@ -159,8 +163,6 @@ def _global_knobs(params: CalibrationParams, usable: Sequence[Measurement], cat:
     if any(m.tp * m.ep > cat.devices[m.device_key].interconnect_domain_gpus for m in usable):  # type: ignore[index]
         params = params.model_copy(update={"pcie_link_efficiency": params.pcie_link_efficiency or params.link_efficiency})
         knobs.append(_field_knob("pcie_link_efficiency", 0.05, 1.0))
-    if any(m.ep > 1 for m in usable):
-        knobs.append(_field_knob("alltoall_latency_us", 1.0, 200.0))
     if fit_request_overhead:
         params = params.model_copy(update={"request_overhead_ms": max(params.request_overhead_ms, 1.0)})
         knobs.append(_field_knob("request_overhead_ms", 0.01, 50.0))
@@ -231,12 +233,31 @@ def _typical_generation_defaults(params: CalibrationParams, loss: Callable[[Cali
     return params
 
 
+def warm_started(overrides: Sequence[FactorOverride], start: Sequence[FactorOverride],
+                 knobs: Sequence[_Knob]) -> list[FactorOverride]:
+    """``overrides`` with each fitted field taken from the override of ``start`` with the same selectors
+    (``FactorOverride.selector``), where it has one: a fit started from earlier parameters resumes
+    their per-class factors instead of restarting them at the global values."""
+    fitted = {(int(k.name[len("overrides["):k.name.index("]")]), k.name.split(".", 1)[1]) for k in knobs}
+    by_selector = {o.selector: o for o in start}
+    out = []
+    for i, o in enumerate(overrides):
+        old = by_selector.get(o.selector)
+        if old is not None:
+            o = o.model_copy(update={f: getattr(old, f) for j, f in fitted if j == i and getattr(old, f) is not None})
+        out.append(o)
+    return out
+
+
 def class_overrides(rows: Sequence[Measurement], cat: Catalog, devices: Sequence, by_generation: bool,
-                    by_memory_type: bool) -> tuple[list[FactorOverride], list[_Knob]]:
+                    by_memory_type: bool, a2a_start_us: float = 8.0) -> tuple[list[FactorOverride], list[_Knob]]:
     """The class overrides a fit of ``rows`` can identify, and their knobs, in the order they apply:
 
     - memory type other than HBM (bandwidth efficiency), when the data hold HBM devices too;
-    - each generation (bandwidth efficiency), when the data hold more than one;
+    - each generation (bandwidth efficiency; grouped-GEMM efficiency with MoE rows; the time of one
+      all-to-all with expert-parallel rows: the engines' MoE communication path differs by generation,
+      e.g. 165-200 us per dispatch/combine on Hopper EP8 rows against the ~30 us of an all-reduce),
+      when the data hold more than one;
     - each GEMM dtype other than the 16-bit ones (compute efficiency: FP4 GEMMs reach a smaller
       share of their peak than FP8 ones), when the data hold another dtype too;
     - weight-only precisions (compute and grouped-GEMM efficiency: a W4A16 GEMM dequantizes each
@@ -264,11 +285,14 @@ def class_overrides(rows: Sequence[Measurement], cat: Catalog, devices: Sequence
                     [("memory_bandwidth_efficiency", 0.3, 1.0)])
     if by_generation and len(gens) > 1:
         for g in gens:
-            add(FactorOverride(generation=g, note=f"fitted on {names(lambda d, g=g: d.generation == g)}"),
+            in_gen = [m for m in rows if cat.devices[m.device_key].generation == g]  # type: ignore[index]
+            ep_rows = any(m.ep > 1 for m in in_gen)
+            # a generation with EP rows fits its own all-to-all time, from the start's (or its all-reduce latency)
+            add(FactorOverride(generation=g, note=f"fitted on {names(lambda d, g=g: d.generation == g)}",
+                               alltoall_latency_us=a2a_start_us if ep_rows else None),
                 [("memory_bandwidth_efficiency", 0.3, 1.0)]
-                + ([("moe_efficiency", 0.05, 1.0)] if any(
-                    cat.models[m.model_key].is_moe and cat.devices[m.device_key].generation == g  # type: ignore[index]
-                    for m in rows) else []))
+                + ([("moe_efficiency", 0.05, 1.0)] if any(cat.models[m.model_key].is_moe for m in in_gen) else [])  # type: ignore[index]
+                + ([("alltoall_latency_us", 1.0, 200.0)] if ep_rows else []))
     dtypes = sorted({cat.precisions[m.precision_key].compute_dtype for m in rows})  # type: ignore[index]
     if len(dtypes) > 1:
         for dt in dtypes:
@@ -286,7 +310,14 @@ def class_overrides(rows: Sequence[Measurement], cat: Catalog, devices: Sequence
         for e in engines:
             if e != "trtllm":
                 on = sorted({m.device_key for m in rows if m.engine == e})
-                add(FactorOverride(engine=e, note=f"fitted on {', '.join(on)}"),  # type: ignore[arg-type]
+                # started at the defaults' values, so the engine's rows never fall through to (and drag)
+                # the GEMM-dtype and generation overrides that the trtllm rows identify
+                start = CalibrationParams()
+                add(FactorOverride(engine=e, note=f"fitted on {', '.join(on)}",  # type: ignore[arg-type]
+                                   memory_bandwidth_efficiency=start.memory_bandwidth_efficiency,
+                                   compute_efficiency=start.compute_efficiency,
+                                   step_overhead_ms=start.step_overhead_ms,
+                                   sequence_overhead_us=start.sequence_overhead_us),
                     [("memory_bandwidth_efficiency", 0.3, 1.0), ("compute_efficiency", 0.05, 1.0),
                      ("step_overhead_ms", 0.02, 30.0), ("sequence_overhead_us", 0.5, 200.0)])
     return overrides, knobs

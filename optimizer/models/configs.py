@@ -9,6 +9,9 @@ over e ranks of t GPUs and splits the routed experts e ways, as TensorRT-LLM's "
 - storage: the embedding and lm_head matrices (``Model.embedding_params``) are stored at the
   precision's ``embedding_bytes_per_param`` (BF16), every other weight at
   ``weight_bytes_per_param`` (NVFP4 4.5 bits); weights per GPU = dense/(t·p) + experts/(e·t·p).
+  A checkpoint that quantizes only its routed experts (``Model.unquantized_dense``: gpt-oss) keeps
+  the non-expert body at 16 bit too, and its dense GEMMs run at the 16-bit peak with the 16-bit
+  GEMM efficiency (``dense_peak_flops``, ``dense_compute_efficiency``).
 - KV bytes per token = 2 · layers · kv_heads · head_dim · kv dtype bytes (MLA: latent); with
   TP the KV heads are split over min(t, kv_heads) GPUs (an MLA latent is replicated), with
   PP each stage holds layers/p, with EP each attention rank holds its own sequences.
@@ -93,6 +96,8 @@ class Configs:
     memory_bandwidth_efficiency: np.ndarray
     peak_flops: np.ndarray  # dense peak of the GEMM compute dtype, FLOP/s (NaN if unsupported)
     compute_efficiency: np.ndarray  # GEMMs, by device class, engine and GEMM dtype
+    dense_peak_flops: np.ndarray  # peak of the non-expert GEMMs: peak_flops, or 16 bit (Model.unquantized_dense)
+    dense_compute_efficiency: np.ndarray  # their efficiency: compute_efficiency, or that of 16-bit GEMMs
     attention_peak_flops: np.ndarray  # dense peak of the attention dtype, FLOP/s
     attention_efficiency: np.ndarray  # decode attention math
     prefill_attention_efficiency: float  # context (prefill) attention math, FMHA kernels
@@ -109,7 +114,7 @@ class Configs:
     expert_weight_bytes: np.ndarray  # bytes of one routed expert over all MoE layers
     smooth_max_exponent: float
     moe_tile_tokens: float
-    alltoall_latency_s: float
+    alltoall_latency_s: np.ndarray  # per combo: alltoall_latency_us, or the link's all-reduce latency
     pp_hop_latency_s: float
     pp_microbatch_overhead_s: float
     request_overhead_s: float  # front-end time per request, added once to TTFT and E2E (not a step)
@@ -170,6 +175,10 @@ def build_configs(
     per_dev, per_prec = _gatherers(devices, precs)
     peak_flops, attn_peak, why_unsupported = _peaks(devices, precs)
     fac = _factors(devices, precs, eng, params)
+    dense_peak, dense_eff = peak_flops, fac("compute_efficiency")
+    if model.unquantized_dense:  # the non-expert GEMMs multiply 16-bit weights with 16-bit activations
+        dense_peak = np.where(np.isnan(peak_flops), np.nan, per_dev(lambda d: d.peak_16bit_tflops) * 1e12)
+        dense_eff = _factors(devices, precs, eng, params, compute_dtype="bf16")("compute_efficiency")
     batch_cap = fac("max_batch_sequences")
     if max_batch is not None:
         caps = _per_combo(max_batch, n, "max_batch")
@@ -198,6 +207,7 @@ def build_configs(
         memory_bandwidth_bytes_s=per_dev(lambda d: d.memory_bandwidth_tb_s) * 1e12,
         memory_bandwidth_efficiency=fac("memory_bandwidth_efficiency"),
         peak_flops=peak_flops, compute_efficiency=fac("compute_efficiency"),
+        dense_peak_flops=dense_peak, dense_compute_efficiency=dense_eff,
         attention_peak_flops=attn_peak, attention_efficiency=fac("attention_efficiency"),
         moe_efficiency=fac("moe_efficiency"),
         prefill_attention_efficiency=float(params.prefill_attention_efficiency or params.attention_efficiency),
@@ -208,16 +218,24 @@ def build_configs(
                                                params.pcie_link_efficiency or params.link_efficiency),
         allreduce_latency_s=np.where(in_domain, params.allreduce_latency_us, params.pcie_allreduce_latency_us) / 1e6,
         activation_bytes=per_prec(lambda q: q.activation_bytes),
-        dense_weight_bytes=mem.body_dense * mem.wbpp + lm_head * ebpp,  # the vision tower is held, not read
+        dense_weight_bytes=mem.body_dense * mem.dbpp + lm_head * ebpp,  # the vision tower is held, not read
         expert_weight_bytes=(model.params_per_expert if model.is_moe else 0.0) * mem.wbpp,
         smooth_max_exponent=float(params.smooth_max_exponent), moe_tile_tokens=float(params.moe_tile_tokens),
-        alltoall_latency_s=params.alltoall_latency_us / 1e6,
+        alltoall_latency_s=_alltoall_latency_s(fac, in_domain, params),
         pp_hop_latency_s=params.pp_hop_latency_us / 1e6,
         pp_microbatch_overhead_s=params.pp_microbatch_overhead_us / 1e6,
         request_overhead_s=params.request_overhead_ms / 1e3,
         max_batch_sequences=params.max_batch_sequences,
         kv_reserved_output_fraction=params.kv_reserved_output_fraction,
     )
+
+
+def _alltoall_latency_s(fac, in_domain: np.ndarray, params: CalibrationParams) -> np.ndarray:
+    """Start-up time (s) of one all-to-all per combo: the class's ``alltoall_latency_us`` where the
+    parameters give one, else that of an all-reduce over the same link (NVLink or host PCIe)."""
+    allreduce_us = np.where(in_domain, params.allreduce_latency_us, params.pcie_allreduce_latency_us)
+    own_us = fac("alltoall_latency_us")  # NaN where None
+    return np.where(np.isnan(own_us), allreduce_us, own_us) / 1e6
 
 
 def _engines_and_ep(model: Model, devices: list[Device], default_of: dict[str, str], tp: np.ndarray,
@@ -274,23 +292,26 @@ def _peaks(devices: list[Device], precs: list[Precision]) -> tuple[np.ndarray, n
             [g[2] for g in got])
 
 
-def _factors(devices: list[Device], precs: list[Precision], eng: list[str], params: CalibrationParams):
+def _factors(devices: list[Device], precs: list[Precision], eng: list[str], params: CalibrationParams,
+             compute_dtype: str | None = None):
     """``fac(name)``: the :class:`DeviceFactors` field ``name`` of every combo as an (N,) array,
-    the factors looked up once per distinct (device, engine, GEMM dtype, weight-only)."""
+    the factors looked up once per distinct (device, engine, GEMM dtype, weight-only); with
+    ``compute_dtype`` those of GEMMs in that dtype (not weight-only) whatever the precision."""
     n = len(devices)
     fac_index: dict[tuple[str, str, str, bool], int] = {}
     fac_list: list[DeviceFactors] = []
     idx = np.empty(n, dtype=np.int64)
     for i, (d, q, e) in enumerate(zip(devices, precs, eng, strict=True)):
-        k = (d.key, e, q.compute_dtype, q.weight_only)
+        k = (d.key, e, compute_dtype or q.compute_dtype, q.weight_only and compute_dtype is None)
         j = fac_index.get(k)
         if j is None:
             j = fac_index[k] = len(fac_list)
-            fac_list.append(params.factors_for(d, e, q.compute_dtype, q.weight_only))
+            fac_list.append(params.factors_for(d, e, k[2], k[3]))
         idx[i] = j
 
     def fac(name: str) -> np.ndarray:
-        return np.array([getattr(f, name) for f in fac_list], dtype=float)[idx] if n else np.zeros(0)
+        values = [getattr(f, name) for f in fac_list]
+        return np.array([np.nan if v is None else v for v in values], dtype=float)[idx] if n else np.zeros(0)
 
     return fac
 
@@ -300,6 +321,7 @@ class _Memory:
     """What one replica stores and how many KV tokens fit (arrays (N,); bytes)."""
 
     wbpp: np.ndarray  # stored bytes per (non-embedding) parameter
+    dbpp: np.ndarray  # stored bytes per non-expert body parameter (wbpp, or 16 bit: Model.unquantized_dense)
     body_dense: float  # non-expert, non-embedding, non-vision parameters
     weight_total: np.ndarray
     weight_per_gpu: np.ndarray
@@ -315,12 +337,13 @@ def _memory(model: Model, params: CalibrationParams, tp, pp, epa, per_dev, per_p
     bytes); KV tokens that fit = e · (usable − weights − workspace) / (KV bytes per token per GPU)."""
     wbpp = per_prec(lambda q: q.weight_bytes_per_param)
     ebpp = per_prec(lambda q: q.embedding_bytes_per_param)
+    dbpp = ebpp if model.unquantized_dense else wbpp  # the non-expert body: 16 bit in an experts-only checkpoint
     emb = model.embedding_params
     # non-expert, non-embedding parameters read every step; for an MoE model from the shapes
     # (Model.dense_params: a published total is rounded, "1T", and may undercount the experts)
     vision = model.vision_params_b * 1e9
     body_dense = (model.dense_params if model.is_moe else model.total_params_b * 1e9 - vision) - emb
-    dense_store = (body_dense + vision) * wbpp + emb * ebpp
+    dense_store = (body_dense + vision) * dbpp + emb * ebpp
     expert_store = model.routed_expert_params * wbpp
     weight_per_gpu = dense_store / (tp * pp) + expert_store / (tp * pp * epa)
     kv_bpt = per_prec(lambda q: model.kv_bytes_per_token(q.kv_bytes_per_element))
@@ -328,7 +351,7 @@ def _memory(model: Model, params: CalibrationParams, tp, pp, epa, per_dev, per_p
     usable = per_dev(lambda d: d.memory_gb) * GIB_BYTES * params.memory_usable_fraction
     free = usable - weight_per_gpu - params.workspace_gb_per_gpu * GIB_BYTES
     kv_capacity = epa * free / (kv_bpt / (kv_shards * pp))
-    return _Memory(wbpp, body_dense, dense_store + expert_store, weight_per_gpu, kv_bpt, kv_shards, usable,
+    return _Memory(wbpp, dbpp, body_dense, dense_store + expert_store, weight_per_gpu, kv_bpt, kv_shards, usable,
                    kv_capacity, kv_capacity >= 1.0)
 
 
@@ -369,6 +392,28 @@ def column(a: np.ndarray, ndim: int) -> np.ndarray:
     return a.reshape((-1,) + (1,) * (ndim - 1))
 
 
+def remote_ranks_per_token(num_experts: int, experts_per_token: int, ep) -> np.ndarray:
+    """Expected other expert-parallel ranks one token is dispatched to (and combined from):
+    ``(e − 1)·(1 − P0)`` with ``P0 = C(E − E/e, k)/C(E, k) = Π_{i<k} (E − E/e − i)/(E − i)`` the
+    chance that none of the token's k distinct experts sits on a given rank (E/e experts each).
+
+    The dispatch sends a token once to every rank that holds at least one of its experts, not
+    once per expert (DeepEP ``get_dispatch_layout`` -> ``is_token_in_rank``,
+    https://github.com/deepseek-ai/DeepEP, 2025-02; the combine returns one partial sum per
+    rank), so it is at most e − 1 whatever k is. Qwen3-235B (E 128, k 8) at e 4:
+    P0 = Π (96 − i)/(128 − i) = 0.0927, 3·0.9073 = 2.72 copies, where one copy per expert is
+    k·(e − 1)/e = 6; at k = 1 both are (e − 1)/e. 0 at e = 1 or for a dense model.
+    """
+    e = np.asarray(ep, dtype=float)
+    if num_experts <= 0 or experts_per_token <= 0:
+        return np.zeros_like(e)
+    per_rank = num_experts / e
+    none_here = np.ones_like(e)
+    for i in range(experts_per_token):
+        none_here = none_here * np.clip(num_experts - per_rank - i, 0.0, None) / (num_experts - i)
+    return (e - 1.0) * (1.0 - none_here)
+
+
 def experts_touched(num_experts: int, experts_per_token: int, tokens) -> np.ndarray:
     """Expected distinct experts per MoE layer for ``tokens`` routed tokens: E·(1 − (1 − k/E)^B)."""
     tokens = np.asarray(tokens, dtype=float)
@@ -395,7 +440,7 @@ class StageConstants:
     expert_read_per_gpu: np.ndarray  # bytes of one routed expert per GPU that holds it: expert/(t·p)
     kv_read_per_ctx_token: np.ndarray  # KV bytes per GPU per (sequence × context token) of its rank
     memory_bytes_s: np.ndarray  # achieved memory bandwidth per GPU, bw·eff_bw
-    gemm_flops_s: np.ndarray  # achieved GEMM compute per GPU, peak·eff_flops (NaN if unsupported)
+    gemm_flops_s: np.ndarray  # achieved dense (non-expert) GEMM compute per GPU, peak·eff_flops (NaN if unsupported)
     moe_flops_s: np.ndarray  # achieved grouped-GEMM compute per GPU, peak·eff_flops·eff_moe
     gemm_flops_per_token: np.ndarray  # 2·active dense body params / G (attention, shared experts, dense FFNs)
     expert_flops_per_token: np.ndarray  # 2·k·params per expert / G (routed experts)
@@ -405,10 +450,11 @@ class StageConstants:
     allreduces: np.ndarray  # all-reduces per stage pass, layers/p · 2 (0 at t = 1)
     ring_factor: np.ndarray  # 2·(t−1)/t: share of the bytes each GPU sends in a ring all-reduce
     alltoalls: np.ndarray  # all-to-alls per stage pass, moe_layers/p · 2 (0 at e = 1)
-    a2a_factor: np.ndarray  # (e−1)/e · k: share of a rank's routed token copies that leave it
+    a2a_factor: np.ndarray  # remote ranks one token is sent to (``remote_ranks_per_token``) · hidden·act / e
     activation_bytes: np.ndarray
     link_bytes_s: np.ndarray
     allreduce_latency_s: np.ndarray
+    alltoall_latency_s: np.ndarray
     hop_s_fixed: np.ndarray  # pipeline hop latency (0 at p = 1)
     hop_on: np.ndarray  # p > 1
     step_overhead_s: np.ndarray  # fixed host time per step incl. p·microbatch overhead when p > 1
@@ -441,7 +487,7 @@ def stage_constants(c: Configs) -> StageConstants:
         dense_read_per_gpu=c.dense_weight_bytes / (t * p), expert_read_per_gpu=c.expert_weight_bytes / (t * p),
         kv_read_per_ctx_token=c.kv_bytes_per_token / (c.kv_shards * p * e),
         memory_bytes_s=c.memory_bandwidth_bytes_s * c.memory_bandwidth_efficiency,
-        gemm_flops_s=c.peak_flops * c.compute_efficiency,
+        gemm_flops_s=c.dense_peak_flops * c.dense_compute_efficiency,
         moe_flops_s=c.peak_flops * c.compute_efficiency * c.moe_efficiency,
         gemm_flops_per_token=2.0 * body_active / gpus, expert_flops_per_token=2.0 * routed_active / gpus,
         lm_head_s_per_sequence=2.0 * lm_head / (t * e * p) / (c.lm_head_peak_flops * c.compute_efficiency),
@@ -451,8 +497,9 @@ def stage_constants(c: Configs) -> StageConstants:
         / (c.attention_peak_flops * c.prefill_attention_efficiency),
         allreduces=np.where(t > 1, m.num_layers / p * 2.0, 0.0), ring_factor=2.0 * (t - 1.0) / t * hidden_act / e,
         alltoalls=np.where(e > 1, m.moe_layers / p * 2.0, 0.0),
-        a2a_factor=(e - 1.0) / e * max(m.experts_per_token, 1) * hidden_act / e,
+        a2a_factor=remote_ranks_per_token(m.num_experts, m.experts_per_token, e) * hidden_act / e,
         activation_bytes=c.activation_bytes, link_bytes_s=c.link_bytes_s, allreduce_latency_s=c.allreduce_latency_s,
+        alltoall_latency_s=c.alltoall_latency_s,
         hop_s_fixed=np.where(p > 1, c.pp_hop_latency_s, 0.0), hop_on=(p > 1).astype(float) * hidden_act,
         step_overhead_s=c.step_overhead_s + np.where(p > 1, p * c.pp_microbatch_overhead_s, 0.0),
         sequence_overhead_s=c.sequence_overhead_s / e,

@@ -72,6 +72,9 @@ class FactorOverride(Strict):
     step_overhead_ms: NonNeg | None = None
     sequence_overhead_us: NonNeg | None = None
     max_batch_sequences: int | None = Field(None, gt=0)
+    alltoall_latency_us: NonNeg | None = Field(
+        None, description="fixed time of one expert-parallel dispatch or combine on this class: its MoE "
+        "communication path (kernels, routing/permutation launches) as measured; None = the default's")
     note: str = ""
 
     @model_validator(mode="after")
@@ -98,7 +101,7 @@ class FactorOverride(Strict):
 
 SELECTORS = ("vendor", "generation", "memory_type", "engine", "compute_dtype", "weight_only")
 FACTOR_FIELDS = ("memory_bandwidth_efficiency", "compute_efficiency", "attention_efficiency", "moe_efficiency",
-                 "step_overhead_ms", "sequence_overhead_us", "max_batch_sequences")
+                 "step_overhead_ms", "sequence_overhead_us", "max_batch_sequences", "alltoall_latency_us")
 
 
 class ErrorBand(Strict):
@@ -182,8 +185,11 @@ class CalibrationParams(Strict):
         8.0, description="fixed latency of one all-reduce inside the scale-up domain")
     pcie_allreduce_latency_us: NonNeg = Field(
         25.0, description="fixed latency of one all-reduce over host PCIe")
-    alltoall_latency_us: NonNeg = Field(
-        10.0, description="fixed latency of one expert-parallel all-to-all (dispatch or combine)")
+    alltoall_latency_us: NonNeg | None = Field(
+        None, description="fixed latency of one expert-parallel all-to-all (dispatch or combine); None = the "
+        "all-reduce latency of the same link (allreduce_latency_us, pcie_allreduce_latency_us): both are one "
+        "NCCL collective over the same links, and the fit ties them (a free all-to-all latency absorbed "
+        "unmodelled per-layer MoE costs of some engines, 165-200 us, and then slowed every EP replica)")
     pp_hop_latency_us: NonNeg = Field(
         20.0, description="pipeline parallelism: fixed latency of one stage-to-stage activation send "
         "(uncalibrated: no pipeline-parallel measurements)")
@@ -230,6 +236,7 @@ class DeviceFactors:
     step_overhead_ms: float
     sequence_overhead_us: float
     max_batch_sequences: int
+    alltoall_latency_us: float | None  # None: the all-reduce latency of the link
 
 
 def shipped_params_path() -> Path:

@@ -19,7 +19,8 @@ of t GPUs and the routed experts are split e ways, as TensorRT-LLM's "DEP" does)
   per context token (``4·L·H·d``; MLA: absorbed in decode, ``2·L·H·(2·r + d_rope)``, per head
   in prefill, ``2·L·H·(2·d + d_rope)``: ``optimizer.models.configs``),
   ``t_comm = L/p · 2 · (2·(t−1)/t · T/e·hidden·act / link + latency)`` (tensor parallel)
-  ``+ moe_layers/p · 2 · (2·(e−1)/e · T/e·k·hidden·act / link + latency)`` (all-to-all),
+  ``+ moe_layers/p · 2 · (r·T/e·hidden·act / link + latency)`` (dispatch and combine all-to-alls,
+  r = the other ranks a token goes to, ≤ e − 1: ``configs.remote_ranks_per_token``),
   ``t_hop = T·hidden·act/link + hop latency`` (p > 1 only);
   the step (every sequence advances one token) = ``p·(t_gemm + t_attn + t_prefill_attn +
   t_comm + t_hop) + t_host`` with ``t_host = step_overhead + (b/e)·sequence_overhead +
@@ -124,10 +125,10 @@ def _gemm_s(c: Configs, tokens: np.ndarray, ndim: int) -> tuple[np.ndarray, np.n
 def _comm_s(c: Configs, tokens: np.ndarray, ndim: int) -> np.ndarray:
     """Communication of one stage pass of ``tokens`` tokens (all ranks): tensor-parallel ring
     all-reduces (2·(t−1)/t · T/e·hidden·act / link + latency each), expert-parallel all-to-alls
-    ((e−1)/e · k·T/e·hidden·act / link + latency each) and the pipeline hop to the next stage."""
+    (r·T/e·hidden·act / link + latency each, r = ``remote_ranks_per_token``) and the pipeline hop to the next stage."""
     k = c.stage.shaped(ndim)
     ar = k.allreduces * (k.ring_factor * tokens / k.link_bytes_s + k.allreduce_latency_s)
-    a2a = k.alltoalls * (k.a2a_factor * tokens / k.link_bytes_s + c.alltoall_latency_s)
+    a2a = k.alltoalls * (k.a2a_factor * tokens / k.link_bytes_s + k.alltoall_latency_s)
     hop = k.hop_on * tokens / k.link_bytes_s + k.hop_s_fixed
     return ar + a2a + hop
 

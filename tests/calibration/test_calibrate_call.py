@@ -6,6 +6,7 @@ from catalog import load_catalog
 from optimizer.calibration.calibrate import calibrate, online_rows_used
 from optimizer.calibration.fit import fit_params
 from optimizer.calibration.measurements import load_measurements
+from optimizer.models.params import CalibrationParams, FactorOverride
 from tests.conftest import EXAMPLES
 
 
@@ -23,3 +24,18 @@ def test_calibrate_is_the_fit_plus_its_record():
     assert got.memory_bandwidth_efficiency == plain.memory_bandwidth_efficiency
     assert got.error_bands == plain.error_bands
     assert online_rows_used(rows, 0.0) == 0
+
+
+def test_a_fit_resumes_the_per_class_factors_of_its_start():
+    """With no sweep the fit changes nothing it searches: a generation override of the start (same
+    selectors) keeps its value, where a fresh override would take the global 0.6 (its fields are None)."""
+    cat = load_catalog()
+    rows = load_measurements(EXAMPLES / "measurements-example.csv", cat)
+    gens = sorted({cat.devices[m.device_key].generation for m in rows if m.device_key})
+    assert len(gens) > 1  # the example measures two generations, so the fit makes generation overrides
+    start = CalibrationParams(memory_bandwidth_efficiency=0.6,
+                              overrides=[FactorOverride(generation=gens[0], memory_bandwidth_efficiency=0.71)])
+    fitted = fit_params(rows, cat, start=start, sweeps=0)
+    got = {o.selector: o for o in fitted.overrides}
+    assert got[f"generation={gens[0]}"].memory_bandwidth_efficiency == 0.71
+    assert got[f"generation={gens[1]}"].memory_bandwidth_efficiency is None

@@ -73,7 +73,7 @@ def test_prefill_bottleneck_moves_to_the_compute_rich_device():
     body = M70.active_params_b * 1e9 - 2 * M70.vocab_size * M70.hidden_size
     gemm = 2 * body * 8192
     attention = perf.attention_flops_per_context_token(M70) * 2048**2 * 8
-    e_c = PARAMS.compute_efficiency
+    e_c = PARAMS.factors_for(CAT.devices["h100-sxm"], compute_dtype="fp8").compute_efficiency  # the FP8 GEMMs' (both Hopper)
     e_a = PARAMS.prefill_attention_efficiency or PARAMS.attention_efficiency
     expected = (gemm / 4 * (1 / (296e12 * e_c) - 1 / (1979e12 * e_c))
                 + attention / 4 * (1 / (296e12 * e_a) - 1 / (1979e12 * e_a)))
@@ -160,7 +160,8 @@ def test_rag_example_picks_disaggregated_pools(rag):
     assert all(w.met for w in r.workloads)
     pools = {d.stage: d for d in r.deployments if d.stage != "colocated"}
     assert set(pools) == {"prefill", "decode"}
-    assert pools["prefill"].qps == pytest.approx(pools["decode"].qps)
+    qps = {stage: sum(d.qps for d in r.deployments if d.stage == stage) for stage in pools}
+    assert qps["prefill"] == pytest.approx(qps["decode"])  # every prefilled request is decoded (on 1+ devices)
     assert pools["prefill"].kv_link_gb_s > 0
     assert r.to_json()["disaggregated"][0]["prefill"][0]["device"] == pools["prefill"].device
     # end to end: TTFT (KV transfer included) on the prefill pool, TPOT on the decode pool
@@ -196,7 +197,8 @@ def test_rag_example_costs_more_without_disaggregation(rag):
     # re-derived for issue 14's serving changes (see test_same_answers: +6.8 % and +6.5 %)
     # re-derived for the model-v3 calibration (see test_same_answers: +4.7 % and +8.1 %)
     ("chat-fleet", 444495.318, [("l40s", 7, 1), ("rtx-pro-6000", 24, 3)]),
-    ("chat-fleet-power-cap", 583623.724, [("h100-nvl", 14, 2), ("rtx-pro-6000", 2, 1)]),
+    # re-derived for the model-v4 calibration (see test_same_answers: power-cap +0.7 %)
+    ("chat-fleet-power-cap", 587809.464, [("h100-nvl", 13, 2), ("rtx-6000-ada", 7, 1)]),
 ])
 def test_existing_examples_unchanged(name, objective_usd, fleet):
     r = optimize_plan(load_plan(EXAMPLES / f"{name}.yaml"), CAT, PARAMS)
