@@ -108,11 +108,12 @@ def bucket_capacity(job: BucketJob) -> BucketEvaluation:
 
     NaN/inf from the serving model (saturated or unrunnable configs) count as 0 capacity.
     """
-    hit = _CAPACITY_CACHE.get(job.cache_key)
+    key = ((job.cache_key,), job.cache_key)
+    hit = _CAPACITY_CACHE.get(key)
     if hit is not None:
         return hit
     ev = _evaluate_bucket(job)
-    _remember(job.cache_key, ev)
+    _remember(key, ev)
     return ev
 
 
@@ -211,31 +212,35 @@ def _pool_job(i: int) -> list[BucketEvaluation]:
 def evaluate_buckets(jobs: Sequence[BucketJob]) -> dict[tuple, BucketEvaluation]:
     """The capacities of many jobs, by their ``cache_key``.
 
-    Memoised ones come from the cache; the rest are grouped by ``family_key`` (one search per
-    family, ``_evaluate_family``) and the families run in a pool of forked worker processes
+    Jobs are grouped by ``family_key`` (one search per family, ``_evaluate_family``); a family
+    whose members are all memoised (under the family's member keys) comes from the cache, and the
+    other families run in a pool of forked worker processes
     (``parallel_workers``) when there are at least PARALLEL_MIN_JOBS jobs and two families,
     serially otherwise. The serving model is pure, so the results are those of the serial path.
     """
     global _POOL_JOBS
     out: dict[tuple, BucketEvaluation] = {}
+    unique: dict[tuple, BucketJob] = {}
+    for job in jobs:
+        unique.setdefault(job.cache_key, job)
+    families: dict[object, list[tuple]] = {}
+    for i, (key, job) in enumerate(unique.items()):
+        families.setdefault(job.family_key if job.family_key is not None else ("alone", i), []).append(key)
+    # A family's search gives each member its one-set figures only within rounding (1e-9), so
+    # results are cached per family (its members' keys): the same call always yields the same bits,
+    # whatever ran before in this process (determinism across backends and worker counts).
     todo: list[BucketJob] = []
     keys: list[tuple] = []
-    seen: set[tuple] = set()
-    for job in jobs:
-        key = job.cache_key
-        if key in seen:
+    groups: list[list[int]] = []
+    for members in families.values():
+        fam = tuple(members)
+        hits = [_CAPACITY_CACHE.get((fam, k)) for k in members]
+        if all(h is not None for h in hits):
+            out.update(zip(members, hits, strict=True))
             continue
-        seen.add(key)
-        hit = _CAPACITY_CACHE.get(key)
-        if hit is not None:
-            out[key] = hit
-        else:
-            todo.append(job)
-            keys.append(key)
-    families: dict[object, list[int]] = {}
-    for i, job in enumerate(todo):
-        families.setdefault(job.family_key if job.family_key is not None else ("alone", i), []).append(i)
-    groups = list(families.values())
+        groups.append(list(range(len(todo), len(todo) + len(members))))
+        todo.extend(unique[k] for k in members)
+        keys.extend((fam, k) for k in members)
     workers = min(parallel_workers(), len(groups))
     if workers < 2 or len(todo) < PARALLEL_MIN_JOBS:
         done = [_evaluate_family([todo[i] for i in g]) for g in groups]
@@ -252,7 +257,7 @@ def evaluate_buckets(jobs: Sequence[BucketJob]) -> dict[tuple, BucketEvaluation]
         for i, ev in zip(g, evs, strict=True):
             results[i] = ev
     for key, ev in zip(keys, results, strict=True):
-        out[key] = ev
+        out[key[1]] = ev
         _remember(key, ev)
     return out
 
