@@ -120,7 +120,8 @@ def main() -> None:
         t0, c0 = time.perf_counter(), cpu_s()
         result = optimize_plan(plan, catalog, params, verify=None)
         print(f"{args.workloads} workloads end to end: {time.perf_counter() - t0:.1f} s, CPU {cpu_s() - c0:.1f} s ({result.status}, "
-              f"${result.objective_usd or 0:,.0f}, one-device ${_single(result)}); stages {_stages(result)}")
+              f"${result.objective_usd or 0:,.0f}, one-device ${_single(result)}; {result.status_detail}); "
+              f"stages {_stages(result)}")
         return
     t0, c0 = time.perf_counter(), cpu_s()
     full = model_candidates(plan, catalog, params, n_buckets=args.buckets, prune=False)
