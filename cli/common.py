@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from catalog.errors import GpuplanError
 from optimizer.planning.solver_options import SolverOptions
 
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
     from catalog import Catalog
 
 CatalogOpt = Annotated[
@@ -57,15 +58,32 @@ def clean(text: str) -> str:
                         else f"\\u{ord(m.group()):04x}", text)
 
 
-class SafeConsole(Console):
+def safe_console(**kwargs: Any) -> Console:
     """A rich Console whose string arguments go through :func:`clean` (tables are cleaned by :func:`table`)."""
+    # rich loads when something is printed, not at `gpuplan --help`
+    from rich.console import Console
 
-    def print(self, *objects: Any, **kwargs: Any) -> None:  # type: ignore[override]
-        super().print(*(clean(o) if isinstance(o, str) else o for o in objects), **kwargs)
+    class SafeConsole(Console):
+        def print(self, *objects: Any, **kw: Any) -> None:  # type: ignore[override]
+            super().print(*(clean(o) if isinstance(o, str) else o for o in objects), **kw)
+
+    return SafeConsole(**kwargs)
+
+
+class LazyConsole:
+    """A console made on first use (``make()``), so importing the CLI does not import rich."""
+
+    def __init__(self, make: Any):
+        self._make, self._console = make, None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            self._console = self._make()
+        return getattr(self._console, name)
 
 
 # Wide when piped (CI logs, files); the terminal width otherwise.
-stdout = SafeConsole(width=None if sys.stdout.isatty() else 240)
+stdout = LazyConsole(lambda: safe_console(width=None if sys.stdout.isatty() else 240))
 
 
 def load(catalog: Path | None = None, model_config: Path | None = None) -> Catalog:
@@ -94,6 +112,8 @@ def _default(obj: Any) -> Any:
 
 
 def table(title: str | None, columns: list[str], rows: list[list[Any]], right: set[str] | None = None) -> Table:
+    from rich.table import Table
+
     right = right or set()
     t = Table(title=None if title is None else clean(title), header_style="bold", show_lines=False)
     for c in columns:

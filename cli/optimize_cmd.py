@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from catalog.constants import HOURS_PER_YEAR
 from catalog.errors import WorkloadError
 from catalog.outputs import Output, plan_outputs
 from cli.common import (
     CatalogOpt,
+    LazyConsole,
     ModelConfigOpt,
     ParamsOpt,
     TimeLimitAliasOpt,
@@ -32,14 +32,14 @@ from cli.common import (
     aliased,
     fmt,
     load,
+    safe_console,
     stdout,
     table,
 )
 from cli.provenance_render import render_provenance, render_sensitivity
 from optimizer.planning.solver_options import DEFAULT_N_BUCKETS, SolverOptions
-from optimizer.results.plan_result import Provenance
 
-stderr = Console(stderr=True, width=None if sys.stderr.isatty() else 240)
+stderr = LazyConsole(lambda: safe_console(stderr=True, width=None if sys.stderr.isatty() else 240))
 
 
 def optimize(
@@ -76,6 +76,7 @@ def optimize(
     from catalog.files import read_bytes
     from optimizer.models.params import load_params
     from optimizer.optimize import optimize_plan
+    from optimizer.results.plan_result import Provenance
     from workloads.load import load_plan, resolve_catalog
 
     options = SolverOptions(time_limit_s=aliased(time_limit_s, time_limit, SolverOptions().time_limit_s,

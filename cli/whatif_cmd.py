@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from catalog.outputs import Output, plan_outputs
 from cli.common import (
@@ -30,6 +29,8 @@ def _progress_bar(total: int):
     """A rich progress bar on a terminal; nothing when output is piped (CI, files)."""
     if not sys.stderr.isatty():
         return None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     return Progress(TextColumn("solving scenarios"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     transient=True)
 
