@@ -153,7 +153,7 @@ def _words(ctx: Ctx, header: int) -> None:
     if best is not None and ctx.single_total_row:
         diff = best.objective_usd - (r.objective_usd or 0)
         label = ctx.cells["runner_up_label"]  # a text cell: names never enter a formula
-        expect = (f"Runner-up: all {best.device} ({best.gpus_installed or best.gpus:,} GPUs) costs "
+        expect = (f"Best one-device fleet: all {best.device} ({best.gpus_installed or best.gpus:,} GPUs) costs "
                   f"{_money(best.objective_usd)}, "
                   f"{_money(abs(diff))} {'more' if diff >= 0 else 'less'} than this plan.")
         say(Formula(f'={label}&" costs "&TEXT(runner_up_usd,{MONEY})'
@@ -161,7 +161,7 @@ def _words(ctx: Ctx, header: int) -> None:
                     '" more"," less")&" than this plan ("&TEXT(ABS(runner_up_usd-objective_usd)/runner_up_usd,'
                     f'{PCT_TEXT})&")."', expect), ctx.cells["runner_up_usd"])
     else:
-        say("Runner-up: none - no single device type can serve every workload alone.", "")
+        say("Best one-device fleet: none - no single device type can serve every workload alone.", "")
     if ctx.has_api:
         saving = ctx.api_saving_usd
         expect = (f"Against the hosted API the fleet {'saves' if saving >= 0 else 'costs'} {_money(abs(saving))} "
@@ -270,7 +270,7 @@ def _figures(ctx: Ctx, header: int) -> None:
          ("missed: " + ", ".join(missed)) if missed else "see Deployments and Workloads")
 
     row += 1
-    sheet.put(row, 1, "Runner-up", font=styles.SECTION_FONT, size=False)
+    sheet.put(row, 1, "Best one-device fleet", font=styles.SECTION_FONT, size=False)
     row += 1
     best = r.single_device_best
     if best is not None and ctx.single_total_row:
@@ -278,21 +278,21 @@ def _figures(ctx: Ctx, header: int) -> None:
         obj = (f'=IF(objective="capex",{ref(fleet, st, fc["capex"])},IF(objective="cloud",'
                f'horizon_years*{ref(fleet, st, fc["cloud"])},{ref(fleet, st, fc["total"])}))')
         ctx.cells["runner_up_label"] = f"A{row}"
-        line(f"Runner-up: all {best.device} ({best.gpus_installed or best.gpus:,} GPUs)",
+        line(f"Best one-device fleet: all {best.device} ({best.gpus_installed or best.gpus:,} GPUs)",
              Formula(obj, best.objective_usd), "$", styles.USD,
              f"the best single-device fleet: its objective ({r.objective}) by the Fleet sheet's formulas",
              "runner_up_usd")
         saving = line("Saving from mixing device types", Formula("=runner_up_usd-objective_usd",
                                                                  best.objective_usd - (r.objective_usd or 0)),
-                      "$", styles.USD, "runner-up − this plan (positive = this plan is cheaper)",
+                      "$", styles.USD, "one-device fleet − this plan (positive = this plan is cheaper)",
                       "mixing_saving_usd", bold=True)
         line("Saving from mixing device types (%)", Formula(f"=IF(runner_up_usd<>0,B{saving}/runner_up_usd,0)"),
-             "%", styles.PCT, "of the runner-up's objective", "mixing_saving_fraction")
+             "%", styles.PCT, "of the one-device fleet's objective", "mixing_saving_fraction")
     elif best is not None:
-        line(f"Runner-up: best single-device fleet (all {best.device}, {best.gpus:,} GPUs)", best.objective_usd,
+        line(f"Best one-device fleet: all {best.device} ({best.gpus:,} GPUs)", best.objective_usd,
              "$", styles.USD, "at catalog prices (a result without its bill of materials: not live)", "runner_up_usd")
     else:
-        line("Runner-up", "none", "", None, "no single device type can serve every workload alone")
+        line("Best one-device fleet", "none", "", None, "no single device type can serve every workload alone")
 
     row += 1
     sheet.put(row, 1, "Finance", font=styles.SECTION_FONT, size=False)

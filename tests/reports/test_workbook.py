@@ -552,7 +552,7 @@ def test_price_edit_keeps_every_saving_consistent(sample_xlsx, sample_recalc, tm
     wb = openpyxl.load_workbook(sample_recalc, data_only=True)
     words = [str(c.value) for c in wb["Summary"]["A"] if c.value]
     wb.close()
-    runner = next(t for t in words if t.startswith("Runner-up") and "costs" in t)
+    runner = next(t for t in words if t.startswith("Best one-device fleet") and "costs" in t)
     assert f"${before['runner_up_usd']:,.0f}" in runner and "more than this plan" in runner
     assert any(t.startswith("It costs ") and f"${before['capex_usd']:,.0f}" in t for t in words)
     assert any(f"{before['capex_usd'] / 1_500_000:.1%}" in t and "capex budget" in t for t in words)
