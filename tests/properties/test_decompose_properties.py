@@ -4,6 +4,8 @@ never costs less than it, and a plan reported optimal is within the gap of it.""
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import pytest
 from hypothesis import given
 
@@ -18,12 +20,8 @@ from tests.properties.test_optimizer_properties import SETTINGS, two_workload_pr
 @given(p=two_workload_problems())
 def test_decomposition_bound_and_plan_bracket_the_optimum(p):
     exact = solve_fleet(p, gap=0.0, bounds=False)
-    old = decompose.BOUNDS_MIN_OPTIONS
-    decompose.BOUNDS_MIN_OPTIONS = 0
-    try:
+    with patch.object(decompose, "BOUNDS_MIN_OPTIONS", 0):  # hypothesis: no function-scoped monkeypatch
         sol = solve_decomposed(p, time_limit_s=10, gap=1e-3)
-    finally:
-        decompose.BOUNDS_MIN_OPTIONS = old
     if not exact.status.has_plan:
         assert sol.status == exact.status
         return

@@ -8,6 +8,7 @@ and every result is checked by check_plan. Solves use gap 0 so that the optima c
 from __future__ import annotations
 
 from dataclasses import replace
+from unittest.mock import patch
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -192,10 +193,6 @@ def test_bound_cuts_never_change_the_optimum(p):
     import optimizer.planning.milp.solve as milp  # the module that reads BOUNDS_MIN_OPTIONS
 
     plain = solve_fleet(p, gap=0.0, bounds=False)
-    old = milp.BOUNDS_MIN_OPTIONS
-    milp.BOUNDS_MIN_OPTIONS = 0
-    try:
+    with patch.object(milp, "BOUNDS_MIN_OPTIONS", 0):  # hypothesis: no function-scoped monkeypatch
         cut = solve_fleet(p, gap=0.0)
-    finally:
-        milp.BOUNDS_MIN_OPTIONS = old
     assert cut.objective_usd == pytest.approx(plain.objective_usd, rel=1e-7, abs=1e-6)

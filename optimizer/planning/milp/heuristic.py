@@ -100,24 +100,31 @@ def pooled_fleet(problem: FleetProblem, plans: Mapping[str, WorkloadPlan], detai
                          replicas, routed, gpus, nodes)
 
 
-def fleet_violations(problem: FleetProblem, sol: FleetSolution) -> list[str]:
-    """The shared rows a pooled fleet can break: whole servers only, inventory, allowed devices,
-    capex and annual budgets, power cap ([] when it meets them all)."""
+def fleet_violations(problem: FleetProblem, sol: FleetSolution, tolerance: float = 1e-9) -> list[str]:
+    """The shared rows a fleet can break ([] when it meets them all): a device outside the problem
+    or not allowed, fewer servers than ⌈gpus / gpus_per_node⌉, whole servers only, inventory,
+    capex and annual budgets, power cap (each limit met within ``tolerance``, relative and absolute)."""
     out = []
     units = problem.units
-    for d, g in sol.gpus.items():
-        u, m = units[d], sol.nodes[d]
+    bought = {d: g for d, g in sol.gpus.items() if g > 0}
+    for d, g in bought.items():
+        u, m = units.get(d), sol.nodes.get(d, 0)
+        if u is None or not u.allowed:
+            out.append(f"{d}: not allowed")
+            continue
+        if m < math.ceil(g / u.gpus_per_node):
+            out.append(f"{d}: {g} GPUs need more than {m} servers")
         if u.full_servers_only and g != u.gpus_per_node * m:
             out.append(f"{d}: {g} GPUs do not fill {m} whole servers")
         if u.inventory_gpus is not None and u.installed_gpus(g, m) > u.inventory_gpus:
             out.append(f"{d}: {u.installed_gpus(g, m)} GPUs > inventory {u.inventory_gpus}")
-        if not u.allowed:
-            out.append(f"{d}: not allowed")
+    if out:
+        return out
     caps = (("capex_usd", problem.limits.capex_usd), ("annual_opex_usd", problem.limits.annual_opex_usd),
             ("power_kw", problem.limits.power_kw))
     for name, cap in caps:
-        total = sum(getattr(units[d], name).at(g, sol.nodes[d]) for d, g in sol.gpus.items())
-        if cap is not None and total > cap * (1 + 1e-9):
+        total = sum(getattr(units[d], name).at(g, sol.nodes[d]) for d, g in bought.items())
+        if cap is not None and total > cap * (1 + tolerance) + tolerance:
             out.append(f"{name} {total:,.2f} > {cap:,.2f}")
     return out
 

@@ -19,6 +19,7 @@ from dataclasses import replace
 import pulp
 
 from optimizer.planning.milp.build import build_model
+from optimizer.planning.milp.heuristic import fleet_violations
 from optimizer.planning.milp.problem import (
     BOUNDS_MIN_OPTIONS,
     PRESOLVE_MIN_OPTIONS,
@@ -103,7 +104,7 @@ def is_feasible(problem: FleetProblem, sol: FleetSolution) -> bool:
         spare = spare_replicas(dem, o, problem.units[o.device].gpus_per_node) if n > 0 else 0
         if load.get(idx, 0.0) > (n - spare) * (1 + FEASIBILITY_TOLERANCE) + FEASIBILITY_TOLERANCE:
             return False
-    return _replica_minimums_met(problem, sol) and _fleet_within_limits(problem, sol)
+    return _replica_minimums_met(problem, sol) and not fleet_violations(problem, sol, FEASIBILITY_TOLERANCE)
 
 
 def _replica_minimums_met(problem: FleetProblem, sol: FleetSolution) -> bool:
@@ -119,29 +120,6 @@ def _replica_minimums_met(problem: FleetProblem, sol: FleetSolution) -> bool:
         if together + count.get((w, "decode"), 0) < dem.min_replicas:
             return False
         if w in has_prefill and together + count.get((w, "prefill"), 0) < dem.min_replicas:
-            return False
-    return True
-
-
-def _fleet_within_limits(problem: FleetProblem, sol: FleetSolution) -> bool:
-    """Servers, allowed devices, inventories and the plan's capex / annual opex / power limits."""
-    units, lim = problem.units, problem.limits
-    totals = {"capex_usd": 0.0, "annual_opex_usd": 0.0, "power_kw": 0.0}
-    for d, g in sol.gpus.items():
-        if g <= 0:
-            continue
-        unit = units.get(d)
-        n = sol.nodes.get(d, 0)
-        if unit is None or not unit.allowed or n < math.ceil(g / unit.gpus_per_node):
-            return False
-        if unit.full_servers_only and g != n * unit.gpus_per_node:
-            return False
-        if unit.inventory_gpus is not None and unit.installed_gpus(g, n) > unit.inventory_gpus:
-            return False
-        for f in totals:
-            totals[f] += getattr(unit, f).at(g, n)
-    for f, cap in (("capex_usd", lim.capex_usd), ("annual_opex_usd", lim.annual_opex_usd), ("power_kw", lim.power_kw)):
-        if cap is not None and totals[f] > cap * (1 + FEASIBILITY_TOLERANCE) + FEASIBILITY_TOLERANCE:
             return False
     return True
 
