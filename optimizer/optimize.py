@@ -187,8 +187,9 @@ class StageClock:
         self.laps: dict[str, float] = {}
 
     def lap(self, stage: str) -> None:
+        """Add the time since the last lap to ``stage``."""
         now = time.perf_counter()
-        self.laps[stage] = now - self.last
+        self.laps[stage] = self.laps.get(stage, 0.0) + now - self.last
         self.last = now
 
     def stamp(self, result: PlanResult) -> PlanResult:
@@ -196,9 +197,7 @@ class StageClock:
         simulator's check and re-sizing when asked, assembling the result and re-predicting each
         deployment's p99s; sensitivity: its re-solves when asked, else 0), anything since the last
         lap counted in verification, and the total."""
-        now = time.perf_counter()
-        self.laps["verification"] = self.laps.get("verification", 0.0) + now - self.last
-        self.last = now
+        self.lap("verification")
         timings = {k: self.laps.get(k, 0.0) for k in ("candidates", "solve", "verification", "sensitivity")}
         timings["total"] = self.last - self.start
         return replace(result, timings_s=timings)
