@@ -289,6 +289,7 @@ def _variant_candidates(w: Workload, prep: _Prepared, v: _Variant, units: dict[s
             floors[i][b.index] = ev.floor_p99_ms[i]
             whys[i] = whys[i] or ev.why[i]
     screened = evaluated.reasons if evaluated is not None else {}
+    costs: dict[tuple[str, int], float] = {}  # by (device, GPUs): the same few figures for every row
     out = []
     for i, (d, q, t, p) in enumerate(chosen):
         capacity = tuple(finite_or_zero(x) for x in caps[i])
@@ -298,13 +299,21 @@ def _variant_candidates(w: Workload, prep: _Prepared, v: _Variant, units: dict[s
             reason = f"no capacity at the SLO{pool} in any bucket" + (f": {whys[i]}" if whys[i] else "")
         out.append(Candidate(
             w.name, v.prefix + v.configs.keys[i] + v.suffix, d.key, q.key, t, p, t * p, capacity, tuple(limited[i]),
-            cost_per_replica_usd(units[d.key], t * p, a), pruned_reason=reason, floor_p99_ms=tuple(floors[i]),
+            _cost(costs, units[d.key], t * p, a), pruned_reason=reason, floor_p99_ms=tuple(floors[i]),
             stage=v.stage, technique=v.label,
             kv_bytes_per_request=(float(v.configs.kv_bytes_per_token[i]) * sent_tokens(w.prompt_tokens.mean_tokens,
                                                                                        v.technique)
                                   if v.stage != "colocated" else None),
         ))
     return out
+
+
+def _cost(memo: dict[tuple[str, int], float], unit: UnitSpec, gpus: int, a: MoneyAssumptions) -> float:
+    """``cost_per_replica_usd``, memoised in ``memo`` by (unit, GPUs)."""
+    key = (unit.key, gpus)
+    if key not in memo:
+        memo[key] = cost_per_replica_usd(unit, gpus, a)
+    return memo[key]
 
 
 def _predictor(prep: _Prepared, params: CalibrationParams) -> Predictor:
