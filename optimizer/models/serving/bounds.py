@@ -95,13 +95,13 @@ def tpot_rate_bound(c: Configs, lens: RowLengths, tpot_p99_ms: float) -> np.ndar
     least its mean (normal, or a shifted gamma whose skewness is under 14), so a feasible rate has
     D(b̄) ≤ a·T, i.e. b̄ ≤ b_T (D grows with b). Little's law ``b̄ = λ·E[O−1]·t̄`` with ``t̄ ≥ D(b̄)``
     gives λ ≤ b̄/(E[O−1]·D(b̄)) ≤ b_T/(E[O−1]·D(b_T)) (b/D(b) grows with b). b_T is bracketed in
-    [1e-3, b_max] (b_max as in ``_feasible_qps_bound``) and the bracket's top is used.
+    [1e-3, max_batch] (the search's batch limit, ``_Search.margin``) and the bracket's top is used.
     """
     decodes = lens.mean_o1 > 0
     target = lens.tokens_per_step * tpot_p99_ms / 1e3 * (1.0 + TPOT_BOUND_MARGIN)
-    b_max = np.maximum(np.minimum(float(c.max_batch_sequences), c.kv_capacity_tokens / np.maximum(lens.ctx, 1.0)), 1.0)
-    lo, hi = np.full(len(c), 1e-3), b_max.astype(float)
-    meets = perf.decode_step_s(c, hi, lens.ctx) <= target  # the whole batch range meets it: b_T = b_max
+    b_max = np.full(len(c), float(c.max_batch_sequences))
+    lo, hi = np.full(len(c), 1e-3), b_max.copy()
+    meets = perf.decode_step_s(c, hi, lens.ctx) <= target  # the whole batch range meets it: b_T = max_batch
     for _ in range(TPOT_BOUND_STEPS):
         mid = np.sqrt(lo * hi)
         fast = perf.decode_step_s(c, mid, lens.ctx) <= target
