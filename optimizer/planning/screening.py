@@ -144,17 +144,18 @@ def evaluate_screened(items: Sequence[tuple[Workload, object, object | None]], p
     first = {id(s): first_round(s.devices(), s.gpus(), np.hstack(upper[id(s)])) if id(s) in upper
              else np.ones(len(s.variant.rows), dtype=bool) for s in sets}
     subs1 = {id(s): _subset(s.variant, np.flatnonzero(first[id(s)])) for s in sets}
-    got = evaluate_buckets([j for s in sets for j in s.jobs(subs1[id(s)], params)])
+    jobs1 = {id(s): s.jobs(subs1[id(s)], params) for s in sets}  # built once: a job's cache key is a digest
+    got = evaluate_buckets([j for s in sets for j in jobs1[id(s)]])
     reasons: dict[tuple[str, int, str], str] = {}
     second: dict[int, np.ndarray] = {}
     for s in sets:
         if id(s) in upper:
-            caps = _gather(s, subs1[id(s)], first[id(s)], got, params)
+            caps = _gather(s, jobs1[id(s)], first[id(s)], got)
             second[id(s)], why = _second_round(s, first[id(s)], caps, upper[id(s)])
             reasons.update(why)
-    subs2 = {id(s): _subset(s.variant, np.flatnonzero(second[id(s)])) for s in sets
+    jobs2 = {id(s): s.jobs(_subset(s.variant, np.flatnonzero(second[id(s)])), params) for s in sets
              if id(s) in second and second[id(s)].any()}
-    got.update(evaluate_buckets([j for s in sets if id(s) in subs2 for j in s.jobs(subs2[id(s)], params)]))
+    got.update(evaluate_buckets([j for s in sets if id(s) in jobs2 for j in jobs2[id(s)]]))
     evaluations = {}
     n_eval = n_screened = 0
     for s in sets:
@@ -162,17 +163,19 @@ def evaluate_screened(items: Sequence[tuple[Workload, object, object | None]], p
         done = first[id(s)] | second.get(id(s), np.zeros(n, dtype=bool))
         n_eval += int(done.sum())
         n_screened += int(n - done.sum())
-        parts = [(first[id(s)], subs1[id(s)])] + ([(second[id(s)], subs2[id(s)])] if id(s) in subs2 else [])
-        for full, piece in zip(s.jobs(v, params), _merge(s, parts, got, params, n), strict=True):
+        parts = [(first[id(s)], jobs1[id(s)])] + ([(second[id(s)], jobs2[id(s)])] if id(s) in jobs2 else [])
+        fulls = jobs1[id(s)] if subs1[id(s)] is v else s.jobs(v, params)
+        for full, piece in zip(fulls, _merge(parts, got, n), strict=True):
             evaluations[full.cache_key] = piece
     return Screened(evaluations, reasons, n_eval, n_screened)
 
 
-def _gather(s: _Sets, sub, mask: np.ndarray, got: dict[tuple, BucketEvaluation], params: CalibrationParams
+def _gather(s: _Sets, jobs: list[BucketJob], mask: np.ndarray, got: dict[tuple, BucketEvaluation]
             ) -> list[np.ndarray]:
-    """Per prep, the (rows × buckets) capacities of the evaluated rows ``mask`` (0 elsewhere)."""
+    """Per prep, the (rows × buckets) capacities of the evaluated rows ``mask`` (0 elsewhere), from
+    their ``jobs`` (``_Sets.jobs`` of those rows)."""
     out = []
-    jobs = iter(s.jobs(sub, params))
+    jobs = iter(jobs)
     idx = np.flatnonzero(mask)
     for p in s.preps:
         caps = np.zeros((len(mask), len(p.buckets)))
@@ -195,13 +198,13 @@ def _second_round(s: _Sets, first: np.ndarray, caps: list[np.ndarray], upper: li
     return ~first & ~screened, reasons  # type: ignore[return-value]
 
 
-def _merge(s: _Sets, parts: list[tuple[np.ndarray, object]], got: dict[tuple, BucketEvaluation],
-           params: CalibrationParams, n: int) -> list[BucketEvaluation]:
-    """The evaluations of the full variant, job by job, from those of its evaluated pieces (rows not
-    evaluated: capacity 0, ``NOT_EVALUATED``, no floor)."""
+def _merge(parts: list[tuple[np.ndarray, list[BucketJob]]], got: dict[tuple, BucketEvaluation], n: int
+           ) -> list[BucketEvaluation]:
+    """The evaluations of the full variant, job by job, from those of its evaluated pieces ((rows, their
+    jobs)); rows not evaluated: capacity 0, ``NOT_EVALUATED``, no floor."""
     if len(parts) == 1 and parts[0][0].all():
-        return [got[j.cache_key] for j in s.jobs(parts[0][1], params)]
-    jobs = [(mask, s.jobs(sub, params)) for mask, sub in parts]
+        return [got[j.cache_key] for j in parts[0][1]]
+    jobs = parts
     out = []
     for k in range(len(jobs[0][1])):
         cap = np.zeros(n)
