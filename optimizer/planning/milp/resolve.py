@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import pulp
 
+from optimizer.planning import disk_cache
 from optimizer.planning.milp.build import build_model
 from optimizer.planning.milp.heuristic import fleet_violations
 from optimizer.planning.milp.problem import (
@@ -124,8 +126,44 @@ def _replica_minimums_met(problem: FleetProblem, sol: FleetSolution) -> bool:
     return True
 
 
+def plan_key(sol: FleetSolution | None) -> tuple | None:
+    """What a warm start gives the solver (its plan, not its timings), as plain data."""
+    if sol is None:
+        return None
+    return (str(sol.status), sol.objective_usd, sorted(sol.replicas.items()), sorted(sol.routed_qps.items()),
+            sorted(sol.gpus.items()), sorted(sol.nodes.items()))
+
+
+def cached_solve(kind: str, problem: FleetProblem, compute: Callable[[], FleetSolution], *,
+                 start: FleetSolution | None = None, **settings: object) -> FleetSolution:
+    """``compute()`` (a solve of ``problem`` from ``start`` with ``settings``: gap, solver, ...)
+    through the disk cache (:mod:`optimizer.planning.disk_cache`), kept only when proven optimal.
+
+    HiGHS runs single-threaded and deterministically, so the same MILP data, first incumbent and
+    gap give the same plan; the time limit is not in the key since only a solve that finished
+    (``optimal``) is stored, and it finishes the same way under any longer limit. A hit reports
+    0 solve and build seconds (what it cost now)."""
+    key = (repr(problem), plan_key(start), sorted((k, repr(v)) for k, v in settings.items()))
+    hit = disk_cache.get(kind, key)
+    if isinstance(hit, FleetSolution):
+        return replace(hit, solve_seconds=0.0, build_seconds=0.0)
+    sol = compute()
+    if sol.status == SolveStatus.OPTIMAL:
+        disk_cache.put(kind, key, sol)
+    return sol
+
+
 def resolve_fleet(problem: FleetProblem, *, start: FleetSolution | None, time_limit_s: float, gap: float,
                   solver: str = "highs") -> FleetSolution:
+    """:func:`_resolve_fleet` through the disk cache (:func:`cached_solve`): a repeated run of the
+    same plan re-solves nothing."""
+    return cached_solve("resolve", problem, lambda: _resolve_fleet(problem, start=start, time_limit_s=time_limit_s,
+                                                                   gap=gap, solver=solver),
+                        start=start, gap=gap, solver=solver)
+
+
+def _resolve_fleet(problem: FleetProblem, *, start: FleetSolution | None, time_limit_s: float, gap: float,
+                   solver: str = "highs") -> FleetSolution:
     """:func:`~optimizer.planning.milp.solve.solve_fleet` for a re-solve: ``start`` (feasible in
     ``problem``, or None) as the first incumbent, and RESOLVE_HIGHS_OPTIONS on a small problem
     (fewer options than the thresholds of the bound cuts, presolve and the child process, which
