@@ -26,10 +26,12 @@ from cli.common import (
     CatalogOpt,
     LazyConsole,
     ModelConfigOpt,
+    NoCacheOpt,
     ParamsOpt,
     TimeLimitAliasOpt,
     TimeLimitOpt,
     aliased,
+    cache_off,
     fmt,
     load,
     safe_console,
@@ -67,6 +69,7 @@ def optimize(
     params: ParamsOpt = None,
     catalog: CatalogOpt = None,
     model_config: ModelConfigOpt = None,
+    no_cache: NoCacheOpt = False,
     time_limit: TimeLimitAliasOpt = None,
     buckets: Annotated[int | None, typer.Option("--buckets", min=1, max=16, hidden=True,
                                                 help="Old name of --n-buckets.")] = None,
@@ -79,6 +82,7 @@ def optimize(
     from optimizer.results.plan_result import Provenance
     from workloads.load import load_plan, resolve_catalog
 
+    cache_off(no_cache)
     options = SolverOptions(time_limit_s=aliased(time_limit_s, time_limit, SolverOptions().time_limit_s,
                                                  "--time-limit-s", "--time-limit"), gap=gap)
     n_buckets = aliased(n_buckets, buckets, DEFAULT_N_BUCKETS, "--n-buckets", "--buckets")

@@ -18,6 +18,7 @@ from catalog.errors import SolverError
 from catalog.load import Catalog
 from optimizer.assemble import assemble
 from optimizer.models.params import CalibrationParams, load_params
+from optimizer.planning import disk_cache
 from optimizer.planning.candidate_set import CandidateSet, fleet_problem, rebase_candidates
 from optimizer.planning.candidates import model_candidates
 from optimizer.planning.capacity_table import CapacityTable, load_capacity_table, table_candidates
@@ -199,6 +200,7 @@ class StageClock:
     def __init__(self) -> None:
         self.start = self.last = time.perf_counter()
         self.laps: dict[str, float] = {}
+        self.cache_before = disk_cache.stats()
 
     def lap(self, stage: str) -> None:
         """Add the time since the last lap to ``stage``."""
@@ -210,11 +212,14 @@ class StageClock:
         """``result`` with its timings: the stages lapped (candidates, solve, verification: the
         simulator's check and re-sizing when asked, assembling the result and re-predicting each
         deployment's p99s; sensitivity: its re-solves when asked, else 0), anything since the last
-        lap counted in verification, and the total."""
+        lap counted in verification, and the total; and the disk cache's folder, hits and misses in
+        the call (``PlanResult.cache``)."""
         self.lap("verification")
         timings = {k: self.laps.get(k, 0.0) for k in ("candidates", "solve", "verification", "sensitivity")}
         timings["total"] = self.last - self.start
-        return replace(result, timings_s=timings)
+        now = disk_cache.stats()
+        cache = {"dir": now["dir"], **{k: now[k] - self.cache_before[k] for k in ("hits", "misses")}}
+        return replace(result, timings_s=timings, cache=cache)
 
 
 def plan_candidates(plan: Plan, catalog: Catalog, params: CalibrationParams | None, capacity_table: CapacityTable | Path | str | None,
