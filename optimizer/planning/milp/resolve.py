@@ -134,16 +134,22 @@ def plan_key(sol: FleetSolution | None) -> tuple | None:
             sorted(sol.gpus.items()), sorted(sol.nodes.items()))
 
 
+def solve_key(problem: FleetProblem, start_key: object, **settings: object) -> tuple:
+    """The disk cache key of a solve: the MILP data, what names its first incumbent, the settings."""
+    return (repr(problem), start_key, sorted((k, repr(v)) for k, v in settings.items()))
+
+
 def cached_solve(kind: str, problem: FleetProblem, compute: Callable[[], FleetSolution], *,
-                 start: FleetSolution | None = None, **settings: object) -> FleetSolution:
+                 start: FleetSolution | None = None, start_key: object = None, **settings: object) -> FleetSolution:
     """``compute()`` (a solve of ``problem`` from ``start`` with ``settings``: gap, solver, ...)
     through the disk cache (:mod:`optimizer.planning.disk_cache`), kept only when proven optimal.
 
     HiGHS runs single-threaded and deterministically, so the same MILP data, first incumbent and
     gap give the same plan; the time limit is not in the key since only a solve that finished
-    (``optimal``) is stored, and it finishes the same way under any longer limit. A hit reports
-    0 solve and build seconds (what it cost now)."""
-    key = (repr(problem), plan_key(start), sorted((k, repr(v)) for k, v in settings.items()))
+    (``optimal``) is stored, and it finishes the same way under any longer limit. ``start_key``
+    names the first incumbent instead of ``start`` when ``compute`` derives it (the sensitivity's
+    known plans). A hit reports 0 solve and build seconds (what it cost now)."""
+    key = solve_key(problem, start_key if start_key is not None else plan_key(start), **settings)
     hit = disk_cache.get(kind, key)
     if isinstance(hit, FleetSolution):
         return replace(hit, solve_seconds=0.0, build_seconds=0.0)
@@ -155,15 +161,6 @@ def cached_solve(kind: str, problem: FleetProblem, compute: Callable[[], FleetSo
 
 def resolve_fleet(problem: FleetProblem, *, start: FleetSolution | None, time_limit_s: float, gap: float,
                   solver: str = "highs") -> FleetSolution:
-    """:func:`_resolve_fleet` through the disk cache (:func:`cached_solve`): a repeated run of the
-    same plan re-solves nothing."""
-    return cached_solve("resolve", problem, lambda: _resolve_fleet(problem, start=start, time_limit_s=time_limit_s,
-                                                                   gap=gap, solver=solver),
-                        start=start, gap=gap, solver=solver)
-
-
-def _resolve_fleet(problem: FleetProblem, *, start: FleetSolution | None, time_limit_s: float, gap: float,
-                   solver: str = "highs") -> FleetSolution:
     """:func:`~optimizer.planning.milp.solve.solve_fleet` for a re-solve: ``start`` (feasible in
     ``problem``, or None) as the first incumbent, and RESOLVE_HIGHS_OPTIONS on a small problem
     (fewer options than the thresholds of the bound cuts, presolve and the child process, which
