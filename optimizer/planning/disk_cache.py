@@ -4,7 +4,7 @@ A result is stored under the digest of everything it depends on: its *inputs* (t
 model, devices, configurations, buckets, SLO and calibration JSON for a capacity; the MILP data
 for a solve; the deployment, rate and seed for a simulation) and the *code* that computed it
 (:func:`code_fingerprint`: a hash of every file of the ``optimizer``, ``catalog`` and
-``workloads`` packages plus the versions of Python, numpy, pulp and highspy), so that a change
+``workloads`` packages plus the versions of Python, numpy, pulp, highspy and pydantic), so that a change
 of code, calibration or library never returns a stale number. The value is pickled, so a hit is
 bit-identical to the computation it replaces.
 
@@ -33,6 +33,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ class CacheState:
     hits: int = 0
     misses: int = 0
     checked_size: bool = False
+    unsettled: int = 0  # solves stopped by their time limit (not reproducible): optimizer.planning.result_cache
     by_kind: dict[str, list[int]] = field(default_factory=dict)  # kind -> [hits, misses]
 
 
@@ -101,13 +103,8 @@ def code_fingerprint() -> str:
     """Hash of the code and data the cached results depend on (module doc), once per process (~7 ms)."""
     global _FINGERPRINT
     if _FINGERPRINT is None:
-        import highspy  # noqa: PLC0415 - versions only; both are imported by the solver already
-        import numpy
-        import pulp
-
         h = hashlib.blake2b(digest_size=16)
-        versions = (sys.version, numpy.__version__, pulp.__version__, getattr(highspy, "__version__", ""))
-        h.update(repr(versions).encode())
+        h.update(repr((sys.version, *map(_version, ("numpy", "pulp", "highspy", "pydantic")))).encode())
         top = Path(__file__).resolve().parents[2]
         for pkg in _PACKAGES:
             for root, dirs, files in os.walk(top / pkg):
@@ -124,6 +121,19 @@ def code_fingerprint() -> str:
                     h.update(data)
         _FINGERPRINT = h.hexdigest()
     return _FINGERPRINT
+
+
+def _version(package: str) -> str:
+    """The installed version of ``package`` from its metadata (without importing it), "" if unknown."""
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def note_unsettled() -> None:
+    """Count a solve stopped by its time limit (``CacheState.unsettled``)."""
+    state().unsettled += 1
 
 
 def digest(kind: str, key: object) -> str:

@@ -215,6 +215,8 @@ class _Solver:
             got[i] = sol
             if sol.status == SolveStatus.OPTIMAL:
                 disk_cache.put("resolve", keys[i], sol)
+            elif sol.status != SolveStatus.INFEASIBLE:
+                disk_cache.note_unsettled()
         out = []
         for p, sol in zip(problems, got, strict=True):
             if sol.status.has_plan:

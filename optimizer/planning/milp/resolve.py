@@ -156,6 +156,8 @@ def cached_solve(kind: str, problem: FleetProblem, compute: Callable[[], FleetSo
     sol = compute()
     if sol.status == SolveStatus.OPTIMAL:
         disk_cache.put(kind, key, sol)
+    elif sol.status != SolveStatus.INFEASIBLE:
+        disk_cache.note_unsettled()  # stopped by its time limit: this run is not reproducible
     return sol
 
 
