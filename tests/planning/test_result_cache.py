@@ -52,7 +52,7 @@ def test_a_hit_imports_no_solver(tmp_path, cache_env):
              f"sys.argv = ['gpuplan', 'optimize', {str(CHAT)!r}, '--no-sensitivity', '--no-verify']\n"
              "try:\n    runpy.run_module('cli.app', run_name='__main__')\n"
              "except SystemExit:\n    pass\n"
-             "print(sorted(m for m in ('pulp', 'highspy', 'optimizer.optimize', 'optimizer.models.serving') "
+             "print(sorted(m for m in ('numpy', 'pulp', 'highspy', 'optimizer.optimize', 'optimizer.models.serving') "
              "if m in sys.modules))\n")
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, check=True, capture_output=True, text=True)
     assert done.stdout.strip().splitlines()[-1] == "[]"
