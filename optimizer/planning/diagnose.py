@@ -17,6 +17,7 @@ import math
 import time
 from dataclasses import replace
 
+from optimizer.planning import disk_cache
 from optimizer.planning.candidate_set import CandidateSet, WorkloadCandidates
 from optimizer.planning.milp.problem import (
     FleetProblem,
@@ -239,6 +240,7 @@ def single_device_solution(
             continue
         left = deadline - time.perf_counter()
         if left <= 0.01:
+            disk_cache.note_unsettled()  # devices left out by the clock: this run is not reproducible
             break
         sol = cached_solve("solve", sub, lambda sub=sub, left=left: solve_fleet(
             sub, time_limit_s=min(time_limit_s, left), gap=gap, solver=solver), gap=gap, solver=solver)
