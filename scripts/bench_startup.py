@@ -18,10 +18,10 @@ calibration load, then ``optimize_plan``'s own ``timings_s`` stages measured in 
 (its clock reads ``time.process_time`` here) and the rendering of the result (JSON + tables);
 medians over the runs.
 
-The disk cache (optimizer/planning/disk_cache.py, README "Cache"): ``--cold`` gives every run a
-fresh empty ``GPUPLAN_CACHE_DIR`` (a first run: everything computed), ``--warm`` fills one
-temporary folder with an untimed run, then times runs that read it (a repeated run of the same
-plan); with neither, the runs use the environment's cache (``~/.cache/gpuplan`` by default).
+The disk cache (optimizer/planning/disk_cache.py, README "Cache"): ``--cold`` (the default, as
+the figures before the cache) gives every run a fresh empty ``GPUPLAN_CACHE_DIR`` (a first run:
+everything computed); ``--warm`` fills one temporary folder with an untimed run, then times runs
+that read it (a repeated run of the same plan). The user's own cache is never read or written.
 The trees' bytecode is compiled first (``compileall``), as an installed package has it, so that a
 ``PYTHONDONTWRITEBYTECODE=1`` environment does not time the compiler on every run.
 
@@ -97,18 +97,16 @@ def compile_tree(tree: Path) -> None:
 
 class CacheDirs:
     """The GPUPLAN_CACHE_DIR of each run (module doc): ``cold`` a fresh folder per run, ``warm`` one
-    folder per tree filled by an untimed run, None the environment's."""
+    folder per tree filled by an untimed run."""
 
-    def __init__(self, mode: str | None) -> None:
+    def __init__(self, mode: str) -> None:
         self.mode = mode
-        self.top = tempfile.TemporaryDirectory(prefix="gpuplan-bench-cache-") if mode else None
+        self.top = tempfile.TemporaryDirectory(prefix="gpuplan-bench-cache-")
         self.warm: dict[str, str] = {}
         self.count = 0
 
     def env(self, tree: str, base: dict | None, prime: list[str] | None = None, cwd: Path = REPO) -> dict | None:
         """The environment of the next run of ``tree`` (``prime``: the command that fills a warm folder)."""
-        if self.top is None:
-            return base
         env = dict(base if base is not None else os.environ)
         if self.mode == "cold":
             self.count += 1
@@ -122,10 +120,10 @@ class CacheDirs:
         return env
 
     def label(self) -> str:
-        return {"cold": "cold cache", "warm": "warm cache", None: "environment's cache"}[self.mode]
+        return {"cold": "cold cache", "warm": "warm cache"}[self.mode]
 
 
-def stages(runs: int, other: Path | None = None, mode: str | None = None) -> None:
+def stages(runs: int, other: Path | None = None, mode: str = "cold") -> None:
     """Median CPU seconds of each stage of the chat fleet over ``runs`` fresh processes (module
     doc); with ``other`` (another checkout, its tree first on the path) the two interleaved."""
     trees = {"this": (REPO, {**os.environ, "GPUPLAN_WORKERS": "1"})}
@@ -154,7 +152,8 @@ def main() -> int:
     ap.add_argument("--compare", type=Path, default=None, help="another checkout, run interleaved")
     ap.add_argument("--stages", action="store_true", help="CPU seconds by stage of the chat fleet, in-process")
     cache = ap.add_mutually_exclusive_group()
-    cache.add_argument("--cold", action="store_const", const="cold", dest="cache", help="a fresh cache folder per run")
+    cache.add_argument("--cold", action="store_const", const="cold", dest="cache", default="cold",
+                       help="a fresh cache folder per run (default)")
     cache.add_argument("--warm", action="store_const", const="warm", dest="cache", help="a cache filled by a first run")
     ap.add_argument("args", nargs="*", help="extra arguments of optimize (after --)")
     args = ap.parse_args()
