@@ -42,7 +42,7 @@ TimeLimitAliasOpt = Annotated[float | None, typer.Option("--time-limit", min=0.1
                                                          help="Old name of --time-limit-s.")]
 
 NoCacheOpt = Annotated[bool, typer.Option(
-    "--no-cache", help="Compute everything afresh and store nothing (capacities, solves, simulations): "
+    "--no-cache", help="Compute everything afresh and store nothing (capacities, solves, simulations, the result): "
     "ignores the disk cache ($GPUPLAN_CACHE_DIR, default ~/.cache/gpuplan; README 'Cache').")]
 
 
