@@ -38,7 +38,7 @@ def test_a_repeated_optimize_is_read_back_byte_identical(run_cli, tmp_path, cach
     assert json.loads(a)["cache"]["hits"] == 0
     assert json.loads(b)["cache"] == {"dir": str(cache_env), "hits": 1, "misses": 0}
     assert "read from the cache" in second.stdout and "read from the cache" not in first.stdout
-    assert run_cli("optimize", CHAT, "--no-sensitivity", "--json", tmp_path / "c.json").code == 0
+    assert run_cli("optimize", CHAT, "--no-sensitivity", "--json", tmp_path / "c.json").code == 0  # ~1 s
     other = json.loads((tmp_path / "c.json").read_text())
     # another input, so not that result; but every capacity, solve and simulation of it is read back
     assert other["sensitivity"] is None and other["cache"]["misses"] == 0 and other["cache"]["hits"] > 1
