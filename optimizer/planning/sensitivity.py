@@ -144,8 +144,8 @@ class _Solver:
     that satisfies every constraint of its problem (:func:`~optimizer.planning.milp.resolve.is_feasible`),
     so that HiGHS only has to prove it optimal, or improve on it. A re-solve is thus a function
     of its problem and the plans known before it (in order, ``known_key`` digests them): it goes
-    through the disk cache under both (:func:`~optimizer.planning.milp.resolve.cached_solve`; on
-    a hit its first incumbent is not even looked for). :meth:`many` re-solves independent
+    through the disk cache under both (:func:`~optimizer.planning.milp.resolve.solve_key`; kept
+    when proven optimal; on a hit its first incumbent is not even looked for). :meth:`many` re-solves independent
     problems from the same known plans, on forked workers: the same answers with any number.
     """
 
