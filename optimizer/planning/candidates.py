@@ -20,7 +20,9 @@ Pruned candidates keep their reason (``pruned_reason``):
 - dominated: within one device and stage, m = ⌊g_a/g_b⌋ ≥ 1 copies of another candidate b use no
   more GPUs than a and give at least a's capacity in every bucket. Such an a is never
   needed: replacing each replica of a by m replicas of b keeps every constraint (GPUs,
-  servers, power, inventory, min_replicas, N+1) and the cost.
+  servers, power, inventory, min_replicas, N+1) and the cost. Where m × b's capacity already
+  covers a's capacity bound, a is marked so without being evaluated
+  (:mod:`optimizer.planning.screening`; capacity 0, limited_by ``'not evaluated'``).
 """
 
 from __future__ import annotations
@@ -54,13 +56,8 @@ from optimizer.planning.candidate_set import (
     missing_figures,
     unit_terms,
 )
-from optimizer.planning.evaluate import (
-    BucketEvaluation,
-    BucketJob,
-    bucket_capacity,
-    evaluate_buckets,
-    finite_or_zero,
-)
+from optimizer.planning.evaluate import BucketJob, bucket_capacity, finite_or_zero
+from optimizer.planning.screening import Screened, dominated_reason, evaluate_screened
 from optimizer.planning.solver_options import DEFAULT_N_BUCKETS
 from optimizer.planning.technique_savings import technique_note
 from optimizer.results.money import MoneyAssumptions
@@ -103,8 +100,7 @@ def prune_dominated(candidates: Sequence[Candidate]) -> list[Candidate]:
                     continue
                 m = dominated_by(a, b)
                 if m and not (dominated_by(b, a) and j > i):
-                    reasons[a.key] = (f"dominated by {m} × {b.key} ({m * b.gpus} GPUs, "
-                                      f"at least its capacity in every bucket)")
+                    reasons[a.key] = dominated_reason(m, b.key, b.gpus)
                     break
     return [replace(c, pruned_reason=reasons[c.key]) if c.key in reasons else c for c in candidates]
 
@@ -194,10 +190,6 @@ class _Prepared:
     configs: Configs | None
     variants: tuple[_Variant, ...] = ()
 
-    def jobs(self, w: Workload, params: CalibrationParams) -> list[BucketJob]:
-        """The evaluation of every bucket, for every variant."""
-        return [_job(self, v, b, w, params) for v in self.variants for b in self.buckets]
-
 
 def _job(prep: _Prepared, v: _Variant, b: BucketSpec, w: Workload, params: CalibrationParams) -> BucketJob:
     return BucketJob(v.configs, tuple(prep.chosen[i] for i in v.rows), b, w, params, v.stage, v.technique,
@@ -269,8 +261,9 @@ def _as_whole(w: Workload, prep: _Prepared) -> _Prepared | None:
 
 
 def _finish(w: Workload, prep: _Prepared, units: dict[str, UnitSpec], params: CalibrationParams, a: MoneyAssumptions,
-            prune: bool, evaluated: dict[tuple, BucketEvaluation] | None = None) -> WorkloadCandidates:
-    """Capacities per bucket (``evaluated`` first, else ``bucket_capacity``), costs, pruning."""
+            prune: bool, evaluated: Screened | None = None) -> WorkloadCandidates:
+    """Capacities per bucket (``evaluated`` first, else ``bucket_capacity``), costs, pruning (the
+    candidates ``evaluated`` screened keep its reason, ``optimizer.planning.screening``)."""
     kept: list[Candidate] = []
     for v in prep.variants:
         kept += _variant_candidates(w, prep, v, units, params, a, evaluated)
@@ -281,7 +274,7 @@ def _finish(w: Workload, prep: _Prepared, units: dict[str, UnitSpec], params: Ca
 
 
 def _variant_candidates(w: Workload, prep: _Prepared, v: _Variant, units: dict[str, UnitSpec], params: CalibrationParams,
-                        a: MoneyAssumptions, evaluated: dict[tuple, BucketEvaluation] | None) -> list[Candidate]:
+                        a: MoneyAssumptions, evaluated: Screened | None) -> list[Candidate]:
     """The candidates of one variant: capacity in every bucket, cost per replica, a reason when none."""
     buckets, nb = prep.buckets, len(prep.buckets)
     chosen = [prep.chosen[i] for i in v.rows]
@@ -291,28 +284,38 @@ def _variant_candidates(w: Workload, prep: _Prepared, v: _Variant, units: dict[s
     whys: list[str | None] = [None] * len(chosen)
     for b in buckets:
         job = _job(prep, v, b, w, params)
-        ev = (evaluated or {}).get(job.cache_key) or bucket_capacity(job)
+        ev = (evaluated.evaluations.get(job.cache_key) if evaluated is not None else None) or bucket_capacity(job)
         caps[:, b.index] = ev.capacity_qps
         for i in range(len(chosen)):
             limited[i][b.index] = ev.limited_by[i]
             floors[i][b.index] = ev.floor_p99_ms[i]
             whys[i] = whys[i] or ev.why[i]
+    screened = evaluated.reasons if evaluated is not None else {}
+    costs: dict[tuple[str, int], float] = {}  # by (device, GPUs): the same few figures for every row
     out = []
     for i, (d, q, t, p) in enumerate(chosen):
         capacity = tuple(finite_or_zero(x) for x in caps[i])
-        reason = None
-        if not any(capacity):
+        reason = screened.get((w.name, nb, v.prefix + v.configs.keys[i] + v.suffix))
+        if reason is None and not any(capacity):
             pool = f" as a {v.stage} pool" if v.stage != "colocated" else ""
             reason = f"no capacity at the SLO{pool} in any bucket" + (f": {whys[i]}" if whys[i] else "")
         out.append(Candidate(
             w.name, v.prefix + v.configs.keys[i] + v.suffix, d.key, q.key, t, p, t * p, capacity, tuple(limited[i]),
-            cost_per_replica_usd(units[d.key], t * p, a), pruned_reason=reason, floor_p99_ms=tuple(floors[i]),
+            _cost(costs, units[d.key], t * p, a), pruned_reason=reason, floor_p99_ms=tuple(floors[i]),
             stage=v.stage, technique=v.label,
             kv_bytes_per_request=(float(v.configs.kv_bytes_per_token[i]) * sent_tokens(w.prompt_tokens.mean_tokens,
                                                                                        v.technique)
                                   if v.stage != "colocated" else None),
         ))
     return out
+
+
+def _cost(memo: dict[tuple[str, int], float], unit: UnitSpec, gpus: int, a: MoneyAssumptions) -> float:
+    """``cost_per_replica_usd``, memoised in ``memo`` by (unit, GPUs)."""
+    key = (unit.key, gpus)
+    if key not in memo:
+        memo[key] = cost_per_replica_usd(unit, gpus, a)
+    return memo[key]
 
 
 def _predictor(prep: _Prepared, params: CalibrationParams) -> Predictor:
@@ -350,12 +353,15 @@ def _finite(x) -> float | None:
 
 def model_candidates(
     plan: Plan, catalog: Catalog, params: CalibrationParams | None = None, *, n_buckets: int = DEFAULT_N_BUCKETS,
-    prune: bool = True,
+    prune: bool = True, screen: bool | None = None,
 ) -> CandidateSet:
     """Candidates of every workload from the performance and serving models.
 
-    ``prune=False`` keeps dominated candidates (for measuring what pruning buys).
+    ``prune=False`` keeps dominated candidates (for measuring what pruning buys). ``screen``: mark
+    dominated without evaluating them the candidates a smaller evaluated one covers by their capacity
+    bound (``optimizer.planning.screening``; the same kept set); default: when pruning.
     """
+    screen = prune if screen is None else screen and prune
 
     params = params if params is not None else load_params(None)
     units = catalog_units(plan, catalog)
@@ -368,8 +374,7 @@ def model_candidates(
         batch = plan.workloads[start:start + WORKLOADS_PER_BATCH]
         prepared = [_prepare(w, plan, catalog, units, params, n_buckets) for w in batch]
         wholes = [_as_whole(w, prep) for w, prep in zip(batch, prepared, strict=True)]
-        evaluated = evaluate_buckets([job for w, prep in zip(batch + batch, prepared + wholes, strict=True)
-                                      if prep is not None for job in prep.jobs(w, params)])
+        evaluated = evaluate_screened(list(zip(batch, prepared, wholes, strict=True)), params, screen=screen)
         for w, prep, whole in zip(batch, prepared, wholes, strict=True):
             wc = _finish(w, prep, units, params, a, prune, evaluated)
             if whole is not None:  # split or whole: optimizer.planning.bucketing

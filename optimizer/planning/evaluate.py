@@ -69,9 +69,8 @@ class BucketJob:
         devices = tuple(sorted({_json(d) for d, _, _, _ in self.chosen}))
         combos = tuple((d.key, q.key, t, p) for d, q, t, p in self.chosen)
         b, w, params = self.bucket, self.workload, self.params
-        full = (self.configs.model.model_dump_json(), devices, combos, b.prompt.model_dump_json(),
-                b.output.model_dump_json(), w.slo.model_dump_json(), w.is_batch, tuple(self.configs.engines),
-                params.model_dump_json())
+        full = (_json(self.configs.model), devices, combos, _json(b.prompt), _json(b.output), _json(w.slo),
+                w.is_batch, tuple(self.configs.engines), _json(params))
         if self.stage != "colocated" or self.technique is not None:  # plain jobs keep today's keys
             full += (self.stage, repr(self.technique), self.nic_gbps_per_gpu)
         return (len(self.chosen), hashlib.blake2b(repr(full).encode(), digest_size=20).hexdigest())

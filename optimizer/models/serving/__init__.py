@@ -57,10 +57,11 @@ Pure: no I/O, no printing. Times in seconds internally; ``_ms`` fields in result
 Modules: ``rows`` (request lengths per row), ``state`` (length quadrature, per-step prompt work, the fixed point), ``feedback``
 (load feedback), ``tails`` (shifted-gamma tails, mixture quantiles), ``latency``
 (``serve_at_rate``), ``capacity`` (``capacity_at_slo``), ``floors`` (physical floors of the
-p99s, batch throughput).
+p99s, batch throughput), ``bounds`` (an upper bound on the capacity without a search, for screening).
 """
 
 from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS, Z99
+from optimizer.models.serving.bounds import capacity_upper_bound_sets
 from optimizer.models.serving.capacity import (
     CAPACITY_RTOL,
     Capacity,
@@ -74,6 +75,6 @@ from optimizer.models.serving.latency import LoadResult, check_rate, serve_at_ra
 
 __all__ = [
     "CAPACITY_RTOL", "DEFAULT_PREFILL_CHUNK_TOKENS", "Z99", "Capacity", "LoadResult", "batch_throughput",
-    "capacity_at_slo", "capacity_at_slo_sets", "check_rate", "check_slo_floors", "feedback_factors", "feedback_integrals",
+    "capacity_at_slo", "capacity_at_slo_sets", "capacity_upper_bound_sets", "check_rate", "check_slo_floors", "feedback_factors", "feedback_integrals",
     "serve_at_rate", "slo_floor_ms", "slo_targets",
 ]
