@@ -323,12 +323,15 @@ def busiest_rank_prompts(prompts_per_rank, ranks) -> tuple[np.ndarray, np.ndarra
     One rank (e = 1): n1 = λ/(1 − e^(−λ)); λ 0.5, e 8: P0 = e^(−4) = 0.0183, E[max] = 1.637."""
     lam = np.asarray(prompts_per_rank, dtype=float)
     e = np.broadcast_to(np.asarray(ranks, dtype=float), lam.shape)
-    flat, ef = lam.reshape(-1, 1), e.reshape(-1, 1)
-    kmax = int(np.ceil(float(np.max(flat, initial=0.0)) + 8.0 * np.sqrt(float(np.max(flat, initial=0.0))) + 8.0))
-    n = np.arange(kmax, dtype=float)[None, :]
-    pmf = np.exp(-flat) * np.cumprod(np.where(n > 0, flat / np.maximum(n, 1.0), 1.0), axis=1)
-    cdf = np.minimum(np.cumsum(pmf, axis=1), 1.0)
-    e_max = np.sum(1.0 - cdf**ef, axis=1).reshape(lam.shape)
+    e_max = lam.copy()  # one rank: E[N] = λ
+    many = e > 1.0
+    if np.any(many):  # the CDF sum, only where several ranks race (kmax covers λ + 8 sd)
+        flat, ef = lam[many][:, None], e[many][:, None]
+        top = float(np.max(flat))
+        n = np.arange(int(np.ceil(top + 8.0 * np.sqrt(top) + 8.0)), dtype=float)[None, :]
+        pmf = np.exp(-flat) * np.cumprod(np.where(n > 0, flat / np.maximum(n, 1.0), 1.0), axis=1)
+        cdf = np.minimum(np.cumsum(pmf, axis=1), 1.0)
+        e_max[many] = np.sum(1.0 - cdf**ef, axis=1)
     p0 = np.exp(-lam * e)
     return p0, np.where(p0 < 1.0, e_max / np.maximum(1.0 - p0, 1e-300), 1.0)
 
@@ -355,14 +358,20 @@ def offline_step_s(c: Configs, batch, input_tokens, output_tokens) -> np.ndarray
 def offline_throughput_tokens_s(c: Configs, input_tokens, output_tokens) -> tuple[np.ndarray, np.ndarray]:
     """(batch, output tokens/s of the replica) when all requests arrive at once.
 
-    Steady state of continuous batching with fixed lengths (``offline_step_s``): ``batch``
-    sequences decode and whole prompts start as sequences finish. Throughput = batch / mean
-    step time. Zero where not even one sequence fits.
+    Steady state of continuous batching with fixed lengths: ``batch`` sequences decode (mean
+    context input + output/2) and each step also prefills input·batch/output prompt tokens
+    (every sequence's prompt amortised over its output tokens; attention span input/2), or,
+    with ``CalibrationParams.offline_whole_prompts``, whole prompts start as sequences finish
+    (``offline_step_s``). Throughput = batch / (mean) step time. Zero where not even one
+    sequence fits.
     """
     ndim, (inp, out) = _prep(c, input_tokens, output_tokens)
     b = offline_batch(c, inp, out)
     bb = np.maximum(b, 1.0)
-    step = offline_step_s(c, bb, inp, out)
+    if c.offline_whole_prompts:
+        step = offline_step_s(c, bb, inp, out)
+    else:
+        step = decode_step_s(c, bb, inp + out / 2.0, bb * inp / np.maximum(out, 1.0), inp / 2.0)
     tput = np.where(b >= 1, bb / step, 0.0)
     return b, tput
 

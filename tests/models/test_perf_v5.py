@@ -14,7 +14,15 @@ import pytest
 
 from optimizer.models.configs import build_configs
 from optimizer.models.params import CalibrationParams
-from optimizer.models.perf import _decode_step, busiest_rank_prompts, decode_parts, decode_step_s, offline_step_s
+from optimizer.models.perf import (
+    _decode_step,
+    busiest_rank_prompts,
+    decode_parts,
+    decode_step_s,
+    offline_batch,
+    offline_step_s,
+    offline_throughput_tokens_s,
+)
 from tests.models.test_perf_v2 import BF16, ZERO_HOST, dense, device, moe
 
 
@@ -60,3 +68,14 @@ def test_lockstep_ranks_wait_for_the_busiest_dense_part():
     worst = float(decode_parts(c, 64.0, 512.0, 8192.0, 512.0).step_s[0])
     split = float(_decode_step(c, 64.0, 512.0, 1024.0, 512.0, 8192.0).step_s[0])
     assert mean < split < worst
+
+
+def test_offline_throughput_uses_whole_prompts_only_when_asked():
+    """Default (the shipped fit): b / t(b, ctx, b·input/output tokens); with offline_whole_prompts:
+    b / offline_step_s. Dense 8B at the KV-limited batch of 1000/64 tokens."""
+    for whole in (False, True):
+        c = build_configs(dense(), [(device(), BF16, 1, 1)], CalibrationParams(**ZERO_HOST, offline_whole_prompts=whole))
+        b = float(offline_batch(c, 1000.0, 64.0)[0])
+        step = (offline_step_s(c, b, 1000.0, 64.0) if whole
+                else decode_step_s(c, b, 1032.0, b * 1000.0 / 64.0, 500.0))
+        assert float(offline_throughput_tokens_s(c, 1000.0, 64.0)[1][0]) == pytest.approx(b / float(step[0]), rel=1e-9)
