@@ -344,7 +344,9 @@ def offline_step_s(c: Configs, batch, input_tokens, output_tokens) -> np.ndarray
     λ = (b/e)/output (every sequence is replaced after its output tokens); the ranks run in lockstep,
     so a step costs ``P0·t(b, 0) + (1 − P0)·t(b, mean n, busiest e·n1·input)``
     (``busiest_rank_prompts``; the routed experts see the mean b·input/output tokens less the
-    P0 share, the dense part and attention the busiest rank's e·n1·input; attention span input/2)."""
+    P0 share, the dense part and attention the busiest rank's e·n1·input; attention span input/2).
+    A scheduler that balances prompts over the ranks (TensorRT-LLM ``attention_dp_config
+    enable_balance``) is not modelled: there the busiest rank is the mean one."""
     ndim, (b, inp, out) = _prep(c, batch, input_tokens, output_tokens)
     e = column(c.ep.astype(float), ndim)
     p0, n1 = busiest_rank_prompts(b / e / np.maximum(out, 1.0), e)
