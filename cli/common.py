@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -39,6 +40,20 @@ TimeLimitOpt = Annotated[float | None, typer.Option(
     help=f"Solver time limit per solve, seconds (default {SolverOptions().time_limit_s:g}).")]
 TimeLimitAliasOpt = Annotated[float | None, typer.Option("--time-limit", min=0.1, hidden=True,
                                                          help="Old name of --time-limit-s.")]
+
+NoCacheOpt = Annotated[bool, typer.Option(
+    "--no-cache", help="Compute everything afresh and store nothing (capacities, solves, simulations, the result): "
+    "ignores the disk cache ($GPUPLAN_CACHE_DIR, default ~/.cache/gpuplan; README 'Cache').")]
+
+
+def cache_off(no_cache: bool) -> None:
+    """``--no-cache``: the disk cache off for this process and the workers it starts (an empty
+    GPUPLAN_CACHE_DIR is what they read)."""
+    if no_cache:
+        from optimizer.planning import disk_cache  # the optimizer loads when a command runs
+
+        os.environ["GPUPLAN_CACHE_DIR"] = ""
+        disk_cache.disable()
 
 
 def aliased(value: Any, old_value: Any, default: Any, flag: str, old_flag: str) -> Any:

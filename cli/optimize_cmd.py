@@ -26,10 +26,12 @@ from cli.common import (
     CatalogOpt,
     LazyConsole,
     ModelConfigOpt,
+    NoCacheOpt,
     ParamsOpt,
     TimeLimitAliasOpt,
     TimeLimitOpt,
     aliased,
+    cache_off,
     fmt,
     load,
     safe_console,
@@ -67,6 +69,7 @@ def optimize(
     params: ParamsOpt = None,
     catalog: CatalogOpt = None,
     model_config: ModelConfigOpt = None,
+    no_cache: NoCacheOpt = False,
     time_limit: TimeLimitAliasOpt = None,
     buckets: Annotated[int | None, typer.Option("--buckets", min=1, max=16, hidden=True,
                                                 help="Old name of --n-buckets.")] = None,
@@ -75,10 +78,10 @@ def optimize(
     # the optimizer (numpy, pulp, pydantic) loads when the command runs, not at `gpuplan --help`
     from catalog.files import read_bytes
     from optimizer.models.params import load_params
-    from optimizer.optimize import optimize_plan
     from optimizer.results.plan_result import Provenance
     from workloads.load import load_plan, resolve_catalog
 
+    cache_off(no_cache)
     options = SolverOptions(time_limit_s=aliased(time_limit_s, time_limit, SolverOptions().time_limit_s,
                                                  "--time-limit-s", "--time-limit"), gap=gap)
     n_buckets = aliased(n_buckets, buckets, DEFAULT_N_BUCKETS, "--n-buckets", "--buckets")
@@ -92,11 +95,8 @@ def optimize(
         plan = plan.model_copy(update={"confidence": confidence})
     calibration = load_params(params) if capacity_table is None else None
     digest = hashlib.sha256(read_bytes(plan_path, "plan", WorkloadError)).hexdigest()
-    busy = stderr.status("optimizing…") if sys.stderr.isatty() else nullcontext()
-    with busy:
-        result = optimize_plan(plan, cat, calibration, options=options, source=Provenance(str(plan_path), digest),
-                               capacity_table=capacity_table, n_buckets=n_buckets, sensitivity=sensitivity,
-                               verify=verify)
+    result = cached_optimize(plan, cat, calibration, options, Provenance(str(plan_path), digest), capacity_table,
+                             n_buckets, sensitivity, verify)
     data = result.to_json()
     payloads: dict[str, str | bytes] = {}
     if json_path is not None:
@@ -121,6 +121,39 @@ def optimize(
         raise typer.Exit(code=1)
 
 
+def cached_optimize(plan, cat, calibration, options: SolverOptions, source, capacity_table: Path | None,
+                    n_buckets: int, sensitivity: bool, verify: bool | None):
+    """``optimize_plan``, or the result a run of the same inputs stored (``result_cache``, README
+    "Cache"): on a hit the planning stack is not imported. A capacity table that cannot be read
+    skips the cache (``optimize_plan`` then names what is wrong with it)."""
+    from catalog.errors import GpuplanError
+    from catalog.files import read_bytes
+    from optimizer.planning import disk_cache
+    from optimizer.planning.result_cache import cached_result, result_key, store_result
+
+    key = None
+    try:
+        table_sha = (hashlib.sha256(read_bytes(capacity_table, "capacity table", WorkloadError)).hexdigest()
+                     if capacity_table is not None else None)
+        key = result_key(plan, cat, calibration.model_dump_json() if calibration is not None else None,
+                         options=options, source=source, capacity_table_sha256=table_sha, n_buckets=n_buckets,
+                         sensitivity=sensitivity, verify=verify)
+    except GpuplanError:
+        pass
+    if key is not None and (hit := cached_result(key)) is not None:
+        return hit
+    from optimizer.optimize import optimize_plan
+
+    unsettled = disk_cache.state().unsettled
+    busy = stderr.status("optimizing…") if sys.stderr.isatty() else nullcontext()
+    with busy:
+        result = optimize_plan(plan, cat, calibration, options=options, source=source, capacity_table=capacity_table,
+                               n_buckets=n_buckets, sensitivity=sensitivity, verify=verify)
+    if key is not None:
+        store_result(key, result, unsettled)
+    return result
+
+
 def _ms(value: float | None, slo: float | None) -> str:
     if value is None:
         return "—" if slo is None else f"— / {slo:,.0f}"
@@ -128,11 +161,18 @@ def _ms(value: float | None, slo: float | None) -> str:
     return text if slo is None else f"{text} / {slo:,.0f}"
 
 
+def _cache_text(cache: dict[str, Any] | None) -> str:
+    """'; read from the cache DIR' when the whole result was (README "Cache"), else ''."""
+    if not cache or not cache.get("dir") or cache.get("misses") or not cache.get("hits"):
+        return ""
+    return f"; read from the cache {cache['dir']} (--no-cache recomputes)"
+
+
 def render(data: dict[str, Any]) -> None:
     """The fleet, the deployments with p99s against the SLOs, the workloads and the money."""
     stdout.print(f"plan '{data['plan_name']}': {data['status']} ({data['status_detail']}), "
-                 f"objective {data['objective']}, solved in {data['solve_seconds']:.2f} s by {data['solver']}",
-                 markup=False, highlight=False)
+                 f"objective {data['objective']}, solved in {data['solve_seconds']:.2f} s by {data['solver']}"
+                 + _cache_text(data.get("cache")), markup=False, highlight=False)
     if data["status"] not in ("optimal", "feasible"):
         return
     fleet_rows = []

@@ -13,10 +13,12 @@ import typer
 from catalog.outputs import Output, plan_outputs
 from cli.common import (
     CatalogOpt,
+    NoCacheOpt,
     ParamsOpt,
     TimeLimitAliasOpt,
     TimeLimitOpt,
     aliased,
+    cache_off,
     fmt,
     load,
     stdout,
@@ -64,6 +66,7 @@ def whatif(
     time_limit: TimeLimitAliasOpt = None,
     catalog: CatalogOpt = None,
     params: ParamsOpt = None,
+    no_cache: NoCacheOpt = False,
 ) -> None:
     """Solve every scenario of a what-if file and compare them."""
     # the optimizer (numpy, pulp, pydantic) loads when the command runs, not at `gpuplan --help`
@@ -72,6 +75,7 @@ def whatif(
     from workloads.scenarios import load_scenarios, read_scenario_file, scenario_inputs
 
     check_backend(backend)
+    cache_off(no_cache)
     specs = [Output("--json", json_path, (".json",), stdout_ok=True), Output("--out", out, (".xlsx",)),
              Output("--plot", plot, (".png",))]
     # checked before anything else is read, against every input (the base plan the file names too)

@@ -18,6 +18,7 @@ from catalog.errors import SolverError
 from catalog.load import Catalog
 from optimizer.assemble import assemble
 from optimizer.models.params import CalibrationParams, load_params
+from optimizer.planning import disk_cache
 from optimizer.planning.candidate_set import CandidateSet, fleet_problem, rebase_candidates
 from optimizer.planning.candidates import model_candidates
 from optimizer.planning.capacity_table import CapacityTable, load_capacity_table, table_candidates
@@ -30,6 +31,7 @@ from optimizer.planning.diagnose import (
 from optimizer.planning.headroom import capacity_factors, demand_factor, policy_of, sized
 from optimizer.planning.milp.decompose import decomposes, solve_decomposed
 from optimizer.planning.milp.problem import FleetProblem, FleetSolution
+from optimizer.planning.milp.resolve import cached_solve
 from optimizer.planning.milp.restrict import RESTRICT_MIN_OPTIONS, solve_restricted
 from optimizer.planning.milp.solve import CHILD_MIN_OPTIONS, solve_fleet
 from optimizer.planning.safeguards import (
@@ -104,7 +106,9 @@ def optimize_plan(
     verification = None
     if sol.status.has_plan and model_params is not None and (verify or (verify is None and verify_by_default(cset, sol))):
         cset, resized, sol, verification = verify_and_resize(
-            plan, cset, sol, catalog, model_params, lambda p: solve_decomposed(p, **options.solve_kwargs))
+            plan, cset, sol, catalog, model_params,
+            lambda p: cached_solve("decomposed", p, lambda: solve_decomposed(p, **options.solve_kwargs),
+                                   gap=options.gap, solver=options.solver))
         if resized is not None:  # the one-device comparison was made on the fleet before re-sizing
             problem = resized
             sol, single, notes = solve_stage(problem, options, compare_single_device=compare_single_device,
@@ -161,12 +165,8 @@ def solve_stage(problem: FleetProblem, options: SolverOptions, *, compare_single
     main_s = max(deadline - time.perf_counter(), 0.05 * limit)
     if solved is not None:
         sol = solved
-    elif len(problem.options) >= RESTRICT_MIN_OPTIONS:
-        sol = solve_restricted(problem, **{**options.solve_kwargs, "time_limit_s": main_s}, start=single_sol)
-    elif decomposes(problem, "objective"):
-        sol = solve_decomposed(problem, **{**options.solve_kwargs, "time_limit_s": main_s}, start=start)
     else:
-        sol = solve_fleet(problem, **{**options.solve_kwargs, "time_limit_s": main_s}, start=start)
+        sol = main_solve(problem, options, main_s, start, single_sol)
     if sol.status == SolveStatus.INFEASIBLE and diagnose:
         notes += binding_limits(problem, **options.solve_kwargs, total_s=max(deadline - time.perf_counter(), 0.0))
     elif compare_single_device and (sol.status.has_plan or single_sol is not None):
@@ -179,12 +179,28 @@ def solve_stage(problem: FleetProblem, options: SolverOptions, *, compare_single
     return sol, single, notes
 
 
+def main_solve(problem: FleetProblem, options: SolverOptions, time_limit_s: float, start: FleetSolution | None,
+               single_sol: FleetSolution | None) -> FleetSolution:
+    """The main MILP of ``solve_stage`` (restricted, decomposed or whole, by size), through the
+    disk cache of proven-optimal solves (``milp.resolve.cached_solve``)."""
+    kwargs = {**options.solve_kwargs, "time_limit_s": time_limit_s}
+    settings = {"gap": options.gap, "solver": options.solver}
+    if len(problem.options) >= RESTRICT_MIN_OPTIONS:
+        return cached_solve("restricted", problem, lambda: solve_restricted(problem, **kwargs, start=single_sol),
+                            start=single_sol, **settings)
+    if decomposes(problem, "objective"):
+        return cached_solve("decomposed", problem, lambda: solve_decomposed(problem, **kwargs, start=start),
+                            start=start, **settings)
+    return cached_solve("solve", problem, lambda: solve_fleet(problem, **kwargs, start=start), start=start, **settings)
+
+
 class StageClock:
     """Wall time of the stages of one ``optimize_plan`` call (``PlanResult.timings_s``)."""
 
     def __init__(self) -> None:
         self.start = self.last = time.perf_counter()
         self.laps: dict[str, float] = {}
+        self.cache_before = disk_cache.stats()
 
     def lap(self, stage: str) -> None:
         """Add the time since the last lap to ``stage``."""
@@ -196,11 +212,14 @@ class StageClock:
         """``result`` with its timings: the stages lapped (candidates, solve, verification: the
         simulator's check and re-sizing when asked, assembling the result and re-predicting each
         deployment's p99s; sensitivity: its re-solves when asked, else 0), anything since the last
-        lap counted in verification, and the total."""
+        lap counted in verification, and the total; and the disk cache's folder, hits and misses in
+        the call (``PlanResult.cache``)."""
         self.lap("verification")
         timings = {k: self.laps.get(k, 0.0) for k in ("candidates", "solve", "verification", "sensitivity")}
         timings["total"] = self.last - self.start
-        return replace(result, timings_s=timings)
+        now = disk_cache.stats()
+        cache = {"dir": now["dir"], **{k: now[k] - self.cache_before[k] for k in ("hits", "misses")}}
+        return replace(result, timings_s=timings, cache=cache)
 
 
 def plan_candidates(plan: Plan, catalog: Catalog, params: CalibrationParams | None, capacity_table: CapacityTable | Path | str | None,

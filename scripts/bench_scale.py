@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pickle
 import random
 import re
@@ -76,6 +77,9 @@ from optimizer.planning.headroom import capacity_factors, demand_factor, sized
 from optimizer.planning.safeguards import fidelity_map
 from optimizer.planning.solver_options import SolverOptions
 from workloads import parse_plan, resolve_catalog
+
+# Timed runs compute everything: the disk cache (README "Cache") is off unless GPUPLAN_CACHE_DIR is set.
+os.environ.setdefault("GPUPLAN_CACHE_DIR", "")
 
 MODELS = ["llama-3.1-8b", "llama-3.1-70b", "mistral-7b", "qwen2.5-72b", "mixtral-8x7b", "llama-3.1-405b"]
 SHAPES = [  # (prompt mean, p99), (output mean, p99): chat, RAG, completion, summarisation

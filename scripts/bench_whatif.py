@@ -30,6 +30,9 @@ from catalog import load_catalog  # noqa: E402
 from optimizer.whatif import ScenarioOptions, run_scenarios  # noqa: E402
 from workloads.scenarios import load_scenarios  # noqa: E402
 
+# Timed runs compute everything: the disk cache (README "Cache") is off unless GPUPLAN_CACHE_DIR is set.
+os.environ.setdefault("GPUPLAN_CACHE_DIR", "")
+
 
 def _strip(results):
     out = json.loads(json.dumps([r.to_json() for r in results]))

@@ -19,6 +19,10 @@ settings.register_profile("repeatable", derandomize=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
+# No test reads or writes the user's cache (~/.cache/gpuplan): off for the suite and its
+# subprocesses; tests of the cache point GPUPLAN_CACHE_DIR at their tmp_path.
+os.environ["GPUPLAN_CACHE_DIR"] = ""
+
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / "tests" / "data" / "reference"  # gpus.csv, models.csv: what the catalog was built from
 MELANGE = REPO / "tests" / "data" / "melange"  # Mélange's published example inputs

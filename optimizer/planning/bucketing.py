@@ -20,9 +20,10 @@ serve stays split, so its diagnostics name the bucket that fails.
 
 from __future__ import annotations
 
-from optimizer.planning.milp.problem import Demand, FleetSolution, Option, UnitTerms
+from optimizer.planning.milp.problem import Demand, FleetProblem, FleetSolution, Option, UnitTerms
+from optimizer.planning.milp.resolve import cached_solve
 from optimizer.planning.milp.solve import solve_alone
-from optimizer.results.plan_result import Diagnostic
+from optimizer.results.plan_result import Diagnostic, SolveStatus
 
 # Split must be cheaper than whole by more than this fraction to be kept.
 SPLIT_TIE_RTOL = 1e-4
@@ -44,7 +45,10 @@ def problem_parts(wc) -> tuple[Demand, tuple[Option, ...]]:
 def alone_usd(wc, units: dict[str, UnitTerms]) -> float | None:
     """The workload's cheapest deployment on its own (amortised objective $), None if it has none."""
     demand, options = problem_parts(wc)
-    sol: FleetSolution | None = solve_alone(demand, options, units, time_limit_s=ALONE_TIME_LIMIT_S, gap=1e-6)
+    used = FleetProblem((demand,), options, {o.device: units[o.device] for o in options})  # the key of its data
+    sol: FleetSolution | None = cached_solve("alone", used, lambda: solve_alone(
+        demand, options, units, time_limit_s=ALONE_TIME_LIMIT_S, gap=1e-6) or FleetSolution(SolveStatus.INFEASIBLE, ""),
+        gap=1e-6)
     return sol.objective_usd if sol is not None and sol.status.has_plan else None
 
 

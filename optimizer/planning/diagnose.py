@@ -17,6 +17,7 @@ import math
 import time
 from dataclasses import replace
 
+from optimizer.planning import disk_cache
 from optimizer.planning.candidate_set import CandidateSet, WorkloadCandidates
 from optimizer.planning.milp.problem import (
     FleetProblem,
@@ -25,6 +26,7 @@ from optimizer.planning.milp.problem import (
     Minimise,
     uncovered_buckets,
 )
+from optimizer.planning.milp.resolve import cached_solve
 from optimizer.planning.milp.solve import solve_fleet
 from optimizer.results.plan_result import Diagnostic, SingleDeviceBest, SolveStatus
 
@@ -238,8 +240,10 @@ def single_device_solution(
             continue
         left = deadline - time.perf_counter()
         if left <= 0.01:
+            disk_cache.note_unsettled()  # devices left out by the clock: this run is not reproducible
             break
-        sol = solve_fleet(sub, time_limit_s=min(time_limit_s, left), gap=gap, solver=solver)
+        sol = cached_solve("solve", sub, lambda sub=sub, left=left: solve_fleet(
+            sub, time_limit_s=min(time_limit_s, left), gap=gap, solver=solver), gap=gap, solver=solver)
         if found is not None and sol.status.has_plan:
             found.append(sol)
         if sol.status.has_plan and sol.objective_usd is not None and (best is None or sol.objective_usd < best.objective_usd):

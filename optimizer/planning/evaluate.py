@@ -25,6 +25,7 @@ from optimizer.models import disagg, serving
 from optimizer.models.params import CalibrationParams
 from optimizer.models.perf import Configs
 from optimizer.models.techniques import ServingTechnique
+from optimizer.planning import disk_cache
 from optimizer.planning.candidate_set import BucketSpec
 from optimizer.workers import capped_workers, run_pool, usable_cpus
 from workloads.spec import Workload
@@ -112,7 +113,7 @@ def bucket_capacity(job: BucketJob) -> BucketEvaluation:
     hit = _CAPACITY_CACHE.get(key)
     if hit is not None:
         return hit
-    ev = _evaluate_bucket(job)
+    ev = disk_cache.cached("capacity", key[0], lambda: [_evaluate_bucket(job)])[0]
     _remember(key, ev)
     return ev
 
@@ -235,7 +236,14 @@ def evaluate_buckets(jobs: Sequence[BucketJob]) -> dict[tuple, BucketEvaluation]
     for members in families.values():
         fam = tuple(members)
         hits = [_CAPACITY_CACHE.get((fam, k)) for k in members]
-        if all(h is not None for h in hits):
+        if not all(h is not None for h in hits):  # then the disk: a family's results, one entry
+            hits = disk_cache.get("capacity", fam)
+            if hits is not disk_cache.MISSING and len(hits) == len(members):
+                for k, ev in zip(members, hits, strict=True):
+                    _remember((fam, k), ev)
+            else:
+                hits = None
+        if hits is not None:
             out.update(zip(members, hits, strict=True))
             continue
         groups.append(list(range(len(todo), len(todo) + len(members))))
@@ -259,6 +267,8 @@ def evaluate_buckets(jobs: Sequence[BucketJob]) -> dict[tuple, BucketEvaluation]
     for key, ev in zip(keys, results, strict=True):
         out[key[1]] = ev
         _remember(key, ev)
+    for g in groups:  # on disk, one entry per family (keys[i][0]: the family's member keys)
+        disk_cache.put("capacity", keys[g[0]][0], [results[i] for i in g])
     return out
 
 

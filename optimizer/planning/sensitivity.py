@@ -37,16 +37,26 @@ the solver's gap of B's cost counts as the same decision. Tolerances: PRICE_TOLE
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
+from optimizer.planning import disk_cache
 from optimizer.planning.candidate_set import CandidateSet, unit_terms
+from optimizer.planning.evaluate import parallel_workers
 from optimizer.planning.milp.problem import FleetProblem, FleetSolution
-from optimizer.planning.milp.resolve import is_feasible, resolve_fleet, transplant
+from optimizer.planning.milp.resolve import (
+    is_feasible,
+    plan_key,
+    resolve_fleet,
+    solve_key,
+    transplant,
+)
 from optimizer.planning.solver_options import SolverOptions
 from optimizer.results.money import MoneyAssumptions
+from optimizer.results.plan_result import SolveStatus
 from optimizer.results.provenance import (
     DeviceSensitivity,
     Fidelity,
@@ -55,6 +65,7 @@ from optimizer.results.provenance import (
     Sensitivity,
     TornadoRow,
 )
+from optimizer.workers import run_pool
 from workloads.spec import Plan
 
 PRICE_TOLERANCE = 0.005  # break-even prices: relative
@@ -131,14 +142,34 @@ class _Solver:
 
     Every plan found (and the base plan) is kept; a re-solve starts from the cheapest of them
     that satisfies every constraint of its problem (:func:`~optimizer.planning.milp.resolve.is_feasible`),
-    so that HiGHS only has to prove it optimal, or improve on it.
+    so that HiGHS only has to prove it optimal, or improve on it. A re-solve is thus a function
+    of its problem and the plans known before it (in order, ``known_key`` digests them): it goes
+    through the disk cache under both (:func:`~optimizer.planning.milp.resolve.solve_key`; kept
+    when proven optimal; on a hit its first incumbent is not even looked for). :meth:`many` re-solves independent
+    problems from the same known plans, on forked workers: the same answers with any number.
     """
 
     def __init__(self, options: SolverOptions, base: tuple[FleetProblem, FleetSolution] | None = None,
                  known: Sequence[tuple[FleetProblem, FleetSolution]] = ()):
         self.options = options
         self.count = 0
-        self.known: list[tuple[FleetProblem, FleetSolution]] = ([base] if base is not None else []) + list(known)
+        self.known: list[tuple[FleetProblem, FleetSolution]] = []
+        self.known_key = ""
+        self._digests: dict[int, tuple[FleetProblem, str]] = {}
+        for source, sol in ([base] if base is not None else []) + list(known):
+            self._add(source, sol)
+
+    def _add(self, problem: FleetProblem, sol: FleetSolution) -> None:
+        self.known.append((problem, sol))
+        text = repr((self.known_key, self._digest(problem), plan_key(sol)))
+        self.known_key = hashlib.blake2b(text.encode(), digest_size=20).hexdigest()
+
+    def _digest(self, problem: FleetProblem) -> str:
+        """Digest of ``repr(problem)``, once per problem object (the base recurs in every known plan)."""
+        hit = self._digests.get(id(problem))
+        if hit is None or hit[0] is not problem:
+            hit = self._digests[id(problem)] = (problem, hashlib.blake2b(repr(problem).encode(), digest_size=20).hexdigest())
+        return hit[1]
 
     def start(self, problem: FleetProblem) -> FleetSolution | None:
         """The cheapest known plan, carried onto ``problem``, that is feasible there (None: none is)."""
@@ -152,13 +183,54 @@ class _Solver:
                 best, best_usd = moved, usd
         return best
 
+    def _key(self, problem: FleetProblem) -> tuple:
+        return solve_key(problem, ("known", self.known_key), gap=self.options.gap, solver=self.options.solver)
+
+    def solve(self, problem: FleetProblem) -> FleetSolution:
+        """The re-solve of ``problem`` from the best known plan (uncached)."""
+        return resolve_fleet(problem, **self.options.solve_kwargs, start=self.start(problem))
+
     def __call__(self, problem: FleetProblem) -> FleetSolution | None:
-        self.count += 1
-        sol = resolve_fleet(problem, **self.options.solve_kwargs, start=self.start(problem))
-        if not sol.status.has_plan:
-            return None
-        self.known.append((problem, sol))
-        return sol
+        return self.many([problem])[0]
+
+    def many(self, problems: Sequence[FleetProblem]) -> list[FleetSolution | None]:
+        """``self(p)`` of each of ``problems``, every one from the plans known now (they are then
+        known, in order): the cached ones from the disk, the others on forked workers when there
+        are at least two (``parallel_workers``)."""
+        global _MANY
+        self.count += len(problems)
+        keys = [self._key(p) for p in problems]
+        got = [disk_cache.get("resolve", k) for k in keys]
+        todo = [i for i, g in enumerate(got) if not isinstance(g, FleetSolution)]
+        workers = min(parallel_workers(), len(todo))
+        if workers < 2:
+            fresh = [self.solve(problems[i]) for i in todo]
+        else:
+            _MANY = [self, [problems[i] for i in todo]]
+            try:
+                fresh = run_pool(_many_task, range(len(todo)), workers)
+            finally:
+                _MANY = []
+        for i, sol in zip(todo, fresh, strict=True):
+            got[i] = sol
+            if sol.status == SolveStatus.OPTIMAL:
+                disk_cache.put("resolve", keys[i], sol)
+            elif sol.status != SolveStatus.INFEASIBLE:
+                disk_cache.note_unsettled()
+        out = []
+        for p, sol in zip(problems, got, strict=True):
+            if sol.status.has_plan:
+                self._add(p, sol)
+            out.append(sol if sol.status.has_plan else None)
+        return out
+
+
+_MANY: list = []  # [solver, problems] of the re-solves being run on the pool (inherited by forked workers)
+
+
+def _many_task(i: int) -> FleetSolution:
+    solver, problems = _MANY
+    return solver.solve(problems[i])
 
 
 def main_device(fleet: Fleet, problem: FleetProblem) -> str:
@@ -295,14 +367,12 @@ def break_even_capacity(problem: FleetProblem, device: str, fleet: Fleet, base: 
 def tornado_rows(plan: Plan, cset: CandidateSet, problem: FleetProblem, a: MoneyAssumptions, field: str,
                  fleet: Fleet, base_usd: float, devices: list[DeviceSensitivity],
                  fidelity: Mapping[str, Fidelity], solve: _Solver) -> list[TornadoRow]:
-    """Optimal objective at both ends of each input, largest swing first."""
+    """Optimal objective at both ends of each input, largest swing first.
+
+    The ends that need a re-solve are independent of each other: they are re-solved together
+    (``_Solver.many``: from the plans known after the break-evens, on the worker pool)."""
     break_even = {s.device: s.break_even_price for s in devices}
-
-    def optimum(p: FleetProblem) -> float | None:
-        sol = solve(p)
-        return fleet_objective_usd(fleet_of(sol), p) if sol is not None else None
-
-    rows = []
+    rows: list[tuple[str, str, str, object, object]] = []  # an end: a figure ($ or None) or a problem to re-solve
     used = sorted({o.device for o in problem.options})
     for d in used:
         unit = cset.units[d]
@@ -319,38 +389,41 @@ def tornado_rows(plan: Plan, cset: CandidateSet, problem: FleetProblem, a: Money
         else:
             continue
 
-        def end(p: float, d: str = d, price: float = price) -> float | None:
+        def end(p: float, d: str = d, price: float = price) -> object:
             if p >= price and d not in fleet:
                 return base_usd  # a dearer device that is not bought changes nothing
             at = with_price(problem, cset, a, d, field, p)
             be = break_even.get(d)
             if p >= price and be is not None and p < be * (1 - PRICE_TOLERANCE):
                 return fleet_objective_usd(fleet, at)  # below the break-even the fleet stays
-            return optimum(at)
+            return at
 
         unit_label = "$/GPU-hour" if field == "cloud_usd_per_gpu_hour" else "$"
-        rows.append(TornadoRow(f"{d} {field} ({what})", f"{low:,.2f} {unit_label}" if field != "purchase_usd"
-                               else f"${low:,.0f}", f"{high:,.2f} {unit_label}" if field != "purchase_usd"
-                               else f"${high:,.0f}", end(low), end(high)))
+        rows.append((f"{d} {field} ({what})", f"{low:,.2f} {unit_label}" if field != "purchase_usd"
+                     else f"${low:,.0f}", f"{high:,.2f} {unit_label}" if field != "purchase_usd"
+                     else f"${high:,.0f}", end(low), end(high)))
 
     if plan.objective != "cloud" and plan.electricity_usd_per_kwh > 0:
         e = plan.electricity_usd_per_kwh
-        ends = []
-        for f in (1 - ELECTRICITY_SWING, 1 + ELECTRICITY_SWING):
-            ends.append(optimum(with_money(problem, cset, replace(a, electricity_usd_per_kwh=e * f))))
-        rows.append(TornadoRow(f"electricity_usd_per_kwh ±{ELECTRICITY_SWING:.0%}", f"{e * (1 - ELECTRICITY_SWING):.3f}",
-                               f"{e * (1 + ELECTRICITY_SWING):.3f}", *ends))
+        ends = [with_money(problem, cset, replace(a, electricity_usd_per_kwh=e * f))
+                for f in (1 - ELECTRICITY_SWING, 1 + ELECTRICITY_SWING)]
+        rows.append((f"electricity_usd_per_kwh ±{ELECTRICITY_SWING:.0%}", f"{e * (1 - ELECTRICITY_SWING):.3f}",
+                     f"{e * (1 + ELECTRICITY_SWING):.3f}", *ends))
 
-    rows.append(TornadoRow(f"demand (every rate) ±{DEMAND_SWING:.0%}", f"×{1 - DEMAND_SWING:g}", f"×{1 + DEMAND_SWING:g}",
-                           optimum(with_demand(problem, 1 - DEMAND_SWING)),
-                           optimum(with_demand(problem, 1 + DEMAND_SWING))))
+    rows.append((f"demand (every rate) ±{DEMAND_SWING:.0%}", f"×{1 - DEMAND_SWING:g}", f"×{1 + DEMAND_SWING:g}",
+                 with_demand(problem, 1 - DEMAND_SWING), with_demand(problem, 1 + DEMAND_SWING)))
 
     devs = [d for d in used if d in fidelity]
     if devs:
         # the pessimistic end (low capacity) costs more: it is the "high" end of the objective's input
-        worse = optimum(with_capacity(problem, {d: fidelity[d].low_factor for d in devs}))
-        better = optimum(with_capacity(problem, {d: fidelity[d].high_factor for d in devs}))
-        rows.append(TornadoRow("performance (each device at its fidelity band's end)", "band high (faster)",
-                               "band low (slower)", better, worse))
-    rows.sort(key=lambda r: -r.swing_usd)
-    return rows
+        rows.append(("performance (each device at its fidelity band's end)", "band high (faster)", "band low (slower)",
+                     with_capacity(problem, {d: fidelity[d].high_factor for d in devs}),
+                     with_capacity(problem, {d: fidelity[d].low_factor for d in devs})))
+
+    pending = [x for r in rows for x in r[3:] if isinstance(x, FleetProblem)]
+    optimum = {id(p): fleet_objective_usd(fleet_of(sol), p) if sol is not None else None
+               for p, sol in zip(pending, solve.many(pending), strict=True)}
+    out = [TornadoRow(name, low, high, *(optimum[id(x)] if isinstance(x, FleetProblem) else x for x in ends))
+           for name, low, high, *ends in rows]
+    out.sort(key=lambda r: -r.swing_usd)
+    return out

@@ -42,6 +42,7 @@ from optimizer.models.lengths import quantile_tokens
 from optimizer.models.params import CalibrationParams
 from optimizer.models.perf import build_configs
 from optimizer.models.simulate import simulate
+from optimizer.planning import disk_cache
 from optimizer.planning.candidate_set import CandidateSet
 from optimizer.planning.evaluate import parallel_workers
 from optimizer.planning.milp.problem import FleetSolution
@@ -89,6 +90,9 @@ class _Check:
     device: object
     configs: object
     buckets: list[_Bucket]
+    # what a simulation of it depends on besides its rate, bucket, requests and seed (model, device,
+    # precision, sharding, calibration, stage, workload): its disk cache key (disk_cache)
+    sim_key: tuple = ()
 
 
 def _checks(cset: CandidateSet, sol: FleetSolution, catalog: Catalog, params: CalibrationParams
@@ -115,7 +119,10 @@ def _checks(cset: CandidateSet, sol: FleetSolution, catalog: Catalog, params: Ca
                 continue
             configs = build_configs(model, [(unit.device, catalog.precision(c.precision), c.tp, c.pp)], params)
             buckets = [_Bucket(b, u * c.capacity_qps[b.index]) for b in wc.buckets if routed[b.index] > 0]
-            out.append(_Check(wc, c, r, routed, unit.device, configs, buckets))
+            sim_key = (model.model_dump_json(), unit.device.model_dump_json(),
+                       catalog.precision(c.precision).model_dump_json(), c.tp, c.pp, params.model_dump_json(),
+                       c.stage, w.model_dump_json())
+            out.append(_Check(wc, c, r, routed, unit.device, configs, buckets, sim_key))
     return out, notes
 
 
@@ -135,18 +142,11 @@ def _sim_task(i: int) -> dict[str, np.ndarray] | str:
 def _simulate_waves(checks: list[_Check], requests: int, seed: int) -> None:
     """Runs of every bucket until the stopping rule (module doc) decides it, wave by wave: the
     first wave runs MIN_REPLICATIONS of every bucket, each later one the next run of the undecided."""
-    global _SIM_TASKS
     live = [(ch, b) for ch in checks for b in ch.buckets]
     while live:
         tasks = [(ch, b, requests, seed + len(b.runs) + k) for ch, b in live
                  for k in range(MIN_REPLICATIONS if not b.runs else 1)]
-        workers = min(parallel_workers(), len(tasks))
-        _SIM_TASKS = tasks
-        try:
-            got = run_pool(_sim_task, range(len(tasks)), workers) if workers > 1 else [
-                _sim_task(i) for i in range(len(tasks))]
-        finally:
-            _SIM_TASKS = []
+        got = _simulated(tasks)
         for (_, b, _, _), run in zip(tasks, got, strict=True):
             if isinstance(run, str):
                 b.error = b.error or run
@@ -155,6 +155,27 @@ def _simulate_waves(checks: list[_Check], requests: int, seed: int) -> None:
         for ch, b in live:
             b.done = b.error is not None or len(b.runs) >= REPLICATIONS or _decided(b.runs, ch.wc.workload)
         live = [(ch, b) for ch, b in live if not b.done]
+
+
+def _simulated(tasks: list[tuple]) -> list[dict[str, np.ndarray] | str]:
+    """``_sim_task`` of every task, from the disk cache where it has them (a run is a pure function
+    of its check's ``sim_key``, rate, bucket, requests and seed), the others on the worker pool."""
+    global _SIM_TASKS
+    keys = [(ch.sim_key, b.rate, b.bucket.prompt.model_dump_json(), b.bucket.output.model_dump_json(), n, seed)
+            for ch, b, n, seed in tasks]
+    got = [disk_cache.get("simulation", k) for k in keys]
+    todo = [i for i, g in enumerate(got) if g is disk_cache.MISSING]
+    workers = min(parallel_workers(), len(todo))
+    _SIM_TASKS = [tasks[i] for i in todo]
+    try:
+        fresh = run_pool(_sim_task, range(len(todo)), workers) if workers > 1 else [
+            _sim_task(i) for i in range(len(todo))]
+    finally:
+        _SIM_TASKS = []
+    for i, run in zip(todo, fresh, strict=True):
+        got[i] = run
+        disk_cache.put("simulation", keys[i], run)
+    return got
 
 
 def _decided(runs: list[dict[str, np.ndarray]], w) -> bool:

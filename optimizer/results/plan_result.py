@@ -263,6 +263,9 @@ class PlanResult:
     # wall seconds by stage: candidates, solve (MILP + one-device fleets + diagnostics), verification
     # (simulator check, assembling the result, p99s of each deployment, sensitivity), total
     timings_s: dict[str, float] = field(default_factory=dict)
+    # the disk cache of this run (optimizer.planning.disk_cache): {"dir": folder or None (off),
+    # "hits": entries read, "misses": entries computed}; like timings_s, it varies between runs
+    cache: dict[str, Any] | None = None
     headroom: HeadroomPolicy | None = None
     sensitivity: Sensitivity | None = None
     verification: Verification | None = None
@@ -285,6 +288,7 @@ class PlanResult:
         out["cost_per_million_output_tokens_usd"] = _num(self.cost_per_million_output_tokens_usd)
         out["solve_seconds"] = _num(self.solve_seconds)
         out["timings_s"] = {k: _num(v) for k, v in self.timings_s.items()}
+        out["cache"] = dict(self.cache) if self.cache is not None else None
         out["gap"] = _num(self.gap)
         for name in ("solver", "plan_name", "input_file", "input_sha256", "gpuplan_version", "created_utc"):
             out[name] = getattr(self, name)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from optimizer.planning import sensitivity
 from optimizer.planning.milp.problem import Demand, FleetProblem, Limits, Option, UnitTerms
 from optimizer.planning.milp.resolve import is_feasible, transplant
 from optimizer.planning.milp.solve import solve_fleet
@@ -95,3 +96,20 @@ def test_a_known_one_device_plan_starts_the_fleet_without_the_main_device(base):
     solve = _Solver(SolverOptions(), (PROBLEM, base), [(PROBLEM, b_only)])
     assert fleet_of(solve.start(without_a)) == {"b": (4, 1)}
     assert solve(without_a).objective_usd == pytest.approx(800.0, rel=1e-6)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_many_re_solves_from_the_same_known_plans(base, workers, monkeypatch):
+    """``_Solver.many`` (the tornado's re-solves): each from the plans known before the call, on
+    ``workers`` processes, the same answers as one by one from those plans. Demand × 0.75:
+    4 × a = $400; capacity of a × 0.8: 6 × a = $600; without a: 2 × b = $800; demand × 2: 9 × a
+    (90 req/s on 90 req/s of replicas) = $900."""
+    monkeypatch.setattr(sensitivity, "parallel_workers", lambda: workers)
+    problems = [with_demand(PROBLEM, 0.75), with_capacity(PROBLEM, {"a": 0.8}), without_device(PROBLEM, "a"),
+                with_demand(PROBLEM, 2.0)]
+    solve = _Solver(SolverOptions(), (PROBLEM, base))
+    got = solve.many(problems)
+    assert [round(s.objective_usd, 6) for s in got] == [400.0, 600.0, 800.0, 900.0]
+    assert solve.count == 4 and len(solve.known) == 5
+    one_by_one = [_Solver(SolverOptions(), (PROBLEM, base))(p) for p in problems]
+    assert [(s.replicas, s.routed_qps) for s in got] == [(s.replicas, s.routed_qps) for s in one_by_one]

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import pulp
 
+from optimizer.planning import disk_cache
 from optimizer.planning.milp.build import build_model
 from optimizer.planning.milp.heuristic import fleet_violations
 from optimizer.planning.milp.problem import (
@@ -122,6 +124,41 @@ def _replica_minimums_met(problem: FleetProblem, sol: FleetSolution) -> bool:
         if w in has_prefill and together + count.get((w, "prefill"), 0) < dem.min_replicas:
             return False
     return True
+
+
+def plan_key(sol: FleetSolution | None) -> tuple | None:
+    """What a warm start gives the solver (its plan, not its timings), as plain data."""
+    if sol is None:
+        return None
+    return (str(sol.status), sol.objective_usd, sorted(sol.replicas.items()), sorted(sol.routed_qps.items()),
+            sorted(sol.gpus.items()), sorted(sol.nodes.items()))
+
+
+def solve_key(problem: FleetProblem, start_key: object, **settings: object) -> tuple:
+    """The disk cache key of a solve: the MILP data, what names its first incumbent, the settings."""
+    return (repr(problem), start_key, sorted((k, repr(v)) for k, v in settings.items()))
+
+
+def cached_solve(kind: str, problem: FleetProblem, compute: Callable[[], FleetSolution], *,
+                 start: FleetSolution | None = None, start_key: object = None, **settings: object) -> FleetSolution:
+    """``compute()`` (a solve of ``problem`` from ``start`` with ``settings``: gap, solver, ...)
+    through the disk cache (:mod:`optimizer.planning.disk_cache`), kept only when proven optimal.
+
+    HiGHS runs single-threaded and deterministically, so the same MILP data, first incumbent and
+    gap give the same plan; the time limit is not in the key since only a solve that finished
+    (``optimal``) is stored, and it finishes the same way under any longer limit. ``start_key``
+    names the first incumbent instead of ``start`` when ``compute`` derives it (the sensitivity's
+    known plans). A hit reports 0 solve and build seconds (what it cost now)."""
+    key = solve_key(problem, start_key if start_key is not None else plan_key(start), **settings)
+    hit = disk_cache.get(kind, key)
+    if isinstance(hit, FleetSolution):
+        return replace(hit, solve_seconds=0.0, build_seconds=0.0)
+    sol = compute()
+    if sol.status == SolveStatus.OPTIMAL:
+        disk_cache.put(kind, key, sol)
+    elif sol.status != SolveStatus.INFEASIBLE:
+        disk_cache.note_unsettled()  # stopped by its time limit: this run is not reproducible
+    return sol
 
 
 def resolve_fleet(problem: FleetProblem, *, start: FleetSolution | None, time_limit_s: float, gap: float,
