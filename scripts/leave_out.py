@@ -1,6 +1,7 @@
 """Leave-one-device-out and leave-one-generation-out errors and error-band coverage (issue 14).
 
 Usage: python scripts/leave_out.py [--recompute [--sweeps 3] [--params FILE]] [--json OUT.json]
+       python scripts/leave_out.py --only device:h100-sxm [--worst 15] [--params FILE]
 
 By default the table recorded by ``gpuplan calibrate`` in the shipped parameters
 (``fit.leave_out``) is printed; ``--recompute`` redoes the refits (minutes: one per group).
@@ -9,7 +10,9 @@ without its rows (``optimizer.calibration.bands.leave_out``, starting from the d
 --params), predict its offline rows (max-throughput output tokens/s and one-batch e2e
 latency), and print the median |error|. Then the coverage of the 80 % bands of the shipped
 parameters (``error_bands``: class b for a held-out device, class c for a held-out generation)
-on those predictions, with each band's half-width. Targets (issue 14): median <= 15 % per
+on those predictions, with each band's half-width. ``--only BY:KEY`` refits without that one group
+(seconds) and lists its worst-predicted row groups (source group, model, precision, tp, ep):
+median predicted/measured, so the structure behind a bad leave-out shows. Targets (issue 14): median <= 15 % per
 held-out device, <= 25 % per held-out generation, coverage 70-90 %, median half-width < 25 %.
 """
 
@@ -26,8 +29,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from catalog import load_catalog  # noqa: E402
-from optimizer.calibration.bands import band_for, inside, leave_out, leave_out_summary  # noqa: E402
+from optimizer.calibration.bands import band_for, group_key, inside, leave_out, leave_out_summary  # noqa: E402
+from optimizer.calibration.fit import fit_params  # noqa: E402
 from optimizer.calibration.measurements import load_measurements  # noqa: E402
+from optimizer.calibration.predict import is_online, latency_predictor, offline_predictor  # noqa: E402
 from optimizer.calibration.shipped import SHIPPED_MEASUREMENT_FILES, shipped_measurements  # noqa: E402
 from optimizer.models.params import CalibrationParams, load_params  # noqa: E402
 
@@ -43,7 +48,12 @@ def main() -> int:
     ap.add_argument("--bands-from", type=Path, default=None, help="parameters whose error bands are checked "
                     "(default: the shipped calibration.yaml)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures as JSON")
+    ap.add_argument("--only", default=None, help="BY:KEY (device:h100-sxm, generation:ada): refit without "
+                    "that group and list its worst-predicted row groups")
+    ap.add_argument("--worst", type=int, default=15, help="row groups --only lists")
     args = ap.parse_args()
+    if args.only:
+        return worst_groups(args.only, args.worst, args.sweeps, args.params)
     shipped = load_params(args.bands_from)
     bands = shipped.error_bands
     recorded = shipped.fit.leave_out if shipped.fit else {}
@@ -88,6 +98,35 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return 0 if ok else 1
+
+
+def worst_groups(only: str, worst: int, sweeps: int, start_file: Path | None) -> int:
+    """Refit without the group ``only`` (BY:KEY) and print its row groups by |log median pred/meas| · n."""
+    by, _, key = only.partition(":")
+    cat = load_catalog()
+    rows = [m for name in SHIPPED_MEASUREMENT_FILES for m in load_measurements(shipped_measurements(name), cat)]
+    held = [m for m in rows if not m.unresolved and m.device_key and not is_online(m) and group_key(m, cat, by) == key]
+    if not held:
+        print(f"--only {only}: no offline rows of that group (BY is device or generation; KEY a catalog key)")
+        return 1
+    train = [m for m in rows if m.unresolved or not m.device_key or group_key(m, cat, by) != key]
+    t0 = time.perf_counter()
+    params = fit_params(train, cat, start=load_params(start_file) if start_file else CalibrationParams(), sweeps=sweeps)
+    groups: dict[tuple, list[float]] = {}
+    for predictor in (offline_predictor, latency_predictor):
+        for i, ps in predictor(held, cat, params)[0].items():
+            m = held[i]
+            for p in ps:
+                k = (m.source_group, m.model_key, m.precision_key, m.tp, m.ep, p.metric)
+                groups.setdefault(k, []).append(p.predicted / p.measured)
+    ratios = np.array([r for rs in groups.values() for r in rs])
+    print(f"refit without {only} in {time.perf_counter() - t0:.0f} s: n {ratios.size}, median |err| "
+          f"{np.median(np.abs(ratios - 1)) * 100:.1f} %, median pred/meas {np.median(ratios):.3f}")
+    print(f"{'source group':<36}{'model':<18}{'prec':<7}{'tp':>3}{'ep':>3}  {'metric':<22}{'n':>3}{'pred/meas':>10}")
+    ranked = sorted(groups.items(), key=lambda kv: -len(kv[1]) * abs(np.log(np.median(kv[1]))))
+    for (sg, model, prec, tp, ep, metric), rs in ranked[:worst]:
+        print(f"{sg[:35]:<36}{model[:17]:<18}{prec:<7}{tp:>3}{ep:>3}  {metric[:21]:<22}{len(rs):>3}{np.median(rs):>10.2f}")
+    return 0
 
 
 if __name__ == "__main__":

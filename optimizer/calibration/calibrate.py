@@ -5,7 +5,8 @@ recorded in the result, and — with ``bands`` — one refit per held-out source
 generation (``optimizer.calibration.bands``), whose residuals give each fidelity class its
 error band. Every refit starts from the built-in defaults, neither from the full fit's result nor
 from its start (``--params``: an earlier fit, whose per-class factors saw the held-out rows and
-which ``fit_params`` resumes).
+which ``fit_params`` resumes); only the start's model-structure choice
+(``offline_whole_prompts``), which no fit moves, is kept, so the refits fit the same model.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ def calibrate(rows: Sequence[Measurement], cat: Catalog, *, start: CalibrationPa
                                        "coverage": coverage(rows, cat)})
     if not bands:
         return fitted
-    held = [leave_out(rows, cat, None, by) for by in LEAVE_OUT_GROUPINGS]
+    structure = CalibrationParams(offline_whole_prompts=start.offline_whole_prompts) if start else None
+    held = [leave_out(rows, cat, structure, by) for by in LEAVE_OUT_GROUPINGS]
     bands_by_class = error_bands(*held)
     summary = {by: leave_out_summary(h, bands_by_class) for by, h in zip(LEAVE_OUT_GROUPINGS, held, strict=True)}
     return fitted.model_copy(update={"error_bands": bands_by_class,

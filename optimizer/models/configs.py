@@ -114,6 +114,7 @@ class Configs:
     expert_weight_bytes: np.ndarray  # bytes of one routed expert over all MoE layers
     smooth_max_exponent: float
     moe_tile_tokens: float
+    offline_whole_prompts: bool  # CalibrationParams.offline_whole_prompts (perf.offline_throughput_tokens_s)
     alltoall_latency_s: np.ndarray  # per combo: alltoall_latency_us, or the link's all-reduce latency
     pp_hop_latency_s: float
     pp_microbatch_overhead_s: float
@@ -221,6 +222,7 @@ def build_configs(
         dense_weight_bytes=mem.body_dense * mem.dbpp + lm_head * ebpp,  # the vision tower is held, not read
         expert_weight_bytes=(model.params_per_expert if model.is_moe else 0.0) * mem.wbpp,
         smooth_max_exponent=float(params.smooth_max_exponent), moe_tile_tokens=float(params.moe_tile_tokens),
+        offline_whole_prompts=params.offline_whole_prompts,
         alltoall_latency_s=_alltoall_latency_s(fac, in_domain, params),
         pp_hop_latency_s=params.pp_hop_latency_us / 1e6,
         pp_microbatch_overhead_s=params.pp_microbatch_overhead_us / 1e6,

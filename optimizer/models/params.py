@@ -166,6 +166,11 @@ class CalibrationParams(Strict):
         64.0, description="n of the smooth roofline max (a^n + b^n)^(1/n) of each operator's memory "
         "and compute times; 64 is a hard max to 1 %, smaller n adds the overlap loss near the ridge; "
         "a power of two (2, 4, ..., 32) evaluates several times faster than another value")
+    offline_whole_prompts: bool = Field(
+        False, description="offline max-throughput steady state: true = whole prompts start as "
+        "sequences finish (Poisson per step and attention rank, the lockstep ranks of an EP replica "
+        "wait for the busiest: optimizer.models.perf.offline_step_s); false = every step prefills the "
+        "mean input·batch/output tokens (the fit of the shipped parameters)")
     step_overhead_ms: NonNeg = Field(
         1.0, description="fixed time per scheduler step (launches, sampling, scheduling)")
     sequence_overhead_us: NonNeg = Field(

@@ -101,11 +101,14 @@ def _weight_bytes_read_per_gpu(c: Configs, tokens: np.ndarray, ndim: int) -> np.
     return c.stage.shaped(ndim).dense_read_per_gpu + _expert_bytes_read_per_gpu(c, tokens, ndim)
 
 
-def _gemm_s(c: Configs, tokens: np.ndarray, ndim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _gemm_s(c: Configs, tokens: np.ndarray, ndim: int,
+            expert_tokens: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(time, memory side, compute side) of the GEMMs of one stage pass of ``tokens`` tokens: one
     roofline for the dense GEMMs (dense bytes vs 2·dense active·T FLOPs) plus one for the routed
     experts' grouped GEMMs (touched expert bytes vs 2·expert·max(k·T, touched·tile) FLOPs: each
-    touched expert computes at least one M tile of ``moe_tile_tokens`` rows), each a smooth max."""
+    touched expert computes at least one M tile of ``moe_tile_tokens`` rows), each a smooth max.
+    ``expert_tokens`` (default ``tokens``): the tokens the grouped GEMMs see, when they differ from
+    the dense GEMMs' (the busiest attention rank sets the dense time, all ranks' tokens the experts')."""
     k = c.stage.shaped(ndim)
     n = c.smooth_max_exponent
     dense_mem = k.dense_read_per_gpu / k.memory_bytes_s
@@ -114,6 +117,7 @@ def _gemm_s(c: Configs, tokens: np.ndarray, ndim: int) -> tuple[np.ndarray, np.n
     if not c.model.is_moe:
         return time, dense_mem + 0.0 * tokens, dense_comp
     m = c.model
+    tokens = tokens if expert_tokens is None else expert_tokens
     touched = experts_touched(m.num_experts, m.experts_per_token, np.maximum(tokens, 1.0))
     exp_mem = touched / k.ep * k.expert_read_per_gpu / k.memory_bytes_s
     padded = np.maximum(tokens, touched * c.moe_tile_tokens / m.experts_per_token)  # rows padded to tiles
@@ -150,19 +154,26 @@ class StepParts:
     compute_s: np.ndarray
 
 
-def _decode_step(c: Configs, batch, context_tokens, prefill_tokens, prefill_context_tokens) -> StepParts:
+def _decode_step(c: Configs, batch, context_tokens, prefill_tokens, prefill_context_tokens,
+                 busiest_prefill_tokens=None) -> StepParts:
     """``decode_parts``, each part at its own broadcast shape: terms that do not depend on the
-    prefill tokens stay as small as the batch (N, 1, ...), so (N, K, ...) prefill grids cost less."""
+    prefill tokens stay as small as the batch (N, 1, ...), so (N, K, ...) prefill grids cost less.
+
+    ``busiest_prefill_tokens`` (default ``prefill_tokens``): e × the prefill tokens of the busiest
+    attention data-parallel rank. The ranks run each layer in lockstep (the MoE collectives join
+    them), so that rank sets the dense GEMMs, attention and communication of the step, while the
+    routed experts see every rank's tokens (``prefill_tokens``)."""
     ndim, (b, ctx, npre, pctx) = _prep(c, batch, context_tokens, prefill_tokens, prefill_context_tokens)
     k = c.stage.shaped(ndim)
     n = c.smooth_max_exponent
     micro_b = b / k.pp
-    micro_n = npre / k.pp
+    micro_n = npre / k.pp if busiest_prefill_tokens is None else np.asarray(busiest_prefill_tokens, dtype=float) / k.pp
     tokens = micro_b + micro_n
     spec = c.speculative
     verify = micro_b * spec.draft_tokens if spec is not None else 0.0  # draft tokens checked in the same pass
     tokens = tokens + verify
-    gemm, weights_mem, gemm_comp = _gemm_s(c, tokens, ndim)
+    expert_tokens = None if busiest_prefill_tokens is None else micro_b + npre / k.pp + verify
+    gemm, weights_mem, gemm_comp = _gemm_s(c, tokens, ndim, expert_tokens)
     lm_head = (micro_b + verify) * k.lm_head_s_per_sequence
     gemm_s = gemm + lm_head
     seq_ctx = effective_context(c.model, ctx)
@@ -305,18 +316,64 @@ def offline_batch(c: Configs, input_tokens, output_tokens) -> np.ndarray:
     return np.minimum(fit, column(c.batch_cap, ndim))
 
 
+def busiest_rank_prompts(prompts_per_rank, ranks) -> tuple[np.ndarray, np.ndarray]:
+    """(P0, n1) of the prompts started in one step on the busiest of e attention ranks, each rank
+    starting N_r ~ Poisson(λ) prompts: P0 = P(max_r N_r = 0) = e^(−λ·e), and
+    n1 = E[max_r N_r | max ≥ 1] = Σ_{n≥0} (1 − F(n)^e) / (1 − P0), F the Poisson CDF.
+    One rank (e = 1): n1 = λ/(1 − e^(−λ)); λ 0.5, e 8: P0 = e^(−4) = 0.0183, E[max] = 1.637."""
+    lam = np.asarray(prompts_per_rank, dtype=float)
+    e = np.broadcast_to(np.asarray(ranks, dtype=float), lam.shape)
+    e_max = lam.copy()  # one rank: E[N] = λ
+    many = e > 1.0
+    if np.any(many):  # the CDF sum, only where several ranks race (kmax covers λ + 8 sd)
+        flat, ef = lam[many][:, None], e[many][:, None]
+        top = float(np.max(flat))
+        n = np.arange(int(np.ceil(top + 8.0 * np.sqrt(top) + 8.0)), dtype=float)[None, :]
+        pmf = np.exp(-flat) * np.cumprod(np.where(n > 0, flat / np.maximum(n, 1.0), 1.0), axis=1)
+        cdf = np.minimum(np.cumsum(pmf, axis=1), 1.0)
+        e_max[many] = np.sum(1.0 - cdf**ef, axis=1)
+    p0 = np.exp(-lam * e)
+    return p0, np.where(p0 < 1.0, e_max / np.maximum(1.0 - p0, 1e-300), 1.0)
+
+
+def offline_step_s(c: Configs, batch, input_tokens, output_tokens) -> np.ndarray:
+    """Mean step time (s) of the offline steady state: ``batch`` sequences decode (mean context
+    input + output/2) and prompts start whole, not spread over the steps (a step is convex in its
+    tokens: flat while memory-bound, linear once compute-bound, so the mean of the steps exceeds
+    the step of the mean tokens). Each of e attention ranks starts N_r ~ Poisson(λ) prompts per step,
+    λ = (b/e)/output (every sequence is replaced after its output tokens); the ranks run in lockstep,
+    so a step costs ``P0·t(b, 0) + (1 − P0)·t(b, mean n, busiest e·n1·input)``
+    (``busiest_rank_prompts``; the routed experts see the mean b·input/output tokens less the
+    P0 share, the dense part and attention the busiest rank's e·n1·input; attention span input/2).
+    A scheduler that balances prompts over the ranks (TensorRT-LLM ``attention_dp_config
+    enable_balance``) is not modelled: there the busiest rank is the mean one."""
+    ndim, (b, inp, out) = _prep(c, batch, input_tokens, output_tokens)
+    e = column(c.ep.astype(float), ndim)
+    p0, n1 = busiest_rank_prompts(b / e / np.maximum(out, 1.0), e)
+    ctx = inp + out / 2.0
+    idle = decode_step_s(c, b, ctx)
+    mean_tokens = b * inp / np.maximum(out, 1.0) / np.maximum(1.0 - p0, 1e-300)  # in a step that has prompts
+    busy = _decode_step(c, b, ctx, mean_tokens, inp / 2.0, e * n1 * inp).step_s
+    return p0 * idle + (1.0 - p0) * busy
+
+
 def offline_throughput_tokens_s(c: Configs, input_tokens, output_tokens) -> tuple[np.ndarray, np.ndarray]:
     """(batch, output tokens/s of the replica) when all requests arrive at once.
 
-    Steady state of continuous batching with fixed lengths: ``batch`` sequences decode
-    (mean context input + output/2) and each step also prefills input·batch/output prompt
-    tokens (every sequence's prompt amortised over its output tokens; attention span
-    input/2). Throughput = batch / step time. Zero where not even one sequence fits.
+    Steady state of continuous batching with fixed lengths: ``batch`` sequences decode (mean
+    context input + output/2) and each step also prefills input·batch/output prompt tokens
+    (every sequence's prompt amortised over its output tokens; attention span input/2), or,
+    with ``CalibrationParams.offline_whole_prompts``, whole prompts start as sequences finish
+    (``offline_step_s``). Throughput = batch / (mean) step time. Zero where not even one
+    sequence fits.
     """
     ndim, (inp, out) = _prep(c, input_tokens, output_tokens)
     b = offline_batch(c, inp, out)
     bb = np.maximum(b, 1.0)
-    step = decode_step_s(c, bb, inp + out / 2.0, bb * inp / np.maximum(out, 1.0), inp / 2.0)
+    if c.offline_whole_prompts:
+        step = offline_step_s(c, bb, inp, out)
+    else:
+        step = decode_step_s(c, bb, inp + out / 2.0, bb * inp / np.maximum(out, 1.0), inp / 2.0)
     tput = np.where(b >= 1, bb / step, 0.0)
     return b, tput
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import optimizer.calibration.calibrate as cal
 from catalog import load_catalog
 from optimizer.calibration.calibrate import calibrate, online_rows_used
 from optimizer.calibration.fit import fit_params
@@ -39,3 +40,21 @@ def test_a_fit_resumes_the_per_class_factors_of_its_start():
     got = {o.selector: o for o in fitted.overrides}
     assert got[f"generation={gens[0]}"].memory_bandwidth_efficiency == 0.71
     assert got[f"generation={gens[1]}"].memory_bandwidth_efficiency is None
+
+
+def test_leave_out_refits_keep_the_start_model_structure_only(monkeypatch):
+    """With bands, every leave-out refit starts from the built-in defaults plus the start's
+    offline_whole_prompts (the model it fits), never from the start's fitted factors (0.41 here)."""
+    seen = []
+
+    def fake_leave_out(rows, cat, start, by, **kw):
+        seen.append(start)
+        return []
+
+    monkeypatch.setattr(cal, "leave_out", fake_leave_out)
+    cat = load_catalog()
+    rows = load_measurements(EXAMPLES / "measurements-example.csv", cat)
+    start = CalibrationParams(memory_bandwidth_efficiency=0.41, offline_whole_prompts=True)
+    cal.calibrate(rows, cat, start=start, data_file="example", data_sha256="ab" * 32, online_weight=0.0, bands=True)
+    assert len(seen) == 3
+    assert all(s == CalibrationParams(offline_whole_prompts=True) for s in seen)
