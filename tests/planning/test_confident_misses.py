@@ -1,0 +1,44 @@
+"""Verification re-sizes a deployment only when the simulator's 95 % interval is above the SLO."""
+
+from __future__ import annotations
+
+from optimizer.planning.safeguards import _miss_notes, confidently_missed
+from optimizer.results.provenance import Verification, VerifiedDeployment
+
+
+def _v(simulated: float, low: float, high: float, slo: float = 500.0, predicted: float | None = 500.0
+       ) -> VerifiedDeployment:
+    return VerifiedDeployment(workload="w", key="k", qps_per_replica=1.0, metric="ttft_p99_ms", slo_ms=slo,
+                              predicted_ms=predicted, simulated_ms=simulated, simulated_ci_low_ms=low,
+                              simulated_ci_high_ms=high, requests=40_000, seed=0, met=simulated <= slo)
+
+
+def test_met_is_never_a_miss():
+    assert not confidently_missed(_v(480, 430, 530))
+    assert not confidently_missed(_v(500, 500, 500))
+
+
+def test_an_interval_above_the_slo_is_a_miss():
+    assert confidently_missed(_v(541, 510, 572))
+
+
+def test_an_interval_straddling_the_slo_is_not_resized():
+    # 501 ms against 500: the runs' p99s cannot tell it from the SLO
+    assert not confidently_missed(_v(501, 470, 532))
+    assert not confidently_missed(_v(560, 500, 620))  # the lower end on the SLO itself
+
+
+def test_a_straddling_interval_is_resized_when_the_model_also_misses():
+    # the analytic p99 at that load is itself over the SLO (856 > 800): nothing vouches for it
+    assert confidently_missed(_v(824, 777, 878, slo=800, predicted=856))
+    assert confidently_missed(_v(501, 470, 532, predicted=None))
+
+
+def test_notes_name_each_kind_once():
+    v = Verification((_v(541, 510, 572), _v(501, 470, 532), _v(480, 430, 530)), rounds=1, seconds=0.0,
+                     all_met=False)
+    notes = {d.code: d.message for d in _miss_notes(v)}
+    assert set(notes) == {"simulation_misses_slo", "simulation_at_slo"}
+    assert "541 ms, 95 % CI 510-572 ms, SLO 500 ms" in notes["simulation_misses_slo"]
+    assert "501 ms" in notes["simulation_at_slo"] and "501 ms" not in notes["simulation_misses_slo"]
+    assert "480 ms" not in notes["simulation_misses_slo"] + notes["simulation_at_slo"]
