@@ -198,14 +198,13 @@ def _merge(parts: list[tuple[np.ndarray, list[BucketJob]]], got: dict[tuple, Buc
     jobs)); rows not evaluated: capacity 0, ``NOT_EVALUATED``, no floor."""
     if len(parts) == 1 and parts[0][0].all():
         return [got[j.cache_key] for j in parts[0][1]]
-    jobs = parts
     out = []
-    for k in range(len(jobs[0][1])):
+    for k in range(len(parts[0][1])):
         cap = np.zeros(n)
         limited: list[str] = [NOT_EVALUATED] * n
         floors: list[dict[str, float]] = [{} for _ in range(n)]
         why: list[str | None] = [None] * n
-        for mask, part in jobs:
+        for mask, part in parts:
             ev = got[part[k].cache_key]
             for j, i in enumerate(np.flatnonzero(mask)):
                 cap[i], limited[i], floors[i], why[i] = ev.capacity_qps[j], ev.limited_by[j], ev.floor_p99_ms[j], ev.why[j]
