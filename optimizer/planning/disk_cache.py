@@ -32,7 +32,7 @@ import pickle
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -52,7 +52,6 @@ class CacheState:
     misses: int = 0
     checked_size: bool = False
     unsettled: int = 0  # solves stopped by their time limit (not reproducible): optimizer.planning.result_cache
-    by_kind: dict[str, list[int]] = field(default_factory=dict)  # kind -> [hits, misses]
 
 
 _STATE: CacheState | None = None
@@ -143,17 +142,6 @@ def digest(kind: str, key: object) -> str:
     return hashlib.blake2b(text.encode(), digest_size=20).hexdigest()
 
 
-def _count(kind: str, hit: bool) -> None:
-    st = state()
-    pair = st.by_kind.setdefault(kind, [0, 0])
-    if hit:
-        st.hits += 1
-        pair[0] += 1
-    else:
-        st.misses += 1
-        pair[1] += 1
-
-
 _MISSING = object()
 
 
@@ -172,17 +160,14 @@ def get(kind: str, key: object) -> Any:
         stored, value = pickle.loads(blob[len(_MAGIC):])
         if stored != name:
             raise ValueError("digest mismatch")
-    except FileNotFoundError:
-        _count(kind, False)
-        return _MISSING
-    except Exception:  # noqa: BLE001 - a corrupt entry of any kind is a miss, recomputed and rewritten
-        _count(kind, False)
+    except Exception:  # noqa: BLE001 - absent, or corrupt of any kind: a miss, recomputed and rewritten
+        st.misses += 1
         return _MISSING
     try:
         os.utime(path)  # least recently used goes first when the folder is pruned
     except OSError:
         pass
-    _count(kind, True)
+    st.hits += 1
     return value
 
 
