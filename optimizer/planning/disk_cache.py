@@ -103,7 +103,7 @@ def code_fingerprint() -> str:
     global _FINGERPRINT
     if _FINGERPRINT is None:
         h = hashlib.blake2b(digest_size=16)
-        h.update(repr((sys.version, *map(_version, ("numpy", "pulp", "highspy", "pydantic")))).encode())
+        h.update(repr((sys.version, *map(package_version, ("numpy", "pulp", "highspy", "pydantic")))).encode())
         top = Path(__file__).resolve().parents[2]
         for pkg in _PACKAGES:
             for root, dirs, files in os.walk(top / pkg):
@@ -122,7 +122,7 @@ def code_fingerprint() -> str:
     return _FINGERPRINT
 
 
-def _version(package: str) -> str:
+def package_version(package: str) -> str:
     """The installed version of ``package`` from its metadata (without importing it), "" if unknown."""
     try:
         return metadata.version(package)
