@@ -29,10 +29,16 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from catalog import load_catalog  # noqa: E402
-from optimizer.calibration.bands import band_for, group_key, inside, leave_out, leave_out_summary  # noqa: E402
+from optimizer.calibration.bands import (  # noqa: E402
+    band_for,
+    held_and_train,
+    inside,
+    leave_out,
+    leave_out_summary,
+    offline_predictions,
+)
 from optimizer.calibration.fit import fit_params  # noqa: E402
 from optimizer.calibration.measurements import load_measurements  # noqa: E402
-from optimizer.calibration.predict import is_online, latency_predictor, offline_predictor  # noqa: E402
 from optimizer.calibration.shipped import SHIPPED_MEASUREMENT_FILES, shipped_measurements  # noqa: E402
 from optimizer.models.params import CalibrationParams, load_params  # noqa: E402
 
@@ -105,20 +111,18 @@ def worst_groups(only: str, worst: int, sweeps: int, start_file: Path | None) ->
     by, _, key = only.partition(":")
     cat = load_catalog()
     rows = [m for name in SHIPPED_MEASUREMENT_FILES for m in load_measurements(shipped_measurements(name), cat)]
-    held = [m for m in rows if not m.unresolved and m.device_key and not is_online(m) and group_key(m, cat, by) == key]
+    held, train = held_and_train(rows, cat, by, key)
     if not held:
         print(f"--only {only}: no offline rows of that group (BY is device or generation; KEY a catalog key)")
         return 1
-    train = [m for m in rows if m.unresolved or not m.device_key or group_key(m, cat, by) != key]
     t0 = time.perf_counter()
     params = fit_params(train, cat, start=load_params(start_file) if start_file else CalibrationParams(), sweeps=sweeps)
     groups: dict[tuple, list[float]] = {}
-    for predictor in (offline_predictor, latency_predictor):
-        for i, ps in predictor(held, cat, params)[0].items():
-            m = held[i]
-            for p in ps:
-                k = (m.source_group, m.model_key, m.precision_key, m.tp, m.ep, p.metric)
-                groups.setdefault(k, []).append(p.predicted / p.measured)
+    for i, ps in offline_predictions(held, cat, params).items():
+        m = held[i]
+        for p in ps:
+            k = (m.source_group, m.model_key, m.precision_key, m.tp, m.ep, p.metric)
+            groups.setdefault(k, []).append(p.predicted / p.measured)
     ratios = np.array([r for rs in groups.values() for r in rs])
     print(f"refit without {only} in {time.perf_counter() - t0:.0f} s: n {ratios.size}, median |err| "
           f"{np.median(np.abs(ratios - 1)) * 100:.1f} %, median pred/meas {np.median(ratios):.3f}")

@@ -90,13 +90,25 @@ def coverage(rows: Sequence[Measurement], cat: Catalog) -> Coverage:
     )
 
 
-def _offline_predictions(rows: Sequence[Measurement], cat: Catalog, params: CalibrationParams):
+def offline_predictions(rows: Sequence[Measurement], cat: Catalog, params: CalibrationParams):
+    """Row index → the offline predictions of ``rows`` (max-throughput and one-batch latency)."""
     found = {}
     for predictor in (offline_predictor, latency_predictor):
         preds, _ = predictor(rows, cat, params)
         for i, ps in preds.items():
             found.setdefault(i, []).extend(ps)
     return found
+
+
+def held_and_train(rows: Sequence[Measurement], cat: Catalog, by: str, key: str,
+                   offline: Sequence[Measurement] | None = None) -> tuple[list[Measurement], list[Measurement]]:
+    """(held, train) of leaving out group ``key`` of ``by``: its resolved offline rows (of ``offline``
+    when given, those rows already picked out), and every row outside it (unresolved ones included)."""
+    if offline is None:
+        offline = [m for m in rows if not m.unresolved and m.device_key and not is_online(m)]
+    held = [m for m in offline if group_key(m, cat, by) == key]
+    train = [m for m in rows if m.unresolved or not m.device_key or group_key(m, cat, by) != key]
+    return held, train
 
 
 def leave_out(rows: Sequence[Measurement], cat: Catalog, start: CalibrationParams | None, by: str,
@@ -106,14 +118,13 @@ def leave_out(rows: Sequence[Measurement], cat: Catalog, start: CalibrationParam
     keys = sorted({group_key(m, cat, by) for m in offline}) if groups is None else list(groups)
     out: list[HeldOut] = []
     for key in keys:
-        held = [m for m in offline if group_key(m, cat, by) == key]
-        train = [m for m in rows if m.unresolved or not m.device_key or group_key(m, cat, by) != key]
+        held, train = held_and_train(rows, cat, by, key, offline)
         if not held or not any(not is_online(m) for m in train):
             continue
         params = fit_params(train, cat, start=start, sweeps=sweeps)
         seen = {f"{m.device_key}/{engine_of(m, cat)}" for m in train if m.device_key}
         gens = {cat.devices[m.device_key].generation for m in train if m.device_key}  # type: ignore[index]
-        for i, ps in _offline_predictions(held, cat, params).items():
+        for i, ps in offline_predictions(held, cat, params).items():
             m = held[i]
             dev = cat.devices[m.device_key]  # type: ignore[index]
             eng = engine_of(m, cat)

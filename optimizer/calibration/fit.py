@@ -114,9 +114,9 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
     overrides, override_knobs = class_overrides(usable, cat, devices, by_generation, by_memory_type,
                                                 a2a_start_us=params.alltoall_latency_us or params.allreduce_latency_us)
     overrides = warm_started(overrides, params.overrides, override_knobs)
-    # the default all-to-all time (a generation without EP rows) is the all-reduce latency of the link
-    params = params.model_copy(update={"alltoall_latency_us": None})
-    params = params.model_copy(update={"overrides": overrides, "prefill_attention_efficiency":
+    # alltoall_latency_us None: the default all-to-all time (a generation without EP rows) is the
+    # all-reduce latency of the link
+    params = params.model_copy(update={"alltoall_latency_us": None, "overrides": overrides, "prefill_attention_efficiency":
                                        params.prefill_attention_efficiency or params.attention_efficiency})
     online = online_fit_rows(rows) if online_weight > 0 else []
     metrics = [k for k in ("tpot_mean_ms", "ttft_mean_ms") if any(getattr(m, k) for m in online)]
@@ -250,7 +250,7 @@ def warm_started(overrides: Sequence[FactorOverride], start: Sequence[FactorOver
 
 
 def class_overrides(rows: Sequence[Measurement], cat: Catalog, devices: Sequence, by_generation: bool,
-                    by_memory_type: bool, a2a_start_us: float = 8.0) -> tuple[list[FactorOverride], list[_Knob]]:
+                    by_memory_type: bool, *, a2a_start_us: float) -> tuple[list[FactorOverride], list[_Knob]]:
     """The class overrides a fit of ``rows`` can identify, and their knobs, in the order they apply:
 
     - memory type other than HBM (bandwidth efficiency), when the data hold HBM devices too;
@@ -264,7 +264,8 @@ def class_overrides(rows: Sequence[Measurement], cat: Catalog, devices: Sequence
       weight tile to 16 bit inside the kernel), when the data hold other precisions too;
     - each engine other than trtllm (bandwidth and compute efficiency, step and per-sequence host
       time), when the data hold trtllm rows too.
-    Never per device key.
+    Never per device key. ``a2a_start_us``: where a generation's all-to-all knob starts (``fit_params``:
+    the start's ``alltoall_latency_us``, else its ``allreduce_latency_us``).
     """
     def names(pred) -> str:
         return ", ".join(sorted({d.key for d in devices if pred(d)}))

@@ -190,6 +190,7 @@ def build_configs(
     mem = _memory(model, params, tp, pp, epa, per_dev, per_prec)
 
     in_domain = gpus / pp <= per_dev(lambda d: d.interconnect_domain_gpus)
+    allreduce_s = np.where(in_domain, params.allreduce_latency_us, params.pcie_allreduce_latency_us) / 1e6
     link = np.where(in_domain, per_dev(lambda d: d.interconnect_gb_s), per_dev(lambda d: d.pcie_gb_s))
     ebpp = per_prec(lambda q: q.embedding_bytes_per_param)
     lm_head = float(model.vocab_size) * model.hidden_size  # read every step (tied or not); the input embedding is a lookup
@@ -217,13 +218,13 @@ def build_configs(
         batch_cap=batch_cap,
         link_bytes_s=link / 2 * 1e9 * np.where(in_domain, params.link_efficiency,
                                                params.pcie_link_efficiency or params.link_efficiency),
-        allreduce_latency_s=np.where(in_domain, params.allreduce_latency_us, params.pcie_allreduce_latency_us) / 1e6,
+        allreduce_latency_s=allreduce_s,
         activation_bytes=per_prec(lambda q: q.activation_bytes),
         dense_weight_bytes=mem.body_dense * mem.dbpp + lm_head * ebpp,  # the vision tower is held, not read
         expert_weight_bytes=(model.params_per_expert if model.is_moe else 0.0) * mem.wbpp,
         smooth_max_exponent=float(params.smooth_max_exponent), moe_tile_tokens=float(params.moe_tile_tokens),
         offline_whole_prompts=params.offline_whole_prompts,
-        alltoall_latency_s=_alltoall_latency_s(fac, in_domain, params),
+        alltoall_latency_s=_alltoall_latency_s(fac, allreduce_s),
         pp_hop_latency_s=params.pp_hop_latency_us / 1e6,
         pp_microbatch_overhead_s=params.pp_microbatch_overhead_us / 1e6,
         request_overhead_s=params.request_overhead_ms / 1e3,
@@ -232,12 +233,11 @@ def build_configs(
     )
 
 
-def _alltoall_latency_s(fac, in_domain: np.ndarray, params: CalibrationParams) -> np.ndarray:
+def _alltoall_latency_s(fac, allreduce_latency_s: np.ndarray) -> np.ndarray:
     """Start-up time (s) of one all-to-all per combo: the class's ``alltoall_latency_us`` where the
-    parameters give one, else that of an all-reduce over the same link (NVLink or host PCIe)."""
-    allreduce_us = np.where(in_domain, params.allreduce_latency_us, params.pcie_allreduce_latency_us)
+    parameters give one, else ``allreduce_latency_s``, that of an all-reduce over the same link (NVLink or host PCIe)."""
     own_us = fac("alltoall_latency_us")  # NaN where None
-    return np.where(np.isnan(own_us), allreduce_us, own_us) / 1e6
+    return np.where(np.isnan(own_us), allreduce_latency_s, own_us / 1e6)
 
 
 def _engines_and_ep(model: Model, devices: list[Device], default_of: dict[str, str], tp: np.ndarray,

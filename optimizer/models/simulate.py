@@ -84,12 +84,11 @@ class StepTime:
     def __call__(self, batch: int, context_tokens: float, prefill_tokens: int = 0,
                  prefill_span_tokens: float = 0.0) -> float:
         """Seconds of one step: ``A(b + n) + B(b) + a_dec·b·c + a_pre·n·span``."""
-        if self._plain:  # the scheduler's hot path: effective_context(c) is c itself
-            return (self._a[batch + prefill_tokens] + self._b[batch] + self._att * batch * context_tokens
-                    + self._pre * prefill_tokens * prefill_span_tokens)
-        return (self._a[batch + prefill_tokens] + self._b[batch]
-                + self._att * batch * perf.effective_context(self._model, context_tokens)
-                + self._pre * prefill_tokens * perf.effective_context(self._model, prefill_span_tokens))
+        ctx, span = context_tokens, prefill_span_tokens  # the scheduler's hot path: effective_context(c) is c
+        if not self._plain:
+            ctx = perf.effective_context(self._model, context_tokens)
+            span = perf.effective_context(self._model, prefill_span_tokens)
+        return self._a[batch + prefill_tokens] + self._b[batch] + self._att * batch * ctx + self._pre * prefill_tokens * span
 
     def _check(self, one: Configs) -> None:
         rng = np.random.default_rng(0)

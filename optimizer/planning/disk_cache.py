@@ -32,7 +32,7 @@ import pickle
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -52,7 +52,6 @@ class CacheState:
     misses: int = 0
     checked_size: bool = False
     unsettled: int = 0  # solves stopped by their time limit (not reproducible): optimizer.planning.result_cache
-    by_kind: dict[str, list[int]] = field(default_factory=dict)  # kind -> [hits, misses]
 
 
 _STATE: CacheState | None = None
@@ -104,7 +103,7 @@ def code_fingerprint() -> str:
     global _FINGERPRINT
     if _FINGERPRINT is None:
         h = hashlib.blake2b(digest_size=16)
-        h.update(repr((sys.version, *map(_version, ("numpy", "pulp", "highspy", "pydantic")))).encode())
+        h.update(repr((sys.version, *map(package_version, ("numpy", "pulp", "highspy", "pydantic")))).encode())
         top = Path(__file__).resolve().parents[2]
         for pkg in _PACKAGES:
             for root, dirs, files in os.walk(top / pkg):
@@ -123,7 +122,7 @@ def code_fingerprint() -> str:
     return _FINGERPRINT
 
 
-def _version(package: str) -> str:
+def package_version(package: str) -> str:
     """The installed version of ``package`` from its metadata (without importing it), "" if unknown."""
     try:
         return metadata.version(package)
@@ -141,17 +140,6 @@ def digest(kind: str, key: object) -> str:
     numbers, tuples; floats' repr round-trips, so equal keys are equal inputs)."""
     text = repr((code_fingerprint(), kind, key))
     return hashlib.blake2b(text.encode(), digest_size=20).hexdigest()
-
-
-def _count(kind: str, hit: bool) -> None:
-    st = state()
-    pair = st.by_kind.setdefault(kind, [0, 0])
-    if hit:
-        st.hits += 1
-        pair[0] += 1
-    else:
-        st.misses += 1
-        pair[1] += 1
 
 
 _MISSING = object()
@@ -172,17 +160,14 @@ def get(kind: str, key: object) -> Any:
         stored, value = pickle.loads(blob[len(_MAGIC):])
         if stored != name:
             raise ValueError("digest mismatch")
-    except FileNotFoundError:
-        _count(kind, False)
-        return _MISSING
-    except Exception:  # noqa: BLE001 - a corrupt entry of any kind is a miss, recomputed and rewritten
-        _count(kind, False)
+    except Exception:  # noqa: BLE001 - absent, or corrupt of any kind: a miss, recomputed and rewritten
+        st.misses += 1
         return _MISSING
     try:
         os.utime(path)  # least recently used goes first when the folder is pruned
     except OSError:
         pass
-    _count(kind, True)
+    st.hits += 1
     return value
 
 

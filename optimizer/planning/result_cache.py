@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as _dt
 import time
 from dataclasses import replace
-from importlib import metadata
 
 from catalog.load import Catalog
 from optimizer.planning import disk_cache
@@ -38,11 +37,7 @@ def catalog_key(cat: Catalog) -> tuple:
 def result_key(plan: Plan, cat: Catalog, params_json: str | None, *, options: object, source: Provenance,
                capacity_table_sha256: str | None, n_buckets: int, sensitivity: bool, verify: bool | None) -> tuple:
     """Every input of the run (module doc); ``params_json``: the calibration's JSON (None: a capacity table)."""
-    try:
-        version = metadata.version("gpuplan")
-    except metadata.PackageNotFoundError:
-        version = ""
-    return (version, plan.model_dump_json(), catalog_key(cat), params_json, repr(options), repr(source),
+    return (disk_cache.package_version("gpuplan"), plan.model_dump_json(), catalog_key(cat), params_json, repr(options), repr(source),
             capacity_table_sha256, n_buckets, sensitivity, verify)
 
 

@@ -49,6 +49,7 @@ from optimizer.planning.evaluate import parallel_workers
 from optimizer.planning.milp.problem import FleetProblem, FleetSolution
 from optimizer.planning.milp.resolve import (
     is_feasible,
+    keep_solve,
     plan_key,
     resolve_fleet,
     solve_key,
@@ -56,7 +57,6 @@ from optimizer.planning.milp.resolve import (
 )
 from optimizer.planning.solver_options import SolverOptions
 from optimizer.results.money import MoneyAssumptions
-from optimizer.results.plan_result import SolveStatus
 from optimizer.results.provenance import (
     DeviceSensitivity,
     Fidelity,
@@ -213,10 +213,7 @@ class _Solver:
                 _MANY = []
         for i, sol in zip(todo, fresh, strict=True):
             got[i] = sol
-            if sol.status == SolveStatus.OPTIMAL:
-                disk_cache.put("resolve", keys[i], sol)
-            elif sol.status != SolveStatus.INFEASIBLE:
-                disk_cache.note_unsettled()
+            keep_solve("resolve", keys[i], sol)
         out = []
         for p, sol in zip(problems, got, strict=True):
             if sol.status.has_plan:

@@ -261,7 +261,8 @@ class PlanResult:
     buckets: tuple[BucketRow, ...] = ()
     routing: tuple[Route, ...] = ()
     # wall seconds by stage: candidates, solve (MILP + one-device fleets + diagnostics), verification
-    # (simulator check, assembling the result, p99s of each deployment, sensitivity), total
+    # (simulator check, assembling the result, p99s of each deployment), sensitivity (0 when not
+    # asked), total (optimizer.optimize.StageClock)
     timings_s: dict[str, float] = field(default_factory=dict)
     # the disk cache of this run (optimizer.planning.disk_cache): {"dir": folder or None (off),
     # "hits": entries read, "misses": entries computed}; like timings_s, it varies between runs

@@ -140,25 +140,31 @@ def solve_key(problem: FleetProblem, start_key: object, **settings: object) -> t
 
 
 def cached_solve(kind: str, problem: FleetProblem, compute: Callable[[], FleetSolution], *,
-                 start: FleetSolution | None = None, start_key: object = None, **settings: object) -> FleetSolution:
+                 start: FleetSolution | None = None, **settings: object) -> FleetSolution:
     """``compute()`` (a solve of ``problem`` from ``start`` with ``settings``: gap, solver, ...)
     through the disk cache (:mod:`optimizer.planning.disk_cache`), kept only when proven optimal.
 
     HiGHS runs single-threaded and deterministically, so the same MILP data, first incumbent and
     gap give the same plan; the time limit is not in the key since only a solve that finished
-    (``optimal``) is stored, and it finishes the same way under any longer limit. ``start_key``
-    names the first incumbent instead of ``start`` when ``compute`` derives it (the sensitivity's
-    known plans). A hit reports 0 solve and build seconds (what it cost now)."""
-    key = solve_key(problem, start_key if start_key is not None else plan_key(start), **settings)
+    (``optimal``) is stored, and it finishes the same way under any longer limit. A hit reports
+    0 solve and build seconds (what it cost now)."""
+    key = solve_key(problem, plan_key(start), **settings)
     hit = disk_cache.get(kind, key)
     if isinstance(hit, FleetSolution):
         return replace(hit, solve_seconds=0.0, build_seconds=0.0)
     sol = compute()
+    keep_solve(kind, key, sol)
+    return sol
+
+
+def keep_solve(kind: str, key: tuple, sol: FleetSolution) -> None:
+    """Store ``sol`` under (``kind``, ``key``) when proven optimal; a solve stopped by its time
+    limit (neither optimal nor infeasible) marks this run as not reproducible instead
+    (``disk_cache.note_unsettled``)."""
     if sol.status == SolveStatus.OPTIMAL:
         disk_cache.put(kind, key, sol)
     elif sol.status != SolveStatus.INFEASIBLE:
-        disk_cache.note_unsettled()  # stopped by its time limit: this run is not reproducible
-    return sol
+        disk_cache.note_unsettled()
 
 
 def resolve_fleet(problem: FleetProblem, *, start: FleetSolution | None, time_limit_s: float, gap: float,
