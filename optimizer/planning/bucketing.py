@@ -29,6 +29,8 @@ from optimizer.results.plan_result import Diagnostic, SolveStatus
 SPLIT_TIE_RTOL = 1e-4
 # Each of the two small solves per workload stops here (they take milliseconds).
 ALONE_TIME_LIMIT_S = 5.0
+# Relative MIP gap of that solve; also part of its disk-cache key (``cached_solve`` settings), so one figure.
+ALONE_GAP = 1e-6
 
 
 def problem_parts(wc) -> tuple[Demand, tuple[Option, ...]]:
@@ -47,8 +49,8 @@ def alone_usd(wc, units: dict[str, UnitTerms]) -> float | None:
     demand, options = problem_parts(wc)
     used = FleetProblem((demand,), options, {o.device: units[o.device] for o in options})  # the key of its data
     sol: FleetSolution | None = cached_solve("alone", used, lambda: solve_alone(
-        demand, options, units, time_limit_s=ALONE_TIME_LIMIT_S, gap=1e-6) or FleetSolution(SolveStatus.INFEASIBLE, ""),
-        gap=1e-6)
+        demand, options, units, time_limit_s=ALONE_TIME_LIMIT_S, gap=ALONE_GAP) or FleetSolution(SolveStatus.INFEASIBLE, ""),
+        gap=ALONE_GAP)
     return sol.objective_usd if sol is not None and sol.status.has_plan else None
 
 

@@ -75,7 +75,7 @@ class BucketJob:
             full += (self.stage, repr(self.technique), self.nic_gbps_per_gpu)
         return (len(self.chosen), hashlib.blake2b(repr(full).encode(), digest_size=20).hexdigest())
 
-    @property
+    @cached_property
     def family_key(self) -> tuple | None:
         """What jobs evaluated in one search share (everything but the bucket), or None for a job
         evaluated alone (batch workloads, disaggregated pools)."""

@@ -131,8 +131,6 @@ class Screened:
 
     evaluations: dict[tuple, BucketEvaluation]
     reasons: dict[tuple[str, int, str], str]
-    evaluated_rows: int = 0
-    screened_rows: int = 0
 
 
 def evaluate_screened(items: Sequence[tuple[Workload, object, object | None]], params: CalibrationParams,
@@ -157,17 +155,13 @@ def evaluate_screened(items: Sequence[tuple[Workload, object, object | None]], p
              if id(s) in second and second[id(s)].any()}
     got.update(evaluate_buckets([j for s in sets if id(s) in jobs2 for j in jobs2[id(s)]]))
     evaluations = {}
-    n_eval = n_screened = 0
     for s in sets:
         v, n = s.variant, len(s.variant.rows)
-        done = first[id(s)] | second.get(id(s), np.zeros(n, dtype=bool))
-        n_eval += int(done.sum())
-        n_screened += int(n - done.sum())
         parts = [(first[id(s)], jobs1[id(s)])] + ([(second[id(s)], jobs2[id(s)])] if id(s) in jobs2 else [])
         fulls = jobs1[id(s)] if subs1[id(s)] is v else s.jobs(v, params)
         for full, piece in zip(fulls, _merge(parts, got, n), strict=True):
             evaluations[full.cache_key] = piece
-    return Screened(evaluations, reasons, n_eval, n_screened)
+    return Screened(evaluations, reasons)
 
 
 def _gather(s: _Sets, jobs: list[BucketJob], mask: np.ndarray, got: dict[tuple, BucketEvaluation]
@@ -204,14 +198,13 @@ def _merge(parts: list[tuple[np.ndarray, list[BucketJob]]], got: dict[tuple, Buc
     jobs)); rows not evaluated: capacity 0, ``NOT_EVALUATED``, no floor."""
     if len(parts) == 1 and parts[0][0].all():
         return [got[j.cache_key] for j in parts[0][1]]
-    jobs = parts
     out = []
-    for k in range(len(jobs[0][1])):
+    for k in range(len(parts[0][1])):
         cap = np.zeros(n)
         limited: list[str] = [NOT_EVALUATED] * n
         floors: list[dict[str, float]] = [{} for _ in range(n)]
         why: list[str | None] = [None] * n
-        for mask, part in jobs:
+        for mask, part in parts:
             ev = got[part[k].cache_key]
             for j, i in enumerate(np.flatnonzero(mask)):
                 cap[i], limited[i], floors[i], why[i] = ev.capacity_qps[j], ev.limited_by[j], ev.floor_p99_ms[j], ev.why[j]

@@ -13,16 +13,15 @@ from collections.abc import Sequence
 import numpy as np
 
 from optimizer.models import perf
-from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS
 from optimizer.models.perf import Configs
 from optimizer.models.serving.capacity import (
     SERVER_OFFLINE_CEILING,
     _feasible_qps_bound,
     _offline_qps,
     _scheduler_cap_qps,
+    tiled_rows,
 )
-from optimizer.models.serving.rows import RowLengths, row_lengths
-from optimizer.models.serving.state import lengths_for
+from optimizer.models.serving.rows import RowLengths
 from optimizer.models.techniques import ServingTechnique
 from workloads.spec import SLO, LengthDist
 
@@ -38,7 +37,6 @@ def capacity_upper_bound_sets(
     slo: SLO | None = None,
     technique: ServingTechnique | None = None,
     offline_ceiling: float | None = SERVER_OFFLINE_CEILING,
-    prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
 ) -> list[np.ndarray]:
     """Per (prompt, output) pair of ``lengths``, req/s per configuration that ``capacity_at_slo_sets``
     (same arguments, any SLO) never exceeds:
@@ -58,18 +56,13 @@ def capacity_upper_bound_sets(
     - λ_tpot (``tpot_rate_bound``, when ``slo`` has a TPOT p99): the decode roofline at the batch
       whose decode-only step reaches the TPOT target.
 
-    Other SLO terms only lower the capacity below these. ``prefill_chunk_tokens`` is
-    accepted for symmetry with the search (the bound does not depend on it). Configurations
+    Other SLO terms only lower the capacity below these (none of the terms depends on the prefill
+    chunk, so the bound holds for any ``prefill_chunk_tokens`` of the search). Configurations
     limited by ``'utilization'`` have capacity = bound; SLO-limited ones lie below it (the
     search's margins are ≥ 0 above its root).
     """
-    del prefill_chunk_tokens  # the bracket top and the ceiling do not depend on the chunk
-    active = technique is not None and technique.active
-    sets = [lengths_for(p, o, technique) if active else lengths_for(p, o) for p, o in lengths]
-    cc = technique.configure(c) if active else c
     n = len(c)
-    tiled = cc if len(sets) == 1 else cc.take(np.tile(np.arange(n), len(sets)))
-    lens = row_lengths(sets, n)
+    tiled, lens = tiled_rows(c, lengths, technique)
     runnable = np.asarray(tiled.supported, dtype=bool) & np.asarray(tiled.runnable, dtype=bool)
     with np.errstate(all="ignore"):
         lam_cap = _scheduler_cap_qps(tiled, lens)
@@ -81,7 +74,7 @@ def capacity_upper_bound_sets(
             ceiling = offline_ceiling * _offline_qps(tiled, lens)
             bound = np.where(ceiling > 0, np.fmin(bound, ceiling), bound)
     bound = np.where(runnable & ~np.isnan(bound), bound, 0.0)
-    return [bound[g * n:(g + 1) * n] for g in range(len(sets))]
+    return [bound[g * n:(g + 1) * n] for g in range(len(lengths))]
 
 
 def tpot_rate_bound(c: Configs, lens: RowLengths, tpot_p99_ms: float) -> np.ndarray:

@@ -115,13 +115,20 @@ def capacity_at_slo_sets(
     ``p99s_at_capacity=False`` skips the evaluation at capacity of the servable configurations
     (their p99s and ``at_capacity`` figures are NaN; capacities, limits and the unservable ones'
     best p99s are unchanged): what a planner that needs only the capacities asks."""
+    n, g_sets = len(c), len(lengths)
+    cap = _capacity(*tiled_rows(c, lengths, technique), slo, prefill_chunk_tokens, offline_ceiling, p99s_at_capacity)
+    return [cap] if g_sets == 1 else [_rows_of(cap, slice(g * n, (g + 1) * n)) for g in range(g_sets)]
+
+
+def tiled_rows(c: Configs, lengths: Sequence[tuple[LengthDist, LengthDist]],
+               technique: ServingTechnique | None = None) -> tuple[Configs, RowLengths]:
+    """The G·N rows of ``capacity_at_slo_sets``: the configurations (``technique`` applied) repeated
+    once per (prompt, output) pair of ``lengths``, and each row's lengths (set g: rows g·N..(g+1)·N−1)."""
     active = technique is not None and technique.active
     sets = [lengths_for(p, o, technique) if active else lengths_for(p, o) for p, o in lengths]
     cc = technique.configure(c) if active else c
     n = len(c)
-    tiled = cc if len(sets) == 1 else cc.take(np.tile(np.arange(n), len(sets)))
-    cap = _capacity(tiled, row_lengths(sets, n), slo, prefill_chunk_tokens, offline_ceiling, p99s_at_capacity)
-    return [cap] if len(sets) == 1 else [_rows_of(cap, slice(g * n, (g + 1) * n)) for g in range(len(sets))]
+    return (cc if len(sets) == 1 else cc.take(np.tile(np.arange(n), len(sets)))), row_lengths(sets, n)
 
 
 def _rows_of(cap: Capacity, rows: slice) -> Capacity:

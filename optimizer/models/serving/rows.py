@@ -18,11 +18,9 @@ from typing import Any
 import numpy as np
 
 _NODE_FIELDS = ("l_nodes", "l_w", "l_var", "o_nodes", "o_w", "o_var")
-_ROW_FIELDS = ("l_nodes", "l_w", "l_var", "o_nodes", "o_w", "o_var", "mean_l", "var_l", "mean_o1", "mean_o", "ctx",
-               "kv_tok_steps", "kv_tok2_steps", "kv_prompt_tokens", "span_offset", "tokens_per_step", "kv_tok3_steps",
-               "group", "l_count")
 _SCALAR_FIELDS = ("mean_l", "var_l", "mean_o1", "mean_o", "ctx", "kv_tok_steps", "kv_tok2_steps", "kv_prompt_tokens",
                   "span_offset", "tokens_per_step", "kv_tok3_steps")
+_ROW_FIELDS = _NODE_FIELDS + _SCALAR_FIELDS + ("group", "l_count")
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,6 @@ class _PromptTokens:
     # each column's step among the distinct (n_step, rest_span) steps of its set (G, J): long prompts
     # and large K all end in a full chunk at the same span, one step time for all
     step_of_column: np.ndarray
-    full_span: np.ndarray  # (G, MAX_EXPLICIT_CHUNKS): full chunk j < last of one prompt, then of several
     before: np.ndarray  # (G, J) column of the full chunks before the remainder, in ``_chunked_extra_s``'s table
     sd_tokens: np.ndarray  # (G, K − 1) √(K·Var(L))
     k_tokens: np.ndarray  # (G, K − 1) max(K·E[L], 1)
@@ -167,12 +166,11 @@ def _prompt_tokens(lens: RowLengths, k_max: int, chunk: int) -> _PromptTokens:
     width = max(steps.shape[1] for steps, _ in distinct)
     steps = np.stack([np.pad(u, ((0, 0), (0, width - u.shape[1])), mode="edge") for u, _ in distinct], axis=1)
     full = np.broadcast_to(np.arange(last) * chunk + chunk / 2.0, (len(base), last))
-    full_span = np.concatenate([full, mean_l / 2.0], axis=1) + offset
+    full_span = np.concatenate([full, mean_l / 2.0], axis=1) + offset  # full chunk j < last of one prompt, then of several
     zero = np.zeros((len(base), 1))
     lens.grids[key] = _PromptTokens(
         n_one=q_l, rest=rest, n_step=n_step,
         step_of_column=np.stack([inverse.ravel() for _, inverse in distinct]),
-        full_span=full_span,
         step_grid_tokens=np.concatenate([zero, np.full((len(base), last + 1), float(chunk)), steps[0]], axis=1),
         step_grid_span=np.concatenate([zero, full_span, steps[1]], axis=1),
         before=j_rest.astype(np.int64) + np.where(single, 0, last + 1),
