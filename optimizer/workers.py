@@ -91,12 +91,18 @@ def _kill(pool: ProcessPoolExecutor) -> None:
             proc.kill()
         except (OSError, ValueError, AttributeError):
             pass
+    manager = getattr(pool, "_executor_manager_thread", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for proc in procs:
         try:
             proc.join(timeout=2.0)
         except (OSError, ValueError, AssertionError):
             pass
+    # The manager thread closes the executor's wake-up pipe as it ends; concurrent.futures' exit
+    # hook writes to that pipe with no lock (CPython 3.11), so a process that exits while the
+    # thread is closing it prints "OSError: Bad file descriptor". Let the thread finish first.
+    if manager is not None and manager.is_alive():
+        manager.join(timeout=2.0)
 
 
 def run_pool(fn: Callable[[Any], Any], items: Sequence[Any] | Iterable[Any], workers: int,
