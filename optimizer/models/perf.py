@@ -135,7 +135,8 @@ def _comm_s(c: Configs, tokens: np.ndarray, ndim: int) -> np.ndarray:
     (r·T/e·hidden·act / link + latency each, r = ``remote_ranks_per_token``) and the pipeline hop to the next stage.
 
     A term that is 0 for every configuration (no all-to-all at e = 1, no hop at p = 1, no
-    all-reduce at t = 1) is left out of the sum: adding its zeros would give the same bits."""
+    all-reduce at t = 1) is left out of the sum: adding its zeros would give the same bits (for
+    finite token counts; an infinite one would have made the left-out term 0·inf = NaN)."""
     k = c.stage.shaped(ndim)
     terms = []
     if np.any(k.allreduces):
