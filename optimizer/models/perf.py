@@ -1,8 +1,8 @@
 """Step rooflines of one replica (one model copy on tp·pp·ep devices), vectorised over :class:`Configs`.
 
 Pure: no I/O, no printing. The configurations come from ``optimizer.models.configs.build_configs``
-(re-exported here with ``Configs`` and ``config_key`` for the callers that import them from
-``perf``); every function below evaluates all of them at once. Physics per ``DESIGN.md`` §1/§5
+(import it, ``Configs`` and ``config_key`` from there); every function below evaluates all of
+them at once. Physics per ``DESIGN.md`` §1/§5
 (t = tp, p = pp, e = ep, G = e·t·p GPUs; with e > 1 attention runs data-parallel over e ranks
 of t GPUs and the routed experts are split e ways, as TensorRT-LLM's "DEP" does):
 
@@ -35,21 +35,11 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-# build_configs, config_key and attention_flops_per_context_token are re-exported: callers import them from perf
 from optimizer.models.configs import (
     Configs,
     column,
     effective_context,
     experts_touched,
-)
-from optimizer.models.configs import (
-    attention_flops_per_context_token as attention_flops_per_context_token,
-)
-from optimizer.models.configs import (
-    build_configs as build_configs,
-)
-from optimizer.models.configs import (
-    config_key as config_key,
 )
 
 HARD_MAX_EXPONENT = 64.0  # smooth_max_exponent at or above which smax is np.maximum

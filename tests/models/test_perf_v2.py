@@ -26,12 +26,7 @@ from optimizer.models.params import (
     FactorOverride,
     default_engine,
 )
-from optimizer.models.perf import (
-    decode_parts,
-    decode_step_s,
-    offline_batch,
-    smooth_max,
-)
+from optimizer.models.perf import decode_parts, decode_step_s, offline_batch, smooth_max
 
 SRC = Source(source="synthetic test figure", as_of="2026")
 CAT = load_catalog()
