@@ -38,7 +38,8 @@ import numpy as np
 
 from catalog.errors import ModelError
 from optimizer.models import perf
-from optimizer.models.configs import Configs, effective_context
+from optimizer.models.attention import effective_context
+from optimizer.models.configs import Configs
 from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS  # noqa: E402 (re-exported)
 from optimizer.models.lengths import sample_tokens
 from workloads.spec import LengthDist

@@ -12,12 +12,11 @@ import pytest
 
 from catalog import load_catalog
 from catalog.schema import Device, Model, Source
-from optimizer.models.configs import (
+from optimizer.models.attention import (
     attention_flops_per_context_token,
-    build_configs,
-    config_key,
     decode_attention_flops_per_context_token,
 )
+from optimizer.models.configs import build_configs, config_key
 from optimizer.models.fidelity import fidelity_of
 from optimizer.models.params import (
     CalibrationParams,

@@ -10,7 +10,8 @@ import pytest
 from catalog import load_catalog
 from catalog.errors import WorkloadError
 from optimizer.models import perf, serving
-from optimizer.models.configs import attention_flops_per_context_token, build_configs
+from optimizer.models.attention import attention_flops_per_context_token
+from optimizer.models.configs import build_configs
 from optimizer.models.params import load_params
 from optimizer.models.serving.state import _technique_lengths, lengths_for
 from optimizer.models.simulate import simulate

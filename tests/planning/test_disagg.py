@@ -10,7 +10,8 @@ import pytest
 
 from catalog import load_catalog
 from optimizer.models import perf, serving
-from optimizer.models.configs import attention_flops_per_context_token, build_configs
+from optimizer.models.attention import attention_flops_per_context_token
+from optimizer.models.configs import build_configs
 from optimizer.models.disagg import (
     NIC_EFFICIENCY,
     decode_pool_capacity,
