@@ -24,7 +24,7 @@ def per_combo(value, n: int, what: str) -> list:
 
 
 def engines_and_ep(model: Model, devices: list[Device], default_of: dict[str, str], tp: np.ndarray,
-                    pp: np.ndarray, engines, ep) -> tuple[list[str], np.ndarray]:
+                   pp: np.ndarray, engines, ep) -> tuple[list[str], np.ndarray]:
     """The engine (checked; None = the device's default) and expert-parallel degree of every combo."""
     n = len(devices)
     if engines is None:
@@ -78,7 +78,7 @@ def peaks(devices: list[Device], precs: list[Precision]) -> tuple[np.ndarray, np
 
 
 def factors_per_combo(devices: list[Device], precs: list[Precision], eng: list[str], params: CalibrationParams,
-             compute_dtype: str | None = None):
+                      compute_dtype: str | None = None):
     """``fac(name)``: the :class:`DeviceFactors` field ``name`` of every combo as an (N,) array,
     the factors looked up once per distinct (device, engine, GEMM dtype, weight-only); with
     ``compute_dtype`` those of GEMMs in that dtype (not weight-only) whatever the precision."""

@@ -188,7 +188,7 @@ def build_configs(
     ebpp = per_prec(lambda q: q.embedding_bytes_per_param)
     lm_head = float(model.vocab_size) * model.hidden_size  # read every step (tied or not); the input embedding is a lookup
     reason = [why if why is not None or mem.fits[i] else no_fit_reason(model, params, d, q, tp[i], pp[i], epa[i],
-                                                                           mem.weight_per_gpu[i], mem.usable[i])
+                                                                          mem.weight_per_gpu[i], mem.usable[i])
               for i, (d, q, why) in enumerate(zip(devices, precs, why_unsupported, strict=True))]
     supported = ~np.isnan(peak_flops)
     return Configs(

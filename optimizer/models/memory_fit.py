@@ -67,7 +67,7 @@ def replica_memory(model: Model, params: CalibrationParams, tp, pp, epa, per_dev
 
 
 def no_fit_reason(model: Model, params: CalibrationParams, d: Device, q: Precision, tp: int, pp: int, ep: int,
-                   weight_per_gpu: float, usable: float) -> str:
+                  weight_per_gpu: float, usable: float) -> str:
     """The one-line reason a supported combo does not fit (weights, workspace, usable memory, the fix)."""
     ws = params.workspace_gb_per_gpu * GIB_BYTES
     par = f"tp{tp}·pp{pp}" + (f"·ep{ep}" if ep > 1 else "")
