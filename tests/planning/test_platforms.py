@@ -61,7 +61,7 @@ def test_platform_figures_are_sourced(cat):
     for p in cat.platforms.values():
         for s in p.sources.values():
             assert s.url.startswith("https://") and len(s.as_of) >= 4, p.key
-        for figure in ("server_usd", "server_power_w", "nic_gb_s_per_gpu", "rack_units"):
+        for figure in ("server_usd", "server_power_w", "rack_units"):
             assert figure in p.sources or figure in p.estimated or "specs" in p.sources, (p.key, figure)
         if p.kind != "cloud-host" and p.server_usd > 0:
             assert "server_usd" in p.estimated, f"{p.key}: server prices are not published; say it is an estimate"
@@ -112,6 +112,17 @@ def test_facility_costs_on_paper():
     m = fleet_money([(price, 16, 2)], a)
     assert m.annual_facility_usd == pytest.approx(36_720.0 + 12 * 1500 * 16 / 42)
     assert m.annual_opex_usd == pytest.approx(m.annual_power_usd + m.annual_maintenance_usd + m.annual_facility_usd)
+
+
+def test_assumptions_default_to_a_plan_that_states_none():
+    """MoneyAssumptions declares no default of its own: a plan with only a workload gives them all
+    (the plan file's defaults: 3 years, $0.10/kWh, PUE 1.3, 8 %, no budget; servers at the fallback)."""
+    plan = parse_plan({"workloads": [{"name": "w", "model": "llama-3.1-8b", "qps": 1, "prompt_tokens": 100,
+                                      "output_tokens": 10, "slo": {"ttft_p99_ms": 1000}}]}, "test")
+    a = MoneyAssumptions()
+    assert MoneyAssumptions.from_plan(plan) == a
+    assert (a.horizon_years, a.electricity_usd_per_kwh, a.pue, a.discount_rate) == (3, 0.10, 1.3, 0.08)
+    assert (a.capex_budget_usd, a.depreciation_years, a.rack_units_per_rack) == (None, None, 42)
 
 
 def test_finance_on_paper():
@@ -196,6 +207,7 @@ def test_hgx_boards_are_bought_whole(hgx_runs):
         assert check_plan(r, plan) == [], name
         (f,) = r.fleet
         assert f.platform == "hgx-h100-8" and f.fixed_size
+        assert f.nic_gb_s_per_gpu == 400.0  # the device's one NIC figure (DGX H100: a 400 Gb/s ConnectX-7 per GPU)
         assert f.installed == 8 * f.nodes  # never a partial board: idle GPUs are bought with it
         assert f.capex_usd == pytest.approx(f.installed * f.purchase_usd + f.nodes * 50_000.0)
     full = hgx_runs["full"][1].fleet[0]
