@@ -334,7 +334,7 @@ class CitedSource(Strict):
     detail: str = ""
 
 
-PLATFORM_FIGURES = ("server_usd", "server_power_w", "rack_units")
+PLATFORM_FIGURES = ("server_usd", "server_power_w", "nic_gb_s_per_gpu", "rack_units")
 
 
 class Platform(Strict):
@@ -351,8 +351,7 @@ class Platform(Strict):
 
     ``server_usd`` and ``server_power_w`` are everything but the GPUs: CPUs, memory, NICs,
     switches, fans, chassis (at the nameplate, as the datasheet's maximum system power less
-    the GPUs' TDP). The scale-out (east-west) network per GPU is the device's
-    ``scaleout_nic_gbps_per_gpu`` (one figure; absent: no disaggregated pools on that device).
+    the GPUs' TDP). ``nic_gb_s_per_gpu`` is scale-out (east-west) network per GPU in Gb/s.
     """
 
     key: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]*$")
@@ -362,6 +361,7 @@ class Platform(Strict):
     gpus_per_server: PositiveInt
     server_usd: Annotated[float, Field(ge=0, allow_inf_nan=False)]
     server_power_w: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    nic_gb_s_per_gpu: Annotated[float, Field(ge=0, allow_inf_nan=False)]
     rack_units: Annotated[float, Field(ge=0, allow_inf_nan=False)]
     sources: dict[str, CitedSource]
     estimated: dict[str, str] = Field(default_factory=dict, description="figure -> basis of the estimate")

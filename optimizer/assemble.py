@@ -59,8 +59,7 @@ def fleet_row(device: str, unit: UnitSpec, gpus: int, nodes: int, a: MoneyAssump
         gpus_installed=installed, device_name=unit.device.name if unit.device is not None else "",
         platform=platform.key if platform else "", platform_name=platform.name if platform else "",
         fixed_size=p.fixed_size, server_usd=p.server_usd, server_power_w=p.server_power_w,
-        rack_units=p.rack_units,
-        nic_gb_s_per_gpu=unit.device.scaleout_nic_gbps_per_gpu if unit.device is not None else None,
+        rack_units=p.rack_units, nic_gb_s_per_gpu=platform.nic_gb_s_per_gpu if platform else None,
     )
 
 

@@ -91,7 +91,7 @@ class FleetRow(InstalledGpus):
     server_usd: float | None = None  # None: assumptions.server_overhead_usd
     server_power_w: float | None = None  # None: assumptions.server_power_w
     rack_units: float = 0.0
-    nic_gb_s_per_gpu: float | None = None  # Gb/s: the device's scaleout_nic_gbps_per_gpu (None: none stated)
+    nic_gb_s_per_gpu: float | None = None
 
 
 @dataclass(frozen=True)
