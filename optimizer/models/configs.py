@@ -23,8 +23,8 @@ Units: bytes, seconds, FLOPs in arrays; ``_ms`` / ``_gb`` only where the name sa
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields, replace
-from functools import cached_property
+from dataclasses import dataclass, field, fields
+from functools import cache, cached_property
 
 import numpy as np
 
@@ -128,16 +128,24 @@ class Configs:
         return stage_constants(self)
 
     def take(self, indices: Sequence[int] | np.ndarray | slice) -> Configs:
-        """The configurations at ``indices`` (in that order; a slice gives views), every aligned array sliced alike."""
+        """The configurations at ``indices`` (in that order; a slice gives views), every aligned array sliced alike.
+
+        Built without ``__init__`` (the searches take subsets thousands of times); the stage
+        constants, when already folded, are sliced too (they are elementwise in the configurations)."""
         idx = indices if isinstance(indices, slice) else np.asarray(indices, dtype=int)
-        changes = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
+        new = object.__new__(type(self))
+        values = new.__dict__
+        for name in _config_fields():
+            value = self.__dict__[name]
             if isinstance(value, np.ndarray):
-                changes[f.name] = value[idx]
+                value = value[idx]
             elif isinstance(value, list):
-                changes[f.name] = value[idx] if isinstance(idx, slice) else [value[i] for i in idx]
-        return replace(self, **changes)
+                value = value[idx] if isinstance(idx, slice) else [value[i] for i in idx]
+            values[name] = value
+        folded = self.__dict__.get("stage")
+        if folded is not None:
+            values["stage"] = folded.take(idx)
+        return new
 
 
 def build_configs(
@@ -291,6 +299,10 @@ class StageConstants:
     sequence_overhead_s: np.ndarray  # host time per running sequence per step, / e ranks
     _shaped: dict[int, StageConstants] = field(default_factory=dict, repr=False, compare=False)
 
+    def take(self, idx: np.ndarray | slice) -> StageConstants:
+        """The constants of the configurations at ``idx`` (of the (N,) arrays)."""
+        return StageConstants(*(getattr(self, f.name)[idx] for f in fields(self) if f.name != "_shaped"))
+
     def shaped(self, ndim: int) -> StageConstants:
         """The constants as (N, 1, ...) columns that broadcast against ``ndim``-dimensional inputs (cached)."""
         if ndim <= 1:
@@ -299,6 +311,12 @@ class StageConstants:
             self._shaped[ndim] = StageConstants(
                 *(column(getattr(self, f.name), ndim) for f in fields(self) if f.name != "_shaped"))
         return self._shaped[ndim]
+
+
+@cache
+def _config_fields() -> tuple[str, ...]:
+    """The field names of :class:`Configs` (``Configs.take`` copies them)."""
+    return tuple(f.name for f in fields(Configs))
 
 
 def stage_constants(c: Configs) -> StageConstants:

@@ -89,39 +89,55 @@ def _weight_bytes_read_per_gpu(c: Configs, tokens: np.ndarray, ndim: int) -> np.
 
 
 def _gemm_s(c: Configs, tokens: np.ndarray, ndim: int,
-            expert_tokens: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            expert_tokens: np.ndarray | None = None, sides: bool = True
+            ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """(time, memory side, compute side) of the GEMMs of one stage pass of ``tokens`` tokens: one
     roofline for the dense GEMMs (dense bytes vs 2·dense active·T FLOPs) plus one for the routed
     experts' grouped GEMMs (touched expert bytes vs 2·expert·max(k·T, touched·tile) FLOPs: each
     touched expert computes at least one M tile of ``moe_tile_tokens`` rows), each a smooth max.
     ``expert_tokens`` (default ``tokens``): the tokens the grouped GEMMs see, when they differ from
-    the dense GEMMs' (the busiest attention rank sets the dense time, all ranks' tokens the experts')."""
+    the dense GEMMs' (the busiest attention rank sets the dense time, all ranks' tokens the experts').
+    ``sides=False``: the time only (the two sides are None; what a step time needs)."""
     k = c.stage.shaped(ndim)
     n = c.smooth_max_exponent
     dense_mem = k.dense_read_per_gpu / k.memory_bytes_s
     dense_comp = tokens * k.gemm_flops_per_token / k.gemm_flops_s
     time = smooth_max(dense_mem, dense_comp, n)
     if not c.model.is_moe:
-        return time, dense_mem + 0.0 * tokens, dense_comp
+        return (time, dense_mem + 0.0 * tokens, dense_comp) if sides else (time, None, None)
     m = c.model
     tokens = tokens if expert_tokens is None else expert_tokens
     touched = experts_touched(m.num_experts, m.experts_per_token, np.maximum(tokens, 1.0))
     exp_mem = touched / k.ep * k.expert_read_per_gpu / k.memory_bytes_s
     padded = np.maximum(tokens, touched * c.moe_tile_tokens / m.experts_per_token)  # rows padded to tiles
     exp_comp = padded * k.expert_flops_per_token / k.moe_flops_s
-    return time + smooth_max(exp_mem, exp_comp, n), dense_mem + exp_mem, dense_comp + exp_comp
+    time = time + smooth_max(exp_mem, exp_comp, n)
+    return (time, dense_mem + exp_mem, dense_comp + exp_comp) if sides else (time, None, None)
 
 
 
 def _comm_s(c: Configs, tokens: np.ndarray, ndim: int) -> np.ndarray:
     """Communication of one stage pass of ``tokens`` tokens (all ranks): tensor-parallel ring
     all-reduces (2·(t−1)/t · T/e·hidden·act / link + latency each), expert-parallel all-to-alls
-    (r·T/e·hidden·act / link + latency each, r = ``remote_ranks_per_token``) and the pipeline hop to the next stage."""
+    (r·T/e·hidden·act / link + latency each, r = ``remote_ranks_per_token``) and the pipeline hop to the next stage.
+
+    A term that is 0 for every configuration (no all-to-all at e = 1, no hop at p = 1, no
+    all-reduce at t = 1) is left out of the sum: adding its zeros would give the same bits (for
+    finite token counts; an infinite one would have made the left-out term 0·inf = NaN)."""
     k = c.stage.shaped(ndim)
-    ar = k.allreduces * (k.ring_factor * tokens / k.link_bytes_s + k.allreduce_latency_s)
-    a2a = k.alltoalls * (k.a2a_factor * tokens / k.link_bytes_s + k.alltoall_latency_s)
-    hop = k.hop_on * tokens / k.link_bytes_s + k.hop_s_fixed
-    return ar + a2a + hop
+    terms = []
+    if np.any(k.allreduces):
+        terms.append(k.allreduces * (k.ring_factor * tokens / k.link_bytes_s + k.allreduce_latency_s))
+    if np.any(k.alltoalls):
+        terms.append(k.alltoalls * (k.a2a_factor * tokens / k.link_bytes_s + k.alltoall_latency_s))
+    if np.any(k.hop_on) or np.any(k.hop_s_fixed):
+        terms.append(k.hop_on * tokens / k.link_bytes_s + k.hop_s_fixed)
+    if not terms:
+        return np.zeros(np.broadcast_shapes(np.shape(tokens), np.shape(k.link_bytes_s)))
+    out = terms[0]
+    for term in terms[1:]:
+        out = out + term
+    return out
 
 
 @dataclass(frozen=True)
@@ -142,25 +158,33 @@ class StepParts:
 
 
 def _decode_step(c: Configs, batch, context_tokens, prefill_tokens, prefill_context_tokens,
-                 busiest_prefill_tokens=None) -> StepParts:
+                 busiest_prefill_tokens=None, sides: bool = True) -> StepParts:
     """``decode_parts``, each part at its own broadcast shape: terms that do not depend on the
     prefill tokens stay as small as the batch (N, 1, ...), so (N, K, ...) prefill grids cost less.
 
     ``busiest_prefill_tokens`` (default ``prefill_tokens``): e × the prefill tokens of the busiest
     attention data-parallel rank. The ranks run each layer in lockstep (the MoE collectives join
     them), so that rank sets the dense GEMMs, attention and communication of the step, while the
-    routed experts see every rank's tokens (``prefill_tokens``)."""
+    routed experts see every rank's tokens (``prefill_tokens``).
+
+    ``sides=False`` leaves out the roofline sides ``mem_s`` and ``compute_s`` (None), which a step
+    time does not need; operations whose operand is exactly neutral for every configuration
+    (division and product by p = 1, the verify tokens of a step without speculative decoding) are
+    skipped: the same bits, fewer passes over the (N, K, ...) grids."""
     ndim, (b, ctx, npre, pctx) = _prep(c, batch, context_tokens, prefill_tokens, prefill_context_tokens)
     k = c.stage.shaped(ndim)
     n = c.smooth_max_exponent
-    micro_b = b / k.pp
-    micro_n = npre / k.pp if busiest_prefill_tokens is None else np.asarray(busiest_prefill_tokens, dtype=float) / k.pp
+    pp1 = bool(np.all(k.pp == 1.0))  # x / 1 and 1 · x are x itself
+    micro_b = b if pp1 else b / k.pp
+    busiest = npre if busiest_prefill_tokens is None else np.asarray(busiest_prefill_tokens, dtype=float)
+    micro_n = busiest if pp1 else busiest / k.pp
     tokens = micro_b + micro_n
     spec = c.speculative
     verify = micro_b * spec.draft_tokens if spec is not None else 0.0  # draft tokens checked in the same pass
-    tokens = tokens + verify
-    expert_tokens = None if busiest_prefill_tokens is None else micro_b + npre / k.pp + verify
-    gemm, weights_mem, gemm_comp = _gemm_s(c, tokens, ndim, expert_tokens)
+    if spec is not None:
+        tokens = tokens + verify
+    expert_tokens = None if busiest_prefill_tokens is None else micro_b + (npre if pp1 else npre / k.pp) + verify
+    gemm, weights_mem, gemm_comp = _gemm_s(c, tokens, ndim, expert_tokens, sides)
     lm_head = (micro_b + verify) * k.lm_head_s_per_sequence
     gemm_s = gemm + lm_head
     seq_ctx = effective_context(c.model, ctx)
@@ -171,9 +195,12 @@ def _decode_step(c: Configs, batch, context_tokens, prefill_tokens, prefill_cont
     prefill_attn_s = micro_n * effective_context(c.model, pctx) * k.prefill_attn_s_per_ctx_token
     comm_s = _comm_s(c, tokens, ndim)
     host_s = k.step_overhead_s + b * k.sequence_overhead_s
-    step_s = k.pp * (gemm_s + attn_s + prefill_attn_s + comm_s) + host_s
+    stage_s = gemm_s + attn_s + prefill_attn_s + comm_s
+    step_s = (stage_s if pp1 else k.pp * stage_s) + host_s
     if spec is not None:
         step_s = step_s + draft_s(c, b, ctx, ndim)
+    if not sides:
+        return StepParts(gemm_s, attn_s, prefill_attn_s, comm_s, host_s, step_s, None, None)  # type: ignore[arg-type]
     return StepParts(gemm_s, attn_s, prefill_attn_s, comm_s, host_s, step_s,
                      weights_mem + kv_mem, gemm_comp + lm_head + attn_comp + prefill_attn_s)
 
@@ -194,7 +221,7 @@ def draft_s(c: Configs, batch, context_tokens, ndim: int = 1) -> np.ndarray:
     n = c.smooth_max_exponent
     b = np.maximum(np.asarray(batch, dtype=float), 1.0)
     micro_b = b / k.pp
-    gemm, _, _ = _gemm_s(c, micro_b, ndim)
+    gemm, _, _ = _gemm_s(c, micro_b, ndim, sides=False)
     decode_ctx = micro_b * effective_context(c.model, context_tokens)
     kv_share = spec.layer_fraction + spec.extra_kv_ratio
     attn = smooth_max(decode_ctx * k.kv_read_per_ctx_token * kv_share / k.memory_bytes_s,
@@ -228,7 +255,7 @@ def decode_step_s(c: Configs, batch, context_tokens, prefill_tokens=0.0,
     micro-batches of batch/pp (see module docstring). Broadcasts against (N,) or (N, K)
     inputs; NaN where the device cannot compute in the precision.
     """
-    return _decode_step(c, batch, context_tokens, prefill_tokens, prefill_context_tokens).step_s
+    return _decode_step(c, batch, context_tokens, prefill_tokens, prefill_context_tokens, sides=False).step_s
 
 
 def tpot_s(c: Configs, batch, context_tokens) -> np.ndarray:
@@ -258,7 +285,7 @@ def prefill_s(c: Configs, prompt_tokens, batch_prompts=1) -> np.ndarray:
     tokens = L * nb
     # the prompt occupies one attention rank: its per-GPU work is that of e·T tokens spread over the group
     rank_tokens = tokens * k.ep
-    gemm = _gemm_s(c, rank_tokens, ndim)[0]  # the lm_head of the last token is neglected, as in a step
+    gemm = _gemm_s(c, rank_tokens, ndim, sides=False)[0]  # the lm_head of the last token is neglected, as in a step
     attn_s = rank_tokens * effective_context(c.model, L / 2.0) * k.prefill_attn_s_per_ctx_token
     return k.pp * (gemm + attn_s + _comm_s(c, tokens, ndim)) + k.step_overhead_s
 
@@ -340,7 +367,7 @@ def offline_step_s(c: Configs, batch, input_tokens, output_tokens) -> np.ndarray
     ctx = inp + out / 2.0
     idle = decode_step_s(c, b, ctx)
     mean_tokens = b * inp / np.maximum(out, 1.0) / np.maximum(1.0 - p0, 1e-300)  # in a step that has prompts
-    busy = _decode_step(c, b, ctx, mean_tokens, inp / 2.0, e * n1 * inp).step_s
+    busy = _decode_step(c, b, ctx, mean_tokens, inp / 2.0, e * n1 * inp, sides=False).step_s
     return p0 * idle + (1.0 - p0) * busy
 
 

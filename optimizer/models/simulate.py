@@ -275,6 +275,16 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
     backlog_at_end = -1
     kv_steps: list[float] = []  # KV occupancy at the end of each step
     t_steps: list[float] = []
+    # the step time inlined: ``StepTime.__call__``'s operations in its order (the same bits), with
+    # ``Model.effective_kv_tokens`` spelt out for a model with a sliding window
+    a_tab, b_tab, att, pre = step_s._a, step_s._b, step_s._att, step_s._pre
+    m = step_s._model
+    windowed = not step_s._plain
+    if windowed:
+        w_full, w_layers, w_tokens, n_layers = (m.num_layers - m.windowed_layers, m.windowed_layers,
+                                                m.sliding_window_tokens, m.num_layers)
+    kv_append, t_append = kv_steps.append, t_steps.append
+    pop_done = done_at.pop
 
     while True:
         while nxt < n_req and arr[nxt] <= t:
@@ -329,7 +339,12 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
                 completed.append(item[0])
         for _ in completed:
             prefilling.popleft()
-        dt = step_s(b, ctx_sum / b if b else 0.0, n_pre, span_tok / n_pre if n_pre else 0.0)
+        ctx = ctx_sum / b if b else 0.0
+        span = span_tok / n_pre if n_pre else 0.0
+        if windowed:
+            ctx = (w_full * ctx + w_layers * ((ctx + w_tokens - abs(ctx - w_tokens)) / 2)) / n_layers
+            span = (w_full * span + w_layers * ((span + w_tokens - abs(span - w_tokens)) / 2)) / n_layers
+        dt = a_tab[b + n_pre] + b_tab[b] + att * b * ctx + pre * n_pre * span
         t += dt
         batch_time += b * dt
         step += 1
@@ -337,7 +352,7 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
         ctx_sum += b
         kv_used += b
         out_tokens_done += b
-        for rid, ep in done_at.pop(step, ()):
+        for rid, ep in pop_done(step, ()):
             if epoch[rid] != ep:
                 continue
             is_running[rid] = False
@@ -369,8 +384,8 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
             done_at.setdefault(step + remaining, []).append((rid, epoch[rid]))
         if kv_used > max_kv:
             max_kv = kv_used
-        kv_steps.append(kv_used)
-        t_steps.append(t)
+        kv_append(kv_used)
+        t_append(t)
 
     warm = int(n_req * warmup_fraction)
     a = np.asarray(arr[warm:])

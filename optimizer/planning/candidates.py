@@ -56,7 +56,7 @@ from optimizer.planning.candidate_set import (
     missing_figures,
     unit_terms,
 )
-from optimizer.planning.evaluate import BucketJob, bucket_capacity, finite_or_zero
+from optimizer.planning.evaluate import bucket_capacity, finite_or_zero, variant_job
 from optimizer.planning.screening import Screened, dominated_reason, evaluate_screened
 from optimizer.planning.solver_options import DEFAULT_N_BUCKETS
 from optimizer.planning.technique_savings import technique_note
@@ -191,11 +191,6 @@ class _Prepared:
     variants: tuple[_Variant, ...] = ()
 
 
-def _job(prep: _Prepared, v: _Variant, b: BucketSpec, w: Workload, params: CalibrationParams) -> BucketJob:
-    return BucketJob(v.configs, tuple(prep.chosen[i] for i in v.rows), b, w, params, v.stage, v.technique,
-                     v.nic_gbps_per_gpu)
-
-
 def _variants(w: Workload, model: Model, catalog: Catalog, chosen: list[tuple], configs: Configs
               ) -> tuple[_Variant, ...]:
     """Colocated as today (with the workload's prefix cache), colocated with speculative decoding
@@ -283,7 +278,7 @@ def _variant_candidates(w: Workload, prep: _Prepared, v: _Variant, units: dict[s
     floors: list[list[dict[str, float]]] = [[{} for _ in range(nb)] for _ in chosen]
     whys: list[str | None] = [None] * len(chosen)
     for b in buckets:
-        job = _job(prep, v, b, w, params)
+        job = variant_job(prep.chosen, v, b, w, params)
         ev = (evaluated.evaluations.get(job.cache_key) if evaluated is not None else None) or bucket_capacity(job)
         caps[:, b.index] = ev.capacity_qps
         for i in range(len(chosen)):

@@ -85,6 +85,15 @@ class BucketJob:
         return (id(self.configs), combos, self.workload.slo.model_dump_json(), id(self.params), repr(self.technique))
 
 
+def variant_job(chosen: Sequence[tuple], v, bucket: BucketSpec, workload: Workload,
+                params: CalibrationParams) -> BucketJob:
+    """The job of variant ``v`` (``candidates._Variant`` or a subset of its rows: configs, ``rows``
+    of ``chosen``, stage, technique, NIC figures) on ``bucket``; candidates and screening build
+    their jobs here, so that both give the same ``cache_key``."""
+    return BucketJob(v.configs, tuple(chosen[i] for i in v.rows), bucket, workload, params, v.stage, v.technique,
+                     v.nic_gbps_per_gpu)
+
+
 _CAPACITY_CACHE: dict[tuple, BucketEvaluation] = {}
 _CAPACITY_CACHE_MAX = 512
 _JSON_MEMO: dict[int, tuple[object, str]] = {}

@@ -34,7 +34,7 @@ import numpy as np
 
 from optimizer.models import serving
 from optimizer.models.params import CalibrationParams
-from optimizer.planning.evaluate import BucketEvaluation, BucketJob, evaluate_buckets
+from optimizer.planning.evaluate import BucketEvaluation, BucketJob, evaluate_buckets, variant_job
 from workloads.spec import Workload
 
 NOT_EVALUATED = "not evaluated"
@@ -64,8 +64,7 @@ class _Sets:
 
     def jobs(self, sub, params: CalibrationParams) -> list[BucketJob]:
         """The jobs of ``sub`` (the variant or a subset of its rows) on every bucket of every prep."""
-        return [BucketJob(sub.configs, tuple(p.chosen[i] for i in sub.rows), b, self.workload, params, sub.stage,
-                          sub.technique, sub.nic_gbps_per_gpu) for p in self.preps for b in p.buckets]
+        return [variant_job(p.chosen, sub, b, self.workload, params) for p in self.preps for b in p.buckets]
 
     def upper_bounds(self) -> list[np.ndarray]:
         """Per prep, the (rows × buckets) upper bounds of the variant's capacities (``serving.bounds``)."""
