@@ -49,7 +49,8 @@ def render_sensitivity(data: dict[str, Any]) -> None:
     """Runner-up, break-even price and capacity factor per device, tornado swings."""
     s = data.get("sensitivity")
     if not s:
-        if data.get("status") in ("optimal", "feasible"):
+        skipped = any(d.get("code") == "sensitivity_skipped" for d in data.get("diagnostics", ()))
+        if data.get("status") in ("optimal", "feasible") and not skipped:  # a skipped one has its warning
             stdout.print("sensitivity: not computed (--no-sensitivity; without it the runner-up, break-evens "
                          "and tornado are shown)", markup=False, highlight=False)
         return

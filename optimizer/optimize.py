@@ -118,10 +118,25 @@ def optimize_plan(
                       verification)
     result = replace(result, headroom=policy_of(plan), verification=verification)
     clock.lap("verification")
-    if sensitivity and sol.status.has_plan:
+    if sensitivity and sol.status is SolveStatus.OPTIMAL:
         result = replace(result, sensitivity=analyse(plan, cset, problem, sol, fidelity, options, known=one_device))
         clock.lap("sensitivity")
+    elif sensitivity and sol.status.has_plan:
+        result = replace(result, diagnostics=(*result.diagnostics, sensitivity_skipped(sol)))
     return clock.stamp(result)
+
+
+def sensitivity_skipped(sol: FleetSolution) -> Diagnostic:
+    """The warning for a plan the solver did not prove optimal: its sensitivity is not computed.
+
+    A break-even or tornado swing is the difference between two optimal objectives; against a base
+    plan that is only within ``gap`` of its bound, the difference is solver noise up to that gap, and
+    each of the ~20 re-solves would run to the time limit as well (at 500 workloads, 20 × the limit).
+    """
+    gap = f"{100 * sol.gap:.1f} %" if sol.gap is not None else "unknown"
+    return Diagnostic("warning", "sensitivity_skipped",
+                      f"sensitivity not computed: the plan is not proven optimal (gap {gap} to its lower bound), "
+                      "so break-evens and swings would measure solver noise; a longer --time-limit may prove it")
 
 
 # Share of --time-limit-s the one-device fleets may take before the main solve (they are its

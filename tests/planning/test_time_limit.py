@@ -174,3 +174,29 @@ def test_restricted_milp_gives_a_plan_of_the_full_problem_with_its_gap():
     # Σ_w L[w] bounds the full optimum from below, so the reported gap is an honest one
     assert sol.bound_usd <= full.objective_usd * (1 + 1e-9)
     assert sol.gap == pytest.approx((sol.objective_usd - sol.bound_usd) / sol.objective_usd)
+
+
+def test_a_plan_stopped_at_its_time_limit_gets_no_sensitivity_but_a_warning(monkeypatch):
+    """Break-evens against a base plan within 5 % of its bound would be solver noise, and at 500
+    workloads its ~20 re-solves each ran to the limit (46 min at --time-limit 120): skipped, said."""
+    from dataclasses import replace
+
+    from optimizer import optimize as optimize_mod
+
+    real = optimize_mod.solve_stage
+
+    def stopped(*args, **kwargs):
+        sol, single, notes = real(*args, **kwargs)
+        return replace(sol, status=SolveStatus.FEASIBLE, gap=0.05), single, notes
+
+    def never(*args, **kwargs):
+        raise AssertionError("sensitivity ran on a plan that is not proven optimal")
+
+    monkeypatch.setattr(optimize_mod, "solve_stage", stopped)
+    monkeypatch.setattr(optimize_mod, "analyse", never)
+    plan = load_plan(EXAMPLES / "melange-example.yaml")
+    result = optimize_plan(plan, resolve_catalog(plan, load_catalog(), "melange"),
+                           capacity_table=EXAMPLES / "melange-example.csv", sensitivity=True)
+    assert result.status is SolveStatus.FEASIBLE and result.sensitivity is None
+    [warning] = [d for d in result.diagnostics if d.code == "sensitivity_skipped"]
+    assert warning.level == "warning" and "gap 5.0 %" in warning.message
