@@ -353,7 +353,7 @@ class _TtftMoments:
     var: np.ndarray
     k3: np.ndarray
     weights: np.ndarray
-    wait: tuple[np.ndarray, np.ndarray, np.ndarray]  # mean, variance, κ3 of the M/G/1 wait W at the mean batch, (N,)
+    behind: tuple[np.ndarray, np.ndarray, np.ndarray]  # mean, variance, κ3 of the work H left behind (s), (N,)
 
 
 # The prefill queue runs with the decode batch of the moment, which drifts over a request's life
@@ -404,8 +404,7 @@ def _ttft_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, chunk
         w1, w2, w3, stable = _prefill_wait_moments(lam, lens, service, slope)
         unstable = ~stable[:, None] | s.saturated[:, None]
         if z == 0.0:
-            bad = ~stable | s.saturated
-            wait = (np.where(bad, 0.0, w1), np.where(bad, 0.0, w2), np.where(bad, 0.0, w3))
+            wait = _work_behind(lam, lens, service, slope, (w1, w2, w3), ~stable | s.saturated)
         # the prompt length spread inside each stratum, at the marginal full-chunk cost of a token
         var = var0 + w2[:, None] + slope**2 * lens.l_var
         parts.append((np.where(unstable, np.inf, mean0 + w1[:, None]), np.where(unstable, 0.0, var),
@@ -415,22 +414,38 @@ def _ttft_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, chunk
     return _TtftMoments(mean, var, k3, weights, wait)
 
 
+def _work_behind(lam, lens: RowLengths, service, slope, wait, bad) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean, variance, κ3 (s, s², s³; (N,)) of the prompt work H a request leaves queued behind it when
+    its prefill ends: FCFS, the prompts that arrived during its sojourn T = W + S (wait and own service),
+    a compound Poisson given T: ``E[H] = λE[S]·E[T]``, ``Var(H) = λE[S²]·E[T] + (λE[S])²·Var(T)``,
+    ``κ3(H) = λE[S³]·E[T] + 3·λE[S]·λE[S²]·Var(T) + (λE[S])³·κ3(T)`` (W and S independent; 0 where the
+    queue is unstable)."""
+    s1, s2, s3, _ = service_moments(lens, service, slope)
+    w1, w2, w3 = wait
+    t1, t2, t3 = w1 + s1, w2 + s2 - s1 * s1, w3 + s3 - 3.0 * s1 * s2 + 2.0 * s1**3
+    a1, a2, a3 = lam * s1, lam * s2, lam * s3
+    h1 = a1 * t1
+    h2 = a2 * t1 + a1 * a1 * t2
+    h3 = a3 * t1 + 3.0 * a1 * a2 * t2 + a1**3 * t3
+    return tuple(np.where(bad, 0.0, h) for h in (h1, h2, h3))
+
+
 def _queue_behind(tp: _TpotMoments, c: Configs, lens: RowLengths, ttft: _TtftMoments, b_busy: np.ndarray,
                   chunk: int) -> _TpotMoments:
     """TPOT moments with the prefill work a request finds queued behind it when it starts to decode.
 
-    Its first token ends a prefill step, and the prompts that arrived while it waited are still
-    queued: FCFS, they are the work an arrival finds, the M/G/1 wait W (PASTA; its moments at the
-    mean batch, ``_TtftMoments.wait``). They run in its first decode steps, each a full-chunk step of
+    Its first token ends a prefill step, and the prompts that arrived while it waited and prefilled
+    are still queued (FCFS): work H (``_work_behind``, at the mean batch). It runs in its first
+    decode steps, each a full-chunk step of
     which the share ``f = 1 − D(b)/t(b, c̄, C, span)`` is prefill (b the time-averaged batch, span the
     token-weighted mean ``o + E[L²]/(2E[L])``, ``prefill_service_s``). Over n = O − 1 steps that is
-    ``f·W/n`` more per token; a request ends at a random step rather than just after a prefill, so the
+    ``f·H/n`` more per token; a request ends at a random step rather than just after a prefill, so the
     token-weighted mean — what ``_tpot_moments`` has by Little's law — does not move: the node mean
-    shifts by ``f·E[W]·(1/n − 1/E[n])`` and the variance and κ3 grow by ``f²·Var(W)/n²``, ``f³·κ3(W)/n³``.
+    shifts by ``f·E[H]·(1/n − 1/E[n])`` and the variance and κ3 grow by ``f²·Var(H)/n²``, ``f³·κ3(H)/n³``.
     Without it the TPOT p99 of short outputs was 10-50 % under the simulator's near saturation
     (llama-3.1-70b fp4, 1.4k-20k-token prompts, on mi355x at its TPOT capacity: 100 vs 129-150 ms).
     """
-    w1, w2, w3 = ttft.wait
+    w1, w2, w3 = ttft.behind
     el = np.maximum(lens.mean_l, 1.0)
     span = lens.span_offset + (lens.var_l + el * el) / (2.0 * el)
     full = perf.decode_step_s(c, b_busy, lens.ctx, float(chunk), span)
@@ -472,6 +487,14 @@ def prefill_service_s(c: Configs, b: np.ndarray, lens: RowLengths, chunk: int) -
     return service, t / chunk + ln / chunk * dt / 2.0
 
 
+def service_moments(lens: RowLengths, service: np.ndarray, slope: np.ndarray) -> list[np.ndarray]:
+    """E[S^k], k = 1..4 (each (N,)), over the prompt nodes with each stratum's spread to second order
+    (``E[S^k | stratum] ≈ S^k + k(k−1)/2·S^(k−2)·S'²·Var(L | stratum)``)."""
+    lw, spread = lens.l_w, slope**2 * lens.l_var
+    return [np.sum(lw * (service**k + (k * (k - 1) / 2.0) * service ** (k - 2) * spread), axis=1)
+            if k > 1 else np.sum(lw * service, axis=1) for k in (1, 2, 3, 4)]
+
+
 def _prefill_wait_moments(lam: np.ndarray, lens: RowLengths, service: np.ndarray, slope: np.ndarray):
     """Mean, variance, third cumulant (s, s², s³; each (N,)) of the M/G/1 FCFS waiting time W of
     the prompt work ahead, and whether the queue is stable (u = λ·E[S] < 1).
@@ -486,9 +509,7 @@ def _prefill_wait_moments(lam: np.ndarray, lens: RowLengths, service: np.ndarray
     tail, "the queue beyond one step": that left the TTFT p99 of lognormal prompts 10-19 % under
     the simulator's, scripts/agreement.py; with the full W: −8 % to +6 %.)
     """
-    lw, spread = lens.l_w, slope**2 * lens.l_var
-    s1, s2, s3, s4 = (np.sum(lw * (service**k + (k * (k - 1) / 2.0) * service ** (k - 2) * spread), axis=1)
-                      if k > 1 else np.sum(lw * service, axis=1) for k in (1, 2, 3, 4))
+    s1, s2, s3, s4 = service_moments(lens, service, slope)
     u = lam * s1
     stable = u < 1
     q = np.where(stable, lam / np.where(stable, 1.0 - u, 1.0), 0.0)
