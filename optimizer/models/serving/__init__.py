@@ -41,13 +41,13 @@ over quadrature nodes of the length distributions and inverted by bisection):
   every chunk at the first one's span), at the time-averaged batch ``b̄·(1 + Cov(b, T)/(b̄·t̄))``.
   That batch drifts over a request's life, slowly against the queue's turnover, so W is a
   quasi-static mixture over three nodes of the batch (``b ± √3·√(F·b)``, weights 1/6, 2/3, 1/6;
-  F the occupancy feedback below): a long busy period lets the batch grow, which slows the queue
+  F the occupancy feedback below), carried by its first three moments: a long busy period lets the batch grow, which slows the queue
   that made it long. Near saturation with long prompts the old queue was 0.70 busy where the
   simulator's was 0.81 and its TTFT p99 1.8 s against 3.0-6.0 s (the svc18 bucket of
   ``tests/models/test_serving_saturation.py``; now within 7 %).
 - **TPOT**, besides the above: a request starts to decode just after its last prefill chunk, with
-  the prompts that arrived while it waited still queued (the work an arrival finds, W); their
-  full-chunk steps are its first ones, ``f·W/n`` more per token over n = O − 1 steps
+  the prompts that arrived during its wait and prefill still queued (work H, a compound Poisson
+  over its sojourn); their full-chunk steps are its first ones, ``f·H/n`` more per token over n = O − 1 steps
   (f = the prefill share of a full-chunk step), redistributed so that the token-weighted mean stays
   the Little's-law one (``latency._queue_behind``).
 - **E2E** = TTFT + (O − 1)·TPOT (so the front-end time counts once in E2E too).

@@ -346,8 +346,7 @@ def _carrying_j_max(mj: np.ndarray, lens: RowLengths) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _TtftMoments:
-    """TTFT moments (s, s², s³) by component, (N, B·QL): batch node i (of ``BATCH_NODES``), prompt node j at
-    column i·QL + j, with the request weights of the components (``weights``, (N, B·QL))."""
+    """TTFT moments (s, s², s³) by prompt node, (N, QL), with the request weights of the nodes (``weights``)."""
 
     mean: np.ndarray
     var: np.ndarray
@@ -358,22 +357,24 @@ class _TtftMoments:
 
 # The prefill queue runs with the decode batch of the moment, which drifts over a request's life
 # (E[O−1]·t̄, seconds) while the queue turns over in E[S]/(1 − u): quasi-static, the waiting time is
-# a mixture over the batch. Three nodes of its normal approximation: mean, variance and kurtosis kept.
+# a mixture over the batch. Three nodes of its normal approximation (mean, variance and kurtosis kept); the
+# mixture of the waits is carried by its first three moments (the raw moments add with the weights).
 BATCH_NODES = np.array([-math.sqrt(3.0), 0.0, math.sqrt(3.0)])
 BATCH_WEIGHTS = np.array([1.0 / 6.0, 2.0 / 3.0, 1.0 / 6.0])
 
 
 def _ttft_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, chunk: int, b_busy: np.ndarray,
                   b_sd: np.ndarray) -> _TtftMoments:
-    """Moments of TTFT for each (batch node, prompt node) component (``_TtftMoments``).
+    """Moments of TTFT for each prompt node (``_TtftMoments``).
 
     TTFT = R + T_next + W_q: the residual R of the step in progress (length-biased, uniform
     inside the step; 0 when the replica is idle), the step(s) that carry the prompt with
     J ~ Poisson(λ·E[T²]/E[T]) other prompts that arrived during the same step, and the
     M/G/1 waiting time W of the prompt work ahead in the FCFS prefill queue, in full-chunk
-    steps (``prefill_service_s``, ``_prefill_wait_moments``) with the decode batch b at one of
-    the ``BATCH_NODES`` of its distribution: mean ``b_busy`` (the time-averaged batch), sd
-    ``b_sd`` (``√(F·b)``, the over-dispersed M/G/∞ population of the KV model).
+    steps (``prefill_service_s``, ``_prefill_wait_moments``), mixed over the decode batch b at the
+    ``BATCH_NODES`` of its distribution: mean ``b_busy`` (the time-averaged batch), sd
+    ``b_sd`` (``√(F·b)``, the over-dispersed M/G/∞ population of the KV model); unstable at any node
+    = no steady state (TTFT ``inf``).
     """
     st = s.steps
     mom = [st.moment(r) for r in (1, 2, 3, 4)]
@@ -396,22 +397,28 @@ def _ttft_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, chunk
     mean0 = o1 + r1[:, None] + c.request_overhead_s  # + the per-request front-end time
     var0 = var_o + var_r[:, None] + 2.0 * cov
     k30 = k3_o + k3_r[:, None]
-    cap = float(c.max_batch_sequences)
-    parts, wait = [], None
-    for z in BATCH_NODES:
-        # FCFS queue of prompt work ahead in full-chunk steps at this batch: M/G/1 (Takács moments)
-        service, slope = prefill_service_s(c, np.clip(b_busy + z * b_sd, 0.0, cap), lens, chunk)
+    # FCFS queue of prompt work ahead in full-chunk steps, M/G/1 (Takács moments) at each batch node;
+    # W is their mixture, collapsed to its first three moments (raw moments add with the weights)
+    nodes = np.clip(b_busy[:, None] + BATCH_NODES[None, :] * b_sd[:, None], 0.0, float(c.max_batch_sequences))
+    raw, stable_all, centre = np.zeros((3, len(lam))), ~s.saturated, None
+    for i, weight in enumerate(BATCH_WEIGHTS):
+        service, slope = prefill_service_s(c, nodes[:, i], lens, chunk)
         w1, w2, w3, stable = _prefill_wait_moments(lam, lens, service, slope)
-        unstable = ~stable[:, None] | s.saturated[:, None]
-        if z == 0.0:
-            wait = _work_behind(lam, lens, service, slope, (w1, w2, w3), ~stable | s.saturated)
-        # the prompt length spread inside each stratum, at the marginal full-chunk cost of a token
-        var = var0 + w2[:, None] + slope**2 * lens.l_var
-        parts.append((np.where(unstable, np.inf, mean0 + w1[:, None]), np.where(unstable, 0.0, var),
-                      np.where(unstable, 0.0, k30 + w3[:, None])))
-    mean, var, k3 = (np.concatenate([p[k] for p in parts], axis=1) for k in range(3))
-    weights = np.concatenate([w * lens.l_w for w in BATCH_WEIGHTS], axis=1)
-    return _TtftMoments(mean, var, k3, weights, wait)
+        stable_all &= stable
+        raw += weight * np.stack([w1, w2 + w1 * w1, w3 + 3.0 * w1 * w2 + w1**3])
+        if BATCH_NODES[i] == 0.0:
+            centre = (service, slope, (w1, w2, w3))
+    service, slope, wait0 = centre
+    m1 = raw[0]
+    m2c = raw[1] - m1 * m1
+    m3c = raw[2] - 3.0 * m1 * raw[1] + 2.0 * m1**3
+    behind = _work_behind(lam, lens, service, slope, wait0, ~stable_all)
+    unstable = ~stable_all[:, None]
+    # the prompt length spread inside each stratum, at the marginal full-chunk cost of a token
+    mean = np.where(unstable, np.inf, mean0 + m1[:, None])
+    var = np.where(unstable, 0.0, var0 + m2c[:, None] + slope**2 * lens.l_var)
+    k3 = np.where(unstable, 0.0, k30 + m3c[:, None])
+    return _TtftMoments(mean, var, k3, lens.l_w, behind)
 
 
 def _work_behind(lam, lens: RowLengths, service, slope, wait, bad) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -477,14 +484,14 @@ def prefill_service_s(c: Configs, b: np.ndarray, lens: RowLengths, chunk: int) -
     TTFT p99 at the planning ceiling 1.76 s against 3.0-6.0 s (tests/models/test_serving_saturation.py).
     """
     ln = lens.l_nodes
-    offset = lens.span_offset[:, None]
-    bb, ctx = b[:, None], lens.ctx[:, None]
-    tokens = np.full(ln.shape, float(chunk))
-    t = perf.decode_step_s(c, bb, ctx, tokens, offset + ln / 2.0)
+    span = lens.span_offset[:, None] + ln / 2.0
     dspan = np.maximum(ln, 1.0) * 1e-3
-    dt = (perf.decode_step_s(c, bb, ctx, tokens, offset + (ln + dspan) / 2.0) - t) / dspan * 2.0  # ∂t/∂span
-    service = ln / chunk * t
-    return service, t / chunk + ln / chunk * dt / 2.0
+    q_l = ln.shape[1]
+    # one step-time evaluation per batch: at the span and just past it (∂t/∂span by a difference)
+    t2 = perf.decode_step_s(c, np.asarray(b, dtype=float)[:, None], lens.ctx[:, None], float(chunk),
+                            np.concatenate([span, span + dspan / 2.0], axis=1))
+    t, dt = t2[:, :q_l], (t2[:, q_l:] - t2[:, :q_l]) / dspan * 2.0
+    return ln / chunk * t, t / chunk + ln / chunk * dt / 2.0
 
 
 def service_moments(lens: RowLengths, service: np.ndarray, slope: np.ndarray) -> list[np.ndarray]:
