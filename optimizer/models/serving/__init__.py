@@ -44,7 +44,7 @@ over quadrature nodes of the length distributions and inverted by bisection):
   F the occupancy feedback below), carried by its first three moments: a long busy period lets the batch grow, which slows the queue
   that made it long. Near saturation with long prompts the old queue was 0.70 busy where the
   simulator's was 0.81 and its TTFT p99 1.8 s against 3.0-6.0 s (the svc18 bucket of
-  ``tests/models/test_serving_saturation.py``; now within 7 %).
+  ``tests/models/test_serving_saturation.py``; now within 8 % of the median of seeds at 70-100 % of its capacity).
 - **TPOT**, besides the above: a request starts to decode just after its last prefill chunk, with
   the prompts that arrived during its wait and prefill still queued (work H, a compound Poisson
   over its sojourn); their full-chunk steps are its first ones, ``f·H/n`` more per token over n = O − 1 steps
