@@ -114,10 +114,10 @@ def estimate(
     """Memory fit, latency and throughput of one (model, device, precision, tp, pp, ep, engine) configuration,
     or of one disaggregated prefill/decode pair (--prefill-device and --decode-device)."""
     # the models (numpy, pydantic) load when the command runs, not at `gpuplan --help`
+    from optimizer.models.configs import build_configs
     from optimizer.models.estimate import estimate_config, estimate_serving
     from optimizer.models.lengths import length_from_flags
     from optimizer.models.params import load_params
-    from optimizer.models.perf import build_configs
     from workloads.spec import SLO
 
     if (prefill_device is None) != (decode_device is None):
@@ -151,12 +151,12 @@ def estimate(
 def _estimate_pair(model, precision, input_tokens, output_tokens, prefill_device, decode_device, prefill_tp,
                    decode_tp, pp, qps, slo, input_p99, output_p99, params, catalog, model_config, json_out) -> None:
     """`gpuplan estimate --prefill-device/--decode-device`: one disaggregated pair (``estimate_pair``)."""
+    from optimizer.models.configs import build_configs
     from optimizer.models.disagg import (
         estimate_pair,  # numpy and the models: not at `gpuplan --help`
     )
     from optimizer.models.lengths import length_from_flags
     from optimizer.models.params import load_params
-    from optimizer.models.perf import build_configs
     if slo.ttft_p99_ms is None or (slo.tpot_p99_ms is None and slo.e2e_p99_ms is None):
         raise ModelError("a disaggregated pair needs --ttft-p99-ms and --tpot-p99-ms (or --e2e-p99-ms) "
                          "to split between its pools")

@@ -51,8 +51,9 @@ def roofline(
 ) -> None:
     """Plot output tokens/s and time per token against batch with memory/compute roofs and the KV limit."""
     # the models (numpy, pydantic) load when the command runs, not at `gpuplan --help`
+    from optimizer.models.configs import build_configs
     from optimizer.models.params import load_params
-    from optimizer.models.perf import build_configs, max_sequences, tpot_bound_ms
+    from optimizer.models.perf import max_sequences, tpot_bound_ms
 
     outputs = plan_outputs([Output("--out", out, (".png",))], (params, catalog, model_config))
     cat = load(catalog, model_config)

@@ -60,6 +60,7 @@ def simulate(
     """Simulate one replica at a request rate; print simulated percentiles (95 % CI) next to the analytic ones."""
     # the models (numpy, pydantic) load when the command runs, not at `gpuplan --help`
     from optimizer.models import perf, serving
+    from optimizer.models.configs import build_configs
     from optimizer.models.params import load_params
     from optimizer.models.simulate import simulate as run_simulation
 
@@ -68,8 +69,8 @@ def simulate(
     prompt = length_dist(input_tokens, input_p99, "--input")
     output = length_dist(output_tokens, output_p99, "--output")
     cat = load(catalog, model_config)
-    c = perf.build_configs(cat.model(model), [(cat.device(device), cat.precision(precision), tp, pp)],
-                           load_params(params), engines=engine, ep=ep)
+    c = build_configs(cat.model(model), [(cat.device(device), cat.precision(precision), tp, pp)],
+                      load_params(params), engines=engine, ep=ep)
     if not bool(c.runnable[0]):
         raise ModelError(f"{c.keys[0]} cannot run: {c.reason[0]}")
     analytic = serving.serve_at_rate(c, qps, prompt, output)

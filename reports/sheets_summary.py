@@ -2,12 +2,13 @@
 
 The first lines say, in sentences a finance reader can act on, what to buy (product names),
 what it costs (capex, TCO, per month), how much of the budget it uses, how it compares with
-the runner-up and with a hosted API, and the risks — each line with the cell that drives it.
+the best one-device fleet and with a hosted API, and the risks — each line with the cell that drives it.
 Every money figure in those sentences is a formula (``TEXT(capex_usd, ...)``), so an edit on
 Assumptions rewrites them; counts (GPUs, servers) are the optimizer's and stay.
 
-The runner-up is the best single-device fleet, costed on the Fleet sheet by the same formulas
-as the plan (``runner_up_usd``); a sensitivity analysis may name a better runner-up later.
+The best one-device fleet is costed on the Fleet sheet by the same formulas as the plan
+(``one_device_usd``); the Sensitivity sheet's runner-up (a re-solve without the main device) is
+a different figure.
 """
 
 from __future__ import annotations
@@ -152,14 +153,14 @@ def _words(ctx: Ctx, header: int) -> None:
     best = r.single_device_best
     if best is not None and ctx.single_total_row:
         diff = best.objective_usd - (r.objective_usd or 0)
-        label = ctx.cells["runner_up_label"]  # a text cell: names never enter a formula
+        label = ctx.cells["one_device_label"]  # a text cell: names never enter a formula
         expect = (f"Best one-device fleet: all {best.device} ({best.gpus_installed or best.gpus:,} GPUs) costs "
                   f"{_money(best.objective_usd)}, "
                   f"{_money(abs(diff))} {'more' if diff >= 0 else 'less'} than this plan.")
-        say(Formula(f'={label}&" costs "&TEXT(runner_up_usd,{MONEY})'
-                    f'&", "&TEXT(ABS(runner_up_usd-objective_usd),{MONEY})&IF(runner_up_usd>=objective_usd,'
-                    '" more"," less")&" than this plan ("&TEXT(ABS(runner_up_usd-objective_usd)/runner_up_usd,'
-                    f'{PCT_TEXT})&")."', expect), ctx.cells["runner_up_usd"])
+        say(Formula(f'={label}&" costs "&TEXT(one_device_usd,{MONEY})'
+                    f'&", "&TEXT(ABS(one_device_usd-objective_usd),{MONEY})&IF(one_device_usd>=objective_usd,'
+                    '" more"," less")&" than this plan ("&TEXT(ABS(one_device_usd-objective_usd)/one_device_usd,'
+                    f'{PCT_TEXT})&")."', expect), ctx.cells["one_device_usd"])
     else:
         say("Best one-device fleet: none - no single device type can serve every workload alone.", "")
     if ctx.has_api:
@@ -277,20 +278,20 @@ def _figures(ctx: Ctx, header: int) -> None:
         st = ctx.single_total_row
         obj = (f'=IF(objective="capex",{ref(fleet, st, fc["capex"])},IF(objective="cloud",'
                f'horizon_years*{ref(fleet, st, fc["cloud"])},{ref(fleet, st, fc["total"])}))')
-        ctx.cells["runner_up_label"] = f"A{row}"
+        ctx.cells["one_device_label"] = f"A{row}"
         line(f"Best one-device fleet: all {best.device} ({best.gpus_installed or best.gpus:,} GPUs)",
              Formula(obj, best.objective_usd), "$", styles.USD,
              f"the best single-device fleet: its objective ({r.objective}) by the Fleet sheet's formulas",
-             "runner_up_usd")
-        saving = line("Saving from mixing device types", Formula("=runner_up_usd-objective_usd",
+             "one_device_usd")
+        saving = line("Saving from mixing device types", Formula("=one_device_usd-objective_usd",
                                                                  best.objective_usd - (r.objective_usd or 0)),
                       "$", styles.USD, "one-device fleet − this plan (positive = this plan is cheaper)",
                       "mixing_saving_usd", bold=True)
-        line("Saving from mixing device types (%)", Formula(f"=IF(runner_up_usd<>0,B{saving}/runner_up_usd,0)"),
+        line("Saving from mixing device types (%)", Formula(f"=IF(one_device_usd<>0,B{saving}/one_device_usd,0)"),
              "%", styles.PCT, "of the one-device fleet's objective", "mixing_saving_fraction")
     elif best is not None:
         line(f"Best one-device fleet: all {best.device} ({best.gpus:,} GPUs)", best.objective_usd,
-             "$", styles.USD, "at catalog prices (a result without its bill of materials: not live)", "runner_up_usd")
+             "$", styles.USD, "at catalog prices (a result without its bill of materials: not live)", "one_device_usd")
     else:
         line("Best one-device fleet", "none", "", None, "no single device type can serve every workload alone")
 

@@ -28,10 +28,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from catalog import load_catalog  # noqa: E402
-from optimizer.models import (
-    perf,  # noqa: E402
-    serving,  # noqa: E402
-)
+from optimizer.models import serving  # noqa: E402
+from optimizer.models.configs import build_configs  # noqa: E402
 from optimizer.models.disagg import (  # noqa: E402
     decode_pool_capacity,
     decode_technique,
@@ -76,7 +74,7 @@ CAPACITY_SLO_BY_MODEL = {"mixtral-8x7b": {"tpot_p99_ms": 3.0, "ttft_p99_ms": 6.0
 
 def configs(cat, params, row):
     mk, dk, pk, tp, p, o = row
-    c = perf.build_configs(cat.model(mk), [(cat.device(dk), cat.precision(pk), tp, 1)], params)
+    c = build_configs(cat.model(mk), [(cat.device(dk), cat.precision(pk), tp, 1)], params)
     return c, p, o, f"{mk} {dk} {pk} tp{tp} L={_d(p)} O={_d(o)}"
 
 
@@ -169,8 +167,8 @@ def pool_agreement(cat, params, requests: int) -> None:
     d_ttft, d_tpot = [], []
     for mk, pk, (dp, tp_p), (dd, tp_d), p, o, slo in POOL_PAIRS:
         m, q = cat.model(mk), cat.precision(pk)
-        cp = perf.build_configs(m, [(cat.device(dp), q, tp_p, 1)], params)
-        cd = perf.build_configs(m, [(cat.device(dd), q, tp_d, 1)], params)
+        cp = build_configs(m, [(cat.device(dp), q, tp_p, 1)], params)
+        cd = build_configs(m, [(cat.device(dd), q, tp_d, 1)], params)
         nic_p, nic_d = cat.device(dp).scaleout_nic_gbps_per_gpu, cat.device(dd).scaleout_nic_gbps_per_gpu
         pc = prefill_pool_capacity(cp, p, slo, [nic_p])
         dc = decode_pool_capacity(cd, p, o, slo, [nic_d])

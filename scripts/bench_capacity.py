@@ -19,10 +19,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from catalog import load_catalog  # noqa: E402
-from optimizer.models import (
-    perf,  # noqa: E402
-    serving,  # noqa: E402
-)
+from optimizer.models import serving  # noqa: E402
+from optimizer.models.configs import build_configs  # noqa: E402
 from optimizer.models.params import load_params  # noqa: E402
 from workloads.spec import SLO, LengthDist  # noqa: E402
 
@@ -34,7 +32,7 @@ def main(argv=None) -> int:
     cat, params = load_catalog(None), load_params()
     combos = [(d, cat.precision(p), t, pp) for d in cat.devices.values() for p in ("bf16", "fp8")
               for t in (1, 2, 4, 8) for pp in (1, 2)]
-    c = perf.build_configs(cat.model("llama-3.1-70b"), combos, params)
+    c = build_configs(cat.model("llama-3.1-70b"), combos, params)
     prompt, output = LengthDist(mean=1024, p99=4096), LengthDist(mean=256, p99=1024)
     slo = SLO(ttft_p99_ms=2000, tpot_p99_ms=200)
     serving.capacity_at_slo(c, prompt, output, slo, params)  # warm-up

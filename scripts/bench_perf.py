@@ -12,9 +12,9 @@ import sys
 import time
 
 from catalog import load_catalog
+from optimizer.models.configs import build_configs
 from optimizer.models.params import load_params
 from optimizer.models.perf import (
-    build_configs,
     decode_step_s,
     max_sequences,
     offline_throughput_tokens_s,

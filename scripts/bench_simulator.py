@@ -13,10 +13,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from catalog import load_catalog  # noqa: E402
-from optimizer.models import (
-    perf,  # noqa: E402
-    serving,  # noqa: E402
-)
+from optimizer.models import serving  # noqa: E402
+from optimizer.models.configs import build_configs  # noqa: E402
 from optimizer.models.params import load_params  # noqa: E402
 from optimizer.models.simulate import simulate  # noqa: E402
 from workloads.spec import SLO, LengthDist  # noqa: E402
@@ -28,7 +26,7 @@ def main(argv=None) -> int:
     ap.add_argument("--load", type=float, default=0.7, help="fraction of the analytic capacity")
     args = ap.parse_args(argv)
     cat, params = load_catalog(None), load_params()
-    c = perf.build_configs(cat.model("llama-3.1-8b"), [(cat.device("h100-sxm"), cat.precision("bf16"), 1, 1)], params)
+    c = build_configs(cat.model("llama-3.1-8b"), [(cat.device("h100-sxm"), cat.precision("bf16"), 1, 1)], params)
     p, o = LengthDist(mean=1000, p99=4000), LengthDist(mean=256, p99=1024)
     qps = float(serving.capacity_at_slo(c, p, o, SLO(), offline_ceiling=None).max_qps[0]) * args.load
     for label in ("low load (0.2 req/s: many idle steps)", f"{args.load:.0%} of capacity ({qps:.1f} req/s)"):

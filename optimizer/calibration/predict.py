@@ -34,11 +34,7 @@ from optimizer.calibration.measurements import Measurement
 from optimizer.models import serving
 from optimizer.models.configs import build_configs
 from optimizer.models.params import CalibrationParams
-from optimizer.models.perf import (
-    decode_step_s,
-    offline_throughput_tokens_s,
-    prefill_s,
-)
+from optimizer.models.perf import decode_step_s, offline_throughput_tokens_s, prefill_s
 from workloads.spec import LengthDist
 
 

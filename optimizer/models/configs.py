@@ -6,22 +6,16 @@ an engine and an expert-parallel degree each) into a :class:`Configs`; the step 
 (t = tp, p = pp, e = ep, G = e·t·p GPUs; a replica with e > 1 runs attention data-parallel
 over e ranks of t GPUs and splits the routed experts e ways, as TensorRT-LLM's "DEP" does):
 
-- storage: the embedding and lm_head matrices (``Model.embedding_params``) are stored at the
-  precision's ``embedding_bytes_per_param`` (BF16), every other weight at
-  ``weight_bytes_per_param`` (NVFP4 4.5 bits); weights per GPU = dense/(t·p) + experts/(e·t·p).
-  A checkpoint that quantizes only its routed experts (``Model.unquantized_dense``: gpt-oss) keeps
-  the non-expert body at 16 bit too, and its dense GEMMs run at the 16-bit peak with the 16-bit
-  GEMM efficiency (``dense_peak_flops``, ``dense_compute_efficiency``).
-- KV bytes per token = 2 · layers · kv_heads · head_dim · kv dtype bytes (MLA: latent); with
-  TP the KV heads are split over min(t, kv_heads) GPUs (an MLA latent is replicated), with
-  PP each stage holds layers/p, with EP each attention rank holds its own sequences.
-- memory fit: weights/GPU + workspace + KV ≤ usable fraction · memory (GiB).
+- storage, KV and the memory fit: ``optimizer.models.memory_fit``; a checkpoint that quantizes
+  only its routed experts (``Model.unquantized_dense``: gpt-oss) runs its dense GEMMs at the
+  16-bit peak with the 16-bit GEMM efficiency (``dense_peak_flops``, ``dense_compute_efficiency``).
 - link = interconnect_gb_s/2 per direction when the group fits in interconnect_domain_gpus,
   else the host link pcie_gb_s/2, times ``link_efficiency`` (``pcie_link_efficiency`` over the host link).
 - efficiencies come from ``CalibrationParams.factors_for`` (device class, engine, GEMM dtype,
-  weight-only quantization);
-  :class:`StageConstants` folds them with the model's shapes into the per-stage factors the
-  step functions multiply (computed once per Configs).
+  weight-only quantization), looked up once per distinct combo (``optimizer.models.combo_lookup``);
+  :class:`StageConstants` folds them with the model's shapes (attention FLOPs:
+  ``optimizer.models.attention``; MoE routing: ``optimizer.models.moe_routing``) into the
+  per-stage factors the step functions multiply (computed once per Configs).
 
 Units: bytes, seconds, FLOPs in arrays; ``_ms`` / ``_gb`` only where the name says so.
 """
@@ -34,13 +28,22 @@ from functools import cached_property
 
 import numpy as np
 
-from catalog.errors import ModelError
 from catalog.schema import Device, Model, Precision
-from optimizer.models.params import CalibrationParams, DeviceFactors, check_engine, default_engine
+from optimizer.models.attention import (
+    attention_flops_per_context_token,
+    decode_attention_flops_per_context_token,
+)
+from optimizer.models.combo_lookup import (
+    engines_and_ep,
+    factors_per_combo,
+    gatherers,
+    peaks,
+    per_combo,
+)
+from optimizer.models.memory_fit import no_fit_reason, replica_memory
+from optimizer.models.moe_routing import remote_ranks_per_token
+from optimizer.models.params import CalibrationParams, default_engine
 from optimizer.models.speculative import SpeculativeCost
-
-GIB_BYTES = 2.0**30
-ATTENTION_FLOPS_PER_QK_ELEMENT = 4.0  # QK^T and A·V: 2 matmuls x 2 FLOPs per multiply-add
 
 
 def config_key(device: Device, precision: Precision, tp: int, pp: int, engine: str | None = None,
@@ -55,16 +58,6 @@ def config_key(device: Device, precision: Precision, tp: int, pp: int, engine: s
     if engine is not None and engine != default_engine(device):
         key += f"__{engine}"
     return key
-
-
-def _per_combo(value, n: int, what: str) -> list:
-    """``value`` (a scalar, None or a sequence of length n) as a list of n entries."""
-    if value is None or isinstance(value, str | int | float | np.integer):
-        return [value] * n
-    out = list(value)
-    if len(out) != n:
-        raise ModelError(f"{what}: got {len(out)} values for {n} configurations")
-    return out
 
 
 @dataclass(frozen=True)
@@ -171,31 +164,31 @@ def build_configs(
     tp = np.array([t for _, _, t, _ in combos], dtype=np.int64).reshape(n)
     pp = np.array([p for _, _, _, p in combos], dtype=np.int64).reshape(n)
     default_of = {d.key: default_engine(d) for d in {d.key: d for d in devices}.values()}
-    eng, epa = _engines_and_ep(model, devices, default_of, tp, pp, engines, ep)
+    eng, epa = engines_and_ep(model, devices, default_of, tp, pp, engines, ep)
     gpus = tp * pp * epa
-    per_dev, per_prec = _gatherers(devices, precs)
-    peak_flops, attn_peak, why_unsupported = _peaks(devices, precs)
-    fac = _factors(devices, precs, eng, params)
+    per_dev, per_prec = gatherers(devices, precs)
+    peak_flops, attn_peak, why_unsupported = peaks(devices, precs)
+    fac = factors_per_combo(devices, precs, eng, params)
     dense_peak, dense_eff = peak_flops, fac("compute_efficiency")
     if model.unquantized_dense:  # the non-expert GEMMs multiply 16-bit weights with 16-bit activations
         dense_peak = np.where(np.isnan(peak_flops), np.nan, per_dev(lambda d: d.peak_16bit_tflops) * 1e12)
-        dense_eff = _factors(devices, precs, eng, params, compute_dtype="bf16")("compute_efficiency")
+        dense_eff = factors_per_combo(devices, precs, eng, params, compute_dtype="bf16")("compute_efficiency")
     batch_cap = fac("max_batch_sequences")
     if max_batch is not None:
-        caps = _per_combo(max_batch, n, "max_batch")
+        caps = per_combo(max_batch, n, "max_batch")
         batch_cap = np.array([b if c is None else float(c) for b, c in zip(batch_cap, caps, strict=True)], dtype=float)
     # the cap is per scheduler: each of the ep attention data-parallel ranks runs its own
     # (TensorRT-LLM max_batch_size, vLLM max_num_seqs per data-parallel engine)
     batch_cap = batch_cap * epa
-    mem = _memory(model, params, tp, pp, epa, per_dev, per_prec)
+    mem = replica_memory(model, params, tp, pp, epa, per_dev, per_prec)
 
     in_domain = gpus / pp <= per_dev(lambda d: d.interconnect_domain_gpus)
     allreduce_s = np.where(in_domain, params.allreduce_latency_us, params.pcie_allreduce_latency_us) / 1e6
     link = np.where(in_domain, per_dev(lambda d: d.interconnect_gb_s), per_dev(lambda d: d.pcie_gb_s))
     ebpp = per_prec(lambda q: q.embedding_bytes_per_param)
     lm_head = float(model.vocab_size) * model.hidden_size  # read every step (tied or not); the input embedding is a lookup
-    reason = [why if why is not None or mem.fits[i] else _no_fit_reason(model, params, d, q, tp[i], pp[i], epa[i],
-                                                                           mem.weight_per_gpu[i], mem.usable[i])
+    reason = [why if why is not None or mem.fits[i] else no_fit_reason(model, params, d, q, tp[i], pp[i], epa[i],
+                                                                          mem.weight_per_gpu[i], mem.usable[i])
               for i, (d, q, why) in enumerate(zip(devices, precs, why_unsupported, strict=True))]
     supported = ~np.isnan(peak_flops)
     return Configs(
@@ -240,134 +233,6 @@ def _alltoall_latency_s(fac, allreduce_latency_s: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(own_us), allreduce_latency_s, own_us / 1e6)
 
 
-def _engines_and_ep(model: Model, devices: list[Device], default_of: dict[str, str], tp: np.ndarray,
-                    pp: np.ndarray, engines, ep) -> tuple[list[str], np.ndarray]:
-    """The engine (checked; None = the device's default) and expert-parallel degree of every combo."""
-    n = len(devices)
-    if engines is None:
-        eng = [default_of[d.key] for d in devices]
-    else:
-        eng = [check_engine(e) if e is not None else default_of[d.key]
-               for e, d in zip(_per_combo(engines, n, "engines"), devices, strict=True)]
-    epa = (np.ones(n, dtype=np.int64) if ep is None else
-           np.array([1 if e is None else int(e) for e in _per_combo(ep, n, "ep")], dtype=np.int64).reshape(n))
-    if n and (tp.min() < 1 or pp.min() < 1 or epa.min() < 1):
-        raise ModelError(f"tp, pp and ep must be >= 1 (got tp {tp.min()}, pp {pp.min()}, ep {epa.min()})")
-    if n and epa.max() > 1 and not model.is_moe:
-        raise ModelError(f"ep {epa.max()}: {model.key} is a dense model; expert parallelism needs an MoE model "
-                         "(use --tp for a dense model)")
-    return eng, epa
-
-
-def _gatherers(devices: list[Device], precs: list[Precision]):
-    """(per_dev, per_prec): ``per_dev(f)`` is f of each combo's device as an (N,) array, evaluated
-    once per distinct device and gathered (``per_prec`` likewise per precision)."""
-    n = len(devices)
-    dev_keys = sorted({d.key for d in devices})
-    dev_by_key = {d.key: d for d in devices}
-    dev_idx = np.array([dev_keys.index(d.key) for d in devices], dtype=np.int64) if n else np.zeros(0, int)
-    prec_keys = sorted({q.key for q in precs})
-    prec_by_key = {q.key: q for q in precs}
-    prec_idx = np.array([prec_keys.index(q.key) for q in precs], dtype=np.int64) if n else np.zeros(0, int)
-
-    def per_dev(f) -> np.ndarray:
-        return np.array([f(dev_by_key[k]) for k in dev_keys], dtype=float)[dev_idx] if n else np.zeros(0)
-
-    def per_prec(f) -> np.ndarray:
-        return np.array([f(prec_by_key[k]) for k in prec_keys], dtype=float)[prec_idx] if n else np.zeros(0)
-
-    return per_dev, per_prec
-
-
-def _peaks(devices: list[Device], precs: list[Precision]) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
-    """(GEMM peak FLOP/s, attention peak FLOP/s, why unsupported) per combo; NaN peaks where the
-    device cannot compute in the precision. One lookup per distinct (device, precision)."""
-    pair: dict[tuple[str, str], tuple[float, float, str | None]] = {}
-    for d in {d.key: d for d in devices}.values():
-        for q in {q.key: q for q in precs}.values():
-            peak = q.compute_peak_tflops(d)
-            attn = q.attention_peak_tflops(d)
-            pair[(d.key, q.key)] = (np.nan if peak is None else peak * 1e12, attn * 1e12 if attn else np.nan,
-                                    q.unsupported_reason(d))
-    got = [pair[(d.key, q.key)] for d, q in zip(devices, precs, strict=True)]
-    return (np.array([g[0] for g in got], dtype=float), np.array([g[1] for g in got], dtype=float),
-            [g[2] for g in got])
-
-
-def _factors(devices: list[Device], precs: list[Precision], eng: list[str], params: CalibrationParams,
-             compute_dtype: str | None = None):
-    """``fac(name)``: the :class:`DeviceFactors` field ``name`` of every combo as an (N,) array,
-    the factors looked up once per distinct (device, engine, GEMM dtype, weight-only); with
-    ``compute_dtype`` those of GEMMs in that dtype (not weight-only) whatever the precision."""
-    n = len(devices)
-    fac_index: dict[tuple[str, str, str, bool], int] = {}
-    fac_list: list[DeviceFactors] = []
-    idx = np.empty(n, dtype=np.int64)
-    for i, (d, q, e) in enumerate(zip(devices, precs, eng, strict=True)):
-        k = (d.key, e, compute_dtype or q.compute_dtype, q.weight_only and compute_dtype is None)
-        j = fac_index.get(k)
-        if j is None:
-            j = fac_index[k] = len(fac_list)
-            fac_list.append(params.factors_for(d, e, k[2], k[3]))
-        idx[i] = j
-
-    def fac(name: str) -> np.ndarray:
-        values = [getattr(f, name) for f in fac_list]
-        return np.array([np.nan if v is None else v for v in values], dtype=float)[idx] if n else np.zeros(0)
-
-    return fac
-
-
-@dataclass(frozen=True)
-class _Memory:
-    """What one replica stores and how many KV tokens fit (arrays (N,); bytes)."""
-
-    wbpp: np.ndarray  # stored bytes per (non-embedding) parameter
-    dbpp: np.ndarray  # stored bytes per non-expert body parameter (wbpp, or 16 bit: Model.unquantized_dense)
-    body_dense: float  # non-expert, non-embedding, non-vision parameters
-    weight_total: np.ndarray
-    weight_per_gpu: np.ndarray
-    kv_bpt: np.ndarray
-    kv_shards: np.ndarray
-    usable: np.ndarray
-    kv_capacity: np.ndarray
-    fits: np.ndarray
-
-
-def _memory(model: Model, params: CalibrationParams, tp, pp, epa, per_dev, per_prec) -> _Memory:
-    """Weights per GPU = dense/(t·p) + experts/(e·t·p) (embedding and lm_head at the embedding
-    bytes); KV tokens that fit = e · (usable − weights − workspace) / (KV bytes per token per GPU)."""
-    wbpp = per_prec(lambda q: q.weight_bytes_per_param)
-    ebpp = per_prec(lambda q: q.embedding_bytes_per_param)
-    dbpp = ebpp if model.unquantized_dense else wbpp  # the non-expert body: 16 bit in an experts-only checkpoint
-    emb = model.embedding_params
-    # non-expert, non-embedding parameters read every step; for an MoE model from the shapes
-    # (Model.dense_params: a published total is rounded, "1T", and may undercount the experts)
-    vision = model.vision_params_b * 1e9
-    body_dense = (model.dense_params if model.is_moe else model.total_params_b * 1e9 - vision) - emb
-    dense_store = (body_dense + vision) * dbpp + emb * ebpp
-    expert_store = model.routed_expert_params * wbpp
-    weight_per_gpu = dense_store / (tp * pp) + expert_store / (tp * pp * epa)
-    kv_bpt = per_prec(lambda q: model.kv_bytes_per_token(q.kv_bytes_per_element))
-    kv_shards = np.ones(len(tp)) if model.is_mla else np.minimum(tp, model.num_kv_heads).astype(float)
-    usable = per_dev(lambda d: d.memory_gb) * GIB_BYTES * params.memory_usable_fraction
-    free = usable - weight_per_gpu - params.workspace_gb_per_gpu * GIB_BYTES
-    kv_capacity = epa * free / (kv_bpt / (kv_shards * pp))
-    return _Memory(wbpp, dbpp, body_dense, dense_store + expert_store, weight_per_gpu, kv_bpt, kv_shards, usable,
-                   kv_capacity, kv_capacity >= 1.0)
-
-
-def _no_fit_reason(model: Model, params: CalibrationParams, d: Device, q: Precision, tp: int, pp: int, ep: int,
-                   weight_per_gpu: float, usable: float) -> str:
-    """The one-line reason a supported combo does not fit (weights, workspace, usable memory, the fix)."""
-    ws = params.workspace_gb_per_gpu * GIB_BYTES
-    par = f"tp{tp}·pp{pp}" + (f"·ep{ep}" if ep > 1 else "")
-    return (f"{model.key} in {q.key} needs {weight_per_gpu / 1e9:.1f} GB of weights per GPU "
-            f"+ {ws / 1e9:.1f} GB workspace at {par}; {d.key} has {usable / 1e9:.1f} GB "
-            f"usable ({params.memory_usable_fraction:.0%} of {d.memory_gb:g} GiB); "
-            "raise tp/pp/ep or use a smaller precision")
-
-
 def _keys(combos, engines: list[str], ep: np.ndarray, default_of: dict[str, str]) -> list[str]:
     """``config_key`` of every combo (the device part computed once per device)."""
     dev = {k: k.replace("-", "_").replace(".", "_") for k in default_of}
@@ -382,46 +247,9 @@ def _keys(combos, engines: list[str], ep: np.ndarray, default_of: dict[str, str]
     return out
 
 
-
-def effective_context(model: Model, context_tokens):
-    """Context tokens attended (and cached) per sequence, averaged over the layers: windowed
-    layers see at most the window (``Model.effective_kv_tokens``: (full·c + windowed·min(c, W))/layers)."""
-    return model.effective_kv_tokens(context_tokens)
-
-
 def column(a: np.ndarray, ndim: int) -> np.ndarray:
     """Config array (N,) shaped to broadcast against (N, K, ...) inputs."""
     return a.reshape((-1,) + (1,) * (ndim - 1))
-
-
-def remote_ranks_per_token(num_experts: int, experts_per_token: int, ep) -> np.ndarray:
-    """Expected other expert-parallel ranks one token is dispatched to (and combined from):
-    ``(e − 1)·(1 − P0)`` with ``P0 = C(E − E/e, k)/C(E, k) = Π_{i<k} (E − E/e − i)/(E − i)`` the
-    chance that none of the token's k distinct experts sits on a given rank (E/e experts each).
-
-    The dispatch sends a token once to every rank that holds at least one of its experts, not
-    once per expert (DeepEP ``get_dispatch_layout`` -> ``is_token_in_rank``,
-    https://github.com/deepseek-ai/DeepEP, 2025-02; the combine returns one partial sum per
-    rank), so it is at most e − 1 whatever k is. Qwen3-235B (E 128, k 8) at e 4:
-    P0 = Π (96 − i)/(128 − i) = 0.0927, 3·0.9073 = 2.72 copies, where one copy per expert is
-    k·(e − 1)/e = 6; at k = 1 both are (e − 1)/e. 0 at e = 1 or for a dense model.
-    """
-    e = np.asarray(ep, dtype=float)
-    if num_experts <= 0 or experts_per_token <= 0:
-        return np.zeros_like(e)
-    per_rank = num_experts / e
-    none_here = np.ones_like(e)
-    for i in range(experts_per_token):
-        none_here = none_here * np.clip(num_experts - per_rank - i, 0.0, None) / (num_experts - i)
-    return (e - 1.0) * (1.0 - none_here)
-
-
-def experts_touched(num_experts: int, experts_per_token: int, tokens) -> np.ndarray:
-    """Expected distinct experts per MoE layer for ``tokens`` routed tokens: E·(1 − (1 − k/E)^B)."""
-    tokens = np.asarray(tokens, dtype=float)
-    if num_experts <= 0:
-        return np.zeros_like(tokens)
-    return num_experts * (1.0 - (1.0 - experts_per_token / num_experts) ** np.maximum(tokens, 0.0))
 
 
 @dataclass(frozen=True)
@@ -506,30 +334,3 @@ def stage_constants(c: Configs) -> StageConstants:
         step_overhead_s=c.step_overhead_s + np.where(p > 1, p * c.pp_microbatch_overhead_s, 0.0),
         sequence_overhead_s=c.sequence_overhead_s / e,
     )
-
-
-
-def attention_flops_per_context_token(model: Model) -> float:
-    """FLOPs of attention for one query token per token of context, all layers, as a prefill
-    (context) kernel computes it: ``2·layers·heads·(d_qk + d_v)`` = 4·layers·heads·head_dim for
-    MHA/GQA. MLA runs its prefill un-absorbed, every head with its own keys: d_qk = head_dim +
-    qk_rope_head_dim (DeepSeek-V3: 128 + 64), d_v = head_dim (DeepSeek-V2, arXiv 2405.04434, §2.1)."""
-    if model.is_mla:
-        return 2.0 * model.num_layers * model.num_attention_heads * (2 * model.head_dim + model.qk_rope_head_dim)
-    return ATTENTION_FLOPS_PER_QK_ELEMENT * model.num_layers * model.num_attention_heads * model.head_dim
-
-
-def decode_attention_flops_per_context_token(model: Model) -> float:
-    """FLOPs of decode attention for one query token per token of context, all layers.
-
-    MHA/GQA as in prefill (4·layers·heads·head_dim). MLA decodes *absorbed* (W_UK folded into the
-    query, W_UV into the output: DeepSeek-V2 §2.1.2): every head attends the shared latent, keys
-    of kv_lora_rank + qk_rope_head_dim and values of kv_lora_rank, so
-    ``2·layers·heads·(2·kv_lora_rank + qk_rope_head_dim)`` — DeepSeek-V3: 2·61·128·1088 =
-    16.99 MFLOP, 4.25× the 4·61·128·128 a per-head layout would give (FlashMLA's decode kernel
-    takes K of width 576 and V of width 512: https://github.com/deepseek-ai/FlashMLA, 2025-02).
-    """
-    if model.is_mla:
-        return 2.0 * model.num_layers * model.num_attention_heads * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
-    return attention_flops_per_context_token(model)
-

@@ -35,9 +35,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from optimizer.models import perf
+from optimizer.models.configs import Configs
 from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS
 from optimizer.models.lengths import quantile_tokens
-from optimizer.models.perf import Configs
 from optimizer.models.serving import CAPACITY_RTOL, Capacity, capacity_at_slo, serve_at_rate
 from optimizer.models.serving.state import lengths_for
 from optimizer.models.serving.tails import mixture_quantile

@@ -8,13 +8,12 @@ at an SLO). Both are pure.
 from __future__ import annotations
 
 from catalog.schema import Device, Model, Precision
+from optimizer.models.configs import Configs, build_configs
 from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS
 from optimizer.models.fidelity import fidelity_of
 from optimizer.models.params import CalibrationParams
 from optimizer.models.perf import (
-    Configs,
     bound_kind,
-    build_configs,
     decode_step_s,
     finite_round,
     max_sequences,

@@ -1,8 +1,8 @@
 """Step rooflines of one replica (one model copy on tp·pp·ep devices), vectorised over :class:`Configs`.
 
 Pure: no I/O, no printing. The configurations come from ``optimizer.models.configs.build_configs``
-(re-exported here with ``Configs`` and ``config_key`` for the callers that import them from
-``perf``); every function below evaluates all of them at once. Physics per ``DESIGN.md`` §1/§5
+(import it, ``Configs`` and ``config_key`` from there); every function below evaluates all of
+them at once. Physics per ``DESIGN.md`` §1/§5
 (t = tp, p = pp, e = ep, G = e·t·p GPUs; with e > 1 attention runs data-parallel over e ranks
 of t GPUs and the routed experts are split e ways, as TensorRT-LLM's "DEP" does):
 
@@ -17,10 +17,10 @@ of t GPUs and the routed experts are split e ways, as TensorRT-LLM's "DEP" does)
   ``t_attn = smax(b·c·kv/(kv_shards·p·e) / (bw·e_bw), F_dec·b·c/G / (peak[attn]·e_attn))``,
   ``t_prefill_attn = F_pre·n·span/G / (peak[attn]·e_prefill_attn)`` with F the attention FLOPs
   per context token (``4·L·H·d``; MLA: absorbed in decode, ``2·L·H·(2·r + d_rope)``, per head
-  in prefill, ``2·L·H·(2·d + d_rope)``: ``optimizer.models.configs``),
+  in prefill, ``2·L·H·(2·d + d_rope)``: ``optimizer.models.attention``),
   ``t_comm = L/p · 2 · (2·(t−1)/t · T/e·hidden·act / link + latency)`` (tensor parallel)
   ``+ moe_layers/p · 2 · (r·T/e·hidden·act / link + latency)`` (dispatch and combine all-to-alls,
-  r = the other ranks a token goes to, ≤ e − 1: ``configs.remote_ranks_per_token``),
+  r = the other ranks a token goes to, ≤ e − 1: ``moe_routing.remote_ranks_per_token``),
   ``t_hop = T·hidden·act/link + hop latency`` (p > 1 only);
   the step (every sequence advances one token) = ``p·(t_gemm + t_attn + t_prefill_attn +
   t_comm + t_hop) + t_host`` with ``t_host = step_overhead + (b/e)·sequence_overhead +
@@ -35,22 +35,9 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-# build_configs, config_key and attention_flops_per_context_token are re-exported: callers import them from perf
-from optimizer.models.configs import (
-    Configs,
-    column,
-    effective_context,
-    experts_touched,
-)
-from optimizer.models.configs import (
-    attention_flops_per_context_token as attention_flops_per_context_token,
-)
-from optimizer.models.configs import (
-    build_configs as build_configs,
-)
-from optimizer.models.configs import (
-    config_key as config_key,
-)
+from optimizer.models.attention import effective_context
+from optimizer.models.configs import Configs, column
+from optimizer.models.moe_routing import experts_touched
 
 HARD_MAX_EXPONENT = 64.0  # smooth_max_exponent at or above which smax is np.maximum
 

@@ -38,9 +38,10 @@ import numpy as np
 
 from catalog.errors import ModelError
 from optimizer.models import perf
+from optimizer.models.attention import effective_context
+from optimizer.models.configs import Configs
 from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS  # noqa: E402 (re-exported)
 from optimizer.models.lengths import sample_tokens
-from optimizer.models.perf import Configs
 from workloads.spec import LengthDist
 
 PERCENTILES = (50.0, 90.0, 99.0)
@@ -53,7 +54,7 @@ class StepTime:
     ``A`` = the GEMM roofline, the communication and the fixed host time (functions of T only;
     MoE expert reads make them non-linear), ``B`` = the lm_head and the per-sequence host time
     (linear in b), decode attention a smooth max of two terms linear in the b·c' attended context
-    tokens (so linear in b·c' too; c' = ``perf.effective_context(c)`` of a sliding-window model),
+    tokens (so linear in b·c' too; c' = ``effective_context(c)`` of a sliding-window model),
     prefill attention linear in n·span'. ``A`` and ``B`` are tabulated at
     whole tokens by vectorised calls of ``perf.decode_parts``; ``a_dec`` and ``a_pre`` are read
     off one probe.
@@ -74,10 +75,10 @@ class StepTime:
         self._b = (by_batch - by_tokens).tolist()  # B(b): lm_head + per-sequence host
         probe = perf.decode_step_s(one, np.array([[1.0, 1.0, 0.0]]), np.array([[0.0, 1000.0, 0.0]]),
                                    np.array([[0.0, 0.0, 1.0]]), np.array([[0.0, 0.0, 1000.0]]))[0]
-        self._att = float(probe[1] - probe[0]) / float(perf.effective_context(one.model, 1000.0))  # per b·c
+        self._att = float(probe[1] - probe[0]) / float(effective_context(one.model, 1000.0))  # per b·c
         self._model = one.model
         self._plain = one.model.sliding_window_tokens is None  # effective context = context (no window)
-        self._pre = float(probe[2] - self._a[1]) / float(perf.effective_context(one.model, 1000.0))  # per n·span
+        self._pre = float(probe[2] - self._a[1]) / float(effective_context(one.model, 1000.0))  # per n·span
         self.max_tokens = max_tokens
         self._check(one)
 
@@ -86,8 +87,8 @@ class StepTime:
         """Seconds of one step: ``A(b + n) + B(b) + a_dec·b·c + a_pre·n·span``."""
         ctx, span = context_tokens, prefill_span_tokens  # the scheduler's hot path: effective_context(c) is c
         if not self._plain:
-            ctx = perf.effective_context(self._model, context_tokens)
-            span = perf.effective_context(self._model, prefill_span_tokens)
+            ctx = effective_context(self._model, context_tokens)
+            span = effective_context(self._model, prefill_span_tokens)
         return self._a[batch + prefill_tokens] + self._b[batch] + self._att * batch * ctx + self._pre * prefill_tokens * span
 
     def _check(self, one: Configs) -> None:

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from optimizer.models.configs import Configs
 from optimizer.models.disagg import PREFILL_OUTPUT, kv_link_bytes_s
 from optimizer.models.lengths import sample_tokens
-from optimizer.models.perf import Configs
 from optimizer.models.simulate import PERCENTILES, Percentile, SimResult, percentile_ci, simulate
 from workloads.spec import LengthDist
 

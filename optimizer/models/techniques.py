@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from catalog.schema import Model
-from optimizer.models.perf import Configs
+from optimizer.models.configs import Configs
 from optimizer.models.speculative import SpeculativeCost, speculative_cost
 from workloads.spec import Workload
 
@@ -62,7 +62,7 @@ class ServingTechnique:
 
         KV capacity (tokens) = (free bytes per GPU − draft weights per GPU) / (KV bytes per token
         per GPU · (1 + draft KV ratio)) − N, where free bytes per GPU = capacity · KV bytes per
-        token per GPU today (``perf.build_configs``).
+        token per GPU today (``configs.build_configs``).
         """
         if not self.active:
             return c

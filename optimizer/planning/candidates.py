@@ -36,10 +36,10 @@ import numpy as np
 from catalog.load import Catalog
 from catalog.schema import Device, Model
 from optimizer.models import serving
+from optimizer.models.configs import Configs, build_configs, config_key
 from optimizer.models.disagg import pool_p99_ms, sent_tokens
 from optimizer.models.lengths import split_buckets
 from optimizer.models.params import CalibrationParams, load_params
-from optimizer.models.perf import Configs, build_configs, config_key
 from optimizer.models.techniques import ServingTechnique, workload_technique
 from optimizer.planning.bucketing import choose_bucketing, fold_notes
 from optimizer.planning.candidate_set import (

@@ -22,8 +22,8 @@ from functools import cached_property
 import numpy as np
 
 from optimizer.models import disagg, serving
+from optimizer.models.configs import Configs
 from optimizer.models.params import CalibrationParams
-from optimizer.models.perf import Configs
 from optimizer.models.techniques import ServingTechnique
 from optimizer.planning import disk_cache
 from optimizer.planning.candidate_set import BucketSpec

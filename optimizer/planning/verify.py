@@ -39,9 +39,9 @@ import numpy.ma  # noqa: F401 - np.percentile imports it on first use (~30-90 ms
 from catalog.errors import ModelError
 from catalog.load import Catalog
 from optimizer.models import disagg
+from optimizer.models.configs import build_configs
 from optimizer.models.lengths import quantile_tokens
 from optimizer.models.params import CalibrationParams
-from optimizer.models.perf import build_configs
 from optimizer.models.simulate import simulate
 from optimizer.planning import disk_cache
 from optimizer.planning.candidate_set import CandidateSet

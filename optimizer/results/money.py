@@ -42,9 +42,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from catalog.constants import HOURS_PER_YEAR, MONTHS_PER_YEAR
+from workloads.spec import Budget, Facility, Finance, Plan
 
 # Per-server figures of a unit with no platform (a user's device, a capacity-table unit), and
 # the single figure every server had before platforms: a chassis with CPUs, memory and NICs.
@@ -57,6 +58,12 @@ Objective = Literal["tco", "capex", "cloud"]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
+def plan_default(field: str, part: type[BaseModel] = Plan):
+    """The plan file's default of ``part.field`` (``workloads.spec``: Plan, Budget, Facility, Finance):
+    the one place a money assumption's default is declared."""
+    return part.model_fields[field].get_default()
+
+
 @dataclass(frozen=True)
 class MoneyAssumptions:
     """The plan's money, facility and limit figures: what the formulas use and what the result
@@ -66,31 +73,33 @@ class MoneyAssumptions:
     is its fields, and the workbook reads it back validated by the constraints annotated here
     (``reports.result``). ``hours_per_year`` is stated for the workbook's formulas (= HOURS_PER_YEAR);
     budgets, the power cap and the hosted-API prices are None when the plan has none.
+    Defaults are the plan file's (:func:`plan_default`), so ``MoneyAssumptions()`` is what a plan
+    that states none of them gives; the server figures default to the no-platform fallbacks.
     """
 
-    objective: Objective = "tco"
-    horizon_years: Annotated[int, Field(ge=1, le=100)] = 3
-    electricity_usd_per_kwh: NonNeg = 0.10
-    pue: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.3
-    power_utilization: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.7
-    maintenance_fraction_per_year: NonNeg = 0.05
-    discount_rate: Annotated[float, Field(gt=-1, allow_inf_nan=False)] = 0.08
+    objective: Objective = plan_default("objective")
+    horizon_years: Annotated[int, Field(ge=1, le=100)] = plan_default("horizon_years")
+    electricity_usd_per_kwh: NonNeg = plan_default("electricity_usd_per_kwh")
+    pue: Annotated[float, Field(ge=1, allow_inf_nan=False)] = plan_default("pue")
+    power_utilization: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = plan_default("power_utilization")
+    maintenance_fraction_per_year: NonNeg = plan_default("maintenance_fraction_per_year")
+    discount_rate: Annotated[float, Field(gt=-1, allow_inf_nan=False)] = plan_default("discount_rate")
     server_overhead_usd: NonNeg = DEFAULT_SERVER_USD
     server_power_w: NonNeg = DEFAULT_SERVER_POWER_W
     hours_per_year: Annotated[float, Field(gt=0, allow_inf_nan=False)] = HOURS_PER_YEAR
-    capex_budget_usd: NonNeg | None = None
-    annual_budget_usd: NonNeg | None = None
-    max_power_kw: NonNeg | None = None
-    api_usd_per_million_output_tokens: NonNeg | None = None
-    api_usd_per_million_input_tokens: NonNeg | None = None
-    colocation_usd_per_kw_month: NonNeg = 0.0
-    colocation_usd_per_rack_month: NonNeg = 0.0
-    rack_units_per_rack: Annotated[int, Field(ge=1)] = 42
-    network_usd_per_server: NonNeg = 0.0
-    depreciation_years: Annotated[int, Field(ge=1)] | None = None
-    lease_interest_rate: NonNeg = 0.08
-    lease_years: Annotated[int, Field(ge=1)] | None = None
-    allow_partial_servers: bool = True
+    capex_budget_usd: NonNeg | None = plan_default("capex_usd", Budget)
+    annual_budget_usd: NonNeg | None = plan_default("annual_usd", Budget)
+    max_power_kw: NonNeg | None = plan_default("max_power_kw")
+    api_usd_per_million_output_tokens: NonNeg | None = plan_default("api_usd_per_million_output_tokens")
+    api_usd_per_million_input_tokens: NonNeg | None = plan_default("api_usd_per_million_input_tokens")
+    colocation_usd_per_kw_month: NonNeg = plan_default("colocation_usd_per_kw_month", Facility)
+    colocation_usd_per_rack_month: NonNeg = plan_default("colocation_usd_per_rack_month", Facility)
+    rack_units_per_rack: Annotated[int, Field(ge=1)] = plan_default("rack_units_per_rack", Facility)
+    network_usd_per_server: NonNeg = plan_default("network_usd_per_server", Facility)
+    depreciation_years: Annotated[int, Field(ge=1)] | None = plan_default("depreciation_years", Finance)
+    lease_interest_rate: NonNeg = plan_default("lease_interest_rate", Finance)
+    lease_years: Annotated[int, Field(ge=1)] | None = plan_default("lease_years", Finance)
+    allow_partial_servers: bool = plan_default("allow_partial_servers")
 
     @classmethod
     def from_plan(cls, plan) -> MoneyAssumptions:

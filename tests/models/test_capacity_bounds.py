@@ -14,9 +14,9 @@ import pytest
 
 from catalog import load_catalog
 from optimizer.models import perf, serving
+from optimizer.models.configs import build_configs
 from optimizer.models.lengths import split_buckets
 from optimizer.models.params import load_params
-from optimizer.models.perf import build_configs
 from optimizer.models.serving.bounds import TPOT_BOUND_MARGIN, tpot_rate_bound
 from optimizer.models.serving.rows import row_lengths
 from optimizer.models.serving.state import lengths_for

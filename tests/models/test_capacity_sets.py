@@ -14,9 +14,9 @@ import pytest
 
 from catalog import load_catalog
 from optimizer.models import serving
+from optimizer.models.configs import build_configs
 from optimizer.models.lengths import split_buckets
 from optimizer.models.params import load_params
-from optimizer.models.perf import build_configs
 from optimizer.models.techniques import ServingTechnique
 from tests.conftest import EXAMPLES
 from workloads import load_plan, resolve_catalog

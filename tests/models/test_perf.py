@@ -10,8 +10,9 @@ import pytest
 
 from catalog import load_catalog
 from catalog.schema import Device, Model, Source
-from optimizer.models.configs import build_configs, config_key, experts_touched
+from optimizer.models.configs import build_configs, config_key
 from optimizer.models.estimate import estimate_config
+from optimizer.models.moe_routing import experts_touched
 from optimizer.models.params import CalibrationParams, FactorOverride, load_params
 from optimizer.models.perf import (
     bound_kind,

@@ -12,12 +12,11 @@ import pytest
 
 from catalog import load_catalog
 from catalog.schema import Device, Model, Source
-from optimizer.models.configs import (
+from optimizer.models.attention import (
     attention_flops_per_context_token,
-    build_configs,
-    config_key,
     decode_attention_flops_per_context_token,
 )
+from optimizer.models.configs import build_configs, config_key
 from optimizer.models.fidelity import fidelity_of
 from optimizer.models.params import (
     CalibrationParams,
@@ -26,12 +25,7 @@ from optimizer.models.params import (
     FactorOverride,
     default_engine,
 )
-from optimizer.models.perf import (
-    decode_parts,
-    decode_step_s,
-    offline_batch,
-    smooth_max,
-)
+from optimizer.models.perf import decode_parts, decode_step_s, offline_batch, smooth_max
 
 SRC = Source(source="synthetic test figure", as_of="2026")
 CAT = load_catalog()

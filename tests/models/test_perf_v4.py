@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from optimizer.models.configs import build_configs, remote_ranks_per_token
+from optimizer.models.configs import build_configs
+from optimizer.models.moe_routing import remote_ranks_per_token
 from optimizer.models.params import CalibrationParams, FactorOverride
 from optimizer.models.perf import decode_parts
 from tests.models.test_perf_v2 import BF16, ZERO_HOST, dense, device, moe

@@ -8,6 +8,7 @@ import pytest
 from catalog import load_catalog
 from catalog.errors import GpuplanError, ModelError
 from optimizer.models import perf, serving
+from optimizer.models.configs import build_configs
 from optimizer.models.lengths import quadrature, quantile_tokens, sample_tokens, split_buckets
 from optimizer.models.params import load_params
 from optimizer.models.simulate import simulate
@@ -19,7 +20,7 @@ FIXED_P, FIXED_O = LengthDist(mean=467), LengthDist(mean=256)
 
 
 def cfg(model="llama-3.1-8b", device="h100-sxm", prec="bf16", tp=1, pp=1):
-    return perf.build_configs(CAT.model(model), [(CAT.device(device), CAT.precision(prec), tp, pp)], PARAMS)
+    return build_configs(CAT.model(model), [(CAT.device(device), CAT.precision(prec), tp, pp)], PARAMS)
 
 
 def test_lognormal_quantiles_and_quadrature_match_mean_and_p99():
@@ -76,7 +77,7 @@ def test_p99_blows_up_as_utilisation_approaches_one():
 def test_capacity_is_monotone_in_the_slo_and_vectorised():
     combos = [(CAT.device(d), CAT.precision(p), t, 1) for d, p, t in
               [("h100-sxm", "bf16", 1), ("a100-80gb-sxm", "bf16", 1), ("l40s", "fp8", 1), ("h100-sxm", "fp8", 2)]]
-    c = perf.build_configs(CAT.model("llama-3.1-8b"), combos, PARAMS)
+    c = build_configs(CAT.model("llama-3.1-8b"), combos, PARAMS)
     caps = [serving.capacity_at_slo(c, FIXED_P, FIXED_O, SLO(tpot_p99_ms=t)).max_qps for t in (20, 30, 50, 80)]
     for a, b in zip(caps, caps[1:], strict=False):  # to the solver's bracket, CAPACITY_RTOL
         assert np.all(b >= a * (1 - serving.CAPACITY_RTOL))
@@ -214,8 +215,8 @@ def test_request_overhead_adds_once_to_ttft_and_e2e_in_both_models():
     """request_overhead_ms is a constant outside the scheduler: TTFT and E2E move by it, TPOT
     does not, in the analytic model and in the simulator alike (same seed, same steps)."""
     base = cfg()
-    extra = perf.build_configs(CAT.model("llama-3.1-8b"), [(CAT.device("h100-sxm"), CAT.precision("bf16"), 1, 1)],
-                               PARAMS.model_copy(update={"request_overhead_ms": PARAMS.request_overhead_ms + 7.0}))
+    extra = build_configs(CAT.model("llama-3.1-8b"), [(CAT.device("h100-sxm"), CAT.precision("bf16"), 1, 1)],
+                          PARAMS.model_copy(update={"request_overhead_ms": PARAMS.request_overhead_ms + 7.0}))
     a0, a1 = (serving.serve_at_rate(c, 10.0, FIXED_P, FIXED_O) for c in (base, extra))
     for k in ("ttft_mean_ms", "ttft_p50_ms", "ttft_p99_ms", "e2e_mean_ms", "e2e_p99_ms"):
         assert getattr(a1, k)[0] - getattr(a0, k)[0] == pytest.approx(7.0, rel=1e-3, abs=1e-3), k

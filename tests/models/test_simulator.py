@@ -8,6 +8,7 @@ import pytest
 from catalog import load_catalog
 from catalog.errors import ModelError
 from optimizer.models import perf
+from optimizer.models.configs import build_configs
 from optimizer.models.params import load_params
 from optimizer.models.simulate import StepTime, percentile_ci, simulate
 from workloads.spec import LengthDist
@@ -17,7 +18,7 @@ PARAMS = load_params()
 
 
 def cfg(model="llama-3.1-8b", device="h100-sxm", prec="bf16", tp=1):
-    return perf.build_configs(CAT.model(model), [(CAT.device(device), CAT.precision(prec), tp, 1)], PARAMS)
+    return build_configs(CAT.model(model), [(CAT.device(device), CAT.precision(prec), tp, 1)], PARAMS)
 
 
 def test_step_table_equals_perf_model():

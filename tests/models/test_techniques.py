@@ -10,6 +10,8 @@ import pytest
 from catalog import load_catalog
 from catalog.errors import WorkloadError
 from optimizer.models import perf, serving
+from optimizer.models.attention import attention_flops_per_context_token
+from optimizer.models.configs import build_configs
 from optimizer.models.params import load_params
 from optimizer.models.serving.state import _technique_lengths, lengths_for
 from optimizer.models.simulate import simulate
@@ -27,7 +29,7 @@ CHAT_P, CHAT_O = LengthDist(mean=2048, p99=8192), LengthDist(mean=256, p99=1024)
 
 
 def cfg(model="llama-3.1-70b", device="h100-sxm", prec="fp8", tp=4, pp=1):
-    return perf.build_configs(CAT.model(model), [(CAT.device(device), CAT.precision(prec), tp, pp)], PARAMS)
+    return build_configs(CAT.model(model), [(CAT.device(device), CAT.precision(prec), tp, pp)], PARAMS)
 
 
 def spec(k=3, a=0.8, method="eagle", model="llama-3.1-70b", draft=None):
@@ -76,7 +78,7 @@ def test_prefix_hit_cuts_ttft_to_the_prefill_of_the_uncached_tokens():
     hit = serving.serve_at_rate(c, 1e-4, LONG_P, SHORT_O, technique=ServingTechnique(prefix_hit_fraction=h))
     m = CAT.model("llama-3.1-70b")
     L, P = 8192.0, 8192.0 * (1 - h)
-    attn = perf.attention_flops_per_context_token(m)
+    attn = attention_flops_per_context_token(m)
     flops = lambda n, span: 2 * m.active_params_b * 1e9 * n + attn * n * span  # noqa: E731
     ratio = flops(P, L - P / 2) / flops(L, L / 2)
     over = PARAMS.request_overhead_ms
@@ -174,7 +176,7 @@ def test_mtp_gain_matches_deepseek_v3_report():
     compute and bandwidth) in fp8 at batch 128, k = 1, a = 0.875: A = 1.875 and a verify step
     ~1.07× an ordinary one (still memory-bound on the experts and the MLA latent)."""
     m = CAT.model("deepseek-v3")
-    c = perf.build_configs(m, [(CAT.device("h100-sxm"), CAT.precision("fp8"), 8, 1)], PARAMS)
+    c = build_configs(m, [(CAT.device("h100-sxm"), CAT.precision("fp8"), 8, 1)], PARAMS)
     t = ServingTechnique(speculative=speculative_cost("mtp", 1, 0.875, m))
     gain = perf.decode_step_s(c, 128, 2048)[0] * t.tokens_per_step / perf.decode_step_s(t.configure(c), 128, 2048)[0]
     assert gain == pytest.approx(1.8, rel=0.1)

@@ -10,6 +10,8 @@ import pytest
 
 from catalog import load_catalog
 from optimizer.models import perf, serving
+from optimizer.models.attention import attention_flops_per_context_token
+from optimizer.models.configs import build_configs
 from optimizer.models.disagg import (
     NIC_EFFICIENCY,
     decode_pool_capacity,
@@ -40,7 +42,7 @@ ZERO = LinearTerms(0.0, 0.0)
 
 
 def cfg(device, tp, prec="fp8", model=M70):
-    return perf.build_configs(model, [(CAT.device(device), CAT.precision(prec), tp, 1)], PARAMS)
+    return build_configs(model, [(CAT.device(device), CAT.precision(prec), tp, 1)], PARAMS)
 
 
 def unit(name, usd):
@@ -72,7 +74,7 @@ def test_prefill_bottleneck_moves_to_the_compute_rich_device():
     s_h20 = prefill_queue(cfg("h20", 4), p).service_s[0, 0]
     body = M70.active_params_b * 1e9 - 2 * M70.vocab_size * M70.hidden_size
     gemm = 2 * body * 8192
-    attention = perf.attention_flops_per_context_token(M70) * 2048**2 * 8
+    attention = attention_flops_per_context_token(M70) * 2048**2 * 8
     e_c = PARAMS.factors_for(CAT.devices["h100-sxm"], compute_dtype="fp8").compute_efficiency  # the FP8 GEMMs' (both Hopper)
     e_a = PARAMS.prefill_attention_efficiency or PARAMS.attention_efficiency
     expected = (gemm / 4 * (1 / (296e12 * e_c) - 1 / (1979e12 * e_c))

@@ -14,7 +14,7 @@ import pytest
 from optimizer.planning.diagnose import binding_limits
 from optimizer.planning.milp.build import build_model, replica_upper_bound
 from optimizer.planning.milp.problem import Demand, FleetProblem, Limits, Option, UnitTerms
-from optimizer.planning.milp.solve import _classify, solve_fleet
+from optimizer.planning.milp.solve import classify_run, solve_fleet
 from optimizer.results.money import (
     LinearTerms,
     MoneyAssumptions,
@@ -191,11 +191,11 @@ def test_time_limited_solve_is_feasible_not_optimal():
     # PuLP says "Optimal" for a solve stopped by its time limit; sol_status tells them apart.
     model = SimpleNamespace(prob=SimpleNamespace(status=pulp.LpStatusOptimal,
                                                  sol_status=pulp.LpSolutionIntegerFeasible))
-    run = _classify(model, "cbc", 1.0, 1.0)
+    run = classify_run(model, "cbc", 1.0, 1.0)
     assert run.status == SolveStatus.FEASIBLE
     assert "time limit" in run.detail
     model.prob.sol_status = pulp.LpSolutionOptimal
-    assert _classify(model, "cbc", 1.0, 1.0).status == SolveStatus.OPTIMAL
+    assert classify_run(model, "cbc", 1.0, 1.0).status == SolveStatus.OPTIMAL
 
 
 def test_cbc_fallback_solves_the_same():

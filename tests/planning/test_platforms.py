@@ -114,6 +114,17 @@ def test_facility_costs_on_paper():
     assert m.annual_opex_usd == pytest.approx(m.annual_power_usd + m.annual_maintenance_usd + m.annual_facility_usd)
 
 
+def test_assumptions_default_to_a_plan_that_states_none():
+    """MoneyAssumptions declares no default of its own: a plan with only a workload gives them all
+    (the plan file's defaults: 3 years, $0.10/kWh, PUE 1.3, 8 %, no budget; servers at the fallback)."""
+    plan = parse_plan({"workloads": [{"name": "w", "model": "llama-3.1-8b", "qps": 1, "prompt_tokens": 100,
+                                      "output_tokens": 10, "slo": {"ttft_p99_ms": 1000}}]}, "test")
+    a = MoneyAssumptions()
+    assert MoneyAssumptions.from_plan(plan) == a
+    assert (a.horizon_years, a.electricity_usd_per_kwh, a.pue, a.discount_rate) == (3, 0.10, 1.3, 0.08)
+    assert (a.capex_budget_usd, a.depreciation_years, a.rack_units_per_rack) == (None, None, 42)
+
+
 def test_finance_on_paper():
     # capex $100,000, horizon 3 years, life 5: $20,000/yr, book value 100,000 x (1 - 3/5) = $40,000.
     # Lease at 8 % over 3 years: 100,000 x 0.08 / (1 - 1.08^-3) = $38,803.35 per year, $116,410.05 in total.

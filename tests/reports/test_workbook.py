@@ -527,19 +527,19 @@ def _fleet_tco_usd(rows: list[dict], prices: dict[str, float], a: dict) -> float
 
 @needs_soffice
 def test_price_edit_keeps_every_saving_consistent(sample_xlsx, sample_recalc, tmp_path):
-    """Edit the H100 price (the runner-up is all H100): the runner-up, the mixing saving, the API saving and
+    """Edit the H100 price (the best one-device fleet is all H100): that fleet, the mixing saving, the API saving and
     every sentence that quotes them follow, each equal to a recomputation from the bills of materials."""
     result = load_sample()
     a = result["assumptions"]
     single = result["single_device_best"]
     before = named_values(sample_recalc)
-    assert before["runner_up_usd"] == pytest.approx(single["objective_usd"], rel=REL)
+    assert before["one_device_usd"] == pytest.approx(single["objective_usd"], rel=REL)
     for price in (20_000.0, 45_000.0):
         got = named_values(edit_and_recalc(sample_xlsx, tmp_path / f"p{price:.0f}", {"purchase_usd_h100_sxm": price}))
         plan_tco = _fleet_tco_usd(result["fleet"], {"h100-sxm": price}, a)
         single_tco = _fleet_tco_usd(single["fleet"], {"h100-sxm": price}, a)
         assert got["tco_usd"] == pytest.approx(plan_tco, rel=1e-9)
-        assert got["runner_up_usd"] == pytest.approx(single_tco, rel=1e-9)
+        assert got["one_device_usd"] == pytest.approx(single_tco, rel=1e-9)
         assert got["mixing_saving_usd"] == pytest.approx(single_tco - plan_tco, rel=1e-9)
         assert got["mixing_saving_fraction"] == pytest.approx((single_tco - plan_tco) / single_tco, rel=1e-9)
         api = 3 * result["output_tokens_per_year"] * 2.0 / 1e6
@@ -552,8 +552,8 @@ def test_price_edit_keeps_every_saving_consistent(sample_xlsx, sample_recalc, tm
     wb = openpyxl.load_workbook(sample_recalc, data_only=True)
     words = [str(c.value) for c in wb["Summary"]["A"] if c.value]
     wb.close()
-    runner = next(t for t in words if t.startswith("Best one-device fleet") and "costs" in t)
-    assert f"${before['runner_up_usd']:,.0f}" in runner and "more than this plan" in runner
+    one_device = next(t for t in words if t.startswith("Best one-device fleet") and "costs" in t)
+    assert f"${before['one_device_usd']:,.0f}" in one_device and "more than this plan" in one_device
     assert any(t.startswith("It costs ") and f"${before['capex_usd']:,.0f}" in t for t in words)
     assert any(f"{before['capex_usd'] / 1_500_000:.1%}" in t and "capex budget" in t for t in words)
     assert any("the fleet saves" in t for t in words) == (before["api_saving_usd"] >= 0)

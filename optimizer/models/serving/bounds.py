@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from optimizer.models import perf
-from optimizer.models.perf import Configs
+from optimizer.models.configs import Configs
 from optimizer.models.serving.capacity import (
     SERVER_OFFLINE_CEILING,
     _feasible_qps_bound,

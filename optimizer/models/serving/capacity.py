@@ -8,9 +8,9 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from optimizer.models import perf
+from optimizer.models.configs import Configs
 from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS, Z99
 from optimizer.models.params import CalibrationParams
-from optimizer.models.perf import Configs
 from optimizer.models.serving.latency import SLO_LIMITS, LoadResult, evaluate_load, take_state
 from optimizer.models.serving.rows import RowLengths, row_lengths
 from optimizer.models.serving.state import (

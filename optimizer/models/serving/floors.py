@@ -6,9 +6,9 @@ import numpy as np
 
 from catalog.errors import ModelError
 from optimizer.models import perf
+from optimizer.models.configs import Configs
 from optimizer.models.lengths import quantile_tokens
 from optimizer.models.params import CalibrationParams
-from optimizer.models.perf import Configs
 from optimizer.models.serving.capacity import slo_targets
 from workloads.spec import SLO, LengthDist
 

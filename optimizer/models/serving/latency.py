@@ -12,9 +12,9 @@ import numpy as np
 
 from catalog.errors import ModelError
 from optimizer.models import perf
+from optimizer.models.configs import Configs
 from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS, Z99
 from optimizer.models.params import CalibrationParams
-from optimizer.models.perf import Configs
 from optimizer.models.serving.feedback import batch_average_var, feedback_factors
 from optimizer.models.serving.rows import RowLengths, row_lengths
 from optimizer.models.serving.state import (

@@ -12,8 +12,8 @@ from functools import cached_property
 import numpy as np
 
 from optimizer.models import perf
+from optimizer.models.configs import Configs
 from optimizer.models.lengths import quadrature_spread
-from optimizer.models.perf import Configs
 from optimizer.models.serving.rows import RowLengths
 from optimizer.models.techniques import ServingTechnique
 from workloads.spec import LengthDist

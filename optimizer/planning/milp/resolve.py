@@ -32,8 +32,8 @@ from optimizer.planning.milp.problem import (
 )
 from optimizer.planning.milp.solve import (
     CHILD_MIN_OPTIONS,
-    _classify,
-    _HiGHS,
+    HiGHSWithHooks,
+    classify_run,
     extract,
     solve_fleet,
     start_values,
@@ -180,15 +180,15 @@ def resolve_fleet(problem: FleetProblem, *, start: FleetSolution | None, time_li
     model = build_model(problem)
     build_seconds = time.perf_counter() - t0
     first = start_values(model, start) if start is not None and start.status.has_plan else None
-    highs = _HiGHS(msg=False, timeLimit=max(time_limit_s - build_seconds, 0.1 * time_limit_s), gapRel=gap,
-                   threads=1, start=first, presolve="off", **RESOLVE_HIGHS_OPTIONS)
+    highs = HiGHSWithHooks(msg=False, timeLimit=max(time_limit_s - build_seconds, 0.1 * time_limit_s), gapRel=gap,
+                           threads=1, start=first, presolve="off", **RESOLVE_HIGHS_OPTIONS)
     t1 = time.perf_counter()
     try:
         with stdout_silenced():
             model.prob.solve(highs)
     except pulp.PulpSolverError:
         return solve_fleet(problem, time_limit_s=time_limit_s, gap=gap, solver=solver, start=start)
-    run = _classify(model, "highs", time.perf_counter() - t1, time_limit_s)
+    run = classify_run(model, "highs", time.perf_counter() - t1, time_limit_s)
     if run.status == SolveStatus.ERROR:
         return solve_fleet(problem, time_limit_s=time_limit_s, gap=gap, solver=solver, start=start)
     return extract(model, run, build_seconds)

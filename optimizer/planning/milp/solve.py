@@ -126,7 +126,7 @@ class SolveRun:
     bound: float | None = None
 
 
-class _HiGHS(pulp.HiGHS):
+class HiGHSWithHooks(pulp.HiGHS):
     """PuLP's HiGHS with two hooks between building the HiGHS model and running it:
     ``start`` (column values of a feasible solution, by PuLP variable, given to
     ``Highs.setSolution`` as the first incumbent) and ``on_incumbent`` (called with the column
@@ -156,8 +156,8 @@ def _solver(name: str, time_limit_s: float, gap: float, presolve: bool = True,
             start: Mapping[pulp.LpVariable, float] | None = None) -> Any:
     if name == "highs":
         extra = {} if presolve else {"presolve": "off"}
-        return _HiGHS(msg=False, timeLimit=time_limit_s, gapRel=gap, threads=1, on_incumbent=on_incumbent,
-                      start=start, **extra)
+        return HiGHSWithHooks(msg=False, timeLimit=time_limit_s, gapRel=gap, threads=1, on_incumbent=on_incumbent,
+                              start=start, **extra)
     with warnings.catch_warnings():
         # PuLP 3.3 flags its bundled CBC as going away in 4.0; it is only our fallback.
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -175,7 +175,7 @@ def solve_model(model: FleetModel, *, time_limit_s: float, gap: float, solver: s
     ``reported_limit_s`` is the limit the user gave, named in the messages (default
     ``time_limit_s``, which may be what is left of it after building the model).
     ``presolve=False`` skips HiGHS's presolve (faster on small models). ``on_incumbent`` and
-    ``start`` are HiGHS's improving-solution callback and first incumbent (:class:`_HiGHS`).
+    ``start`` are HiGHS's improving-solution callback and first incumbent (:class:`HiGHSWithHooks`).
     """
     names = [solver] + (["cbc"] if solver == "highs" else [])
     last_error = ""
@@ -191,11 +191,14 @@ def solve_model(model: FleetModel, *, time_limit_s: float, gap: float, solver: s
             last_error = f"{name}: {exc}"
             continue
         seconds = time.perf_counter() - t0
-        return _classify(model, name, seconds, reported_limit_s or time_limit_s)
+        return classify_run(model, name, seconds, reported_limit_s or time_limit_s)
     raise SolverError(f"no MILP solver could run ({last_error}); install highspy: pip install highspy")
 
 
-def _classify(model: FleetModel, solver: str, seconds: float, time_limit_s: float) -> SolveRun:
+def classify_run(model: FleetModel, solver: str, seconds: float, time_limit_s: float) -> SolveRun:
+    """The :class:`SolveRun` of a finished solve of ``model``: its status from PuLP's ``status`` and
+    ``sol_status`` (a HiGHS "Optimal" without an incumbent is no plan), with HiGHS's gap and bound;
+    ``time_limit_s`` is the limit named in the messages. Shared with ``resolve.resolve_fleet``."""
     prob = model.prob
     status, sol = prob.status, prob.sol_status
     gap, bound = _highs_gap(prob) if solver == "highs" else (None, None)
