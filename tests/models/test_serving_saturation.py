@@ -8,6 +8,7 @@ import pytest
 
 from catalog import load_catalog
 from optimizer.models import perf, serving
+from optimizer.models.configs import build_configs
 from optimizer.models.lengths import split_buckets
 from optimizer.models.params import load_params
 from optimizer.models.serving.latency import _prefill_wait_moments, prefill_service_s
@@ -22,7 +23,7 @@ CHUNK = 2048
 @pytest.fixture(scope="module")
 def l40s_8b():
     cat, params = load_catalog(None), load_params(None)
-    return perf.build_configs(cat.model("llama-3.1-8b"), [(cat.device("l40s"), cat.precision("fp8"), 1, 1)], params)
+    return build_configs(cat.model("llama-3.1-8b"), [(cat.device("l40s"), cat.precision("fp8"), 1, 1)], params)
 
 
 def test_mg1_wait_two_point_service_on_paper():
