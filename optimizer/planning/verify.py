@@ -118,7 +118,8 @@ def _checks(cset: CandidateSet, sol: FleetSolution, catalog: Catalog, params: Ca
             if c.key.endswith("__spec"):
                 notes.append(f"{w.name} on {c.key}: not simulated (the simulator has no speculative decoding)")
                 continue
-            configs = build_configs(model, [(unit.device, catalog.precision(c.precision), c.tp, c.pp)], params)
+            configs = build_configs(model, [(unit.device, catalog.precision(c.precision), c.tp, c.pp)], params,
+                                    engines=w.engine)  # the engine it was planned with
             buckets = [_Bucket(b, u * c.capacity_qps[b.index]) for b in wc.buckets if routed[b.index] > 0]
             sim_key = (model.model_dump_json(), unit.device.model_dump_json(),
                        catalog.precision(c.precision).model_dump_json(), c.tp, c.pp, params.model_dump_json(),

@@ -58,3 +58,24 @@ def test_verification_is_the_same_with_one_or_two_workers(monkeypatch):
         got.append((r.objective_usd, [(v.key, v.simulated_ms, v.requests, v.met) for v in r.verification.deployments]))
     assert got[0] == got[1]
     assert got[0][1] and all(n % 8000 == 0 and 2 * 8000 <= n <= 5 * 8000 for _, _, n, _ in got[0][1])
+
+
+def test_a_deployment_is_simulated_with_the_engine_it_was_planned_with(monkeypatch):
+    """A workload naming vLLM on an H100 (default TensorRT-LLM) is checked as vLLM, not as the default."""
+    from optimizer.planning import verify
+
+    seen = []
+    real = verify._checks
+
+    def spy(*args, **kwargs):
+        checks, notes = real(*args, **kwargs)
+        seen.extend((ch.c.key, ch.configs.keys[0]) for ch in checks)
+        return checks, notes
+
+    monkeypatch.setattr(verify, "_checks", spy)
+    plan = parse_plan({"name": "e", "allowed_devices": ["h100-sxm"], "workloads": [
+        {"name": "chat", "model": "llama-3.1-8b", "qps": 20, "engine": "vllm",
+         "prompt_tokens": {"mean": 1024, "p99": 4096}, "output_tokens": {"mean": 256, "p99": 1024},
+         "slo": {"ttft_p99_ms": 1000}, "precisions": ["fp8"]}]}, "e")
+    optimize_plan(plan, resolve_catalog(plan, load_catalog(), "e"), compare_single_device=False, verify=True)
+    assert seen and all("vllm" in simulated and planned.startswith(simulated) for planned, simulated in seen), seen
