@@ -123,10 +123,13 @@ def estimate(
     if (prefill_device is None) != (decode_device is None):
         raise ModelError("give both --prefill-device and --decode-device for a disaggregated pair")
     if prefill_device is not None:
+        if ep > 1 or max_batch is not None:
+            raise ModelError("--ep and --max-batch apply to one configuration (--device), not to a disaggregated "
+                             "pair: drop them, or estimate each pool with --device")
         _estimate_pair(model, precision, input_tokens, output_tokens, prefill_device, decode_device,
                        prefill_tp or tp, decode_tp or tp, pp, qps, SLO(ttft_p99_ms=ttft_p99_ms, tpot_p99_ms=tpot_p99_ms,
                                                                         e2e_p99_ms=e2e_p99_ms),
-                       input_p99, output_p99, params, catalog, model_config, json_out)
+                       input_p99, output_p99, params, catalog, model_config, json_out, engine)
         return
     if device is None:
         raise ModelError("give --device (one configuration) or --prefill-device and --decode-device (a pair)")
@@ -149,7 +152,8 @@ def estimate(
 
 
 def _estimate_pair(model, precision, input_tokens, output_tokens, prefill_device, decode_device, prefill_tp,
-                   decode_tp, pp, qps, slo, input_p99, output_p99, params, catalog, model_config, json_out) -> None:
+                   decode_tp, pp, qps, slo, input_p99, output_p99, params, catalog, model_config, json_out,
+                   engine=None) -> None:
     """`gpuplan estimate --prefill-device/--decode-device`: one disaggregated pair (``estimate_pair``)."""
     from optimizer.models.configs import build_configs
     from optimizer.models.disagg import (
@@ -169,7 +173,8 @@ def _estimate_pair(model, precision, input_tokens, output_tokens, prefill_device
                              "add it with --catalog or the plan's devices section")
     prompt = length_from_flags(input_tokens, input_p99, "input")
     output = length_from_flags(output_tokens, output_p99, "output")
-    result = estimate_pair(build_configs(m, [(dp, q, prefill_tp, pp)], p), build_configs(m, [(dd, q, decode_tp, pp)], p),
+    result = estimate_pair(build_configs(m, [(dp, q, prefill_tp, pp)], p, engines=engine),
+                           build_configs(m, [(dd, q, decode_tp, pp)], p, engines=engine),
                            prompt, output, slo, dp.scaleout_nic_gbps_per_gpu, dd.scaleout_nic_gbps_per_gpu, qps,
                            params=p)
     if json_out:

@@ -251,11 +251,20 @@ def test_estimate_pair_json(run_cli):
     assert out["ttft_p99_ms"] <= 1000 and out["tpot_p99_ms"] <= 50
 
 
+def test_estimate_pair_uses_the_engine_it_is_given(run_cli):
+    """--engine reaches both pools (it was ignored: every pair ran the devices' default engines)."""
+    r = run_cli(*PAIR, "--qps", "0.5", "--json", "--engine", "vllm")
+    assert r.code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["prefill"]["key"].endswith("__vllm") and out["decode"]["key"].endswith("__vllm")
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (("--prefill-device", "h100-sxm"), "give both --prefill-device and --decode-device"),
     (("--prefill-device", "l40s", "--decode-device", "h20", "--ttft-p99-ms", "1000", "--tpot-p99-ms", "50"),
      "l40s has no scaleout_nic_gbps_per_gpu"),
     (("--prefill-device", "h100-sxm", "--decode-device", "h20"), "needs --ttft-p99-ms"),
+    (("--prefill-device", "h100-sxm", "--decode-device", "h20", "--ep", "2"), "--ep and --max-batch apply to one"),
 ])
 def test_estimate_pair_errors(run_cli, args, message):
     r = run_cli("estimate", "--model", "llama-3.1-70b", "--precision", "fp8", "--input-tokens", "1000",
