@@ -33,7 +33,7 @@ RUNNER_UP = ("rtx-pro-6000", {"b200": 6}, 471_198.164)
 # prompts of mean 512 tokens attend to L/2, not C/2 = 1,024) 206.23 -> 207.88 req/s, so its 5 replicas hold 200 req/s
 # down to a capacity factor 200/(5 x 207.88) = 0.962: the l40s break-even factor 0.97 -> 0.962
 DEVICES = {  # device: (break-even purchase $, break-even capacity factor)
-    "l40s": (6_234.82161490862, 0.962),
+    "l40s": (6_234.82161490862, 0.960),  # serving-v7: 0.962 → 0.960 (TPOT busy period; chat now uses 1 l40s pp2)
     "rtx-pro-6000": (9_467.494420286592, 0.975),
 }
 TORNADO = {  # input prefix: ($ at the low end, $ at the high end)
@@ -78,7 +78,9 @@ def test_chat_fleet_sensitivity_is_pinned(chat):
     for row in s.tornado:
         (low, high), = [v for k, v in TORNADO.items() if row.input.startswith(k)]
         assert (row.low_usd, row.high_usd) == (pytest.approx(low, rel=REL), pytest.approx(high, rel=REL)), row.input
-    assert s.solves <= 25  # 28 with the bisection; 23-25 by where the galloping search lands
+    # 28 with the bisection; 23-25 by where the galloping search lands; 29 with serving-v7's capacities
+    # (the chat workload split over l40s pp2 + rtx-pro-6000 moves where the capacity-factor searches land)
+    assert s.solves <= 29
 
 
 def test_timings_report_the_sensitivity_stage(chat):
