@@ -31,8 +31,8 @@ RTOL = 1e-9
 # performance model or its calibration: re-record them then, from the per-set path.
 PINNED_COMBOS = [("h100-sxm", "fp8", 1, 1), ("a100-80gb-sxm", "bf16", 2, 1), ("l40s", "fp8", 1, 1),
                  ("mi300x", "bf16", 1, 1), ("rtx-pro-6000", "fp8", 1, 1), ("h200-sxm", "bf16", 1, 1)]
-PINNED_QPS = [  # re-recorded for serving-v6 (busy-queue prefill service, batch mixture; limits unchanged), then for
-    # serving-v7: queue service moments to L^8 (whole workload, last row: a100 bf16 tp2 0.4326 → 0.4425, +2.3 %) and
+PINNED_QPS = [  # re-recorded for serving-v6 (busy-queue prefill service, batch mixture, queued prefill in TPOT; limits
+    # unchanged), then for serving-v7: queue service moments to L^8 (whole workload, last row: a100 bf16 tp2 0.4326 → 0.4425, +2.3 %) and
     # the busy period behind a request in TPOT (mi300x bf16 on the shortest bucket, tpot: 2.4567 → 2.4342, −0.9 %)
     [7.056189907669271, 3.410104944111038, 0.0, 2.4342082353688665, 7.312452529799443, 0.22907265776840008],
     [2.8255688812684046, 1.5437034124433695, 0.0, 1.0757283626570087, 3.6385352277346157, 0.05405811359721486],
