@@ -34,7 +34,7 @@ RUNNER_UP = ("rtx-pro-6000", {"b200": 6}, 471_198.164)
 # (deployments[].capacity_qps), so they hold its 200 req/s down to a capacity factor 200/207.88 = 0.962 (was
 # 200/206.23 = 0.970): the l40s break-even factor 0.97 -> 0.962
 DEVICES = {  # device: (break-even purchase $, break-even capacity factor)
-    # serving-v7 (busy period behind a request in TPOT): code-completion's 5 l40s replicas 207.88 -> 208.35 req/s, so
+    # serving-v7 (queue service moments to L^8, lognormal prompts): code-completion's 5 l40s replicas 207.88 -> 208.35 req/s, so
     # 200/208.35 = 0.960
     "l40s": (6_234.82161490862, 0.960),
     "rtx-pro-6000": (9_467.494420286592, 0.975),
