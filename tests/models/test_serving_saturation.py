@@ -22,7 +22,6 @@ from optimizer.models.lengths import (
 from optimizer.models.params import load_params
 from optimizer.models.serving.latency import (
     _prefill_wait_moments,
-    _work_behind,
     prefill_service_s,
     service_moments,
 )
@@ -159,33 +158,3 @@ def test_lognormal_whole_workload_ttft_p99_tracks_the_simulator(gb200_405b):
         sims = [simulate(c, 0, q, prompt, output, requests=8_000, seed=s).ttft[99.0].value_ms for s in range(3)]
         assert analytic == pytest.approx(float(np.median(sims)), rel=0.15), (share, analytic, sims)
 
-
-def test_busy_period_behind_on_paper():
-    """One service length S = 0.1 s, λ = 5/s (u = 0.5), a sojourn of exactly T = 0.15 s: the queued work H
-    is compound Poisson, E[H] = λ·S·T = 0.075 s, Var(H) = λ·S²·T = 0.0075 s²; the busy period it starts has
-    E[B] = E[H]/(1 − u) = 0.15 s and Var(B) = E[H]·λS²/(1 − u)³ + Var(H)/(1 − u)² = 0.03 + 0.03 = 0.06 s²."""
-    lens = SimpleNamespace(l_w=np.array([[1.0]]), l_nodes=np.array([[1000.0]]), l_dev=np.zeros((1, 1, 8)))
-    zero = np.zeros(1)
-    b1, b2, _ = _work_behind(np.array([5.0]), lens, np.array([[0.1]]), np.array([[1e-4]]), (np.array([0.05]), zero, zero),
-                             np.array([False]))
-    assert b1[0] == pytest.approx(0.15, rel=1e-9)
-    assert b2[0] == pytest.approx(0.06, rel=1e-9)
-
-
-def test_short_outputs_behind_long_prompts_tpot_p99_tracks_the_simulator():
-    """The longest of 4 buckets of svc01 (prompts mean 1,024/p99 4,096, outputs 128/512: 1.4k-5.4k-token prompts,
-    24-565 outputs) on llama-3.1-70b fp4 mi355x, TPOT-limited at TTFT p99 2 s / TPOT p99 100 ms: at 85 % and
-    100 % of its capacity the analytic TPOT p99 within 15 % of the median of 3 simulated runs of 8,000 requests
-    (seeds 0-2; measured −3 % and −4 %). With the queued work alone behind a request (not the busy period it
-    starts) the capacity was 3.96 req/s, where the simulator's TPOT p99 was 106-146 ms (analytic 100)."""
-    cat, params = load_catalog(None), load_params(None)
-    c = build_configs(cat.model("llama-3.1-70b"), [(cat.device("mi355x"), cat.precision("fp4"), 1, 1)], params)
-    b = split_buckets(LengthDist(mean=1024, p99=4096), LengthDist(mean=128, p99=512), 4)[3]
-    cap = serving.capacity_at_slo(c, b.prompt, b.output, SLO(ttft_p99_ms=2000, tpot_p99_ms=100))
-    assert cap.limited_by[0] == "tpot"
-    assert float(cap.max_qps[0]) < 3.8
-    for share in (0.85, 1.0):
-        q = float(cap.max_qps[0]) * share
-        analytic = float(serving.serve_at_rate(c, q, b.prompt, b.output).tpot_p99_ms[0])
-        sims = [simulate(c, 0, q, b.prompt, b.output, requests=8_000, seed=s).tpot[99.0].value_ms for s in range(3)]
-        assert analytic == pytest.approx(float(np.median(sims)), rel=0.15), (share, analytic, sims)

@@ -82,7 +82,7 @@ def test_chat_fleet_sensitivity_is_pinned(chat):
         (low, high), = [v for k, v in TORNADO.items() if row.input.startswith(k)]
         assert (row.low_usd, row.high_usd) == (pytest.approx(low, rel=REL), pytest.approx(high, rel=REL)), row.input
     # 28 with the bisection; 23-25 by where the galloping search lands; 29 with serving-v7's capacities
-    # (the chat workload split over l40s pp2 + rtx-pro-6000 moves where the capacity-factor searches land)
+    # (queue service moments to L^8: the chat workload split over l40s pp2 + rtx-pro-6000 moves where the searches land)
     assert s.solves <= 29
 
 

@@ -48,9 +48,8 @@ over quadrature nodes of the length distributions and inverted by bisection):
   simulator's was 0.81 and its TTFT p99 1.8 s against 3.0-6.0 s (the svc18 bucket of
   ``tests/models/test_serving_saturation.py``; now within 8 % of the median of seeds at 70-100 % of its capacity).
 - **TPOT**, besides the above: a request starts to decode just after its last prefill chunk, with
-  the prompts that arrived during its wait and prefill still queued (a compound Poisson over its
-  sojourn) and the prompts arriving meanwhile keeping the queue busy: a busy period H started by that
-  work (mean ×1/(1 − u)); its full-chunk steps are its first ones, ``f·H/n`` more per token over n = O − 1 steps
+  the prompts that arrived during its wait and prefill still queued (work H, a compound Poisson
+  over its sojourn); their full-chunk steps are its first ones, ``f·H/n`` more per token over n = O − 1 steps
   (f = the prefill share of a full-chunk step), redistributed so that the token-weighted mean stays
   the Little's-law one (``latency._queue_behind``).
 - **E2E** = TTFT + (O − 1)·TPOT (so the front-end time counts once in E2E too).

@@ -27,7 +27,7 @@ from optimizer.models.serving.state import (
     prompts_k_max,
     solve_state,
 )
-from optimizer.models.serving.tails import censored_moments, gamma_quantile, mixture_quantile
+from optimizer.models.serving.tails import gamma_quantile, mixture_quantile
 from optimizer.models.techniques import ServingTechnique
 from workloads.spec import LengthDist
 
@@ -172,7 +172,6 @@ class _TpotMoments:
     var: np.ndarray
     k3: np.ndarray
     weights: np.ndarray
-    var_drift: np.ndarray | float = 0.0  # the part of ``var`` from the batch drift (the rest is the prefill share's)
 
 
 def _tpot_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, fb, sat: np.ndarray,
@@ -193,14 +192,12 @@ def _tpot_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, fb, s
     y_bar = np.maximum(mean_tpot - d_tag, 0.0)
     bound = y_bar * np.maximum(s.t_full_s - s.steps.d - y_bar, 0.0)
     shrink = np.minimum(1.0, bound[:, None] / np.maximum(var_pref, 1e-300))
-    var_drift = (s.slope_s[:, None] ** 2) * var_b * fb.batch_factor[:, None]
-    var_tpot = var_pref * shrink + var_drift
+    var_tpot = var_pref * shrink + (s.slope_s[:, None] ** 2) * var_b * fb.batch_factor[:, None]
     k3_tpot = (k3_t * fb.prefill_factor**1.5)[:, None] / steps_n**2 * shrink**1.5
     w_tpot = np.where(o1 >= 0.5, lens.o_w, 0.0)
     total = w_tpot.sum(axis=1)[:, None]
     w_tpot = np.where(total > 0, w_tpot / np.where(total > 0, total, 1.0), w_tpot)
-    return _TpotMoments(mean_tpot, np.broadcast_to(mean_tpot[:, None], var_tpot.shape), var_tpot, k3_tpot, w_tpot,
-                        var_drift)
+    return _TpotMoments(mean_tpot, np.broadcast_to(mean_tpot[:, None], var_tpot.shape), var_tpot, k3_tpot, w_tpot)
 
 
 def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments, need: set[str], p50: bool) -> dict[str, np.ndarray]:
@@ -354,7 +351,7 @@ class _TtftMoments:
     mean: np.ndarray
     var: np.ndarray
     k3: np.ndarray
-    behind: tuple[np.ndarray, np.ndarray, np.ndarray]  # mean, variance, κ3 of the busy period H left behind (s), (N,)
+    behind: tuple[np.ndarray, np.ndarray, np.ndarray]  # mean, variance, κ3 of the work H left behind (s), (N,)
 
 
 # The prefill queue runs with the decode batch of the moment, which drifts over a request's life
@@ -424,16 +421,11 @@ def _ttft_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, chunk
 
 
 def _work_behind(lam, lens: RowLengths, service, slope, wait, bad) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean, variance, κ3 (s, s², s³; (N,)) of the prefill busy period B a request leaves behind it when
-    its prefill ends: FCFS, the prompts that arrived during its sojourn T = W + S (wait and own service)
-    are still queued, work H, a compound Poisson given T: ``E[H] = λE[S]·E[T]``,
-    ``Var(H) = λE[S²]·E[T] + (λE[S])²·Var(T)``, ``κ3(H) = λE[S³]·E[T] + 3·λE[S]·λE[S²]·Var(T) + (λE[S])³·κ3(T)``
-    (W and S independent). The prompts arriving while H is served extend it: the busy period started by
-    work x has cumulants linear in x, ``x/(1−u)``, ``x·λs₂/(1−u)³``, ``x·(λs₃/(1−u)⁴ + 3(λs₂)²/(1−u)⁵)``
-    (u = λs₁, s_k = E[S^k]), mixed over H by total cumulance. 0 where the queue is unstable. H alone
-    (serving-v6) left the TPOT p99 of svc01's longest bucket on mi355x 30 % under the simulator's at its
-    capacity (100 vs 144 ms): at u = 0.65 the queue stays busy 1/(1 − u) ≈ 2.9 times longer than H.
-    """
+    """Mean, variance, κ3 (s, s², s³; (N,)) of the prompt work H a request leaves queued behind it when
+    its prefill ends: FCFS, the prompts that arrived during its sojourn T = W + S (wait and own service),
+    a compound Poisson given T: ``E[H] = λE[S]·E[T]``, ``Var(H) = λE[S²]·E[T] + (λE[S])²·Var(T)``,
+    ``κ3(H) = λE[S³]·E[T] + 3·λE[S]·λE[S²]·Var(T) + (λE[S])³·κ3(T)`` (W and S independent; 0 where the
+    queue is unstable)."""
     s1, s2, s3, _ = service_moments(lens, service, slope)
     w1, w2, w3 = wait
     t1, t2, t3 = w1 + s1, w2 + s2 - s1 * s1, w3 + s3 - 3.0 * s1 * s2 + 2.0 * s1**3
@@ -441,14 +433,7 @@ def _work_behind(lam, lens: RowLengths, service, slope, wait, bad) -> tuple[np.n
     h1 = a1 * t1
     h2 = a2 * t1 + a1 * a1 * t2
     h3 = a3 * t1 + 3.0 * a1 * a2 * t2 + a1**3 * t3
-    # the busy period H starts: cumulants linear in the initial work x, x/(1−u), x·λs₂/(1−u)³,
-    # x·(λs₃/(1−u)⁴ + 3(λs₂)²/(1−u)⁵); then over H (total cumulance)
-    r = 1.0 / np.maximum(1.0 - a1, 1e-9)
-    c1, c2, c3 = r, a2 * r**3, a3 * r**4 + 3.0 * a2 * a2 * r**5
-    b1 = c1 * h1
-    b2 = c2 * h1 + c1 * c1 * h2
-    b3 = c3 * h1 + 3.0 * c1 * c2 * h2 + c1**3 * h3
-    return tuple(np.where(bad, 0.0, h) for h in (b1, b2, b3))
+    return tuple(np.where(bad, 0.0, h) for h in (h1, h2, h3))
 
 
 def _queue_behind(tp: _TpotMoments, c: Configs, lens: RowLengths, ttft: _TtftMoments, b_busy: np.ndarray,
@@ -456,40 +441,28 @@ def _queue_behind(tp: _TpotMoments, c: Configs, lens: RowLengths, ttft: _TtftMom
     """TPOT moments with the prefill work a request finds queued behind it when it starts to decode.
 
     Its first token ends a prefill step, and the prompts that arrived while it waited and prefilled
-    are still queued (FCFS): they and the prompts arriving meanwhile keep the queue busy for a time H
-    (``_work_behind``, a busy period, at the mean batch). It runs in its first
+    are still queued (FCFS): work H (``_work_behind``, at the mean batch). It runs in its first
     decode steps, each a full-chunk step of
     which the share ``f = 1 − D(b)/t(b, c̄, C, span)`` is prefill (b the time-averaged batch, span the
     token-weighted mean ``o + E[L²]/(2E[L])``, ``prefill_service_s``). Over n = O − 1 steps that is
     ``f·H/n`` more per token; a request ends at a random step rather than just after a prefill, so the
     token-weighted mean — what ``_tpot_moments`` has by Little's law — does not move: the node mean
-    shifts by ``f·(E[H_n]/n − E[H_n']/E[n])`` and the variance and κ3 grow by ``f²·Var(H_n)/n²``, ``f³·κ3(H_n)/n³``,
-    H_n = min(H, n·t(b, c̄, C, span)) (n steps hold at most n full-chunk steps: ``tails.censored_moments``).
+    shifts by ``f·E[H]·(1/n − 1/E[n])`` and the variance and κ3 grow by ``f²·Var(H)/n²``, ``f³·κ3(H)/n³``.
     Without it the TPOT p99 of short outputs was 10-50 % under the simulator's near saturation
-    (llama-3.1-70b fp4, 1.4k-20k-token prompts, on mi355x at its TPOT capacity: 100 vs 129-150 ms); with
-    H the queued work alone (serving-v6) 100 vs 106-146 ms, with the busy period 100 vs 88-109 ms at the
-    lower capacity it gives (3.96 → 3.63 req/s; tests/models/test_serving_saturation.py).
+    (llama-3.1-70b fp4, 1.4k-20k-token prompts, on mi355x at its TPOT capacity: 100 vs 129-150 ms).
     """
+    w1, w2, w3 = ttft.behind
     el = np.maximum(lens.mean_l, 1.0)
     span = lens.span_offset + (lens.var_l + el * el) / (2.0 * el)
     full = perf.decode_step_s(c, b_busy, lens.ctx, float(chunk), span)
-    d = perf.decode_step_s(c, b_busy, lens.ctx)
-    f = np.clip(1.0 - d / np.maximum(full, 1e-300), 0.0, 1.0)
+    f = np.clip(1.0 - perf.decode_step_s(c, b_busy, lens.ctx) / np.maximum(full, 1e-300), 0.0, 1.0)
     f = np.where(np.isfinite(f), f, 0.0)[:, None]
     n = np.maximum(lens.o_nodes - 1.0, 1.0)
     n_bar = np.maximum(lens.mean_o1, 1.0)[:, None]
-    # a request's n steps hold at most n full-chunk steps of the busy period: min(H, n·t_full)
-    cap = n * np.where(np.isfinite(full), full, 0.0)[:, None]
-    w1, w2, w3 = censored_moments(*(np.nan_to_num(h) for h in ttft.behind), cap)
-    mt = tp.mt + f * (w1 / n - np.sum(lens.o_w * w1, axis=1, keepdims=True) / n_bar)
-    # the prefill share of a step is in [0, t_full − D], so is its average over n steps: Var ≤ ȳ·(e − ȳ)
-    pref = tp.var - tp.var_drift + (f * f) * w2 / (n * n)
-    y = np.maximum(mt - d[:, None], 0.0)
-    bound = y * np.maximum((full - d)[:, None] - y, 0.0)
-    shrink = np.where(np.isfinite(bound), np.minimum(1.0, bound / np.maximum(pref, 1e-300)), 1.0)
-    var = pref * shrink + tp.var_drift
-    k3 = (tp.k3 + (f**3) * w3 / (n**3)) * shrink**1.5
-    return _TpotMoments(tp.mean, mt, var, k3, tp.weights, tp.var_drift)
+    mt = tp.mt + f * w1[:, None] * (1.0 / n - 1.0 / n_bar)
+    var = tp.var + (f * f) * w2[:, None] / (n * n)
+    k3 = tp.k3 + (f**3) * w3[:, None] / (n**3)
+    return _TpotMoments(tp.mean, mt, var, k3, tp.weights)
 
 
 def prefill_service_s(c: Configs, b: np.ndarray, lens: RowLengths, chunk: int) -> tuple[np.ndarray, np.ndarray]:

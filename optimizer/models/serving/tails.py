@@ -79,27 +79,6 @@ def _shape_quantile(q: float, sh: _Shape) -> np.ndarray:
     return np.where(sh.skewed, x_gamma, sh.mean + z * sh.sd)
 
 
-_HERMITE_Z, _HERMITE_W = np.polynomial.hermite_e.hermegauss(24)
-_HERMITE_W = _HERMITE_W / _HERMITE_W.sum()  # E[f(Z)], Z ~ N(0, 1)
-
-
-def censored_moments(mean: np.ndarray, var: np.ndarray, k3: np.ndarray, cap: np.ndarray
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean, variance, κ3 of ``min(max(X, 0), cap)`` for X the shifted gamma fitted to (mean, var, κ3) (N,),
-    ``cap`` (N, J) → each (N, J). X = ``shift + kθ·(Z/(3√k) + 1 − 1/(9k))³`` (the Wilson–Hilferty form of
-    ``_shape_quantile``; ``mean + Z·sd`` where unskewed), the moments by 24-node Gauss–Hermite over Z."""
-    sh = _shape(mean, var, k3)
-    z = _HERMITE_Z[None, :]
-    base = z / (3.0 * sh.sqrt_k[:, None]) + 1.0 - sh.inv_9k[:, None]
-    x = np.where(sh.skewed[:, None], sh.shift[:, None] + sh.scale[:, None] * int_power(np.maximum(base, 0.0), 3),
-                 sh.mean[:, None] + z * sh.sd[:, None])  # (N, Z)
-    y = np.minimum(np.maximum(x, 0.0)[:, None, :], cap[:, :, None])  # (N, J, Z)
-    m1 = y @ _HERMITE_W
-    d = y - m1[:, :, None]
-    d2 = d * d
-    return m1, d2 @ _HERMITE_W, (d2 * d) @ _HERMITE_W
-
-
 def gamma_quantile(q: float, mean: np.ndarray, var: np.ndarray, k3: np.ndarray) -> np.ndarray:
     """The q-quantile of the shifted gamma with this mean, variance and third cumulant (normal where
     unskewed), Wilson–Hilferty: ``shift + kθ·(z_q/(3√k) + 1 − 1/(9k))³``."""
