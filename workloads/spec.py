@@ -199,10 +199,10 @@ class Workload(Strict):
         values = value if isinstance(value, list) else [value]
         bad = [v for v in values if v not in ENGINES]
         if bad or not values:
-            raise ValueError(f"engine: {value!r} is not one of {', '.join(ENGINES)} (or a list of them); "
+            raise ValueError(f"{value!r} is not one of {', '.join(ENGINES)} (or a list of them); "
                              "write e.g. engine: vllm or engine: [vllm, sglang], or drop it for the device's default")
         if len(set(values)) != len(values):
-            raise ValueError(f"engine: {value!r} lists an engine twice; list each once")
+            raise ValueError(f"{value!r} lists an engine twice; list each once")
         return value
 
     @property

@@ -168,14 +168,24 @@ def _combos(w: Workload, model: Model, catalog: Catalog, units: dict[str, UnitSp
         for q_name in w.precisions:
             q = catalog.precision(q_name)
             q_why = why or q.unsupported_reason(dev)
-            for engine in w.engines:
+            for n, engine in enumerate(w.engines):
+                e_why = q_why or engine_reason(dev, engine)
                 for t, e in shardings:
-                    if q_why is not None:
-                        pruned.append(Candidate(w.name, config_key(dev, q, t, 1, engine, e), key, q.key, t, 1, t * e,
-                                                zeros, nones, pruned_reason=q_why, ep=e, engine=engine or ""))
-                    else:
+                    if e_why is None:
                         todo.append(Combo(dev, q, t, 1, e, engine))
+                    elif e == 1 and (n == 0 or q_why is None):  # one row per tp says why (not per ep and engine)
+                        pruned.append(Candidate(w.name, config_key(dev, q, t, 1, engine, e), key, q.key, t, 1, t * e,
+                                                zeros, nones, pruned_reason=e_why, ep=e, engine=engine or ""))
     return todo, pruned
+
+
+def engine_reason(device: Device, engine: str | None) -> str | None:
+    """Why ``engine`` cannot serve on ``device``, or None: TensorRT-LLM is built on CUDA and runs on
+    NVIDIA GPUs only (https://github.com/NVIDIA/TensorRT-LLM, read 2026-12-01); vLLM and SGLang also run on
+    AMD (ROCm) and other accelerators, so they are left to the calibration's factors."""
+    if engine == "trtllm" and device.vendor != "nvidia":
+        return f"TensorRT-LLM runs on NVIDIA GPUs only, {device.key} is {device.vendor}; list vllm or sglang for it"
+    return None
 
 
 @dataclass(frozen=True)
