@@ -18,6 +18,8 @@ from optimizer.models.params import load_params
 from optimizer.models.serving import capacity_at_slo
 from optimizer.optimize import optimize_plan
 from optimizer.planning.candidates import model_candidates
+from reports.context import FIRST_ROW, HEADER_ROW
+from reports.workbook import build_workbook
 from workloads import parse_plan, resolve_catalog
 from workloads.spec import LengthDist
 
@@ -129,3 +131,15 @@ def test_an_ep_deployment_is_simulated_with_its_ep_and_engine(monkeypatch):
     for key, ep, simulated, sim_ep, engine in seen:
         assert key == simulated and ep == sim_ep
         assert engine == ("sglang" if key.endswith("__sglang") else "vllm")
+    # the JSON rows and the workbook's Deployments sheet show the ep; GPUs = replicas · tp · pp · ep
+    js = r.to_json()
+    dep = next(d for d in js["deployments"] if d["ep"] > 1)
+    assert dep["key"].endswith(f"__ep{dep['ep']}") or f"__ep{dep['ep']}__" in dep["key"]
+    assert dep["engine"] in ("vllm", "sglang")
+    assert any(c["ep"] > 1 and c["gpus"] == c["tp"] * c["pp"] * c["ep"] for c in js["candidates"])
+    ws = build_workbook(js)["Deployments"]
+    header = [c.value for c in ws[HEADER_ROW]]
+    col = {h: i for i, h in enumerate(header) if h}
+    row = next(r for r in ws.iter_rows(min_row=FIRST_ROW) if r[col["Configuration key"]].value == dep["key"])
+    assert row[col["Expert parallel"]].value == dep["ep"]
+    assert row[col["Expert parallel"]].coordinate in row[col["GPUs"]].value  # the formula multiplies by it
