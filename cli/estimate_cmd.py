@@ -123,9 +123,13 @@ def estimate(
     if (prefill_device is None) != (decode_device is None):
         raise ModelError("give both --prefill-device and --decode-device for a disaggregated pair")
     if prefill_device is not None:
-        if ep > 1 or max_batch is not None:
-            raise ModelError("--ep and --max-batch apply to one configuration (--device), not to a disaggregated "
-                             "pair: drop them, or estimate each pool with --device")
+        single = [flag for flag, given in (("--device", device is not None), ("--ep", ep > 1),
+                                           ("--max-batch", max_batch is not None), ("--batch", batch is not None),
+                                           ("--max-throughput", max_throughput)) if given]
+        if single:
+            them = ("it", "applies") if len(single) == 1 else ("them", "apply")
+            raise ModelError(f"{' and '.join(single)} {them[1]} to one configuration (--device), not to a "
+                             f"disaggregated pair: drop {them[0]}, or estimate each pool with --device")
         _estimate_pair(model, precision, input_tokens, output_tokens, prefill_device, decode_device,
                        prefill_tp or tp, decode_tp or tp, pp, qps, SLO(ttft_p99_ms=ttft_p99_ms, tpot_p99_ms=tpot_p99_ms,
                                                                         e2e_p99_ms=e2e_p99_ms),
@@ -153,7 +157,7 @@ def estimate(
 
 def _estimate_pair(model, precision, input_tokens, output_tokens, prefill_device, decode_device, prefill_tp,
                    decode_tp, pp, qps, slo, input_p99, output_p99, params, catalog, model_config, json_out,
-                   engine=None) -> None:
+                   engine) -> None:
     """`gpuplan estimate --prefill-device/--decode-device`: one disaggregated pair (``estimate_pair``)."""
     from optimizer.models.configs import build_configs
     from optimizer.models.disagg import (

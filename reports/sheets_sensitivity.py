@@ -42,7 +42,9 @@ def build_sensitivity(ctx: Ctx) -> None:
     s = ctx.result.sensitivity
     title(sheet, "Sensitivity of the decision", OUTPUT_NOTE)
     if s is None:
-        sheet.put(HEADER_ROW, 1, "No sensitivity analysis in this result (gpuplan optimize --no-sensitivity, or no plan).")
+        skipped = next((d.message for d in ctx.result.diagnostics if d.code == "sensitivity_skipped"), None)
+        sheet.put(HEADER_ROW, 1, f"No sensitivity analysis in this result: {skipped}." if skipped else
+                  "No sensitivity analysis in this result (gpuplan optimize --no-sensitivity, or no plan).")
         sheet.finish()
         return
     cloud = ctx.result.objective == "cloud"

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from functools import cache, cached_property
+from functools import cached_property
 
 import numpy as np
 
@@ -135,7 +135,7 @@ class Configs:
         idx = indices if isinstance(indices, slice) else np.asarray(indices, dtype=int)
         new = object.__new__(type(self))
         values = new.__dict__
-        for name in _config_fields():
+        for name in _CONFIG_FIELDS:
             value = self.__dict__[name]
             if isinstance(value, np.ndarray):
                 value = value[idx]
@@ -301,7 +301,7 @@ class StageConstants:
 
     def take(self, idx: np.ndarray | slice) -> StageConstants:
         """The constants of the configurations at ``idx`` (of the (N,) arrays)."""
-        return StageConstants(*(getattr(self, f.name)[idx] for f in fields(self) if f.name != "_shaped"))
+        return StageConstants(*(getattr(self, name)[idx] for name in _STAGE_FIELDS))
 
     def shaped(self, ndim: int) -> StageConstants:
         """The constants as (N, 1, ...) columns that broadcast against ``ndim``-dimensional inputs (cached)."""
@@ -309,14 +309,12 @@ class StageConstants:
             return self
         if ndim not in self._shaped:
             self._shaped[ndim] = StageConstants(
-                *(column(getattr(self, f.name), ndim) for f in fields(self) if f.name != "_shaped"))
+                *(column(getattr(self, name), ndim) for name in _STAGE_FIELDS))
         return self._shaped[ndim]
 
 
-@cache
-def _config_fields() -> tuple[str, ...]:
-    """The field names of :class:`Configs` (``Configs.take`` copies them)."""
-    return tuple(f.name for f in fields(Configs))
+_CONFIG_FIELDS = tuple(f.name for f in fields(Configs))  # what ``Configs.take`` copies
+_STAGE_FIELDS = tuple(f.name for f in fields(StageConstants) if f.name != "_shaped")  # the (N,) arrays
 
 
 def stage_constants(c: Configs) -> StageConstants:

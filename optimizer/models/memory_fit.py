@@ -63,7 +63,7 @@ def replica_memory(model: Model, params: CalibrationParams, tp, pp, epa, per_dev
     free = usable - weight_per_gpu - params.workspace_gb_per_gpu * GIB_BYTES
     kv_capacity = epa * free / (kv_bpt / (kv_shards * pp))
     return ReplicaMemory(wbpp, dbpp, body_dense, dense_store + expert_store, weight_per_gpu, kv_bpt, kv_shards, usable,
-                   kv_capacity, kv_capacity >= 1.0)
+                         kv_capacity, kv_capacity >= 1.0)
 
 
 def no_fit_reason(model: Model, params: CalibrationParams, d: Device, q: Precision, tp: int, pp: int, ep: int,

@@ -31,7 +31,7 @@ RTOL = 1e-9
 # performance model or its calibration: re-record them then, from the per-set path.
 PINNED_COMBOS = [("h100-sxm", "fp8", 1, 1), ("a100-80gb-sxm", "bf16", 2, 1), ("l40s", "fp8", 1, 1),
                  ("mi300x", "bf16", 1, 1), ("rtx-pro-6000", "fp8", 1, 1), ("h200-sxm", "bf16", 1, 1)]
-PINNED_QPS = [  # re-recorded for serving-v6 (busy-queue prefill service, batch mixture; limits unchanged)
+PINNED_QPS = [  # re-recorded for serving-v6 (busy-queue prefill service, batch mixture, queued prefill in TPOT; limits unchanged)
     [7.056189907669271, 3.410104944111038, 0.0, 2.4566572482557762, 7.312452529799443, 0.22907265773296026],
     [2.8255688812686115, 1.5437034124437277, 0.0, 1.0757283626569154, 3.6385295208840405, 0.05405811372413343],
     [1.4084223067885442, 0.8266838524664609, 0.0, 0.39021574087080796, 2.056268941018852, 0.013656132152966856],

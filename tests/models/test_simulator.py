@@ -41,6 +41,22 @@ def test_fixed_lengths_zero_load_ttft_is_prefill_and_tpot_is_step_time():
     assert np.allclose(r.e2e_s, prefill + steps.sum(), rtol=1e-12)
 
 
+def test_zero_load_sliding_window_model_matches_perf_model():
+    """The scheduler loop inlines the step time with ``Model.effective_kv_tokens`` spelt out for a
+    windowed model: at zero load it must still give the perf model's figures. gemma-3-27b (window
+    1024 on its local layers): a 3,000-token prompt in one 4,096-token chunk attends a span of 1,500
+    and decodes at contexts 3,001-3,199, both past the window (the loop without the window gives TPOT and TTFT 1.6 % higher)."""
+    c = cfg("gemma-3-27b")
+    L, out = 3000, 200
+    r = simulate(c, 0, 1e-5, LengthDist(mean=L), LengthDist(mean=out), requests=20, seed=3, warmup_fraction=0,
+                 prefill_chunk_tokens=4096)
+    prefill = float(perf.prefill_s(c, L)[0]) + c.request_overhead_s
+    steps = perf.decode_step_s(c, 1, L + np.arange(1, out))
+    assert np.allclose(r.ttft_s, prefill, rtol=1e-12)
+    assert np.allclose(r.tpot_s, steps.mean(), rtol=1e-12)
+    assert np.allclose(r.e2e_s, prefill + steps.sum(), rtol=1e-12)
+
+
 def test_seed_determines_the_result():
     c = cfg()
     p, o = LengthDist(mean=800, p99=3000), LengthDist(mean=200, p99=900)

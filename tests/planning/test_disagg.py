@@ -264,7 +264,11 @@ def test_estimate_pair_uses_the_engine_it_is_given(run_cli):
     (("--prefill-device", "l40s", "--decode-device", "h20", "--ttft-p99-ms", "1000", "--tpot-p99-ms", "50"),
      "l40s has no scaleout_nic_gbps_per_gpu"),
     (("--prefill-device", "h100-sxm", "--decode-device", "h20"), "needs --ttft-p99-ms"),
-    (("--prefill-device", "h100-sxm", "--decode-device", "h20", "--ep", "2"), "--ep and --max-batch apply to one"),
+    (("--prefill-device", "h100-sxm", "--decode-device", "h20", "--ep", "2"), "--ep applies to one configuration (--device), not to a disaggregated pair: drop it"),
+    (("--prefill-device", "h100-sxm", "--decode-device", "h20", "--max-batch", "8", "--batch", "4"),
+     "--max-batch and --batch apply to one"),
+    (("--prefill-device", "h100-sxm", "--decode-device", "h20", "--device", "h100-sxm", "--max-throughput"),
+     "--device and --max-throughput apply to one"),
 ])
 def test_estimate_pair_errors(run_cli, args, message):
     r = run_cli("estimate", "--model", "llama-3.1-70b", "--precision", "fp8", "--input-tokens", "1000",

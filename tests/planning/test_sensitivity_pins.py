@@ -30,8 +30,9 @@ REL = 1e-6
 # break-even capacity factor 0.955 -> 0.97, the performance tornado low end 232,822.76 -> 287,579.756
 RUNNER_UP = ("rtx-pro-6000", {"b200": 6}, 471_198.164)
 # serving-v6 (busy-queue prefill service at the prompt's own span): code-completion on l40s (TTFT-limited,
-# prompts of mean 512 tokens attend to L/2, not C/2 = 1,024) 206.23 -> 207.88 req/s, so its 5 replicas hold 200 req/s
-# down to a capacity factor 200/(5 x 207.88) = 0.962: the l40s break-even factor 0.97 -> 0.962
+# prompts of mean 512 tokens attend to L/2, not C/2 = 1,024): its 5 replicas' capacity together 206.23 -> 207.88 req/s
+# (deployments[].capacity_qps), so they hold its 200 req/s down to a capacity factor 200/207.88 = 0.962 (was
+# 200/206.23 = 0.970): the l40s break-even factor 0.97 -> 0.962
 DEVICES = {  # device: (break-even purchase $, break-even capacity factor)
     "l40s": (6_234.82161490862, 0.962),
     "rtx-pro-6000": (9_467.494420286592, 0.975),

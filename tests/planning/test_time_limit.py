@@ -14,11 +14,13 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from catalog import load_catalog
+from optimizer import optimize as optimize_mod
 from optimizer.optimize import optimize_plan
 from optimizer.planning.milp import solve as solve_mod
 from optimizer.planning.milp.deadline import run_with_deadline
@@ -178,11 +180,7 @@ def test_restricted_milp_gives_a_plan_of_the_full_problem_with_its_gap():
 
 def test_a_plan_stopped_at_its_time_limit_gets_no_sensitivity_but_a_warning(monkeypatch):
     """Break-evens against a base plan within 5 % of its bound would be solver noise, and at 500
-    workloads its ~20 re-solves each ran to the limit (46 min at --time-limit 120): skipped, said."""
-    from dataclasses import replace
-
-    from optimizer import optimize as optimize_mod
-
+    workloads its ~20 re-solves each ran to the limit (~20 × --time-limit): skipped, said."""
     real = optimize_mod.solve_stage
 
     def stopped(*args, **kwargs):

@@ -9,6 +9,7 @@ import pytest
 
 from catalog import load_catalog
 from optimizer.optimize import optimize_plan
+from optimizer.planning import verify
 from optimizer.planning.verify import MIN_REPLICATIONS, REPLICATIONS, _decided
 from workloads import parse_plan, resolve_catalog
 
@@ -62,8 +63,6 @@ def test_verification_is_the_same_with_one_or_two_workers(monkeypatch):
 
 def test_a_deployment_is_simulated_with_the_engine_it_was_planned_with(monkeypatch):
     """A workload naming vLLM on an H100 (default TensorRT-LLM) is checked as vLLM, not as the default."""
-    from optimizer.planning import verify
-
     seen = []
     real = verify._checks
 

@@ -22,7 +22,7 @@ import pytest
 
 from catalog.errors import OutputError
 from reports import styles
-from reports.context import INPUT_NAMES, OUTPUT_NAMES
+from reports.context import HEADER_ROW, INPUT_NAMES, OUTPUT_NAMES
 from reports.recalc import pdf_to_png, recalculate, soffice_path, to_pdf
 from reports.result import PlanResultError
 from reports.workbook import SHEETS, build_workbook, write_workbook
@@ -212,6 +212,18 @@ def test_infeasible_result_still_writes(tmp_path):
     assert "FleetTable" not in wb["Fleet"].tables
     assert any(c.value == "infeasible" for row in wb["Summary"].iter_rows() for c in row)
     wb.close()
+
+
+def test_sensitivity_sheet_says_why_it_was_skipped(tmp_path):
+    """A plan not proven optimal has no sensitivity: the sheet quotes the warning, not --no-sensitivity."""
+    r = load_sample()
+    message = "sensitivity not computed: the plan is not proven optimal (gap 5.0 % to its lower bound)"
+    r.update(status="feasible", sensitivity=None)
+    r["diagnostics"].append({"level": "warning", "code": "sensitivity_skipped", "message": message})
+    wb = openpyxl.load_workbook(write_workbook(r, tmp_path / "skipped.xlsx"))
+    text = wb["Sensitivity"].cell(HEADER_ROW, 1).value
+    wb.close()
+    assert message in text and "--no-sensitivity" not in text
 
 
 # ---------------------------------------------------------------- safety

@@ -127,7 +127,7 @@ def evaluate_load(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, nee
     ttft = _ttft_moments(c, lam, lens, s, chunk, b_busy, np.sqrt(np.where(sat, 0.0, fb.occupancy_factor) * b_busy))
     tp = _queue_behind(_tpot_moments(c, lam, lens, s, fb, sat, tbar), c, lens, ttft, b_busy, chunk)
     out = _percentiles(len(c), lens, tp, ttft, need, p50)
-    ttft_mean = np.sum(np.where(ttft.weights > 0, ttft.mean, 0.0) * ttft.weights, axis=1)  # padded nodes (weight 0) aside
+    ttft_mean = np.sum(np.where(lens.l_w > 0, ttft.mean, 0.0) * lens.l_w, axis=1)  # padded nodes (weight 0) aside
     e2e_mean = ttft_mean + lens.mean_o1 * tp.mean
 
     # ---- KV occupancy (M/G/∞ shot noise, over-dispersed by load feedback) and utilisation
@@ -220,7 +220,7 @@ def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments,
     ttft_m, ttft_v, ttft_k3 = ttft.mean, ttft.var, ttft.k3
     if "ttft" in need:
         for q in qs:
-            out[f"ttft_p{round(q * 100)}"] = mixture_quantile(q, ttft.weights, ttft_m, ttft_v, ttft_k3)
+            out[f"ttft_p{round(q * 100)}"] = mixture_quantile(q, lens.l_w, ttft_m, ttft_v, ttft_k3)
     if "e2e" in need:
         # components (L node, O node): TTFT(L) + (O−1)·TPOT(O), independent
         o1 = np.maximum(lens.o_nodes - 1.0, 0.0)[:, None, :]
@@ -228,7 +228,7 @@ def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments,
         v = (ttft_v[:, :, None] + (o1**2) * tp.var[:, None, :]
              + (tp.mt**2 * lens.o_var)[:, None, :])  # output length spread inside a stratum
         k3 = ttft_k3[:, :, None] + (o1**3) * tp.k3[:, None, :]
-        w = (ttft.weights[:, :, None] * lens.o_w[:, None, :]).reshape(n, -1)
+        w = (lens.l_w[:, :, None] * lens.o_w[:, None, :]).reshape(n, -1)
         for q in qs:
             out[f"e2e_p{round(q * 100)}"] = mixture_quantile(q, w, m.reshape(n, -1), v.reshape(n, -1),
                                                             k3.reshape(n, -1))
@@ -346,12 +346,11 @@ def _carrying_j_max(mj: np.ndarray, lens: RowLengths) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _TtftMoments:
-    """TTFT moments (s, s², s³) by prompt node, (N, QL), with the request weights of the nodes (``weights``)."""
+    """TTFT moments (s, s², s³) by prompt node, (N, QL): the nodes and weights of ``RowLengths.l_nodes``/``l_w``."""
 
     mean: np.ndarray
     var: np.ndarray
     k3: np.ndarray
-    weights: np.ndarray
     behind: tuple[np.ndarray, np.ndarray, np.ndarray]  # mean, variance, κ3 of the work H left behind (s), (N,)
 
 
@@ -418,7 +417,7 @@ def _ttft_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, chunk
     mean = np.where(unstable, np.inf, mean0 + m1[:, None])
     var = np.where(unstable, 0.0, var0 + m2c[:, None] + slope**2 * lens.l_var)
     k3 = np.where(unstable, 0.0, k30 + m3c[:, None])
-    return _TtftMoments(mean, var, k3, lens.l_w, behind)
+    return _TtftMoments(mean, var, k3, behind)
 
 
 def _work_behind(lam, lens: RowLengths, service, slope, wait, bad) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
