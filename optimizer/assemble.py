@@ -159,7 +159,7 @@ def deployment_rows(wc: WorkloadCandidates, sol: FleetSolution) -> list[Deployme
         out.append(Deployment(
             workload=w, key=c.key, device=c.device, precision=c.precision, tp=c.tp, pp=c.pp, replicas=r,
             qps=qps, capacity_qps=capacity, ttft_p99_ms=p99[0], tpot_p99_ms=p99[1], e2e_p99_ms=p99[2],
-            stage=c.stage, technique=c.technique,
+            stage=c.stage, technique=c.technique, ep=c.ep, engine=c.engine,
             kv_link_gb_s=qps * c.kv_bytes_per_request * 8.0 / 1e9 if c.kv_bytes_per_request is not None else None,
         ))
     return out
@@ -266,7 +266,8 @@ def candidate_rows(cset: CandidateSet, a: MoneyAssumptions) -> list[CandidateRow
                     workload=wc.workload.name, bucket=b.index, key=c.key, device=c.device, precision=c.precision,
                     tp=c.tp, pp=c.pp, gpus=c.gpus, capacity_qps=mu, cost_per_replica_usd=cost,
                     cost_per_qps_usd=cost / mu if cost is not None and mu > 0 else None,
-                    limited_by=c.limited_by[b.index], pruned_reason=c.pruned_reason, power_kw=power,
+                    limited_by=c.limited_by[b.index], pruned_reason=c.pruned_reason, power_kw=power, ep=c.ep,
+                    engine=c.engine,
                 ))
     return rows
 

@@ -97,6 +97,8 @@ class Deployment(_Loose):
     kv_link_gb_s: NonNeg | None = None
     fidelity: Fidelity | None = None
     verification: VerifiedDeployment | None = None
+    ep: Annotated[int, Field(ge=1)] = 1  # expert-parallel degree: a replica has tp·pp·ep GPUs
+    engine: str = ""
 
 
 class Workload(_Loose):
@@ -136,6 +138,8 @@ class Candidate(_Loose):
     precision: str | None = None
     tp: Annotated[int, Field(ge=1)]
     pp: Annotated[int, Field(ge=1)]
+    ep: Annotated[int, Field(ge=1)] = 1
+    engine: str = ""
     gpus: Count | None = None
     capacity_qps: Num | None = None
     cost_per_replica_usd: Num | None = None
@@ -289,7 +293,7 @@ def _cross_check(result: PlanResult, where: str) -> None:
         if names and d.workload not in names:
             raise PlanResultError(f"{where}: deployments[{i}].workload: '{d.workload}' is not one of the "
                                   f"workloads ({', '.join(sorted(names))})")
-        used[d.device] = used.get(d.device, 0) + d.replicas * d.tp * d.pp
+        used[d.device] = used.get(d.device, 0) + d.replicas * d.tp * d.pp * d.ep
     for device, gpus in used.items():
         if gpus > fleet[device]:
             raise PlanResultError(f"{where}: deployments on '{device}' use {gpus} GPUs but its fleet row has "

@@ -21,6 +21,7 @@ DEPLOYMENT_COLUMNS: list[tuple[str, str, str]] = [
     ("precision", "Precision", ""),
     ("tp", "Tensor parallel", styles.INT),
     ("pp", "Pipeline parallel", styles.INT),
+    ("ep", "Expert parallel", styles.INT),
     ("replicas", "Replicas", styles.THOUSANDS),
     ("gpus", "GPUs", styles.THOUSANDS),
     ("qps", "Load routed (req/s)", styles.DEC2),
@@ -101,6 +102,8 @@ def build_deployments(ctx: Ctx) -> None:
     unused = _unused_metrics(ctx)
     if all(d.stage == "colocated" and not d.technique for d in ctx.result.deployments):
         unused |= set(TECHNIQUE_COLUMNS)
+    if all(d.ep == 1 for d in ctx.result.deployments):  # shown only when some deployment is expert-parallel
+        unused.add("ep")
     columns = [c for c in DEPLOYMENT_COLUMNS if c[0] not in unused]
     col = {key: i for i, (key, _, _) in enumerate(columns, start=1)}
     ctx.deployment_cols = col
@@ -114,11 +117,12 @@ def build_deployments(ctx: Ctx) -> None:
     for d in ctx.result.deployments:
         r = str(row)
         w = slos.get(d.workload)
-        gpus = d.replicas * d.tp * d.pp
+        gpus = d.replicas * d.tp * d.pp * d.ep
+        ep_factor = f"*{L['ep']}{r}" if "ep" in L else ""
         cells = {
             "workload": d.workload, "device": d.device, "precision": d.precision or "",
-            "tp": d.tp, "pp": d.pp, "replicas": d.replicas,
-            "gpus": Formula(f"={L['replicas']}{r}*{L['tp']}{r}*{L['pp']}{r}", gpus),
+            "tp": d.tp, "pp": d.pp, "ep": d.ep, "replicas": d.replicas,
+            "gpus": Formula(f"={L['replicas']}{r}*{L['tp']}{r}*{L['pp']}{r}{ep_factor}", gpus),
             "qps": d.qps, "capacity": d.capacity_qps,
             "load": (Formula(f"=IF({L['capacity']}{r}>0,{L['qps']}{r}/{L['capacity']}{r},0)",
                              d.qps / d.capacity_qps) if d.capacity_qps else None),
@@ -173,7 +177,7 @@ def build_workloads(ctx: Ctx) -> None:
         r = str(row)
         mine = [drow for drow, d in zip(ctx.deployment_rows, ctx.result.deployments, strict=True)
                 if d.workload == w.name]
-        gpus = sum(d.replicas * d.tp * d.pp for d in ctx.result.deployments if d.workload == w.name)
+        gpus = sum(d.replicas * d.tp * d.pp * d.ep for d in ctx.result.deployments if d.workload == w.name)
         gpu_refs = "+".join(ref(dep_ws, drow, dcol["gpus"], absolute=False) for drow in mine) or "0"
         cost_refs = "+".join(ref(dep_ws, drow, dcol["cost"], absolute=False) for drow in mine) or "0"
         met = "yes" if w.met else ("no" if w.met is not None else "n/a")
@@ -245,7 +249,7 @@ def build_candidates(ctx: Ctx) -> None:
     for c in shown:
         bucket = "" if c.bucket is None else str(c.bucket)
         values = [c.workload, bucket, c.key, c.device, c.precision or "", c.tp, c.pp,
-                  c.gpus if c.gpus is not None else c.tp * c.pp, c.capacity_qps,
+                  c.gpus if c.gpus is not None else c.tp * c.pp * c.ep, c.capacity_qps,
                   c.cost_per_replica_usd, c.cost_per_qps_usd, c.limited_by or "",
                   "yes" if (c.workload, c.key) in chosen else "", c.pruned_reason or ""]
         for i, ((_, fmt), v) in enumerate(zip(CANDIDATE_COLUMNS, values, strict=True), start=1):

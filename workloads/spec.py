@@ -151,6 +151,8 @@ class Speculative(Strict):
 
 
 DEFAULT_PRECISIONS = ("bf16", "fp16", "fp8")
+ENGINES = ("trtllm", "vllm", "sglang")
+Engine = Literal["trtllm", "vllm", "sglang"]
 
 
 class Workload(Strict):
@@ -169,8 +171,9 @@ class Workload(Strict):
     output_tokens: LengthDist
     slo: SLO = SLO()
     precisions: list[str] = Field(default_factory=lambda: list(DEFAULT_PRECISIONS), min_length=1)
-    engine: Literal["trtllm", "vllm", "sglang"] | None = Field(
-        None, description="serving engine of every replica; None = the device's default (TensorRT-LLM "
+    engine: Engine | list[Engine] | None = Field(
+        None, description="serving engine of every replica, or a list of engines any of which may serve "
+        "(the optimizer plans each and picks the cheaper); None = the device's default (TensorRT-LLM "
         "on NVIDIA, vLLM on AMD and the rest: optimizer.models.params.default_engine)")
     min_replicas: Annotated[int, Field(ge=0, le=100_000)] = 1
     redundancy: Literal["none", "n+1", "n+1-node"] = Field(
@@ -186,6 +189,29 @@ class Workload(Strict):
     disaggregation: Literal["allowed", "never"] = Field(
         "never", description="'allowed': the optimizer may serve the workload from separate prefill and "
                              "decode pools (KV sent over the scale-out network) where that is cheaper")
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _engine(cls, value):
+        """One engine, a non-empty list of distinct engines, or None; anything else names the field and the fix."""
+        if value is None:
+            return None
+        values = value if isinstance(value, list) else [value]
+        bad = [v for v in values if v not in ENGINES]
+        if bad or not values:
+            raise ValueError(f"{value!r} is not one of {', '.join(ENGINES)} (or a list of them); "
+                             "write e.g. engine: vllm or engine: [vllm, sglang], or drop it for the device's default")
+        if len(set(values)) != len(values):
+            raise ValueError(f"{value!r} lists an engine twice; list each once")
+        return value
+
+    @property
+    def engines(self) -> tuple[str | None, ...]:
+        """The engines candidates are planned with: those of ``engine`` (a list: each), or (None,) =
+        the device's default."""
+        if self.engine is None:
+            return (None,)
+        return tuple(self.engine) if isinstance(self.engine, list) else (self.engine,)
 
     @model_validator(mode="after")
     def _check(self) -> Workload:

@@ -1,7 +1,8 @@
 """The candidate records and what the MILP needs from them: units (devices with prices), unit terms, the problem.
 
-A candidate k of workload w is (device, precision, tp, pp), keyed deterministically
-(``h100_sxm__fp8__tp4__pp1``, the key of the MILP variable and of the workbook row), with
+A candidate k of workload w is (device, precision, tp, pp, ep, engine) (a :class:`Combo`), keyed
+deterministically (``h100_sxm__fp8__tp4__pp1``; ``__ep8`` when expert-parallel, ``__vllm`` when the engine
+is not the device's default: ``configs.config_key``), the key of the MILP variable and of the workbook row, with
 its capacity at the SLO (req/s per replica) in every request-size bucket. How candidates are
 enumerated and pruned: :mod:`optimizer.planning.candidates`; how capacities are evaluated:
 :mod:`optimizer.planning.evaluate`.
@@ -9,11 +10,14 @@ enumerated and pruned: :mod:`optimizer.planning.candidates`; how capacities are 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from catalog.load import Catalog
-from catalog.schema import Device, Platform
+from catalog.schema import Device, Model, Platform, Precision
+from optimizer.models.configs import Configs, build_configs
+from optimizer.models.params import CalibrationParams
 from optimizer.planning.bucketing import problem_parts
 from optimizer.planning.milp.problem import FleetProblem, Limits, UnitTerms
 from optimizer.results.money import (
@@ -30,6 +34,29 @@ from workloads.spec import LengthDist, Plan, Workload
 
 TP_DEGREES = (1, 2, 4, 8)
 PP_DEGREES = (1, 2, 4, 8)
+
+class Combo(NamedTuple):
+    """One configuration to evaluate: device, precision, tp, pp, expert-parallel degree (1 = none;
+    > 1 only for MoE models: attention data-parallel over ep ranks of tp GPUs, experts split ep ways)
+    and engine (None = the device's default). A replica has tp·pp·ep GPUs."""
+
+    device: Device
+    precision: Precision
+    tp: int
+    pp: int
+    ep: int = 1
+    engine: str | None = None
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.ep
+
+
+def combo_configs(model: Model, combos: Sequence[Combo], params: CalibrationParams) -> Configs:
+    """``build_configs`` of ``combos``, each with its engine and expert-parallel degree."""
+    return build_configs(model, [(c.device, c.precision, c.tp, c.pp) for c in combos], params,
+                         engines=[c.engine for c in combos], ep=[c.ep for c in combos])
+
 
 # p99s (ttft, tpot, e2e) in ms of a candidate serving one bucket at a rate per replica.
 Predictor = Callable[[str, int, float], tuple[float | None, float | None, float | None]]
@@ -72,6 +99,8 @@ class Candidate:
     stage: str = "colocated"
     technique: str = ""  # the serving technique it uses, e.g. "eagle k3 a0.8" ("" = none)
     kv_bytes_per_request: float | None = None  # pools: mean KV bytes a request sends over the scale-out link
+    ep: int = 1  # expert-parallel degree (gpus = tp·pp·ep)
+    engine: str = ""  # serving engine it was evaluated with ("" = not known: a capacity-table unit)
 
     @property
     def kept(self) -> bool:
@@ -245,10 +274,10 @@ def rebase_candidates(cset: CandidateSet, plan: Plan) -> CandidateSet:
     for wc in cset.workloads:
         w = plan.workload(wc.workload.name)
         old = wc.workload
-        if (w.model, w.prompt_tokens, w.output_tokens, w.slo, w.precisions, w.prefix_cache, w.speculative,
+        if (w.model, w.prompt_tokens, w.output_tokens, w.slo, w.precisions, w.engine, w.prefix_cache, w.speculative,
                 w.disaggregation) != (old.model, old.prompt_tokens, old.output_tokens, old.slo, old.precisions,
-                                      old.prefix_cache, old.speculative, old.disaggregation):
-            raise ValueError(f"workload '{w.name}' changed its model, lengths, SLO, precisions or serving "
+                                      old.engine, old.prefix_cache, old.speculative, old.disaggregation):
+            raise ValueError(f"workload '{w.name}' changed its model, lengths, SLO, precisions, engine or serving "
                              "techniques; recompute the candidates")
         rate = w.request_rate_qps
         buckets = tuple(replace(b, qps=b.fraction * rate) for b in wc.buckets)

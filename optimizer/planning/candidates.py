@@ -2,9 +2,13 @@
 
 The records (Candidate, CandidateSet, …) are in :mod:`optimizer.planning.candidate_set`, their
 evaluation (jobs, memo, worker pool) in :mod:`optimizer.planning.evaluate`.
-Enumeration: every allowed device × every allowed precision the device runs × tp in
+Enumeration: every allowed device × every allowed precision the device runs × every engine
+the workload allows (``Workload.engines``; the device's default when it names none) × tp in
 {1, 2, 4, 8} dividing gpus_per_node × pp in {1, 2, 4, 8} where needed to fit (the smallest
-pp that fits at that tp, and none beyond). Each gets its capacity at the workload's SLO
+pp that fits at that tp, and none beyond); for an MoE model also expert parallelism (tp 1,
+pp 1, ep N for N > 1 in the same degrees as tp: attention data-parallel over N GPUs, experts
+split N ways, TensorRT-LLM's "DEP"; pruned with the memory reason when it does not fit at pp 1).
+Each gets its capacity at the workload's SLO
 (req/s per replica) in every request-size bucket — ``capacity_at_slo`` of the serving
 model; for a batch workload the SLO-free throughput ``batch_throughput`` — its cost per
 replica under the plan's objective and its power. An online workload is evaluated both
@@ -36,7 +40,7 @@ import numpy as np
 from catalog.load import Catalog
 from catalog.schema import Device, Model
 from optimizer.models import serving
-from optimizer.models.configs import Configs, build_configs, config_key
+from optimizer.models.configs import Configs, config_key
 from optimizer.models.disagg import pool_p99_ms, sent_tokens
 from optimizer.models.lengths import split_buckets
 from optimizer.models.params import CalibrationParams, load_params
@@ -48,10 +52,12 @@ from optimizer.planning.candidate_set import (
     BucketSpec,
     Candidate,
     CandidateSet,
+    Combo,
     Predictor,
     UnitSpec,
     WorkloadCandidates,
     catalog_units,
+    combo_configs,
     cost_per_replica_usd,
     missing_figures,
     unit_terms,
@@ -131,9 +137,17 @@ def _bucket_specs(w: Workload, n_buckets: int) -> tuple[BucketSpec, ...]:
     )
 
 
-def _combos(w: Workload, catalog: Catalog, units: dict[str, UnitSpec], plan: Plan, n_buckets: int
-            ) -> tuple[list[tuple], list[Candidate]]:
-    """(device, precision, tp) triples to evaluate, and candidates pruned before any model runs."""
+def ep_degrees(model: Model, device: Device, server_gpus: int | None = None) -> list[int]:
+    """Expert-parallel degrees of an MoE model: those of ``tp_degrees`` above 1 (one server's
+    scale-up domain); none for a dense model."""
+    return [n for n in tp_degrees(device, server_gpus) if n > 1] if model.is_moe else []
+
+
+def _combos(w: Workload, model: Model, catalog: Catalog, units: dict[str, UnitSpec], plan: Plan, n_buckets: int
+            ) -> tuple[list[Combo], list[Candidate]]:
+    """Configurations to evaluate at pp = 1 (``_prepare`` adds pp where tp needs it), and candidates
+    pruned before any model runs: per device, precision and engine, (tp t, ep 1) for t in
+    ``tp_degrees`` and (tp 1, ep N) for N in ``ep_degrees``."""
 
     todo, pruned = [], []
     zeros, nones = (0.0,) * n_buckets, (None,) * n_buckets
@@ -149,16 +163,29 @@ def _combos(w: Workload, catalog: Catalog, units: dict[str, UnitSpec], plan: Pla
             why = f"inventory of {key} is 0"
         elif missing := missing_figures(dev, plan):
             why = f"{key} has no {', '.join(missing)}; add it with --catalog or the plan's devices section"
+        shardings = [(t, 1) for t in tp_degrees(dev, unit.gpus_per_node)]
+        shardings += [(1, n) for n in ep_degrees(model, dev, unit.gpus_per_node)]
         for q_name in w.precisions:
             q = catalog.precision(q_name)
             q_why = why or q.unsupported_reason(dev)
-            for t in tp_degrees(dev, unit.gpus_per_node):
-                if q_why is not None:
-                    pruned.append(Candidate(w.name, config_key(dev, q, t, 1, w.engine), key, q.key, t, 1, t, zeros, nones,
-                                            pruned_reason=q_why))
-                else:
-                    todo.append((dev, q, t))
+            for n, engine in enumerate(w.engines):
+                e_why = q_why or engine_reason(dev, engine)
+                for t, e in shardings:
+                    if e_why is None:
+                        todo.append(Combo(dev, q, t, 1, e, engine))
+                    elif e == 1 and (n == 0 or q_why is None):  # one row per tp says why (not per ep and engine)
+                        pruned.append(Candidate(w.name, config_key(dev, q, t, 1, engine, e), key, q.key, t, 1, t * e,
+                                                zeros, nones, pruned_reason=e_why, ep=e, engine=engine or ""))
     return todo, pruned
+
+
+def engine_reason(device: Device, engine: str | None) -> str | None:
+    """Why ``engine`` cannot serve on ``device``, or None: TensorRT-LLM is built on CUDA and runs on
+    NVIDIA GPUs only (https://github.com/NVIDIA/TensorRT-LLM, read 2026-12-01); vLLM and SGLang also run on
+    AMD (ROCm) and other accelerators, so they are left to the calibration's factors."""
+    if engine == "trtllm" and device.vendor != "nvidia":
+        return f"TensorRT-LLM runs on NVIDIA GPUs only, {device.key} is {device.vendor}; list vllm or sglang for it"
+    return None
 
 
 @dataclass(frozen=True)
@@ -186,12 +213,12 @@ class _Prepared:
     model: Model
     buckets: tuple[BucketSpec, ...]
     pruned: list[Candidate]
-    chosen: list[tuple]
+    chosen: list[Combo]
     configs: Configs | None
     variants: tuple[_Variant, ...] = ()
 
 
-def _variants(w: Workload, model: Model, catalog: Catalog, chosen: list[tuple], configs: Configs
+def _variants(w: Workload, model: Model, catalog: Catalog, chosen: list[Combo], configs: Configs
               ) -> tuple[_Variant, ...]:
     """Colocated as today (with the workload's prefix cache), colocated with speculative decoding
     when the workload allows it, and prefill + decode pools when it allows disaggregation
@@ -207,10 +234,10 @@ def _variants(w: Workload, model: Model, catalog: Catalog, chosen: list[tuple], 
     if spec is not None:
         out.append(_Variant("colocated", spec, "", "__spec", every, configs))
     if w.disaggregation == "allowed":
-        rows = tuple(i for i, (d, _, _, _) in enumerate(chosen) if d.scaleout_nic_gbps_per_gpu)
+        rows = tuple(i for i, c in enumerate(chosen) if c.device.scaleout_nic_gbps_per_gpu)
         if rows:
             sub = configs.take(list(rows))
-            nic = tuple(float(chosen[i][0].scaleout_nic_gbps_per_gpu) for i in rows)
+            nic = tuple(float(chosen[i].device.scaleout_nic_gbps_per_gpu) for i in rows)
             out.append(_Variant("prefill", base, "prefill__", "", rows, sub, nic))
             out.append(_Variant("decode", base, "decode__", "", rows, sub, nic))
             if spec is not None:
@@ -224,25 +251,31 @@ def _prepare(w: Workload, plan: Plan, catalog: Catalog, units: dict[str, UnitSpe
 
     model = catalog.model(w.model)
     buckets = _bucket_specs(w, n_buckets)
-    todo, pruned = _combos(w, catalog, units, plan, len(buckets))
+    todo, pruned = _combos(w, model, catalog, units, plan, len(buckets))
 
     # pp: the smallest degree that fits; pp = 1 is kept (pruned, with the memory reason) when it does not.
-    grid = [(d, q, t, p) for d, q, t in todo for p in PP_DEGREES]
-    fit = build_configs(model, grid, params, engines=w.engine) if grid else None
-    chosen: list[tuple] = []
-    for j, (d, q, t) in enumerate(todo):
-        rows = range(j * len(PP_DEGREES), (j + 1) * len(PP_DEGREES))
+    # Expert-parallel combos are tried at pp 1 only.
+    grid: list[Combo] = []
+    spans: list[range] = []
+    for c in todo:
+        degrees = PP_DEGREES if c.ep == 1 else (1,)
+        spans.append(range(len(grid), len(grid) + len(degrees)))
+        grid += [c._replace(pp=p) for p in degrees]
+    fit = combo_configs(model, grid, params) if grid else None
+    chosen: list[Combo] = []
+    for rows in spans:
         first = next((i for i in rows if fit.runnable[i]), None)
-        if first is None or grid[first][3] > 1:
+        if first is None or grid[first].pp > 1:
             # Record the pp = 1 config (pp was needed), or the largest pp tried when nothing fits.
             i = rows[0] if first is not None else rows[-1]
-            p = grid[i][3]
-            pruned.append(Candidate(w.name, fit.keys[i], d.key, q.key, t, p, t * p, tuple(0.0 for _ in buckets),
-                                    tuple("memory" for _ in buckets),
-                                    pruned_reason=fit.reason[i] or "does not fit in memory"))
+            c = grid[i]
+            pruned.append(Candidate(w.name, fit.keys[i], c.device.key, c.precision.key, c.tp, c.pp, c.gpus,
+                                    tuple(0.0 for _ in buckets), tuple("memory" for _ in buckets),
+                                    pruned_reason=fit.reason[i] or "does not fit in memory", ep=c.ep,
+                                    engine=fit.engines[i]))
         if first is not None:
             chosen.append(grid[first])
-    configs = build_configs(model, chosen, params, engines=w.engine) if chosen else None
+    configs = combo_configs(model, chosen, params) if chosen else None
     variants = _variants(w, model, catalog, chosen, configs) if chosen else ()
     return _Prepared(model, buckets, pruned, chosen, configs, variants)
 
@@ -288,16 +321,16 @@ def _variant_candidates(w: Workload, prep: _Prepared, v: _Variant, units: dict[s
     screened = evaluated.reasons if evaluated is not None else {}
     costs: dict[tuple[str, int], float] = {}  # by (device, GPUs): the same few figures for every row
     out = []
-    for i, (d, q, t, p) in enumerate(chosen):
+    for i, (d, q, t, p, e, _) in enumerate(chosen):
         capacity = tuple(finite_or_zero(x) for x in caps[i])
         reason = screened.get((w.name, nb, v.prefix + v.configs.keys[i] + v.suffix))
         if reason is None and not any(capacity):
             pool = f" as a {v.stage} pool" if v.stage != "colocated" else ""
             reason = f"no capacity at the SLO{pool} in any bucket" + (f": {whys[i]}" if whys[i] else "")
         out.append(Candidate(
-            w.name, v.prefix + v.configs.keys[i] + v.suffix, d.key, q.key, t, p, t * p, capacity, tuple(limited[i]),
-            _cost(costs, units[d.key], t * p, a), pruned_reason=reason, floor_p99_ms=tuple(floors[i]),
-            stage=v.stage, technique=v.label,
+            w.name, v.prefix + v.configs.keys[i] + v.suffix, d.key, q.key, t, p, t * p * e, capacity, tuple(limited[i]),
+            _cost(costs, units[d.key], t * p * e, a), pruned_reason=reason, floor_p99_ms=tuple(floors[i]),
+            stage=v.stage, technique=v.label, ep=e, engine=v.configs.engines[i],
             kv_bytes_per_request=(float(v.configs.kv_bytes_per_token[i]) * sent_tokens(w.prompt_tokens.mean_tokens,
                                                                                        v.technique)
                                   if v.stage != "colocated" else None),
@@ -334,7 +367,7 @@ def _predictor(prep: _Prepared, params: CalibrationParams) -> Predictor:
             if v.stage == "colocated":
                 r = serving.serve_at_rate(cache[key], qps, b.prompt, b.output, params, technique=v.technique)
                 return tuple(_finite(getattr(r, f"{m}_p99_ms")[0]) for m in ("ttft", "tpot", "e2e"))  # type: ignore[return-value]
-            nic = float(combo[0].scaleout_nic_gbps_per_gpu)
+            nic = float(combo.device.scaleout_nic_gbps_per_gpu)
             got = pool_p99_ms(v.stage, cache[key], qps, b.prompt, b.output, nic, v.technique, params)
         return tuple(_finite(x) if x is not None else None for x in got)  # type: ignore[return-value]
 

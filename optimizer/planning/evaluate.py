@@ -48,7 +48,7 @@ class BucketEvaluation:
 
 @dataclass(frozen=True)
 class BucketJob:
-    """The configurations ``configs`` (one per ``chosen`` (device, precision, tp, pp)) of workload
+    """The configurations ``configs`` (one per ``chosen`` (device, precision, tp, pp[, ep, engine])) of workload
     ``workload`` on bucket ``bucket``, under calibration ``params``."""
 
     configs: Configs
@@ -66,8 +66,8 @@ class BucketJob:
     def cache_key(self) -> tuple:
         """Everything the capacities depend on, as a compact digest (keys stay small when
         thousands of evaluations are held at once)."""
-        devices = tuple(sorted({_json(d) for d, _, _, _ in self.chosen}))
-        combos = tuple((d.key, q.key, t, p) for d, q, t, p in self.chosen)
+        devices = tuple(sorted({_json(c[0]) for c in self.chosen}))
+        combos = _combo_keys(self.chosen)
         b, w, params = self.bucket, self.workload, self.params
         full = (_json(self.configs.model), devices, combos, _json(b.prompt), _json(b.output), _json(w.slo),
                 w.is_batch, tuple(self.configs.engines), _json(params))
@@ -81,8 +81,14 @@ class BucketJob:
         evaluated alone (batch workloads, disaggregated pools)."""
         if self.workload.is_batch or self.stage != "colocated":
             return None
-        combos = tuple((d.key, q.key, t, p) for d, q, t, p in self.chosen)
+        combos = _combo_keys(self.chosen)
         return (id(self.configs), combos, self.workload.slo.model_dump_json(), id(self.params), repr(self.technique))
+
+
+def _combo_keys(chosen: Sequence[tuple]) -> tuple:
+    """(device, precision, tp, pp) of every combo, with its ep when > 1 (keys of plain combos as before
+    expert parallelism: the disk cache stays valid); the engines enter the keys through ``Configs.engines``."""
+    return tuple((c[0].key, c[1].key, c[2], c[3]) + ((c[4],) if len(c) > 4 and c[4] > 1 else ()) for c in chosen)
 
 
 def variant_job(chosen: Sequence[tuple], v, bucket: BucketSpec, workload: Workload,

@@ -74,7 +74,7 @@ class _Sets:
                 for p in self.preps]
 
     def gpus(self) -> np.ndarray:
-        return np.array([t * p for _, _, t, p in (self.preps[0].chosen[i] for i in self.variant.rows)])
+        return np.array([self.preps[0].chosen[i].gpus for i in self.variant.rows])
 
     def devices(self) -> list[str]:
         return [self.preps[0].chosen[i][0].key for i in self.variant.rows]

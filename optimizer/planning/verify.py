@@ -118,12 +118,13 @@ def _checks(cset: CandidateSet, sol: FleetSolution, catalog: Catalog, params: Ca
             if c.key.endswith("__spec"):
                 notes.append(f"{w.name} on {c.key}: not simulated (the simulator has no speculative decoding)")
                 continue
+            engine = c.engine or None  # the engine and sharding it was planned with
             configs = build_configs(model, [(unit.device, catalog.precision(c.precision), c.tp, c.pp)], params,
-                                    engines=w.engine)  # the engine it was planned with
+                                    engines=engine, ep=c.ep)
             buckets = [_Bucket(b, u * c.capacity_qps[b.index]) for b in wc.buckets if routed[b.index] > 0]
             sim_key = (model.model_dump_json(), unit.device.model_dump_json(),
                        catalog.precision(c.precision).model_dump_json(), c.tp, c.pp, params.model_dump_json(),
-                       c.stage, w.model_dump_json())
+                       c.stage, w.model_dump_json()) + ((c.ep,) if c.ep > 1 else ()) + ((engine,) if isinstance(w.engine, list) else ())
             out.append(_Check(wc, c, r, routed, unit.device, configs, buckets, sim_key))
     return out, notes
 

@@ -126,7 +126,7 @@ def _check_server_loss(r: PlanResult) -> list[str]:
                    if x.workload == d.workload and x.key == d.key and mu.get((d.workload, x.bucket, d.key), 0) > 0)
         if load <= 1e-9:
             continue
-        g = d.tp * d.pp
+        g = d.gpus_per_replica
         lost = min(d.replicas, max(1, fleet[d.device].gpus_per_node // g))
         if not _le(load, d.replicas - lost):
             out.append(f"N+1 per server {d.workload}/{d.key}: losing one {d.device} server takes {lost} of "
@@ -186,7 +186,7 @@ def _check_servers(r: PlanResult) -> list[str]:
     for d in r.deployments:
         if d.replicas <= 0:
             out.append(f"deployment {d.workload}/{d.key}: {d.replicas} replicas")
-        gpus[d.device] = gpus.get(d.device, 0) + d.replicas * d.tp * d.pp
+        gpus[d.device] = gpus.get(d.device, 0) + d.gpus
     fleet = {f.device: f for f in r.fleet}
     for dev, g in gpus.items():
         f = fleet.get(dev)
@@ -211,8 +211,8 @@ def _check_servers(r: PlanResult) -> list[str]:
             out.append(f"servers {f.device}: in the fleet but used by no deployment")
     for d in r.deployments:
         f = fleet.get(d.device)
-        if f is not None and d.tp > f.gpus_per_node:
-            out.append(f"servers {d.device}: tp {d.tp} spans servers of {f.gpus_per_node} GPUs")
+        if f is not None and d.tp * d.ep > f.gpus_per_node:
+            out.append(f"servers {d.device}: tp·ep {d.tp}·{d.ep} spans servers of {f.gpus_per_node} GPUs")
     if r.gpus_total != sum(f.gpus for f in r.fleet):
         out.append(f"gpus_total {r.gpus_total} != Σ fleet gpus {sum(f.gpus for f in r.fleet)}")
     if r.nodes_total != sum(f.nodes for f in r.fleet):

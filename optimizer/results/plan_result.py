@@ -117,10 +117,16 @@ class Deployment:
     kv_link_gb_s: float | None = None  # pools: KV-cache traffic the replicas send or receive, Gb/s
     fidelity: Fidelity | None = None
     verification: VerifiedDeployment | None = None
+    ep: int = 1  # expert-parallel degree: a replica has tp·pp·ep GPUs
+    engine: str = ""  # serving engine the replicas run ("" = not known: a capacity-table unit)
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.pp * self.ep
 
     @property
     def gpus(self) -> int:
-        return self.replicas * self.tp * self.pp
+        return self.replicas * self.gpus_per_replica
 
 
 @dataclass(frozen=True)
@@ -186,6 +192,8 @@ class CandidateRow:
     limited_by: str | None
     pruned_reason: str | None = None
     power_kw: float | None = None  # one replica: its GPUs' TDP plus their share of server power
+    ep: int = 1  # expert-parallel degree (gpus = tp·pp·ep)
+    engine: str = ""  # serving engine ("" = not known: a capacity-table unit)
 
 
 @dataclass(frozen=True)
@@ -310,9 +318,9 @@ class PlanResult:
         return out
 
 
-_DEPLOYMENT_KEYS = ("workload", "device", "precision", "tp", "pp", "replicas", "qps", "capacity_qps",
+_DEPLOYMENT_KEYS = ("workload", "device", "precision", "tp", "pp", "ep", "engine", "replicas", "qps", "capacity_qps",
                     "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms", "key", "stage", "technique", "kv_link_gb_s")
-_POOL_KEYS = ("device", "precision", "tp", "pp", "replicas", "qps", "capacity_qps", "key", "technique",
+_POOL_KEYS = ("device", "precision", "tp", "pp", "ep", "engine", "replicas", "qps", "capacity_qps", "key", "technique",
               "kv_link_gb_s")
 
 

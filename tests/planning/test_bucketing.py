@@ -97,8 +97,9 @@ def test_a_tie_is_planned_whole_without_a_note():
 
 
 def test_split_is_kept_where_it_is_cheaper():
-    """A Mixtral service (svc13 of the benchmark) on five devices: alone $57,830 split, $64,555 whole
-    (short requests go to cheaper replicas); it stays split."""
+    """A Mixtral service (svc13 of the benchmark) on five devices: alone $50,961 split, $62,619 whole
+    (short requests go to cheaper replicas); it stays split. (Whole was $79,255 before expert-parallel
+    candidates: an rtx-pro-6000 fp4 ep2 replica now serves it whole; split unchanged.)"""
     spec = {"name": "moe", "objective": "tco", "allowed_devices": ["rtx-pro-6000", "mi300x", "mi355x", "l40s", "h100-sxm"],
             "workloads": [{"name": "moe", "model": "mixtral-8x7b", "qps": 80, "min_replicas": 2,
                            "prompt_tokens": {"mean": 1024, "p99": 4096}, "output_tokens": {"mean": 64, "p99": 256},
