@@ -61,8 +61,8 @@ def test_prefix_hit_zero_is_todays_numbers_bit_for_bit():
     # the technique path itself, with nothing to do, gives the plain lengths exactly
     plain = lengths_for(CHAT_P, CHAT_O)
     via = _technique_lengths(plain.l_nodes, plain.l_w, plain.l_var, plain.o_nodes, plain.o_w, plain.o_var,
-                             ServingTechnique())
-    for name in ("l_nodes", "o_nodes", "l_var", "o_var", "mean_l", "var_l", "mean_o1", "mean_o", "ctx",
+                             ServingTechnique(), plain.l_dev)
+    for name in ("l_nodes", "o_nodes", "l_var", "l_dev", "o_var", "mean_l", "var_l", "mean_o1", "mean_o", "ctx",
                  "kv_tok_steps", "kv_tok2_steps", "kv_prompt_tokens", "span_offset", "tokens_per_step"):
         np.testing.assert_array_equal(getattr(plain, name), getattr(via, name), err_msg=name)
 

@@ -34,7 +34,9 @@ RUNNER_UP = ("rtx-pro-6000", {"b200": 6}, 471_198.164)
 # (deployments[].capacity_qps), so they hold its 200 req/s down to a capacity factor 200/207.88 = 0.962 (was
 # 200/206.23 = 0.970): the l40s break-even factor 0.97 -> 0.962
 DEVICES = {  # device: (break-even purchase $, break-even capacity factor)
-    "l40s": (6_234.82161490862, 0.962),
+    # serving-v7 (queue service moments to L^8, lognormal prompts): code-completion's 5 l40s replicas 207.88 -> 208.35 req/s, so
+    # 200/208.35 = 0.960
+    "l40s": (6_234.82161490862, 0.960),
     "rtx-pro-6000": (9_467.494420286592, 0.975),
 }
 TORNADO = {  # input prefix: ($ at the low end, $ at the high end)
@@ -79,7 +81,9 @@ def test_chat_fleet_sensitivity_is_pinned(chat):
     for row in s.tornado:
         (low, high), = [v for k, v in TORNADO.items() if row.input.startswith(k)]
         assert (row.low_usd, row.high_usd) == (pytest.approx(low, rel=REL), pytest.approx(high, rel=REL)), row.input
-    assert s.solves <= 25  # 28 with the bisection; 23-25 by where the galloping search lands
+    # 28 with the bisection; 23-25 by where the galloping search lands; 29 with serving-v7's capacities
+    # (queue service moments to L^8: the chat workload split over l40s pp2 + rtx-pro-6000 moves where the searches land)
+    assert s.solves <= 29
 
 
 def test_timings_report_the_sensitivity_stage(chat):

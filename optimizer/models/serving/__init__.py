@@ -41,7 +41,9 @@ over quadrature nodes of the length distributions and inverted by bisection):
   every chunk at the first one's span), at the time-averaged batch ``b̄·(1 + Cov(b, T)/(b̄·t̄))``.
   That batch drifts over a request's life, slowly against the queue's turnover, so W is a
   quasi-static mixture over three nodes of the batch (``b ± √3·√(F·b)``, weights 1/6, 2/3, 1/6;
-  F the occupancy feedback below), carried by its first three moments: a long busy period lets the batch grow, which slows the queue
+  F the occupancy feedback below), carried by its first three moments (``E[S^k]`` of the service,
+  quadratic in L, from the prompt's deviations to δ⁸ inside each stratum, a lognormal censored at its
+  1 − 10⁻⁴ quantile: ``latency.service_moments``): a long busy period lets the batch grow, which slows the queue
   that made it long. Near saturation with long prompts the old queue was 0.70 busy where the
   simulator's was 0.81 and its TTFT p99 1.8 s against 3.0-6.0 s (the svc18 bucket of
   ``tests/models/test_serving_saturation.py``; now within 8 % of the median of seeds at 70-100 % of its capacity).

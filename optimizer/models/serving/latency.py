@@ -494,11 +494,35 @@ def prefill_service_s(c: Configs, b: np.ndarray, lens: RowLengths, chunk: int) -
 
 
 def service_moments(lens: RowLengths, service: np.ndarray, slope: np.ndarray) -> list[np.ndarray]:
-    """E[S^k], k = 1..4 (each (N,)), over the prompt nodes with each stratum's spread to second order
-    (``E[S^k | stratum] ≈ S^k + k(k−1)/2·S^(k−2)·S'²·Var(L | stratum)``)."""
-    lw, spread = lens.l_w, slope**2 * lens.l_var
-    return [np.sum(lw * (service**k + (k * (k - 1) / 2.0) * service ** (k - 2) * spread), axis=1)
-            if k > 1 else np.sum(lw * service, axis=1) for k in (1, 2, 3, 4)]
+    """E[S^k], k = 1..4 (each (N,)), over the prompt nodes with each stratum's spread.
+
+    E[S] is the plain node sum (what the queue's utilisation is). For k >= 2, inside a stratum the
+    service is the quadratic ``S(L) = S_i + S'·δ + (S''/2)·δ²`` (δ = L − L_i; exact, the step time being
+    linear in the span: ``S'' = 2(S' − S_i/L_i)/L_i`` from ``prefill_service_s``), and
+    ``E[S^k | stratum] = Σ_j coef_j(S^k)·E[δ^j | stratum]`` with the deviations of the prompt to δ⁸,
+    censored at ``lengths.QUEUE_TAIL_Q`` (``lens.l_dev``). The second-order ``S^k + k(k−1)/2·S^(k−2)·S'²·Var(L)``
+    it replaced had E[S³] at 0.18 of the integral for svc07's lognormal prompts (mean 512 / p99 4,096,
+    llama-3.1-405b fp8 gb200 pp4), its TTFT p99 at 87.5 % of its capacity 447 ms against 491-579 ms simulated.
+    """
+    lw = lens.l_w
+    ln = np.maximum(lens.l_nodes, 1.0)
+    half_curv = (slope - service / ln) / ln  # S''/2
+    dev = lens.l_dev  # (N, QL, 8): E[δ^j], j = 1..8
+    moments = np.concatenate([np.ones(dev.shape[:2] + (1,)), dev], axis=2)
+    poly = np.stack([service, slope, half_curv], axis=2)  # coefficients of S in δ, (N, QL, 3)
+    out, power = [np.sum(lw * service, axis=1)], poly
+    for _ in (2, 3, 4):
+        power = _poly_mul(power, poly)
+        out.append(np.sum(lw * np.sum(power * moments[:, :, :power.shape[2]], axis=2), axis=1))
+    return out
+
+
+def _poly_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Product of polynomials given by their coefficients on the last axis (ascending powers)."""
+    out = np.zeros(a.shape[:-1] + (a.shape[-1] + b.shape[-1] - 1,))
+    for j in range(b.shape[-1]):
+        out[..., j:j + a.shape[-1]] += a * b[..., j:j + 1]
+    return out
 
 
 def _prefill_wait_moments(lam: np.ndarray, lens: RowLengths, service: np.ndarray, slope: np.ndarray):
@@ -506,8 +530,7 @@ def _prefill_wait_moments(lam: np.ndarray, lens: RowLengths, service: np.ndarray
     the prompt work ahead, and whether the queue is stable (u = λ·E[S] < 1).
 
     Service S(L) per prompt node (``prefill_service_s``, (N, QL)); raw moments
-    s_k = E[S^k] over the quadrature, each node's stratum spread included to second order
-    (E[S^k | stratum] ≈ S^k + k(k−1)/2·S^(k−2)·S'²·Var(L | stratum), S' = dS/dL). Takács:
+    s_k = E[S^k] over the quadrature, each node's stratum spread included (``service_moments``). Takács:
     ``E[W^k] = λ/(1−u)·Σ_{i=1..k} C(k, i)·s_{i+1}/(i+1)·E[W^(k−i)]``, so
     E[W] = λs₂/(2(1−u)) (Pollaczek–Khinchine: ``E[S]·(1 + c_s²)/2·u/(1 − u)``), E[W²] = 2E[W]² + λs₃/(3(1−u)),
     E[W³] = λ/(1−u)·(3/2·s₂·E[W²] + s₃·E[W] + s₄/4). W holds the whole residual work of the

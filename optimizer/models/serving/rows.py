@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-_NODE_FIELDS = ("l_nodes", "l_w", "l_var", "o_nodes", "o_w", "o_var")
+_NODE_FIELDS = ("l_nodes", "l_w", "l_var", "l_dev", "o_nodes", "o_w", "o_var")
 _SCALAR_FIELDS = ("mean_l", "var_l", "mean_o1", "mean_o", "ctx", "kv_tok_steps", "kv_tok2_steps", "kv_prompt_tokens",
                   "span_offset", "tokens_per_step", "kv_tok3_steps")
 _ROW_FIELDS = _NODE_FIELDS + _SCALAR_FIELDS + ("group", "l_count")
@@ -36,6 +36,7 @@ class RowLengths:
     l_nodes: np.ndarray
     l_w: np.ndarray
     l_var: np.ndarray
+    l_dev: np.ndarray  # (N, QL, 8)
     o_nodes: np.ndarray
     o_w: np.ndarray
     o_var: np.ndarray
@@ -85,7 +86,9 @@ def row_lengths(sets: Sequence[Any], rows_per_set: int | Sequence[int]) -> RowLe
 
 
 def _pad(values: np.ndarray, q: int, weight: bool) -> np.ndarray:
-    """``values`` padded to ``q`` entries: 0 for weights, the last value for the rest."""
+    """``values`` padded to ``q`` entries (along the first axis): 0 for weights, the last entry for the rest."""
     if len(values) == q:
         return values
-    return np.concatenate([values, np.full(q - len(values), 0.0 if weight else values[-1])])
+    if weight:
+        return np.concatenate([values, np.zeros(q - len(values))])
+    return np.concatenate([values, np.repeat(values[-1:], q - len(values), axis=0)])

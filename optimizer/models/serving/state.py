@@ -13,7 +13,7 @@ import numpy as np
 
 from optimizer.models import perf
 from optimizer.models.configs import Configs
-from optimizer.models.lengths import quadrature_spread
+from optimizer.models.lengths import quadrature_spread, stratum_deviations
 from optimizer.models.serving.rows import RowLengths
 from optimizer.models.techniques import ServingTechnique
 from workloads.spec import LengthDist
@@ -52,6 +52,9 @@ class Lengths:
     span_offset: float = 0.0  # cached tokens a prefill chunk attends to before its own (prefix caching)
     tokens_per_step: float = 1.0  # tokens a decoding sequence emits per step (speculative decoding)
     kv_tok3_steps: float = 0.0  # E[Σ_{j=1}^{O−1} (L + j)³] (the skew of the KV occupancy)
+    # E[(L − node)^j | stratum], j = 1..8, the prompt censored at the queue-tail quantile (``lengths.stratum_deviations``),
+    # (QL, 8): what the prefill queue's E[S^k] of a service quadratic in L needs (``latency.service_moments``)
+    l_dev: np.ndarray | None = None
 
 
 def lengths_for(prompt: LengthDist, output: LengthDist, technique: ServingTechnique | None = None) -> Lengths:
@@ -61,8 +64,9 @@ def lengths_for(prompt: LengthDist, output: LengthDist, technique: ServingTechni
     on, ow, ov = quadrature_spread(output, QUAD_NODES)
     ln = np.maximum(ln, 1.0)
     on = np.maximum(on, 1.0)
+    dev = stratum_deviations(prompt, QUAD_NODES)
     if technique is not None and technique.active:
-        return _technique_lengths(ln, lw, lv, on, ow, ov, technique)
+        return _technique_lengths(ln, lw, lv, on, ow, ov, technique, dev)
     el = float(lw @ ln)
     n = np.maximum(on - 1.0, 0.0)  # decode steps per request
     eo1 = float(ow @ n)
@@ -75,7 +79,7 @@ def lengths_for(prompt: LengthDist, output: LengthDist, technique: ServingTechni
     var_l = float(lw @ (ln - el) ** 2)
     kv3 = _sum_cubes(float(lw @ ln), el2, float(lw @ ln**3), n, 1.0, ow)
     return Lengths(ln, lw, on, ow, lv, ov, el, var_l, eo1, float(ow @ on), ctx, kv1, kv2, kv_prompt_tokens=el,
-                   kv_tok3_steps=kv3)
+                   kv_tok3_steps=kv3, l_dev=dev)
 
 
 def _sum_cubes(e1: float, e2: float, e3: float, steps: np.ndarray, a: float, o_w: np.ndarray) -> float:
@@ -86,11 +90,11 @@ def _sum_cubes(e1: float, e2: float, e3: float, steps: np.ndarray, a: float, o_w
     return float(o_w @ (steps * e3 + 3 * a * e2 * sj + 3 * a * a * e1 * sj2 + a**3 * sj * sj))
 
 
-def _technique_lengths(ln, lw, lv, on, ow, ov, t: ServingTechnique) -> Lengths:
+def _technique_lengths(ln, lw, lv, on, ow, ov, t: ServingTechnique, dev: np.ndarray) -> Lengths:
     """Lengths under prefix caching and speculative decoding (formulas: ``optimizer.models.techniques``).
 
     Prompt nodes become the uncached tokens P = max(L·(1 − h) − N', 1), N' = min(N, L − 1)
-    (stratum variance ×(1 − h)²); a sequence holds K = L − N' prompt tokens of KV and reads L
+    (stratum variance ×(1 − h)², deviations ×(1 − h)^j); a sequence holds K = L − N' prompt tokens of KV and reads L
     of context; S = (O − 1)/A decode steps, in which the context grows by A tokens a step:
     E[Σ_{j=1}^{S} (K + A·j)] and E[Σ (K + A·j)²]; mean context of a decoding sequence
     L̄ + A·E[S(S + 1)]/(2·E[S]).
@@ -112,7 +116,8 @@ def _technique_lengths(ln, lw, lv, on, ow, ov, t: ServingTechnique) -> Lengths:
     var_l = float(lw @ (pre - el) ** 2)
     kv3 = _sum_cubes(ek, ek2, float(lw @ held**3), steps, a, ow)
     return Lengths(pre, lw, 1.0 + steps, ow, lv * (1.0 - h) ** 2, ov / (a * a), el, var_l, es, float(ow @ on), ctx,
-                   kv1, kv2, kv_prompt_tokens=ek, span_offset=el_full - el, tokens_per_step=a, kv_tok3_steps=kv3)
+                   kv1, kv2, kv_prompt_tokens=ek, span_offset=el_full - el, tokens_per_step=a, kv_tok3_steps=kv3,
+                   l_dev=dev * (1.0 - h) ** np.arange(1, dev.shape[1] + 1))
 
 
 # ---------------------------------------------------------------------------------------
