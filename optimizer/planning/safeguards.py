@@ -39,14 +39,37 @@ from workloads.spec import Plan
 TABLE_FIDELITY = Fidelity("measured", "capacities measured by the user (--capacity-table); no model band", 1.0, 1.0)
 
 
+CLASS_RANK = {"measured": 0, "same-generation": 1, "datasheet-only": 2}
+
+
 def fidelity_map(cset: CandidateSet, params: CalibrationParams | None, catalog: Catalog) -> dict[str, Fidelity]:
-    """Fidelity of every device with a kept candidate (``params`` None: a measured capacity table)."""
-    devices = sorted({c.device for wc in cset.workloads for c in wc.kept})
+    """Fidelity of every device with a kept candidate (``params`` None: a measured capacity table).
+
+    A device's fidelity is that of the engines its kept candidates run (``Candidate.engine``; a plan
+    naming vLLM on an H100 is rated for H100/vLLM, not for the device's default engine); when they run
+    several, the least trusted one (``least_trusted``), so sizing at a confidence level, the tornado's
+    performance ends and every deployment's reported class never trust a device more than its
+    least-measured engine.
+    """
+    engines: dict[str, set[str]] = {}
+    for wc in cset.workloads:
+        for c in wc.kept:
+            engines.setdefault(c.device, set()).add(c.engine)
     out = {}
-    for d in devices:
+    for d in sorted(engines):
         dev = cset.units[d].device if d in cset.units else None
-        out[d] = TABLE_FIDELITY if params is None or dev is None else fidelity_of(dev, params, catalog.devices)
+        if params is None or dev is None:
+            out[d] = TABLE_FIDELITY
+            continue
+        out[d] = least_trusted([fidelity_of(dev, params, catalog.devices, engine=e or None)
+                                for e in sorted(engines[d])])
     return out
+
+
+def least_trusted(fidelities: list[Fidelity]) -> Fidelity:
+    """The fidelity of the lowest class (measured < same-generation < datasheet-only), then the widest
+    band (largest high_factor / low_factor); the first of equals."""
+    return max(fidelities, key=lambda f: (CLASS_RANK[f.class_], f.high_factor / f.low_factor))
 
 
 def verify_by_default(cset: CandidateSet, sol: FleetSolution) -> bool:

@@ -1,0 +1,51 @@
+"""A deployment's fidelity follows the engine it runs (optimizer/planning/safeguards.fidelity_map).
+
+The shipped calibration measured H100 SXM with TensorRT-LLM only (its ``coverage.device_engines``
+lists ``h100-sxm/trtllm``, no ``h100-sxm/vllm``): an H100 planned with vLLM is class (b)
+"same-generation" (Hopper was measured), not class (a) "measured" as the device's default engine is.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from catalog import load_catalog
+from optimizer.models.params import load_params
+from optimizer.optimize import optimize_plan
+from optimizer.planning.safeguards import least_trusted
+from optimizer.results.provenance import Fidelity
+from workloads import parse_plan, resolve_catalog
+
+
+def _plan(engine):
+    w = {"name": "chat", "model": "llama-3.1-8b", "qps": 20, "prompt_tokens": {"mean": 1024, "p99": 4096},
+         "output_tokens": {"mean": 256, "p99": 1024}, "slo": {"ttft_p99_ms": 1000}, "precisions": ["fp8"]}
+    if engine is not None:
+        w["engine"] = engine
+    return parse_plan({"name": "f", "allowed_devices": ["h100-sxm"], "workloads": [w]}, "f")
+
+
+def test_the_shipped_coverage_is_what_this_test_assumes():
+    cov = load_params(None).coverage
+    assert "h100-sxm/trtllm" in cov.device_engines and "h100-sxm/vllm" not in cov.device_engines
+    assert "hopper" in cov.generations
+
+
+@pytest.mark.parametrize(("engine", "expected"), [
+    (None, "measured"),  # the default engine on NVIDIA: TensorRT-LLM
+    ("vllm", "same-generation"),
+    (["vllm", "sglang"], "same-generation"),  # neither measured on H100
+])
+def test_deployment_fidelity_follows_its_engine(engine, expected):
+    plan = _plan(engine)
+    r = optimize_plan(plan, resolve_catalog(plan, load_catalog(), "f"), compare_single_device=False,
+                      verify=False)
+    assert r.deployments and {d.fidelity.class_ for d in r.deployments} == {expected}
+
+
+def test_least_trusted_takes_the_lowest_class_then_the_widest_band():
+    a = Fidelity("measured", "a", 0.9, 1.1)
+    b_narrow, b_wide = Fidelity("same-generation", "b1", 0.8, 1.2), Fidelity("same-generation", "b2", 0.5, 1.5)
+    assert least_trusted([a, b_narrow]) is b_narrow
+    assert least_trusted([b_narrow, a, b_wide]) is b_wide
+    assert least_trusted([a]) is a
