@@ -81,12 +81,13 @@ def group_key(m: Measurement, cat: Catalog, by: str) -> str:
 
 
 def coverage(rows: Sequence[Measurement], cat: Catalog) -> Coverage:
-    """What ``rows`` measured: device/engine pairs, generations, vendors (resolved rows only)."""
+    """What ``rows`` measured: device/engine pairs (all, and with ep > 1), generations, vendors (resolved rows only)."""
     ok = [m for m in rows if m.device_key and not m.unresolved]
     return Coverage(
         device_engines=sorted({f"{m.device_key}/{engine_of(m, cat)}" for m in ok}),
         generations=sorted({cat.devices[m.device_key].generation for m in ok}),  # type: ignore[index]
         vendors=sorted({cat.devices[m.device_key].vendor for m in ok}),  # type: ignore[index]
+        expert_parallel_device_engines=sorted({f"{m.device_key}/{engine_of(m, cat)}" for m in ok if m.ep > 1}),
     )
 
 

@@ -97,26 +97,37 @@ LEAVE_OUT_MEANING = {
 }
 
 
-def fidelity_letter(device: Device, engine: str | None, params: CalibrationParams) -> str | None:
-    """``a``, ``b`` or ``c`` from the parameters' ``coverage`` (None without one)."""
+def fidelity_letter(device: Device, engine: str | None, params: CalibrationParams, ep: int = 1) -> str | None:
+    """``a``, ``b`` or ``c`` from the parameters' ``coverage`` (None without one); an expert-parallel
+    configuration (``ep`` > 1) of a measured device/engine that was never measured with ep is ``b``
+    (``ep_unmeasured``)."""
     cov = params.coverage
     if cov is None:
         return None
     engine = engine or default_engine(device)
     if f"{device.key}/{engine}" in cov.device_engines:
-        return "a"
+        return "b" if ep_unmeasured(device, engine, params, ep) else "a"
     return "b" if device.generation in cov.generations else "c"
 
 
+def ep_unmeasured(device: Device, engine: str | None, params: CalibrationParams, ep: int) -> bool:
+    """True for ep > 1 when the coverage records expert-parallel pairs and lacks this device/engine:
+    its all-to-all and attention data-parallel terms were fitted on other devices' ep rows."""
+    cov = params.coverage
+    if ep <= 1 or cov is None or cov.expert_parallel_device_engines is None:
+        return False
+    return f"{device.key}/{engine or default_engine(device)}" not in cov.expert_parallel_device_engines
+
+
 def fidelity_of(device: Device, params: CalibrationParams, devices: Mapping[str, Device],
-                engine: str | None = None) -> Fidelity:
-    """The fidelity class of ``device`` (served by ``engine``; None = its default engine) under the
-    calibration ``params`` and its band.
+                engine: str | None = None, ep: int = 1) -> Fidelity:
+    """The fidelity class of ``device`` (served by ``engine``; None = its default engine; ``ep`` its
+    expert-parallel degree) under the calibration ``params`` and its band.
 
     ``devices`` is the catalog (to find the generation of each measured device); it is not needed
     when the params carry leave-out bands.
     """
-    letter = fidelity_letter(device, engine, params)
+    letter = fidelity_letter(device, engine, params, ep)
     if letter is not None and all(k in params.error_bands for k in "abc"):
         order = "abc"[: "abc".index(letter) + 1]
         low, high = _envelope(*((params.error_bands[k].low_factor, params.error_bands[k].high_factor)
@@ -124,6 +135,9 @@ def fidelity_of(device: Device, params: CalibrationParams, devices: Mapping[str,
         band = params.error_bands[letter]  # type: ignore[index]
         what = LEAVE_OUT_MEANING[letter].format(device=device.key, engine=engine or default_engine(device),
                                                 generation=device.generation)
+        if ep_unmeasured(device, engine, params, ep):
+            what = (f"{device.key}/{engine or default_engine(device)} measured, but never with expert parallelism "
+                    f"(ep {ep}); rated as its generation")
         return Fidelity(CLASS_BY_LETTER[letter], f"{what}; 80 % band from {band.n} {band.basis}",  # type: ignore[arg-type]
                         low, high)
     measured = measured_devices(params)

@@ -121,6 +121,9 @@ class Coverage(Strict):
     device_engines: list[str] = Field(default_factory=list, description="'device/engine' pairs measured")
     generations: list[str] = Field(default_factory=list)
     vendors: list[str] = Field(default_factory=list)
+    expert_parallel_device_engines: list[str] | None = Field(
+        None, description="'device/engine' pairs measured with expert parallelism (ep > 1); None = not recorded "
+        "(parameter files written before it was), so an ep configuration keeps its device's class")
 
 
 class FitRecord(Strict):

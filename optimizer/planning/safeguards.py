@@ -45,24 +45,25 @@ CLASS_RANK = {"measured": 0, "same-generation": 1, "datasheet-only": 2}
 def fidelity_map(cset: CandidateSet, params: CalibrationParams | None, catalog: Catalog) -> dict[str, Fidelity]:
     """Fidelity of every device with a kept candidate (``params`` None: a measured capacity table).
 
-    A device's fidelity is that of the engines its kept candidates run (``Candidate.engine``; a plan
-    naming vLLM on an H100 is rated for H100/vLLM, not for the device's default engine); when they run
-    several, the least trusted one (``least_trusted``), so sizing at a confidence level, the tornado's
+    A device's fidelity is that of the engines and expert-parallel degrees its kept candidates run
+    (``Candidate.engine``, ``.ep``; a plan naming vLLM on an H100 is rated for H100/vLLM, not for the
+    device's default engine; an ep8 MI300X for ep, never measured there); when they run several, the
+    least trusted one (``least_trusted``), so sizing at a confidence level, the tornado's
     performance ends and every deployment's reported class never trust a device more than its
     least-measured engine.
     """
-    engines: dict[str, set[str]] = {}
+    runs: dict[str, set[tuple[str, int]]] = {}  # device -> (engine, ep) of its kept candidates
     for wc in cset.workloads:
         for c in wc.kept:
-            engines.setdefault(c.device, set()).add(c.engine)
+            runs.setdefault(c.device, set()).add((c.engine, c.ep))
     out = {}
-    for d in sorted(engines):
+    for d in sorted(runs):
         dev = cset.units[d].device if d in cset.units else None
         if params is None or dev is None:
             out[d] = TABLE_FIDELITY
             continue
-        out[d] = least_trusted([fidelity_of(dev, params, catalog.devices, engine=e or None)
-                                for e in sorted(engines[d])])
+        out[d] = least_trusted([fidelity_of(dev, params, catalog.devices, engine=e or None, ep=ep)
+                                for e, ep in sorted(runs[d])])
     return out
 
 

@@ -49,3 +49,20 @@ def test_least_trusted_takes_the_lowest_class_then_the_widest_band():
     assert least_trusted([a, b_narrow]) is b_narrow
     assert least_trusted([b_narrow, a, b_wide]) is b_wide
     assert least_trusted([a]) is a
+
+
+def test_expert_parallel_on_a_device_never_measured_with_it_is_rated_as_its_generation():
+    """The shipped data has ep > 1 rows on B200, B300, H100 and H200 with TensorRT-LLM and none on
+    MI300X: an ep8 MI300X (vLLM) is class (b), an ep8 H100 stays (a), a tp8 MI300X stays (a)."""
+    from optimizer.models.fidelity import fidelity_of
+
+    cat, params = load_catalog(), load_params(None)
+    assert params.coverage.expert_parallel_device_engines == ["b200/trtllm", "b300/trtllm", "h100-sxm/trtllm",
+                                                              "h200-sxm/trtllm"]
+    mi300x, h100 = cat.devices["mi300x"], cat.devices["h100-sxm"]
+    ep8 = fidelity_of(mi300x, params, cat.devices, engine="vllm", ep=8)
+    assert ep8.class_ == "same-generation" and "never with expert parallelism (ep 8)" in ep8.basis
+    assert fidelity_of(mi300x, params, cat.devices, engine="vllm").class_ == "measured"
+    assert fidelity_of(h100, params, cat.devices, ep=8).class_ == "measured"
+    tp = fidelity_of(mi300x, params, cat.devices, engine="vllm")
+    assert ep8.low_factor <= tp.low_factor and ep8.high_factor >= tp.high_factor  # nested: never narrower
