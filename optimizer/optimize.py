@@ -43,6 +43,7 @@ from optimizer.planning.safeguards import (
 from optimizer.planning.sensitivity import analyse
 from optimizer.planning.shortlist import single_device_shortlist
 from optimizer.planning.solver_options import DEFAULT_N_BUCKETS, SolverOptions
+from optimizer.planning.verify import MAX_VERIFIED_DEPLOYMENTS, online_deployments
 from optimizer.results.plan_result import (
     Diagnostic,
     PlanResult,
@@ -113,6 +114,8 @@ def optimize_plan(
             problem = resized
             sol, single, notes = solve_stage(problem, options, compare_single_device=compare_single_device,
                                              diagnose=diagnose, solved=sol, found=one_device)
+    elif sol.status.has_plan and model_params is not None and verify is None:
+        notes = [*notes, verification_skipped(online_deployments(cset, sol))]
     diagnostics += notes
     result = annotate(assemble(plan, cset, sol, diagnostics, single, source, problem), plan, cset, fidelity,
                       verification)
@@ -124,6 +127,14 @@ def optimize_plan(
     elif sensitivity and sol.status.has_plan:
         result = replace(result, diagnostics=(*result.diagnostics, sensitivity_skipped(sol)))
     return clock.stamp(result)
+
+
+def verification_skipped(n_online: int) -> Diagnostic:
+    """The warning for a plan too large for the default simulator check (MAX_VERIFIED_DEPLOYMENTS)."""
+    return Diagnostic("warning", "verification_skipped",
+                      f"the plan's {n_online} online deployments were not simulated (the default check stops at "
+                      f"{MAX_VERIFIED_DEPLOYMENTS}): their p99s are the analytic model's alone; --verify simulates "
+                      "every one (a few seconds each) and re-sizes the misses")
 
 
 def sensitivity_skipped(sol: FleetSolution) -> Diagnostic:

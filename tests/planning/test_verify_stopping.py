@@ -78,3 +78,22 @@ def test_a_deployment_is_simulated_with_the_engine_it_was_planned_with(monkeypat
          "slo": {"ttft_p99_ms": 1000}, "precisions": ["fp8"]}]}, "e")
     optimize_plan(plan, resolve_catalog(plan, load_catalog(), "e"), compare_single_device=False, verify=True)
     assert seen and all("vllm" in simulated and planned.startswith(simulated) for planned, simulated in seen), seen
+
+
+def test_a_plan_too_large_to_simulate_by_default_says_so(monkeypatch):
+    """Over MAX_VERIFIED_DEPLOYMENTS online deployments the check is off by default: the result
+    warns that its p99s are the analytic model's alone (it said nothing: the 20-workload plan's 29
+    deployments went unsimulated in silence); an explicit --no-verify stays quiet."""
+    from optimizer import optimize as optimize_mod
+
+    monkeypatch.setattr(optimize_mod, "verify_by_default", lambda cset, sol: False)
+    plan = parse_plan({"name": "big", "allowed_devices": ["h100-sxm"], "workloads": [
+        {"name": "chat", "model": "llama-3.1-8b", "qps": 20, "prompt_tokens": {"mean": 1024, "p99": 4096},
+         "output_tokens": {"mean": 256, "p99": 1024}, "slo": {"ttft_p99_ms": 1000}, "precisions": ["fp8"]}]}, "big")
+    cat = resolve_catalog(plan, load_catalog(), "big")
+    quiet = optimize_plan(plan, cat, compare_single_device=False, verify=False)
+    told = optimize_plan(plan, cat, compare_single_device=False, verify=None)  # the CLI default
+    assert told.verification is None and quiet.verification is None
+    [warning] = [d for d in told.diagnostics if d.code == "verification_skipped"]
+    assert warning.level == "warning" and "1 online deployments were not simulated" in warning.message
+    assert not any(d.code == "verification_skipped" for d in quiet.diagnostics)
