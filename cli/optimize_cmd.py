@@ -63,7 +63,7 @@ def optimize(
         "plan is not proven optimal).")] = True,
     verify: Annotated[bool | None, typer.Option(
         "--verify/--no-verify", help="Re-check online deployments by simulation and re-size misses "
-        "(default: on up to 24 online deployments).", show_default=False)] = None,
+        "(default: on up to 48 online deployments).", show_default=False)] = None,
     confidence: Annotated[float | None, typer.Option(
         "--confidence", min=0.5, max=0.99, help="Size for SLOs met with this probability under the performance "
         "model's error band (plan field confidence); default: the point estimate.")] = None,
