@@ -142,7 +142,8 @@ def sensitivity_skipped(sol: FleetSolution) -> Diagnostic:
 
     A break-even or tornado swing is the difference between two optimal objectives; against a base
     plan that is only within ``gap`` of its bound, the difference is solver noise up to that gap, and
-    each of the ~20 re-solves would run to the time limit as well (at 500 workloads, 20 × the limit).
+    each of its re-solves (29 on the chat fleet: `python scripts/bench_startup.py --stages`) would run to
+    the time limit as well.
     """
     gap = f"{100 * sol.gap:.1f} %" if sol.gap is not None else "unknown"
     return Diagnostic("warning", "sensitivity_skipped",
