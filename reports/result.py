@@ -100,6 +100,11 @@ class Deployment(_Loose):
     ep: Annotated[int, Field(ge=1)] = 1  # expert-parallel degree: a replica has tp·pp·ep GPUs
     engine: str = ""
 
+    @property
+    def gpus(self) -> int:
+        """GPUs the replicas use together: replicas · tp · pp · ep."""
+        return self.replicas * self.tp * self.pp * self.ep
+
 
 class Workload(_Loose):
     name: str
@@ -293,7 +298,7 @@ def _cross_check(result: PlanResult, where: str) -> None:
         if names and d.workload not in names:
             raise PlanResultError(f"{where}: deployments[{i}].workload: '{d.workload}' is not one of the "
                                   f"workloads ({', '.join(sorted(names))})")
-        used[d.device] = used.get(d.device, 0) + d.replicas * d.tp * d.pp * d.ep
+        used[d.device] = used.get(d.device, 0) + d.gpus
     for device, gpus in used.items():
         if gpus > fleet[device]:
             raise PlanResultError(f"{where}: deployments on '{device}' use {gpus} GPUs but its fleet row has "

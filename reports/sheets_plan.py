@@ -117,7 +117,7 @@ def build_deployments(ctx: Ctx) -> None:
     for d in ctx.result.deployments:
         r = str(row)
         w = slos.get(d.workload)
-        gpus = d.replicas * d.tp * d.pp * d.ep
+        gpus = d.gpus
         ep_factor = f"*{L['ep']}{r}" if "ep" in L else ""
         cells = {
             "workload": d.workload, "device": d.device, "precision": d.precision or "",
@@ -177,7 +177,7 @@ def build_workloads(ctx: Ctx) -> None:
         r = str(row)
         mine = [drow for drow, d in zip(ctx.deployment_rows, ctx.result.deployments, strict=True)
                 if d.workload == w.name]
-        gpus = sum(d.replicas * d.tp * d.pp * d.ep for d in ctx.result.deployments if d.workload == w.name)
+        gpus = sum(d.gpus for d in ctx.result.deployments if d.workload == w.name)
         gpu_refs = "+".join(ref(dep_ws, drow, dcol["gpus"], absolute=False) for drow in mine) or "0"
         cost_refs = "+".join(ref(dep_ws, drow, dcol["cost"], absolute=False) for drow in mine) or "0"
         met = "yes" if w.met else ("no" if w.met is not None else "n/a")

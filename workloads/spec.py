@@ -7,7 +7,7 @@ Loaded from YAML by :func:`workloads.load.load_plan`; every model here is strict
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
@@ -151,8 +151,8 @@ class Speculative(Strict):
 
 
 DEFAULT_PRECISIONS = ("bf16", "fp16", "fp8")
-ENGINES = ("trtllm", "vllm", "sglang")
 Engine = Literal["trtllm", "vllm", "sglang"]
+ENGINES: tuple[str, ...] = get_args(Engine)
 
 
 class Workload(Strict):
