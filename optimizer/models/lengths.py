@@ -170,7 +170,7 @@ def stratum_deviations(dist: LengthDist, n_nodes: int = 10, q_cap: float = QUEUE
         q_hi = 1.0 if i == len(nodes) - 1 else float(edges_q[i + 1])
         beyond = q_hi - max(q_cap, float(edges_q[i]))
         if beyond > 0:
-            acc += beyond * (min(x_cap, float(np.exp(mu + sigma * max(z_cap, lo)))) - node) ** powers
+            acc += beyond * (x_cap - node) ** powers
         out[i] = acc / weights[i]
     return out
 
