@@ -59,7 +59,7 @@ def optimize(
     out: Annotated[Path | None, typer.Option("--out", help="Also write the finance workbook (.xlsx).")] = None,
     sensitivity: Annotated[bool, typer.Option(
         "--sensitivity/--no-sensitivity", help="Runner-up, break-even prices and capacity factors, tornado swings "
-        "(~20 re-solves on the same candidates; --no-sensitivity skips them; skipped with a warning when the "
+        "(20-30 re-solves on the same candidates; --no-sensitivity skips them; skipped with a warning when the "
         "plan is not proven optimal).")] = True,
     verify: Annotated[bool | None, typer.Option(
         "--verify/--no-verify", help="Re-check online deployments by simulation and re-size misses "

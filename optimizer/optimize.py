@@ -134,7 +134,7 @@ def verification_skipped(n_online: int) -> Diagnostic:
     return Diagnostic("warning", "verification_skipped",
                       f"the plan's {n_online} online deployments were not simulated (the default check stops at "
                       f"{MAX_VERIFIED_DEPLOYMENTS}): their p99s are the analytic model's alone; --verify simulates "
-                      "every one (a few seconds each) and re-sizes the misses")
+                      "every one (about 0.25 s each on 2 cores) and re-sizes the misses")
 
 
 def sensitivity_skipped(sol: FleetSolution) -> Diagnostic:
@@ -142,7 +142,8 @@ def sensitivity_skipped(sol: FleetSolution) -> Diagnostic:
 
     A break-even or tornado swing is the difference between two optimal objectives; against a base
     plan that is only within ``gap`` of its bound, the difference is solver noise up to that gap, and
-    each of the ~20 re-solves would run to the time limit as well (at 500 workloads, 20 × the limit).
+    each of its re-solves (29 on the chat fleet: `python scripts/bench_startup.py --stages`) would run to
+    the time limit as well.
     """
     gap = f"{100 * sol.gap:.1f} %" if sol.gap is not None else "unknown"
     return Diagnostic("warning", "sensitivity_skipped",

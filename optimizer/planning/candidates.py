@@ -321,15 +321,16 @@ def _variant_candidates(w: Workload, prep: _Prepared, v: _Variant, units: dict[s
     screened = evaluated.reasons if evaluated is not None else {}
     costs: dict[tuple[str, int], float] = {}  # by (device, GPUs): the same few figures for every row
     out = []
-    for i, (d, q, t, p, e, _) in enumerate(chosen):
+    for i, combo in enumerate(chosen):
+        d, q, t, p, e = combo.device, combo.precision, combo.tp, combo.pp, combo.ep
         capacity = tuple(finite_or_zero(x) for x in caps[i])
         reason = screened.get((w.name, nb, v.prefix + v.configs.keys[i] + v.suffix))
         if reason is None and not any(capacity):
             pool = f" as a {v.stage} pool" if v.stage != "colocated" else ""
             reason = f"no capacity at the SLO{pool} in any bucket" + (f": {whys[i]}" if whys[i] else "")
         out.append(Candidate(
-            w.name, v.prefix + v.configs.keys[i] + v.suffix, d.key, q.key, t, p, t * p * e, capacity, tuple(limited[i]),
-            _cost(costs, units[d.key], t * p * e, a), pruned_reason=reason, floor_p99_ms=tuple(floors[i]),
+            w.name, v.prefix + v.configs.keys[i] + v.suffix, d.key, q.key, t, p, combo.gpus, capacity, tuple(limited[i]),
+            _cost(costs, units[d.key], combo.gpus, a), pruned_reason=reason, floor_p99_ms=tuple(floors[i]),
             stage=v.stage, technique=v.label, ep=e, engine=v.configs.engines[i],
             kv_bytes_per_request=(float(v.configs.kv_bytes_per_token[i]) * sent_tokens(w.prompt_tokens.mean_tokens,
                                                                                        v.technique)

@@ -26,7 +26,7 @@ from optimizer.models.configs import Configs
 from optimizer.models.params import CalibrationParams
 from optimizer.models.techniques import ServingTechnique
 from optimizer.planning import disk_cache
-from optimizer.planning.candidate_set import BucketSpec
+from optimizer.planning.candidate_set import BucketSpec, Combo
 from optimizer.workers import capped_workers, run_pool, usable_cpus
 from workloads.spec import Workload
 
@@ -52,7 +52,7 @@ class BucketJob:
     ``workload`` on bucket ``bucket``, under calibration ``params``."""
 
     configs: Configs
-    chosen: tuple[tuple, ...]
+    chosen: tuple[Combo, ...]
     bucket: BucketSpec
     workload: Workload
     params: CalibrationParams
@@ -66,7 +66,7 @@ class BucketJob:
     def cache_key(self) -> tuple:
         """Everything the capacities depend on, as a compact digest (keys stay small when
         thousands of evaluations are held at once)."""
-        devices = tuple(sorted({_json(c[0]) for c in self.chosen}))
+        devices = tuple(sorted({_json(c.device) for c in self.chosen}))
         combos = _combo_keys(self.chosen)
         b, w, params = self.bucket, self.workload, self.params
         full = (_json(self.configs.model), devices, combos, _json(b.prompt), _json(b.output), _json(w.slo),
@@ -85,13 +85,13 @@ class BucketJob:
         return (id(self.configs), combos, self.workload.slo.model_dump_json(), id(self.params), repr(self.technique))
 
 
-def _combo_keys(chosen: Sequence[tuple]) -> tuple:
+def _combo_keys(chosen: Sequence[Combo]) -> tuple:
     """(device, precision, tp, pp) of every combo, with its ep when > 1 (keys of plain combos as before
     expert parallelism: the disk cache stays valid); the engines enter the keys through ``Configs.engines``."""
-    return tuple((c[0].key, c[1].key, c[2], c[3]) + ((c[4],) if len(c) > 4 and c[4] > 1 else ()) for c in chosen)
+    return tuple((c.device.key, c.precision.key, c.tp, c.pp) + ((c.ep,) if c.ep > 1 else ()) for c in chosen)
 
 
-def variant_job(chosen: Sequence[tuple], v, bucket: BucketSpec, workload: Workload,
+def variant_job(chosen: Sequence[Combo], v, bucket: BucketSpec, workload: Workload,
                 params: CalibrationParams) -> BucketJob:
     """The job of variant ``v`` (``candidates._Variant`` or a subset of its rows: configs, ``rows``
     of ``chosen``, stage, technique, NIC figures) on ``bucket``; candidates and screening build

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from typing import get_args
 
 from catalog.load import Catalog
 from optimizer.models.fidelity import fidelity_of
@@ -33,13 +34,14 @@ from optimizer.planning.verify import (
     verify_deployments,
 )
 from optimizer.results.plan_result import Diagnostic, PlanResult
-from optimizer.results.provenance import Fidelity, Verification, VerifiedDeployment
+from optimizer.results.provenance import Fidelity, FidelityClass, Verification, VerifiedDeployment
 from workloads.spec import Plan
 
 TABLE_FIDELITY = Fidelity("measured", "capacities measured by the user (--capacity-table); no model band", 1.0, 1.0)
 
 
-CLASS_RANK = {"measured": 0, "same-generation": 1, "datasheet-only": 2}
+# measured < same-generation < datasheet-only: the order of ``FidelityClass``
+CLASS_RANK = {c: i for i, c in enumerate(get_args(FidelityClass))}
 
 
 def fidelity_map(cset: CandidateSet, params: CalibrationParams | None, catalog: Catalog) -> dict[str, Fidelity]:

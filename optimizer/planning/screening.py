@@ -77,7 +77,7 @@ class _Sets:
         return np.array([self.preps[0].chosen[i].gpus for i in self.variant.rows])
 
     def devices(self) -> list[str]:
-        return [self.preps[0].chosen[i][0].key for i in self.variant.rows]
+        return [self.preps[0].chosen[i].device.key for i in self.variant.rows]
 
 
 def _subset(v, idx: Sequence[int]):

@@ -39,12 +39,11 @@ import numpy.ma  # noqa: F401 - np.percentile imports it on first use (~30-90 ms
 from catalog.errors import ModelError
 from catalog.load import Catalog
 from optimizer.models import disagg
-from optimizer.models.configs import build_configs
 from optimizer.models.lengths import quantile_tokens
 from optimizer.models.params import CalibrationParams
 from optimizer.models.simulate import simulate
 from optimizer.planning import disk_cache
-from optimizer.planning.candidate_set import CandidateSet
+from optimizer.planning.candidate_set import CandidateSet, Combo, combo_configs
 from optimizer.planning.evaluate import parallel_workers
 from optimizer.planning.milp.problem import FleetSolution
 from optimizer.results.provenance import VerifiedDeployment
@@ -120,13 +119,13 @@ def _checks(cset: CandidateSet, sol: FleetSolution, catalog: Catalog, params: Ca
             if c.key.endswith("__spec"):
                 notes.append(f"{w.name} on {c.key}: not simulated (the simulator has no speculative decoding)")
                 continue
+            q = catalog.precision(c.precision)
             engine = c.engine or None  # the engine and sharding it was planned with
-            configs = build_configs(model, [(unit.device, catalog.precision(c.precision), c.tp, c.pp)], params,
-                                    engines=engine, ep=c.ep)
+            configs = combo_configs(model, [Combo(unit.device, q, c.tp, c.pp, c.ep, engine)], params)
             buckets = [_Bucket(b, u * c.capacity_qps[b.index]) for b in wc.buckets if routed[b.index] > 0]
-            sim_key = (model.model_dump_json(), unit.device.model_dump_json(),
-                       catalog.precision(c.precision).model_dump_json(), c.tp, c.pp, params.model_dump_json(),
-                       c.stage, w.model_dump_json()) + ((c.ep,) if c.ep > 1 else ()) + ((engine,) if isinstance(w.engine, list) else ())
+            sim_key = (model.model_dump_json(), unit.device.model_dump_json(), q.model_dump_json(), c.tp, c.pp,
+                       params.model_dump_json(), c.stage, w.model_dump_json()) + ((c.ep,) if c.ep > 1 else ()) + (
+                           (engine,) if isinstance(w.engine, list) else ())
             out.append(_Check(wc, c, r, routed, unit.device, configs, buckets, sim_key))
     return out, notes
 

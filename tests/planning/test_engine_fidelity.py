@@ -49,6 +49,8 @@ def test_least_trusted_takes_the_lowest_class_then_the_widest_band():
     assert least_trusted([a, b_narrow]) is b_narrow
     assert least_trusted([b_narrow, a, b_wide]) is b_wide
     assert least_trusted([a]) is a
+    a_wide = Fidelity("measured", "a2", 0.4, 1.6)  # wider than b_narrow: the class decides before the band
+    assert least_trusted([a_wide, b_narrow]) is b_narrow
 
 
 def test_expert_parallel_on_a_device_never_measured_with_it_is_rated_as_its_generation():
