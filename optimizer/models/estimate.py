@@ -93,7 +93,7 @@ def estimate_config(
                                "(CalibrationParams.pp_hop_latency_us, pp_microbatch_overhead_us), not fitted: "
                                "no pipeline-parallel measurements")
     if "output_tokens_per_s" in out:
-        fid = fidelity_of(device, params, {device.key: device}, engine=c.engines[0])
+        fid = fidelity_of(device, params, {device.key: device}, engine=c.engines[0], ep=int(c.ep[0]))
         value = out["output_tokens_per_s"]
         out["output_tokens_per_s_low"] = None if value is None else round(value * fid.low_factor, 2)
         out["output_tokens_per_s_high"] = None if value is None else round(value * fid.high_factor, 2)
@@ -147,7 +147,8 @@ def estimate_serving(
             out["output_tokens_per_s_at_slo"] = finite_round(cap.output_tokens_per_s[0], 2)
             out["limited_by"] = cap.limited_by[0]
             if params is not None and out["max_qps_at_slo"] is not None:
-                fid = fidelity_of(c.devices[0], params, {c.devices[0].key: c.devices[0]}, engine=c.engines[0])
+                fid = fidelity_of(c.devices[0], params, {c.devices[0].key: c.devices[0]}, engine=c.engines[0],
+                                 ep=int(c.ep[0]))
                 out["capacity_qps_low"] = round(out["max_qps_at_slo"] * fid.low_factor, 4)
                 out["capacity_qps_high"] = round(out["max_qps_at_slo"] * fid.high_factor, 4)
             if cap.why[0]:

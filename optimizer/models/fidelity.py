@@ -127,17 +127,17 @@ def fidelity_of(device: Device, params: CalibrationParams, devices: Mapping[str,
     ``devices`` is the catalog (to find the generation of each measured device); it is not needed
     when the params carry leave-out bands.
     """
+    engine = engine or default_engine(device)
     letter = fidelity_letter(device, engine, params, ep)
     if letter is not None and all(k in params.error_bands for k in "abc"):
         order = "abc"[: "abc".index(letter) + 1]
         low, high = _envelope(*((params.error_bands[k].low_factor, params.error_bands[k].high_factor)
                                 for k in order))
         band = params.error_bands[letter]  # type: ignore[index]
-        what = LEAVE_OUT_MEANING[letter].format(device=device.key, engine=engine or default_engine(device),
-                                                generation=device.generation)
         if ep_unmeasured(device, engine, params, ep):
-            what = (f"{device.key}/{engine or default_engine(device)} measured, but never with expert parallelism "
-                    f"(ep {ep}); rated as its generation")
+            what = f"{device.key}/{engine} measured, but never with expert parallelism (ep {ep}); rated as its generation"
+        else:
+            what = LEAVE_OUT_MEANING[letter].format(device=device.key, engine=engine, generation=device.generation)
         return Fidelity(CLASS_BY_LETTER[letter], f"{what}; 80 % band from {band.n} {band.basis}",  # type: ignore[arg-type]
                         low, high)
     measured = measured_devices(params)

@@ -15,7 +15,7 @@ from optimizer.calibration.measurements import load_measurements, resolve_model,
 from optimizer.calibration.predict import offline_predictor, predict_offline_throughput
 from optimizer.calibration.report import validate
 from optimizer.models.params import CalibrationParams, load_params, params_to_yaml
-from tests.conftest import CALIBRATION_CSV
+from tests.conftest import CALIBRATION_CSV, MEASUREMENTS_2026_CSV
 
 CSV = CALIBRATION_CSV
 CAT = load_catalog()
@@ -52,6 +52,15 @@ def test_shipped_params_meet_target(rows):
     assert fit is not None and fit.rows_used >= 426 and fit.median_abs_pct_error <= 15.0
     assert "calibration.csv" in fit.data_file and "measurements-2026.csv" in fit.data_file
 
+
+
+def test_shipped_coverage_is_what_bands_coverage_gives_on_the_shipped_rows(rows):
+    """The shipped parameters' coverage (device/engine pairs, generations, vendors, pairs with ep > 1) is
+    ``bands.coverage`` on the two files they were fitted on, so a hand edit of calibration.yaml shows here."""
+    from optimizer.calibration.bands import coverage
+
+    both = rows + load_measurements(MEASUREMENTS_2026_CSV, CAT)
+    assert load_params().coverage == coverage(both, CAT)
 
 def test_kv_capacity_limited_rows_predicted_from_memory(rows):
     """Llama-3.1-70B FP16 on 2x A100-80GB, 128 in / 2048 out: 531 tok/s measured (v0.17) vs
