@@ -14,6 +14,9 @@ model; for a batch workload the SLO-free throughput ``batch_throughput`` — its
 replica under the plan's objective and its power. An online workload is evaluated both
 split into buckets and whole, and split only where that costs less alone
 (:mod:`optimizer.planning.bucketing`: a split bucket must meet the p99s on its own).
+Workloads that differ only by their rate and replica rules (``shape_key``) are evaluated once:
+each gets the candidates of the first of them, with its own bucket rates (the split-or-whole
+choice is still made per workload: it depends on the rate).
 
 Pruned candidates keep their reason (``pruned_reason``):
 
@@ -70,7 +73,8 @@ from optimizer.results.money import MoneyAssumptions
 from optimizer.results.plan_result import Diagnostic
 from workloads.spec import Plan, Workload
 
-# Workloads whose configs are built and evaluated together (memory stays bounded for large plans).
+# Workload shapes (``shape_key``) whose configs are built and evaluated together (memory stays bounded
+# for large plans).
 WORKLOADS_PER_BATCH = 32
 
 # ---------------------------------------------------------------------------------------
