@@ -15,6 +15,9 @@ capacity_factor_at(band, 0.95) = exp(μ + σ·Φ⁻¹(0.05)), μ = (ln lo + ln h
 
 from __future__ import annotations
 
+import math
+import statistics
+
 import pytest
 
 from catalog import load_catalog
@@ -30,6 +33,7 @@ from optimizer.planning import safeguards
 from optimizer.planning.candidates import model_candidates
 from optimizer.planning.headroom import capacity_factors, config_key, sized
 from optimizer.planning.safeguards import device_fidelity, fidelity_map
+from optimizer.whatif_uncertainty import model_error_draws
 from workloads import parse_plan, resolve_catalog
 
 FACTOR_095 = {"trtllm": 0.65468, "vllm": 0.63045}  # module docstring
@@ -179,3 +183,16 @@ def test_fallback_with_coverage_follows_its_engine_and_ep_pairs():
     # in the coverage, but too few rows in the fit for a band of its own
     thin = CalibrationParams(coverage=cov, fit=_fit(h100_sxm=20.0))
     assert fallback_letter(mi300x, "vllm", thin, cat.devices) == "b"
+
+
+def test_monte_carlo_model_error_is_drawn_per_configuration():
+    """``gpuplan whatif --samples``: the TensorRT-LLM and vLLM deployments on H100 draw from their own
+    bands: median log factor = μ of each band (a: −0.0344, b: 0.0987; σ of a median of 4,000 draws
+    ≈ 1.2533·0.34/√4000 = 0.0067)."""
+    plan, cat = _plan()
+    base = optimize_plan(plan, cat, compare_single_device=False, verify=False)
+    draws = model_error_draws(base, 4000, seed=0)
+    keys = {("h100-sxm", "trtllm", 1), ("h100-sxm", "vllm", 1)}
+    assert set(draws[0]) == keys
+    for key, mu in ((("h100-sxm", "trtllm", 1), -0.034420), (("h100-sxm", "vllm", 1), 0.098690)):
+        assert statistics.median(math.log(d[key]) for d in draws) == pytest.approx(mu, abs=0.03), key
