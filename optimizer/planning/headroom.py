@@ -4,12 +4,10 @@ The candidates' capacities at the SLO (req/s per replica) are multiplied by
 
     factor[d, e, p] = target_utilization · capacity_factor_at(fidelity[d, e, p], confidence)   (1 without confidence)
 
-for a candidate on device d served by engine e at expert-parallel degree p: each candidate is
-derated by the band of its own configuration (a TensorRT-LLM tp H100 by the class of H100/TensorRT-LLM,
-an ep8 or vLLM H100 beside it by its own, wider one)
-
-(times a per-candidate factor from the simulator's verification, ``optimizer.planning.verify``),
-and every bucket's rate by the demand factor
+for a candidate on device d served by engine e at expert-parallel degree p (``config_key``), so each
+candidate is derated by the band of its own configuration — a TensorRT-LLM tp H100 by that of
+H100/TensorRT-LLM, an ep8 or vLLM H100 beside it by its own — times a per-candidate factor from the
+simulator's verification (``optimizer.planning.verify``); and every bucket's rate by the demand factor
 
     demand_factor = exp(demand_sigma · Φ⁻¹(demand_quantile))
 
