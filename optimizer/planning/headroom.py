@@ -64,7 +64,8 @@ def capacity_factors(plan: Plan, fidelity: Mapping[ConfigKey, Fidelity]) -> dict
 def sized(cset: CandidateSet, config_factors: Mapping[ConfigKey, float], demand: float = 1.0,
           candidate_factors: Mapping[tuple[str, str], float] | None = None) -> CandidateSet:
     """``cset`` with kept candidates' capacities × the factor of their configuration (``config_key``) and
-    their own (workload, key) factor, bucket rates × ``demand``."""
+    their own (workload, key) factor, bucket rates × ``demand``. A non-empty ``config_factors`` must
+    cover every kept candidate's configuration (KeyError otherwise); an empty one means factor 1."""
     candidate_factors = candidate_factors or {}
     if all(f == 1.0 for f in config_factors.values()) and demand == 1.0 and not candidate_factors:
         return cset
@@ -73,6 +74,10 @@ def sized(cset: CandidateSet, config_factors: Mapping[ConfigKey, float], demand:
         w = wc.workload.name
         cands = []
         for c in wc.candidates:
+            if c.kept and config_factors and config_key(c) not in config_factors:
+                # a map keyed otherwise (e.g. by device) would leave the candidate underated in silence
+                raise KeyError(f"sized: no capacity factor for configuration {config_key(c)} of kept candidate "
+                               f"{w}/{c.key}; build the factors from fidelity_map of this candidate set")
             f = config_factors.get(config_key(c), 1.0) * candidate_factors.get((w, c.key), 1.0)
             if c.kept and f != 1.0:
                 c = replace(c, capacity_qps=tuple(mu * f for mu in c.capacity_qps))

@@ -196,3 +196,14 @@ def test_monte_carlo_model_error_is_drawn_per_configuration():
     assert set(draws[0]) == keys
     for key, mu in ((("h100-sxm", "trtllm", 1), -0.034420), (("h100-sxm", "vllm", 1), 0.098690)):
         assert statistics.median(math.log(d[key]) for d in draws) == pytest.approx(mu, abs=0.03), key
+
+
+def test_factors_keyed_by_device_alone_are_refused_not_ignored():
+    """A factor map that misses a kept candidate's (device, engine, ep) would leave it at factor 1
+    (no target utilisation, no band) in silence: ``sized`` raises instead."""
+    plan, cat = _plan(0.95)
+    params = load_params(None)
+    cset = model_candidates(plan, cat, params)
+    by_device = {d: 0.5 for d, _, _ in fidelity_map(cset, params, cat)}
+    with pytest.raises(KeyError, match="no capacity factor for configuration"):
+        sized(cset, by_device)
