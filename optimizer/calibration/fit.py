@@ -63,7 +63,7 @@ def _field_knob(name: str, low: float, high: float, integer: bool = False) -> _K
                  lambda p, v: p.model_copy(update={name: int(round(v)) if integer else v}))
 
 
-def _override_knob(idx: int, field: str, low: float, high: float) -> _Knob:
+def _override_knob(idx: int, field: str, low: float, high: float, shrunk: bool = True) -> _Knob:
     def get(p: CalibrationParams) -> float:
         value = getattr(p.overrides[idx], field)
         return float(value) if value is not None else float(getattr(p, field))
@@ -73,7 +73,8 @@ def _override_knob(idx: int, field: str, low: float, high: float) -> _Knob:
         ovs[idx] = ovs[idx].model_copy(update={field: v})
         return p.model_copy(update={"overrides": ovs})
 
-    return _Knob(f"overrides[{idx}].{field}", low, high, get, put, lambda p: parent_value(p, field))
+    return _Knob(f"overrides[{idx}].{field}", low, high, get, put,
+                 (lambda p: parent_value(p, field)) if shrunk else None)
 
 
 def parent_value(p: CalibrationParams, field: str) -> float:
@@ -85,8 +86,9 @@ def parent_value(p: CalibrationParams, field: str) -> float:
 
 
 def shrinkage_penalty(p: CalibrationParams, knobs: Sequence[_Knob]) -> float:
-    """``class_shrinkage · Σ_knobs (log(override / parent))²`` over the class-override knobs: a Gaussian
-    prior on each override's log-deviation from its parent value (``CalibrationParams.class_shrinkage``).
+    """``class_shrinkage · Σ_knobs (log(override / parent))²`` over the knobs that have a parent (the
+    generation and memory-type overrides, ``class_overrides``): a Gaussian prior on each override's
+    log-deviation from its parent value (``CalibrationParams.class_shrinkage``).
     The data term of a class grows with its rows' weight, so a class with few rows stays near its
     parent and a class with many is fitted nearly freely; 0 = unpenalised."""
     lam = p.class_shrinkage
@@ -299,8 +301,12 @@ def class_overrides(rows: Sequence[Measurement], cat: Catalog, devices: Sequence
     knobs: list[_Knob] = []
 
     def add(o: FactorOverride, fields: Sequence[tuple[str, float, float]]) -> None:
+        # only the device classes are shrunk (class_shrinkage): their global value is a pure parent that no
+        # row takes directly, where the global compute efficiency is the 16-bit GEMMs' own value and the
+        # engine factors replace whole classes
+        device_class = o.generation is not None or o.memory_type is not None
         overrides.append(o)
-        knobs.extend(_override_knob(len(overrides) - 1, f, lo, hi) for f, lo, hi in fields)
+        knobs.extend(_override_knob(len(overrides) - 1, f, lo, hi, device_class) for f, lo, hi in fields)
 
     mem_types = sorted({d.memory_type for d in devices})
     gens = sorted({d.generation for d in devices})

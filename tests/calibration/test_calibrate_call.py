@@ -69,4 +69,5 @@ def test_leave_out_refits_keep_the_fit_procedure_fields(monkeypatch):
     rows = load_measurements(EXAMPLES / "measurements-example.csv", cat)
     start = CalibrationParams(memory_bandwidth_efficiency=0.41, class_shrinkage=0.3, fit_rounds=2)
     cal.calibrate(rows, cat, start=start, data_file="example", data_sha256="ab" * 32, online_weight=0.0, bands=True)
+    assert len(seen) == 3
     assert all(s == CalibrationParams(class_shrinkage=0.3, fit_rounds=2) for s in seen)

@@ -7,9 +7,16 @@ import math
 import pytest
 
 from catalog import load_catalog
-from optimizer.calibration.fit import _loss, _override_knob, fit_params, shrinkage_penalty
+from optimizer.calibration.fit import (
+    _loss,
+    _override_knob,
+    class_overrides,
+    fit_params,
+    shrinkage_penalty,
+)
 from optimizer.calibration.measurements import load_measurements
 from optimizer.calibration.predict import offline_skip_reason
+from optimizer.calibration.shipped import SHIPPED_MEASUREMENT_FILES, shipped_measurements
 from optimizer.models.params import CalibrationParams, FactorOverride
 from tests.conftest import EXAMPLES
 
@@ -56,3 +63,17 @@ def test_a_second_round_never_fits_worse():
     one = fit_params(rows, cat, start=CalibrationParams(), sweeps=2)
     two = fit_params(rows, cat, start=CalibrationParams(fit_rounds=2), sweeps=2)
     assert loss(two) <= loss(one) + 1e-12
+
+
+def test_only_the_device_classes_are_shrunk():
+    """On the shipped rows, the generation and memory-type knobs have a parent; the dtype, weight-only and
+    engine knobs do not (the global compute efficiency is the 16-bit GEMMs' own value, not a parent)."""
+    cat = load_catalog()
+    rows = [m for name in SHIPPED_MEASUREMENT_FILES for m in load_measurements(shipped_measurements(name), cat)]
+    usable = [m for m in rows if offline_skip_reason(m) is None]
+    devices = [cat.devices[k] for k in sorted({m.device_key for m in usable})]
+    overrides, knobs = class_overrides(usable, cat, devices, True, True, a2a_start_us=8.0)
+    for k in knobs:
+        o = overrides[int(k.name[len("overrides["):k.name.index("]")])]
+        assert (k.parent is not None) == (o.generation is not None or o.memory_type is not None), k.name
+    assert any(k.parent is None for k in knobs) and any(k.parent is not None for k in knobs)
