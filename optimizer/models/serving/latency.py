@@ -110,7 +110,7 @@ def take_state(s: State, rows: np.ndarray) -> State:
     st = s.steps
     steps = Steps(st.d[rows], st.pk[rows], st.l_w[rows], st.g1[rows], st.gk[rows], st.gk_lo[rows])
     return State(s.b[rows], s.step_s[rows], steps, s.slope_s[rows], s.eps_s[rows], s.rho1[rows],
-                  s.t_full_s[rows], s.saturated[rows])
+                  s.t_full_s[rows], s.saturated[rows], s.d_next_s[rows])
 
 
 def evaluate_load(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, need: set[str],
@@ -181,7 +181,7 @@ def _tpot_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, fb, s
     m1, m2, m3 = (s.steps.moment(r) for r in (1, 2, 3))
     var_t = np.maximum(m2 - m1**2, 0.0)
     k3_t = m3 - 3 * m1 * m2 + 2 * m1**3
-    d_tag = perf.decode_step_s(c, s.b + 1.0, lens.ctx)
+    d_tag = s.d_next_s
     # request-weighted mean step E[b·T]/E[b] = t̄ + Cov(b, T)/b̄, Little's law shift included
     mean_tpot = m1 + np.where(sat, 0.0, fb.bias_s)
     steps_n = np.maximum(o1, 1.0)
@@ -360,6 +360,7 @@ class _TtftMoments:
 # mixture of the waits is carried by its first three moments (the raw moments add with the weights).
 BATCH_NODES = np.array([-math.sqrt(3.0), 0.0, math.sqrt(3.0)])
 BATCH_WEIGHTS = np.array([1.0 / 6.0, 2.0 / 3.0, 1.0 / 6.0])
+_CENTRE_NODE = int(np.flatnonzero(BATCH_NODES == 0.0)[0])  # the mean batch, where the work left behind is taken
 
 
 def _ttft_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, chunk: int, b_busy: np.ndarray,
@@ -398,20 +399,22 @@ def _ttft_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, chunk
     k30 = k3_o + k3_r[:, None]
     # FCFS queue of prompt work ahead in full-chunk steps, M/G/1 (Takács moments) at each batch node;
     # W is their mixture, collapsed to its first three moments (raw moments add with the weights)
+    # (the nodes in one step-time evaluation and one pass of the service moments: arrays (N, nodes, QL))
     nodes = np.clip(b_busy[:, None] + BATCH_NODES[None, :] * b_sd[:, None], 0.0, float(c.max_batch_sequences))
-    raw, stable_all, centre = np.zeros((3, len(lam))), ~s.saturated, None
+    services, slopes = prefill_service_s(c, nodes, lens, chunk)
+    moments = service_moments(lens, services, slopes)
+    waits = _prefill_wait_moments(lam[:, None], lens, services, slopes, moments)
+    raw, stable_all = np.zeros((3, len(lam))), ~s.saturated
     for i, weight in enumerate(BATCH_WEIGHTS):
-        service, slope = prefill_service_s(c, nodes[:, i], lens, chunk)
-        w1, w2, w3, stable = _prefill_wait_moments(lam, lens, service, slope)
+        w1, w2, w3, stable = (w[:, i] for w in waits)
         stable_all &= stable
         raw += weight * np.stack([w1, w2 + w1 * w1, w3 + 3.0 * w1 * w2 + w1**3])
-        if BATCH_NODES[i] == 0.0:
-            centre = (service, slope, (w1, w2, w3))
-    service, slope, wait0 = centre
+    centre = _CENTRE_NODE
+    slope = slopes[:, centre]
     m1 = raw[0]
     m2c = raw[1] - m1 * m1
     m3c = raw[2] - 3.0 * m1 * raw[1] + 2.0 * m1**3
-    behind = _work_behind(lam, lens, service, slope, wait0, ~stable_all)
+    behind = _work_behind(lam, [mk[:, centre] for mk in moments], tuple(w[:, centre] for w in waits[:3]), ~stable_all)
     unstable = ~stable_all[:, None]
     # the prompt length spread inside each stratum, at the marginal full-chunk cost of a token
     mean = np.where(unstable, np.inf, mean0 + m1[:, None])
@@ -420,13 +423,13 @@ def _ttft_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, chunk
     return _TtftMoments(mean, var, k3, behind)
 
 
-def _work_behind(lam, lens: RowLengths, service, slope, wait, bad) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _work_behind(lam, moments, wait, bad) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean, variance, κ3 (s, s², s³; (N,)) of the prompt work H a request leaves queued behind it when
     its prefill ends: FCFS, the prompts that arrived during its sojourn T = W + S (wait and own service),
     a compound Poisson given T: ``E[H] = λE[S]·E[T]``, ``Var(H) = λE[S²]·E[T] + (λE[S])²·Var(T)``,
     ``κ3(H) = λE[S³]·E[T] + 3·λE[S]·λE[S²]·Var(T) + (λE[S])³·κ3(T)`` (W and S independent; 0 where the
-    queue is unstable)."""
-    s1, s2, s3, _ = service_moments(lens, service, slope)
+    queue is unstable). ``moments``: E[S^k], k = 1..4 (``service_moments``), ``wait`` W's mean, variance, κ3."""
+    s1, s2, s3, _ = moments
     w1, w2, w3 = wait
     t1, t2, t3 = w1 + s1, w2 + s2 - s1 * s1, w3 + s3 - 3.0 * s1 * s2 + 2.0 * s1**3
     a1, a2, a3 = lam * s1, lam * s2, lam * s3
@@ -466,7 +469,8 @@ def _queue_behind(tp: _TpotMoments, c: Configs, lens: RowLengths, ttft: _TtftMom
 
 
 def prefill_service_s(c: Configs, b: np.ndarray, lens: RowLengths, chunk: int) -> tuple[np.ndarray, np.ndarray]:
-    """Service time S(L) (s) of each prompt node in a busy prefill queue, and dS/dL (s/token); each (N, QL).
+    """Service time S(L) (s) of each prompt node in a busy prefill queue, and dS/dL (s/token); each (N, QL),
+    or (N, B, QL) for batches ``b`` (N, B) (one step-time evaluation for all of them).
 
     While prompts queue every step is full: C prompt tokens with the ``b`` decoding sequences,
     ``t(b, c̄, C, span) = t₀ + a·C·span`` (``perf.decode_step_s``: prefill attention is linear in
@@ -486,15 +490,19 @@ def prefill_service_s(c: Configs, b: np.ndarray, lens: RowLengths, chunk: int) -
     span = lens.span_offset[:, None] + ln / 2.0
     dspan = np.maximum(ln, 1.0) * 1e-3
     q_l = ln.shape[1]
+    b = np.asarray(b, dtype=float)
+    spans = np.concatenate([span, span + dspan / 2.0], axis=1)
+    if b.ndim == 2:  # batches (N, B): the node arrays as (N, 1, QL)
+        ln, dspan, spans = ln[:, None, :], dspan[:, None, :], spans[:, None, :]
     # one step-time evaluation per batch: at the span and just past it (∂t/∂span by a difference)
-    t2 = perf.decode_step_s(c, np.asarray(b, dtype=float)[:, None], lens.ctx[:, None], float(chunk),
-                            np.concatenate([span, span + dspan / 2.0], axis=1))
-    t, dt = t2[:, :q_l], (t2[:, q_l:] - t2[:, :q_l]) / dspan * 2.0
+    t2 = perf.decode_step_s(c, b[..., None], lens.ctx.reshape((-1,) + (1,) * b.ndim), float(chunk), spans)
+    t, dt = t2[..., :q_l], (t2[..., q_l:] - t2[..., :q_l]) / dspan * 2.0
     return ln / chunk * t, t / chunk + ln / chunk * dt / 2.0
 
 
 def service_moments(lens: RowLengths, service: np.ndarray, slope: np.ndarray) -> list[np.ndarray]:
-    """E[S^k], k = 1..4 (each (N,)), over the prompt nodes with each stratum's spread.
+    """E[S^k], k = 1..4 (each (N,), or (N, B) for ``service``, ``slope`` (N, B, QL)), over the prompt nodes
+    with each stratum's spread.
 
     E[S] is the plain node sum (what the queue's utilisation is). For k >= 2, inside a stratum the
     service is the quadratic ``S(L) = S_i + S'·δ + (S''/2)·δ²`` (δ = L − L_i; exact, the step time being
@@ -504,16 +512,16 @@ def service_moments(lens: RowLengths, service: np.ndarray, slope: np.ndarray) ->
     it replaced had E[S³] at 0.18 of the integral for svc07's lognormal prompts (mean 512 / p99 4,096,
     llama-3.1-405b fp8 gb200 pp4), its TTFT p99 at 87.5 % of its capacity 447 ms against 491-579 ms simulated.
     """
-    lw = lens.l_w
-    ln = np.maximum(lens.l_nodes, 1.0)
+    lw, ln, dev = lens.l_w, np.maximum(lens.l_nodes, 1.0), lens.l_dev  # dev (N, QL, 8): E[δ^j], j = 1..8
+    if service.ndim == 3:
+        lw, ln, dev = lw[:, None, :], ln[:, None, :], dev[:, None]
     half_curv = (slope - service / ln) / ln  # S''/2
-    dev = lens.l_dev  # (N, QL, 8): E[δ^j], j = 1..8
-    moments = np.concatenate([np.ones(dev.shape[:2] + (1,)), dev], axis=2)
-    poly = np.stack([service, slope, half_curv], axis=2)  # coefficients of S in δ, (N, QL, 3)
-    out, power = [np.sum(lw * service, axis=1)], poly
+    moments = np.concatenate([np.ones(dev.shape[:-1] + (1,)), dev], axis=-1)
+    poly = np.stack([service, slope, half_curv], axis=-1)  # coefficients of S in δ, (..., QL, 3)
+    out, power = [np.sum(lw * service, axis=-1)], poly
     for _ in (2, 3, 4):
         power = _poly_mul(power, poly)
-        out.append(np.sum(lw * np.sum(power * moments[:, :, :power.shape[2]], axis=2), axis=1))
+        out.append(np.sum(lw * np.sum(power * moments[..., :power.shape[-1]], axis=-1), axis=-1))
     return out
 
 
@@ -525,7 +533,8 @@ def _poly_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-def _prefill_wait_moments(lam: np.ndarray, lens: RowLengths, service: np.ndarray, slope: np.ndarray):
+def _prefill_wait_moments(lam: np.ndarray, lens: RowLengths, service: np.ndarray, slope: np.ndarray,
+                          moments: list[np.ndarray] | None = None):
     """Mean, variance, third cumulant (s, s², s³; each (N,)) of the M/G/1 FCFS waiting time W of
     the prompt work ahead, and whether the queue is stable (u = λ·E[S] < 1).
 
@@ -538,7 +547,7 @@ def _prefill_wait_moments(lam: np.ndarray, lens: RowLengths, service: np.ndarray
     tail, "the queue beyond one step": that left the TTFT p99 of lognormal prompts 10-19 % under
     the simulator's, scripts/agreement.py; with the full W: −8 % to +6 %.)
     """
-    s1, s2, s3, s4 = service_moments(lens, service, slope)
+    s1, s2, s3, s4 = service_moments(lens, service, slope) if moments is None else moments
     u = lam * s1
     stable = u < 1
     q = np.where(stable, lam / np.where(stable, 1.0 - u, 1.0), 0.0)

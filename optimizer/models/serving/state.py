@@ -241,13 +241,17 @@ def fold_tail(p: np.ndarray, k_rows: np.ndarray | None) -> np.ndarray:
 def group_k_max(m: np.ndarray, lens: RowLengths) -> np.ndarray:
     """Per row, ``prompts_k_max`` of the rows of its own group (ints (N,)): the count a call on
     that group's rows alone would resolve, ``min(POISSON_K_MAX, ⌈top + 6√top + 4⌉)``."""
+    return _group_k_max(m, lens.group, lens.n_groups)
+
+
+def _group_k_max(m: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
     mf = np.where(np.isfinite(m), m, 0.0)
-    if lens.n_groups == 1:
+    if n_groups == 1:
         top = np.full(len(m), float(np.max(mf, initial=0.0)))
     else:
-        tops = np.zeros(lens.n_groups)
-        np.maximum.at(tops, lens.group, mf)
-        top = tops[lens.group]
+        tops = np.zeros(n_groups)
+        np.maximum.at(tops, group, mf)
+        top = tops[group]
     return np.minimum(POISSON_K_MAX, np.ceil(top + 6.0 * np.sqrt(top) + 4.0)).astype(np.int64)
 
 
@@ -287,6 +291,12 @@ class Steps:
         half = self.pk[:, 2:] / 2.0
         return np.concatenate([self.pk[:, :1], self.pk[:, 1:2] * self.l_w, half, half], axis=1)
 
+    def rows(self, rows: slice, mean: np.ndarray) -> Steps:
+        """The table of the rows at ``rows``, with ``mean`` (every row's E[T]) sliced alike."""
+        out = Steps(self.d[rows], self.pk[rows], self.l_w[rows], self.g1[rows], self.gk[rows], self.gk_lo[rows])
+        out._moments[1] = mean[rows]
+        return out
+
     def moment(self, r: int) -> np.ndarray:
         """E[T^r] (N,), computed once per r; E[T] = D + P(K=1)·E[g1] + Σ_K P(K)·g_K without the table."""
         if r not in self._moments:
@@ -319,7 +329,8 @@ def mixed_poisson_pmf(m: np.ndarray, dispersion: np.ndarray, k_max: int,
     return np.where(over[:, None] & (m[:, None] > 0), p, poisson)
 
 
-def _steps(c: Configs, b: np.ndarray, m: np.ndarray, lens: RowLengths, chunk: int) -> Steps:
+def _steps(c: Configs, b: np.ndarray, m: np.ndarray, lens: RowLengths, chunk: int,
+           k_rows: np.ndarray | None = None) -> Steps:
     """Step durations when K prompts (those that arrived during the previous step) ride in it:
     ``T = D(b) + g(K prompts)``; K = 1 resolves the prompt length by quadrature, K >= 2 uses K·E[L] tokens.
 
@@ -332,8 +343,8 @@ def _steps(c: Configs, b: np.ndarray, m: np.ndarray, lens: RowLengths, chunk: in
     simulator's (llama-3.1-8b fp8 on rtx-pro-6000, 62 req/s: 7.7 vs 8.4 ms).
     """
     bb, ctx = b[:, None], lens.ctx[:, None]
-    # K up to 6 sd of a dispersion-2 count (the tail beyond folds into k_max), per group of rows
-    k_rows = np.maximum(group_k_max(2.0 * m, lens), 1)
+    if k_rows is None:
+        k_rows = step_k_rows(m, lens.group, lens.n_groups)
     k_max = int(np.max(k_rows, initial=1))
     n = _prompt_tokens(lens, k_max, chunk)
     d, g1, gk = _chunked_extra_s(c, bb, ctx, n, lens.group, chunk)
@@ -349,6 +360,56 @@ def _steps(c: Configs, b: np.ndarray, m: np.ndarray, lens: RowLengths, chunk: in
                  gk_lo)
 
 
+def step_k_rows(m: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
+    """The prompt count each row's step table resolves at ``m`` prompts per step (``_steps``; rows of
+    length sets ``group``): K up to 6 sd of a dispersion-2 count (the tail beyond folds into it), per
+    group of rows (``group_k_max``)."""
+    return np.maximum(_group_k_max(2.0 * m, group, n_groups), 1)
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """Rows of a solve twice over (``rows`` then ``rows`` again), so that two points of every row — h
+    at t and t + δt, the mean step at m and m + δm — are one ``_steps`` evaluation. Every figure of
+    ``_steps`` is row by row but the prompt count k_max its tables resolve, the largest of the call:
+    the two points share an evaluation when their k_max agree (nearly always, δ being small) and are
+    evaluated apart otherwise, so each row gets the bits of a call of its own point.
+
+    ``c``, ``lens``: every row of the solve; ``rows``: the rows of this pair (None: all);
+    ``c2``, ``lens2``: those rows twice."""
+
+    c: Configs
+    lens: RowLengths
+    rows: np.ndarray | None
+    c2: Configs
+    lens2: RowLengths
+
+    @classmethod
+    def of(cls, c: Configs, lens: RowLengths) -> _Pair:
+        twice = np.tile(np.arange(len(c)), 2)
+        return cls(c, lens, None, c.take(twice), lens.take(twice))
+
+    def take(self, rows: np.ndarray) -> _Pair:
+        """The pair of the rows at ``rows`` (indices into every row of the solve)."""
+        n = len(self.c)
+        twice = np.concatenate([rows, rows + n])
+        return _Pair(self.c, self.lens, rows, self.c2.take(twice), self.lens2.take(twice))
+
+    def steps(self, b_a: np.ndarray, m_a: np.ndarray, b_b: np.ndarray, m_b: np.ndarray, chunk: int
+              ) -> tuple[Steps, Steps]:
+        """``_steps`` of every row of the pair at (b_a, m_a) and at (b_b, m_b)."""
+        n = len(b_a)
+        group = self.lens2.group[:n]
+        k_a, k_b = step_k_rows(m_a, group, self.lens.n_groups), step_k_rows(m_b, group, self.lens.n_groups)
+        if int(np.max(k_a, initial=1)) != int(np.max(k_b, initial=1)):
+            c, ls = (self.c, self.lens) if self.rows is None else (self.c.take(self.rows), self.lens.take(self.rows))
+            return _steps(c, b_a, m_a, ls, chunk, k_a), _steps(c, b_b, m_b, ls, chunk, k_b)
+        both = _steps(self.c2, np.concatenate([b_a, b_b]), np.concatenate([m_a, m_b]), self.lens2, chunk,
+                      np.concatenate([k_a, k_b]))
+        mean = both.moment(1)
+        return both.rows(slice(0, n), mean), both.rows(slice(n, 2 * n), mean)
+
+
 @dataclass
 class State:
     b: np.ndarray  # mean running batch (N,)
@@ -359,6 +420,7 @@ class State:
     rho1: np.ndarray  # lag-1 correlation of step durations, λ·dE[T]/dm
     t_full_s: np.ndarray  # t(b, C) a full prefill step
     saturated: np.ndarray
+    d_next_s: np.ndarray  # D(b + 1), the step of a tagged request in its own batch
 
 
 def solve_state(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, t0: np.ndarray | None = None) -> State:
@@ -366,7 +428,8 @@ def solve_state(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, t0: n
 
     h(D(0)) > 0 and h is near-convex, so Newton from the left approaches the stable
     (smaller) root (an overshoot is corrected by a step back); no root (h' >= 0 while h > 0)
-    or a batch over the scheduler cap means saturated.
+    or a batch over the scheduler cap means saturated. h and its difference quotient at t + δt
+    are one step-table evaluation of the rows twice over (``_Pair``).
     """
     n = len(c)
     cap = float(c.max_batch_sequences)
@@ -374,38 +437,46 @@ def solve_state(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, t0: n
     t = perf.decode_step_s(c, zero, lens.ctx) if t0 is None else np.asarray(t0, dtype=float).copy()
     t = np.where(np.isfinite(t), t, perf.decode_step_s(c, zero, lens.ctx))
     saturated = ~np.isfinite(t)
+    pair = _Pair.of(c, lens)
 
-    def h(cs, ls, lv, tv):
-        b = np.minimum(lv * ls.mean_o1 * tv, cap)
-        return _steps(cs, b, lv * tv, ls, chunk).moment(1) - tv
+    def h_pair(p: _Pair, mean_o1, lv, tv, tv2):
+        st, st2 = p.steps(np.minimum(lv * mean_o1 * tv, cap), lv * tv, np.minimum(lv * mean_o1 * tv2, cap), lv * tv2,
+                          chunk)
+        return st.moment(1) - tv, st2.moment(1) - tv2
 
     done = saturated.copy()
     for _ in range(NEWTON_ITERATIONS):  # only the rows still moving
         rows = np.flatnonzero(~done)
         if not len(rows):
             break
-        cs, ls = (c, lens) if len(rows) == n else (c.take(rows), lens.take(rows))
-        lv, tv = lam[rows], t[rows]
-        hv = h(cs, ls, lv, tv)
+        p = pair if len(rows) == n else pair.take(rows)
+        lv, tv, mean_o1 = lam[rows], t[rows], lens.mean_o1[rows]
         dt = np.maximum(1e-9, 1e-4 * tv)
-        dh = (h(cs, ls, lv, tv + dt) - hv) / dt
+        hv, hv2 = h_pair(p, mean_o1, lv, tv, tv + dt)
+        dh = (hv2 - hv) / dt
         sat = ((dh >= 0) & (hv > 1e-12 * tv)) | ~np.isfinite(hv)
         # h is not convex everywhere (the max() in the step time): a step past the root
         # comes back with the next (negative) move
         move = np.where(sat, 0.0, -hv / np.where(dh < 0, dh, -1.0))
         t[rows] = np.maximum(tv + move, 0.5 * tv)
-        sat |= lv * ls.mean_o1 * t[rows] > cap
+        sat |= lv * mean_o1 * t[rows] > cap
         saturated[rows] |= sat
         done[rows] = sat | (np.abs(move) <= 1e-7 * tv)
     b = np.minimum(lam * lens.mean_o1 * t, cap)
     m = lam * t
-    st = _steps(c, b, m, lens, chunk)
-    mean_t = st.moment(1)
     dm = np.maximum(1e-3, 0.01 * m)
-    slope_m = (_steps(c, b, m + dm, lens, chunk).moment(1) - mean_t) / dm
+    st, st_dm = pair.steps(b, m, b, m + dm, chunk)
+    mean_t = st.moment(1)
+    slope_m = (st_dm.moment(1) - mean_t) / dm
     rho1 = np.clip(lam * slope_m, 0.0, 0.95)
     eps = np.where(m > 0, (mean_t - st.d) / np.maximum(m, 1e-300), np.sum(st.g1 * lens.l_w, axis=1))
-    slope = perf.decode_step_s(c, b + 1.0, lens.ctx) - st.d
-    t_full = perf.decode_step_s(c, b, lens.ctx, float(chunk), chunk / 2.0)
+    # D(b + 1) and a full prefill step t(b, C, C/2), one step-time evaluation
+    both = perf.decode_step_s(c, np.stack([b + 1.0, b], axis=1), lens.ctx[:, None], _NEXT_AND_FULL[0] * chunk,
+                              _NEXT_AND_FULL[1] * chunk)
+    d_next = both[:, 0]
     t = np.where(saturated, np.inf, mean_t)
-    return State(b, t, st, slope, eps, rho1, t_full, saturated)
+    return State(b, t, st, d_next - st.d, eps, rho1, both[:, 1], saturated, d_next)
+
+
+# (tokens, span) / C of the two steps ``solve_state`` times besides its tables: none, and a full chunk at C/2
+_NEXT_AND_FULL = (np.array([0.0, 1.0]), np.array([0.0, 0.5]))
