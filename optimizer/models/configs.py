@@ -133,6 +133,7 @@ class Configs:
         Built without ``__init__`` (the searches take subsets thousands of times); the stage
         constants, when already folded, are sliced too (they are elementwise in the configurations)."""
         idx = indices if isinstance(indices, slice) else np.asarray(indices, dtype=int)
+        positions = None if isinstance(idx, slice) else idx.tolist()  # Python ints index lists ~2× faster
         new = object.__new__(type(self))
         values = new.__dict__
         for name in _CONFIG_FIELDS:
@@ -140,7 +141,7 @@ class Configs:
             if isinstance(value, np.ndarray):
                 value = value[idx]
             elif isinstance(value, list):
-                value = value[idx] if isinstance(idx, slice) else [value[i] for i in idx]
+                value = value[idx] if positions is None else [value[i] for i in positions]
             values[name] = value
         folded = self.__dict__.get("stage")
         if folded is not None:

@@ -291,18 +291,19 @@ def _carrying_step_sums(c: Configs, s: State, lens: RowLengths, chunk: int, mj: 
     j_rows = _carrying_j_max(mj, lens)
     order = np.lexsort((mj, j_rows))
     sums = np.empty((4, n, lens.l_nodes.shape[1]))
-    for block in _sorted_blocks(j_rows[order] + 1, lens.l_nodes.shape[1]):
-        rows = order[block]
+    blocks = list(_sorted_blocks(j_rows[order] + 1, lens.l_nodes.shape[1]))
+    # one block: every row at once in its own order (each row's figures are its own whatever the order)
+    for rows in [order[block] for block in blocks] if len(blocks) > 1 else [slice(None)]:
         m = mj[rows]
         j_max = int(np.max(j_rows[rows]))
         pj3 = poisson_pmf(m, j_max, j_rows[rows])[:, None, :]  # (rows, 1, J)
         j = np.arange(j_max + 1)
-        ls = lens.take(rows)
-        n_tok = ls.l_nodes[:, :, None] + j[None, None, :] * ls.mean_l[:, None, None]  # (rows, QL, J)
+        l_nodes, mean_l = lens.l_nodes[rows], lens.mean_l[rows]
+        n_tok = l_nodes[:, :, None] + j[None, None, :] * mean_l[:, None, None]  # (rows, QL, J)
         b3 = s.b[rows, None, None]
         d3 = s.steps.d[rows, None, None]
-        g = _prompt_chunks_extra_s(c.take(rows), b3, ls.ctx[:, None, None], n_tok, ls.l_nodes[:, :, None], chunk, d3,
-                                   ls.span_offset[:, None, None])
+        g = _prompt_chunks_extra_s(c if len(blocks) == 1 else c.take(rows), b3, lens.ctx[rows, None, None], n_tok,
+                                   l_nodes[:, :, None], chunk, d3, lens.span_offset[rows, None, None])
         own = np.ceil(n_tok / chunk) * d3 + g  # (rows, QL, J)
         p_own = pj3 * own
         sums[0, rows] = np.sum(p_own, axis=2)
@@ -457,8 +458,10 @@ def _queue_behind(tp: _TpotMoments, c: Configs, lens: RowLengths, ttft: _TtftMom
     w1, w2, w3 = ttft.behind
     el = np.maximum(lens.mean_l, 1.0)
     span = lens.span_offset + (lens.var_l + el * el) / (2.0 * el)
-    full = perf.decode_step_s(c, b_busy, lens.ctx, float(chunk), span)
-    f = np.clip(1.0 - perf.decode_step_s(c, b_busy, lens.ctx) / np.maximum(full, 1e-300), 0.0, 1.0)
+    # t(b, c̄, C, span) and D(b), one step-time evaluation
+    both = perf.decode_step_s(c, b_busy[:, None], lens.ctx[:, None], np.array([float(chunk), 0.0]),
+                              np.stack([span, np.zeros(len(span))], axis=1))
+    f = np.clip(1.0 - both[:, 1] / np.maximum(both[:, 0], 1e-300), 0.0, 1.0)
     f = np.where(np.isfinite(f), f, 0.0)[:, None]
     n = np.maximum(lens.o_nodes - 1.0, 1.0)
     n_bar = np.maximum(lens.mean_o1, 1.0)[:, None]

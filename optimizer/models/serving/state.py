@@ -434,8 +434,10 @@ def solve_state(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, t0: n
     n = len(c)
     cap = float(c.max_batch_sequences)
     zero = np.zeros(n)
-    t = perf.decode_step_s(c, zero, lens.ctx) if t0 is None else np.asarray(t0, dtype=float).copy()
-    t = np.where(np.isfinite(t), t, perf.decode_step_s(c, zero, lens.ctx))
+    t = None if t0 is None else np.asarray(t0, dtype=float).copy()
+    if t is None or not np.all(np.isfinite(t)):  # from D(0) where no start is given
+        d0 = perf.decode_step_s(c, zero, lens.ctx)
+        t = d0 if t is None else np.where(np.isfinite(t), t, d0)
     saturated = ~np.isfinite(t)
     pair = _Pair.of(c, lens)
 
