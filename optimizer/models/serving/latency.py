@@ -210,17 +210,21 @@ def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments,
         # output token to wait for — a TPOT SLO is met trivially (0 ms), not unmeetable (nan)
         has = tp.weights.sum(axis=1) > 0
         out["tpot_p99"], out["tpot_p50"] = np.where(has, np.nan, 0.0), np.where(has, np.nan, 0.0)
-        rows = np.flatnonzero(has)
-        for q in qs:
-            key = f"tpot_p{round(q * 100)}"
-            if len(rows) == n:
-                out[key] = mixture_quantile(q, tp.weights, tp.mt, tp.var, tp.k3)
-            elif len(rows):
-                out[key][rows] = mixture_quantile(q, tp.weights[rows], tp.mt[rows], tp.var[rows], tp.k3[rows])
     ttft_m, ttft_v, ttft_k3 = ttft.mean, ttft.var, ttft.k3
-    if "ttft" in need:
-        for q in qs:
-            out[f"ttft_p{round(q * 100)}"] = mixture_quantile(q, lens.l_w, ttft_m, ttft_v, ttft_k3)
+    for q in qs:
+        mixtures = {}  # name: (rows or None for all, weights, mean, var, κ3)
+        if "tpot" in need and len(rows := np.flatnonzero(has)):
+            every = len(rows) == n
+            mixtures["tpot"] = (None if every else rows, *(x if every else x[rows]
+                                                          for x in (tp.weights, tp.mt, tp.var, tp.k3)))
+        if "ttft" in need:
+            mixtures["ttft"] = (None, lens.l_w, ttft_m, ttft_v, ttft_k3)
+        for name, (rows_of, values) in _mixture_quantiles(q, mixtures).items():
+            key = f"{name}_p{round(q * 100)}"
+            if rows_of is None:
+                out[key] = values
+            else:
+                out[key][rows_of] = values
     if "e2e" in need:
         # components (L node, O node): TTFT(L) + (O−1)·TPOT(O), independent
         o1 = np.maximum(lens.o_nodes - 1.0, 0.0)[:, None, :]
@@ -232,6 +236,24 @@ def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments,
         for q in qs:
             out[f"e2e_p{round(q * 100)}"] = mixture_quantile(q, w, m.reshape(n, -1), v.reshape(n, -1),
                                                             k3.reshape(n, -1))
+    return out
+
+
+def _mixture_quantiles(q: float, mixtures: dict[str, tuple]) -> dict[str, tuple]:
+    """``mixture_quantile`` at q of each (rows, weights, mean, var, κ3) of ``mixtures`` (arrays (rows, J)):
+    {name: (rows, quantiles)}. Mixtures with as many components run as one call of their rows stacked
+    (every row's quantile is its own: the search is row by row)."""
+    out: dict[str, tuple] = {}
+    by_width: dict[int, list[str]] = {}
+    for name, (_, w, *_rest) in mixtures.items():
+        by_width.setdefault(np.shape(w)[-1], []).append(name)
+    for names in by_width.values():
+        parts = [mixtures[name][1:] for name in names]
+        sizes = [len(p[1]) for p in parts]
+        stacked = [np.concatenate([np.broadcast_to(p[i], p[1].shape) for p in parts]) for i in range(4)]
+        values = mixture_quantile(q, *stacked) if len(parts) > 1 else mixture_quantile(q, *parts[0])
+        for name, piece in zip(names, np.split(values, np.cumsum(sizes)[:-1]), strict=True):
+            out[name] = (mixtures[name][0], piece)
     return out
 
 
