@@ -167,21 +167,42 @@ def _prompt_tokens(lens: RowLengths, k_max: int, chunk: int) -> _PromptTokens:
     rest = n_tokens - j_rest * chunk
     n_step = np.minimum(rest, chunk)
     rest_span = np.where(single, j_rest * chunk + n_step / 2.0, mean_l / 2.0) + offset
-    distinct = [np.unique(np.stack([n_step[g], rest_span[g]]), axis=1, return_inverse=True) for g in range(len(base))]
-    width = max(steps.shape[1] for steps, _ in distinct)
-    steps = np.stack([np.pad(u, ((0, 0), (0, width - u.shape[1])), mode="edge") for u, _ in distinct], axis=1)
+    steps, step_of_column = _distinct_steps(n_step, rest_span)
     full = np.broadcast_to(np.arange(last) * chunk + chunk / 2.0, (len(base), last))
     full_span = np.concatenate([full, mean_l / 2.0], axis=1) + offset  # full chunk j < last of one prompt, then of several
     zero = np.zeros((len(base), 1))
     lens.grids[key] = _PromptTokens(
         n_one=q_l, rest=rest, n_step=n_step,
-        step_of_column=np.stack([inverse.ravel() for _, inverse in distinct]),
+        step_of_column=step_of_column,
         step_grid_tokens=np.concatenate([zero, np.full((len(base), last + 1), float(chunk)), steps[0]], axis=1),
         step_grid_span=np.concatenate([zero, full_span, steps[1]], axis=1),
         before=j_rest.astype(np.int64) + np.where(single, 0, last + 1),
         sd_tokens=np.sqrt(ks * base.var_l[:, None]), k_tokens=np.maximum(ks * mean_l, 1.0),
     )
     return lens.grids[key]
+
+
+def _distinct_steps(n_step: np.ndarray, span: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (tokens, span) steps of each row of ``n_step``, ``span`` (G, J), in ascending order
+    (tokens, then span), and each column's index among its row's: ((2, G, U) — a row with fewer repeats
+    its last —, (G, J)). What ``np.unique(..., axis=1, return_inverse=True)`` gives row by row, for every
+    row in one sort."""
+    n_rows, n_cols = n_step.shape
+    row = np.repeat(np.arange(n_rows), n_cols)
+    tokens, spans = n_step.ravel(), span.ravel()
+    order = np.lexsort((spans, tokens, row))
+    r, t, sp = row[order], tokens[order], spans[order]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = (r[1:] != r[:-1]) | (t[1:] != t[:-1]) | (sp[1:] != sp[:-1])
+    rank = np.cumsum(new) - 1  # index among all the distinct steps
+    first = rank[np.searchsorted(r, np.arange(n_rows))]  # of each row's first
+    count = np.bincount(r[new], minlength=n_rows)
+    inverse = np.empty(len(order), dtype=np.int64)
+    inverse[order] = rank - first[r]
+    width = int(count.max(initial=1))
+    pick = first[:, None] + np.minimum(np.arange(width)[None, :], count[:, None] - 1)  # (G, U), the last repeated
+    distinct = np.stack([t[new], sp[new]])  # (2, all distinct)
+    return distinct[:, pick], inverse.reshape(n_rows, n_cols)
 
 
 def _chunk_extra_s(t: np.ndarray, d: np.ndarray, n: np.ndarray, n_step: np.ndarray) -> np.ndarray:
