@@ -302,6 +302,7 @@ class Steps:
     gk_lo: np.ndarray
     g1_mean: np.ndarray | None = None  # Σ_L w_L·g1(L) (N,), computed once for the tables that share g1
     _moments: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+    _powers: dict[int, np.ndarray] = field(default_factory=dict, repr=False)  # values^r
 
     @cached_property
     def values(self) -> np.ndarray:
@@ -328,8 +329,15 @@ class Steps:
                     self.g1_mean = np.sum(self.g1 * self.l_w, axis=1)
                 self._moments[r] = self.d + self.pk[:, 1] * self.g1_mean + np.sum(self.pk[:, 2:] * self.gk, axis=1)
             else:
-                self._moments[r] = np.sum(self.probs * int_power(self.values, r), axis=1)
+                self._moments[r] = np.sum(self.probs * self._power(r), axis=1)
         return self._moments[r]
+
+    def _power(self, r: int) -> np.ndarray:
+        """values^r as ``int_power`` computes it (the same products in the same order), from values^(r−1)
+        when that is already there."""
+        if r not in self._powers:
+            self._powers[r] = self._power(r - 1) * self.values if r > 1 else self.values
+        return self._powers[r]
 
 
 def mixed_poisson_pmf(m: np.ndarray, dispersion: np.ndarray, k_max: int,
