@@ -55,6 +55,7 @@ from optimizer.planning.milp.resolve import (
     solve_key,
     transplant,
 )
+from optimizer.planning.milp.routing import lowest_capacity_factor
 from optimizer.planning.solver_options import SolverOptions
 from optimizer.results.money import MoneyAssumptions
 from optimizer.results.provenance import (
@@ -72,6 +73,7 @@ PRICE_TOLERANCE = 0.005  # break-even prices: relative
 CAPACITY_TOLERANCE = 0.005  # break-even capacity factors: absolute
 F_MIN = 0.05  # capacity factors below this are not searched
 MAX_CROSSING_STEPS = 8
+BASE_COST_RTOL = 1e-9  # a known plan within this of B's cost is another optimum of the base problem
 ESTIMATE_SWING = 0.25  # tornado swing of an estimated price that has no published range
 ELECTRICITY_SWING = 0.5
 DEMAND_SWING = 0.25
@@ -329,17 +331,28 @@ def _utilisation(problem: FleetProblem, base: FleetSolution, device: str) -> flo
 
 def break_even_capacity(problem: FleetProblem, device: str, fleet: Fleet, base: FleetSolution, solve: _Solver,
                         gap: float) -> tuple[float | None, str]:
-    """f* below which the optimal fleet is no longer ``fleet`` (see the module doc)."""
+    """f* below which the optimal fleet is no longer ``fleet`` (see the module doc).
+
+    A factor needs no re-solve where a known plan as cheap as B (B itself, or another optimum of
+    the base problem) still fits with its replicas re-routed (:func:`kept_down_to`): it is then
+    optimal there, since lowering a capacity only removes feasible fleets. The search starts there."""
     base_usd = fleet_objective_usd(fleet, problem)
+    floor = _KeptDownTo(problem, device, base_usd, solve)
 
     def changed(f: float) -> bool:
+        if floor() <= f:
+            return False
         sol = solve(with_capacity(problem, {device: f}))
         if sol is None:
             return True
         other = fleet_of(sol)
         return other != fleet and fleet_objective_usd(other, problem) > base_usd * (1.0 + gap)
 
-    hi = min(1.0, _utilisation(problem, base, device)) or 1.0  # unchanged at hi (B's own routing fits)
+    hi = floor()  # unchanged at hi (a plan as cheap as B fits)
+    if hi > 1.0:  # no known plan's LP solved: B's own routing fits down to its utilisation
+        hi = min(1.0, _utilisation(problem, base, device)) or 1.0
+    if hi <= F_MIN:
+        return None, f"the fleet does not change down to a factor of {F_MIN}"
     if hi - CAPACITY_TOLERANCE <= F_MIN:
         return hi, ""
     step = CAPACITY_TOLERANCE
@@ -351,14 +364,37 @@ def break_even_capacity(problem: FleetProblem, device: str, fleet: Fleet, base: 
             break
         if lo <= F_MIN:
             return None, f"the fleet does not change down to a factor of {F_MIN}"
-        hi, step = lo, 2.0 * step
+        hi, step = min(lo, floor()), 2.0 * step
     while hi - lo > CAPACITY_TOLERANCE * (1 + 1e-9):
         mid = (lo + hi) / 2.0
         if changed(mid):
             lo = mid
         else:
-            hi = mid
+            hi = min(mid, max(floor(), lo))
     return hi, ""
+
+
+class _KeptDownTo:
+    """The least capacity factor on ``device`` at which some known plan costing no more than B
+    (``base_usd``, the optimum at factor 1: a lower bound at every factor below) still meets every
+    row with its replicas re-routed (:func:`~optimizer.planning.milp.routing.lowest_capacity_factor`);
+    > 1 when there is none. Each plan's LP is solved once, on the plans known when called."""
+
+    def __init__(self, problem: FleetProblem, device: str, base_usd: float, solve: _Solver) -> None:
+        self.problem, self.device, self.base_usd, self.solve = problem, device, base_usd, solve
+        self.seen = 0
+        self.least = math.inf
+
+    def __call__(self) -> float:
+        for _, sol in self.solve.known[self.seen:]:
+            fleet = fleet_of(sol)
+            if all(d in self.problem.units for d in fleet) \
+                    and fleet_objective_usd(fleet, self.problem) <= self.base_usd * (1 + BASE_COST_RTOL):
+                f = lowest_capacity_factor(self.problem, sol, self.device)
+                if f is not None:
+                    self.least = min(self.least, f)
+        self.seen = len(self.solve.known)
+        return self.least
 
 
 def tornado_rows(plan: Plan, cset: CandidateSet, problem: FleetProblem, a: MoneyAssumptions, field: str,
