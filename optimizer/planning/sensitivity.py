@@ -55,6 +55,7 @@ from optimizer.planning.milp.resolve import (
     solve_key,
     transplant,
 )
+from optimizer.planning.milp.relax import cheapest_with_device_bound
 from optimizer.planning.milp.routing import lowest_capacity_factor
 from optimizer.planning.solver_options import SolverOptions
 from optimizer.results.money import MoneyAssumptions
@@ -74,6 +75,7 @@ CAPACITY_TOLERANCE = 0.005  # break-even capacity factors: absolute
 F_MIN = 0.05  # capacity factors below this are not searched
 MAX_CROSSING_STEPS = 8
 BASE_COST_RTOL = 1e-9  # a known plan within this of B's cost is another optimum of the base problem
+BOUND_RTOL = 1e-6  # an LP bound must clear B's cost by this (relative) to decide a re-solve (LP tolerances)
 ESTIMATE_SWING = 0.25  # tornado swing of an estimated price that has no published range
 ELECTRICITY_SWING = 0.5
 DEMAND_SWING = 0.25
@@ -397,6 +399,14 @@ class _KeptDownTo:
         return self.least
 
 
+def _never_beats(problem: FleetProblem, device: str, base_usd: float) -> bool:
+    """Every fleet of ``problem`` that buys ``device`` costs at least ``base_usd`` (an LP bound:
+    :func:`~optimizer.planning.milp.relax.cheapest_with_device_bound`), so a fleet that does not
+    buy it and costs ``base_usd`` is optimal."""
+    bound = cheapest_with_device_bound(problem, device)
+    return bound is not None and bound >= base_usd * (1 + BOUND_RTOL)
+
+
 def tornado_rows(plan: Plan, cset: CandidateSet, problem: FleetProblem, a: MoneyAssumptions, field: str,
                  fleet: Fleet, base_usd: float, devices: list[DeviceSensitivity],
                  fidelity: Mapping[str, Fidelity], solve: _Solver) -> list[TornadoRow]:
@@ -426,6 +436,8 @@ def tornado_rows(plan: Plan, cset: CandidateSet, problem: FleetProblem, a: Money
             if p >= price and d not in fleet:
                 return base_usd  # a dearer device that is not bought changes nothing
             at = with_price(problem, cset, a, d, field, p)
+            if d not in fleet and _never_beats(at, d, base_usd):
+                return base_usd  # no fleet that buys d beats B even at the lower price: the optimum stays B
             be = break_even.get(d)
             if p >= price and be is not None and p < be * (1 - PRICE_TOLERANCE):
                 return fleet_objective_usd(fleet, at)  # below the break-even the fleet stays
