@@ -17,6 +17,8 @@ at least B's cost (:func:`optimizer.planning.sensitivity.tornado_rows`).
 
 from __future__ import annotations
 
+import math
+
 import pulp
 
 from optimizer.planning.milp.build import build_model
@@ -26,7 +28,8 @@ from optimizer.planning.milp.solve import stdout_silenced
 
 def cheapest_with_device_bound(problem: FleetProblem, device: str) -> float | None:
     """A lower bound ($, the plan's objective) on every fleet of ``problem`` that buys ``device``
-    (module doc); None when the LP has no optimum (no such fleet, or the solver failed)."""
+    (module doc): math.inf when the LP is infeasible (no fleet can buy it), None when the solver
+    failed or ``device`` has no option."""
     if device not in {o.device for o in problem.options}:
         return None
     model = build_model(problem)
@@ -45,6 +48,8 @@ def cheapest_with_device_bound(problem: FleetProblem, device: str) -> float | No
             model.prob.solve(pulp.HiGHS(msg=False))
     except pulp.PulpSolverError:
         return None
+    if model.prob.status == pulp.LpStatusInfeasible:
+        return math.inf  # no fleet buys the device (a power cap or a budget it cannot fit in)
     if model.prob.status != pulp.LpStatusOptimal:
         return None
     return pulp.value(model.prob.objective)
