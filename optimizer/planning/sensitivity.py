@@ -47,6 +47,7 @@ from optimizer.planning import disk_cache
 from optimizer.planning.candidate_set import CandidateSet, unit_terms
 from optimizer.planning.evaluate import parallel_workers
 from optimizer.planning.milp.problem import FleetProblem, FleetSolution
+from optimizer.planning.milp.relax import cheapest_with_device_bound
 from optimizer.planning.milp.resolve import (
     is_feasible,
     keep_solve,
@@ -55,7 +56,6 @@ from optimizer.planning.milp.resolve import (
     solve_key,
     transplant,
 )
-from optimizer.planning.milp.relax import cheapest_with_device_bound
 from optimizer.planning.milp.routing import lowest_capacity_factor
 from optimizer.planning.solver_options import SolverOptions
 from optimizer.results.money import MoneyAssumptions

@@ -45,7 +45,7 @@ def cheapest_with_device_bound(problem: FleetProblem, device: str) -> float | No
         v.cat = pulp.LpContinuous
     try:
         with stdout_silenced():
-            model.prob.solve(pulp.HiGHS(msg=False))
+            model.prob.solve(pulp.HiGHS(msg=False, threads=1))  # the MILPs run single-threaded: one scheduler per process
     except pulp.PulpSolverError:
         return None
     if model.prob.status == pulp.LpStatusInfeasible:

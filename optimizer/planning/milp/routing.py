@@ -70,7 +70,7 @@ def lowest_capacity_factor(problem: FleetProblem, sol: FleetSolution, device: st
                 prob += together == 1
     try:
         with stdout_silenced():
-            prob.solve(pulp.HiGHS(msg=False))
+            prob.solve(pulp.HiGHS(msg=False, threads=1))  # the MILPs run single-threaded: one scheduler per process
     except pulp.PulpSolverError:
         return None
     if prob.status != pulp.LpStatusOptimal or f.value() is None:
