@@ -18,16 +18,22 @@ every unit's opex, demand scales every bucket's rate.
 - **Break-even capacity factor** f* of d: the factor on d's capacities below which the
   optimal fleet changes. Lowering capacity only removes feasible fleets, so B stays optimal
   exactly while it stays feasible; with B's own routing it is feasible down to
-  u = max over B's deployments on d of routed load / capacity, so f* ≤ u. The fleet usually
-  changes just below u (B's replicas run near their capacity), so the search gallops down
-  from u: probes at u − tol, u − 2·tol, u − 4·tol, … (F_MIN at the latest) until the fleet
-  changes, then bisects the last bracket to the tolerance: 2·log2(Δ/tol) solves for a
-  threshold Δ below u (5 for the chat fleet's rtx-pro-6000, where a bisection of [F_MIN, u]
-  took 10).
+  u = max over B's deployments on d of routed load / capacity, and with its replicas re-routed
+  down to f_B ≤ u, the least factor of one LP (:func:`~optimizer.planning.milp.routing.lowest_capacity_factor`;
+  the same of any known plan that costs no more than B, another optimum). No factor at or above
+  the least such f_B needs a re-solve. The fleet usually changes just below it (B's replicas
+  run near their capacity), so the search gallops down from it: probes at f_B − tol,
+  f_B − 2·tol, f_B − 4·tol, … (F_MIN at the latest) until the fleet changes, then bisects the
+  last bracket to the tolerance, each probe skipped where a known plan as cheap as B fits
+  (chat fleet: 4 re-solves for its two devices, 12 with the gallop from u).
 - **Tornado**: the optimal objective at the low and the high end of each input — the
   catalog's price ``ranges`` (an estimated price without a range: ±ESTIMATE_SWING), the
   electricity price ±50 %, demand ±25 %, and every device's capacity at the ends of its
-  fidelity band (``optimizer.models.fidelity``).
+  fidelity band (``optimizer.models.fidelity``). The low price end of a device B does not buy
+  needs no re-solve when an LP bound on every fleet that buys it
+  (:func:`~optimizer.planning.milp.relax.cheapest_with_device_bound`) is at least B's cost:
+  the optimum is then B's (chat fleet: gb300, h100-sxm, mi300x; power cap: no fleet under
+  the cap can buy a gb300, h100-sxm or mi300x server at all).
 
 A re-solved fleet "differs" when its GPUs per device differ from B's and it is cheaper
 than B at that input (prices), or B is infeasible there (capacity); a different fleet within
