@@ -10,10 +10,13 @@ from typing import Any
 from cli.common import fmt, stdout, table
 
 
-def _band(f: dict[str, Any] | None) -> str:
+def _band(f: dict[str, Any] | None, bases: list[str]) -> str:
+    """``class ×low–high [n]``, n numbering the basis in ``bases`` (appended when new)."""
     if not f:
         return "—"
-    return f"{f['class']} ×{f['low_factor']:.2f}–{f['high_factor']:.2f}"
+    if f["basis"] not in bases:
+        bases.append(f["basis"])
+    return f"{f['class']} ×{f['low_factor']:.2f}–{f['high_factor']:.2f} [{bases.index(f['basis']) + 1}]"
 
 
 def render_provenance(data: dict[str, Any]) -> None:
@@ -29,15 +32,19 @@ def render_provenance(data: dict[str, Any]) -> None:
         stdout.print(table("Where the prices come from", ["device", "price basis", "purchase $", "cloud $/h", "basis"],
                            rows, right={"purchase $", "cloud $/h"}))
     dep_rows = []
+    bases: list[str] = []  # each deployment's fidelity basis, once, numbered below the table
     for d in data["deployments"]:
         v = d.get("verification")
         sim = "—" if not v else (f"{v['metric'].removesuffix('_p99_ms')} {v['simulated_ms']:,.0f} "
                                  f"({v['simulated_ci95_ms'][0]:,.0f}–{v['simulated_ci95_ms'][1]:,.0f}) / "
                                  f"{v['slo_ms']:,.0f}" + ("" if v["met"] else " MISSED"))
-        dep_rows.append([d["workload"], d["key"], _band(d.get("fidelity")), sim])
+        dep_rows.append([d["workload"], d["key"], _band(d.get("fidelity"), bases), sim])
     if dep_rows:
-        stdout.print(table("Performance fidelity (capacity band, measured/predicted) and simulated p99 (95 % CI) / SLO ms",
+        stdout.print(table("Performance fidelity of each deployment's device, engine and ep (capacity band, "
+                           "measured/predicted) and simulated p99 (95 % CI) / SLO ms",
                            ["workload", "deployment", "fidelity band", "simulated p99 / SLO"], dep_rows))
+        for i, basis in enumerate(bases, start=1):
+            stdout.print(f"[{i}] {basis}", markup=False, highlight=False)
     ver = data.get("verification")
     if ver:
         stdout.print(f"simulation: {'every SLO met' if ver['all_met'] else 'SLO MISSED'} after {ver['rounds']} "

@@ -36,6 +36,7 @@ from optimizer.planning.milp.restrict import RESTRICT_MIN_OPTIONS, solve_restric
 from optimizer.planning.milp.solve import CHILD_MIN_OPTIONS, solve_fleet
 from optimizer.planning.safeguards import (
     annotate,
+    device_fidelity,
     fidelity_map,
     verify_and_resize,
     verify_by_default,
@@ -122,7 +123,8 @@ def optimize_plan(
     result = replace(result, headroom=policy_of(plan), verification=verification)
     clock.lap("verification")
     if sensitivity and sol.status is SolveStatus.OPTIMAL:
-        result = replace(result, sensitivity=analyse(plan, cset, problem, sol, fidelity, options, known=one_device))
+        result = replace(result, sensitivity=analyse(plan, cset, problem, sol, device_fidelity(fidelity), options,
+                                                      known=one_device))
         clock.lap("sensitivity")
     elif sensitivity and sol.status.has_plan:
         result = replace(result, diagnostics=(*result.diagnostics, sensitivity_skipped(sol)))

@@ -5,8 +5,8 @@ Three steps, each a pure function of its inputs and the seed:
 1. :func:`uncertainty_scenarios` — K min-cost scenarios, each the base plan with every rate
    × a lognormal demand draw (median 1, σ of the file) and each listed device's prices × a
    uniform draw in [low, high] (:func:`sample_uncertainty`, seeded by ``seed``).
-2. :func:`model_error_draws` — K draws of each base-fleet device's capacity factor from its
-   fidelity band (seeded by ``seed + 1``, so the demand and price draws stay as they were).
+2. :func:`model_error_draws` — K draws of each base-fleet configuration's (device, engine, ep)
+   capacity factor from its fidelity band (seeded by ``seed + 1``, so the demand and price draws stay as they were).
 3. :func:`summarise_uncertainty` — the cost's p50/p90 over the feasible draws, the number of
    infeasible ones, and the share of draws in which the *base* fleet (not re-solved) still meets
    every SLO (:func:`fixed_fleet_meets`), with and without model error.
@@ -23,6 +23,7 @@ import numpy as np
 
 from catalog.load import Catalog
 from optimizer.models.fidelity import Z90
+from optimizer.planning.headroom import ConfigKey, config_key
 from optimizer.results.plan_result import PlanResult
 from optimizer.whatif_demand import scaled
 from workloads.scenarios import Scenario, Uncertainty
@@ -97,12 +98,14 @@ def uncertainty_scenarios(base: Plan, uncertainty: Uncertainty, samples: int, se
 
 
 def fixed_fleet_meets(base: PlanResult, multipliers: Sequence[float],
-                      capacity_factors: Sequence[dict[str, float]] | None = None) -> list[bool]:
+                      capacity_factors: Sequence[dict[ConfigKey, float]] | None = None) -> list[bool]:
     """Whether the base plan's fleet still meets every SLO when all demand is scaled by each multiplier
-    (and, with ``capacity_factors``, each device's capacity by that sample's model-error factor).
+    (and, with ``capacity_factors``, each deployment's capacity by that sample's model-error factor of
+    its (device, engine, ep)).
 
     A workload is met while its scaled rate is within the capacity at SLO of the replicas
-    deployed for it (Σ factor[device] · capacity_qps of its deployments; routing is free to rebalance).
+    deployed for it (Σ factor[device, engine, ep] · capacity_qps of its deployments; routing is free
+    to rebalance).
     """
     rates = {w.name: w.qps for w in base.workloads}
     if not rates or not base.status.has_plan:
@@ -112,33 +115,33 @@ def fixed_fleet_meets(base: PlanResult, multipliers: Sequence[float],
         factors = capacity_factors[i] if capacity_factors is not None else {}
         capacity: dict[str, float] = {}
         for d in base.deployments:
-            capacity[d.workload] = capacity.get(d.workload, 0.0) + d.capacity_qps * factors.get(d.device, 1.0)
+            capacity[d.workload] = capacity.get(d.workload, 0.0) + d.capacity_qps * factors.get(config_key(d), 1.0)
         out.append(all(rates[n] * m <= capacity.get(n, 0.0) * (1 + 1e-9) for n in rates))
     return out
 
 
-def model_error_draws(base: PlanResult, samples: int, seed: int) -> list[dict[str, float]]:
-    """K draws of {device: capacity factor} for the devices of the base plan's deployments.
+def model_error_draws(base: PlanResult, samples: int, seed: int) -> list[dict[ConfigKey, float]]:
+    """K draws of {(device, engine, ep): capacity factor} for the configurations of the base plan's deployments.
 
-    Each device's log factor is normal with its fidelity band as 10th/90th percentile
-    (``Deployment.fidelity``; ``optimizer.models.fidelity``): μ = (ln low + ln high)/2,
-    σ = (ln high − ln low)/(2·Z90). Devices of one fidelity class share one standard-normal
-    draw per sample (a class's error is common to its devices: the same extrapolation).
+    Each configuration's log factor is normal with its fidelity band as 10th/90th percentile
+    (``Deployment.fidelity``, rated for its device, engine and ep; ``optimizer.models.fidelity``):
+    μ = (ln low + ln high)/2, σ = (ln high − ln low)/(2·Z90). Configurations of one fidelity class share
+    one standard-normal draw per sample (a class's error is common to its devices: the same extrapolation).
     Seeded by ``seed + 1``, so the demand and price draws of ``sample_uncertainty`` stay as they were.
     """
     bands = {}
     for d in base.deployments:
         if d.fidelity is not None:
-            bands.setdefault(d.device, d.fidelity)
+            bands.setdefault(config_key(d), d.fidelity)
     classes = sorted({f.class_ for f in bands.values()})
     rng = np.random.default_rng(seed + 1)
     draws = []
     for _ in range(samples):
         z = {c: float(rng.standard_normal()) for c in classes}
         row = {}
-        for device, f in sorted(bands.items()):
+        for key, f in sorted(bands.items()):
             lo, hi = math.log(f.low_factor), math.log(f.high_factor)
-            row[device] = math.exp((lo + hi) / 2 + (hi - lo) / (2 * Z90) * z[f.class_])
+            row[key] = math.exp((lo + hi) / 2 + (hi - lo) / (2 * Z90) * z[f.class_])
         draws.append(row)
     return draws
 

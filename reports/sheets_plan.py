@@ -22,6 +22,7 @@ DEPLOYMENT_COLUMNS: list[tuple[str, str, str]] = [
     ("tp", "Tensor parallel", styles.INT),
     ("pp", "Pipeline parallel", styles.INT),
     ("ep", "Expert parallel", styles.INT),
+    ("engine", "Engine", ""),
     ("replicas", "Replicas", styles.THOUSANDS),
     ("gpus", "GPUs", styles.THOUSANDS),
     ("qps", "Load routed (req/s)", styles.DEC2),
@@ -38,8 +39,15 @@ DEPLOYMENT_COLUMNS: list[tuple[str, str, str]] = [
     ("technique", "Technique", ""),
     ("kv_link", "KV link load (Gb/s)", styles.DEC2),
     ("key", "Configuration key", ""),
+    ("fidelity", "Fidelity class", ""),
+    ("band_low", "Capacity band low (× predicted)", styles.RATIO),
+    ("band_high", "Capacity band high (× predicted)", styles.RATIO),
+    ("fidelity_basis", "Fidelity basis", ""),
 ]
 TECHNIQUE_COLUMNS = ("stage", "technique", "kv_link")  # shown only when some deployment uses one
+# The deployment's own fidelity (its device, engine and ep): shown when some deployment carries one.
+FIDELITY_COLUMNS = ("fidelity", "band_low", "band_high", "fidelity_basis")
+BASIS_WIDTH_CHARS = 60  # the basis is wrapped at this width, so it never widens the page
 
 WORKLOAD_COLUMNS: list[tuple[str, str, str]] = [
     ("name", "Workload", ""),
@@ -62,7 +70,8 @@ WORKLOAD_COLUMNS: list[tuple[str, str, str]] = [
 
 CANDIDATE_COLUMNS: list[tuple[str, str]] = [
     ("Workload", ""), ("Bucket", ""), ("Configuration key", ""), ("Device", ""), ("Precision", ""),
-    ("Tensor parallel", styles.INT), ("Pipeline parallel", styles.INT), ("GPUs per replica", styles.INT),
+    ("Tensor parallel", styles.INT), ("Pipeline parallel", styles.INT), ("Expert parallel", styles.INT),
+    ("Engine", ""), ("GPUs per replica", styles.INT),
     ("Capacity at SLO (req/s)", styles.DEC2), ("Cost per replica ($)", styles.USD),
     ("Cost per req/s ($)", styles.USD), ("Limited by", ""), ("Chosen", ""), ("Pruned because", ""),
 ]
@@ -98,12 +107,18 @@ def build_deployments(ctx: Ctx) -> None:
     sheet = ctx.sheets["Deployments"]
     title(sheet, "Deployments",
           "Each workload's chosen configurations. Predicted p99 latencies are green where they meet the "
-          "SLO and red where they miss it; the cost share is the GPUs' share of their device's cost.")
+          "SLO and red where they miss it; the cost share is the GPUs' share of their device's cost. The fidelity "
+          "is that of the deployment's own device, engine and expert-parallel degree: the true capacity is "
+          "predicted × a factor between the band's ends about 8 times in 10.")
     unused = _unused_metrics(ctx)
     if all(d.stage == "colocated" and not d.technique for d in ctx.result.deployments):
         unused |= set(TECHNIQUE_COLUMNS)
     if all(d.ep == 1 for d in ctx.result.deployments):  # shown only when some deployment is expert-parallel
         unused.add("ep")
+    if not any(d.engine for d in ctx.result.deployments):  # a capacity table, or a result written before engines
+        unused.add("engine")
+    if all(d.fidelity is None for d in ctx.result.deployments):
+        unused |= set(FIDELITY_COLUMNS)
     columns = [c for c in DEPLOYMENT_COLUMNS if c[0] not in unused]
     col = {key: i for i, (key, _, _) in enumerate(columns, start=1)}
     ctx.deployment_cols = col
@@ -131,7 +146,11 @@ def build_deployments(ctx: Ctx) -> None:
             "slo_tpot": w.slo_tpot_p99_ms if w else None,
             "slo_e2e": w.slo_e2e_p99_ms if w else None,
             "cost": None, "key": d.key,
-            "stage": d.stage, "technique": d.technique or "", "kv_link": d.kv_link_gb_s,
+            "stage": d.stage, "technique": d.technique or "", "kv_link": d.kv_link_gb_s, "engine": d.engine,
+            "fidelity": d.fidelity.class_ if d.fidelity else "",
+            "band_low": d.fidelity.low_factor if d.fidelity else None,
+            "band_high": d.fidelity.high_factor if d.fidelity else None,
+            "fidelity_basis": d.fidelity.basis if d.fidelity else "",
         }
         frow = ctx.fleet_row.get(d.device)
         if frow is not None:
@@ -145,7 +164,8 @@ def build_deployments(ctx: Ctx) -> None:
             ctx.notes.append(f"deployment {d.workload}/{d.key}: device {d.device} is not in the fleet; "
                              "its cost share is left blank")
         for key, _, fmt in columns:
-            sheet.put(row, col[key], cells[key], fmt or None, align="left" if key == "key" else None)
+            sheet.put(row, col[key], cells[key], fmt or None, align="left" if key == "key" else None,
+                      wrap=key == "fidelity_basis" and bool(cells[key]))
         ctx.deployment_rows.append(row)
         row += 1
     last = row - 1
@@ -154,6 +174,8 @@ def build_deployments(ctx: Ctx) -> None:
                    FIRST_ROW, last)
     else:
         sheet.put(FIRST_ROW, 1, f"No deployments: plan status is {ctx.result.status}.", font=styles.NOTE_FONT)
+    if "fidelity_basis" in col:
+        sheet.width(col["fidelity_basis"], BASIS_WIDTH_CHARS, cap=True)
     sheet.ws.freeze_panes = sheet.ws.cell(row=FIRST_ROW, column=2)
     sheet.finish(title_rows=f"{HEADER_ROW}:{HEADER_ROW}")
 
@@ -248,7 +270,7 @@ def build_candidates(ctx: Ctx) -> None:
     row = FIRST_ROW
     for c in shown:
         bucket = "" if c.bucket is None else str(c.bucket)
-        values = [c.workload, bucket, c.key, c.device, c.precision or "", c.tp, c.pp,
+        values = [c.workload, bucket, c.key, c.device, c.precision or "", c.tp, c.pp, c.ep, c.engine,
                   c.gpus if c.gpus is not None else c.tp * c.pp * c.ep, c.capacity_qps,
                   c.cost_per_replica_usd, c.cost_per_qps_usd, c.limited_by or "",
                   "yes" if (c.workload, c.key) in chosen else "", c.pruned_reason or ""]

@@ -21,7 +21,7 @@ from optimizer.optimize import optimize_plan
 from optimizer.planning.candidate_set import fleet_problem
 from optimizer.planning.candidates import model_candidates
 from optimizer.planning.milp.solve import solve_fleet
-from optimizer.planning.safeguards import fidelity_map, verify_and_resize
+from optimizer.planning.safeguards import device_fidelity, fidelity_map, verify_and_resize
 from optimizer.planning.sensitivity import analyse
 from optimizer.planning.solver_options import SolverOptions
 from workloads import load_plan, resolve_catalog
@@ -48,7 +48,7 @@ def measure(name: str) -> str:
     cset = model_candidates(plan, cat, params)
     problem = fleet_problem(cset, plan)
     sol, sw, sc = timed(lambda: solve_fleet(problem, **solve_kwargs))
-    fid = fidelity_map(cset, params, cat)
+    fid = device_fidelity(fidelity_map(cset, params, cat))
     s, aw, ac = timed(lambda: analyse(plan, cset, problem, sol, fid))
     _, vw, vc = timed(lambda: verify_and_resize(plan, cset, sol, cat, params, lambda p: solve_fleet(p, **solve_kwargs)))
     return (f"{name}: optimize {ow:.1f} s wall / {oc:.1f} s CPU; MILP solve {sw:.2f} / {sc:.2f}; "

@@ -1,10 +1,12 @@
-"""How far a device's predicted capacity can be trusted: its fidelity class and error band.
+"""How far a configuration's predicted capacity can be trusted: its fidelity class and error band.
 
-Three classes (DESIGN §5):
+A class belongs to a configuration — a device served by an engine at an expert-parallel degree
+(``fidelity_of(device, engine=, ep=)``) — not to a device alone. Three classes (DESIGN §5):
 
-- **measured** — the calibration in use was fitted on rows of this device
-  (``params.fit.by_device``; a user's ``gpuplan calibrate`` output counts the same way);
-- **same-generation** — not measured, but a device of its ``generation`` was;
+- **measured** — the calibration in use was fitted on rows of this device served by this engine
+  (and with expert parallelism if ep > 1, where the params record it); a user's
+  ``gpuplan calibrate`` output counts the same way;
+- **same-generation** — not measured so, but a device of its ``generation`` was;
 - **datasheet-only** — nothing of its generation was measured.
 
 A band is the 10th–90th percentile of measured / predicted throughput (true capacity =
@@ -30,7 +32,9 @@ instead, per (device, engine): measured = this device served by this engine is i
 the fit), same-generation = its generation is (class ``b``: leave-one-device-out predictions),
 datasheet-only = neither (class ``c``: leave-one-generation-out predictions); each band is
 widened to contain the better classes' (nesting). The residual constants above stay the
-fallback for parameter files without bands.
+fallback for parameter files without bands (``gpuplan calibrate --no-bands``, older files); its
+class follows the engine and ep the same way (``fallback_letter``): from the ``coverage`` when the
+file has one, else from ``fit.by_device``, whose rows count as the device's default engine.
 """
 
 from __future__ import annotations
@@ -140,21 +144,54 @@ def fidelity_of(device: Device, params: CalibrationParams, devices: Mapping[str,
             what = LEAVE_OUT_MEANING[letter].format(device=device.key, engine=engine, generation=device.generation)
         return Fidelity(CLASS_BY_LETTER[letter], f"{what}; 80 % band from {band.n} {band.basis}",  # type: ignore[arg-type]
                         low, high)
+    return _fallback_fidelity(device, engine, params, devices, ep)
+
+
+def fallback_letter(device: Device, engine: str, params: CalibrationParams, devices: Mapping[str, Device],
+                    ep: int = 1) -> str:
+    """The class without leave-out bands, from the same inputs as the banded path: the coverage's
+    (``fidelity_letter``: this device/engine pair, its ep) when the params carry one, else the fit's
+    per-device records (``measured_devices``), whose rows are taken as served by the device's
+    default engine (the fit records no engine per device, and before ``engine`` existed every
+    configuration ran it), so a measured device served by another engine is ``b``. Class ``a``
+    needs the device's own fit record for its band: with fewer than MIN_MEASURED_ROWS rows it is ``b``.
+    """
+    measured = measured_devices(params)
+    letter = fidelity_letter(device, engine, params, ep)
+    if letter is None:
+        if device.key in measured:
+            return "a" if engine == default_engine(device) else "b"
+        same = any(devices[k].generation == device.generation for k in measured if k in devices)
+        return "b" if same else "c"
+    return "b" if letter == "a" and device.key not in measured else letter
+
+
+def _fallback_fidelity(device: Device, engine: str, params: CalibrationParams, devices: Mapping[str, Device],
+                       ep: int) -> Fidelity:
+    """``fallback_letter``'s class with the residual-constant bands of the module docstring."""
     measured = measured_devices(params)
     bands = {k: measured_band(p90) for k, (_, p90) in measured.items()}
-    if device.key in measured:
+    letter = fallback_letter(device, engine, params, devices, ep)
+    if letter == "a":
         n, p90 = measured[device.key]
         low, high = bands[device.key]
         when = f" on {params.fit.fitted_on}" if params.fit and params.fit.fitted_on else ""
-        return Fidelity("measured", f"calibration fitted{when} on {n} rows of {device.key}; p90 |error| {p90:.1f} %",
-                        low, high)
-    generation = {k: devices[k].generation for k in measured if k in devices}
-    same = [k for k, g in generation.items() if g == device.generation]
-    if same:
+        return Fidelity("measured", f"calibration fitted{when} on {n} rows of {device.key} ({engine}); "
+                        f"p90 |error| {p90:.1f} %", low, high)
+    if letter == "b":
+        same = sorted(k for k in measured if k in devices and devices[k].generation == device.generation)
         low, high = _envelope(SAME_GENERATION_BAND, *(bands[k] for k in same))
-        return Fidelity("same-generation",
-                        f"not measured; {device.generation} measured on {', '.join(sorted(same))}; band from "
-                        "out-of-sample H200 residuals", low, high)
+        on = f" on {', '.join(same)}" if same else ""
+        if ep_unmeasured(device, engine, params, ep) and fidelity_letter(device, engine, params) == "a":
+            why = f"{device.key}/{engine} measured, but never with expert parallelism (ep {ep}); rated as its generation"
+        elif device.key in measured:
+            why = f"{device.key} measured, but not served by {engine}; rated as its generation {device.generation}{on}"
+        elif fidelity_letter(device, engine, params) == "a":
+            why = (f"{device.key}/{engine} measured on fewer than {MIN_MEASURED_ROWS} rows; rated as its generation "
+                   f"{device.generation}{on}")
+        else:
+            why = f"not measured; {device.generation} measured{on}"
+        return Fidelity("same-generation", f"{why}; band from out-of-sample H200 residuals", low, high)
     low, high = _envelope(DATASHEET_ONLY_BAND, SAME_GENERATION_BAND, *bands.values())
     return Fidelity("datasheet-only",
                     f"nothing of generation {device.generation} measured; band from out-of-sample B200, B300 "

@@ -2,10 +2,12 @@
 
 The candidates' capacities at the SLO (req/s per replica) are multiplied by
 
-    factor[d] = target_utilization · capacity_factor_at(fidelity[d], confidence)   (1 without confidence)
+    factor[d, e, p] = target_utilization · capacity_factor_at(fidelity[d, e, p], confidence)   (1 without confidence)
 
-(times a per-candidate factor from the simulator's verification, ``optimizer.planning.verify``),
-and every bucket's rate by the demand factor
+for a candidate on device d served by engine e at expert-parallel degree p (``config_key``), so each
+candidate is derated by the band of its own configuration — a TensorRT-LLM tp H100 by that of
+H100/TensorRT-LLM, an ep8 or vLLM H100 beside it by its own — times a per-candidate factor from the
+simulator's verification (``optimizer.planning.verify``); and every bucket's rate by the demand factor
 
     demand_factor = exp(demand_sigma · Φ⁻¹(demand_quantile))
 
@@ -22,9 +24,18 @@ from dataclasses import replace
 from statistics import NormalDist
 
 from optimizer.models.fidelity import capacity_factor_at
-from optimizer.planning.candidate_set import CandidateSet
+from optimizer.planning.candidate_set import Candidate, CandidateSet
+from optimizer.results.plan_result import Deployment
 from optimizer.results.provenance import Fidelity, HeadroomPolicy
 from workloads.spec import Plan
+
+# (device, engine, expert-parallel degree): what a candidate's fidelity depends on ("" engine: a capacity-table unit)
+ConfigKey = tuple[str, str, int]
+
+
+def config_key(c: Candidate | Deployment) -> ConfigKey:
+    """The configuration a fidelity class is rated for: (device, engine, ep) of a candidate or deployment."""
+    return c.device, c.engine, c.ep
 
 
 def demand_factor(plan: Plan) -> float:
@@ -39,29 +50,35 @@ def policy_of(plan: Plan) -> HeadroomPolicy:
                           demand_factor(plan))
 
 
-def capacity_factors(plan: Plan, fidelity: Mapping[str, Fidelity]) -> dict[str, float]:
-    """Per device: target_utilization × the confidence level's factor of its fidelity band."""
+def capacity_factors(plan: Plan, fidelity: Mapping[ConfigKey, Fidelity]) -> dict[ConfigKey, float]:
+    """Per (device, engine, ep): target_utilization × the confidence level's factor of its fidelity band."""
     out = {}
-    for d, fid in fidelity.items():
+    for k, fid in fidelity.items():
         f = plan.target_utilization
         if plan.confidence is not None:
             f *= capacity_factor_at(fid, plan.confidence)
-        out[d] = f
+        out[k] = f
     return out
 
 
-def sized(cset: CandidateSet, device_factors: Mapping[str, float], demand: float = 1.0,
+def sized(cset: CandidateSet, config_factors: Mapping[ConfigKey, float], demand: float = 1.0,
           candidate_factors: Mapping[tuple[str, str], float] | None = None) -> CandidateSet:
-    """``cset`` with kept candidates' capacities × device and candidate factors, bucket rates × ``demand``."""
+    """``cset`` with kept candidates' capacities × the factor of their configuration (``config_key``) and
+    their own (workload, key) factor, bucket rates × ``demand``. A non-empty ``config_factors`` must
+    cover every kept candidate's configuration (KeyError otherwise); an empty one means factor 1."""
     candidate_factors = candidate_factors or {}
-    if all(f == 1.0 for f in device_factors.values()) and demand == 1.0 and not candidate_factors:
+    if all(f == 1.0 for f in config_factors.values()) and demand == 1.0 and not candidate_factors:
         return cset
     workloads = []
     for wc in cset.workloads:
         w = wc.workload.name
         cands = []
         for c in wc.candidates:
-            f = device_factors.get(c.device, 1.0) * candidate_factors.get((w, c.key), 1.0)
+            if c.kept and config_factors and config_key(c) not in config_factors:
+                # a map keyed otherwise (e.g. by device) would leave the candidate underated in silence
+                raise KeyError(f"sized: no capacity factor for configuration {config_key(c)} of kept candidate "
+                               f"{w}/{c.key}; build the factors from fidelity_map of this candidate set")
+            f = config_factors.get(config_key(c), 1.0) * candidate_factors.get((w, c.key), 1.0)
             if c.kept and f != 1.0:
                 c = replace(c, capacity_qps=tuple(mu * f for mu in c.capacity_qps))
             cands.append(c)

@@ -2,7 +2,8 @@
 
 ``optimizer.optimize.optimize_plan`` calls them in this order:
 
-1. :func:`fidelity_map` — each candidate device's fidelity class and band;
+1. :func:`fidelity_map` — the fidelity class and band of each (device, engine, ep) a kept candidate
+   runs (``device_fidelity``: the least trusted per device, for the tornado's performance ends);
 2. ``optimizer.planning.headroom.sized`` — capacities at the plan's confidence level and
    utilisation cap, rates at its demand quantile;
 3. solve; :func:`verify_and_resize` — the simulator's check of every online deployment,
@@ -22,7 +23,7 @@ from catalog.load import Catalog
 from optimizer.models.fidelity import fidelity_of
 from optimizer.models.params import CalibrationParams
 from optimizer.planning.candidate_set import CandidateSet, fleet_problem
-from optimizer.planning.headroom import sized
+from optimizer.planning.headroom import ConfigKey, config_key, sized
 from optimizer.planning.milp.problem import FleetProblem, FleetSolution
 from optimizer.planning.provenance import price_basis
 from optimizer.planning.sensitivity import price_field
@@ -44,29 +45,34 @@ TABLE_FIDELITY = Fidelity("measured", "capacities measured by the user (--capaci
 CLASS_RANK = {c: i for i, c in enumerate(get_args(FidelityClass))}
 
 
-def fidelity_map(cset: CandidateSet, params: CalibrationParams | None, catalog: Catalog) -> dict[str, Fidelity]:
-    """Fidelity of every device with a kept candidate (``params`` None: a measured capacity table).
+def fidelity_map(cset: CandidateSet, params: CalibrationParams | None, catalog: Catalog) -> dict[ConfigKey, Fidelity]:
+    """Fidelity of every (device, engine, ep) a kept candidate runs (``config_key``; ``params`` None: a
+    measured capacity table), computed once per distinct triple.
 
-    A device's fidelity is that of the engines and expert-parallel degrees its kept candidates run
-    (``Candidate.engine``, ``.ep``; a plan naming vLLM on an H100 is rated for H100/vLLM, not for the
-    device's default engine; an ep8 MI300X for ep, never measured there); when they run several, the
-    least trusted one (``least_trusted``), so sizing at a confidence level, the tornado's
-    performance ends and every deployment's reported class never trust a device more than its
-    least-measured engine.
+    The class is that of the candidate's own configuration (``fidelity_of(device, engine=, ep=)``):
+    on an H100 with a TensorRT-LLM tp candidate (measured) and a vLLM or ep8 one beside it (its
+    generation measured), the first is rated, sized at a confidence level and reported as
+    measured, the others as same-generation.
     """
-    runs: dict[str, set[tuple[str, int]]] = {}  # device -> (engine, ep) of its kept candidates
-    for wc in cset.workloads:
-        for c in wc.kept:
-            runs.setdefault(c.device, set()).add((c.engine, c.ep))
+    keys = {config_key(c) for wc in cset.workloads for c in wc.kept}
     out = {}
-    for d in sorted(runs):
-        dev = cset.units[d].device if d in cset.units else None
+    for k in sorted(keys):
+        device, engine, ep = k
+        dev = cset.units[device].device if device in cset.units else None
         if params is None or dev is None:
-            out[d] = TABLE_FIDELITY
+            out[k] = TABLE_FIDELITY
             continue
-        out[d] = least_trusted([fidelity_of(dev, params, catalog.devices, engine=e or None, ep=ep)
-                                for e, ep in sorted(runs[d])])
+        out[k] = fidelity_of(dev, params, catalog.devices, engine=engine or None, ep=ep)
     return out
+
+
+def device_fidelity(fidelity: Mapping[ConfigKey, Fidelity]) -> dict[str, Fidelity]:
+    """Per device, the least trusted fidelity of its configurations (``least_trusted``): the band the
+    tornado's performance ends move each device by (``optimizer.planning.sensitivity``)."""
+    by_device: dict[str, list[Fidelity]] = {}
+    for (device, _, _), f in sorted(fidelity.items()):
+        by_device.setdefault(device, []).append(f)
+    return {d: least_trusted(fs) for d, fs in by_device.items()}
 
 
 def least_trusted(fidelities: list[Fidelity]) -> Fidelity:
@@ -130,10 +136,10 @@ def verify_and_resize(plan: Plan, cset: CandidateSet, sol: FleetSolution, catalo
     return cset, problem, sol, Verification(tuple(checked), rounds, time.perf_counter() - start, all_met, note)
 
 
-def annotate(result: PlanResult, plan: Plan, cset: CandidateSet, fidelity: Mapping[str, Fidelity],
+def annotate(result: PlanResult, plan: Plan, cset: CandidateSet, fidelity: Mapping[ConfigKey, Fidelity],
              verification: Verification | None) -> PlanResult:
-    """Price basis on each fleet row, fidelity and the simulator's figures on each deployment,
-    and a warning for every chosen device whose price is an estimate."""
+    """Price basis on each fleet row, the fidelity of its own (device, engine, ep) and the simulator's
+    figures on each deployment, and a warning for every chosen device whose price is an estimate."""
     if not result.status.has_plan:
         return result
     field = price_field(plan.objective)
@@ -152,7 +158,7 @@ def annotate(result: PlanResult, plan: Plan, cset: CandidateSet, fidelity: Mappi
                                     f"estimate ({detail}); enter your quote in Assumptions or the plan's devices: "
                                     "section"))
     checked = {(v.workload, v.key): v for v in verification.deployments} if verification else {}
-    deployments = tuple(replace(d, fidelity=fidelity.get(d.device), verification=checked.get((d.workload, d.key)))
+    deployments = tuple(replace(d, fidelity=fidelity.get(config_key(d)), verification=checked.get((d.workload, d.key)))
                         for d in result.deployments)
     if verification is not None and not verification.all_met:
         notes += _miss_notes(verification)

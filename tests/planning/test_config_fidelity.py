@@ -1,0 +1,209 @@
+"""Fidelity per configuration (device, engine, ep), not per device (issue 14, "Error bands").
+
+The shipped calibration measured H100 SXM with TensorRT-LLM and not with vLLM
+(``coverage.device_engines``: ``h100-sxm/trtllm`` only; Hopper measured), and carries leave-out
+bands a = ×0.7134–1.3084, b = ×0.8261–1.7075 (b widened to contain a: ×0.7134–1.7075). A plan with
+one workload served by TensorRT-LLM and one by vLLM on H100 has a class-(a) and a class-(b)
+configuration on the same device: each deployment must carry its own class, and sizing at a
+confidence level must derate each candidate by its own band.
+
+capacity_factor_at(band, 0.95) = exp(μ + σ·Φ⁻¹(0.05)), μ = (ln lo + ln hi)/2, σ = (ln hi − ln lo)/(2·1.281552):
+- a: ln 0.71345 = −0.33765, ln 1.30840 = 0.26881 → μ = −0.034420, σ = 0.236612 → exp(−0.42361) = 0.65468;
+- b: ln 1.70752 = 0.53503 → μ = 0.098690, σ = 0.340478 → exp(−0.46135) = 0.63045.
+(At 0.9 both are the common low end 0.7134, so 0.95 is where a per-device rating shows.)
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import pytest
+
+from catalog import load_catalog
+from optimizer.models.fidelity import (
+    SAME_GENERATION_BAND,
+    fallback_letter,
+    fidelity_of,
+    measured_band,
+)
+from optimizer.models.params import CalibrationParams, Coverage, FitRecord, load_params
+from optimizer.optimize import optimize_plan
+from optimizer.planning import safeguards
+from optimizer.planning.candidates import model_candidates
+from optimizer.planning.headroom import capacity_factors, config_key, sized
+from optimizer.planning.safeguards import device_fidelity, fidelity_map
+from optimizer.whatif_uncertainty import model_error_draws
+from workloads import parse_plan, resolve_catalog
+
+FACTOR_095 = {"trtllm": 0.65468, "vllm": 0.63045}  # module docstring
+
+
+def _workload(name: str, engine: str) -> dict:
+    return {"name": name, "model": "llama-3.1-8b", "qps": 20, "prompt_tokens": {"mean": 1024, "p99": 4096},
+            "output_tokens": {"mean": 256, "p99": 1024}, "slo": {"ttft_p99_ms": 1000}, "precisions": ["fp8"],
+            "engine": engine}
+
+
+def _plan(confidence: float | None = None):
+    data = {"name": "f", "allowed_devices": ["h100-sxm"],
+            "workloads": [_workload("fast", "trtllm"), _workload("other", "vllm")]}
+    if confidence is not None:
+        data["confidence"] = confidence
+    plan = parse_plan(data, "f")
+    return plan, resolve_catalog(plan, load_catalog(), "f")
+
+
+def test_the_shipped_bands_are_what_this_test_assumes():
+    p = load_params(None)
+    assert "h100-sxm/trtllm" in p.coverage.device_engines and "h100-sxm/vllm" not in p.coverage.device_engines
+    assert (p.error_bands["a"].low_factor, p.error_bands["a"].high_factor) == pytest.approx((0.71345, 1.30840), abs=5e-5)
+    assert p.error_bands["b"].high_factor == pytest.approx(1.70752, abs=5e-5)
+    assert p.error_bands["b"].low_factor > p.error_bands["a"].low_factor  # b's low end widened to a's
+
+
+def test_each_deployment_reports_the_class_of_its_own_configuration():
+    """The TensorRT-LLM deployment on H100 is measured although a vLLM one shares the device
+    (main rated the device as its least trusted engine: same-generation for both)."""
+    plan, cat = _plan()
+    r = optimize_plan(plan, cat, compare_single_device=False, verify=False)
+    by_workload = {d.workload: d for d in r.deployments}
+    assert {d.device for d in r.deployments} == {"h100-sxm"}
+    fast, other = by_workload["fast"], by_workload["other"]
+    assert (fast.engine, fast.fidelity.class_) == ("trtllm", "measured")
+    assert "h100-sxm served by trtllm is in the fit" in fast.fidelity.basis
+    assert (fast.fidelity.low_factor, fast.fidelity.high_factor) == pytest.approx((0.71345, 1.30840), abs=5e-5)
+    assert (other.engine, other.fidelity.class_) == ("vllm", "same-generation")
+    assert (other.fidelity.low_factor, other.fidelity.high_factor) == pytest.approx((0.71345, 1.70752), abs=5e-5)
+    rows = {d["workload"]: d for d in r.to_json()["deployments"]}
+    assert rows["fast"]["fidelity"]["class"] == "measured" and rows["other"]["fidelity"]["class"] == "same-generation"
+
+
+def test_confidence_derates_each_candidate_by_its_own_band():
+    """At confidence 0.95 every kept TensorRT-LLM candidate's capacity is × 0.65468 (band a) and every
+    vLLM one's × 0.63045 (band b), on the same device."""
+    plan, cat = _plan(0.95)
+    params = load_params(None)
+    cset = model_candidates(plan, cat, params)
+    fid = fidelity_map(cset, params, cat)
+    out = sized(cset, capacity_factors(plan, fid))
+    seen = set()
+    for before, after in zip(cset.workloads, out.workloads, strict=True):
+        for c0, c1 in zip(before.candidates, after.candidates, strict=True):
+            if not c0.kept:
+                continue
+            seen.add(c0.engine)
+            for mu0, mu1 in zip(c0.capacity_qps, c1.capacity_qps, strict=True):
+                assert mu1 == pytest.approx(mu0 * FACTOR_095[c0.engine], rel=1e-4), (c0.key, c0.engine)
+    assert seen == {"trtllm", "vllm"}
+
+
+def test_confidence_sizes_the_deployment_by_its_own_band():
+    """The chosen TensorRT-LLM deployment's capacity per replica at 0.95 = its point capacity × 0.65468."""
+    plan, cat = _plan()
+    point = {d.workload: d for d in optimize_plan(plan, cat, compare_single_device=False, verify=False).deployments}
+    plan95, cat = _plan(0.95)
+    sure = {d.workload: d for d in optimize_plan(plan95, cat, compare_single_device=False, verify=False).deployments}
+    for w in ("fast", "other"):
+        assert sure[w].key == point[w].key
+        per_replica = (sure[w].capacity_qps / sure[w].replicas) / (point[w].capacity_qps / point[w].replicas)
+        assert per_replica == pytest.approx(FACTOR_095[sure[w].engine], rel=1e-4), w
+
+
+def test_fidelity_is_computed_once_per_configuration_and_kept_least_trusted_per_device(monkeypatch):
+    """Two TensorRT-LLM workloads and a vLLM one on H100: 2 distinct (device, engine, ep) triples, 2
+    ``fidelity_of`` calls; the per-device map (the tornado's) keeps the vLLM one's (least trusted)."""
+    data = {"name": "f", "allowed_devices": ["h100-sxm"],
+            "workloads": [_workload("a", "trtllm"), _workload("b", "trtllm"), _workload("c", "vllm")]}
+    plan = parse_plan(data, "f")
+    cat = resolve_catalog(plan, load_catalog(), "f")
+    params = load_params(None)
+    cset = model_candidates(plan, cat, params)
+    calls = []
+    real = safeguards.fidelity_of
+
+    def counting(*args, **kwargs):
+        calls.append((args[0].key, kwargs.get("engine"), kwargs.get("ep")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(safeguards, "fidelity_of", counting)
+    fid = fidelity_map(cset, params, cat)
+    assert sorted(fid) == [("h100-sxm", "trtllm", 1), ("h100-sxm", "vllm", 1)]
+    assert sorted(calls) == [("h100-sxm", "trtllm", 1), ("h100-sxm", "vllm", 1)]
+    assert {config_key(c) for wc in cset.workloads for c in wc.kept} == set(fid)
+    per_device = device_fidelity(fid)
+    assert per_device == {"h100-sxm": fid[("h100-sxm", "vllm", 1)]}
+    assert per_device["h100-sxm"].class_ == "same-generation"
+
+
+# ---------------------------------------------------------------- the fallback (parameter files without bands)
+
+def _fit(**by_device: float) -> FitRecord:
+    """A fit record with 40 rows of each device at the given p90 |error| %."""
+    return FitRecord(data_file="mine.csv", rows_used=40 * len(by_device), method="test", median_abs_pct_error=5.0,
+                     p90_abs_pct_error=max(by_device.values()),
+                     by_device={k.replace("_", "-"): {"n": 40, "median_abs_pct_error": 5.0, "p90_abs_pct_error": v}
+                                for k, v in by_device.items()})
+
+
+def test_fallback_without_coverage_rates_another_engine_as_its_generation():
+    """No coverage: the fit's H100 rows count as TensorRT-LLM (its default engine). p90 20 % →
+    measured band [1/1.2, 1/0.8] = [0.8333, 1.25]; with vLLM it is same-generation, band the
+    envelope of SAME_GENERATION_BAND and that measured band."""
+    cat = load_catalog()
+    params = CalibrationParams(fit=_fit(h100_sxm=20.0))
+    h100 = cat.devices["h100-sxm"]
+    trt = fidelity_of(h100, params, cat.devices)
+    vllm = fidelity_of(h100, params, cat.devices, engine="vllm")
+    assert trt.class_ == "measured" and (trt.low_factor, trt.high_factor) == pytest.approx((1 / 1.2, 1.25))
+    assert vllm.class_ == "same-generation" and "not served by vllm" in vllm.basis
+    assert (vllm.low_factor, vllm.high_factor) == pytest.approx(
+        (min(SAME_GENERATION_BAND[0], 1 / 1.2), max(SAME_GENERATION_BAND[1], 1.25)))
+    assert fidelity_of(h100, params, cat.devices, ep=8).class_ == "measured"  # no ep record: the device's class
+    assert fallback_letter(cat.devices["mi300x"], "vllm", params, cat.devices) == "c"
+
+
+def test_fallback_with_coverage_follows_its_engine_and_ep_pairs():
+    """``gpuplan calibrate --no-bands`` writes coverage without bands: the class comes from its
+    device/engine and ep pairs as on the banded path, the band from the fit record."""
+    cat = load_catalog()
+    cov = Coverage(device_engines=["h100-sxm/trtllm", "mi300x/vllm"], generations=["hopper", "cdna3"],
+                   vendors=["nvidia", "amd"], expert_parallel_device_engines=["h100-sxm/trtllm"])
+    params = CalibrationParams(coverage=cov, fit=_fit(h100_sxm=20.0, mi300x=30.0))
+    h100, mi300x, h200 = cat.devices["h100-sxm"], cat.devices["mi300x"], cat.devices["h200-sxm"]
+    assert fidelity_of(h100, params, cat.devices, ep=8).class_ == "measured"
+    tp = fidelity_of(mi300x, params, cat.devices, engine="vllm")
+    ep8 = fidelity_of(mi300x, params, cat.devices, engine="vllm", ep=8)
+    assert tp.class_ == "measured" and (tp.low_factor, tp.high_factor) == pytest.approx(measured_band(30.0))
+    assert ep8.class_ == "same-generation" and "never with expert parallelism (ep 8)" in ep8.basis
+    assert ep8.low_factor <= tp.low_factor and ep8.high_factor >= tp.high_factor  # nested
+    sg = fidelity_of(mi300x, params, cat.devices, engine="sglang")
+    assert sg.class_ == "same-generation" and "not served by sglang" in sg.basis
+    assert fidelity_of(h200, params, cat.devices).class_ == "same-generation"
+    # in the coverage, but too few rows in the fit for a band of its own
+    thin = CalibrationParams(coverage=cov, fit=_fit(h100_sxm=20.0))
+    assert fallback_letter(mi300x, "vllm", thin, cat.devices) == "b"
+
+
+def test_monte_carlo_model_error_is_drawn_per_configuration():
+    """``gpuplan whatif --samples``: the TensorRT-LLM and vLLM deployments on H100 draw from their own
+    bands: median log factor = μ of each band (a: −0.0344, b: 0.0987; σ of a median of 4,000 draws
+    ≈ 1.2533·0.34/√4000 = 0.0067)."""
+    plan, cat = _plan()
+    base = optimize_plan(plan, cat, compare_single_device=False, verify=False)
+    draws = model_error_draws(base, 4000, seed=0)
+    keys = {("h100-sxm", "trtllm", 1), ("h100-sxm", "vllm", 1)}
+    assert set(draws[0]) == keys
+    for key, mu in ((("h100-sxm", "trtllm", 1), -0.034420), (("h100-sxm", "vllm", 1), 0.098690)):
+        assert statistics.median(math.log(d[key]) for d in draws) == pytest.approx(mu, abs=0.03), key
+
+
+def test_factors_keyed_by_device_alone_are_refused_not_ignored():
+    """A factor map that misses a kept candidate's (device, engine, ep) would leave it at factor 1
+    (no target utilisation, no band) in silence: ``sized`` raises instead."""
+    plan, cat = _plan(0.95)
+    params = load_params(None)
+    cset = model_candidates(plan, cat, params)
+    by_device = {d: 0.5 for d, _, _ in fidelity_map(cset, params, cat)}
+    with pytest.raises(KeyError, match="no capacity factor for configuration"):
+        sized(cset, by_device)
