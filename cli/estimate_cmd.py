@@ -149,11 +149,11 @@ def estimate(
     prompt = length_from_flags(input_tokens, input_p99, "input")
     output = length_from_flags(output_tokens, output_p99, "output")
     result = estimate_config(m, d, q, tp, pp, input_tokens, output_tokens, p, batch=batch,
-                             max_throughput=max_throughput, engine=engine, ep=ep, max_batch=max_batch)
+                             max_throughput=max_throughput, engine=engine, ep=ep, max_batch=max_batch, devices=cat.devices)
     slo = SLO(ttft_p99_ms=ttft_p99_ms, tpot_p99_ms=tpot_p99_ms, e2e_p99_ms=e2e_p99_ms)
     if qps is not None or not slo.is_empty:
         c = build_configs(m, [(d, q, tp, pp)], p, engines=engine, ep=ep, max_batch=max_batch)
-        result.update(estimate_serving(c, prompt, output, qps, slo, params=p))
+        result.update(estimate_serving(c, prompt, output, qps, slo, params=p, devices=cat.devices))
     render(result, json_out)
 
 

@@ -1,6 +1,6 @@
 """Leave-one-device-out and leave-one-generation-out errors and error-band coverage (issue 14).
 
-Usage: python scripts/leave_out.py [--recompute [--sweeps 3] [--params FILE]] [--json OUT.json]
+Usage: python scripts/leave_out.py [--recompute [--sweeps 3] [--params FILE] [--bands-now]] [--json OUT.json]
        python scripts/leave_out.py --only device:h100-sxm [--worst 15] [--params FILE]
 
 By default the table recorded by ``gpuplan calibrate`` in the shipped parameters
@@ -10,7 +10,9 @@ without its rows (``optimizer.calibration.bands.leave_out``, starting from the d
 --params), predict its offline rows (max-throughput output tokens/s and one-batch e2e
 latency), and print the median |error|. Then the coverage of the 80 % bands of the shipped
 parameters (``error_bands``: class b for a held-out device, class c for a held-out generation)
-on those predictions, with each band's half-width. ``--only BY:KEY`` refits without that one group
+on those predictions, with each band's half-width; with ``--bands-now`` the bands are instead
+derived from these refits' own residuals (plus a leave-one-source-group-out pass for class a), as
+``gpuplan calibrate`` would record them for a fit of the same structure (--params). ``--only BY:KEY`` refits without that one group
 (seconds) and lists its worst-predicted row groups (source group, model, precision, tp, ep):
 median predicted/measured, so the structure behind a bad leave-out shows. Targets (issue 14): median <= 15 % per
 held-out device, <= 25 % per held-out generation, coverage 70-90 %, median half-width < 25 %.
@@ -31,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from catalog import load_catalog  # noqa: E402
 from optimizer.calibration.bands import (  # noqa: E402
     band_for,
+    error_bands,
     held_and_train,
     inside,
     leave_out,
@@ -53,6 +56,8 @@ def main() -> int:
     ap.add_argument("--params", type=Path, default=None, help="start of every refit (default: built-in defaults)")
     ap.add_argument("--bands-from", type=Path, default=None, help="parameters whose error bands are checked "
                     "(default: the shipped calibration.yaml)")
+    ap.add_argument("--bands-now", action="store_true", help="with --recompute: derive the bands from these "
+                    "refits (and a leave-one-source-group-out pass), not from the parameters' recorded ones")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures as JSON")
     ap.add_argument("--only", default=None, help="BY:KEY (device:h100-sxm, generation:ada): refit without "
                     "that group and list its worst-predicted row groups")
@@ -65,18 +70,24 @@ def main() -> int:
     recorded = shipped.fit.leave_out if shipped.fit else {}
     report: dict = {}
     ok = True
+    held_by: dict[str, list] = {}
     if args.recompute or not recorded:
         cat = load_catalog()
         rows = [m for name in SHIPPED_MEASUREMENT_FILES for m in load_measurements(shipped_measurements(name), cat)]
         start = load_params(args.params) if args.params else CalibrationParams()
-    for by in ("device", "generation"):
         t0 = time.perf_counter()
+        held_by = {by: leave_out(rows, cat, start, by, sweeps=args.sweeps)
+                   for by in (("source_group",) if args.bands_now else ()) + ("device", "generation")}
+        print(f"refits in {time.perf_counter() - t0:.0f} s")
+        if args.bands_now:
+            bands = error_bands(held_by["source_group"], held_by["device"], held_by["generation"])
+    for by in ("device", "generation"):
         band = bands.get(BAND_CLASS[by])  # type: ignore[call-overload]
-        if args.recompute or not recorded:
-            held = leave_out(rows, cat, start, by, sweeps=args.sweeps)
+        if held_by:
+            held = held_by[by]
             table = leave_out_summary(held, bands or None)  # each prediction against its own class's band
             cov_all = float(np.mean([inside(h, band_for(h, bands)) for h in held]) * 100) if bands else float("nan")
-            source = f"recomputed in {time.perf_counter() - t0:.0f} s"
+            source = "recomputed" + (", bands from these refits" if args.bands_now else "")
         else:
             table = recorded.get(by, {})
             n_in = sum(r.get("in_band_pct", float("nan")) * r["n"] / 100 for r in table.values())

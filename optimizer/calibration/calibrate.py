@@ -5,8 +5,9 @@ recorded in the result, and — with ``bands`` — one refit per held-out source
 generation (``optimizer.calibration.bands``), whose residuals give each fidelity class its
 error band. Every refit starts from the built-in defaults, neither from the full fit's result nor
 from its start (``--params``: an earlier fit, whose per-class factors saw the held-out rows and
-which ``fit_params`` resumes); only the start's model-structure choice
-(``offline_whole_prompts``), which no fit moves, is kept, so the refits fit the same model.
+which ``fit_params`` resumes); only the start's model-structure choices
+(``STRUCTURE_FIELDS``: ``offline_whole_prompts``, the fit's ``class_shrinkage`` and ``fit_rounds``), which no fit moves, are kept,
+so the refits fit the same model the same way.
 """
 
 from __future__ import annotations
@@ -20,6 +21,14 @@ from optimizer.calibration.measurements import Measurement
 from optimizer.models.params import CalibrationParams
 
 LEAVE_OUT_GROUPINGS = ("source_group", "device", "generation")
+STRUCTURE_FIELDS = ("offline_whole_prompts", "class_shrinkage", "fit_rounds")
+
+
+def structure_of(start: CalibrationParams | None) -> CalibrationParams | None:
+    """The built-in defaults with ``start``'s structural fields (``STRUCTURE_FIELDS``); None without a start."""
+    if start is None:
+        return None
+    return CalibrationParams(**{k: getattr(start, k) for k in STRUCTURE_FIELDS})
 
 
 def calibrate(rows: Sequence[Measurement], cat: Catalog, *, start: CalibrationParams | None, data_file: str,
@@ -30,7 +39,7 @@ def calibrate(rows: Sequence[Measurement], cat: Catalog, *, start: CalibrationPa
                                        "coverage": coverage(rows, cat)})
     if not bands:
         return fitted
-    structure = CalibrationParams(offline_whole_prompts=start.offline_whole_prompts) if start else None
+    structure = structure_of(start)
     held = [leave_out(rows, cat, structure, by) for by in LEAVE_OUT_GROUPINGS]
     bands_by_class = error_bands(*held)
     summary = {by: leave_out_summary(h, bands_by_class) for by, h in zip(LEAVE_OUT_GROUPINGS, held, strict=True)}

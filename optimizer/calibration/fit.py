@@ -55,6 +55,7 @@ class _Knob:
     high: float
     get: Callable[[CalibrationParams], float]
     set: Callable[[CalibrationParams, float], CalibrationParams]
+    parent: Callable[[CalibrationParams], float] | None = None  # a class override's parent (global) value
 
 
 def _field_knob(name: str, low: float, high: float, integer: bool = False) -> _Knob:
@@ -62,7 +63,7 @@ def _field_knob(name: str, low: float, high: float, integer: bool = False) -> _K
                  lambda p, v: p.model_copy(update={name: int(round(v)) if integer else v}))
 
 
-def _override_knob(idx: int, field: str, low: float, high: float) -> _Knob:
+def _override_knob(idx: int, field: str, low: float, high: float, shrunk: bool = True) -> _Knob:
     def get(p: CalibrationParams) -> float:
         value = getattr(p.overrides[idx], field)
         return float(value) if value is not None else float(getattr(p, field))
@@ -72,7 +73,28 @@ def _override_knob(idx: int, field: str, low: float, high: float) -> _Knob:
         ovs[idx] = ovs[idx].model_copy(update={field: v})
         return p.model_copy(update={"overrides": ovs})
 
-    return _Knob(f"overrides[{idx}].{field}", low, high, get, put)
+    return _Knob(f"overrides[{idx}].{field}", low, high, get, put,
+                 (lambda p: parent_value(p, field)) if shrunk else None)
+
+
+def parent_value(p: CalibrationParams, field: str) -> float:
+    """The value a class override of ``field`` deviates from: the global field (the all-to-all time's
+    parent is the all-reduce latency of the link, ``CalibrationParams.alltoall_latency_us``)."""
+    if field == "alltoall_latency_us":
+        return float(p.alltoall_latency_us or p.allreduce_latency_us)
+    return float(getattr(p, field))
+
+
+def shrinkage_penalty(p: CalibrationParams, knobs: Sequence[_Knob]) -> float:
+    """``class_shrinkage · Σ_knobs (log(override / parent))²`` over the knobs that have a parent (the
+    generation and memory-type overrides, ``class_overrides``): a Gaussian prior on each override's
+    log-deviation from its parent value (``CalibrationParams.class_shrinkage``).
+    The data term of a class grows with its rows' weight, so a class with few rows stays near its
+    parent and a class with many is fitted nearly freely; 0 = unpenalised."""
+    lam = p.class_shrinkage
+    if lam <= 0:
+        return 0.0
+    return lam * sum(math.log(k.get(p) / k.parent(p)) ** 2 for k in knobs if k.parent is not None)
 
 
 def _weights(rows: Sequence[Measurement]) -> np.ndarray:
@@ -122,8 +144,13 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
     metrics = [k for k in ("tpot_mean_ms", "ttft_mean_ms") if any(getattr(m, k) for m in online)]
     params, knobs = _global_knobs(params, usable, cat, "ttft_mean_ms" in metrics)
     latency = [m for m in rows if is_latency_row(m)]
-    loss = _loss(usable, latency, online, metrics, online_weight, cat)
-    params, best = coordinate_search(params, knobs + override_knobs, loss, sweeps)
+    data_loss = _loss(usable, latency, online, metrics, online_weight, cat)
+
+    def loss(p: CalibrationParams) -> float:
+        return data_loss(p) + shrinkage_penalty(p, override_knobs)
+
+    for _ in range(params.fit_rounds):  # each round restarts the grid span (CalibrationParams.fit_rounds)
+        params, best = coordinate_search(params, knobs + override_knobs, loss, sweeps)
     params = _typical_generation_defaults(params, loss, best)
     record = fit_record(usable, cat, params, data_file)
     if latency:
@@ -274,8 +301,12 @@ def class_overrides(rows: Sequence[Measurement], cat: Catalog, devices: Sequence
     knobs: list[_Knob] = []
 
     def add(o: FactorOverride, fields: Sequence[tuple[str, float, float]]) -> None:
+        # only the device classes are shrunk (class_shrinkage): their global value is a pure parent that no
+        # row takes directly, where the global compute efficiency is the 16-bit GEMMs' own value and the
+        # engine factors replace whole classes
+        device_class = o.generation is not None or o.memory_type is not None
         overrides.append(o)
-        knobs.extend(_override_knob(len(overrides) - 1, f, lo, hi) for f, lo, hi in fields)
+        knobs.extend(_override_knob(len(overrides) - 1, f, lo, hi, device_class) for f, lo, hi in fields)
 
     mem_types = sorted({d.memory_type for d in devices})
     gens = sorted({d.generation for d in devices})

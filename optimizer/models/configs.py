@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -117,7 +118,8 @@ class Configs:
     speculative: SpeculativeCost | None = None  # decode steps verify k draft tokens (optimizer.models.speculative)
 
     def __len__(self) -> int:
-        return len(self.keys)
+        taken = self.__dict__.get("_taken")
+        return len(taken[1]) if taken is not None else len(self.keys)
 
     def index(self, key: str) -> int:
         return self.keys.index(key)
@@ -131,21 +133,45 @@ class Configs:
         """The configurations at ``indices`` (in that order; a slice gives views), every aligned array sliced alike.
 
         Built without ``__init__`` (the searches take subsets thousands of times); the stage
-        constants, when already folded, are sliced too (they are elementwise in the configurations)."""
-        idx = indices if isinstance(indices, slice) else np.asarray(indices, dtype=int)
+        constants, when already folded, are sliced too (they are elementwise in the configurations).
+        With indices, each aligned array or list is gathered when first read (``__getattr__``), from
+        the configurations it was taken from: a step time reads the stage constants only."""
         new = object.__new__(type(self))
         values = new.__dict__
-        for name in _CONFIG_FIELDS:
-            value = self.__dict__[name]
-            if isinstance(value, np.ndarray):
-                value = value[idx]
-            elif isinstance(value, list):
-                value = value[idx] if isinstance(idx, slice) else [value[i] for i in idx]
-            values[name] = value
+        if isinstance(indices, slice):
+            for name in _CONFIG_FIELDS:
+                value = getattr(self, name)
+                values[name] = value[indices] if isinstance(value, np.ndarray | list) else value
+        else:
+            idx = np.asarray(indices, dtype=int)
+            source, index = self.__dict__.get("_taken", (self, None))
+            for name in _CONFIG_FIELDS:
+                value = source.__dict__[name]
+                if not isinstance(value, np.ndarray | list):
+                    values[name] = value
+            values["_taken"] = (source, idx if index is None else index[idx])
         folded = self.__dict__.get("stage")
         if folded is not None:
-            values["stage"] = folded.take(idx)
+            values["stage"] = folded.take(indices)
         return new
+
+    if not TYPE_CHECKING:  # type checkers see the declared fields only
+        def __getattr__(self, name: str):
+            taken = self.__dict__.get("_taken")
+            if taken is None or name not in _CONFIG_FIELD_SET:
+                raise AttributeError(name)
+            source, index = taken
+            value = source.__dict__[name]
+            value = value[index] if isinstance(value, np.ndarray) else [value[i] for i in index.tolist()]
+            self.__dict__[name] = value
+            return value
+
+    def __getstate__(self) -> dict:
+        """Every field gathered (a pickled subset does not carry the configurations it was taken from)."""
+        state = {name: getattr(self, name) for name in _CONFIG_FIELDS}
+        if "stage" in self.__dict__:
+            state["stage"] = self.__dict__["stage"]
+        return state
 
 
 def build_configs(
@@ -314,6 +340,7 @@ class StageConstants:
 
 
 _CONFIG_FIELDS = tuple(f.name for f in fields(Configs))  # what ``Configs.take`` copies
+_CONFIG_FIELD_SET = frozenset(_CONFIG_FIELDS)
 _STAGE_FIELDS = tuple(f.name for f in fields(StageConstants) if f.name != "_shaped")  # the (N,) arrays
 
 

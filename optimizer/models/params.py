@@ -174,6 +174,15 @@ class CalibrationParams(Strict):
         "sequences finish (Poisson per step and attention rank, the lockstep ranks of an EP replica "
         "wait for the busiest: optimizer.models.perf.offline_step_s); false = every step prefills the "
         "mean input·batch/output tokens (the fit of the shipped parameters)")
+    class_shrinkage: NonNeg = Field(
+        0.0, description="fit only (optimizer.calibration.fit): ridge strength λ of the penalty λ·Σ (log(override / "
+        "parent))² on every fitted generation and memory-type override's deviation from its parent (global) "
+        "value, a Gaussian prior that keeps a class with few rows near its parent; one value for every class, "
+        "to be chosen by the leave-out errors (docs/model-accuracy.md); 0 = unpenalised (the shipped fit)")
+    fit_rounds: int = Field(
+        1, ge=1, le=10, description="fit only: rounds of the coordinate search (optimizer.calibration.fit), "
+        "each restarting its grid span from the current values, so a fit (and every leave-out refit) leaves a "
+        "narrow basin a single shrinking search stops in; 1 = one search (the fit before model-v8)")
     step_overhead_ms: NonNeg = Field(
         1.0, description="fixed time per scheduler step (launches, sampling, scheduling)")
     sequence_overhead_us: NonNeg = Field(

@@ -18,16 +18,22 @@ every unit's opex, demand scales every bucket's rate.
 - **Break-even capacity factor** f* of d: the factor on d's capacities below which the
   optimal fleet changes. Lowering capacity only removes feasible fleets, so B stays optimal
   exactly while it stays feasible; with B's own routing it is feasible down to
-  u = max over B's deployments on d of routed load / capacity, so f* ≤ u. The fleet usually
-  changes just below u (B's replicas run near their capacity), so the search gallops down
-  from u: probes at u − tol, u − 2·tol, u − 4·tol, … (F_MIN at the latest) until the fleet
-  changes, then bisects the last bracket to the tolerance: 2·log2(Δ/tol) solves for a
-  threshold Δ below u (5 for the chat fleet's rtx-pro-6000, where a bisection of [F_MIN, u]
-  took 10).
+  u = max over B's deployments on d of routed load / capacity, and with its replicas re-routed
+  down to f_B ≤ u, the least factor of one LP (:func:`~optimizer.planning.milp.routing.lowest_capacity_factor`;
+  the same of any known plan that costs no more than B, another optimum). No factor at or above
+  the least such f_B needs a re-solve. The fleet usually changes just below it (B's replicas
+  run near their capacity), so the search gallops down from it: probes at f_B − tol,
+  f_B − 2·tol, f_B − 4·tol, … (F_MIN at the latest) until the fleet changes, then bisects the
+  last bracket to the tolerance, each probe skipped where a known plan as cheap as B fits
+  (chat fleet: 4 re-solves for its two devices, 12 with the gallop from u).
 - **Tornado**: the optimal objective at the low and the high end of each input — the
   catalog's price ``ranges`` (an estimated price without a range: ±ESTIMATE_SWING), the
   electricity price ±50 %, demand ±25 %, and every device's capacity at the ends of its
-  fidelity band (``optimizer.models.fidelity``).
+  fidelity band (``optimizer.models.fidelity``). The low price end of a device B does not buy
+  needs no re-solve when an LP bound on every fleet that buys it
+  (:func:`~optimizer.planning.milp.relax.cheapest_with_device_bound`) is at least B's cost:
+  the optimum is then B's (chat fleet: gb300, h100-sxm, mi300x; power cap: no fleet under
+  the cap can buy a gb300, h100-sxm or mi300x server at all).
 
 A re-solved fleet "differs" when its GPUs per device differ from B's and it is cheaper
 than B at that input (prices), or B is infeasible there (capacity); a different fleet within
@@ -47,6 +53,7 @@ from optimizer.planning import disk_cache
 from optimizer.planning.candidate_set import CandidateSet, unit_terms
 from optimizer.planning.evaluate import parallel_workers
 from optimizer.planning.milp.problem import FleetProblem, FleetSolution
+from optimizer.planning.milp.relax import cheapest_with_device_bound
 from optimizer.planning.milp.resolve import (
     is_feasible,
     keep_solve,
@@ -55,6 +62,7 @@ from optimizer.planning.milp.resolve import (
     solve_key,
     transplant,
 )
+from optimizer.planning.milp.routing import lowest_capacity_factor
 from optimizer.planning.solver_options import SolverOptions
 from optimizer.results.money import MoneyAssumptions
 from optimizer.results.provenance import (
@@ -72,6 +80,8 @@ PRICE_TOLERANCE = 0.005  # break-even prices: relative
 CAPACITY_TOLERANCE = 0.005  # break-even capacity factors: absolute
 F_MIN = 0.05  # capacity factors below this are not searched
 MAX_CROSSING_STEPS = 8
+BASE_COST_RTOL = 1e-9  # a known plan within this of B's cost is another optimum of the base problem
+BOUND_RTOL = 1e-6  # an LP bound must clear B's cost by this (relative) to decide a re-solve (LP tolerances)
 ESTIMATE_SWING = 0.25  # tornado swing of an estimated price that has no published range
 ELECTRICITY_SWING = 0.5
 DEMAND_SWING = 0.25
@@ -329,17 +339,28 @@ def _utilisation(problem: FleetProblem, base: FleetSolution, device: str) -> flo
 
 def break_even_capacity(problem: FleetProblem, device: str, fleet: Fleet, base: FleetSolution, solve: _Solver,
                         gap: float) -> tuple[float | None, str]:
-    """f* below which the optimal fleet is no longer ``fleet`` (see the module doc)."""
+    """f* below which the optimal fleet is no longer ``fleet`` (see the module doc).
+
+    A factor needs no re-solve where a known plan as cheap as B (B itself, or another optimum of
+    the base problem) still fits with its replicas re-routed (:func:`kept_down_to`): it is then
+    optimal there, since lowering a capacity only removes feasible fleets. The search starts there."""
     base_usd = fleet_objective_usd(fleet, problem)
+    floor = _KeptDownTo(problem, device, base_usd, solve)
 
     def changed(f: float) -> bool:
+        if floor() <= f:
+            return False
         sol = solve(with_capacity(problem, {device: f}))
         if sol is None:
             return True
         other = fleet_of(sol)
         return other != fleet and fleet_objective_usd(other, problem) > base_usd * (1.0 + gap)
 
-    hi = min(1.0, _utilisation(problem, base, device)) or 1.0  # unchanged at hi (B's own routing fits)
+    hi = floor()  # unchanged at hi (a plan as cheap as B fits)
+    if hi > 1.0:  # no known plan's LP solved: B's own routing fits down to its utilisation
+        hi = min(1.0, _utilisation(problem, base, device)) or 1.0
+    if hi <= F_MIN:
+        return None, f"the fleet does not change down to a factor of {F_MIN}"
     if hi - CAPACITY_TOLERANCE <= F_MIN:
         return hi, ""
     step = CAPACITY_TOLERANCE
@@ -351,14 +372,45 @@ def break_even_capacity(problem: FleetProblem, device: str, fleet: Fleet, base: 
             break
         if lo <= F_MIN:
             return None, f"the fleet does not change down to a factor of {F_MIN}"
-        hi, step = lo, 2.0 * step
+        hi, step = min(lo, floor()), 2.0 * step
     while hi - lo > CAPACITY_TOLERANCE * (1 + 1e-9):
         mid = (lo + hi) / 2.0
         if changed(mid):
             lo = mid
         else:
-            hi = mid
+            hi = min(mid, max(floor(), lo))
     return hi, ""
+
+
+class _KeptDownTo:
+    """The least capacity factor on ``device`` at which some known plan costing no more than B
+    (``base_usd``, the optimum at factor 1: a lower bound at every factor below) still meets every
+    row with its replicas re-routed (:func:`~optimizer.planning.milp.routing.lowest_capacity_factor`);
+    > 1 when there is none. Each plan's LP is solved once, on the plans known when called."""
+
+    def __init__(self, problem: FleetProblem, device: str, base_usd: float, solve: _Solver) -> None:
+        self.problem, self.device, self.base_usd, self.solve = problem, device, base_usd, solve
+        self.seen = 0
+        self.least = math.inf
+
+    def __call__(self) -> float:
+        for _, sol in self.solve.known[self.seen:]:
+            fleet = fleet_of(sol)
+            if all(d in self.problem.units for d in fleet) \
+                    and fleet_objective_usd(fleet, self.problem) <= self.base_usd * (1 + BASE_COST_RTOL):
+                f = lowest_capacity_factor(self.problem, sol, self.device)
+                if f is not None:
+                    self.least = min(self.least, f)
+        self.seen = len(self.solve.known)
+        return self.least
+
+
+def _never_beats(problem: FleetProblem, device: str, base_usd: float) -> bool:
+    """Every fleet of ``problem`` that buys ``device`` costs at least ``base_usd`` (an LP bound:
+    :func:`~optimizer.planning.milp.relax.cheapest_with_device_bound`), so a fleet that does not
+    buy it and costs ``base_usd`` is optimal."""
+    bound = cheapest_with_device_bound(problem, device)
+    return bound is not None and bound >= base_usd * (1 + BOUND_RTOL)
 
 
 def tornado_rows(plan: Plan, cset: CandidateSet, problem: FleetProblem, a: MoneyAssumptions, field: str,
@@ -390,6 +442,8 @@ def tornado_rows(plan: Plan, cset: CandidateSet, problem: FleetProblem, a: Money
             if p >= price and d not in fleet:
                 return base_usd  # a dearer device that is not bought changes nothing
             at = with_price(problem, cset, a, d, field, p)
+            if d not in fleet and _never_beats(at, d, base_usd):
+                return base_usd  # no fleet that buys d beats B even at the lower price: the optimum stays B
             be = break_even.get(d)
             if p >= price and be is not None and p < be * (1 - PRICE_TOLERANCE):
                 return fleet_objective_usd(fleet, at)  # below the break-even the fleet stays

@@ -172,3 +172,25 @@ def test_roofline_png(run_cli, tmp_path):
     r = run_cli("roofline", "--model", "llama-3.1-405b", "--device", "l4", "--precision", "bf16",
                 "--input-tokens", "500", "--output-tokens", "500", "--out", str(out))
     assert r.code == 1 and "cannot plot" in r.stderr
+
+
+def test_estimate_rates_a_device_against_the_whole_catalog_without_bands(run_cli, tmp_path):
+    """With a parameter file without leave-out bands, the same-generation band of an unmeasured H100
+    PCIe is the envelope of the measured Hopper devices' bands (h100-sxm, h200-sxm), as the plan's
+    fidelity gives; estimate saw the device alone and reported the narrower ×0.392–1.417."""
+    from catalog import load_catalog
+    from optimizer.models.fidelity import fidelity_of
+    from optimizer.models.params import load_params
+
+    params = load_params(None).model_copy(update={"error_bands": {}})
+    path = tmp_path / "no-bands.yaml"
+    path.write_text(yaml.safe_dump(params.model_dump(mode="json", exclude_none=True)))
+    cat = load_catalog()
+    want = fidelity_of(cat.devices["h100-pcie"], load_params(path), cat.devices, engine="trtllm")
+    r = run_cli("estimate", "--model", "llama-3.1-8b", "--device", "h100-pcie", "--precision", "fp8",
+                "--input-tokens", "1000", "--output-tokens", "200", "--batch", "8", "--json", "--params", str(path))
+    assert r.code == 0, r.stderr
+    fid = json.loads(r.stdout)["fidelity"]
+    assert fid["class"] == "same-generation" and "h100-sxm, h200-sxm" in fid["basis"]
+    assert fid["band_high_factor"] == pytest.approx(want.high_factor, abs=1e-4)
+    assert want.high_factor > 1.417 + 0.1

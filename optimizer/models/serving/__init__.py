@@ -71,8 +71,8 @@ over quadrature nodes of the length distributions and inverted by bisection):
 Pure: no I/O, no printing. Times in seconds internally; ``_ms`` fields in results.
 
 Modules: ``rows`` (request lengths per row), ``state`` (length quadrature, per-step prompt work, the fixed point), ``feedback``
-(load feedback), ``tails`` (shifted-gamma tails, mixture quantiles), ``latency``
-(``serve_at_rate``), ``capacity`` (``capacity_at_slo``), ``floors`` (physical floors of the
+(load feedback), ``tails`` (shifted-gamma tails, mixture quantiles), ``carrying`` (the steps that
+carry a prompt with J others, the TTFT's T_next), ``latency`` (``serve_at_rate``), ``capacity`` (``capacity_at_slo``), ``floors`` (physical floors of the
 p99s, batch throughput), ``bounds`` (an upper bound on the capacity without a search, for screening).
 """
 

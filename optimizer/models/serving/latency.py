@@ -15,16 +15,13 @@ from optimizer.models import perf
 from optimizer.models.configs import Configs
 from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS, Z99
 from optimizer.models.params import CalibrationParams
+from optimizer.models.serving.carrying import carrying_step_sums
 from optimizer.models.serving.feedback import batch_average_var, feedback_factors
 from optimizer.models.serving.rows import RowLengths, row_lengths
 from optimizer.models.serving.state import (
-    GRID_BLOCK_ELEMENTS,
     State,
     Steps,
-    group_k_max,
     lengths_for,
-    poisson_pmf,
-    prompts_k_max,
     solve_state,
 )
 from optimizer.models.serving.tails import gamma_quantile, mixture_quantile
@@ -108,9 +105,10 @@ def serve_at_rate(
 def take_state(s: State, rows: np.ndarray) -> State:
     """The state of the configurations at ``rows``."""
     st = s.steps
-    steps = Steps(st.d[rows], st.pk[rows], st.l_w[rows], st.g1[rows], st.gk[rows], st.gk_lo[rows])
+    steps = Steps(st.d[rows], st.pk[rows], st.l_w[rows], st.g1[rows], st.gk[rows], st.gk_lo[rows],
+                  None if st.g1_mean is None else st.g1_mean[rows])
     return State(s.b[rows], s.step_s[rows], steps, s.slope_s[rows], s.eps_s[rows], s.rho1[rows],
-                  s.t_full_s[rows], s.saturated[rows])
+                  s.t_full_s[rows], s.saturated[rows], s.d_next_s[rows])
 
 
 def evaluate_load(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, need: set[str],
@@ -181,7 +179,7 @@ def _tpot_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, fb, s
     m1, m2, m3 = (s.steps.moment(r) for r in (1, 2, 3))
     var_t = np.maximum(m2 - m1**2, 0.0)
     k3_t = m3 - 3 * m1 * m2 + 2 * m1**3
-    d_tag = perf.decode_step_s(c, s.b + 1.0, lens.ctx)
+    d_tag = s.d_next_s
     # request-weighted mean step E[b·T]/E[b] = t̄ + Cov(b, T)/b̄, Little's law shift included
     mean_tpot = m1 + np.where(sat, 0.0, fb.bias_s)
     steps_n = np.maximum(o1, 1.0)
@@ -210,17 +208,21 @@ def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments,
         # output token to wait for — a TPOT SLO is met trivially (0 ms), not unmeetable (nan)
         has = tp.weights.sum(axis=1) > 0
         out["tpot_p99"], out["tpot_p50"] = np.where(has, np.nan, 0.0), np.where(has, np.nan, 0.0)
-        rows = np.flatnonzero(has)
-        for q in qs:
-            key = f"tpot_p{round(q * 100)}"
-            if len(rows) == n:
-                out[key] = mixture_quantile(q, tp.weights, tp.mt, tp.var, tp.k3)
-            elif len(rows):
-                out[key][rows] = mixture_quantile(q, tp.weights[rows], tp.mt[rows], tp.var[rows], tp.k3[rows])
     ttft_m, ttft_v, ttft_k3 = ttft.mean, ttft.var, ttft.k3
-    if "ttft" in need:
-        for q in qs:
-            out[f"ttft_p{round(q * 100)}"] = mixture_quantile(q, lens.l_w, ttft_m, ttft_v, ttft_k3)
+    for q in qs:
+        mixtures = {}  # name: (rows or None for all, weights, mean, var, κ3)
+        if "tpot" in need and len(rows := np.flatnonzero(has)):
+            every = len(rows) == n
+            mixtures["tpot"] = (None if every else rows, *(x if every else x[rows]
+                                                          for x in (tp.weights, tp.mt, tp.var, tp.k3)))
+        if "ttft" in need:
+            mixtures["ttft"] = (None, lens.l_w, ttft_m, ttft_v, ttft_k3)
+        for name, (rows_of, values) in _mixture_quantiles(q, mixtures).items():
+            key = f"{name}_p{round(q * 100)}"
+            if rows_of is None:
+                out[key] = values
+            else:
+                out[key][rows_of] = values
     if "e2e" in need:
         # components (L node, O node): TTFT(L) + (O−1)·TPOT(O), independent
         o1 = np.maximum(lens.o_nodes - 1.0, 0.0)[:, None, :]
@@ -235,112 +237,21 @@ def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments,
     return out
 
 
-def _prompt_chunks_extra_s(c: Configs, b: np.ndarray, ctx: np.ndarray, n_tok: np.ndarray, prompt_tokens: np.ndarray,
-                           chunk: int, d: np.ndarray, span_offset: np.ndarray | float = 0.0) -> np.ndarray:
-    """Σ_chunks [t(b, c̄, n_j, min(j·C + n_j/2, L)) − D(b)] for ``n_tok`` tokens cut into chunks of C.
-
-    ``n_tok = K·C + r``: K full chunks and a partial one of r tokens. Full chunk k attends to
-    ``min(k·C + C/2, L)``, which is L from ``k_L = ceil((L − C/2)/C)`` on, so the K full
-    chunks cost a cumulative sum over k < k_max (k_max = max k_L) plus (K − k_max)⁺ times
-    the chunk at span L: two step-time evaluations instead of one per chunk, all in one call.
-    Shapes: b, ctx, d, span_offset (N, 1, 1); n_tok (N, QL, J); prompt_tokens (N, QL, 1). ``span_offset``:
-    cached tokens every chunk also attends to (prefix caching). k_max is over every row: a row
-    whose own is smaller has its chunks from its own k_L on at span L, the same step time.
-    """
-    full = np.floor(n_tok / chunk)
-    rem = n_tok - full * chunk
-    k_max = max(int(math.ceil(float(np.max(prompt_tokens - chunk / 2.0)) / chunk)), 0)
-    k = np.arange(k_max + 1, dtype=float)[None, None, :]
-    # one step-time evaluation of every chunk, flattened to (N, columns): full chunk k at span
-    # k·C + C/2 (K), at span L (QL) — min(k·C + C/2, L) is one of the two —, the partial chunks (QL·J)
-    n, q_l, n_j = n_tok.shape
-    offset = np.broadcast_to(span_offset, (n, 1, 1))[:, :, 0]
-    spans = [k[0] * chunk + chunk / 2.0 + offset, prompt_tokens[:, :, 0] + offset,
-             (np.minimum(full * chunk + rem / 2.0, prompt_tokens) + offset[:, :, None]).reshape(n, -1)]
-    tokens = [np.full((n, k_max + 1 + q_l), float(chunk)), rem.reshape(n, -1)]
-    t = perf.decode_step_s(c, b[:, :, 0], ctx[:, :, 0], np.concatenate(tokens, axis=1), np.concatenate(spans, axis=1))
-    t_k, t_l, t_rem = t[:, :k_max + 1], t[:, k_max + 1:k_max + 1 + q_l], t[:, k_max + 1 + q_l:].reshape(n, q_l, n_j)
-    per_chunk = np.where(k * chunk + chunk / 2.0 <= prompt_tokens, t_k[:, None, :], t_l[:, :, None]) - d
-    cum = np.concatenate([np.zeros(per_chunk.shape[:-1] + (1,)), np.cumsum(per_chunk, axis=-1)], axis=-1)
-    idx = np.minimum(full, k_max + 1).astype(np.int64)
-    idx = np.broadcast_to(idx, np.broadcast_shapes(idx.shape, cum.shape[:-1] + (1,)))
-    cum = np.broadcast_to(cum, idx.shape[:-1] + cum.shape[-1:])
-    total = np.take_along_axis(cum, idx, axis=-1) + np.maximum(full - k_max - 1, 0.0) * per_chunk[..., -1:]
-    return total + np.where(rem > 0, t_rem - d, 0.0)
-
-
-def _row_blocks(n: int, elements_per_row: int):
-    """Slices of the rows of an (n, ...) array, each of at most GRID_BLOCK_ELEMENTS elements
-    (at least one row). Row-wise computations on large grids go by blocks: the temporaries
-    stay in cache and out of fresh memory pages, and the result is that of one pass."""
-    step = max(1, GRID_BLOCK_ELEMENTS // max(elements_per_row, 1))
-    for start in range(0, n, step):
-        yield slice(start, min(start + step, n))
-
-
-def _carrying_step_sums(c: Configs, s: State, lens: RowLengths, chunk: int, mj: np.ndarray):
-    """E[own], E[own²], E[own³] and E[own·(J − m_J)] (each (N, QL)) of the time ``own`` of the
-    step(s) that carry a prompt of each node length L with J ~ Poisson(m_J) others:
-    ``own = ceil(n/C)·D(b) + g(n)``, n = L + J·E[L] (``_prompt_chunks_extra_s``).
-
-    The (N, QL, J) grid is the largest array of the serving model; it is evaluated by blocks
-    of rows in order of their J (``_sorted_blocks``), each row with J up to its ``_carrying_j_max``
-    (the Poisson tail beyond folds into it).
-    """
-    n = len(c)
-    j_rows = _carrying_j_max(mj, lens)
-    order = np.lexsort((mj, j_rows))
-    sums = np.empty((4, n, lens.l_nodes.shape[1]))
-    for block in _sorted_blocks(j_rows[order] + 1, lens.l_nodes.shape[1]):
-        rows = order[block]
-        m = mj[rows]
-        j_max = int(np.max(j_rows[rows]))
-        pj3 = poisson_pmf(m, j_max, j_rows[rows])[:, None, :]  # (rows, 1, J)
-        j = np.arange(j_max + 1)
-        ls = lens.take(rows)
-        n_tok = ls.l_nodes[:, :, None] + j[None, None, :] * ls.mean_l[:, None, None]  # (rows, QL, J)
-        b3 = s.b[rows, None, None]
-        d3 = s.steps.d[rows, None, None]
-        g = _prompt_chunks_extra_s(c.take(rows), b3, ls.ctx[:, None, None], n_tok, ls.l_nodes[:, :, None], chunk, d3,
-                                   ls.span_offset[:, None, None])
-        own = np.ceil(n_tok / chunk) * d3 + g  # (rows, QL, J)
-        p_own = pj3 * own
-        sums[0, rows] = np.sum(p_own, axis=2)
-        own2 = own * own
-        sums[1, rows] = np.sum(pj3 * own2, axis=2)
-        sums[2, rows] = np.sum(pj3 * own2 * own, axis=2)
-        sums[3, rows] = np.sum(p_own * (j[None, None, :] - m[:, None, None]), axis=2)
-    return sums[0], sums[1], sums[2], sums[3]
-
-
-def _sorted_blocks(width: np.ndarray, per_column: int):
-    """Slices of rows whose grid is ``width[i]·per_column`` elements (``width`` ascending), each of at most
-    GRID_BLOCK_ELEMENTS elements at the width of its last row (at least one row)."""
-    start, n = 0, len(width)
-    while start < n:
-        # rows start..stop−1 cost (stop − start)·width[stop − 1]·per_column
-        cost = (np.arange(1, n - start + 1) * width[start:] * per_column)
-        stop = start + max(1, int(np.searchsorted(cost, GRID_BLOCK_ELEMENTS, side="right")))
-        yield slice(start, stop)
-        start = stop
-
-
-def _carrying_j_max(mj: np.ndarray, lens: RowLengths) -> np.ndarray:
-    """The count J each row resolves (ints (N,)): as when its group's rows ran alone, sorted by m_J
-    (stable) and cut into ``_row_blocks`` of ``QL·(prompts_k_max of the group + 1)`` elements (QL
-    the group's prompt nodes), ``prompts_k_max`` of the row's block."""
-    out = np.zeros(len(mj), dtype=np.int64)
-    order = np.lexsort((mj, lens.group))
-    k_group = group_k_max(mj, lens)
-    start = 0
-    while start < len(order):  # one pass per group (G ≤ the buckets of a workload)
-        g = lens.group[order[start]]
-        stop = start + int(np.searchsorted(lens.group[order[start:]], g, side="right"))
-        members = order[start:stop]
-        q_l = int(lens.l_count[members[0]])
-        for block in _row_blocks(len(members), q_l * (int(k_group[members[0]]) + 1)):
-            out[members[block]] = prompts_k_max(mj[members[block]])
-        start = stop
+def _mixture_quantiles(q: float, mixtures: dict[str, tuple]) -> dict[str, tuple]:
+    """``mixture_quantile`` at q of each (rows, weights, mean, var, κ3) of ``mixtures`` (arrays (rows, J)):
+    {name: (rows, quantiles)}. Mixtures with as many components run as one call of their rows stacked
+    (every row's quantile is its own: the search is row by row)."""
+    out: dict[str, tuple] = {}
+    by_width: dict[int, list[str]] = {}
+    for name, (_, w, *_rest) in mixtures.items():
+        by_width.setdefault(np.shape(w)[-1], []).append(name)
+    for names in by_width.values():
+        parts = [mixtures[name][1:] for name in names]
+        sizes = [len(p[1]) for p in parts]
+        stacked = [np.concatenate([np.broadcast_to(p[i], p[1].shape) for p in parts]) for i in range(4)]
+        values = mixture_quantile(q, *stacked) if len(parts) > 1 else mixture_quantile(q, *parts[0])
+        for name, piece in zip(names, np.split(values, np.cumsum(sizes)[:-1]), strict=True):
+            out[name] = (mixtures[name][0], piece)
     return out
 
 
@@ -360,6 +271,7 @@ class _TtftMoments:
 # mixture of the waits is carried by its first three moments (the raw moments add with the weights).
 BATCH_NODES = np.array([-math.sqrt(3.0), 0.0, math.sqrt(3.0)])
 BATCH_WEIGHTS = np.array([1.0 / 6.0, 2.0 / 3.0, 1.0 / 6.0])
+_CENTRE_NODE = int(np.flatnonzero(BATCH_NODES == 0.0)[0])  # the mean batch, where the work left behind is taken
 
 
 def _ttft_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, chunk: int, b_busy: np.ndarray,
@@ -386,7 +298,7 @@ def _ttft_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, chunk
     # the step(s) carrying the prompt: D + g(L + J·E[L]) (N, QL, J)
     lb_mean = mom[1] / mom[0]
     mj = busy * lam * lb_mean
-    o1, o2, o3, o_j = _carrying_step_sums(c, s, lens, chunk, mj)
+    o1, o2, o3, o_j = carrying_step_sums(c, s, lens, chunk, mj)
     var_o = np.maximum(o2 - o1**2, 0.0)
     k3_o = o3 - 3 * o1 * o2 + 2 * o1**3
     # R and J grow together with the length of the step in progress: Cov(R, own) ≈ λ/2·Var_lb(T)·ε_J
@@ -398,20 +310,22 @@ def _ttft_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, chunk
     k30 = k3_o + k3_r[:, None]
     # FCFS queue of prompt work ahead in full-chunk steps, M/G/1 (Takács moments) at each batch node;
     # W is their mixture, collapsed to its first three moments (raw moments add with the weights)
+    # (the nodes in one step-time evaluation and one pass of the service moments: arrays (N, nodes, QL))
     nodes = np.clip(b_busy[:, None] + BATCH_NODES[None, :] * b_sd[:, None], 0.0, float(c.max_batch_sequences))
-    raw, stable_all, centre = np.zeros((3, len(lam))), ~s.saturated, None
+    services, slopes = prefill_service_s(c, nodes, lens, chunk)
+    moments = service_moments(lens, services, slopes)
+    waits = _prefill_wait_moments(lam[:, None], lens, services, slopes, moments)
+    raw, stable_all = np.zeros((3, len(lam))), ~s.saturated
     for i, weight in enumerate(BATCH_WEIGHTS):
-        service, slope = prefill_service_s(c, nodes[:, i], lens, chunk)
-        w1, w2, w3, stable = _prefill_wait_moments(lam, lens, service, slope)
+        w1, w2, w3, stable = (w[:, i] for w in waits)
         stable_all &= stable
         raw += weight * np.stack([w1, w2 + w1 * w1, w3 + 3.0 * w1 * w2 + w1**3])
-        if BATCH_NODES[i] == 0.0:
-            centre = (service, slope, (w1, w2, w3))
-    service, slope, wait0 = centre
+    centre = _CENTRE_NODE
+    slope = slopes[:, centre]
     m1 = raw[0]
     m2c = raw[1] - m1 * m1
     m3c = raw[2] - 3.0 * m1 * raw[1] + 2.0 * m1**3
-    behind = _work_behind(lam, lens, service, slope, wait0, ~stable_all)
+    behind = _work_behind(lam, [mk[:, centre] for mk in moments], tuple(w[:, centre] for w in waits[:3]), ~stable_all)
     unstable = ~stable_all[:, None]
     # the prompt length spread inside each stratum, at the marginal full-chunk cost of a token
     mean = np.where(unstable, np.inf, mean0 + m1[:, None])
@@ -420,13 +334,13 @@ def _ttft_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, chunk
     return _TtftMoments(mean, var, k3, behind)
 
 
-def _work_behind(lam, lens: RowLengths, service, slope, wait, bad) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _work_behind(lam, moments, wait, bad) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean, variance, κ3 (s, s², s³; (N,)) of the prompt work H a request leaves queued behind it when
     its prefill ends: FCFS, the prompts that arrived during its sojourn T = W + S (wait and own service),
     a compound Poisson given T: ``E[H] = λE[S]·E[T]``, ``Var(H) = λE[S²]·E[T] + (λE[S])²·Var(T)``,
     ``κ3(H) = λE[S³]·E[T] + 3·λE[S]·λE[S²]·Var(T) + (λE[S])³·κ3(T)`` (W and S independent; 0 where the
-    queue is unstable)."""
-    s1, s2, s3, _ = service_moments(lens, service, slope)
+    queue is unstable). ``moments``: E[S^k], k = 1..4 (``service_moments``), ``wait`` W's mean, variance, κ3."""
+    s1, s2, s3, _ = moments
     w1, w2, w3 = wait
     t1, t2, t3 = w1 + s1, w2 + s2 - s1 * s1, w3 + s3 - 3.0 * s1 * s2 + 2.0 * s1**3
     a1, a2, a3 = lam * s1, lam * s2, lam * s3
@@ -454,8 +368,10 @@ def _queue_behind(tp: _TpotMoments, c: Configs, lens: RowLengths, ttft: _TtftMom
     w1, w2, w3 = ttft.behind
     el = np.maximum(lens.mean_l, 1.0)
     span = lens.span_offset + (lens.var_l + el * el) / (2.0 * el)
-    full = perf.decode_step_s(c, b_busy, lens.ctx, float(chunk), span)
-    f = np.clip(1.0 - perf.decode_step_s(c, b_busy, lens.ctx) / np.maximum(full, 1e-300), 0.0, 1.0)
+    # t(b, c̄, C, span) and D(b), one step-time evaluation
+    both = perf.decode_step_s(c, b_busy[:, None], lens.ctx[:, None], np.array([float(chunk), 0.0]),
+                              np.stack([span, np.zeros(len(span))], axis=1))
+    f = np.clip(1.0 - both[:, 1] / np.maximum(both[:, 0], 1e-300), 0.0, 1.0)
     f = np.where(np.isfinite(f), f, 0.0)[:, None]
     n = np.maximum(lens.o_nodes - 1.0, 1.0)
     n_bar = np.maximum(lens.mean_o1, 1.0)[:, None]
@@ -466,7 +382,8 @@ def _queue_behind(tp: _TpotMoments, c: Configs, lens: RowLengths, ttft: _TtftMom
 
 
 def prefill_service_s(c: Configs, b: np.ndarray, lens: RowLengths, chunk: int) -> tuple[np.ndarray, np.ndarray]:
-    """Service time S(L) (s) of each prompt node in a busy prefill queue, and dS/dL (s/token); each (N, QL).
+    """Service time S(L) (s) of each prompt node in a busy prefill queue, and dS/dL (s/token); each (N, QL),
+    or (N, B, QL) for batches ``b`` (N, B) (one step-time evaluation for all of them).
 
     While prompts queue every step is full: C prompt tokens with the ``b`` decoding sequences,
     ``t(b, c̄, C, span) = t₀ + a·C·span`` (``perf.decode_step_s``: prefill attention is linear in
@@ -486,15 +403,19 @@ def prefill_service_s(c: Configs, b: np.ndarray, lens: RowLengths, chunk: int) -
     span = lens.span_offset[:, None] + ln / 2.0
     dspan = np.maximum(ln, 1.0) * 1e-3
     q_l = ln.shape[1]
+    b = np.asarray(b, dtype=float)
+    spans = np.concatenate([span, span + dspan / 2.0], axis=1)
+    if b.ndim == 2:  # batches (N, B): the node arrays as (N, 1, QL)
+        ln, dspan, spans = ln[:, None, :], dspan[:, None, :], spans[:, None, :]
     # one step-time evaluation per batch: at the span and just past it (∂t/∂span by a difference)
-    t2 = perf.decode_step_s(c, np.asarray(b, dtype=float)[:, None], lens.ctx[:, None], float(chunk),
-                            np.concatenate([span, span + dspan / 2.0], axis=1))
-    t, dt = t2[:, :q_l], (t2[:, q_l:] - t2[:, :q_l]) / dspan * 2.0
+    t2 = perf.decode_step_s(c, b[..., None], lens.ctx.reshape((-1,) + (1,) * b.ndim), float(chunk), spans)
+    t, dt = t2[..., :q_l], (t2[..., q_l:] - t2[..., :q_l]) / dspan * 2.0
     return ln / chunk * t, t / chunk + ln / chunk * dt / 2.0
 
 
 def service_moments(lens: RowLengths, service: np.ndarray, slope: np.ndarray) -> list[np.ndarray]:
-    """E[S^k], k = 1..4 (each (N,)), over the prompt nodes with each stratum's spread.
+    """E[S^k], k = 1..4 (each (N,), or (N, B) for ``service``, ``slope`` (N, B, QL)), over the prompt nodes
+    with each stratum's spread.
 
     E[S] is the plain node sum (what the queue's utilisation is). For k >= 2, inside a stratum the
     service is the quadratic ``S(L) = S_i + S'·δ + (S''/2)·δ²`` (δ = L − L_i; exact, the step time being
@@ -504,28 +425,52 @@ def service_moments(lens: RowLengths, service: np.ndarray, slope: np.ndarray) ->
     it replaced had E[S³] at 0.18 of the integral for svc07's lognormal prompts (mean 512 / p99 4,096,
     llama-3.1-405b fp8 gb200 pp4), its TTFT p99 at 87.5 % of its capacity 447 ms against 491-579 ms simulated.
     """
-    lw = lens.l_w
-    ln = np.maximum(lens.l_nodes, 1.0)
-    half_curv = (slope - service / ln) / ln  # S''/2
-    dev = lens.l_dev  # (N, QL, 8): E[δ^j], j = 1..8
-    moments = np.concatenate([np.ones(dev.shape[:2] + (1,)), dev], axis=2)
-    poly = np.stack([service, slope, half_curv], axis=2)  # coefficients of S in δ, (N, QL, 3)
-    out, power = [np.sum(lw * service, axis=1)], poly
+    lw, ln = lens.l_w, np.maximum(lens.l_nodes, 1.0)
+    dev = np.moveaxis(lens.l_dev, -1, 0)  # E[δ^j], j = 1..8, each (N, QL)
+    if service.ndim == 3:
+        lw, ln, dev = lw[:, None, :], ln[:, None, :], dev[:, :, None, :]
+    poly = [service, slope, (slope - service / ln) / ln]  # coefficients of S in δ (S''/2 the last), each (..., QL)
+    out, power = [np.sum(lw * service, axis=-1)], poly
     for _ in (2, 3, 4):
         power = _poly_mul(power, poly)
-        out.append(np.sum(lw * np.sum(power * moments[:, :, :power.shape[2]], axis=2), axis=1))
+        # Σ_j coef_j·E[δ^j] in the order of a sum over a last axis of length K (``_sum_in_order``)
+        out.append(np.sum(lw * _sum_in_order([power[0]] + [p * dev[j - 1] for j, p in enumerate(power) if j]),
+                          axis=-1))
     return out
 
 
-def _poly_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Product of polynomials given by their coefficients on the last axis (ascending powers)."""
-    out = np.zeros(a.shape[:-1] + (a.shape[-1] + b.shape[-1] - 1,))
-    for j in range(b.shape[-1]):
-        out[..., j:j + a.shape[-1]] += a * b[..., j:j + 1]
-    return out
+def _poly_mul(a: list[np.ndarray], b: list[np.ndarray]) -> list[np.ndarray]:
+    """Product of polynomials given by their coefficients (ascending powers, arrays of one shape):
+    ``c_k = Σ_j a_{k−j}·b_j``, the terms added by ascending j."""
+    out: list[np.ndarray | None] = [None] * (len(a) + len(b) - 1)
+    for j, b_j in enumerate(b):
+        for i, a_i in enumerate(a):
+            term = a_i * b_j
+            out[i + j] = term if out[i + j] is None else out[i + j] + term
+    return out  # type: ignore[return-value]
 
 
-def _prefill_wait_moments(lam: np.ndarray, lens: RowLengths, service: np.ndarray, slope: np.ndarray):
+def _sum_in_order(terms: list[np.ndarray]) -> np.ndarray:
+    """Σ terms, elementwise, in the order numpy's ``sum`` over a last axis of that length adds them
+    (pairwise: one after the other below 8 terms, else 8 partial sums ((0+1)+(2+3))+((4+5)+(6+7)) and
+    the rest one by one, up to 15 terms): the coefficients are separate arrays here (long passes, where
+    an (..., K) array of K <= 9 coefficients runs numpy's loops K elements at a time), the sum the same."""
+    if len(terms) < 8:
+        total = terms[0]
+        for t in terms[1:]:
+            total = total + t
+        return total
+    if len(terms) >= 16:
+        raise ValueError(f"_sum_in_order: {len(terms)} terms, at most 15")
+    t = terms
+    total = ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]))
+    for rest in t[8:]:
+        total = total + rest
+    return total
+
+
+def _prefill_wait_moments(lam: np.ndarray, lens: RowLengths, service: np.ndarray, slope: np.ndarray,
+                          moments: list[np.ndarray] | None = None):
     """Mean, variance, third cumulant (s, s², s³; each (N,)) of the M/G/1 FCFS waiting time W of
     the prompt work ahead, and whether the queue is stable (u = λ·E[S] < 1).
 
@@ -538,7 +483,7 @@ def _prefill_wait_moments(lam: np.ndarray, lens: RowLengths, service: np.ndarray
     tail, "the queue beyond one step": that left the TTFT p99 of lognormal prompts 10-19 % under
     the simulator's, scripts/agreement.py; with the full W: −8 % to +6 %.)
     """
-    s1, s2, s3, s4 = service_moments(lens, service, slope)
+    s1, s2, s3, s4 = service_moments(lens, service, slope) if moments is None else moments
     u = lam * s1
     stable = u < 1
     q = np.where(stable, lam / np.where(stable, 1.0 - u, 1.0), 0.0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -61,9 +61,30 @@ class RowLengths:
         return len(self.group)
 
     def take(self, rows: np.ndarray) -> RowLengths:
-        """The lengths of ``rows`` (the groups keep their indices, ``base`` and ``grids`` are shared)."""
-        return RowLengths(**{name: getattr(self, name)[rows] for name in _ROW_FIELDS}, n_groups=self.n_groups,
-                          base=self.base, grids=self.grids)
+        """The lengths of ``rows`` (the groups keep their indices, ``base`` and ``grids`` are shared).
+
+        Each field is gathered when first read (``__getattr__``), from the rows it was taken from: a
+        capacity search takes subsets every probe, and its fixed-point loop reads 3 of the 20 fields."""
+        source, index = self.__dict__.get("_taken", (self, None))
+        new = object.__new__(RowLengths)
+        new.__dict__.update(n_groups=self.n_groups, base=self.base, grids=self.grids,
+                            _taken=(source, rows if index is None else index[rows]))
+        return new
+
+    if not TYPE_CHECKING:  # type checkers see the declared fields only
+        def __getattr__(self, name: str):
+            taken = self.__dict__.get("_taken")
+            if taken is None or name not in _ROW_FIELDS:
+                raise AttributeError(name)
+            source, index = taken
+            value = self.__dict__[name] = getattr(source, name)[index]
+            return value
+
+    def __getstate__(self) -> dict:
+        """Every field gathered (a pickled subset does not carry the rows it was taken from)."""
+        state = {name: getattr(self, name) for name in _ROW_FIELDS}
+        state.update(n_groups=self.n_groups, base=self.base, grids=self.grids)
+        return state
 
 
 def row_lengths(sets: Sequence[Any], rows_per_set: int | Sequence[int]) -> RowLengths:

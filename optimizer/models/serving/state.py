@@ -167,21 +167,42 @@ def _prompt_tokens(lens: RowLengths, k_max: int, chunk: int) -> _PromptTokens:
     rest = n_tokens - j_rest * chunk
     n_step = np.minimum(rest, chunk)
     rest_span = np.where(single, j_rest * chunk + n_step / 2.0, mean_l / 2.0) + offset
-    distinct = [np.unique(np.stack([n_step[g], rest_span[g]]), axis=1, return_inverse=True) for g in range(len(base))]
-    width = max(steps.shape[1] for steps, _ in distinct)
-    steps = np.stack([np.pad(u, ((0, 0), (0, width - u.shape[1])), mode="edge") for u, _ in distinct], axis=1)
+    steps, step_of_column = _distinct_steps(n_step, rest_span)
     full = np.broadcast_to(np.arange(last) * chunk + chunk / 2.0, (len(base), last))
     full_span = np.concatenate([full, mean_l / 2.0], axis=1) + offset  # full chunk j < last of one prompt, then of several
     zero = np.zeros((len(base), 1))
     lens.grids[key] = _PromptTokens(
         n_one=q_l, rest=rest, n_step=n_step,
-        step_of_column=np.stack([inverse.ravel() for _, inverse in distinct]),
+        step_of_column=step_of_column,
         step_grid_tokens=np.concatenate([zero, np.full((len(base), last + 1), float(chunk)), steps[0]], axis=1),
         step_grid_span=np.concatenate([zero, full_span, steps[1]], axis=1),
         before=j_rest.astype(np.int64) + np.where(single, 0, last + 1),
         sd_tokens=np.sqrt(ks * base.var_l[:, None]), k_tokens=np.maximum(ks * mean_l, 1.0),
     )
     return lens.grids[key]
+
+
+def _distinct_steps(n_step: np.ndarray, span: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (tokens, span) steps of each row of ``n_step``, ``span`` (G, J), in ascending order
+    (tokens, then span), and each column's index among its row's: ((2, G, U) — a row with fewer repeats
+    its last —, (G, J)). What ``np.unique(..., axis=1, return_inverse=True)`` gives row by row, for every
+    row in one sort."""
+    n_rows, n_cols = n_step.shape
+    row = np.repeat(np.arange(n_rows), n_cols)
+    tokens, spans = n_step.ravel(), span.ravel()
+    order = np.lexsort((spans, tokens, row))
+    r, t, sp = row[order], tokens[order], spans[order]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = (r[1:] != r[:-1]) | (t[1:] != t[:-1]) | (sp[1:] != sp[:-1])
+    rank = np.cumsum(new) - 1  # index among all the distinct steps
+    first = rank[np.searchsorted(r, np.arange(n_rows))]  # of each row's first
+    count = np.bincount(r[new], minlength=n_rows)
+    inverse = np.empty(len(order), dtype=np.int64)
+    inverse[order] = rank - first[r]
+    width = int(count.max(initial=1))
+    pick = first[:, None] + np.minimum(np.arange(width)[None, :], count[:, None] - 1)  # (G, U), the last repeated
+    distinct = np.stack([t[new], sp[new]])  # (2, all distinct)
+    return distinct[:, pick], inverse.reshape(n_rows, n_cols)
 
 
 def _chunk_extra_s(t: np.ndarray, d: np.ndarray, n: np.ndarray, n_step: np.ndarray) -> np.ndarray:
@@ -241,13 +262,17 @@ def fold_tail(p: np.ndarray, k_rows: np.ndarray | None) -> np.ndarray:
 def group_k_max(m: np.ndarray, lens: RowLengths) -> np.ndarray:
     """Per row, ``prompts_k_max`` of the rows of its own group (ints (N,)): the count a call on
     that group's rows alone would resolve, ``min(POISSON_K_MAX, ⌈top + 6√top + 4⌉)``."""
+    return _group_k_max(m, lens.group, lens.n_groups)
+
+
+def _group_k_max(m: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
     mf = np.where(np.isfinite(m), m, 0.0)
-    if lens.n_groups == 1:
+    if n_groups == 1:
         top = np.full(len(m), float(np.max(mf, initial=0.0)))
     else:
-        tops = np.zeros(lens.n_groups)
-        np.maximum.at(tops, lens.group, mf)
-        top = tops[lens.group]
+        tops = np.zeros(n_groups)
+        np.maximum.at(tops, group, mf)
+        top = tops[group]
     return np.minimum(POISSON_K_MAX, np.ceil(top + 6.0 * np.sqrt(top) + 4.0)).astype(np.int64)
 
 
@@ -275,7 +300,9 @@ class Steps:
     g1: np.ndarray  # (N, QL) extra of one prompt of each node length, alone
     gk: np.ndarray  # (N, k_max − 1) extra of K = 2..k_max prompts: the mean of two points, gk_lo and 2·g_K − gk_lo
     gk_lo: np.ndarray
+    g1_mean: np.ndarray | None = None  # Σ_L w_L·g1(L) (N,), computed once for the tables that share g1
     _moments: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+    _powers: dict[int, np.ndarray] = field(default_factory=dict, repr=False)  # values^r
 
     @cached_property
     def values(self) -> np.ndarray:
@@ -287,15 +314,30 @@ class Steps:
         half = self.pk[:, 2:] / 2.0
         return np.concatenate([self.pk[:, :1], self.pk[:, 1:2] * self.l_w, half, half], axis=1)
 
+    def rows(self, rows: slice, mean: np.ndarray) -> Steps:
+        """The table of the rows at ``rows``, with ``mean`` (every row's E[T]) sliced alike."""
+        out = Steps(self.d[rows], self.pk[rows], self.l_w[rows], self.g1[rows], self.gk[rows], self.gk_lo[rows],
+                    None if self.g1_mean is None else self.g1_mean[rows])
+        out._moments[1] = mean[rows]
+        return out
+
     def moment(self, r: int) -> np.ndarray:
         """E[T^r] (N,), computed once per r; E[T] = D + P(K=1)·E[g1] + Σ_K P(K)·g_K without the table."""
         if r not in self._moments:
             if r == 1:
-                self._moments[r] = (self.d + self.pk[:, 1] * np.sum(self.g1 * self.l_w, axis=1)
-                                    + np.sum(self.pk[:, 2:] * self.gk, axis=1))
+                if self.g1_mean is None:
+                    self.g1_mean = np.sum(self.g1 * self.l_w, axis=1)
+                self._moments[r] = self.d + self.pk[:, 1] * self.g1_mean + np.sum(self.pk[:, 2:] * self.gk, axis=1)
             else:
-                self._moments[r] = np.sum(self.probs * int_power(self.values, r), axis=1)
+                self._moments[r] = np.sum(self.probs * self._power(r), axis=1)
         return self._moments[r]
+
+    def _power(self, r: int) -> np.ndarray:
+        """values^r as ``int_power`` computes it (the same products in the same order), from values^(r−1)
+        when that is already there."""
+        if r not in self._powers:
+            self._powers[r] = self._power(r - 1) * self.values if r > 1 else self.values
+        return self._powers[r]
 
 
 def mixed_poisson_pmf(m: np.ndarray, dispersion: np.ndarray, k_max: int,
@@ -319,7 +361,8 @@ def mixed_poisson_pmf(m: np.ndarray, dispersion: np.ndarray, k_max: int,
     return np.where(over[:, None] & (m[:, None] > 0), p, poisson)
 
 
-def _steps(c: Configs, b: np.ndarray, m: np.ndarray, lens: RowLengths, chunk: int) -> Steps:
+def _steps(c: Configs, b: np.ndarray, m: np.ndarray, lens: RowLengths, chunk: int,
+           k_rows: np.ndarray | None = None) -> Steps:
     """Step durations when K prompts (those that arrived during the previous step) ride in it:
     ``T = D(b) + g(K prompts)``; K = 1 resolves the prompt length by quadrature, K >= 2 uses K·E[L] tokens.
 
@@ -332,8 +375,8 @@ def _steps(c: Configs, b: np.ndarray, m: np.ndarray, lens: RowLengths, chunk: in
     simulator's (llama-3.1-8b fp8 on rtx-pro-6000, 62 req/s: 7.7 vs 8.4 ms).
     """
     bb, ctx = b[:, None], lens.ctx[:, None]
-    # K up to 6 sd of a dispersion-2 count (the tail beyond folds into k_max), per group of rows
-    k_rows = np.maximum(group_k_max(2.0 * m, lens), 1)
+    if k_rows is None:
+        k_rows = step_k_rows(m, lens.group, lens.n_groups)
     k_max = int(np.max(k_rows, initial=1))
     n = _prompt_tokens(lens, k_max, chunk)
     d, g1, gk = _chunked_extra_s(c, bb, ctx, n, lens.group, chunk)
@@ -346,7 +389,57 @@ def _steps(c: Configs, b: np.ndarray, m: np.ndarray, lens: RowLengths, chunk: in
     lam_eps = np.clip(np.where(m > 0, (mean_t - poisson.d) / np.maximum(mean_t, 1e-300), 0.0),
                       0.0, 0.95)  # λ·ε = λ·(E[T] − D)/m = (E[T] − D)/t̄ at m = λ·t̄
     return Steps(d[:, 0], mixed_poisson_pmf(m, 1.0 / (1.0 - lam_eps**2), k_max, poisson.pk, k_rows), lens.l_w, g1, gk,
-                 gk_lo)
+                 gk_lo, poisson.g1_mean)
+
+
+def step_k_rows(m: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
+    """The prompt count each row's step table resolves at ``m`` prompts per step (``_steps``; rows of
+    length sets ``group``): K up to 6 sd of a dispersion-2 count (the tail beyond folds into it), per
+    group of rows (``group_k_max``)."""
+    return np.maximum(_group_k_max(2.0 * m, group, n_groups), 1)
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """Rows of a solve twice over (``rows`` then ``rows`` again), so that two points of every row — h
+    at t and t + δt, the mean step at m and m + δm — are one ``_steps`` evaluation. Every figure of
+    ``_steps`` is row by row but the prompt count k_max its tables resolve, the largest of the call:
+    the two points share an evaluation when their k_max agree (nearly always, δ being small) and are
+    evaluated apart otherwise, so each row gets the bits of a call of its own point.
+
+    ``c``, ``lens``: every row of the solve; ``rows``: the rows of this pair (None: all);
+    ``c2``, ``lens2``: those rows twice."""
+
+    c: Configs
+    lens: RowLengths
+    rows: np.ndarray | None
+    c2: Configs
+    lens2: RowLengths
+
+    @classmethod
+    def of(cls, c: Configs, lens: RowLengths) -> _Pair:
+        twice = np.tile(np.arange(len(c)), 2)
+        return cls(c, lens, None, c.take(twice), lens.take(twice))
+
+    def take(self, rows: np.ndarray) -> _Pair:
+        """The pair of the rows at ``rows`` (indices into every row of the solve)."""
+        n = len(self.c)
+        twice = np.concatenate([rows, rows + n])
+        return _Pair(self.c, self.lens, rows, self.c2.take(twice), self.lens2.take(twice))
+
+    def steps(self, b_a: np.ndarray, m_a: np.ndarray, b_b: np.ndarray, m_b: np.ndarray, chunk: int
+              ) -> tuple[Steps, Steps]:
+        """``_steps`` of every row of the pair at (b_a, m_a) and at (b_b, m_b)."""
+        n = len(b_a)
+        group = self.lens2.group[:n]
+        k_a, k_b = step_k_rows(m_a, group, self.lens.n_groups), step_k_rows(m_b, group, self.lens.n_groups)
+        if int(np.max(k_a, initial=1)) != int(np.max(k_b, initial=1)):
+            c, ls = (self.c, self.lens) if self.rows is None else (self.c.take(self.rows), self.lens.take(self.rows))
+            return _steps(c, b_a, m_a, ls, chunk, k_a), _steps(c, b_b, m_b, ls, chunk, k_b)
+        both = _steps(self.c2, np.concatenate([b_a, b_b]), np.concatenate([m_a, m_b]), self.lens2, chunk,
+                      np.concatenate([k_a, k_b]))
+        mean = both.moment(1)
+        return both.rows(slice(0, n), mean), both.rows(slice(n, 2 * n), mean)
 
 
 @dataclass
@@ -359,6 +452,7 @@ class State:
     rho1: np.ndarray  # lag-1 correlation of step durations, λ·dE[T]/dm
     t_full_s: np.ndarray  # t(b, C) a full prefill step
     saturated: np.ndarray
+    d_next_s: np.ndarray  # D(b + 1), the step of a tagged request in its own batch
 
 
 def solve_state(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, t0: np.ndarray | None = None) -> State:
@@ -366,46 +460,57 @@ def solve_state(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, t0: n
 
     h(D(0)) > 0 and h is near-convex, so Newton from the left approaches the stable
     (smaller) root (an overshoot is corrected by a step back); no root (h' >= 0 while h > 0)
-    or a batch over the scheduler cap means saturated.
+    or a batch over the scheduler cap means saturated. h and its difference quotient at t + δt
+    are one step-table evaluation of the rows twice over (``_Pair``).
     """
     n = len(c)
     cap = float(c.max_batch_sequences)
     zero = np.zeros(n)
-    t = perf.decode_step_s(c, zero, lens.ctx) if t0 is None else np.asarray(t0, dtype=float).copy()
-    t = np.where(np.isfinite(t), t, perf.decode_step_s(c, zero, lens.ctx))
+    t = None if t0 is None else np.asarray(t0, dtype=float).copy()
+    if t is None or not np.all(np.isfinite(t)):  # from D(0) where no start is given
+        d0 = perf.decode_step_s(c, zero, lens.ctx)
+        t = d0 if t is None else np.where(np.isfinite(t), t, d0)
     saturated = ~np.isfinite(t)
+    pair = _Pair.of(c, lens)
 
-    def h(cs, ls, lv, tv):
-        b = np.minimum(lv * ls.mean_o1 * tv, cap)
-        return _steps(cs, b, lv * tv, ls, chunk).moment(1) - tv
+    def h_pair(p: _Pair, mean_o1, lv, tv, tv2):
+        st, st2 = p.steps(np.minimum(lv * mean_o1 * tv, cap), lv * tv, np.minimum(lv * mean_o1 * tv2, cap), lv * tv2,
+                          chunk)
+        return st.moment(1) - tv, st2.moment(1) - tv2
 
     done = saturated.copy()
     for _ in range(NEWTON_ITERATIONS):  # only the rows still moving
         rows = np.flatnonzero(~done)
         if not len(rows):
             break
-        cs, ls = (c, lens) if len(rows) == n else (c.take(rows), lens.take(rows))
-        lv, tv = lam[rows], t[rows]
-        hv = h(cs, ls, lv, tv)
+        p = pair if len(rows) == n else pair.take(rows)
+        lv, tv, mean_o1 = lam[rows], t[rows], lens.mean_o1[rows]
         dt = np.maximum(1e-9, 1e-4 * tv)
-        dh = (h(cs, ls, lv, tv + dt) - hv) / dt
+        hv, hv2 = h_pair(p, mean_o1, lv, tv, tv + dt)
+        dh = (hv2 - hv) / dt
         sat = ((dh >= 0) & (hv > 1e-12 * tv)) | ~np.isfinite(hv)
         # h is not convex everywhere (the max() in the step time): a step past the root
         # comes back with the next (negative) move
         move = np.where(sat, 0.0, -hv / np.where(dh < 0, dh, -1.0))
         t[rows] = np.maximum(tv + move, 0.5 * tv)
-        sat |= lv * ls.mean_o1 * t[rows] > cap
+        sat |= lv * mean_o1 * t[rows] > cap
         saturated[rows] |= sat
         done[rows] = sat | (np.abs(move) <= 1e-7 * tv)
     b = np.minimum(lam * lens.mean_o1 * t, cap)
     m = lam * t
-    st = _steps(c, b, m, lens, chunk)
-    mean_t = st.moment(1)
     dm = np.maximum(1e-3, 0.01 * m)
-    slope_m = (_steps(c, b, m + dm, lens, chunk).moment(1) - mean_t) / dm
+    st, st_dm = pair.steps(b, m, b, m + dm, chunk)
+    mean_t = st.moment(1)
+    slope_m = (st_dm.moment(1) - mean_t) / dm
     rho1 = np.clip(lam * slope_m, 0.0, 0.95)
-    eps = np.where(m > 0, (mean_t - st.d) / np.maximum(m, 1e-300), np.sum(st.g1 * lens.l_w, axis=1))
-    slope = perf.decode_step_s(c, b + 1.0, lens.ctx) - st.d
-    t_full = perf.decode_step_s(c, b, lens.ctx, float(chunk), chunk / 2.0)
+    eps = np.where(m > 0, (mean_t - st.d) / np.maximum(m, 1e-300), st.g1_mean)
+    # D(b + 1) and a full prefill step t(b, C, C/2), one step-time evaluation
+    both = perf.decode_step_s(c, np.stack([b + 1.0, b], axis=1), lens.ctx[:, None], _NEXT_AND_FULL[0] * chunk,
+                              _NEXT_AND_FULL[1] * chunk)
+    d_next = both[:, 0]
     t = np.where(saturated, np.inf, mean_t)
-    return State(b, t, st, slope, eps, rho1, t_full, saturated)
+    return State(b, t, st, d_next - st.d, eps, rho1, both[:, 1], saturated, d_next)
+
+
+# (tokens, span) / C of the two steps ``solve_state`` times besides its tables: none, and a full chunk at C/2
+_NEXT_AND_FULL = (np.array([0.0, 1.0]), np.array([0.0, 0.5]))

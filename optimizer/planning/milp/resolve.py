@@ -41,11 +41,17 @@ from optimizer.planning.milp.solve import (
 )
 from optimizer.results.plan_result import SolveStatus
 
-# HiGHS settings of the small re-solves (chat fleet, 23 warm-started re-solves: 3.5 → 2.9 s CPU,
-# the same answers on the shipped examples; docs/benchmarks.md): costs scaled by 2⁻³ (HiGHS's own
-# advice for this model's cost range, $1e-4 tie-break terms to $4e6 racks) and cuts dropped from
-# the LP after 5 rounds unused (the root's cut loop is most of a proof).
-RESOLVE_HIGHS_OPTIONS = {"user_objective_scale": -3, "mip_lp_age_limit": 5}
+# HiGHS settings of the small re-solves (docs/benchmarks.md, solve-v8): costs scaled by 2⁻³ (HiGHS's
+# own advice for this model's cost range, $1e-4 tie-break terms to $4e6 racks); the root's cut loop,
+# most of a proof, kept short (cuts leave the LP after 2 rounds unused, the pool ages faster past 50
+# rows); no sub-MIP heuristics nor feasibility jump (a re-solve starts from the best known plan),
+# no symmetry detection. Interleaved replays of the captured re-solves, the same fleets and
+# objectives as before on all three: power cap 11.8 → 8.9 s CPU (3 pairs), chat fleet 1.55 → 1.40 s
+# (5 pairs), rag-disaggregated 1.21 → 0.66 s. The root reduced-cost heuristic stays on: without it
+# too, one rag-disaggregated tornado end stopped at another plan within the gap (+0.03 %).
+RESOLVE_HIGHS_OPTIONS = {"user_objective_scale": -3, "mip_lp_age_limit": 2, "mip_pool_soft_limit": 50,
+                         "mip_heuristic_effort": 0.0, "mip_heuristic_run_feasibility_jump": False,
+                         "mip_detect_symmetry": False}
 # Relative slack of the capacity and budget rows (HiGHS's primal feasibility tolerance is 1e-7
 # absolute; a plan at its rows' limits, as every optimal plan is, must still count as feasible).
 FEASIBILITY_TOLERANCE = 1e-7

@@ -1,0 +1,78 @@
+"""A fixed fleet's routing as a linear program: how far a device's capacity may fall before the
+fleet's own replicas can no longer carry the load, whatever the routing.
+
+With the replicas n[w,k] of a plan held fixed, what is left of the fleet MILP
+(:mod:`optimizer.planning.milp.build`) is the routing x, continuous. Scaling the capacities of
+device d's options by f turns their capacity rows Σ_b λ[w,b]·x[w,b,k] / (f·μ[w,b,k]) ≤ n − spare
+into Σ_b λ·x / μ ≤ f·(n − spare): linear in (x, f). The least such f is one LP::
+
+    minimise f  s.t.  every bucket fully routed (pools: colocated + s = 1, prefill = decode = s),
+                      Σ_b λ·x / μ ≤ f·(n[k] − spare[k])   for the replicas on d,
+                      Σ_b λ·x / μ ≤ n[k] − spare[k]       for the others,   0 ≤ f ≤ 1, 0 ≤ x ≤ 1.
+
+Every other row of the MILP (servers, replica minimums, budgets, power, inventories) depends
+on the replicas only, so the plan stays feasible at every factor in [f*, 1]: used by the
+sensitivity analysis to skip re-solves whose answer is that plan
+(:func:`optimizer.planning.sensitivity.break_even_capacity`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pulp
+
+from optimizer.planning.milp.problem import FleetProblem, FleetSolution, spare_replicas
+from optimizer.planning.milp.solve import stdout_silenced
+
+# The factor is rounded up to this grid, after adding FACTOR_SLACK.
+FACTOR_GRID = 1e-6
+FACTOR_SLACK = 1e-7  # HiGHS's primal feasibility tolerance: the LP's f may be this far below the exact one
+
+
+def lowest_capacity_factor(problem: FleetProblem, sol: FleetSolution, device: str) -> float | None:
+    """The least factor f on ``device``'s capacities at which ``sol``'s replicas (any routing)
+    still meet every row of ``problem`` (module doc), rounded up to FACTOR_GRID; None when they do
+    not meet them even at f = 1, or when the LP cannot be solved."""
+    options = {(o.workload, o.key): o for o in problem.options}
+    reps = {idx: n for idx, n in sol.replicas.items() if n > 0}
+    if any(idx not in options for idx in reps):
+        return None
+    prob = pulp.LpProblem("lowest_capacity_factor", pulp.LpMinimize)
+    f = prob.add_variable("f", 0, 1)
+    prob += f
+    shares: dict[tuple[str, int, str], list[pulp.LpVariable]] = {}
+    for dem in problem.demands:
+        for (w, k), n in reps.items():
+            if w != dem.workload:
+                continue
+            o = options[(w, k)]
+            load = []
+            for b, (lam, mu) in enumerate(zip(dem.bucket_qps, o.capacity_qps, strict=True)):
+                if lam > 0 and mu > 0:
+                    x = prob.add_variable(f"x_{len(prob.variables())}", 0, 1)
+                    shares.setdefault((w, b, o.stage), []).append(x)
+                    load.append((x, lam / mu))
+            room = n - spare_replicas(dem, o, problem.units[o.device].gpus_per_node)
+            prob += pulp.LpAffineExpression(load) <= (room * f if o.device == device else room)
+    for dem in problem.demands:
+        for b, lam in enumerate(dem.bucket_qps):
+            if lam <= 0:
+                continue
+            together = pulp.lpSum(shares.get((dem.workload, b, "colocated"), []))
+            pre, dec = shares.get((dem.workload, b, "prefill")), shares.get((dem.workload, b, "decode"))
+            if pre and dec:
+                s = prob.add_variable(f"s_{len(prob.variables())}", 0, 1)
+                prob += together + s == 1
+                prob += pulp.lpSum(pre) == s
+                prob += pulp.lpSum(dec) == s
+            else:
+                prob += together == 1
+    try:
+        with stdout_silenced():
+            prob.solve(pulp.HiGHS(msg=False, threads=1))  # the MILPs run single-threaded: one scheduler per process
+    except pulp.PulpSolverError:
+        return None
+    if prob.status != pulp.LpStatusOptimal or f.value() is None:
+        return None
+    return min(1.0, round(math.ceil((f.value() + FACTOR_SLACK) / FACTOR_GRID) * FACTOR_GRID, 9))
