@@ -49,6 +49,10 @@ Measured (2 shared cores, other jobs running; --time-limit 120, seed 0):
   before held the one-device fleet ($15.48 M) at its deadline; the full 500-workload candidate
   evaluation did not fit this session (~20 % of a core at load 6-8), so 500 workloads were
   measured on 500 copies of the 60 evaluated ones with re-drawn rates (see there).
+- with workloads of one shape (all but rate and replica rules) evaluated once and the split-or-whole
+  solves on their undominated options (docs/benchmarks.md "one evaluation per workload shape", load
+  4.5-6): exit 0, wall 628 s (974 s before), candidates 441 s (771 s), solve 121 s, verification 53 s,
+  peak RSS 848 MiB; feasible, $207.4 M at gap 3.66 %, below the one-device fleet ($239.3 M).
 """
 
 from __future__ import annotations

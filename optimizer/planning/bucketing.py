@@ -20,7 +20,16 @@ serve stays split, so its diagnostics name the bucket that fails.
 
 from __future__ import annotations
 
-from optimizer.planning.milp.problem import Demand, FleetProblem, FleetSolution, Option, UnitTerms
+import numpy as np
+
+from optimizer.planning.milp.problem import (
+    Demand,
+    FleetProblem,
+    FleetSolution,
+    Option,
+    UnitTerms,
+    spare_replicas,
+)
 from optimizer.planning.milp.resolve import cached_solve
 from optimizer.planning.milp.solve import solve_alone
 from optimizer.results.plan_result import Diagnostic, SolveStatus
@@ -44,9 +53,43 @@ def problem_parts(wc) -> tuple[Demand, tuple[Option, ...]]:
     return demand, options
 
 
+def undominated_options(demand: Demand, options: tuple[Option, ...], units: dict[str, UnitTerms]) -> tuple[Option, ...]:
+    """``options`` without those the workload's problem alone never needs: k is left out when an option j
+    of the same stage costs no more per replica (a = g·(c_gpu + c_node/G), the amortised $ ``solve_alone``
+    minimises), carries at least k's capacity in every bucket and keeps no more N+1 spares, both on
+    devices with no server, inventory or allowed-device rule (only their GPUs count, linearly). Moving
+    k's replicas and load to j then keeps every constraint (load/μ_j ≤ load/μ_k, the replica counts, the
+    spares) at no more cost, so the optimum is the same; of equal options the first is kept.
+    """
+    if len(options) < 2:
+        return options
+
+    def free(d: str) -> bool:
+        u = units[d]
+        return u.allowed and u.inventory_gpus is None and not u.full_servers_only
+
+    cost = np.array([o.gpus * (units[o.device].objective_usd.per_gpu + units[o.device].objective_usd.per_node
+                               / units[o.device].gpus_per_node) for o in options])
+    mu = np.array([o.capacity_qps for o in options], dtype=float)
+    spare = np.array([spare_replicas(demand, o, units[o.device].gpus_per_node) for o in options])
+    stage = np.array([o.stage for o in options])
+    ok = np.array([free(o.device) for o in options])
+    # [k, j]: j dominates k weakly
+    weak = ((cost[None, :] <= cost[:, None]) & np.all(mu[None, :, :] >= mu[:, None, :], axis=2)
+            & (spare[None, :] <= spare[:, None]) & (stage[None, :] == stage[:, None]) & ok[None, :] & ok[:, None])
+    equal = ((cost[None, :] == cost[:, None]) & np.all(mu[None, :, :] == mu[:, None, :], axis=2)
+             & (spare[None, :] == spare[:, None]))
+    n = len(options)
+    earlier = np.arange(n)[None, :] < np.arange(n)[:, None]
+    beaten = weak & (~equal | earlier)
+    np.fill_diagonal(beaten, False)
+    return tuple(o for o, out in zip(options, beaten.any(axis=1), strict=True) if not out)
+
+
 def alone_usd(wc, units: dict[str, UnitTerms]) -> float | None:
     """The workload's cheapest deployment on its own (amortised objective $), None if it has none."""
     demand, options = problem_parts(wc)
+    options = undominated_options(demand, options, units)
     used = FleetProblem((demand,), options, {o.device: units[o.device] for o in options})  # the key of its data
     sol: FleetSolution | None = cached_solve("alone", used, lambda: solve_alone(
         demand, options, units, time_limit_s=ALONE_TIME_LIMIT_S, gap=ALONE_GAP) or FleetSolution(SolveStatus.INFEASIBLE, ""),

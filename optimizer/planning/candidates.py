@@ -14,6 +14,9 @@ model; for a batch workload the SLO-free throughput ``batch_throughput`` — its
 replica under the plan's objective and its power. An online workload is evaluated both
 split into buckets and whole, and split only where that costs less alone
 (:mod:`optimizer.planning.bucketing`: a split bucket must meet the p99s on its own).
+Workloads that differ only by their rate and replica rules (``shape_key``) are evaluated once:
+each gets the candidates of the first of them, with its own bucket rates (the split-or-whole
+choice is still made per workload: it depends on the rate).
 
 Pruned candidates keep their reason (``pruned_reason``):
 
@@ -70,7 +73,8 @@ from optimizer.results.money import MoneyAssumptions
 from optimizer.results.plan_result import Diagnostic
 from workloads.spec import Plan, Workload
 
-# Workloads whose configs are built and evaluated together (memory stays bounded for large plans).
+# Workload shapes (``shape_key``) whose configs are built and evaluated together (memory stays bounded
+# for large plans).
 WORKLOADS_PER_BATCH = 32
 
 # ---------------------------------------------------------------------------------------
@@ -380,6 +384,44 @@ def _finite(x) -> float | None:
     return x if math.isfinite(x) else None
 
 
+# Workload fields the candidates do not depend on: the rate (the buckets' qps) and the replica rules.
+RATE_FIELDS = frozenset({"name", "qps", "tokens_per_day", "batch_window_hours", "min_replicas", "redundancy",
+                         "peak_to_average_ratio"})
+
+
+def shape_key(w: Workload) -> str:
+    """Everything of ``w`` its candidates depend on: model, lengths, SLO, precisions, engines, serving
+    techniques and whether it is a batch workload — not its name, rate or replica rules (``RATE_FIELDS``).
+    Workloads of one shape are evaluated once (a replica's capacity at the SLO does not depend on the rate)."""
+    return f"{w.is_batch}:{w.model_dump_json(exclude=set(RATE_FIELDS))}"
+
+
+def for_workload(wc: WorkloadCandidates, w: Workload) -> WorkloadCandidates:
+    """``wc`` (computed for a workload of ``w``'s shape) as ``w``'s: its workload, and each bucket's
+    rate the bucket's fraction × ``w``'s rate (as ``_bucket_specs`` gives them); the candidates still
+    name the workload they were computed for until ``renamed``."""
+    if wc.workload is w:
+        return wc
+    rate = w.request_rate_qps
+    return replace(wc, workload=w, buckets=tuple(replace(b, qps=b.fraction * rate) for b in wc.buckets))
+
+
+def renamed(wc: WorkloadCandidates) -> WorkloadCandidates:
+    """``wc`` with every candidate naming ``wc.workload``."""
+    name = wc.workload.name
+    if all(c.workload == name for c in wc.candidates):
+        return wc
+    return replace(wc, candidates=tuple(_named(c, name) for c in wc.candidates))
+
+
+def _named(c: Candidate, name: str) -> Candidate:
+    """``replace(c, workload=name)`` without re-running ``__init__`` (a 500-workload plan copies ~10⁶
+    candidates: 0.1 s per workload through ``replace``); every other field is shared."""
+    new = object.__new__(Candidate)
+    new.__dict__.update(c.__dict__, workload=name)
+    return new
+
+
 def model_candidates(
     plan: Plan, catalog: Catalog, params: CalibrationParams | None = None, *, n_buckets: int = DEFAULT_N_BUCKETS,
     prune: bool = True, screen: bool | None = None,
@@ -396,24 +438,31 @@ def model_candidates(
     units = catalog_units(plan, catalog)
     a = MoneyAssumptions.from_plan(plan)
     terms = {k: unit_terms(u, a) for k, u in units.items()}
-    done: list[WorkloadCandidates] = []
-    notes: list[Diagnostic] = []
-    technique_notes: list[Diagnostic] = []
-    for start in range(0, len(plan.workloads), WORKLOADS_PER_BATCH):  # bounded memory for large plans
-        batch = plan.workloads[start:start + WORKLOADS_PER_BATCH]
-        prepared = [_prepare(w, plan, catalog, units, params, n_buckets) for w in batch]
-        wholes = [_as_whole(w, prep) for w, prep in zip(batch, prepared, strict=True)]
-        evaluated = evaluate_screened(list(zip(batch, prepared, wholes, strict=True)), params, screen=screen)
-        for w, prep, whole in zip(batch, prepared, wholes, strict=True):
-            wc = _finish(w, prep, units, params, a, prune, evaluated)
-            if whole is not None:  # split or whole: optimizer.planning.bucketing
-                wc, note = choose_bucketing(wc, _finish(w, whole, units, params, a, prune, evaluated), terms)
-                notes += [note] if note else []
-            if why := technique_note(wc, terms):
-                technique_notes.append(why)
-            done.append(wc)
-    workloads = tuple(done)
-    diagnostics = fold_notes(notes) + technique_notes
+    shapes: dict[str, list[int]] = {}  # workloads that differ only by rate and replica rules share candidates
+    for i, w in enumerate(plan.workloads):
+        shapes.setdefault(shape_key(w), []).append(i)
+    groups = list(shapes.values())
+    done: list[WorkloadCandidates | None] = [None] * len(plan.workloads)
+    notes: list[Diagnostic | None] = [None] * len(plan.workloads)
+    technique_notes: list[Diagnostic | None] = [None] * len(plan.workloads)
+    for start in range(0, len(groups), WORKLOADS_PER_BATCH):  # bounded memory for large plans
+        batch = groups[start:start + WORKLOADS_PER_BATCH]
+        firsts = [plan.workloads[g[0]] for g in batch]
+        prepared = [_prepare(w, plan, catalog, units, params, n_buckets) for w in firsts]
+        wholes = [_as_whole(w, prep) for w, prep in zip(firsts, prepared, strict=True)]
+        evaluated = evaluate_screened(list(zip(firsts, prepared, wholes, strict=True)), params, screen=screen)
+        for g, w0, prep, whole in zip(batch, firsts, prepared, wholes, strict=True):
+            split_wc = _finish(w0, prep, units, params, a, prune, evaluated)
+            whole_wc = _finish(w0, whole, units, params, a, prune, evaluated) if whole is not None else None
+            for i in g:
+                w = plan.workloads[i]
+                wc = for_workload(split_wc, w)
+                if whole_wc is not None:  # split or whole: optimizer.planning.bucketing
+                    wc, notes[i] = choose_bucketing(wc, for_workload(whole_wc, w), terms)
+                technique_notes[i] = technique_note(wc, terms)
+                done[i] = renamed(wc)
+    workloads = tuple(wc for wc in done if wc is not None)
+    diagnostics = fold_notes([n for n in notes if n]) + [n for n in technique_notes if n]
     lacking = sorted(k for k, u in units.items() if u.device is not None and u.allowed
                      and missing_figures(u.device, plan))
     if lacking:
