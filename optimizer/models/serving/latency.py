@@ -20,7 +20,6 @@ from optimizer.models.serving.feedback import batch_average_var, feedback_factor
 from optimizer.models.serving.rows import RowLengths, row_lengths
 from optimizer.models.serving.state import (
     State,
-    Steps,
     lengths_for,
     solve_state,
 )
@@ -104,10 +103,7 @@ def serve_at_rate(
 
 def take_state(s: State, rows: np.ndarray) -> State:
     """The state of the configurations at ``rows``."""
-    st = s.steps
-    steps = Steps(st.d[rows], st.pk[rows], st.l_w[rows], st.g1[rows], st.gk[rows], st.gk_lo[rows],
-                  None if st.g1_mean is None else st.g1_mean[rows])
-    return State(s.b[rows], s.step_s[rows], steps, s.slope_s[rows], s.eps_s[rows], s.rho1[rows],
+    return State(s.b[rows], s.step_s[rows], s.steps.take(rows), s.slope_s[rows], s.eps_s[rows], s.rho1[rows],
                   s.t_full_s[rows], s.saturated[rows], s.d_next_s[rows])
 
 
