@@ -205,14 +205,14 @@ def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments,
         has = tp.weights.sum(axis=1) > 0
         out["tpot_p99"], out["tpot_p50"] = np.where(has, np.nan, 0.0), np.where(has, np.nan, 0.0)
     ttft_m, ttft_v, ttft_k3 = ttft.mean, ttft.var, ttft.k3
+    mixtures = {}  # name: (rows or None for all, weights, mean, var, κ3)
+    if "tpot" in need and len(rows := np.flatnonzero(has)):
+        every = len(rows) == n
+        mixtures["tpot"] = (None if every else rows, *(x if every else x[rows]
+                                                      for x in (tp.weights, tp.mt, tp.var, tp.k3)))
+    if "ttft" in need:
+        mixtures["ttft"] = (None, lens.l_w, ttft_m, ttft_v, ttft_k3)
     for q in qs:
-        mixtures = {}  # name: (rows or None for all, weights, mean, var, κ3)
-        if "tpot" in need and len(rows := np.flatnonzero(has)):
-            every = len(rows) == n
-            mixtures["tpot"] = (None if every else rows, *(x if every else x[rows]
-                                                          for x in (tp.weights, tp.mt, tp.var, tp.k3)))
-        if "ttft" in need:
-            mixtures["ttft"] = (None, lens.l_w, ttft_m, ttft_v, ttft_k3)
         for name, (rows_of, values) in _mixture_quantiles(q, mixtures).items():
             key = f"{name}_p{round(q * 100)}"
             if rows_of is None:
