@@ -70,8 +70,7 @@ def render(result: dict, json_out: bool) -> None:
     stdout.print(table(title, ["quantity", "value"], rows, right={"value"}))
     if result.get("fidelity"):
         f = result["fidelity"]
-        band = (f" (80 % band ×{f['band_low_factor']:.2f}–{f['band_high_factor']:.2f} of predicted)"
-                if "band_low_factor" in f and "band_high_factor" in f else "")
+        band = f" (80 % band ×{f['band_low_factor']:.2f}–{f['band_high_factor']:.2f} of predicted)"
         stdout.print(f"fidelity class {f['class']}{band} for this device, engine and ep: {f['basis']}", markup=False)
     if result.get("uncalibrated"):
         stdout.print(f"uncalibrated: {result['uncalibrated']}", markup=False)

@@ -27,6 +27,8 @@ from catalog import load_catalog  # noqa: E402
 from optimizer.models import serving  # noqa: E402
 from optimizer.models.configs import build_configs  # noqa: E402
 from optimizer.models.params import load_params  # noqa: E402
+from optimizer.planning.candidates import model_candidates  # noqa: E402
+from workloads import load_plan, resolve_catalog  # noqa: E402
 from workloads.spec import SLO, LengthDist  # noqa: E402
 
 
@@ -51,9 +53,6 @@ def fleet_calls(path: str):
     """The ``capacity_at_slo_sets`` searches of ``path``'s candidate generation (a closure replaying them)."""
     os.environ["GPUPLAN_WORKERS"] = "1"  # every search in this process
     os.environ["GPUPLAN_CACHE_DIR"] = ""  # computed, not read from the disk cache
-    from optimizer.planning.candidates import model_candidates
-    from workloads import load_plan, resolve_catalog
-
     plan = load_plan(path)
     cat = resolve_catalog(plan, load_catalog(None), path)
     recorded, search = [], serving.capacity_at_slo_sets

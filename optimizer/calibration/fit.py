@@ -134,7 +134,7 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
     params = start or CalibrationParams()
     devices = [cat.devices[k] for k in sorted({m.device_key for m in usable})]  # type: ignore[index]
     overrides, override_knobs = class_overrides(usable, cat, devices, by_generation, by_memory_type,
-                                                a2a_start_us=params.alltoall_latency_us or params.allreduce_latency_us)
+                                                a2a_start_us=parent_value(params, "alltoall_latency_us"))
     overrides = warm_started(overrides, params.overrides, override_knobs)
     # alltoall_latency_us None: the default all-to-all time (a generation without EP rows) is the
     # all-reduce latency of the link

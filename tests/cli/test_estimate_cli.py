@@ -7,6 +7,9 @@ import json
 import pytest
 import yaml
 
+from catalog import load_catalog
+from optimizer.models.fidelity import fidelity_of
+from optimizer.models.params import load_params
 from tests.conftest import CALIBRATION_CSV
 
 CSV = CALIBRATION_CSV
@@ -178,10 +181,6 @@ def test_estimate_rates_a_device_against_the_whole_catalog_without_bands(run_cli
     """With a parameter file without leave-out bands, the same-generation band of an unmeasured H100
     PCIe is the envelope of the measured Hopper devices' bands (h100-sxm, h200-sxm), as the plan's
     fidelity gives; estimate saw the device alone and reported the narrower ×0.392–1.417."""
-    from catalog import load_catalog
-    from optimizer.models.fidelity import fidelity_of
-    from optimizer.models.params import load_params
-
     params = load_params(None).model_copy(update={"error_bands": {}})
     path = tmp_path / "no-bands.yaml"
     path.write_text(yaml.safe_dump(params.model_dump(mode="json", exclude_none=True)))

@@ -20,7 +20,6 @@ from optimizer.models.serving.feedback import batch_average_var, feedback_factor
 from optimizer.models.serving.rows import RowLengths, row_lengths
 from optimizer.models.serving.state import (
     State,
-    Steps,
     lengths_for,
     solve_state,
 )
@@ -104,10 +103,7 @@ def serve_at_rate(
 
 def take_state(s: State, rows: np.ndarray) -> State:
     """The state of the configurations at ``rows``."""
-    st = s.steps
-    steps = Steps(st.d[rows], st.pk[rows], st.l_w[rows], st.g1[rows], st.gk[rows], st.gk_lo[rows],
-                  None if st.g1_mean is None else st.g1_mean[rows])
-    return State(s.b[rows], s.step_s[rows], steps, s.slope_s[rows], s.eps_s[rows], s.rho1[rows],
+    return State(s.b[rows], s.step_s[rows], s.steps.take(rows), s.slope_s[rows], s.eps_s[rows], s.rho1[rows],
                   s.t_full_s[rows], s.saturated[rows], s.d_next_s[rows])
 
 
@@ -209,14 +205,14 @@ def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments,
         has = tp.weights.sum(axis=1) > 0
         out["tpot_p99"], out["tpot_p50"] = np.where(has, np.nan, 0.0), np.where(has, np.nan, 0.0)
     ttft_m, ttft_v, ttft_k3 = ttft.mean, ttft.var, ttft.k3
+    mixtures = {}  # name: (rows or None for all, weights, mean, var, κ3)
+    if "tpot" in need and len(rows := np.flatnonzero(has)):
+        every = len(rows) == n
+        mixtures["tpot"] = (None if every else rows, *(x if every else x[rows]
+                                                      for x in (tp.weights, tp.mt, tp.var, tp.k3)))
+    if "ttft" in need:
+        mixtures["ttft"] = (None, lens.l_w, ttft_m, ttft_v, ttft_k3)
     for q in qs:
-        mixtures = {}  # name: (rows or None for all, weights, mean, var, κ3)
-        if "tpot" in need and len(rows := np.flatnonzero(has)):
-            every = len(rows) == n
-            mixtures["tpot"] = (None if every else rows, *(x if every else x[rows]
-                                                          for x in (tp.weights, tp.mt, tp.var, tp.k3)))
-        if "ttft" in need:
-            mixtures["ttft"] = (None, lens.l_w, ttft_m, ttft_v, ttft_k3)
         for name, (rows_of, values) in _mixture_quantiles(q, mixtures).items():
             key = f"{name}_p{round(q * 100)}"
             if rows_of is None:

@@ -314,10 +314,14 @@ class Steps:
         half = self.pk[:, 2:] / 2.0
         return np.concatenate([self.pk[:, :1], self.pk[:, 1:2] * self.l_w, half, half], axis=1)
 
+    def take(self, rows: slice | np.ndarray) -> Steps:
+        """The table of the rows at ``rows`` (no moment carried over)."""
+        return Steps(self.d[rows], self.pk[rows], self.l_w[rows], self.g1[rows], self.gk[rows], self.gk_lo[rows],
+                     None if self.g1_mean is None else self.g1_mean[rows])
+
     def rows(self, rows: slice, mean: np.ndarray) -> Steps:
         """The table of the rows at ``rows``, with ``mean`` (every row's E[T]) sliced alike."""
-        out = Steps(self.d[rows], self.pk[rows], self.l_w[rows], self.g1[rows], self.gk[rows], self.gk_lo[rows],
-                    None if self.g1_mean is None else self.g1_mean[rows])
+        out = self.take(rows)
         out._moments[1] = mean[rows]
         return out
 
