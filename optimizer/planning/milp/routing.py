@@ -23,7 +23,7 @@ import math
 import pulp
 
 from optimizer.planning.milp.problem import FleetProblem, FleetSolution, spare_replicas
-from optimizer.planning.milp.solve import stdout_silenced
+from optimizer.planning.milp.solve import solve_lp
 
 # The factor is rounded up to this grid, after adding FACTOR_SLACK.
 FACTOR_GRID = 1e-6
@@ -68,10 +68,7 @@ def lowest_capacity_factor(problem: FleetProblem, sol: FleetSolution, device: st
                 prob += pulp.lpSum(dec) == s
             else:
                 prob += together == 1
-    try:
-        with stdout_silenced():
-            prob.solve(pulp.HiGHS(msg=False, threads=1))  # the MILPs run single-threaded: one scheduler per process
-    except pulp.PulpSolverError:
+    if not solve_lp(prob):
         return None
     if prob.status != pulp.LpStatusOptimal or f.value() is None:
         return None
