@@ -75,13 +75,15 @@ def sized(cset: CandidateSet, config_factors: Mapping[FidelityKey, float], deman
         w = wc.workload.name
         cands = []
         for c in wc.candidates:
-            if c.kept and config_factors and fidelity_key(c) not in config_factors:
-                # a map keyed otherwise (e.g. by device) would leave the candidate underated in silence
-                raise KeyError(f"sized: no capacity factor for configuration {fidelity_key(c)} of kept candidate "
-                               f"{w}/{c.key}; build the factors from fidelity_map of this candidate set")
-            f = config_factors.get(fidelity_key(c), 1.0) * candidate_factors.get((w, c.key), 1.0)
-            if c.kept and f != 1.0:
-                c = replace(c, capacity_qps=tuple(mu * f for mu in c.capacity_qps))
+            if c.kept:  # pruned candidates keep their capacities: no factor looked up
+                k = fidelity_key(c)
+                if config_factors and k not in config_factors:
+                    # a map keyed otherwise (e.g. by device) would leave the candidate underated in silence
+                    raise KeyError(f"sized: no capacity factor for configuration {k} of kept candidate "
+                                   f"{w}/{c.key}; build the factors from fidelity_map of this candidate set")
+                f = config_factors.get(k, 1.0) * candidate_factors.get((w, c.key), 1.0)
+                if f != 1.0:
+                    c = replace(c, capacity_qps=tuple(mu * f for mu in c.capacity_qps))
             cands.append(c)
         buckets = tuple(replace(b, qps=b.qps * demand) for b in wc.buckets) if demand != 1.0 else wc.buckets
         workloads.append(replace(wc, candidates=tuple(cands), buckets=buckets))
