@@ -41,11 +41,13 @@ def lowest_capacity_factor(problem: FleetProblem, sol: FleetSolution, device: st
     prob = pulp.LpProblem("lowest_capacity_factor", pulp.LpMinimize)
     f = prob.add_variable("f", 0, 1)
     prob += f
+    by_workload: dict[str, list[tuple[str, int]]] = {}  # each workload's replicas, in sol's order
+    for (w, k), n in reps.items():
+        by_workload.setdefault(w, []).append((k, n))
     shares: dict[tuple[str, int, str], list[pulp.LpVariable]] = {}
     for dem in problem.demands:
-        for (w, k), n in reps.items():
-            if w != dem.workload:
-                continue
+        w = dem.workload
+        for k, n in by_workload.get(w, []):
             o = options[(w, k)]
             load = []
             for b, (lam, mu) in enumerate(zip(dem.bucket_qps, o.capacity_qps, strict=True)):
