@@ -18,6 +18,7 @@ sensitivity analysis to skip re-solves whose answer is that plan
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pulp
@@ -41,6 +42,7 @@ def lowest_capacity_factor(problem: FleetProblem, sol: FleetSolution, device: st
     prob = pulp.LpProblem("lowest_capacity_factor", pulp.LpMinimize)
     f = prob.add_variable("f", 0, 1)
     prob += f
+    names = itertools.count(1)  # unique names (prob.variables() only counts variables already in a row)
     by_workload: dict[str, list[tuple[str, int]]] = {}  # each workload's replicas, in sol's order
     for (w, k), n in reps.items():
         by_workload.setdefault(w, []).append((k, n))
@@ -52,7 +54,7 @@ def lowest_capacity_factor(problem: FleetProblem, sol: FleetSolution, device: st
             load = []
             for b, (lam, mu) in enumerate(zip(dem.bucket_qps, o.capacity_qps, strict=True)):
                 if lam > 0 and mu > 0:
-                    x = prob.add_variable(f"x_{len(prob.variables())}", 0, 1)
+                    x = prob.add_variable(f"x_{next(names)}", 0, 1)
                     shares.setdefault((w, b, o.stage), []).append(x)
                     load.append((x, lam / mu))
             room = n - spare_replicas(dem, o, problem.units[o.device].gpus_per_node)
@@ -64,7 +66,7 @@ def lowest_capacity_factor(problem: FleetProblem, sol: FleetSolution, device: st
             together = pulp.lpSum(shares.get((dem.workload, b, "colocated"), []))
             pre, dec = shares.get((dem.workload, b, "prefill")), shares.get((dem.workload, b, "decode"))
             if pre and dec:
-                s = prob.add_variable(f"s_{len(prob.variables())}", 0, 1)
+                s = prob.add_variable(f"s_{next(names)}", 0, 1)
                 prob += together + s == 1
                 prob += pulp.lpSum(pre) == s
                 prob += pulp.lpSum(dec) == s
