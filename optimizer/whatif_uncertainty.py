@@ -23,7 +23,7 @@ import numpy as np
 
 from catalog.load import Catalog
 from optimizer.models.fidelity import Z90
-from optimizer.planning.headroom import ConfigKey, config_key
+from optimizer.planning.headroom import FidelityKey, fidelity_key
 from optimizer.results.plan_result import PlanResult
 from optimizer.whatif_demand import scaled
 from workloads.scenarios import Scenario, Uncertainty
@@ -98,7 +98,7 @@ def uncertainty_scenarios(base: Plan, uncertainty: Uncertainty, samples: int, se
 
 
 def fixed_fleet_meets(base: PlanResult, multipliers: Sequence[float],
-                      capacity_factors: Sequence[dict[ConfigKey, float]] | None = None) -> list[bool]:
+                      capacity_factors: Sequence[dict[FidelityKey, float]] | None = None) -> list[bool]:
     """Whether the base plan's fleet still meets every SLO when all demand is scaled by each multiplier
     (and, with ``capacity_factors``, each deployment's capacity by that sample's model-error factor of
     its (device, engine, ep)).
@@ -115,12 +115,12 @@ def fixed_fleet_meets(base: PlanResult, multipliers: Sequence[float],
         factors = capacity_factors[i] if capacity_factors is not None else {}
         capacity: dict[str, float] = {}
         for d in base.deployments:
-            capacity[d.workload] = capacity.get(d.workload, 0.0) + d.capacity_qps * factors.get(config_key(d), 1.0)
+            capacity[d.workload] = capacity.get(d.workload, 0.0) + d.capacity_qps * factors.get(fidelity_key(d), 1.0)
         out.append(all(rates[n] * m <= capacity.get(n, 0.0) * (1 + 1e-9) for n in rates))
     return out
 
 
-def model_error_draws(base: PlanResult, samples: int, seed: int) -> list[dict[ConfigKey, float]]:
+def model_error_draws(base: PlanResult, samples: int, seed: int) -> list[dict[FidelityKey, float]]:
     """K draws of {(device, engine, ep): capacity factor} for the configurations of the base plan's deployments.
 
     Each configuration's log factor is normal with its fidelity band as 10th/90th percentile
@@ -132,7 +132,7 @@ def model_error_draws(base: PlanResult, samples: int, seed: int) -> list[dict[Co
     bands = {}
     for d in base.deployments:
         if d.fidelity is not None:
-            bands.setdefault(config_key(d), d.fidelity)
+            bands.setdefault(fidelity_key(d), d.fidelity)
     classes = sorted({f.class_ for f in bands.values()})
     rng = np.random.default_rng(seed + 1)
     draws = []

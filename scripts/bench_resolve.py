@@ -34,10 +34,12 @@ from optimizer.planning.milp.solve import (  # noqa: E402
     start_values,
     stdout_silenced,
 )
+from optimizer.planning.solver_options import SolverOptions  # noqa: E402
 from workloads import load_plan, resolve_catalog  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PREVIOUS = {"user_objective_scale": -3, "mip_lp_age_limit": 5}  # RESOLVE_HIGHS_OPTIONS before solve-v8
+DEFAULTS = SolverOptions()  # the time limit and gap the sensitivity re-solves run at by default
 
 
 def capture(name: str) -> list:
@@ -66,14 +68,14 @@ def replay(seen: list, settings: dict) -> tuple[float, list[int]]:
     for i, (problem, start, answer) in enumerate(seen):
         model = build_model(problem)
         first = start_values(model, start) if start is not None and start.status.has_plan else None
-        highs = HiGHSWithHooks(msg=False, timeLimit=10.0, gapRel=1e-3, threads=1, start=first, presolve="off",
+        highs = HiGHSWithHooks(msg=False, timeLimit=DEFAULTS.time_limit_s, gapRel=DEFAULTS.gap, threads=1, start=first, presolve="off",
                                **settings)
         c0 = time.process_time()
         with stdout_silenced():
             model.prob.solve(highs)
         seconds = time.process_time() - c0
         cpu += seconds
-        sol = extract(model, classify_run(model, "highs", seconds, 10.0), 0.0)
+        sol = extract(model, classify_run(model, "highs", seconds, DEFAULTS.time_limit_s), 0.0)
         same_usd = (sol.objective_usd is None) == (answer.objective_usd is None) and (
             sol.objective_usd is None or abs(sol.objective_usd - answer.objective_usd) <= 1e-6 * answer.objective_usd)
         if sol.gpus != answer.gpus or not same_usd:

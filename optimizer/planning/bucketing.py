@@ -28,6 +28,7 @@ from optimizer.planning.milp.problem import (
     FleetSolution,
     Option,
     UnitTerms,
+    amortised_units,
     spare_replicas,
 )
 from optimizer.planning.milp.resolve import cached_solve
@@ -68,8 +69,8 @@ def undominated_options(demand: Demand, options: tuple[Option, ...], units: dict
         u = units[d]
         return u.allowed and u.inventory_gpus is None and not u.full_servers_only
 
-    cost = np.array([o.gpus * (units[o.device].objective_usd.per_gpu + units[o.device].objective_usd.per_node
-                               / units[o.device].gpus_per_node) for o in options])
+    per_gpu = amortised_units({o.device: units[o.device] for o in options})
+    cost = np.array([o.gpus * per_gpu[o.device].objective_usd.per_gpu for o in options])
     mu = np.array([o.capacity_qps for o in options], dtype=float)
     spare = np.array([spare_replicas(demand, o, units[o.device].gpus_per_node) for o in options])
     stage = np.array([o.stage for o in options])

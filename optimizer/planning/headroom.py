@@ -4,7 +4,7 @@ The candidates' capacities at the SLO (req/s per replica) are multiplied by
 
     factor[d, e, p] = target_utilization · capacity_factor_at(fidelity[d, e, p], confidence)   (1 without confidence)
 
-for a candidate on device d served by engine e at expert-parallel degree p (``config_key``), so each
+for a candidate on device d served by engine e at expert-parallel degree p (``fidelity_key``), so each
 candidate is derated by the band of its own configuration — a TensorRT-LLM tp H100 by that of
 H100/TensorRT-LLM, an ep8 or vLLM H100 beside it by its own — times a per-candidate factor from the
 simulator's verification (``optimizer.planning.verify``); and every bucket's rate by the demand factor
@@ -29,11 +29,12 @@ from optimizer.results.plan_result import Deployment
 from optimizer.results.provenance import Fidelity, HeadroomPolicy
 from workloads.spec import Plan
 
-# (device, engine, expert-parallel degree): what a candidate's fidelity depends on ("" engine: a capacity-table unit)
-ConfigKey = tuple[str, str, int]
+# (device, engine, expert-parallel degree): what a candidate's fidelity depends on ("" engine: a capacity-table unit);
+# not the candidate's string key (``optimizer.models.configs.config_key``)
+FidelityKey = tuple[str, str, int]
 
 
-def config_key(c: Candidate | Deployment) -> ConfigKey:
+def fidelity_key(c: Candidate | Deployment) -> FidelityKey:
     """The configuration a fidelity class is rated for: (device, engine, ep) of a candidate or deployment."""
     return c.device, c.engine, c.ep
 
@@ -50,7 +51,7 @@ def policy_of(plan: Plan) -> HeadroomPolicy:
                           demand_factor(plan))
 
 
-def capacity_factors(plan: Plan, fidelity: Mapping[ConfigKey, Fidelity]) -> dict[ConfigKey, float]:
+def capacity_factors(plan: Plan, fidelity: Mapping[FidelityKey, Fidelity]) -> dict[FidelityKey, float]:
     """Per (device, engine, ep): target_utilization × the confidence level's factor of its fidelity band."""
     out = {}
     for k, fid in fidelity.items():
@@ -61,9 +62,9 @@ def capacity_factors(plan: Plan, fidelity: Mapping[ConfigKey, Fidelity]) -> dict
     return out
 
 
-def sized(cset: CandidateSet, config_factors: Mapping[ConfigKey, float], demand: float = 1.0,
+def sized(cset: CandidateSet, config_factors: Mapping[FidelityKey, float], demand: float = 1.0,
           candidate_factors: Mapping[tuple[str, str], float] | None = None) -> CandidateSet:
-    """``cset`` with kept candidates' capacities × the factor of their configuration (``config_key``) and
+    """``cset`` with kept candidates' capacities × the factor of their configuration (``fidelity_key``) and
     their own (workload, key) factor, bucket rates × ``demand``. A non-empty ``config_factors`` must
     cover every kept candidate's configuration (KeyError otherwise); an empty one means factor 1."""
     candidate_factors = candidate_factors or {}
@@ -74,13 +75,15 @@ def sized(cset: CandidateSet, config_factors: Mapping[ConfigKey, float], demand:
         w = wc.workload.name
         cands = []
         for c in wc.candidates:
-            if c.kept and config_factors and config_key(c) not in config_factors:
-                # a map keyed otherwise (e.g. by device) would leave the candidate underated in silence
-                raise KeyError(f"sized: no capacity factor for configuration {config_key(c)} of kept candidate "
-                               f"{w}/{c.key}; build the factors from fidelity_map of this candidate set")
-            f = config_factors.get(config_key(c), 1.0) * candidate_factors.get((w, c.key), 1.0)
-            if c.kept and f != 1.0:
-                c = replace(c, capacity_qps=tuple(mu * f for mu in c.capacity_qps))
+            if c.kept:  # pruned candidates keep their capacities: no factor looked up
+                k = fidelity_key(c)
+                if config_factors and k not in config_factors:
+                    # a map keyed otherwise (e.g. by device) would leave the candidate underated in silence
+                    raise KeyError(f"sized: no capacity factor for configuration {k} of kept candidate "
+                                   f"{w}/{c.key}; build the factors from fidelity_map of this candidate set")
+                f = config_factors.get(k, 1.0) * candidate_factors.get((w, c.key), 1.0)
+                if f != 1.0:
+                    c = replace(c, capacity_qps=tuple(mu * f for mu in c.capacity_qps))
             cands.append(c)
         buckets = tuple(replace(b, qps=b.qps * demand) for b in wc.buckets) if demand != 1.0 else wc.buckets
         workloads.append(replace(wc, candidates=tuple(cands), buckets=buckets))

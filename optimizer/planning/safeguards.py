@@ -23,7 +23,7 @@ from catalog.load import Catalog
 from optimizer.models.fidelity import fidelity_of
 from optimizer.models.params import CalibrationParams
 from optimizer.planning.candidate_set import CandidateSet, fleet_problem
-from optimizer.planning.headroom import ConfigKey, config_key, sized
+from optimizer.planning.headroom import FidelityKey, fidelity_key, sized
 from optimizer.planning.milp.problem import FleetProblem, FleetSolution
 from optimizer.planning.provenance import price_basis
 from optimizer.planning.sensitivity import price_field
@@ -45,8 +45,8 @@ TABLE_FIDELITY = Fidelity("measured", "capacities measured by the user (--capaci
 CLASS_RANK = {c: i for i, c in enumerate(get_args(FidelityClass))}
 
 
-def fidelity_map(cset: CandidateSet, params: CalibrationParams | None, catalog: Catalog) -> dict[ConfigKey, Fidelity]:
-    """Fidelity of every (device, engine, ep) a kept candidate runs (``config_key``; ``params`` None: a
+def fidelity_map(cset: CandidateSet, params: CalibrationParams | None, catalog: Catalog) -> dict[FidelityKey, Fidelity]:
+    """Fidelity of every (device, engine, ep) a kept candidate runs (``fidelity_key``; ``params`` None: a
     measured capacity table), computed once per distinct triple.
 
     The class is that of the candidate's own configuration (``fidelity_of(device, engine=, ep=)``):
@@ -54,7 +54,7 @@ def fidelity_map(cset: CandidateSet, params: CalibrationParams | None, catalog: 
     generation measured), the first is rated, sized at a confidence level and reported as
     measured, the others as same-generation.
     """
-    keys = {config_key(c) for wc in cset.workloads for c in wc.kept}
+    keys = {fidelity_key(c) for wc in cset.workloads for c in wc.kept}
     out = {}
     for k in sorted(keys):
         device, engine, ep = k
@@ -66,7 +66,7 @@ def fidelity_map(cset: CandidateSet, params: CalibrationParams | None, catalog: 
     return out
 
 
-def device_fidelity(fidelity: Mapping[ConfigKey, Fidelity]) -> dict[str, Fidelity]:
+def device_fidelity(fidelity: Mapping[FidelityKey, Fidelity]) -> dict[str, Fidelity]:
     """Per device, the least trusted fidelity of its configurations (``least_trusted``): the band the
     tornado's performance ends move each device by (``optimizer.planning.sensitivity``)."""
     by_device: dict[str, list[Fidelity]] = {}
@@ -136,7 +136,7 @@ def verify_and_resize(plan: Plan, cset: CandidateSet, sol: FleetSolution, catalo
     return cset, problem, sol, Verification(tuple(checked), rounds, time.perf_counter() - start, all_met, note)
 
 
-def annotate(result: PlanResult, plan: Plan, cset: CandidateSet, fidelity: Mapping[ConfigKey, Fidelity],
+def annotate(result: PlanResult, plan: Plan, cset: CandidateSet, fidelity: Mapping[FidelityKey, Fidelity],
              verification: Verification | None) -> PlanResult:
     """Price basis on each fleet row, the fidelity of its own (device, engine, ep) and the simulator's
     figures on each deployment, and a warning for every chosen device whose price is an estimate."""
@@ -158,7 +158,7 @@ def annotate(result: PlanResult, plan: Plan, cset: CandidateSet, fidelity: Mappi
                                     f"estimate ({detail}); enter your quote in Assumptions or the plan's devices: "
                                     "section"))
     checked = {(v.workload, v.key): v for v in verification.deployments} if verification else {}
-    deployments = tuple(replace(d, fidelity=fidelity.get(config_key(d)), verification=checked.get((d.workload, d.key)))
+    deployments = tuple(replace(d, fidelity=fidelity.get(fidelity_key(d)), verification=checked.get((d.workload, d.key)))
                         for d in result.deployments)
     if verification is not None and not verification.all_met:
         notes += _miss_notes(verification)

@@ -31,7 +31,7 @@ from optimizer.models.params import CalibrationParams, Coverage, FitRecord, load
 from optimizer.optimize import optimize_plan
 from optimizer.planning import safeguards
 from optimizer.planning.candidates import model_candidates
-from optimizer.planning.headroom import capacity_factors, config_key, sized
+from optimizer.planning.headroom import capacity_factors, fidelity_key, sized
 from optimizer.planning.safeguards import device_fidelity, fidelity_map
 from optimizer.whatif_uncertainty import model_error_draws
 from workloads import parse_plan, resolve_catalog
@@ -130,7 +130,7 @@ def test_fidelity_is_computed_once_per_configuration_and_kept_least_trusted_per_
     fid = fidelity_map(cset, params, cat)
     assert sorted(fid) == [("h100-sxm", "trtllm", 1), ("h100-sxm", "vllm", 1)]
     assert sorted(calls) == [("h100-sxm", "trtllm", 1), ("h100-sxm", "vllm", 1)]
-    assert {config_key(c) for wc in cset.workloads for c in wc.kept} == set(fid)
+    assert {fidelity_key(c) for wc in cset.workloads for c in wc.kept} == set(fid)
     per_device = device_fidelity(fid)
     assert per_device == {"h100-sxm": fid[("h100-sxm", "vllm", 1)]}
     assert per_device["h100-sxm"].class_ == "same-generation"

@@ -88,3 +88,15 @@ def test_a_fleet_that_buys_the_rack_pays_a_whole_server():
 def test_a_device_no_fleet_can_buy_has_an_infinite_bound():
     assert cheapest_with_device_bound(_rack_problem(power_kw=1.0), "rack") == math.inf
     assert cheapest_with_device_bound(_rack_problem(), "tpu") is None
+
+
+def test_two_buckets_route_to_where_the_device_is_least_needed():
+    """10 + 10 req/s in two buckets on 4 replicas of ``a`` (4 and 2 req/s) and 2 of ``b`` (5 and 5):
+    b's 2 replicas carry bucket 1 whole (load 10/5 = 2), where a is slowest, so a carries bucket 0:
+    10/4 = 2.5 replicas of load ≤ 4·f, f = 0.625 (any share of bucket 0 moved to b frees 2.5 of a's
+    load per unit but costs 5 of it in bucket 1)."""
+    problem = FleetProblem((Demand("w", (10.0, 10.0)),),
+                           (Option("w", "a__tp1", "a", 1, (4.0, 2.0)), Option("w", "b__tp1", "b", 1, (5.0, 5.0))),
+                           {"a": _unit("a", 100.0), "b": _unit("b", 100.0)})
+    f = lowest_capacity_factor(problem, _plan({"a__tp1": 4, "b__tp1": 2}), "a")
+    assert 0.625 <= f <= 0.625 + 2 * FACTOR_GRID

@@ -23,7 +23,7 @@ import pulp
 
 from optimizer.planning.milp.build import build_model
 from optimizer.planning.milp.problem import FleetProblem
-from optimizer.planning.milp.solve import stdout_silenced
+from optimizer.planning.milp.solve import solve_lp
 
 
 def cheapest_with_device_bound(problem: FleetProblem, device: str) -> float | None:
@@ -43,10 +43,7 @@ def cheapest_with_device_bound(problem: FleetProblem, device: str) -> float | No
     model.prob.setObjective(model.total("objective_usd"))
     for v in model.prob.variables():
         v.cat = pulp.LpContinuous
-    try:
-        with stdout_silenced():
-            model.prob.solve(pulp.HiGHS(msg=False, threads=1))  # the MILPs run single-threaded: one scheduler per process
-    except pulp.PulpSolverError:
+    if not solve_lp(model.prob):
         return None
     if model.prob.status == pulp.LpStatusInfeasible:
         return math.inf  # no fleet buys the device (a power cap or a budget it cannot fit in)

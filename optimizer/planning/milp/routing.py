@@ -18,12 +18,13 @@ sensitivity analysis to skip re-solves whose answer is that plan
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pulp
 
 from optimizer.planning.milp.problem import FleetProblem, FleetSolution, spare_replicas
-from optimizer.planning.milp.solve import stdout_silenced
+from optimizer.planning.milp.solve import solve_lp
 
 # The factor is rounded up to this grid, after adding FACTOR_SLACK.
 FACTOR_GRID = 1e-6
@@ -41,16 +42,19 @@ def lowest_capacity_factor(problem: FleetProblem, sol: FleetSolution, device: st
     prob = pulp.LpProblem("lowest_capacity_factor", pulp.LpMinimize)
     f = prob.add_variable("f", 0, 1)
     prob += f
+    names = itertools.count(1)  # unique names (prob.variables() only counts variables already in a row)
+    by_workload: dict[str, list[tuple[str, int]]] = {}  # each workload's replicas, in sol's order
+    for (w, k), n in reps.items():
+        by_workload.setdefault(w, []).append((k, n))
     shares: dict[tuple[str, int, str], list[pulp.LpVariable]] = {}
     for dem in problem.demands:
-        for (w, k), n in reps.items():
-            if w != dem.workload:
-                continue
+        w = dem.workload
+        for k, n in by_workload.get(w, []):
             o = options[(w, k)]
             load = []
             for b, (lam, mu) in enumerate(zip(dem.bucket_qps, o.capacity_qps, strict=True)):
                 if lam > 0 and mu > 0:
-                    x = prob.add_variable(f"x_{len(prob.variables())}", 0, 1)
+                    x = prob.add_variable(f"x_{next(names)}", 0, 1)
                     shares.setdefault((w, b, o.stage), []).append(x)
                     load.append((x, lam / mu))
             room = n - spare_replicas(dem, o, problem.units[o.device].gpus_per_node)
@@ -62,16 +66,13 @@ def lowest_capacity_factor(problem: FleetProblem, sol: FleetSolution, device: st
             together = pulp.lpSum(shares.get((dem.workload, b, "colocated"), []))
             pre, dec = shares.get((dem.workload, b, "prefill")), shares.get((dem.workload, b, "decode"))
             if pre and dec:
-                s = prob.add_variable(f"s_{len(prob.variables())}", 0, 1)
+                s = prob.add_variable(f"s_{next(names)}", 0, 1)
                 prob += together + s == 1
                 prob += pulp.lpSum(pre) == s
                 prob += pulp.lpSum(dec) == s
             else:
                 prob += together == 1
-    try:
-        with stdout_silenced():
-            prob.solve(pulp.HiGHS(msg=False, threads=1))  # the MILPs run single-threaded: one scheduler per process
-    except pulp.PulpSolverError:
+    if not solve_lp(prob):
         return None
     if prob.status != pulp.LpStatusOptimal or f.value() is None:
         return None

@@ -116,6 +116,17 @@ def stdout_silenced() -> Iterator[None]:
         os.close(devnull)
 
 
+def solve_lp(prob: pulp.LpProblem) -> bool:
+    """Solve ``prob`` (an LP of the sensitivity shortcuts) with HiGHS, silent and single-threaded as the
+    MILPs run (one scheduler per process); False when the solver failed (its status is then not read)."""
+    try:
+        with stdout_silenced():
+            prob.solve(pulp.HiGHS(msg=False, threads=1))
+    except pulp.PulpSolverError:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class SolveRun:
     status: SolveStatus
