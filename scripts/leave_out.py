@@ -12,7 +12,9 @@ latency), and print the median |error|. Then the coverage of the 80 % bands of t
 parameters (``error_bands``: class b for a held-out device, class c for a held-out generation)
 on those predictions, with each band's half-width; with ``--bands-now`` the bands are instead
 derived from these refits' own residuals (plus a leave-one-source-group-out pass for class a), as
-``gpuplan calibrate`` would record them for a fit of the same structure (--params). ``--only BY:KEY`` refits without that one group
+``gpuplan calibrate`` would record them for a fit of the same structure when FILE holds only
+structural fields (``calibrate`` starts its refits from the defaults with FILE's
+``STRUCTURE_FIELDS``; this script starts them from FILE as given). ``--only BY:KEY`` refits without that one group
 (seconds) and lists its worst-predicted row groups (source group, model, precision, tp, ep):
 median predicted/measured, so the structure behind a bad leave-out shows. Targets (issue 14): median <= 15 % per
 held-out device, <= 25 % per held-out generation, coverage 70-90 %, median half-width < 25 %.

@@ -325,13 +325,18 @@ class Steps:
         out._moments[1] = mean[rows]
         return out
 
+    def one_prompt_mean(self) -> np.ndarray:
+        """E[g1] = Σ_L w_L·g1(L) (N,): a step's mean extra for one prompt, computed once."""
+        if self.g1_mean is None:
+            self.g1_mean = np.sum(self.g1 * self.l_w, axis=1)
+        return self.g1_mean
+
     def moment(self, r: int) -> np.ndarray:
         """E[T^r] (N,), computed once per r; E[T] = D + P(K=1)·E[g1] + Σ_K P(K)·g_K without the table."""
         if r not in self._moments:
             if r == 1:
-                if self.g1_mean is None:
-                    self.g1_mean = np.sum(self.g1 * self.l_w, axis=1)
-                self._moments[r] = self.d + self.pk[:, 1] * self.g1_mean + np.sum(self.pk[:, 2:] * self.gk, axis=1)
+                self._moments[r] = (self.d + self.pk[:, 1] * self.one_prompt_mean()
+                                    + np.sum(self.pk[:, 2:] * self.gk, axis=1))
             else:
                 self._moments[r] = np.sum(self.probs * self._power(r), axis=1)
         return self._moments[r]
@@ -393,7 +398,7 @@ def _steps(c: Configs, b: np.ndarray, m: np.ndarray, lens: RowLengths, chunk: in
     lam_eps = np.clip(np.where(m > 0, (mean_t - poisson.d) / np.maximum(mean_t, 1e-300), 0.0),
                       0.0, 0.95)  # λ·ε = λ·(E[T] − D)/m = (E[T] − D)/t̄ at m = λ·t̄
     return Steps(d[:, 0], mixed_poisson_pmf(m, 1.0 / (1.0 - lam_eps**2), k_max, poisson.pk, k_rows), lens.l_w, g1, gk,
-                 gk_lo, poisson.g1_mean)
+                 gk_lo, poisson.one_prompt_mean())
 
 
 def step_k_rows(m: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
@@ -507,7 +512,7 @@ def solve_state(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, t0: n
     mean_t = st.moment(1)
     slope_m = (st_dm.moment(1) - mean_t) / dm
     rho1 = np.clip(lam * slope_m, 0.0, 0.95)
-    eps = np.where(m > 0, (mean_t - st.d) / np.maximum(m, 1e-300), st.g1_mean)
+    eps = np.where(m > 0, (mean_t - st.d) / np.maximum(m, 1e-300), st.one_prompt_mean())
     # D(b + 1) and a full prefill step t(b, C, C/2), one step-time evaluation
     both = perf.decode_step_s(c, np.stack([b + 1.0, b], axis=1), lens.ctx[:, None], _NEXT_AND_FULL[0] * chunk,
                               _NEXT_AND_FULL[1] * chunk)
