@@ -39,6 +39,33 @@ from pathlib import Path
 
 from catalog.errors import OutputError
 
+
+class Interrupted(BaseException):  # noqa: N818 - a signal, not an error of the program
+    """SIGINT/SIGTERM (raised by the CLI's handler). Not a KeyboardInterrupt: click would swallow that."""
+
+
+# Signals received in this process. A handler that raises can be swallowed where Python ignores
+# exceptions (seen: the SIGINT of an interrupted `optimize` landed in logging's at-fork hook while the
+# candidate stage forked its workers, and the run finished with exit 0); so the CLI also records the
+# signal here and :meth:`Outputs.write` refuses to commit any output once one was received.
+_SIGNALS_RECEIVED: list[int] = []
+
+
+def note_signal(signum: int) -> None:
+    """Record a received SIGINT/SIGTERM (the CLI's handler calls this before raising)."""
+    _SIGNALS_RECEIVED.append(signum)
+
+
+def forget_signals() -> None:
+    """Start a command with no signal recorded (``main`` also runs in-process, in tests)."""
+    _SIGNALS_RECEIVED.clear()
+
+
+def raise_if_interrupted() -> None:
+    """Raise :class:`Interrupted` if a signal was received, even one whose exception was swallowed."""
+    if _SIGNALS_RECEIVED:
+        raise Interrupted(_SIGNALS_RECEIVED[0])
+
 STDOUT = "-"
 
 
@@ -147,6 +174,7 @@ class Outputs:
         unknown = set(payloads) - set(self._targets)
         if unknown:
             raise ValueError(f"outputs not declared: {sorted(unknown)}")
+        raise_if_interrupted()
         mode = 0o666 & ~_umask()
         staged: list[tuple[str, _Target]] = []
         to_stdout: list[bytes | str] = []
@@ -158,6 +186,7 @@ class Outputs:
                     continue
                 blob = data.encode("utf-8") if isinstance(data, str) else data
                 staged.append((_stage(target, blob, mode), target))
+            raise_if_interrupted()  # a signal while staging: no rename, the temp files go
             for tmp, target in staged:
                 try:
                     os.replace(tmp, target.real)  # type: ignore[arg-type]

@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from catalog.errors import GpuplanError
+from catalog.outputs import Interrupted, forget_signals, note_signal, raise_if_interrupted
 
 try:  # typer >= 0.2x carries its own copy of click
     from typer._click import exceptions as click_errors
@@ -115,11 +116,8 @@ for _module in (estimate_cmd, simulate_cmd, calibrate_cmd, roofline_cmd, optimiz
     _module.register(app)
 
 
-class Interrupted(BaseException):  # noqa: N818 - a signal, not an error of the program
-    """SIGINT/SIGTERM. Not a KeyboardInterrupt: click would swallow that (exit 130, no message)."""
-
-
 def _on_signal(signum, _frame):
+    note_signal(signum)  # kept even if the exception below is swallowed (catalog.outputs)
     raise Interrupted(signum)
 
 
@@ -181,9 +179,11 @@ def _fail(text: str) -> None:
 
 
 def main() -> None:
+    forget_signals()
     previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         code = _harden(typer.main.get_command(app)).main(prog_name="gpuplan", standalone_mode=False)
+        raise_if_interrupted()  # a signal whose exception was swallowed still ends the run with 130
         if isinstance(code, int) and code:
             sys.exit(code)
     except click_errors.NoArgsIsHelpError as exc:  # `gpuplan` alone: the help it asked for
@@ -209,9 +209,10 @@ def main() -> None:
             raise
         name = exc.filename if exc.filename is not None else "gpuplan"
         _fail(f"{name}: {exc.strerror or exc}; check the path and its permissions")
-    finally:  # main() also runs in-process (tests): give the caller its handlers back
+    finally:  # main() also runs in-process (tests): give the caller its handlers back, and no signal on record
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        forget_signals()
 
 
 if __name__ == "__main__":

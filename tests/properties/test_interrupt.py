@@ -18,6 +18,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from catalog.outputs import (
+    Interrupted,
+    Output,
+    forget_signals,
+    note_signal,
+    plan_outputs,
+    raise_if_interrupted,
+)
+from cli import app as cli_app
 from tests.conftest import REPO
 
 EARLIER = b"earlier output\n"
@@ -178,3 +187,35 @@ def test_worker_count_is_capped_by_work_and_cores():
     assert capped_workers(64, 4) == min(4, cores)
     assert capped_workers(None, 1000) == cores
     assert capped_workers(2, 0) == 1
+
+
+def test_a_swallowed_signal_still_stops_the_outputs(tmp_path):
+    """A SIGINT whose exception Python swallowed (it landed in an at-fork hook while the candidate
+    stage forked its workers; the run went on and exited 0) is still on record: no output is
+    committed, the earlier file stays whole and no temporary file is left."""
+    target = tmp_path / "result.json"
+    target.write_bytes(EARLIER)
+    outputs = plan_outputs([Output("--json", target, (".json",))])
+    note_signal(signal.SIGINT)
+    try:
+        with pytest.raises(Interrupted):
+            outputs.write({"--json": "{}"})
+    finally:
+        forget_signals()
+    assert target.read_bytes() == EARLIER
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
+
+
+def test_a_swallowed_signal_ends_the_command_with_130(monkeypatch, capsys):
+    """The CLI re-checks after the command returns: exit 130 and the interrupted message, not 0."""
+    def schema_then_signal():
+        note_signal(signal.SIGINT)  # what the handler records before its exception is swallowed
+        return "{}"
+
+    monkeypatch.setattr(cli_app.plan_cmd, "plan_schema", schema_then_signal)
+    monkeypatch.setattr(sys, "argv", ["gpuplan", "schema"])
+    with pytest.raises(SystemExit) as exc:
+        cli_app.main()
+    assert exc.value.code == 130
+    assert "interrupted" in capsys.readouterr().err
+    raise_if_interrupted()  # main() leaves no signal on record for the next command in this process
