@@ -144,7 +144,7 @@ def sensitivity_skipped(sol: FleetSolution) -> Diagnostic:
 
     A break-even or tornado swing is the difference between two optimal objectives; against a base
     plan that is only within ``gap`` of its bound, the difference is solver noise up to that gap, and
-    each of its re-solves (29 on the chat fleet: `python scripts/bench_startup.py --stages`) would run to
+    each of its re-solves (18 on the chat fleet since solve-v8, 29 before: `python scripts/bench_startup.py --stages`) would run to
     the time limit as well.
     """
     gap = f"{100 * sol.gap:.1f} %" if sol.gap is not None else "unknown"
