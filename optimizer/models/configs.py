@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -41,6 +40,7 @@ from optimizer.models.combo_lookup import (
     peaks,
     per_combo,
 )
+from optimizer.models.lazy_subset import LazySubset
 from optimizer.models.memory_fit import no_fit_reason, replica_memory
 from optimizer.models.moe_routing import remote_ranks_per_token
 from optimizer.models.params import CalibrationParams, default_engine
@@ -62,7 +62,7 @@ def config_key(device: Device, precision: Precision, tp: int, pp: int, engine: s
 
 
 @dataclass(frozen=True)
-class Configs:
+class Configs(LazySubset):
     """N replica configurations of one model as aligned arrays (index i = one config)."""
 
     keys: list[str]
@@ -134,8 +134,8 @@ class Configs:
 
         Built without ``__init__`` (the searches take subsets thousands of times); the stage
         constants, when already folded, are sliced too (they are elementwise in the configurations).
-        With indices, each aligned array or list is gathered when first read (``__getattr__``), from
-        the configurations it was taken from: a step time reads the stage constants only."""
+        With indices, each aligned array or list is gathered when first read
+        (``optimizer.models.lazy_subset``): a step time reads the stage constants only."""
         new = object.__new__(type(self))
         values = new.__dict__
         if isinstance(indices, slice):
@@ -143,32 +143,20 @@ class Configs:
                 value = getattr(self, name)
                 values[name] = value[indices] if isinstance(value, np.ndarray | list) else value
         else:
-            idx = np.asarray(indices, dtype=int)
-            source, index = self.__dict__.get("_taken", (self, None))
+            source = self.__dict__.get("_taken", (self,))[0]
             for name in _CONFIG_FIELDS:
                 value = source.__dict__[name]
                 if not isinstance(value, np.ndarray | list):
                     values[name] = value
-            values["_taken"] = (source, idx if index is None else index[idx])
+            self._mark_taken(new, np.asarray(indices, dtype=int))
         folded = self.__dict__.get("stage")
         if folded is not None:
             values["stage"] = folded.take(indices)
         return new
 
-    if not TYPE_CHECKING:  # type checkers see the declared fields only
-        def __getattr__(self, name: str):
-            taken = self.__dict__.get("_taken")
-            if taken is None or name not in _CONFIG_FIELD_SET:
-                raise AttributeError(name)
-            source, index = taken
-            value = source.__dict__[name]
-            value = value[index] if isinstance(value, np.ndarray) else [value[i] for i in index.tolist()]
-            self.__dict__[name] = value
-            return value
-
     def __getstate__(self) -> dict:
         """Every field gathered (a pickled subset does not carry the configurations it was taken from)."""
-        state = {name: getattr(self, name) for name in _CONFIG_FIELDS}
+        state = self._gathered(_CONFIG_FIELDS)
         if "stage" in self.__dict__:
             state["stage"] = self.__dict__["stage"]
         return state
@@ -340,7 +328,7 @@ class StageConstants:
 
 
 _CONFIG_FIELDS = tuple(f.name for f in fields(Configs))  # what ``Configs.take`` copies
-_CONFIG_FIELD_SET = frozenset(_CONFIG_FIELDS)
+Configs._LAZY_FIELDS = frozenset(_CONFIG_FIELDS)  # gathered on first read in a subset (``take``)
 _STAGE_FIELDS = tuple(f.name for f in fields(StageConstants) if f.name != "_shaped")  # the (N,) arrays
 
 

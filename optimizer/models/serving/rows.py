@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+
+from optimizer.models.lazy_subset import LazySubset
 
 _NODE_FIELDS = ("l_nodes", "l_w", "l_var", "l_dev", "o_nodes", "o_w", "o_var")
 _SCALAR_FIELDS = ("mean_l", "var_l", "mean_o1", "mean_o", "ctx", "kv_tok_steps", "kv_tok2_steps", "kv_prompt_tokens",
@@ -24,7 +26,7 @@ _ROW_FIELDS = _NODE_FIELDS + _SCALAR_FIELDS + ("group", "l_count")
 
 
 @dataclass(frozen=True)
-class RowLengths:
+class RowLengths(LazySubset):
     """The fields of :class:`~optimizer.models.serving.state.Lengths` per row: node arrays (N, Q),
     the rest (N,); ``group`` (N,) the index of the row's length set among ``n_groups``, ``l_count`` (N,)
     its number of prompt nodes; ``base`` one row per length set (itself when each set has one row),
@@ -63,28 +65,21 @@ class RowLengths:
     def take(self, rows: np.ndarray) -> RowLengths:
         """The lengths of ``rows`` (the groups keep their indices, ``base`` and ``grids`` are shared).
 
-        Each field is gathered when first read (``__getattr__``), from the rows it was taken from: a
+        Each field is gathered when first read (``optimizer.models.lazy_subset``), from the rows it was taken from: a
         capacity search takes subsets every probe, and its fixed-point loop reads 3 of the 20 fields."""
-        source, index = self.__dict__.get("_taken", (self, None))
         new = object.__new__(RowLengths)
-        new.__dict__.update(n_groups=self.n_groups, base=self.base, grids=self.grids,
-                            _taken=(source, rows if index is None else index[rows]))
+        new.__dict__.update(n_groups=self.n_groups, base=self.base, grids=self.grids)
+        self._mark_taken(new, rows)
         return new
-
-    if not TYPE_CHECKING:  # type checkers see the declared fields only
-        def __getattr__(self, name: str):
-            taken = self.__dict__.get("_taken")
-            if taken is None or name not in _ROW_FIELDS:
-                raise AttributeError(name)
-            source, index = taken
-            value = self.__dict__[name] = getattr(source, name)[index]
-            return value
 
     def __getstate__(self) -> dict:
         """Every field gathered (a pickled subset does not carry the rows it was taken from)."""
-        state = {name: getattr(self, name) for name in _ROW_FIELDS}
+        state = self._gathered(_ROW_FIELDS)
         state.update(n_groups=self.n_groups, base=self.base, grids=self.grids)
         return state
+
+
+RowLengths._LAZY_FIELDS = frozenset(_ROW_FIELDS)  # gathered on first read in a subset (``take``)
 
 
 def row_lengths(sets: Sequence[Any], rows_per_set: int | Sequence[int]) -> RowLengths:
