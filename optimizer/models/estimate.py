@@ -36,17 +36,18 @@ def estimate_config(
     input_tokens: int,
     output_tokens: int,
     params: CalibrationParams,
+    *,
+    devices: Mapping[str, Device],
     batch: int | None = None,
     max_throughput: bool = False,
     engine: str | None = None,
     ep: int = 1,
     max_batch: int | None = None,
-    devices: Mapping[str, Device] | None = None,
 ) -> dict:
     """Everything the model says about one configuration, as a JSON-ready dict.
 
-    ``devices`` (the catalog's) lets the fidelity class see the other measured devices of this one's
-    generation when the parameters carry no leave-out bands (default: this device alone).
+    ``devices`` is the catalog's: the fidelity class sees the other measured devices of this one's
+    generation when the parameters carry no leave-out bands (as the plan's fidelity does).
 
     Always: model, device, precision, engine, tp, pp, ep, fits, reason, weights_gb_per_gpu (1e9 bytes),
     kv_cache_bytes_per_token, max_concurrency (sequences of input+output tokens that fit),
@@ -99,7 +100,7 @@ def estimate_config(
                                "(CalibrationParams.pp_hop_latency_us, pp_microbatch_overhead_us), not fitted: "
                                "no pipeline-parallel measurements")
     if "output_tokens_per_s" in out:
-        fid = fidelity_of(device, params, devices or {device.key: device}, engine=c.engines[0], ep=int(c.ep[0]))
+        fid = fidelity_of(device, params, devices, engine=c.engines[0], ep=int(c.ep[0]))
         value = out["output_tokens_per_s"]
         out["output_tokens_per_s_low"] = None if value is None else round(value * fid.low_factor, 2)
         out["output_tokens_per_s_high"] = None if value is None else round(value * fid.high_factor, 2)
@@ -116,7 +117,8 @@ def estimate_serving(
     slo: SLO | None = None,
     prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
     params: CalibrationParams | None = None,
-    devices: Mapping[str, Device] | None = None,
+    *,
+    devices: Mapping[str, Device],
 ) -> dict:
     """JSON-ready serving figures of configuration 0 (what `gpuplan estimate --qps/--*-p99-ms` adds).
 
@@ -154,7 +156,7 @@ def estimate_serving(
             out["output_tokens_per_s_at_slo"] = finite_round(cap.output_tokens_per_s[0], 2)
             out["limited_by"] = cap.limited_by[0]
             if params is not None and out["max_qps_at_slo"] is not None:
-                fid = fidelity_of(c.devices[0], params, devices or {c.devices[0].key: c.devices[0]}, engine=c.engines[0],
+                fid = fidelity_of(c.devices[0], params, devices, engine=c.engines[0],
                                  ep=int(c.ep[0]))
                 out["capacity_qps_low"] = round(out["max_qps_at_slo"] * fid.low_factor, 4)
                 out["capacity_qps_high"] = round(out["max_qps_at_slo"] * fid.high_factor, 4)

@@ -213,7 +213,7 @@ def test_estimate_every_device_and_model(dev):
 
     for model in CAT.models.values():
         for prec in CAT.precisions.values():
-            out = estimate_config(model, CAT.devices[dev], prec, 8, 1, 1000, 200, PARAMS, batch=8)
+            out = estimate_config(model, CAT.devices[dev], prec, 8, 1, 1000, 200, PARAMS, devices=CAT.devices, batch=8)
             json.dumps(out, allow_nan=False)
             assert out["fits"] == (out["reason"] is None)
             if out["fits"]:
@@ -225,7 +225,7 @@ def test_estimate_rates_expert_parallelism_as_the_plan_does():
     was measured, never with ep > 1, so an ep8 estimate is class same-generation and a tp8 one measured."""
     model, dev, prec = CAT.model("qwen3-30b-a3b"), CAT.devices["mi300x"], CAT.precision("bf16")
     shipped = load_params(None)
-    tp8 = estimate_config(model, dev, prec, 8, 1, 1000, 200, shipped, max_throughput=True, engine="vllm")
-    ep8 = estimate_config(model, dev, prec, 1, 1, 1000, 200, shipped, max_throughput=True, engine="vllm", ep=8)
+    tp8 = estimate_config(model, dev, prec, 8, 1, 1000, 200, shipped, devices=CAT.devices, max_throughput=True, engine="vllm")
+    ep8 = estimate_config(model, dev, prec, 1, 1, 1000, 200, shipped, devices=CAT.devices, max_throughput=True, engine="vllm", ep=8)
     assert tp8["fidelity"]["class"] == "measured"
     assert ep8["fidelity"]["class"] == "same-generation" and "never with expert parallelism" in ep8["fidelity"]["basis"]

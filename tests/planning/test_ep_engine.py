@@ -55,7 +55,7 @@ def test_moe_workload_gets_ep_candidates_with_estimates_capacity():
         assert c.key == f"h100_sxm__fp8__tp1__pp1__ep{n}" and (c.tp, c.pp, c.gpus) == (1, 1, n)
         assert c.engine == "trtllm"
         configs = build_configs(model, [(device, fp8, 1, 1)], load_params(None), ep=n)
-        est = estimate_serving(configs, LengthDist(**PROMPT), LengthDist(**OUTPUT), slo=w.slo)
+        est = estimate_serving(configs, LengthDist(**PROMPT), LengthDist(**OUTPUT), slo=w.slo, devices=catalog.devices)
         assert c.capacity_qps[0] > 0
         assert c.capacity_qps[0] == pytest.approx(est["max_qps_at_slo"], abs=1e-4)  # estimate rounds to 4 decimals
         direct = capacity_at_slo(configs, LengthDist(**PROMPT), LengthDist(**OUTPUT), w.slo).max_qps[0]
