@@ -40,7 +40,7 @@ from optimizer.models.params import CalibrationParams
 
 DIFF_STEP_LOG = 0.01  # forward-difference step of the Jacobian in log(knob): a 1 % change
 NONFINITE_RESIDUAL = 1e3  # stands for a residual the model makes infinite or NaN (squared: far above any loss)
-MAX_ITERATIONS = 100  # trust-region iterations of a polish (each: one Jacobian = one evaluation per knob)
+MAX_ITERATIONS = 50  # trust-region iterations of a polish (each: one Jacobian = one evaluation per knob)
 NO_ONLINE_PREDICTION_LOSS = 25.0  # loss per online metric whose rows the serving model predicts none of
 
 

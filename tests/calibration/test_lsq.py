@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -27,8 +29,8 @@ from optimizer.calibration.predict import (
     online_predictor,
     predict_offline_throughput,
 )
-from optimizer.models.params import CalibrationParams, load_params
-from tests.conftest import CALIBRATION_CSV, EXAMPLES, MEASUREMENTS_2026_CSV
+from optimizer.models.params import CalibrationParams, FactorOverride, load_params
+from tests.conftest import CALIBRATION_CSV, EXAMPLES, MEASUREMENTS_2026_CSV, REPO
 
 CAT = load_catalog()
 METRICS = ("tpot_mean_ms", "ttft_mean_ms")
@@ -96,7 +98,6 @@ def test_an_online_metric_nobody_predicts_costs_25_times_its_weight(small_rows):
 
 def test_prior_residuals_square_to_the_shrinkage_penalty():
     """The case of test_shrinkage's penalty (λ 0.5: 0.110452 + 2.162039), as residuals."""
-    from optimizer.models.params import FactorOverride
     p = CalibrationParams(memory_bandwidth_efficiency=0.8, allreduce_latency_us=25.0, class_shrinkage=0.5,
                           overrides=[FactorOverride(generation="hopper", memory_bandwidth_efficiency=0.5,
                                                     alltoall_latency_us=200.0)])
@@ -150,3 +151,12 @@ def test_an_unknown_optimizer_is_an_error():
     rows = load_measurements(EXAMPLES / "measurements-example.csv", CAT)
     with pytest.raises(ValueError, match="unknown fit optimizer 'newton'"):
         fit_params(rows, CAT, optimizer="newton")
+
+
+def test_scipy_is_imported_only_when_a_fit_runs():
+    """``gpuplan --help`` and importing the calibration package do not import scipy (the polish imports it)."""
+    probe = ("import runpy, sys\nsys.argv = ['gpuplan', '--help']\nimport optimizer.calibration.calibrate\n"
+             "try:\n    runpy.run_module('cli.app', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+             "print('scipy' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, check=True, capture_output=True, text=True)
+    assert done.stdout.strip().splitlines()[-1] == "False"
