@@ -6,10 +6,11 @@ limited by the KV cache that fits (and the scheduler cap), fixed input/output le
 output tokens/s of the whole TP group.
 
 The fit minimises Σ (log predicted − log measured)² over the offline rows by cyclic
-coordinate search on a log-spaced grid per parameter, shrinking the grid each sweep
-(numpy only; the objective is cheap, non-smooth — max() and floor() — and has few
-parameters, so a derivative-free search is the robust choice). Every source group
-(software version) gets equal total weight, so the larger tables do not dominate.
+coordinate search on a log-spaced grid per parameter, shrinking the grid each sweep (robust
+to the objective's kinks — max() and floor() — but it moves one knob at a time, so on ~40
+correlated knobs it stops far from the minimum), then polishes every continuous knob at once
+by bounded least squares on the residual vector (``optimizer.calibration.lsq``). Every source
+group (software version) gets equal total weight, so the larger tables do not dominate.
 
 Fitted: the global memory-bandwidth and compute efficiencies, the per-step overhead,
 the usable memory fraction, the KV reservation of the output, and per-class overrides
@@ -161,6 +162,10 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
     params, best = search(params, knobs + override_knobs, loss, residuals, sweeps, optimizer)
     params = _typical_generation_defaults(params, loss, best)
     record = fit_record(usable, cat, params, data_file)
+    if optimizer == "polish":
+        record = record.model_copy(update={"method": record.method.replace(
+            "coordinate search on log-spaced grids", "coordinate search on log-spaced grids, then a trust-region "
+            "least-squares polish of the continuous knobs (scipy least_squares, log space)", 1)})
     if latency:
         record = record.model_copy(update={"method": record.method + f"; plus the squared log error of "
                                            f"e2e_latency_s over {len(latency)} offline latency rows (one fixed "
