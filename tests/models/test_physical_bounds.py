@@ -14,6 +14,8 @@ purpose (each ignores a cost the model must add), so a prediction beyond one is 
 - a generated token costs at least 2 FLOPs per active weight but the embedding table's:
   tokens/s ≤ G · peak / (2 · (active − vocab · hidden)), with
   peak the device's dense peak in the precision's compute dtype (the datasheet figure);
+- a prompt of L tokens costs at least 2 · L FLOPs per active weight: its prefill takes ≥ 2 · active · L /
+  (G · peak) (what `estimate` prints as ttft_ms);
 - at batch 1 the token's weights are read by the tp·ep GPUs of one stage after another (pp stages
   in series): time per token ≥ W / (tp · ep · BW);
 - KV capacity ≤ (G · memory − stored weights) / kv_bytes_per_token, and the sequences said to fit
@@ -44,6 +46,7 @@ from optimizer.models.perf import (
     decode_step_s,
     max_sequences,
     offline_throughput_tokens_s,
+    prefill_s,
     tpot_bound_ms,
 )
 
@@ -144,6 +147,10 @@ def _violations(model: Model, build=build_configs) -> list[str]:
         if b == 1:
             check("batch-1 time per token ms", step * 1e3, bound_1, True, PARAM_SLACK)
     check("tpot_bound_ms", np.asarray(tpot_bound_ms(c), dtype=float), bound_1, True, PARAM_SLACK)
+    ttft = np.asarray(prefill_s(c, INPUT_TOKENS), dtype=float)
+    for i in np.flatnonzero(run & ~(np.isfinite(ttft) & (ttft > 0))):
+        bad.append(f"{name(i)}: prefill of one prompt is {ttft[i]!r} s")
+    check("prefill s of one prompt (compute floor)", ttft, 2 * active * INPUT_TOKENS / (gpus * peak), True, PARAM_SLACK)
     b_off, t_off = (np.asarray(x, dtype=float) for x in offline_throughput_tokens_s(c, INPUT_TOKENS, OUTPUT_TOKENS))
     ok_off = run & (b_off >= 1)
     for i in np.flatnonzero(ok_off & ~(np.isfinite(t_off) & (t_off > 0))):
