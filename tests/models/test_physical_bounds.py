@@ -30,6 +30,7 @@ every configuration.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -49,6 +50,8 @@ from optimizer.models.perf import (
     prefill_s,
     tpot_bound_ms,
 )
+from optimizer.models.serving import capacity_at_slo, serve_at_rate
+from workloads.spec import SLO, LengthDist
 
 CAT = load_catalog(None)
 PARAMS = load_params(None)
@@ -60,6 +63,7 @@ SLACK = 1.0 + 1e-9  # float rounding only
 # biases; Mistral-Small-3.1 at bf16: 14.7202 ms against 14.7273 from the shapes): the weight-read
 # bounds allow 0.5 %, well under any real violation (leaving out a 1 GB embedding table is 7 %).
 PARAM_SLACK = 1.005
+SLO_CHECKED = SLO(ttft_p99_ms=5000, tpot_p99_ms=200)
 
 
 def _engines(device: Device) -> list[str]:
@@ -230,3 +234,82 @@ def test_the_bounds_can_fail():
 
     bad = _violations(CAT.models["llama-3.1-8b"], build=faster)
     assert any("tpot_bound_ms" in b for b in bad) and any("bandwidth roof" in b for b in bad), bad[:5]
+
+
+@functools.cache
+def _serving_violations(model_key: str) -> tuple[list[str], list[str]]:
+    """Capacity at an SLO and the p99s at half of it, for the smallest runnable tp per (device, precision)
+    at the default engine: (1) the SLO-safe output tokens/s is under the bandwidth and compute roofs at
+    the largest batch the KV cache could hold (B ≤ capacity / prompt tokens), all finite; (2) at half that
+    rate ``serve_at_rate`` (what ``estimate --qps`` prints) is unsaturated with finite 0 < p50 ≤ p99."""
+    model = CAT.models[model_key]
+    picks = []
+    for d in CAT.devices.values():
+        for q in CAT.precisions.values():
+            if q.unsupported_reason(d) is not None or q.compute_peak_tflops(d) is None:
+                continue
+            for t, p, _ in _shardings(model, d)[:6]:
+                c = build_configs(model, [(d, q, t, p)], PARAMS)
+                if bool(c.runnable[0]) and max_sequences(c, INPUT_TOKENS + OUTPUT_TOKENS)[0] >= 1:
+                    picks.append((d, q, t, p))
+                    break
+    if not picks:
+        return [], []
+    c = build_configs(model, picks, PARAMS)
+    prompt, output = LengthDist(mean=INPUT_TOKENS), LengthDist(mean=OUTPUT_TOKENS)
+    qps = np.asarray(capacity_at_slo(c, prompt, output, SLO_CHECKED).max_qps, dtype=float)
+    roof_bad, load_bad = [], []
+    gpus = np.array([t * p for _, _, t, p in picks], dtype=float)
+    bw = np.array([d.memory_bandwidth_tb_s * 1e12 for d, *_ in picks])
+    peak = np.array([q.compute_peak_tflops(d) * 1e12 for d, q, *_ in picks])
+    w = np.array([active_read(model) * q.weight_bytes_per_param for _, q, *_ in picks])
+    kv = np.array([0.0 if model.sliding_window_tokens else paper_kv_bytes_per_token(model, q) for _, q, *_ in picks])
+    b_max = np.maximum(np.asarray(c.kv_capacity_tokens, dtype=float) / INPUT_TOKENS, 1.0)
+    roof = np.minimum(b_max * gpus * bw / (w + b_max * (INPUT_TOKENS + OUTPUT_TOKENS / 2) * kv),
+                      gpus * peak / (2 * active_read(model)))
+    tps = qps * OUTPUT_TOKENS
+    for i, (d, q, t, p) in enumerate(picks):
+        where = f"{model.key} on {d.key} {q.key} tp{t} pp{p}"
+        if not (math.isfinite(qps[i]) and qps[i] >= 0):
+            roof_bad.append(f"{where}: max_qps_at_slo = {qps[i]!r}")
+        elif tps[i] > roof[i] * SLACK:
+            roof_bad.append(f"{where}: output tokens/s at the SLO {tps[i]:.6g} above the roof {roof[i]:.6g}")
+    ok = np.flatnonzero(qps > 0)
+    if len(ok):
+        r = serve_at_rate(c.take(ok), qps[ok] / 2, prompt, output)
+        for j, i in enumerate(ok):
+            d, q, t, p = picks[i]
+            where = (f"{model.key} on {d.key} {q.key} tp{t} pp{p} at {qps[i] / 2:.4g} req/s (half its SLO "
+                     f"capacity {qps[i]:.4g})")
+            if bool(r.saturated[j]):
+                load_bad.append(f"{where}: saturated, utilization {float(r.utilization[j]):.3g}")
+                continue
+            for m in ("ttft", "tpot"):
+                p50, p99 = float(getattr(r, f"{m}_p50_ms")[j]), float(getattr(r, f"{m}_p99_ms")[j])
+                if not (math.isfinite(p50) and math.isfinite(p99) and 0 < p50 <= p99 * SLACK):
+                    load_bad.append(f"{where}: {m} p50 {p50!r} / p99 {p99!r} not finite with 0 < p50 <= p99")
+    return roof_bad, load_bad
+
+
+@pytest.mark.parametrize("model_key", sorted(CAT.models))
+def test_capacity_at_slo_within_physical_bounds(model_key):
+    bad = _serving_violations(model_key)[0]
+    assert not bad, f"{len(bad)} violations:\n" + "\n".join(bad[:40])
+
+
+# Found by this test (hostile round 9), reported to the lead, not fixed here (optimizer/models/serving):
+# for these MoE models serve_at_rate calls a replica saturated at half the rate capacity_at_slo finds
+# SLO-safe, e.g. qwen3-30b-a3b on h100-sxm int8 tp1: capacity 13.72 req/s (ttft-limited), yet at 6.86
+# req/s utilization 1.30, saturated; the simulator at 13.7 req/s: TTFT p99 54 ms, TPOT p99 20 ms. strict:
+# the mark fails once they agree, so it is removed then.
+SERVE_AT_RATE_MOE = {"deepseek-r1", "deepseek-v3", "gpt-oss-120b", "gpt-oss-20b", "kimi-k2", "llama-4-maverick",
+                     "llama-4-scout", "mixtral-8x7b", "qwen3-235b-a22b", "qwen3-30b-a3b"}
+
+
+@pytest.mark.parametrize("model_key", [
+    pytest.param(k, marks=pytest.mark.xfail(strict=True, reason="serve_at_rate saturates MoE replicas below "
+                                            "their SLO capacity (reported, optimizer/models/serving)"))
+    if k in SERVE_AT_RATE_MOE else k for k in sorted(CAT.models)])
+def test_half_the_slo_capacity_is_unsaturated(model_key):
+    bad = _serving_violations(model_key)[1]
+    assert not bad, f"{len(bad)} violations:\n" + "\n".join(bad[:40])
