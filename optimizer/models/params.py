@@ -11,8 +11,8 @@ through the serving *engine* (``trtllm``, ``vllm``, ``sglang``) and the *compute
 the GEMMs (FP4 GEMMs reach a smaller share of their peak than FP8 ones).
 ``overrides`` are applied in order; an override matches a (device, engine, dtype) when every
 selector it gives (``vendor``, ``generation``, ``memory_type``, ``engine``, ``compute_dtype``,
-``weight_only``)
-equals the configuration's; later matches win.
+``weight_only``) equals the configuration's and the device's vendor is not one of its
+``exclude_vendors``; later matches win.
 
 The engine of a configuration defaults per vendor (``default_engine``): NVIDIA devices
 run TensorRT-LLM (``trtllm``, what NVIDIA publishes its tables with), every other vendor
@@ -22,17 +22,21 @@ TPU serve through vLLM back ends too). A workload or the CLI (``--engine``) may 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
-from catalog.errors import ModelError
+from catalog.errors import ModelError, suggest
 from catalog.files import format_validation_error, parse_yaml_text, read_yaml
 from catalog.schema import Device, Strict
+
+if TYPE_CHECKING:
+    from catalog.load import Catalog
 
 Fraction = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -58,6 +62,9 @@ class FactorOverride(Strict):
     """Factors for one class of devices; ``None`` keeps the value from the defaults."""
 
     vendor: str | None = None
+    exclude_vendors: list[str] | None = Field(None, description="every vendor but these (the fit writes it for "
+                                              "an engine measured on other vendors than the reference engine: "
+                                              "optimizer.calibration.fit.engine_selectors)")
     generation: str | None = None
     memory_type: str | None = None
     engine: Engine | None = None
@@ -86,6 +93,8 @@ class FactorOverride(Strict):
 
     def matches(self, device: Device, engine: str | None = None, compute_dtype: str | None = None,
                 weight_only: bool = False) -> bool:
+        if self.exclude_vendors is not None and device.vendor in self.exclude_vendors:
+            return False
         return all(
             want is None or want == have
             for want, have in ((self.vendor, device.vendor), (self.generation, device.generation),
@@ -96,10 +105,12 @@ class FactorOverride(Strict):
     @property
     def selector(self) -> str:
         """``vendor=amd,engine=vllm``: the selectors this override gives."""
-        return ",".join(f"{k}={getattr(self, k)}" for k in SELECTORS if getattr(self, k) is not None)
+        def text(v) -> str:
+            return "|".join(v) if isinstance(v, list) else str(v)
+        return ",".join(f"{k}={text(getattr(self, k))}" for k in SELECTORS if getattr(self, k) is not None)
 
 
-SELECTORS = ("vendor", "generation", "memory_type", "engine", "compute_dtype", "weight_only")
+SELECTORS = ("vendor", "exclude_vendors", "generation", "memory_type", "engine", "compute_dtype", "weight_only")
 FACTOR_FIELDS = ("memory_bandwidth_efficiency", "compute_efficiency", "attention_efficiency", "moe_efficiency",
                  "step_overhead_ms", "sequence_overhead_us", "max_batch_sequences", "alltoall_latency_us")
 
@@ -268,11 +279,31 @@ def parse_params(data: dict[str, Any], where: str) -> CalibrationParams:
                          + "; fix the file or re-run `gpuplan calibrate`") from None
 
 
-def load_params(path: Path | str | None = None) -> CalibrationParams:
+def check_selectors(params: CalibrationParams, devices: Mapping[str, Device], compute_dtypes: Iterable[str],
+                    where: str) -> CalibrationParams:
+    """``params`` if every override selector names a vendor, generation, memory type or GEMM dtype that
+    something in the catalog has; else a one-line error naming the override, the value and the choices
+    (``vendor: nvdia`` would otherwise match nothing, silently)."""
+    known = {"vendor": {d.vendor for d in devices.values()}, "generation": {d.generation for d in devices.values()},
+             "memory_type": {d.memory_type for d in devices.values()}, "compute_dtype": set(compute_dtypes)}
+    known["exclude_vendors"] = known["vendor"]
+    for i, o in enumerate(params.overrides):
+        for field, choices in known.items():
+            value = getattr(o, field)
+            for v in value if isinstance(value, list) else [value]:
+                if v is not None and v not in choices:
+                    raise ModelError(f"{where}: overrides.{i}.{field} '{v}' matches nothing in the catalog "
+                                     f"(known: {', '.join(sorted(choices))}){suggest(v, sorted(choices))}; "
+                                     "fix the override or drop it")
+    return params
+
+
+def load_params(path: Path | str | None = None, catalog: Catalog | None = None) -> CalibrationParams:
     """Calibration parameters from ``path``; ``None`` = the shipped ``optimizer/models/data/calibration.yaml``.
 
     Falls back to the built-in defaults only when the shipped file is absent (a source
-    checkout before the first calibration).
+    checkout before the first calibration). With ``catalog``, a file's override selectors are checked
+    against it (``check_selectors``).
     """
     if path is None:
         shipped = shipped_params_path()
@@ -282,7 +313,11 @@ def load_params(path: Path | str | None = None) -> CalibrationParams:
                                             shipped=True),
                             f"built-in {PARAMS_FILE}")
     data = read_yaml(path, "calibration parameters", ModelError)
-    return parse_params(data, str(path))
+    params = parse_params(data, str(path))
+    if catalog is not None:
+        dtypes = {q.compute_dtype for q in catalog.precisions.values()}
+        params = check_selectors(params, catalog.devices, dtypes, str(path))
+    return params
 
 
 def params_to_yaml(params: CalibrationParams, header: str = "") -> str:
