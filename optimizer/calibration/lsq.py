@@ -96,8 +96,9 @@ def polish(params: CalibrationParams, knobs: Sequence, residuals: Callable[[Cali
     """Minimise ``‖residuals(p)‖²`` over the continuous ``knobs`` (``fit._Knob``: get/set/low/high) from
     ``params`` with ``scipy.optimize.least_squares`` (method "trf", bounds = the knobs' bounds in log,
     ``x_scale`` 1 per log unit, a forward-difference Jacobian of ``DIFF_STEP_LOG`` in log, stepping
-    backward at an upper bound), at most ``max_iterations`` steps (each 1 + len(knobs) evaluations). Returns the best point seen (never worse
-    than ``params``) and its loss; a non-finite residual counts as ``NONFINITE_RESIDUAL``; a knob whose start lies outside its bounds is clipped into them."""
+    backward at an upper bound), at most ``max_iterations`` steps (each 1 + len(knobs) evaluations).
+    Returns the best point evaluated (never worse than ``params``) and its loss. A non-finite residual
+    counts as ``NONFINITE_RESIDUAL``; a knob whose start lies outside its bounds is clipped into them."""
     from scipy.optimize import least_squares  # lazy: only a fit needs scipy
 
     if not knobs:
