@@ -31,8 +31,10 @@ while the measured requests arrive (no warm-up, no drain).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
+from heapq import heappop, heappush
 
 import numpy as np
 
@@ -45,6 +47,7 @@ from optimizer.models.lengths import sample_tokens
 from workloads.spec import LengthDist
 
 PERCENTILES = (50.0, 90.0, 99.0)
+_INF = float("inf")
 
 
 class StepTime:
@@ -79,6 +82,9 @@ class StepTime:
         self._model = one.model
         self._plain = one.model.sliding_window_tokens is None  # effective context = context (no window)
         self._pre = float(probe[2] - self._a[1]) / float(effective_context(one.model, 1000.0))  # per n·span
+        # a decode-only step's A(b) + B(b) and a_dec·b, tabulated by b (the same operations, elementwise)
+        self._ab = (by_tokens + (by_batch - by_tokens)).tolist()
+        self._att_b = (self._att * tokens).tolist()
         self.max_tokens = max_tokens
         self._check(one)
 
@@ -283,18 +289,29 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
     if windowed:
         w_full, w_layers, w_tokens, n_layers = (m.num_layers - m.windowed_layers, m.windowed_layers,
                                                 m.sliding_window_tokens, m.num_layers)
+    # a decode-only step (no prefill tokens) is A(b) + B(b) + (a_dec·b)·c + a_pre·0·0.0, and the last
+    # term is 0.0 when a_pre is finite: A(b) + B(b) and a_dec·b are tabulated by b (StepTime)
+    decode_only = math.isfinite(pre)
+    ab_tab, att_tab = step_s._ab, step_s._att_b
+    floor_cap = math.floor(cap_kv)  # KV occupancies are whole tokens: kv + b > cap_kv <=> kv > floor(cap_kv) - b
+    pending: list[int] = []  # the steps of done_at, a heap (each pushed once, when its entry is created)
+    arr_s = arr + [_INF]  # a sentinel past the last arrival
+    t_next = arr_s[0]
     kv_append, t_append = kv_steps.append, t_steps.append
     pop_done = done_at.pop
+    wait_append, wait_pop = waiting.append, waiting.popleft
 
     while True:
-        while nxt < n_req and arr[nxt] <= t:
-            waiting.append(nxt)
-            nxt += 1
-        if backlog_at_end < 0 and nxt == n_req:
-            backlog_at_end = len(waiting) + len(prefilling) + b
+        if t_next <= t:
+            while arr_s[nxt] <= t:
+                wait_append(nxt)
+                nxt += 1
+            t_next = arr_s[nxt]
+            if backlog_at_end < 0 and nxt == n_req:
+                backlog_at_end = len(waiting) + len(prefilling) + b
         # admission (FCFS, head of line blocks)
         while waiting and n_admitted < max_seqs and kv_used + eff_prompt[waiting[0]] + 1 <= cap_kv:
-            rid = waiting.popleft()
+            rid = wait_pop()
             kv_used += eff_prompt[rid] + 1  # the prompt and the token its prefill emits
             prefilling.append([rid, eff_prompt[rid] - skip[rid], offset[rid]])
             n_admitted += 1
@@ -321,22 +338,68 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
             eff_prompt[victim] = plen[victim] + generated[victim]
             waiting.appendleft(victim)
             preemptions += 1
-        # chunked prefill, FCFS
+        if b and not prefilling and decode_only:
+            # decode-only steps until the next one sees an arrival, a completion or a preemption
+            while pending[0] <= step:  # steps already done (a running sequence completes later)
+                heappop(pending)
+            next_done = pending[0]
+            kv_limit = floor_cap - b
+            ab, att_b, b0, s0 = ab_tab[b], att_tab[b], b, step
+            while True:
+                ctx = ctx_sum / b
+                if windowed:
+                    ctx = (w_full * ctx + w_layers * ((ctx + w_tokens - abs(ctx - w_tokens)) / 2)) / n_layers
+                dt = ab + att_b * ctx
+                t += dt
+                batch_time += b * dt
+                step += 1
+                ctx_sum += b
+                kv_used += b
+                if step == next_done:
+                    if step - s0 > 1 and kv_used - b > max_kv:  # the previous step's occupancy
+                        max_kv = kv_used - b
+                    for rid, ep in pop_done(step):
+                        if epoch[rid] != ep:
+                            continue
+                        is_running[rid] = False
+                        finish[rid] = t
+                        generated[rid] = olen[rid]
+                        ctx_v = ctx_entry[rid] + (step - entry_step[rid])
+                        ctx_sum -= ctx_v
+                        kv_used -= ctx_v
+                        b -= 1
+                        n_admitted -= 1
+                    heappop(pending)
+                    kv_append(kv_used)
+                    t_append(t)
+                    break
+                kv_append(kv_used)
+                t_append(t)
+                if t >= t_next or kv_used > kv_limit:
+                    break
+            if kv_used > max_kv:
+                max_kv = kv_used
+            out_tokens_done += b0 * (step - s0)
+            continue
+        # chunked prefill, FCFS: whole prompts while they fit in the budget, then part of the next one
         budget = chunk
-        n_pre = 0
         span_tok = 0.0
         completed: list[int] = []
         for item in prefilling:
-            if budget <= 0:
-                break
-            take = item[1] if item[1] < budget else budget
-            span_tok += take * (item[2] + take / 2.0)
-            item[1] -= take
-            item[2] += take
-            budget -= take
-            n_pre += take
-            if item[1] == 0:
+            take = item[1]
+            if take <= budget:
+                span_tok += take * (item[2] + take / 2.0)
+                budget -= take
                 completed.append(item[0])
+                if budget <= 0:
+                    break
+            else:
+                span_tok += budget * (item[2] + budget / 2.0)
+                item[1] = take - budget
+                item[2] += budget
+                budget = 0
+                break
+        n_pre = chunk - budget
         for _ in completed:
             prefilling.popleft()
         ctx = ctx_sum / b if b else 0.0
@@ -364,12 +427,13 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
             b -= 1
             n_admitted -= 1
         # prefill completions emit a token at the end of this step
+        out_tokens_done += len(completed)
         for rid in completed:
-            if generated[rid] == 0:
+            emitted = generated[rid] + 1
+            if emitted == 1:
                 first[rid] = t
-            generated[rid] += 1
-            out_tokens_done += 1
-            remaining = olen[rid] - generated[rid]
+            generated[rid] = emitted
+            remaining = olen[rid] - emitted
             if remaining <= 0:
                 finish[rid] = t
                 kv_used -= eff_prompt[rid] + 1
@@ -378,10 +442,16 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
             is_running[rid] = True
             running_order.append(rid)
             entry_step[rid] = step
-            ctx_entry[rid] = eff_prompt[rid] + 1
-            ctx_sum += ctx_entry[rid]
+            ctx_entry[rid] = held = eff_prompt[rid] + 1
+            ctx_sum += held
             b += 1
-            done_at.setdefault(step + remaining, []).append((rid, epoch[rid]))
+            key = step + remaining
+            entries = done_at.get(key)
+            if entries is None:
+                done_at[key] = [(rid, epoch[rid])]
+                heappush(pending, key)
+            else:
+                entries.append((rid, epoch[rid]))
         if kv_used > max_kv:
             max_kv = kv_used
         kv_append(kv_used)
