@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from heapq import heappop, heappush
 
 import numpy as np
@@ -125,6 +126,13 @@ def _select(c: Configs, index: int) -> Configs:
     return Configs(**kwargs)
 
 
+def step_time_for(c: Configs, index: int, max_sequences: int | None = None,
+                  prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS) -> StepTime:
+    """The step time ``simulate`` builds for these arguments (tables up to max_sequences + chunk
+    tokens), for callers that run several simulations of one configuration."""
+    return StepTime(c, index, int(max_sequences or c.max_batch_sequences) + int(prefill_chunk_tokens))
+
+
 @dataclass(frozen=True)
 class Percentile:
     """One latency percentile (ms) with a 95 % order-statistic (binomial) confidence interval."""
@@ -140,15 +148,14 @@ class SimResult:
 
     ``ttft_s``, ``e2e_s`` have one entry per measured request; ``tpot_s`` per measured
     request with more than one output token. The first ``warmup`` requests (arriving into
-    an empty replica) are excluded from all statistics.
+    an empty replica) are excluded from all statistics. The percentiles and the KV occupancy
+    statistics are computed when first read (a caller that needs only the latencies, such as
+    ``optimizer.planning.verify``, does not pay for them).
     """
 
     ttft_s: np.ndarray
     tpot_s: np.ndarray
     e2e_s: np.ndarray
-    ttft: dict[float, Percentile]
-    tpot: dict[float, Percentile]
-    e2e: dict[float, Percentile]
     mean_ttft_s: float
     mean_tpot_s: float
     mean_itl_s: float  # token-weighted mean inter-token latency (what benchmarks call ITL)
@@ -158,10 +165,41 @@ class SimResult:
     preemptions: int
     mean_batch: float
     max_kv_tokens: float
-    kv_p99_tokens: float  # p99 of the KV occupancy sampled once per step (steady-state window)
-    kv_mean_tokens: float  # mean of the same samples
     duration_s: float
     backlog_at_end: int  # requests not finished when the arrivals stopped (saturation sign)
+    steady_window_s: tuple[float, float]  # (first measured arrival, last arrival): the KV statistics' window
+    step_end_s: list[float] = field(repr=False)  # end time of every step
+    step_kv_tokens: list[float] = field(repr=False)  # KV occupancy at the end of every step
+
+    @cached_property
+    def ttft(self) -> dict[float, Percentile]:
+        return {q: percentile_ci(self.ttft_s, q) for q in PERCENTILES}
+
+    @cached_property
+    def tpot(self) -> dict[float, Percentile]:
+        return {q: percentile_ci(self.tpot_s, q) for q in PERCENTILES}
+
+    @cached_property
+    def e2e(self) -> dict[float, Percentile]:
+        return {q: percentile_ci(self.e2e_s, q) for q in PERCENTILES}
+
+    @cached_property
+    def steady_kv_tokens(self) -> np.ndarray:
+        """KV occupancy of the steps that end while the measured requests arrive (no warm-up, no drain)."""
+        ts = np.asarray(self.step_end_s)
+        lo, hi = self.steady_window_s
+        steady = (ts >= lo) & (ts <= hi)
+        return np.asarray(self.step_kv_tokens)[steady] if steady.any() else np.asarray(self.step_kv_tokens or [0.0])
+
+    @cached_property
+    def kv_p99_tokens(self) -> float:
+        """p99 of the KV occupancy sampled once per step (steady-state window)."""
+        return float(np.percentile(self.steady_kv_tokens, 99.0))
+
+    @cached_property
+    def kv_mean_tokens(self) -> float:
+        """Mean of the same samples."""
+        return float(self.steady_kv_tokens.mean())
 
 
 def percentile_ci(x: np.ndarray, q: float, confidence: float = 0.95) -> Percentile:
@@ -231,7 +269,7 @@ def simulate(
     held = (prompts - shared).astype(prompts.dtype) if shared_prefix_tokens else prompts
     chunk = int(prefill_chunk_tokens)
     if step_time is None:
-        step_time = StepTime(c, index, max_seqs + chunk)
+        step_time = StepTime(c, index, max_seqs + chunk)  # what step_time_for(c, index, max_sequences, chunk) builds
     longest = int(held.max() + outputs.max())
     if longest > cap_kv:
         raise ModelError(f"{c.keys[index]}: a request of {longest:,} tokens does not fit in the KV cache "
@@ -465,20 +503,13 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
     multi = o > 1
     tpot = (e2e[multi] - ttft[multi]) / (o[multi] - 1)
     itl = float((e2e[multi] - ttft[multi]).sum() / (o[multi] - 1).sum()) if multi.any() else float("nan")
-    # KV occupancy per step while the measured requests arrive (no warm-up, no drain)
-    ts = np.asarray(t_steps)
-    steady = (ts >= (arr[warm] if warm < n_req else 0.0)) & (ts <= arr[-1])
-    kv = np.asarray(kv_steps)[steady] if steady.any() else np.asarray(kv_steps or [0.0])
     return SimResult(
         ttft_s=ttft, tpot_s=tpot, e2e_s=e2e,
-        ttft={q: percentile_ci(ttft, q) for q in PERCENTILES},
-        tpot={q: percentile_ci(tpot, q) for q in PERCENTILES},
-        e2e={q: percentile_ci(e2e, q) for q in PERCENTILES},
         mean_ttft_s=float(ttft.mean()), mean_tpot_s=float(tpot.mean()) if len(tpot) else float("nan"),
         mean_itl_s=itl,
         output_tokens_per_s=float(out_tokens_done / t) if t > 0 else 0.0,
         requests=len(a), steps=step, preemptions=preemptions,
-        mean_batch=batch_time / t if t > 0 else 0.0, max_kv_tokens=max_kv,
-        kv_p99_tokens=float(np.percentile(kv, 99.0)), kv_mean_tokens=float(kv.mean()), duration_s=t,
+        mean_batch=batch_time / t if t > 0 else 0.0, max_kv_tokens=max_kv, duration_s=t,
         backlog_at_end=max(backlog_at_end, 0),
+        steady_window_s=(arr[warm] if warm < n_req else 0.0, arr[-1]), step_end_s=t_steps, step_kv_tokens=kv_steps,
     )
