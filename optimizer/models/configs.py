@@ -115,6 +115,7 @@ class Configs(LazySubset):
     moe_tile_tokens: float
     offline_whole_prompts: bool  # CalibrationParams.offline_whole_prompts (perf.offline_throughput_tokens_s)
     ep_allgather: bool  # CalibrationParams.ep_allgather: all-gather dispatch + BF16 reduce-scatter combine
+    offline_prefill_chunk_tokens: float | None  # CalibrationParams.offline_prefill_chunk_tokens (perf.offline_step_s)
     alltoall_latency_s: np.ndarray  # per combo: alltoall_latency_us, or the link's all-reduce latency
     pp_hop_latency_s: float
     pp_microbatch_overhead_s: float
@@ -247,6 +248,7 @@ def build_configs(
         expert_weight_bytes=(model.params_per_expert if model.is_moe else 0.0) * mem.wbpp,
         smooth_max_exponent=float(params.smooth_max_exponent), moe_tile_tokens=float(params.moe_tile_tokens),
         offline_whole_prompts=params.offline_whole_prompts, ep_allgather=params.ep_allgather,
+        offline_prefill_chunk_tokens=params.offline_prefill_chunk_tokens,
         alltoall_latency_s=_alltoall_latency_s(fac, allreduce_s),
         pp_hop_latency_s=params.pp_hop_latency_us / 1e6,
         pp_microbatch_overhead_s=params.pp_microbatch_overhead_us / 1e6,

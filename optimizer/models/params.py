@@ -174,6 +174,10 @@ class CalibrationParams(Strict):
         "sequences finish (Poisson per step and attention rank, the lockstep ranks of an EP replica "
         "wait for the busiest: optimizer.models.perf.offline_step_s); false = every step prefills the "
         "mean input·batch/output tokens (the fit of the shipped parameters)")
+    offline_prefill_chunk_tokens: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = Field(
+        None, description="with offline_whole_prompts: a prompt is prefilled in chunks of at most this many tokens, "
+        "one per attention rank and step (chunked prefill under the engine's per-rank token budget, TensorRT-LLM "
+        "max_num_tokens); None = whole prompts in one step")
     ep_allgather: bool = Field(
         False, description="expert-parallel MoE communication: true = every token's hidden state is all-gathered to "
         "every one of the e ranks (e − 1 copies, quantized to the experts' GEMM input: 1 B FP8, 0.5625 B NVFP4, 2 B "

@@ -360,14 +360,20 @@ def offline_step_s(c: Configs, batch, input_tokens, output_tokens) -> np.ndarray
     (``busiest_rank_prompts``; the routed experts see the mean b·input/output tokens less the
     P0 share, the dense part and attention the busiest rank's e·n1·input; attention span input/2).
     A scheduler that balances prompts over the ranks (TensorRT-LLM ``attention_dp_config
-    enable_balance``) is not modelled: there the busiest rank is the mean one."""
+    enable_balance``) is not modelled: there the busiest rank is the mean one.
+
+    With ``CalibrationParams.offline_prefill_chunk_tokens`` = M a prompt is prefilled in chunks of
+    u = min(input, M) tokens, one chunk per rank and step at most (chunked prefill under the engine's
+    per-rank token budget): the unit that starts is a chunk, λ = (b/e)·(input/u)/output chunks per rank
+    and step, and the busiest rank's tokens are e·n1·u (a 32k prompt under M = 8192: 4 chunks)."""
     ndim, (b, inp, out) = _prep(c, batch, input_tokens, output_tokens)
     e = column(c.ep.astype(float), ndim)
-    p0, n1 = busiest_rank_prompts(b / e / np.maximum(out, 1.0), e)
+    unit = inp if c.offline_prefill_chunk_tokens is None else np.minimum(inp, c.offline_prefill_chunk_tokens)
+    p0, n1 = busiest_rank_prompts(b / e * (inp / unit) / np.maximum(out, 1.0), e)
     ctx = inp + out / 2.0
     idle = decode_step_s(c, b, ctx)
     mean_tokens = b * inp / np.maximum(out, 1.0) / np.maximum(1.0 - p0, 1e-300)  # in a step that has prompts
-    busy = _decode_step(c, b, ctx, mean_tokens, inp / 2.0, e * n1 * inp, sides=False).step_s
+    busy = _decode_step(c, b, ctx, mean_tokens, inp / 2.0, e * n1 * unit, sides=False).step_s
     return p0 * idle + (1.0 - p0) * busy
 
 

@@ -18,7 +18,13 @@ from optimizer.models.moe_routing import (
     remote_ranks_per_token,
 )
 from optimizer.models.params import CalibrationParams
-from optimizer.models.perf import decode_parts
+from optimizer.models.perf import (
+    _decode_step,
+    busiest_rank_prompts,
+    decode_parts,
+    decode_step_s,
+    offline_step_s,
+)
 from tests.models.test_perf_v2 import BF16, FP4, FP8, ZERO_HOST, dense, device, moe
 
 
@@ -78,3 +84,27 @@ def test_the_flag_leaves_dense_and_single_rank_replicas_alone():
         b = build_configs(model, [(device(), FP8, tp, 1)], off, ep=ep)
         assert float(decode_parts(a, 64.0, 512.0, 128.0, 64.0).step_s[0]) == float(
             decode_parts(b, 64.0, 512.0, 128.0, 64.0).step_s[0])
+
+
+def test_prefill_chunks_start_as_units_of_the_token_budget():
+    """offline_prefill_chunk_tokens M: moe() at ep 8, b 800 (100 per rank), input 8192, output 1024. Whole
+    prompts: λ = 100/1024 = 0.09766 per rank and step, the busiest rank e·n1·8192 tokens; chunks of
+    M = 2048: λ = 100·4/1024 = 0.3906 chunks, e·λ = 3.125, P0 = e^(−3.125) = 0.04394, the busiest rank
+    e·n1·2048 tokens. M at or above the prompt gives the whole-prompt step, the same bits."""
+    base = dict(**ZERO_HOST, offline_whole_prompts=True, alltoall_latency_us=0.0)
+    whole = build_configs(moe(), [(device(), BF16, 1, 1)], CalibrationParams(**base), ep=8)
+    same = build_configs(moe(), [(device(), BF16, 1, 1)],
+                         CalibrationParams(**base, offline_prefill_chunk_tokens=8192.0), ep=8)
+    chunked = build_configs(moe(), [(device(), BF16, 1, 1)],
+                            CalibrationParams(**base, offline_prefill_chunk_tokens=2048.0), ep=8)
+    step = {name: float(offline_step_s(c, 800.0, 8192.0, 1024.0)[0])
+            for name, c in (("whole", whole), ("same", same), ("chunked", chunked))}
+    assert step["same"] == step["whole"]
+    p0, n1 = busiest_rank_prompts(100.0 * 4 / 1024, 8.0)
+    assert float(p0) == pytest.approx(0.04394, rel=1e-3)
+    ctx = 8192.0 + 512.0
+    idle = float(decode_step_s(chunked, 800.0, ctx)[0])
+    mean_tokens = 800.0 * 8.0 / (1.0 - float(p0))
+    busy = float(_decode_step(chunked, 800.0, ctx, mean_tokens, 4096.0, 8.0 * float(n1) * 2048.0, sides=False).step_s[0])
+    assert step["chunked"] == pytest.approx(float(p0) * idle + (1.0 - float(p0)) * busy, rel=1e-12)
+    assert step["chunked"] < step["whole"]  # the busiest rank carries ~1.7 chunks, not a whole 8k prompt
