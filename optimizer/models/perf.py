@@ -20,7 +20,9 @@ of t GPUs and the routed experts are split e ways, as TensorRT-LLM's "DEP" does)
   in prefill, ``2·L·H·(2·d + d_rope)``: ``optimizer.models.attention``),
   ``t_comm = L/p · 2 · (2·(t−1)/t · T/e·hidden·act / link + latency)`` (tensor parallel)
   ``+ moe_layers/p · 2 · (r·T/e·hidden·act / link + latency)`` (dispatch and combine all-to-alls,
-  r = the other ranks a token goes to, ≤ e − 1: ``moe_routing.remote_ranks_per_token``),
+  r = the other ranks a token goes to, ≤ e − 1: ``moe_routing.remote_ranks_per_token``; with
+  ``CalibrationParams.ep_allgather`` r = e − 1 and act = (dispatch bytes + 2)/2, the all-gather of the
+  quantized tokens and the BF16 reduce-scatter of TensorRT-LLM's attention-DP MoE: ``moe_routing``),
   ``t_hop = T·hidden·act/link + hop latency`` (p > 1 only);
   the step (every sequence advances one token) = ``p·(t_gemm + t_attn + t_prefill_attn +
   t_comm + t_hop) + t_host`` with ``t_host = step_overhead + (b/e)·sequence_overhead +
@@ -119,7 +121,8 @@ def _gemm_s(c: Configs, tokens: np.ndarray, ndim: int,
 def _comm_s(c: Configs, tokens: np.ndarray, ndim: int) -> np.ndarray:
     """Communication of one stage pass of ``tokens`` tokens (all ranks): tensor-parallel ring
     all-reduces (2·(t−1)/t · T/e·hidden·act / link + latency each), expert-parallel all-to-alls
-    (r·T/e·hidden·act / link + latency each, r = ``remote_ranks_per_token``) and the pipeline hop to the next stage.
+    (r·T/e·hidden·act / link + latency each, r = ``moe_routing.ranks_receiving_token``) and the pipeline hop
+    to the next stage.
 
     A term that is 0 for every configuration (no all-to-all at e = 1, no hop at p = 1, no
     all-reduce at t = 1) is left out of the sum: adding its zeros would give the same bits (for
