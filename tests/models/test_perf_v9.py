@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from optimizer.calibration.calibrate import structure_of
 from optimizer.models.configs import build_configs
 from optimizer.models.moe_routing import (
     dispatch_bytes_per_element,
@@ -108,3 +109,12 @@ def test_prefill_chunks_start_as_units_of_the_token_budget():
     busy = float(_decode_step(chunked, 800.0, ctx, mean_tokens, 4096.0, 8.0 * float(n1) * 2048.0, sides=False).step_s[0])
     assert step["chunked"] == pytest.approx(float(p0) * idle + (1.0 - float(p0)) * busy, rel=1e-12)
     assert step["chunked"] < step["whole"]  # the busiest rank carries ~1.7 chunks, not a whole 8k prompt
+
+
+def test_calibrate_keeps_the_ep_structure_in_its_leave_out_refits():
+    """``gpuplan calibrate`` restarts every leave-out refit from the defaults plus the start's structure:
+    ep_allgather and offline_prefill_chunk_tokens travel with offline_whole_prompts, the fitted 0.41 does not."""
+    start = CalibrationParams(memory_bandwidth_efficiency=0.41, offline_whole_prompts=True, ep_allgather=True,
+                              offline_prefill_chunk_tokens=2048.0)
+    assert structure_of(start) == CalibrationParams(offline_whole_prompts=True, ep_allgather=True,
+                                                    offline_prefill_chunk_tokens=2048.0)
