@@ -26,6 +26,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +41,7 @@ from optimizer.calibration.predict import (
     online_predictor,
     predict_offline_throughput,
 )
-from optimizer.models.params import CalibrationParams, FactorOverride, FitRecord
+from optimizer.models.params import CalibrationParams, FactorOverride, FitRecord, default_engine
 
 # ---------------------------------------------------------------------------------------
 # Fitting
@@ -290,7 +291,8 @@ def class_overrides(rows: Sequence[Measurement], cat: Catalog, devices: Sequence
     - weight-only precisions (compute and grouped-GEMM efficiency: a W4A16 GEMM dequantizes each
       weight tile to 16 bit inside the kernel), when the data hold other precisions too;
     - each engine other than trtllm (bandwidth and compute efficiency, step and per-sequence host
-      time), when the data hold trtllm rows too.
+      time), when the data hold trtllm rows too (``engine_selectors``: an engine measured only on
+      vendors TensorRT-LLM was not measured on selects every vendor but TensorRT-LLM's).
     Never per device key. ``a2a_start_us``: where a generation's all-to-all knob starts (``fit_params``:
     the start's ``alltoall_latency_us``, else its ``allreduce_latency_us``).
     """
@@ -345,7 +347,7 @@ def class_overrides(rows: Sequence[Measurement], cat: Catalog, devices: Sequence
                 # started at the defaults' values, so the engine's rows never fall through to (and drag)
                 # the GEMM-dtype and generation overrides that the trtllm rows identify
                 start = CalibrationParams()
-                add(FactorOverride(engine=e, note=f"fitted on {', '.join(on)}",  # type: ignore[arg-type]
+                add(FactorOverride(**engine_selectors(rows, cat, e), note=f"{e}, fitted on {', '.join(on)}",
                                    memory_bandwidth_efficiency=start.memory_bandwidth_efficiency,
                                    compute_efficiency=start.compute_efficiency,
                                    step_overhead_ms=start.step_overhead_ms,
@@ -353,6 +355,27 @@ def class_overrides(rows: Sequence[Measurement], cat: Catalog, devices: Sequence
                     [("memory_bandwidth_efficiency", 0.3, 1.0), ("compute_efficiency", 0.05, 1.0),
                      ("step_overhead_ms", 0.02, 30.0), ("sequence_overhead_us", 0.5, 200.0)])
     return overrides, knobs
+
+
+def engine_selectors(rows: Sequence[Measurement], cat: Catalog, engine: str) -> dict[str, Any]:
+    """The selectors of the override fitted on ``engine``'s rows (``class_overrides``).
+
+    When no vendor of ``engine``'s rows is measured with TensorRT-LLM as well, the rows cannot tell the
+    engine from those vendors' hardware and kernel stacks (the shipped fit: vLLM is measured on MI300X
+    alone, whose FP8 GEMMs under ROCm reach ~0.18 of the datasheet peak where H100's reach 0.76 under
+    TensorRT-LLM). The override then selects every vendor but the TensorRT-LLM-measured ones
+    (``exclude_vendors``), whatever the engine: an NVIDIA device served by vLLM keeps the NVIDIA classes'
+    factors, an MI300X served by SGLang (the same ROCm GEMM and attention kernels) gets what was measured
+    on MI300X, and a vendor nobody measured is assumed to reach what the measured non-NVIDIA stack
+    reaches, not what TensorRT-LLM reaches on NVIDIA. Otherwise the engine alone is the selector."""
+    def vendors(e: str) -> set[str]:
+        on = (cat.devices[m.device_key] for m in rows)  # type: ignore[index]
+        return {d.vendor for m, d in zip(rows, on, strict=True) if (m.engine or default_engine(d)) == e}
+
+    reference = vendors("trtllm")
+    if reference and not vendors(engine) & reference:
+        return {"exclude_vendors": sorted(reference)}
+    return {"engine": engine}
 
 
 def online_fit_rows(rows: Sequence[Measurement]) -> list[Measurement]:

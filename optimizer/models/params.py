@@ -11,8 +11,8 @@ through the serving *engine* (``trtllm``, ``vllm``, ``sglang``) and the *compute
 the GEMMs (FP4 GEMMs reach a smaller share of their peak than FP8 ones).
 ``overrides`` are applied in order; an override matches a (device, engine, dtype) when every
 selector it gives (``vendor``, ``generation``, ``memory_type``, ``engine``, ``compute_dtype``,
-``weight_only``)
-equals the configuration's; later matches win.
+``weight_only``) equals the configuration's and the device's vendor is not one of its
+``exclude_vendors``; later matches win.
 
 The engine of a configuration defaults per vendor (``default_engine``): NVIDIA devices
 run TensorRT-LLM (``trtllm``, what NVIDIA publishes its tables with), every other vendor
@@ -58,6 +58,9 @@ class FactorOverride(Strict):
     """Factors for one class of devices; ``None`` keeps the value from the defaults."""
 
     vendor: str | None = None
+    exclude_vendors: list[str] | None = Field(None, description="every vendor but these (the fit writes it for "
+                                              "an engine measured on other vendors than the reference engine: "
+                                              "optimizer.calibration.fit.engine_selectors)")
     generation: str | None = None
     memory_type: str | None = None
     engine: Engine | None = None
@@ -86,6 +89,8 @@ class FactorOverride(Strict):
 
     def matches(self, device: Device, engine: str | None = None, compute_dtype: str | None = None,
                 weight_only: bool = False) -> bool:
+        if self.exclude_vendors is not None and device.vendor in self.exclude_vendors:
+            return False
         return all(
             want is None or want == have
             for want, have in ((self.vendor, device.vendor), (self.generation, device.generation),
@@ -96,10 +101,12 @@ class FactorOverride(Strict):
     @property
     def selector(self) -> str:
         """``vendor=amd,engine=vllm``: the selectors this override gives."""
-        return ",".join(f"{k}={getattr(self, k)}" for k in SELECTORS if getattr(self, k) is not None)
+        def text(v) -> str:
+            return "|".join(v) if isinstance(v, list) else str(v)
+        return ",".join(f"{k}={text(getattr(self, k))}" for k in SELECTORS if getattr(self, k) is not None)
 
 
-SELECTORS = ("vendor", "generation", "memory_type", "engine", "compute_dtype", "weight_only")
+SELECTORS = ("vendor", "exclude_vendors", "generation", "memory_type", "engine", "compute_dtype", "weight_only")
 FACTOR_FIELDS = ("memory_bandwidth_efficiency", "compute_efficiency", "attention_efficiency", "moe_efficiency",
                  "step_overhead_ms", "sequence_overhead_us", "max_batch_sequences", "alltoall_latency_us")
 

@@ -5,15 +5,18 @@ utilisation is u = Σ_b q_b/μ_b / r and each bucket b with load is simulated on
 replica at u·μ_b req/s (the same convention as the predicted p99s of the plan), with the
 bucket's length distributions: up to ``REPLICATIONS`` independent runs (seeds seed, seed+1, ...)
 of ``VERIFY_REQUESTS`` Poisson arrivals each. The simulated p99 is that of all runs'
-requests pooled; its 95 % confidence interval is mean ± t·sd/√R of the runs' own p99s
-(replications: queueing makes successive requests' latencies correlated, so the
-order-statistic interval of one run is far too narrow — seeds 0-2 of one chat deployment
-give 765-1,419 ms at 4,000 requests). The worst p99 over the buckets of each metric is
+requests pooled; its 95 % confidence interval is exp(m ± t·s/√R), m and s the mean and standard
+deviation of the runs' own log p99s (replications: queueing makes successive requests' latencies
+correlated, so the order-statistic interval of one run is far too narrow — seeds 0-2 of one chat
+deployment give 765-1,419 ms at 4,000 requests; in logs, because a p99 is positive and its spread
+multiplicative: near saturation the runs differ by factors, and mean ± t·sd of the raw p99s went
+below zero — a 26,773 ms p99 against a 2,000 ms SLO was reported as (−7,202, 22,070), "cannot be
+told from the SLO", and not re-sized). The interval is widened to contain the pooled p99. The worst p99 over the buckets of each metric is
 compared with the workload's SLO.
 
 **Sequential stopping rule.** A bucket stops after R < REPLICATIONS runs (R ≥ MIN_REPLICATIONS)
-when, for every metric with an SLO, the one-sided 99 % t-bound of the runs' mean p99 clears
-the SLO — mean + t₀.₉₉·sd/√R < SLO (met) or mean − t₀.₉₉·sd/√R > SLO (missed) — and otherwise
+when, for every metric with an SLO, the one-sided 99 % t-bound of the runs' mean log p99 clears
+the SLO — exp(m + t₀.₉₉·s/√R) < SLO (met) or exp(m − t₀.₉₉·s/√R) > SLO (missed) — and otherwise
 runs on to REPLICATIONS, where the pooled p99 decides as before. With looks at R = 2, 3, 4
 the chance that an early stop decides a metric the wrong way is at most 3 × 1 % (Bonferroni),
 under the t-model of the runs' p99s; a deployment far from its SLO (most of them) costs 2 runs
@@ -194,11 +197,17 @@ def _decided(runs: list[dict[str, np.ndarray]], w) -> bool:
         each = np.array([np.percentile(run[attr], 99.0) for run in runs if len(run[attr])]) * 1e3
         if len(each) < r:
             return False
-        half = T_99[r] * float(np.std(each, ddof=1)) / np.sqrt(r)
-        mean = float(np.mean(each))
-        if not (mean + half < slo or mean - half > slo):
+        logs = _logs(each)
+        half = T_99[r] * float(np.std(logs, ddof=1)) / np.sqrt(r)
+        mean = float(np.mean(logs))
+        if not (mean + half < np.log(slo) or mean - half > np.log(slo)):
             return False
     return True
+
+
+def _logs(p99s_ms: np.ndarray) -> np.ndarray:
+    """ln of the runs' p99s (ms), a zero one (no latency to speak of) at 1 ns."""
+    return np.log(np.maximum(p99s_ms, 1e-6))
 
 
 def verify_deployments(cset: CandidateSet, sol: FleetSolution, catalog: Catalog, params: CalibrationParams,
@@ -261,7 +270,8 @@ def _stage_latencies(configs, stage: str, w, device, rate: float, b, requests: i
 
 
 def replicated_p99_ms(samples: list[np.ndarray]) -> tuple[float, float, float] | None:
-    """(pooled p99, CI low, CI high) in ms of R runs' latencies (s): CI = mean ± t·sd/√R of the runs' p99s."""
+    """(pooled p99, CI low, CI high) in ms of R runs' latencies (s): CI = exp(m ± t·s/√R) over the runs' log
+    p99s, widened to contain the pooled p99 (module doc)."""
     runs = [x for x in samples if len(x)]
     if not runs:
         return None
@@ -269,8 +279,10 @@ def replicated_p99_ms(samples: list[np.ndarray]) -> tuple[float, float, float] |
     each = np.array([np.percentile(x, 99.0) for x in runs]) * 1e3
     if len(each) < 2:
         return pooled, pooled, pooled
-    half = T_975.get(len(each), 2.0) * float(np.std(each, ddof=1)) / np.sqrt(len(each))
-    return pooled, float(np.mean(each) - half), float(np.mean(each) + half)
+    logs = _logs(each)
+    half = T_975.get(len(each), 2.0) * float(np.std(logs, ddof=1)) / np.sqrt(len(each))
+    mean = float(np.mean(logs))
+    return pooled, min(pooled, float(np.exp(mean - half))), max(pooled, float(np.exp(mean + half)))
 
 
 def derate_factor(v: VerifiedDeployment) -> float:

@@ -14,7 +14,7 @@ from catalog import load_catalog
 from catalog.errors import WorkloadError
 from optimizer.models.configs import build_configs
 from optimizer.models.estimate import estimate_serving
-from optimizer.models.params import load_params
+from optimizer.models.params import FactorOverride, load_params
 from optimizer.models.serving import capacity_at_slo
 from optimizer.optimize import optimize_plan
 from optimizer.planning.candidates import model_candidates
@@ -37,8 +37,8 @@ def _plan(model: str, devices: list[str], engine=None, qps: float = 40.0):
     return plan, resolve_catalog(plan, load_catalog(), "e")
 
 
-def _kept(plan, catalog):
-    cset = model_candidates(plan, catalog, load_params(None), n_buckets=1, prune=False)  # every candidate evaluated
+def _kept(plan, catalog, params=None):
+    cset = model_candidates(plan, catalog, params or load_params(None), n_buckets=1, prune=False)  # every candidate evaluated
     return [c for c in cset.workloads[0].candidates if c.kept]
 
 
@@ -71,24 +71,56 @@ def test_dense_workload_gets_no_ep_candidates():
     assert cands and all(c.ep == 1 and "__ep" not in c.key for c in cands)
 
 
-def _objective(plan, catalog) -> float:
-    return optimize_plan(plan, catalog, load_params(None), compare_single_device=False, diagnose=False,
+def _objective(plan, catalog, params=None) -> float:
+    return optimize_plan(plan, catalog, params or load_params(None), compare_single_device=False, diagnose=False,
                          verify=False, sensitivity=False).objective_usd
 
 
+def _sglang_params():
+    """The shipped parameters plus an SGLang override (a user's calibration of SGLang on every device):
+    step and per-sequence host time 2x the defaults', bandwidth share 0.9x."""
+    params = load_params(None)
+    sglang = FactorOverride(engine="sglang", step_overhead_ms=2 * params.step_overhead_ms,
+                            sequence_overhead_us=2 * params.sequence_overhead_us,
+                            memory_bandwidth_efficiency=0.9 * params.memory_bandwidth_efficiency, note="test")
+    return params.model_copy(update={"overrides": [*params.overrides, sglang]})
+
+
 def test_two_engines_give_both_candidate_sets_and_the_cheaper_plan():
-    """engine: [trtllm, vllm] for qwen3-30b-a3b on H100s at 400 req/s (more than one 8-GPU server): the
-    candidates of each engine (vLLM keys end in __vllm, the TensorRT-LLM ones as today), and the plan's
-    objective is the lower of the two one-engine plans."""
-    plan, catalog = _plan("qwen3-30b-a3b", ["h100-sxm"], engine=["trtllm", "vllm"], qps=400)
-    kept = _kept(plan, catalog)
-    by_engine = {e: {c.key for c in kept if c.engine == e} for e in ("trtllm", "vllm")}
-    assert by_engine["trtllm"] and by_engine["vllm"]
-    assert {k + "__vllm" for k in by_engine["trtllm"]} == by_engine["vllm"]
-    both = _objective(plan, catalog)
-    alone = {e: _objective(*_plan("qwen3-30b-a3b", ["h100-sxm"], engine=e, qps=400)) for e in ("trtllm", "vllm")}
-    assert alone["trtllm"] != pytest.approx(alone["vllm"], rel=1e-3)  # the engines differ, so the choice matters
+    """engine: [trtllm, sglang] for qwen3-30b-a3b on H100s at 400 req/s (more than one 8-GPU server), with
+    parameters that know SGLang: the candidates of each engine (SGLang keys end in __sglang, the
+    TensorRT-LLM ones as today), and the plan's objective is the lower of the two one-engine plans."""
+    params = _sglang_params()
+    plan, catalog = _plan("qwen3-30b-a3b", ["h100-sxm"], engine=["trtllm", "sglang"], qps=400)
+    kept = _kept(plan, catalog, params)
+    by_engine = {e: {c.key for c in kept if c.engine == e} for e in ("trtllm", "sglang")}
+    assert by_engine["trtllm"] and by_engine["sglang"]
+    assert {k + "__sglang" for k in by_engine["trtllm"]} == by_engine["sglang"]
+    both = _objective(plan, catalog, params)
+    alone = {e: _objective(*_plan("qwen3-30b-a3b", ["h100-sxm"], engine=e, qps=400), params) for e in ("trtllm", "sglang")}
+    assert alone["trtllm"] != pytest.approx(alone["sglang"], rel=1e-3)  # the engines differ, so the choice matters
     assert both == pytest.approx(min(alone.values()), rel=1e-9)
+
+
+def test_vllm_is_measured_on_amd_only_so_its_factors_are_the_non_nvidia_stacks():
+    """The shipped fit has vLLM rows on MI300X alone and TensorRT-LLM rows on NVIDIA alone: the vLLM-fitted
+    factors select every vendor but NVIDIA (``exclude_vendors: [nvidia]``). vLLM on an H100 gets what
+    TensorRT-LLM gets there (the Hopper and FP8 classes), not MI300X's FP8 GEMM share; SGLang on an
+    MI300X and vLLM on a Gaudi 3 (a vendor nobody measured) get what vLLM on MI300X gets; engine:
+    [trtllm, vllm] on H100s plans what either alone plans."""
+    params, cat = load_params(None), load_catalog()
+    h100, mi300x = cat.device("h100-sxm"), cat.device("mi300x")
+    assert params.factors_for(h100, "vllm", "fp8") == params.factors_for(h100, "trtllm", "fp8")
+    assert params.factors_for(mi300x, "sglang", "fp8") == params.factors_for(mi300x, "vllm", "fp8")
+    vllm_rows = params.factors_for(mi300x, "vllm", "fp8")
+    gaudi3 = params.factors_for(cat.device("gaudi3"), "vllm", "fp8")
+    assert (gaudi3.memory_bandwidth_efficiency, gaudi3.compute_efficiency, gaudi3.step_overhead_ms) == (
+        vllm_rows.memory_bandwidth_efficiency, vllm_rows.compute_efficiency, vllm_rows.step_overhead_ms)
+    assert params.factors_for(mi300x, "vllm", "fp8").compute_efficiency < 0.5 * params.factors_for(
+        h100, "vllm", "fp8").compute_efficiency
+    both = _objective(*_plan("qwen3-30b-a3b", ["h100-sxm"], engine=["trtllm", "vllm"], qps=400))
+    alone = _objective(*_plan("qwen3-30b-a3b", ["h100-sxm"], engine="trtllm", qps=400))
+    assert both == pytest.approx(alone, rel=1e-9)
 
 
 def test_trtllm_is_not_planned_on_amd():

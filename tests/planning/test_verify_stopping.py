@@ -23,19 +23,33 @@ def _runs(p99s_ms: list[float], attr: str = "ttft_s") -> list[dict[str, np.ndarr
 
 
 @pytest.mark.parametrize(("p99s", "slo", "decided"), [
-    # 2 runs, mean 105, sd 7.07: 105 + 31.821·7.07/√2 = 264 < 1000 -> met early
+    # bounds exp(m ± t·s/√R) over the runs' log p99s (t one-sided 99 %: 31.821 at 2 runs, 6.965 at 3)
+    # 2 runs: ln 100, ln 110 -> m 4.653, s 0.0674: exp(4.653 + 31.821·0.0674/√2) = 478 < 1000 -> met early
     ([100, 110], 1000, True),
-    # straddling the SLO: 1000 ± 31.821·141/√2 -> undecided
+    # straddling the SLO: 41 .. 24,234 -> undecided
     ([900, 1100], 1000, False),
-    # 2 runs far above but spread: 3100 − 31.821·141/√2 = -82 -> undecided ...
-    ([3000, 3200], 1000, False),
-    # ... a third run: 3200 − 6.965·200/√3 = 2396 > 1000 -> missed, decided
+    # 2 runs above but spread: 218 .. 11,698 -> undecided ...
+    ([1500, 1700], 1000, False),
+    # ... 2 runs 3x above and close: 1,110 .. 8,651 > 1000 -> missed, decided (mean − t·sd of the raw
+    # p99s, 3100 − 31.821·141/√2 = −82, could not tell it from the SLO)
+    ([3000, 3200], 1000, True),
+    # a third run: 2,485 .. 4,111 -> missed
     ([3000, 3200, 3400], 1000, True),
     # one run is too few for any bound
     ([100], 1000, False),
 ])
 def test_stops_only_when_a_one_sided_99_bound_clears_the_slo(p99s, slo, decided):
     assert _decided(_runs(p99s), _w(ttft_ms=slo)) is decided
+
+
+def test_interval_is_positive_and_contains_the_pooled_p99():
+    """Runs 20 s and 2 s apart by 10x (a queue near saturation): the raw-scale interval went below 0."""
+    runs = [np.full(200, 2.0), np.full(200, 20.0), np.full(200, 5.0)]
+    pooled, low, high = verify.replicated_p99_ms(runs)
+    assert pooled == pytest.approx(20_000.0)
+    # logs of 2000, 20000, 5000 ms: m 8.674, s 1.159; t 4.303 (2 dof, 97.5 %): exp(8.674 ± 2.880) = 329 .. 102,600
+    assert low == pytest.approx(np.exp(8.674 - 2.880), rel=2e-3) and low > 0
+    assert high == pytest.approx(np.exp(8.674 + 2.880), rel=2e-3) and high >= pooled
 
 
 def test_every_metric_must_be_decided():
