@@ -65,7 +65,9 @@ def dispatch_bytes_per_element(compute_dtype: str, weight_only: bool, weight_byt
     TensorRT-LLM ``CutlassFusedMoE.forward_chunk`` quantizes the input (FP8 per-tensor, NVFP4) and
     then all-gathers it with the routing with attention data parallelism; the output comes back by a
     reduce-scatter in BF16 (``COMBINE_BYTES_PER_ELEMENT``)
-    (https://github.com/NVIDIA/TensorRT-LLM/blob/main/tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py, 2025-09)."""
+    (https://github.com/NVIDIA/TensorRT-LLM/blob/main/tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py, 2025-09;
+    recalled from that source, not re-read here: the machine had no network). DeepSeek's block-scaled FP8
+    quantizes inside the MoE kernel, after the gather, so its dispatch is really 16 bit: not distinguished here."""
     if weight_only:
         return 2.0
     if compute_dtype in ("fp8", "int8"):
