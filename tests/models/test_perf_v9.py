@@ -26,7 +26,7 @@ from optimizer.models.perf import (
     decode_step_s,
     offline_step_s,
 )
-from tests.models.test_perf_v2 import BF16, FP4, FP8, ZERO_HOST, dense, device, moe
+from tests.models.test_perf_v2 import BF16, CAT, FP4, FP8, ZERO_HOST, dense, device, moe
 
 
 def test_an_all_gather_sends_every_token_to_every_other_rank():
@@ -118,3 +118,15 @@ def test_calibrate_keeps_the_ep_structure_in_its_leave_out_refits():
                               offline_prefill_chunk_tokens=2048.0)
     assert structure_of(start) == CalibrationParams(offline_whole_prompts=True, ep_allgather=True,
                                                     offline_prefill_chunk_tokens=2048.0)
+
+
+def test_deepseek_r1_dep8_all_gather_bytes_per_token():
+    """DeepSeek-R1 FP8 on H200 at ep 8 (catalog figures: hidden 7168, 58 MoE layers): an all-gather
+    token costs each rank 7/8 · 7168 · (1 + 2)/2 B = 9408 B per collective, against the per-rank
+    dispatch's 4.6328 · 7168 · 2/8 = 8302 B in 16 bit; 2 · 58 collectives per step."""
+    model, h200, fp8 = CAT.model("deepseek-r1"), CAT.devices["h200-sxm"], CAT.precision("fp8")
+    on = build_configs(model, [(h200, fp8, 1, 1)], CalibrationParams(ep_allgather=True), ep=8)
+    off = build_configs(model, [(h200, fp8, 1, 1)], CalibrationParams(), ep=8)
+    assert on.stage.a2a_factor[0] == pytest.approx(9408.0)
+    assert off.stage.a2a_factor[0] == pytest.approx(4.63282 * 7168 * 2 / 8, rel=1e-5)
+    assert on.stage.alltoalls[0] == 116.0
