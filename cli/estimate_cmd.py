@@ -146,7 +146,7 @@ def estimate(
         if value is not None and not value > 0:
             raise ModelError(f"{flag} must be a positive number of milliseconds (got {value:g})")
     cat = load(catalog, model_config)
-    m, d, q, p = cat.model(model), cat.device(device), cat.precision(precision), load_params(params)
+    m, d, q, p = cat.model(model), cat.device(device), cat.precision(precision), load_params(params, cat)
     check_sharding(m, d, tp, pp, ep, engine)
     check_context(m, input_tokens, output_tokens, input_p99, output_p99)
     check_batch(batch, max_batch)
@@ -175,7 +175,7 @@ def _estimate_pair(model, precision, input_tokens, output_tokens, prefill_device
         raise ModelError("a disaggregated pair needs --ttft-p99-ms and --tpot-p99-ms (or --e2e-p99-ms) "
                          "to split between its pools")
     cat = load(catalog, model_config)
-    m, q, p = cat.model(model), cat.precision(precision), load_params(params)
+    m, q, p = cat.model(model), cat.precision(precision), load_params(params, cat)
     dp, dd = cat.device(prefill_device), cat.device(decode_device)
     check_sharding(m, dp, prefill_tp, pp, 1, engine, "--prefill-tp")
     check_sharding(m, dd, decode_tp, pp, 1, engine, "--decode-tp")

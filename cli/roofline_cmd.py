@@ -61,7 +61,7 @@ def roofline(
     m, d, q = cat.model(model), cat.device(device), cat.precision(precision)
     check_sharding(m, d, tp, pp, 1, None)
     check_context(m, input_tokens, output_tokens)
-    c = build_configs(m, [(d, q, tp, pp)], load_params(params))
+    c = build_configs(m, [(d, q, tp, pp)], load_params(params, cat))
     if not c.runnable[0]:
         raise ModelError(f"{c.keys[0]}: cannot plot, {c.reason[0]}")
     max_conc = int(max_sequences(c, input_tokens + output_tokens)[0])

@@ -74,7 +74,7 @@ def simulate(
     m, d = cat.model(model), cat.device(device)
     check_sharding(m, d, tp, pp, ep, engine)
     check_context(m, input_tokens, output_tokens, input_p99, output_p99)
-    c = build_configs(m, [(d, cat.precision(precision), tp, pp)], load_params(params), engines=engine, ep=ep)
+    c = build_configs(m, [(d, cat.precision(precision), tp, pp)], load_params(params, cat), engines=engine, ep=ep)
     if not bool(c.runnable[0]):
         raise ModelError(f"{c.keys[0]} cannot run: {c.reason[0]}")
     analytic = serving.serve_at_rate(c, qps, prompt, output)

@@ -37,7 +37,7 @@ def load_all(paths: list[Path], cat) -> list:
 def validate_measurements(paths: list[Path], catalog: Path | None, params: Path | None, json_out: bool) -> None:
     """Predict every row of ``paths`` it can and print the errors (see ``optimizer.calibration.report``)."""
     cat = load(catalog)
-    result = validate(load_all(paths, cat), cat, load_params(params))
+    result = validate(load_all(paths, cat), cat, load_params(params, cat))
     path = ", ".join(str(p) for p in paths)
     if json_out:
         print_json(result)
