@@ -1,7 +1,8 @@
 """Leave-one-device-out and leave-one-generation-out errors and error-band coverage (issue 14).
 
-Usage: python scripts/leave_out.py [--recompute [--sweeps 3] [--params FILE] [--bands-now]] [--json OUT.json]
-       python scripts/leave_out.py --only device:h100-sxm [--worst 15] [--params FILE]
+Usage: python scripts/leave_out.py [--recompute [--sweeps 3] [--optimizer polish|coordinate] [--params FILE]
+                                   [--bands-now]] [--json OUT.json]
+       python scripts/leave_out.py --only device:h100-sxm [--worst 15] [--params FILE] [--optimizer ...]
 
 By default the table recorded by ``gpuplan calibrate`` in the shipped parameters
 (``fit.leave_out``) is printed; ``--recompute`` redoes the refits (minutes: one per group).
@@ -55,6 +56,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--recompute", action="store_true", help="refit now instead of printing the recorded table")
     ap.add_argument("--sweeps", type=int, default=3, help="coordinate-search sweeps per refit")
+    ap.add_argument("--optimizer", choices=["polish", "coordinate"], default="polish",
+                    help="each refit: the coordinate search then a least-squares polish (what gpuplan calibrate "
+                    "does), or the coordinate search alone (the refits before fit-v9)")
     ap.add_argument("--params", type=Path, default=None, help="start of every refit (default: built-in defaults)")
     ap.add_argument("--bands-from", type=Path, default=None, help="parameters whose error bands are checked "
                     "(default: the shipped calibration.yaml)")
@@ -66,7 +70,7 @@ def main() -> int:
     ap.add_argument("--worst", type=int, default=15, help="row groups --only lists")
     args = ap.parse_args()
     if args.only:
-        return worst_groups(args.only, args.worst, args.sweeps, args.params)
+        return worst_groups(args.only, args.worst, args.sweeps, args.params, args.optimizer)
     shipped = load_params(args.bands_from)
     bands = shipped.error_bands
     recorded = shipped.fit.leave_out if shipped.fit else {}
@@ -78,9 +82,10 @@ def main() -> int:
         rows = [m for name in SHIPPED_MEASUREMENT_FILES for m in load_measurements(shipped_measurements(name), cat)]
         start = load_params(args.params) if args.params else CalibrationParams()
         t0 = time.perf_counter()
-        held_by = {by: leave_out(rows, cat, start, by, sweeps=args.sweeps)
+        held_by = {by: leave_out(rows, cat, start, by, sweeps=args.sweeps, optimizer=args.optimizer)
                    for by in (("source_group",) if args.bands_now else ()) + ("device", "generation")}
-        print(f"refits in {time.perf_counter() - t0:.0f} s")
+        n_refits = sum(len({h.group for h in held}) for held in held_by.values())
+        print(f"{n_refits} refits ({args.optimizer}) in {time.perf_counter() - t0:.0f} s")
         if args.bands_now:
             bands = error_bands(held_by["source_group"], held_by["device"], held_by["generation"])
     for by in ("device", "generation"):
@@ -119,7 +124,7 @@ def main() -> int:
     return 0 if ok else 1
 
 
-def worst_groups(only: str, worst: int, sweeps: int, start_file: Path | None) -> int:
+def worst_groups(only: str, worst: int, sweeps: int, start_file: Path | None, optimizer: str) -> int:
     """Refit without the group ``only`` (BY:KEY) and print its row groups by |log median pred/meas| · n."""
     by, _, key = only.partition(":")
     cat = load_catalog()
@@ -129,7 +134,8 @@ def worst_groups(only: str, worst: int, sweeps: int, start_file: Path | None) ->
         print(f"--only {only}: no offline rows of that group (BY is device or generation; KEY a catalog key)")
         return 1
     t0 = time.perf_counter()
-    params = fit_params(train, cat, start=load_params(start_file) if start_file else CalibrationParams(), sweeps=sweeps)
+    params = fit_params(train, cat, start=load_params(start_file) if start_file else CalibrationParams(), sweeps=sweeps,
+                        optimizer=optimizer)
     groups: dict[tuple, list[float]] = {}
     for i, ps in offline_predictions(held, cat, params).items():
         m = held[i]

@@ -30,7 +30,7 @@ from optimizer.calibration.measurements import Measurement
 from optimizer.calibration.predict import is_online, latency_predictor, offline_predictor
 from optimizer.models.params import CalibrationParams, Coverage, ErrorBand, default_engine
 
-LEAVE_OUT_SWEEPS = 3  # coordinate-search sweeps of each leave-out refit (the full fit uses 6)
+LEAVE_OUT_SWEEPS = 3  # coordinate-search sweeps of each leave-out refit before its polish (the full fit uses 6)
 CLASS_OF_GROUPING = {"source_group": "a", "device": "b", "generation": "c"}
 BAND_LOW_Q, BAND_HIGH_Q = 10.0, 90.0
 
@@ -113,8 +113,10 @@ def held_and_train(rows: Sequence[Measurement], cat: Catalog, by: str, key: str,
 
 
 def leave_out(rows: Sequence[Measurement], cat: Catalog, start: CalibrationParams | None, by: str,
-              sweeps: int = LEAVE_OUT_SWEEPS, groups: Sequence[str] | None = None) -> list[HeldOut]:
-    """Refit without each group of ``by`` (or only ``groups``) and predict its offline rows."""
+              sweeps: int = LEAVE_OUT_SWEEPS, groups: Sequence[str] | None = None,
+              optimizer: str = "polish") -> list[HeldOut]:
+    """Refit without each group of ``by`` (or only ``groups``) and predict its offline rows; each refit is
+    ``fit_params`` with ``sweeps`` and ``optimizer`` (default: the coordinate search, then the polish)."""
     offline = [m for m in rows if not m.unresolved and m.device_key and not is_online(m)]
     keys = sorted({group_key(m, cat, by) for m in offline}) if groups is None else list(groups)
     out: list[HeldOut] = []
@@ -122,7 +124,7 @@ def leave_out(rows: Sequence[Measurement], cat: Catalog, start: CalibrationParam
         held, train = held_and_train(rows, cat, by, key, offline)
         if not held or not any(not is_online(m) for m in train):
             continue
-        params = fit_params(train, cat, start=start, sweeps=sweeps)
+        params = fit_params(train, cat, start=start, sweeps=sweeps, optimizer=optimizer)
         seen = {f"{m.device_key}/{engine_of(m, cat)}" for m in train if m.device_key}
         gens = {cat.devices[m.device_key].generation for m in train if m.device_key}  # type: ignore[index]
         for i, ps in offline_predictions(held, cat, params).items():

@@ -6,10 +6,11 @@ limited by the KV cache that fits (and the scheduler cap), fixed input/output le
 output tokens/s of the whole TP group.
 
 The fit minimises Σ (log predicted − log measured)² over the offline rows by cyclic
-coordinate search on a log-spaced grid per parameter, shrinking the grid each sweep
-(numpy only; the objective is cheap, non-smooth — max() and floor() — and has few
-parameters, so a derivative-free search is the robust choice). Every source group
-(software version) gets equal total weight, so the larger tables do not dominate.
+coordinate search on a log-spaced grid per parameter, shrinking the grid each sweep (robust
+to the objective's kinks — max() and floor() — but it moves one knob at a time, so on ~40
+correlated knobs it stops far from the minimum), then polishes every continuous knob at once
+by bounded least squares on the residual vector (``optimizer.calibration.lsq``). Every source
+group (software version) gets equal total weight, so the larger tables do not dominate.
 
 Fitted: the global memory-bandwidth and compute efficiencies, the per-step overhead,
 the usable memory fraction, the KV reservation of the output, and per-class overrides
@@ -22,7 +23,6 @@ time ``request_overhead_ms`` (which only TTFT and E2E see) is fitted with the re
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date
@@ -32,13 +32,12 @@ import numpy as np
 
 from catalog.errors import ModelError
 from catalog.load import Catalog
+from optimizer.calibration.lsq import polish, residual_fn
 from optimizer.calibration.measurements import Measurement
 from optimizer.calibration.predict import (
     is_latency_row,
     is_online_rate,
-    latency_predictor,
     offline_skip_reason,
-    online_predictor,
     predict_offline_throughput,
 )
 from optimizer.models.params import CalibrationParams, FactorOverride, FitRecord, default_engine
@@ -57,11 +56,12 @@ class _Knob:
     get: Callable[[CalibrationParams], float]
     set: Callable[[CalibrationParams, float], CalibrationParams]
     parent: Callable[[CalibrationParams], float] | None = None  # a class override's parent (global) value
+    integer: bool = False  # an integer field: grid search only, never polished (lsq.polish)
 
 
 def _field_knob(name: str, low: float, high: float, integer: bool = False) -> _Knob:
     return _Knob(name, low, high, lambda p: float(getattr(p, name)),
-                 lambda p, v: p.model_copy(update={name: int(round(v)) if integer else v}))
+                 lambda p, v: p.model_copy(update={name: int(round(v)) if integer else v}), integer=integer)
 
 
 def _override_knob(idx: int, field: str, low: float, high: float, shrunk: bool = True) -> _Knob:
@@ -98,12 +98,17 @@ def shrinkage_penalty(p: CalibrationParams, knobs: Sequence[_Knob]) -> float:
     return lam * sum(math.log(k.get(p) / k.parent(p)) ** 2 for k in knobs if k.parent is not None)
 
 
-def _weights(rows: Sequence[Measurement]) -> np.ndarray:
-    """Equal total weight per source group."""
-    counts: dict[str, int] = defaultdict(int)
-    for m in rows:
-        counts[m.source_group] += 1
-    return np.array([1.0 / counts[m.source_group] for m in rows])
+def prior_residuals(knobs: Sequence[_Knob]) -> Callable[[CalibrationParams], np.ndarray]:
+    """``p → sqrt(class_shrinkage)·log(override/parent)`` over the shrunk knobs: the residuals whose
+    squares sum to ``shrinkage_penalty``."""
+    shrunk = [k for k in knobs if k.parent is not None]
+
+    def prior(p: CalibrationParams) -> np.ndarray:
+        if p.class_shrinkage <= 0 or not shrunk:
+            return np.zeros(0)
+        return math.sqrt(p.class_shrinkage) * np.array([math.log(k.get(p) / k.parent(p)) for k in shrunk])
+
+    return prior
 
 
 def abs_pct_errors(pred: np.ndarray, measured: np.ndarray) -> np.ndarray:
@@ -115,8 +120,13 @@ GRID_POINTS = 7  # log-spaced values per knob and sweep (the centre is the curre
 
 def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationParams | None = None,
                data_file: str = "", sweeps: int = 6, by_generation: bool = True,
-               by_memory_type: bool = True, online_weight: float = 0.0) -> CalibrationParams:
+               by_memory_type: bool = True, online_weight: float = 0.0,
+               optimizer: str = "polish") -> CalibrationParams:
     """Fit the factors to the offline rows of ``rows``; returns params with a FitRecord.
+
+    ``optimizer`` (``search``): "coordinate" = ``fit_rounds`` coordinate searches of ``sweeps`` sweeps;
+    "polish" (default) = each search followed by a least-squares polish of the continuous knobs
+    (``optimizer.calibration.lsq.polish``).
 
     ``online_weight`` = w > 0 adds, over the online-serving rows (``optimizer.calibration.report``:
     'online' in the scenario or source group, a finite request rate, a measured mean TTFT or
@@ -145,15 +155,18 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
     metrics = [k for k in ("tpot_mean_ms", "ttft_mean_ms") if any(getattr(m, k) for m in online)]
     params, knobs = _global_knobs(params, usable, cat, "ttft_mean_ms" in metrics)
     latency = [m for m in rows if is_latency_row(m)]
-    data_loss = _loss(usable, latency, online, metrics, online_weight, cat)
+    residuals = residual_fn(usable, latency, online, metrics, online_weight, cat, prior_residuals(override_knobs))
 
     def loss(p: CalibrationParams) -> float:
-        return data_loss(p) + shrinkage_penalty(p, override_knobs)
+        return float(np.sum(residuals(p) ** 2))
 
-    for _ in range(params.fit_rounds):  # each round restarts the grid span (CalibrationParams.fit_rounds)
-        params, best = coordinate_search(params, knobs + override_knobs, loss, sweeps)
+    params, best = search(params, knobs + override_knobs, loss, residuals, sweeps, optimizer)
     params = _typical_generation_defaults(params, loss, best)
     record = fit_record(usable, cat, params, data_file)
+    if optimizer == "polish":
+        record = record.model_copy(update={"method": record.method.replace(
+            "coordinate search on log-spaced grids", "coordinate search on log-spaced grids, then a trust-region "
+            "least-squares polish of the continuous knobs (scipy least_squares, log space)", 1)})
     if latency:
         record = record.model_copy(update={"method": record.method + f"; plus the squared log error of "
                                            f"e2e_latency_s over {len(latency)} offline latency rows (one fixed "
@@ -199,30 +212,27 @@ def _global_knobs(params: CalibrationParams, usable: Sequence[Measurement], cat:
 
 def _loss(usable: Sequence[Measurement], latency: Sequence[Measurement], online: Sequence[Measurement],
           metrics: Sequence[str], online_weight: float, cat: Catalog) -> Callable[[CalibrationParams], float]:
-    """The fit objective (``fit_params``): weighted squared log errors of the offline throughput,
-    the one-batch latency and (times ``online_weight``) the online mean ITL/TTFT rows."""
-    measured = np.array([m.throughput_tok_s for m in usable], dtype=float)
-    w = _weights(usable)
-    lat_measured = np.array([m.e2e_latency_s for m in latency], dtype=float)
-    lat_w = _weights(latency)
+    """The fit's data objective (``fit_params``, without the class prior): weighted squared log errors of
+    the offline throughput, the one-batch latency and (times ``online_weight``) the online mean ITL/TTFT
+    rows, i.e. ``‖r(p)‖²`` of ``optimizer.calibration.lsq.residual_fn``."""
+    residuals = residual_fn(usable, latency, online, metrics, online_weight, cat)
+    return lambda p: float(np.sum(residuals(p) ** 2))
 
-    def loss(p: CalibrationParams) -> float:
-        pred = predict_offline_throughput(usable, cat, p).predicted
-        err = np.log(np.where(np.isfinite(pred) & (pred > 0), pred, 1e-3) / measured)
-        total = float(np.sum(w * err**2))
-        if latency:
-            found, _ = latency_predictor(latency, cat, p)
-            lat = np.array([found[i][0].predicted if i in found else 1e3 for i in range(len(latency))])
-            total += float(np.sum(lat_w * np.log(lat / lat_measured) ** 2))
-        if online:
-            found, _ = online_predictor(online, cat, p)
-            for metric in metrics:
-                err = [math.log(r.predicted / r.measured) for ps in found.values() for r in ps
-                       if r.metric == metric and r.predicted > 0]
-                total += online_weight * (float(np.mean(np.square(err))) if err else 25.0)
-        return total
 
-    return loss
+def search(params: CalibrationParams, knobs: Sequence[_Knob], loss: Callable[[CalibrationParams], float],
+           residuals: Callable[[CalibrationParams], np.ndarray], sweeps: int,
+           optimizer: str) -> tuple[CalibrationParams, float]:
+    """``params.fit_rounds`` rounds, each a coordinate search of ``sweeps`` sweeps over every knob
+    (restarting its grid span) and, with ``optimizer`` "polish", a least-squares polish of the
+    continuous knobs from where the search ended (``lsq.polish``; integer knobs stay on the grid)."""
+    if optimizer not in ("coordinate", "polish"):
+        raise ValueError(f"unknown fit optimizer {optimizer!r}; known: coordinate, polish")
+    best = loss(params)
+    for _ in range(params.fit_rounds):
+        params, best = coordinate_search(params, knobs, loss, sweeps)
+        if optimizer == "polish":
+            params, best = polish(params, [k for k in knobs if not k.integer], residuals)
+    return params, best
 
 
 def coordinate_search(params: CalibrationParams, knobs: Sequence[_Knob], loss: Callable[[CalibrationParams], float],

@@ -28,7 +28,7 @@ def test_calibrate_is_the_fit_plus_its_record():
 
 
 def test_a_fit_resumes_the_per_class_factors_of_its_start():
-    """With no sweep the fit changes nothing it searches: a generation override of the start (same
+    """With no sweep (and no polish) the fit changes nothing it searches: a generation override of the start (same
     selectors) keeps its value, where a fresh override would take the global 0.6 (its fields are None)."""
     cat = load_catalog()
     rows = load_measurements(EXAMPLES / "measurements-example.csv", cat)
@@ -36,7 +36,7 @@ def test_a_fit_resumes_the_per_class_factors_of_its_start():
     assert len(gens) > 1  # the example measures two generations, so the fit makes generation overrides
     start = CalibrationParams(memory_bandwidth_efficiency=0.6,
                               overrides=[FactorOverride(generation=gens[0], memory_bandwidth_efficiency=0.71)])
-    fitted = fit_params(rows, cat, start=start, sweeps=0)
+    fitted = fit_params(rows, cat, start=start, sweeps=0, optimizer="coordinate")
     got = {o.selector: o for o in fitted.overrides}
     assert got[f"generation={gens[0]}"].memory_bandwidth_efficiency == 0.71
     assert got[f"generation={gens[1]}"].memory_bandwidth_efficiency is None
