@@ -488,6 +488,8 @@ def solve_state(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, t0: n
         return st.moment(1) - tv, st2.moment(1) - tv2
 
     done = saturated.copy()
+    dh_prev = np.full(n, np.inf)  # h' at the previous iterate (inf: none yet)
+    descended = np.zeros(n, dtype=bool)  # an iterate had h' < 0
     for _ in range(NEWTON_ITERATIONS):  # only the rows still moving
         rows = np.flatnonzero(~done)
         if not len(rows):
@@ -497,12 +499,27 @@ def solve_state(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, t0: n
         dt = np.maximum(1e-9, 1e-4 * tv)
         hv, hv2 = h_pair(p, mean_o1, lv, tv, tv + dt)
         dh = (hv2 - hv) / dt
-        sat = ((dh >= 0) & (hv > 1e-12 * tv)) | ~np.isfinite(hv)
+        rising = (dh >= 0) & (hv > 1e-12 * tv)
+        # h rising but bending down before it ever fell: the MoE hump (experts touched grow steeply at
+        # small batch, so one more sequence costs nearly a whole step); the fixed-point step t ← E[T](t)
+        # stays below the smallest root (E[T] grows with t) and climbs it
+        climb = rising & ~descended[rows] & (dh < dh_prev[rows])
+        sat = (rising & ~climb) | ~np.isfinite(hv)
+        dh_prev[rows] = dh
+        descended[rows] |= dh < 0
         # h is not convex everywhere (the max() in the step time): a step past the root
         # comes back with the next (negative) move
-        move = np.where(sat, 0.0, -hv / np.where(dh < 0, dh, -1.0))
-        t[rows] = np.maximum(tv + move, 0.5 * tv)
-        sat |= lv * mean_o1 * t[rows] > cap
+        move = np.where(sat, 0.0, np.where(climb, hv, -hv / np.where(dh < 0, dh, -1.0)))
+        t_new = np.maximum(tv + move, 0.5 * tv)
+        # the step time at which the batch reaches the scheduler cap: a climb past it has its root past it
+        # (saturated); a Newton step past it (the tangent of a concave h overshoots) stops there, and
+        # saturates only from there on
+        rate = lv * mean_o1
+        t_cap = np.divide(cap, rate, out=np.full(len(rows), np.inf), where=rate > 0)
+        past = t_new > t_cap
+        sat |= past & (climb | (tv >= t_cap))
+        move = np.where(past, t_cap - tv, move)
+        t[rows] = np.where(past, t_cap, t_new)
         saturated[rows] |= sat
         done[rows] = sat | (np.abs(move) <= 1e-7 * tv)
     b = np.minimum(lam * lens.mean_o1 * t, cap)
