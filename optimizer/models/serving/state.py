@@ -26,6 +26,7 @@ QUANTILE_ITERATIONS = 24  # Illinois steps, safeguarded inside the component-qua
 QUANTILE_RTOL = 1e-5
 POISSON_K_MAX = 60  # largest count of prompts per step resolved (the Poisson tail folds into it)
 MAX_EXPLICIT_CHUNKS = 4  # longer prefills: the rest at the 4th chunk's per-token cost
+HUMP_UNTOUCHED = 1e-3  # share of the routed experts a step may leave untouched where ``solve_state`` trusts convexity
 GRID_BLOCK_ELEMENTS = 1 << 15  # row-wise grids are evaluated by blocks of rows this large (256 KB arrays)
 
 
@@ -488,8 +489,7 @@ def solve_state(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, t0: n
         return st.moment(1) - tv, st2.moment(1) - tv2
 
     done = saturated.copy()
-    dh_prev = np.full(n, np.inf)  # h' at the previous iterate (inf: none yet)
-    descended = np.zeros(n, dtype=bool)  # an iterate had h' < 0
+    b_hump = moe_hump_batch(c)
     for _ in range(NEWTON_ITERATIONS):  # only the rows still moving
         rows = np.flatnonzero(~done)
         if not len(rows):
@@ -498,28 +498,7 @@ def solve_state(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, t0: n
         lv, tv, mean_o1 = lam[rows], t[rows], lens.mean_o1[rows]
         dt = np.maximum(1e-9, 1e-4 * tv)
         hv, hv2 = h_pair(p, mean_o1, lv, tv, tv + dt)
-        dh = (hv2 - hv) / dt
-        rising = (dh >= 0) & (hv > 1e-12 * tv)
-        # h rising but bending down before it ever fell: the MoE hump (experts touched grow steeply at
-        # small batch, so one more sequence costs nearly a whole step); the fixed-point step t ← E[T](t)
-        # stays below the smallest root (E[T] grows with t) and climbs it
-        climb = rising & ~descended[rows] & (dh < dh_prev[rows])
-        sat = (rising & ~climb) | ~np.isfinite(hv)
-        dh_prev[rows] = dh
-        descended[rows] |= dh < 0
-        # h is not convex everywhere (the max() in the step time): a step past the root
-        # comes back with the next (negative) move
-        move = np.where(sat, 0.0, np.where(climb, hv, -hv / np.where(dh < 0, dh, -1.0)))
-        t_new = np.maximum(tv + move, 0.5 * tv)
-        # the step time at which the batch reaches the scheduler cap: a climb past it has its root past it
-        # (saturated); a Newton step past it (the tangent of a concave h overshoots) stops there, and
-        # saturates only from there on
-        rate = lv * mean_o1
-        t_cap = np.divide(cap, rate, out=np.full(len(rows), np.inf), where=rate > 0)
-        past = t_new > t_cap
-        sat |= past & (climb | (tv >= t_cap))
-        move = np.where(past, t_cap - tv, move)
-        t[rows] = np.where(past, t_cap, t_new)
+        t[rows], move, sat = _next_iterate(tv, hv, (hv2 - hv) / dt, lv * mean_o1, cap, b_hump[rows])
         saturated[rows] |= sat
         done[rows] = sat | (np.abs(move) <= 1e-7 * tv)
     b = np.minimum(lam * lens.mean_o1 * t, cap)
@@ -536,6 +515,50 @@ def solve_state(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, t0: n
     d_next = both[:, 0]
     t = np.where(saturated, np.inf, mean_t)
     return State(b, t, st, d_next - st.d, eps, rho1, both[:, 1], saturated, d_next)
+
+
+def _next_iterate(t: np.ndarray, h: np.ndarray, dh: np.ndarray, rate: np.ndarray, cap: float, b_hump: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One step of ``solve_state`` toward the smallest root of h at each row still moving, from h and h' at
+    t and the batch b = rate·t: (next t, its move, saturated).
+
+    - h' < 0: Newton, ``t − h/h'`` (at least t/2; h is not convex everywhere, the max() in the step time:
+      a step past the root comes back with the next, negative, move);
+    - h' >= 0, h <= 0: ``t + h``, back toward the root;
+    - h' >= 0, h > 0 below the hump batch (``moe_hump_batch``): the fixed-point step ``t + h = E[T](t)``,
+      which climbs the MoE hump without passing the smallest root (E[T] grows with t: t < t* gives
+      E[T](t) < E[T](t*) = t*); at or beyond it, no root ahead: saturated;
+    - a batch past the scheduler cap is saturated, but for a Newton step from below the hump batch (the
+      tangent of the concave h there overshoots the root): that stops at the cap, and saturates only from
+      there on.
+    """
+    rising = (dh >= 0) & (h > 1e-12 * t)
+    hump = rate * t < b_hump
+    climb = rising & hump
+    sat = (rising & ~climb) | ~np.isfinite(h)
+    move = np.where(sat, 0.0, np.where(climb, h, -h / np.where(dh < 0, dh, -1.0)))
+    t_new = np.maximum(t + move, 0.5 * t)
+    past = rate * t_new > cap
+    if not np.any(past & hump):
+        return t_new, move, sat | past
+    t_cap = cap / np.where(past, rate, 1.0)
+    stop = past & hump & ~climb & (t < t_cap)
+    return np.where(stop, t_cap, t_new), np.where(stop, t_cap - t, move), sat | (past & ~stop)
+
+
+def moe_hump_batch(c: Configs) -> np.ndarray:
+    """The running batch (N,) from which a decode step touches all but ``HUMP_UNTOUCHED`` of the routed
+    experts, ``b = p·ln(δ)/ln(1 − k/E)`` (E experts, k per token, the ``b/p`` tokens of a pipeline stage's
+    micro-batch: ``perf``'s ``E·(1 − (1 − k/E)^T)``); 0 for a dense model.
+
+    Below it the step time is concave in b (each new sequence adds nearly k experts' reads), so
+    ``h(t) = E[T](t) − t`` can rise and still turn down to a root; beyond it the step is a dense
+    model's, near-convex, where a rising positive h means no root ahead."""
+    m = c.model
+    if not m.is_moe or m.num_experts <= m.experts_per_token:
+        return np.zeros(len(c))
+    per_stage = math.log(HUMP_UNTOUCHED) / math.log1p(-m.experts_per_token / m.num_experts)
+    return np.asarray(c.pp, dtype=float) * per_stage
 
 
 # (tokens, span) / C of the two steps ``solve_state`` times besides its tables: none, and a full chunk at C/2
