@@ -224,6 +224,10 @@ def format_validation_error(
         return f"{where}: {path}: {_pattern_fix(str(value), pattern)}"
     if kind == "value_error":
         msg = msg.removeprefix("Value error, ")
+        if isinstance(value, dict) and len(repr(value)) > 60:
+            # a check across fields: its message names them and their values; a whole workload cut
+            # at 60 characters ("(got {'name': 'a', 'model': ...)") would only hide the fix
+            return f"{where}: {path}: {msg}"
     return f"{where}: {path}: {msg} (got {_value_repr(value)})"
 
 

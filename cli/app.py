@@ -148,14 +148,16 @@ def _harden(command: Any) -> Any:
 
 
 def _given(opts: list[str], argv: list[str]) -> str | None:
-    """The value given on the command line for an option (``--x V`` or ``--x=V``), if any."""
+    """The value given on the command line for an option (``--x V`` or ``--x=V``), if any; the last one
+    when it is repeated, as click keeps the last (``--requests 500 --requests 0`` is refused for 0)."""
+    value = None
     for i, arg in enumerate(argv):
         for opt in opts:
             if arg == opt and i + 1 < len(argv):
-                return argv[i + 1]
-            if arg.startswith(opt + "="):
-                return arg[len(opt) + 1:]
-    return None
+                value = argv[i + 1]
+            elif arg.startswith(opt + "="):
+                value = arg[len(opt) + 1:]
+    return value
 
 
 def _usage_line(exc: Any, argv: list[str]) -> str:

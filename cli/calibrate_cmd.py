@@ -48,7 +48,7 @@ def calibrate(
     rows = load_all(paths, cat)
     names = ", ".join(p.name for p in paths)
     digest = hashlib.sha256(b"".join(read_bytes(p, "measurements", ModelError) for p in paths)).hexdigest()
-    fitted = fit_and_band(rows, cat, start=load_params(params) if params is not None else None, data_file=names,
+    fitted = fit_and_band(rows, cat, start=load_params(params, cat) if params is not None else None, data_file=names,
                           data_sha256=digest, online_weight=online_weight, bands=bands)
     n_online = online_rows_used(rows, online_weight)
     fit = fitted.fit

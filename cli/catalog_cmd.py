@@ -60,9 +60,10 @@ def devices(
     """List devices with their figures, prices, and what the physics says to buy by."""
     cat = load(catalog, model_config)
     weight_bytes = None
+    q = cat.precision(precision)  # checked without --model too: a typo must not pass silently
     if model is not None:
         m = cat.model(model)
-        weight_bytes = m.total_params_b * 1e9 * cat.precision(precision).weight_bytes_per_param
+        weight_bytes = m.total_params_b * 1e9 * q.weight_bytes_per_param
     if sort not in DEVICE_SORTS:
         raise CatalogError(f"--sort: unknown key '{sort}'{suggest(sort, DEVICE_SORTS)}; one of {', '.join(DEVICE_SORTS)}")
     if sort == "tokens" and model is None:

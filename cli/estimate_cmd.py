@@ -17,6 +17,7 @@ from cli.common import (
     stdout,
     table,
 )
+from cli.config_check import check_batch, check_context, check_qps, check_sharding
 
 # Row labels of the readable table, in order; keys absent from the result are skipped.
 _LABELS = {
@@ -121,6 +122,7 @@ def estimate(
     from optimizer.models.params import load_params
     from workloads.spec import SLO
 
+    check_qps(qps)
     if (prefill_device is None) != (decode_device is None):
         raise ModelError("give both --prefill-device and --decode-device for a disaggregated pair")
     if prefill_device is not None:
@@ -144,7 +146,10 @@ def estimate(
         if value is not None and not value > 0:
             raise ModelError(f"{flag} must be a positive number of milliseconds (got {value:g})")
     cat = load(catalog, model_config)
-    m, d, q, p = cat.model(model), cat.device(device), cat.precision(precision), load_params(params)
+    m, d, q, p = cat.model(model), cat.device(device), cat.precision(precision), load_params(params, cat)
+    check_sharding(m, d, tp, pp, ep, engine)
+    check_context(m, input_tokens, output_tokens, input_p99, output_p99)
+    check_batch(batch, max_batch)
     prompt = length_from_flags(input_tokens, input_p99, "input")
     output = length_from_flags(output_tokens, output_p99, "output")
     result = estimate_config(m, d, q, tp, pp, input_tokens, output_tokens, p, batch=batch,
@@ -170,8 +175,11 @@ def _estimate_pair(model, precision, input_tokens, output_tokens, prefill_device
         raise ModelError("a disaggregated pair needs --ttft-p99-ms and --tpot-p99-ms (or --e2e-p99-ms) "
                          "to split between its pools")
     cat = load(catalog, model_config)
-    m, q, p = cat.model(model), cat.precision(precision), load_params(params)
+    m, q, p = cat.model(model), cat.precision(precision), load_params(params, cat)
     dp, dd = cat.device(prefill_device), cat.device(decode_device)
+    check_sharding(m, dp, prefill_tp, pp, 1, engine, "--prefill-tp")
+    check_sharding(m, dd, decode_tp, pp, 1, engine, "--decode-tp")
+    check_context(m, input_tokens, output_tokens, input_p99, output_p99)
     for d in (dp, dd):
         if d.scaleout_nic_gbps_per_gpu is None:
             raise ModelError(f"{d.key} has no scaleout_nic_gbps_per_gpu (scale-out network per GPU, Gb/s); "

@@ -94,7 +94,7 @@ def optimize(
     cat = resolve_catalog(plan, cat, str(plan_path))
     if confidence is not None:
         plan = plan.model_copy(update={"confidence": confidence})
-    calibration = load_params(params) if capacity_table is None else None
+    calibration = load_params(params, cat) if capacity_table is None else None
     digest = hashlib.sha256(read_bytes(plan_path, "plan", WorkloadError)).hexdigest()
     result = cached_optimize(plan, cat, calibration, options, Provenance(str(plan_path), digest), capacity_table,
                              n_buckets, sensitivity, verify)

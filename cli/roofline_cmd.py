@@ -11,6 +11,7 @@ import typer
 from catalog.errors import ModelError
 from catalog.outputs import Output, plan_outputs
 from cli.common import CatalogOpt, ModelConfigOpt, ParamsOpt, load, stdout
+from cli.config_check import check_context, check_sharding
 from cli.estimate_cmd import DeviceOpt, InputOpt, ModelOpt, OutputOpt, PpOpt, PrecisionOpt, TpOpt
 
 if TYPE_CHECKING:
@@ -58,7 +59,9 @@ def roofline(
     outputs = plan_outputs([Output("--out", out, (".png",))], (params, catalog, model_config))
     cat = load(catalog, model_config)
     m, d, q = cat.model(model), cat.device(device), cat.precision(precision)
-    c = build_configs(m, [(d, q, tp, pp)], load_params(params))
+    check_sharding(m, d, tp, pp, 1, None)
+    check_context(m, input_tokens, output_tokens)
+    c = build_configs(m, [(d, q, tp, pp)], load_params(params, cat))
     if not c.runnable[0]:
         raise ModelError(f"{c.keys[0]}: cannot plot, {c.reason[0]}")
     max_conc = int(max_sequences(c, input_tokens + output_tokens)[0])

@@ -17,6 +17,7 @@ from cli.common import (
     stdout,
     table,
 )
+from cli.config_check import check_context, check_qps, check_sharding
 from cli.estimate_cmd import EngineOpt, EpOpt
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ def simulate(
     input_p99: Annotated[int | None, typer.Option("--input-p99", min=1, help="p99 prompt length: lognormal prompts.")] = None,
     output_p99: Annotated[int | None, typer.Option("--output-p99", min=1, help="p99 output length: lognormal outputs.")] = None,
     requests: Annotated[int, typer.Option("--requests", min=100, max=MAX_REQUESTS, help="Requests to simulate (at most 2,000,000).")] = 20_000,
-    seed: Annotated[int, typer.Option("--seed", help="Random seed (same seed, same result).")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Random seed (same seed, same result).")] = 0,
     engine: EngineOpt = None,
     ep: EpOpt = 1,
     params: ParamsOpt = None,
@@ -68,9 +69,12 @@ def simulate(
         raise ModelError(f"--qps must be > 0 requests/s (got {qps:g})")
     prompt = length_dist(input_tokens, input_p99, "--input")
     output = length_dist(output_tokens, output_p99, "--output")
+    check_qps(qps)
     cat = load(catalog, model_config)
-    c = build_configs(cat.model(model), [(cat.device(device), cat.precision(precision), tp, pp)],
-                      load_params(params), engines=engine, ep=ep)
+    m, d = cat.model(model), cat.device(device)
+    check_sharding(m, d, tp, pp, ep, engine)
+    check_context(m, input_tokens, output_tokens, input_p99, output_p99)
+    c = build_configs(m, [(d, cat.precision(precision), tp, pp)], load_params(params, cat), engines=engine, ep=ep)
     if not bool(c.runnable[0]):
         raise ModelError(f"{c.keys[0]} cannot run: {c.reason[0]}")
     analytic = serving.serve_at_rate(c, qps, prompt, output)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from catalog.errors import GpuplanError
@@ -18,6 +19,13 @@ def resolve_measurement_paths(paths: list[Path], shipped: bool) -> list[Path]:
     if not out:
         raise GpuplanError("give a plan .yaml file or measurements .csv files, or --shipped for the shipped "
                            "calibration data")
+    seen: dict[Path, Path] = {}
+    for p in out:  # the same file twice (or a link to it) would count, and weigh in a fit, every row twice
+        real = Path(os.path.realpath(p))
+        if real in seen:
+            also = " (one of the --shipped files)" if shipped and p in out[len(paths):] else ""
+            raise GpuplanError(f"{p}{also}: is the same file as {seen[real]}; give each measurements file once")
+        seen[real] = p
     return out
 
 
@@ -29,7 +37,7 @@ def load_all(paths: list[Path], cat) -> list:
 def validate_measurements(paths: list[Path], catalog: Path | None, params: Path | None, json_out: bool) -> None:
     """Predict every row of ``paths`` it can and print the errors (see ``optimizer.calibration.report``)."""
     cat = load(catalog)
-    result = validate(load_all(paths, cat), cat, load_params(params))
+    result = validate(load_all(paths, cat), cat, load_params(params, cat))
     path = ", ".join(str(p) for p in paths)
     if json_out:
         print_json(result)

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from catalog.errors import GpuplanError
 from catalog.outputs import Output, plan_outputs
 from cli.common import (
     CatalogOpt,
@@ -61,7 +62,7 @@ def whatif(
     backend: Annotated[str, typer.Option(help="local (process pool) or ray.")] = "local",
     address: Annotated[str | None, typer.Option(help="Ray address: auto or ray://host:port.")] = None,
     samples: Annotated[int, typer.Option(min=0, max=100000, help="Monte Carlo draws of demand/prices from the file's uncertainty section.")] = 0,
-    seed: Annotated[int, typer.Option(help="Seed for --samples.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed for --samples.")] = 0,
     time_limit_s: TimeLimitOpt = None,
     time_limit: TimeLimitAliasOpt = None,
     catalog: CatalogOpt = None,
@@ -75,6 +76,8 @@ def whatif(
     from workloads.scenarios import load_scenarios, read_scenario_file, scenario_inputs
 
     check_backend(backend)
+    if address is not None and backend != "ray":
+        raise GpuplanError(f"--address {address} is the address of a Ray cluster; add --backend ray, or drop --address")
     cache_off(no_cache)
     specs = [Output("--json", json_path, (".json",), stdout_ok=True), Output("--out", out, (".xlsx",)),
              Output("--plot", plot, (".png",))]

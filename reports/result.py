@@ -267,6 +267,10 @@ def parse_result(data: Any, where: str = "plan result") -> PlanResult:
     """Check a plan result dict; raise PlanResultError naming ``where`` and the key."""
     if not isinstance(data, dict):
         raise PlanResultError(f"{where}: expected a JSON object at the top level, got {type(data).__name__}")
+    if "scenarios" in data and "status" not in data:
+        raise PlanResultError(f"{where}: is a what-if result (`gpuplan whatif --json`), not a plan result; give "
+                              "the JSON of `gpuplan optimize --json`, or rebuild the what-if workbook with "
+                              "`gpuplan whatif ... --out X.xlsx`")
     stated = data.get("assumptions")
     if isinstance(stated, dict):  # MoneyAssumptions has defaults for these; a result must not lean on them
         for key in REQUIRED_ASSUMPTIONS:

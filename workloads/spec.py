@@ -190,6 +190,15 @@ class Workload(Strict):
         "never", description="'allowed': the optimizer may serve the workload from separate prefill and "
                              "decode pools (KV sent over the scale-out network) where that is cheaper")
 
+    @field_validator("precisions")
+    @classmethod
+    def _precisions_once(cls, value: list[str]) -> list[str]:
+        """Each precision once: the error names the field and the repeated entry, not the whole workload."""
+        twice = sorted({v for v in value if value.count(v) > 1})
+        if twice:
+            raise ValueError(f"lists {', '.join(repr(v) for v in twice)} twice; list each precision once")
+        return value
+
     @field_validator("engine", mode="before")
     @classmethod
     def _engine(cls, value):
@@ -219,8 +228,6 @@ class Workload(Strict):
             raise ValueError("give exactly one of qps (online service) or tokens_per_day (batch volume)")
         if self.qps is not None and self.slo.is_empty:
             raise ValueError("an online workload (qps) needs an slo with ttft_p99_ms, tpot_p99_ms or e2e_p99_ms")
-        if len(set(self.precisions)) != len(self.precisions):
-            raise ValueError("precisions lists a precision twice")
         if self.tokens_per_day is not None:
             used = [name for name, on in (("prefix_cache", self.prefix_cache is not None),
                                           ("speculative", self.speculative is not None),

@@ -30,6 +30,7 @@ the column is absent or empty:
 from __future__ import annotations
 
 import csv
+import difflib
 import io
 import math
 import re
@@ -48,6 +49,12 @@ OPTIONAL_NUMERIC = (
     "concurrency_or_batch", "request_rate_qps", "ttft_mean_ms", "ttft_p99_ms",
     "tpot_mean_ms", "tpot_p99_ms", "e2e_latency_s",
 )
+# the other columns this loader reads, and calibration.csv's informational ones: a header name close to one
+# of these but not equal (engnie) is a typo, refused; a name far from all of them is the user's own column
+KNOWN_COLUMNS = (*REQUIRED_COLUMNS, *OPTIONAL_NUMERIC, "engine", "ep", "max_batch", "throughput_basis", "row_id",
+                 "notes", "framework", "throughput_metric", "benchmark_round", "submitter", "system", "accelerator",
+                 "accel_count", "throughput_tok_s_per_gpu", "constraint_ttft_p99_ms", "constraint_tpot_p99_ms",
+                 "source", "source_date")
 
 
 @dataclass(frozen=True)
@@ -191,11 +198,45 @@ def load_measurements(path: Path | str, cat: Catalog) -> list[Measurement]:
         raise ModelError(f"{path}: not a valid CSV file ({exc}); save it as plain comma-separated text") from None
 
 
+def _check_header(path: Path, header: list[str]) -> None:
+    """A column named twice (the last copy would win silently) or a near-miss of a known column is an error."""
+    seen: set[str] = set()
+    for name in header:
+        if name in seen:
+            raise ModelError(f"{path}: column '{name}' appears twice in the header; keep one")
+        seen.add(name)
+        if name not in KNOWN_COLUMNS and (close := difflib.get_close_matches(name, KNOWN_COLUMNS, n=1, cutoff=0.8)):
+            raise ModelError(f"{path}: unknown column '{name}' (did you mean '{close[0]}'?); rename it, "
+                             "or give your own column a name unlike the known ones")
+
+
+def _whole_tokens(n: float | int | None) -> float | None:
+    """A token count read as a whole number, kept as a float (the JSON and the arithmetic of the fit)."""
+    return None if n is None else float(n)
+
+
+def _sharding_problem(cat: Catalog, model_key: str | None, tp: int, pp: int, ep: int) -> str | None:
+    """Why a row's tp/pp/ep cannot run its model (the row is then skipped with that reason), or None."""
+    if model_key is None:
+        return None
+    m = cat.models[model_key]
+    if m.num_attention_heads % tp:
+        return f"tp {tp}: {m.key} has {m.num_attention_heads} attention heads, which do not split {tp} ways"
+    if pp > m.num_layers:
+        return f"pp {pp}: {m.key} has {m.num_layers} layers"
+    if ep > 1 and not m.is_moe:
+        return f"ep {ep}: {m.key} is a dense model; expert parallelism needs an MoE model"
+    if ep > max(m.num_experts, 1):
+        return f"ep {ep}: {m.key} has {m.num_experts} routed experts"
+    return None
+
+
 def _parse_measurements(path: Path, text: str, cat: Catalog) -> list[Measurement]:
     reader = csv.DictReader(io.StringIO(text, newline=""))
     header = reader.fieldnames or []
     if not header:
         raise ModelError(f"{path}: measurements file is empty; expected a CSV header with {', '.join(REQUIRED_COLUMNS)}")
+    _check_header(path, header)
     for column in REQUIRED_COLUMNS:
         if column not in header:
             raise ModelError(f"{path}: required column '{column}' is missing; "
@@ -234,8 +275,10 @@ def _parse_measurements(path: Path, text: str, cat: Catalog) -> list[Measurement
             rec.get("throughput_metric") or "")
         if basis not in ("output", "total"):
             raise ModelError(f"{path}: line {line}: column 'throughput_basis': {basis!r}; use output or total")
-        inp = _number(rec["input_len"], path, line, "input_len")
-        out = _number(rec["output_len"], path, line, "output_len")
+        pp = int(_number(rec["pp"] or "1", path, line, "pp", integer=True, required=True))  # type: ignore[arg-type]
+        if (why := _sharding_problem(cat, keys["model"], tp, pp, int(ep))) is not None:
+            problems.append(why)
+        inp, out = (_whole_tokens(_number(rec[c], path, line, c, integer=True)) for c in ("input_len", "output_len"))
         tput = _number(rec["throughput_tok_s"], path, line, "throughput_tok_s")
         if tput is not None and basis == "total" and inp and out:
             tput = tput * out / (inp + out)
@@ -246,7 +289,7 @@ def _parse_measurements(path: Path, text: str, cat: Catalog) -> list[Measurement
             device_key=keys["device"], model_key=keys["model"], precision_key=keys["precision"],
             unresolved="; ".join(problems) or None,
             tp=tp,
-            pp=int(_number(rec["pp"] or "1", path, line, "pp", integer=True, required=True)),  # type: ignore[arg-type]
+            pp=pp,
             input_tokens=inp, output_tokens=out, throughput_tok_s=tput,
             concurrency=nums.get("concurrency_or_batch"), request_rate_qps=nums.get("request_rate_qps"),
             ttft_mean_ms=nums.get("ttft_mean_ms"), ttft_p99_ms=nums.get("ttft_p99_ms"),

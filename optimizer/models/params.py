@@ -22,17 +22,21 @@ TPU serve through vLLM back ends too). A workload or the CLI (``--engine``) may 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
-from catalog.errors import ModelError
+from catalog.errors import ModelError, suggest
 from catalog.files import format_validation_error, parse_yaml_text, read_yaml
 from catalog.schema import Device, Strict
+
+if TYPE_CHECKING:
+    from catalog.load import Catalog
 
 Fraction = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -275,11 +279,31 @@ def parse_params(data: dict[str, Any], where: str) -> CalibrationParams:
                          + "; fix the file or re-run `gpuplan calibrate`") from None
 
 
-def load_params(path: Path | str | None = None) -> CalibrationParams:
+def check_selectors(params: CalibrationParams, devices: Mapping[str, Device], compute_dtypes: Iterable[str],
+                    where: str) -> CalibrationParams:
+    """``params`` if every override selector names a vendor, generation, memory type or GEMM dtype that
+    something in the catalog has; else a one-line error naming the override, the value and the choices
+    (``vendor: nvdia`` would otherwise match nothing, silently)."""
+    known = {"vendor": {d.vendor for d in devices.values()}, "generation": {d.generation for d in devices.values()},
+             "memory_type": {d.memory_type for d in devices.values()}, "compute_dtype": set(compute_dtypes)}
+    known["exclude_vendors"] = known["vendor"]
+    for i, o in enumerate(params.overrides):
+        for field, choices in known.items():
+            value = getattr(o, field)
+            for v in value if isinstance(value, list) else [value]:
+                if v is not None and v not in choices:
+                    raise ModelError(f"{where}: overrides.{i}.{field} '{v}' matches nothing in the catalog "
+                                     f"(known: {', '.join(sorted(choices))}){suggest(v, sorted(choices))}; "
+                                     "fix the override or drop it")
+    return params
+
+
+def load_params(path: Path | str | None = None, catalog: Catalog | None = None) -> CalibrationParams:
     """Calibration parameters from ``path``; ``None`` = the shipped ``optimizer/models/data/calibration.yaml``.
 
     Falls back to the built-in defaults only when the shipped file is absent (a source
-    checkout before the first calibration).
+    checkout before the first calibration). With ``catalog``, a file's override selectors are checked
+    against it (``check_selectors``).
     """
     if path is None:
         shipped = shipped_params_path()
@@ -289,7 +313,11 @@ def load_params(path: Path | str | None = None) -> CalibrationParams:
                                             shipped=True),
                             f"built-in {PARAMS_FILE}")
     data = read_yaml(path, "calibration parameters", ModelError)
-    return parse_params(data, str(path))
+    params = parse_params(data, str(path))
+    if catalog is not None:
+        dtypes = {q.compute_dtype for q in catalog.precisions.values()}
+        params = check_selectors(params, catalog.devices, dtypes, str(path))
+    return params
 
 
 def params_to_yaml(params: CalibrationParams, header: str = "") -> str:
