@@ -28,7 +28,7 @@ CHUNK = 2048
 PROMPT, OUTPUT = LengthDist(mean=1024), LengthDist(mean=256)
 SLO_CHECKED = SLO(ttft_p99_ms=5000, tpot_p99_ms=200)
 MOE_MODELS = sorted(k for k, m in CAT.models.items() if m.is_moe)
-SCAN_POINTS = 400
+SCAN_POINTS = 250
 
 
 def _lens(n: int):
