@@ -466,12 +466,15 @@ class State:
 
 
 def solve_state(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, t0: np.ndarray | None = None) -> State:
-    """Smallest root of h(t) = E[T | b = λ·E[O−1]·t, m = λ·t] − t by Newton's method from below.
+    """Smallest root of h(t) = E[T | b = λ·E[O−1]·t, m = λ·t] − t by Newton's method from below
+    (``_next_iterate``), from D(0) or ``t0`` (a step time below the root: the state at a lower rate).
 
-    h(D(0)) > 0 and h is near-convex, so Newton from the left approaches the stable
+    h(D(0)) > 0 and, for a dense model, h is near-convex, so Newton from the left approaches the stable
     (smaller) root (an overshoot is corrected by a step back); no root (h' >= 0 while h > 0)
-    or a batch over the scheduler cap means saturated. h and its difference quotient at t + δt
-    are one step-table evaluation of the rows twice over (``_Pair``).
+    or a batch over the scheduler cap means saturated. For an MoE model h is concave below the batch
+    at which a step touches every expert (``moe_hump_batch``) and may rise before it falls: a rising h
+    there is climbed by fixed-point steps t ← E[T](t), which stay below the smallest root.
+    h and its difference quotient at t + δt are one step-table evaluation of the rows twice over (``_Pair``).
     """
     n = len(c)
     cap = float(c.max_batch_sequences)
