@@ -18,8 +18,9 @@ from optimizer.models import perf
 from optimizer.models.configs import build_configs
 from optimizer.models.params import load_params
 from optimizer.models.serving import capacity_at_slo, serve_at_rate
+from optimizer.models.serving.fixed_point import moe_hump_batch, solve_state
 from optimizer.models.serving.rows import row_lengths
-from optimizer.models.serving.state import _steps, lengths_for, moe_hump_batch, solve_state
+from optimizer.models.serving.state import _steps, lengths_for
 from workloads.spec import SLO, LengthDist
 
 CAT = load_catalog(None)

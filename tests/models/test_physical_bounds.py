@@ -299,7 +299,7 @@ def test_capacity_at_slo_within_physical_bounds(model_key):
 
 # Found by this test (hostile round 9): for the MoE models serve_at_rate called a replica saturated at half
 # the rate capacity_at_slo found SLO-safe (qwen3-30b-a3b on h100-sxm int8 tp1: capacity 13.72 req/s, yet at
-# 6.86 req/s utilization 1.30, saturated). Fixed in serving.state.solve_state (the MoE hump of h is climbed by
+# 6.86 req/s utilization 1.30, saturated). Fixed in serving.fixed_point.solve_state (the MoE hump of h is climbed by
 # fixed-point steps; tests/models/test_moe_fixed_point.py); that replica's capacity is now 31.49 req/s.
 @pytest.mark.parametrize("model_key", sorted(CAT.models))
 def test_half_the_slo_capacity_is_unsaturated(model_key):

@@ -100,7 +100,7 @@ def test_split_is_kept_where_it_is_cheaper():
     """The lengths and SLO of a Mixtral service (svc13 of the benchmark) on five devices, served by
     llama-3.1-70b at 20 req/s: alone $50,961 split, $55,584 whole (short requests go to cheaper
     replicas); it stays split. (Mixtral at 80 req/s was $50,961 split, $62,619 whole until MoE replicas
-    stopped being called saturated on the rising part of their step time, ``serving.state.solve_state``:
+    stopped being called saturated on the rising part of their step time, ``serving.fixed_point.solve_state``:
     now $45,756 both ways, as at 20-640 req/s — its split no longer pays.)"""
     spec = {"name": "moe", "objective": "tco", "allowed_devices": ["rtx-pro-6000", "mi300x", "mi355x", "l40s", "h100-sxm"],
             "workloads": [{"name": "moe", "model": "llama-3.1-70b", "qps": 20, "min_replicas": 2,
