@@ -18,7 +18,8 @@ not evaluated) as ``optimize_plan`` runs them; the MILP before pruning evaluates
 (verification when small enough, no sensitivity) and prints its stage timings (issue 13: < 10 s).
 Both the chat line and ``--end-to-end`` use the CLI's defaults (verification on by default). Each
 line gives the CPU seconds (user + system, this process and its finished workers) besides the wall
-time: on a shared machine CPU is the figure to compare.
+time: on a shared machine CPU is the figure to compare. The verification stage alone, on the same fleet
+every run and against another checkout: ``python scripts/bench_simulator.py --verification 20``.
 """
 
 from __future__ import annotations

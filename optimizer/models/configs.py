@@ -42,7 +42,11 @@ from optimizer.models.combo_lookup import (
 )
 from optimizer.models.lazy_subset import LazySubset
 from optimizer.models.memory_fit import no_fit_reason, replica_memory
-from optimizer.models.moe_routing import remote_ranks_per_token
+from optimizer.models.moe_routing import (
+    COMBINE_BYTES_PER_ELEMENT,
+    dispatch_bytes_per_element,
+    ranks_receiving_token,
+)
 from optimizer.models.params import CalibrationParams, default_engine
 from optimizer.models.speculative import SpeculativeCost
 
@@ -103,12 +107,15 @@ class Configs(LazySubset):
     link_bytes_s: np.ndarray  # achieved per-direction all-reduce link bandwidth
     allreduce_latency_s: np.ndarray
     activation_bytes: np.ndarray
+    dispatch_bytes: np.ndarray  # bytes per element of an all-gather MoE dispatch (moe_routing.dispatch_bytes_per_element)
     # model constants (bytes per parameter folded in)
     dense_weight_bytes: np.ndarray  # bytes read every step whatever the routing (body + lm_head)
     expert_weight_bytes: np.ndarray  # bytes of one routed expert over all MoE layers
     smooth_max_exponent: float
     moe_tile_tokens: float
     offline_whole_prompts: bool  # CalibrationParams.offline_whole_prompts (perf.offline_throughput_tokens_s)
+    ep_allgather: bool  # CalibrationParams.ep_allgather: all-gather dispatch + BF16 reduce-scatter combine
+    offline_prefill_chunk_tokens: float | None  # CalibrationParams.offline_prefill_chunk_tokens (perf.offline_step_s)
     alltoall_latency_s: np.ndarray  # per combo: alltoall_latency_us, or the link's all-reduce latency
     pp_hop_latency_s: float
     pp_microbatch_overhead_s: float
@@ -235,10 +242,13 @@ def build_configs(
                                                params.pcie_link_efficiency or params.link_efficiency),
         allreduce_latency_s=allreduce_s,
         activation_bytes=per_prec(lambda q: q.activation_bytes),
+        dispatch_bytes=per_prec(lambda q: dispatch_bytes_per_element(q.compute_dtype, q.weight_only,
+                                                                     q.weight_bytes_per_param)),
         dense_weight_bytes=mem.body_dense * mem.dbpp + lm_head * ebpp,  # the vision tower is held, not read
         expert_weight_bytes=(model.params_per_expert if model.is_moe else 0.0) * mem.wbpp,
         smooth_max_exponent=float(params.smooth_max_exponent), moe_tile_tokens=float(params.moe_tile_tokens),
-        offline_whole_prompts=params.offline_whole_prompts,
+        offline_whole_prompts=params.offline_whole_prompts, ep_allgather=params.ep_allgather,
+        offline_prefill_chunk_tokens=params.offline_prefill_chunk_tokens,
         alltoall_latency_s=_alltoall_latency_s(fac, allreduce_s),
         pp_hop_latency_s=params.pp_hop_latency_us / 1e6,
         pp_microbatch_overhead_s=params.pp_microbatch_overhead_us / 1e6,
@@ -302,7 +312,7 @@ class StageConstants:
     allreduces: np.ndarray  # all-reduces per stage pass, layers/p · 2 (0 at t = 1)
     ring_factor: np.ndarray  # 2·(t−1)/t: share of the bytes each GPU sends in a ring all-reduce
     alltoalls: np.ndarray  # all-to-alls per stage pass, moe_layers/p · 2 (0 at e = 1)
-    a2a_factor: np.ndarray  # remote ranks one token is sent to (``remote_ranks_per_token``) · hidden·act / e
+    a2a_factor: np.ndarray  # ranks one token is sent to (``ranks_receiving_token``) · hidden · bytes per element / e
     activation_bytes: np.ndarray
     link_bytes_s: np.ndarray
     allreduce_latency_s: np.ndarray
@@ -358,10 +368,19 @@ def stage_constants(c: Configs) -> StageConstants:
         / (c.attention_peak_flops * c.prefill_attention_efficiency),
         allreduces=np.where(t > 1, m.num_layers / p * 2.0, 0.0), ring_factor=2.0 * (t - 1.0) / t * hidden_act / e,
         alltoalls=np.where(e > 1, m.moe_layers / p * 2.0, 0.0),
-        a2a_factor=remote_ranks_per_token(m.num_experts, m.experts_per_token, e) * hidden_act / e,
+        a2a_factor=ranks_receiving_token(m.num_experts, m.experts_per_token, e, c.ep_allgather) * _a2a_hidden_bytes(c) / e,
         activation_bytes=c.activation_bytes, link_bytes_s=c.link_bytes_s, allreduce_latency_s=c.allreduce_latency_s,
         alltoall_latency_s=c.alltoall_latency_s,
         hop_s_fixed=np.where(p > 1, c.pp_hop_latency_s, 0.0), hop_on=(p > 1).astype(float) * hidden_act,
         step_overhead_s=c.step_overhead_s + np.where(p > 1, p * c.pp_microbatch_overhead_s, 0.0),
         sequence_overhead_s=c.sequence_overhead_s / e,
     )
+
+
+def _a2a_hidden_bytes(c: Configs) -> np.ndarray:
+    """Bytes of one token's hidden state in one all-to-all, the mean of dispatch and combine (the
+    step counts 2 per MoE layer): hidden·act both ways, or with ``ep_allgather`` hidden·(dispatch
+    bytes + 2 B BF16 combine)/2 (FP8: 1.5 B, NVFP4: 1.28 B, 16 bit: 2 B per element)."""
+    if not c.ep_allgather:
+        return c.model.hidden_size * c.activation_bytes
+    return c.model.hidden_size * (c.dispatch_bytes + COMBINE_BYTES_PER_ELEMENT) / 2.0

@@ -4,7 +4,7 @@ Pure: no I/O. Physics per ``DESIGN.md`` §1 (t = tp, p = pp, e = ep):
 
 - storage: the embedding and lm_head matrices (``Model.embedding_params``) are stored at the
   precision's ``embedding_bytes_per_param`` (BF16), every other weight at
-  ``weight_bytes_per_param`` (NVFP4 4.5 bits); weights per GPU = dense/(t·p) + experts/(e·t·p).
+  ``weight_bytes_per_param`` (NVFP4 4.5 bits); weights per GPU = dense/(t·p) + experts/(e·t·p), whole experts per GPU.
   A checkpoint that quantizes only its routed experts (``Model.unquantized_dense``: gpt-oss) keeps
   the non-expert body at 16 bit too.
 - KV bytes per token = 2 · layers · kv_heads · head_dim · kv dtype bytes (MLA: latent); with
@@ -43,9 +43,19 @@ class ReplicaMemory:
     fits: np.ndarray
 
 
+def expert_share(model: Model, epa) -> np.ndarray:
+    """Share of the routed experts on the fullest of e expert-parallel GPUs: ceil(E/e)/E (whole experts per
+    GPU: ep 3 on Mixtral's 8 puts 3 on the fullest, 3/8 not 8/3/8), exactly 1/e where e divides E."""
+    e = np.asarray(epa, dtype=float)
+    n = model.num_experts
+    if not n:
+        return 1.0 / e
+    return np.where(n % e == 0, 1.0 / e, np.ceil(n / e) / n)
+
+
 def replica_memory(model: Model, params: CalibrationParams, tp, pp, epa, per_dev, per_prec) -> ReplicaMemory:
-    """Weights per GPU = dense/(t·p) + experts/(e·t·p) (embedding and lm_head at the embedding
-    bytes); KV tokens that fit = e · (usable − weights − workspace) / (KV bytes per token per GPU)."""
+    """Weights per GPU = dense/(t·p) + experts·ceil(E/e)/(E·t·p) (``expert_share``; embedding and lm_head
+    at the embedding bytes); KV tokens that fit = e · (usable − weights − workspace) / (KV bytes per token per GPU)."""
     wbpp = per_prec(lambda q: q.weight_bytes_per_param)
     ebpp = per_prec(lambda q: q.embedding_bytes_per_param)
     dbpp = ebpp if model.unquantized_dense else wbpp  # the non-expert body: 16 bit in an experts-only checkpoint
@@ -56,7 +66,7 @@ def replica_memory(model: Model, params: CalibrationParams, tp, pp, epa, per_dev
     body_dense = (model.dense_params if model.is_moe else model.total_params_b * 1e9 - vision) - emb
     dense_store = (body_dense + vision) * dbpp + emb * ebpp
     expert_store = model.routed_expert_params * wbpp
-    weight_per_gpu = dense_store / (tp * pp) + expert_store / (tp * pp * epa)
+    weight_per_gpu = dense_store / (tp * pp) + expert_share(model, epa) * expert_store / (tp * pp)
     kv_bpt = per_prec(lambda q: model.kv_bytes_per_token(q.kv_bytes_per_element))
     kv_shards = np.ones(len(tp)) if model.is_mla else np.minimum(tp, model.num_kv_heads).astype(float)
     usable = per_dev(lambda d: d.memory_gb) * GIB_BYTES * params.memory_usable_fraction

@@ -185,6 +185,16 @@ class CalibrationParams(Strict):
         "sequences finish (Poisson per step and attention rank, the lockstep ranks of an EP replica "
         "wait for the busiest: optimizer.models.perf.offline_step_s); false = every step prefills the "
         "mean input·batch/output tokens (the fit of the shipped parameters)")
+    offline_prefill_chunk_tokens: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = Field(
+        None, description="with offline_whole_prompts: a prompt is prefilled in chunks of at most this many tokens, "
+        "one per attention rank and step (chunked prefill under the engine's per-rank token budget, TensorRT-LLM "
+        "max_num_tokens); None = whole prompts in one step")
+    ep_allgather: bool = Field(
+        False, description="expert-parallel MoE communication: true = every token's hidden state is all-gathered to "
+        "every one of the e ranks (e − 1 copies, quantized to the experts' GEMM input: 1 B FP8, 0.5625 B NVFP4, 2 B "
+        "16 bit) and the experts' outputs reduce-scattered back in BF16, as TensorRT-LLM's attention-DP MoE does "
+        "without its all-to-all path (optimizer.models.moe_routing.ranks_receiving_token); false = a dispatch to "
+        "the ranks holding one of the token's experts, 16-bit both ways (the fit of the shipped parameters)")
     class_shrinkage: NonNeg = Field(
         0.0, description="fit only (optimizer.calibration.fit): ridge strength λ of the penalty λ·Σ (log(override / "
         "parent))² on every fitted generation and memory-type override's deviation from its parent (global) "

@@ -20,7 +20,9 @@ of t GPUs and the routed experts are split e ways, as TensorRT-LLM's "DEP" does)
   in prefill, ``2·L·H·(2·d + d_rope)``: ``optimizer.models.attention``),
   ``t_comm = L/p · 2 · (2·(t−1)/t · T/e·hidden·act / link + latency)`` (tensor parallel)
   ``+ moe_layers/p · 2 · (r·T/e·hidden·act / link + latency)`` (dispatch and combine all-to-alls,
-  r = the other ranks a token goes to, ≤ e − 1: ``moe_routing.remote_ranks_per_token``),
+  r = the other ranks a token goes to, ≤ e − 1: ``moe_routing.remote_ranks_per_token``; with
+  ``CalibrationParams.ep_allgather`` r = e − 1 and act = (dispatch bytes + 2)/2, the all-gather of the
+  quantized tokens and the BF16 reduce-scatter of TensorRT-LLM's attention-DP MoE: ``moe_routing``),
   ``t_hop = T·hidden·act/link + hop latency`` (p > 1 only);
   the step (every sequence advances one token) = ``p·(t_gemm + t_attn + t_prefill_attn +
   t_comm + t_hop) + t_host`` with ``t_host = step_overhead + (b/e)·sequence_overhead +
@@ -119,7 +121,8 @@ def _gemm_s(c: Configs, tokens: np.ndarray, ndim: int,
 def _comm_s(c: Configs, tokens: np.ndarray, ndim: int) -> np.ndarray:
     """Communication of one stage pass of ``tokens`` tokens (all ranks): tensor-parallel ring
     all-reduces (2·(t−1)/t · T/e·hidden·act / link + latency each), expert-parallel all-to-alls
-    (r·T/e·hidden·act / link + latency each, r = ``remote_ranks_per_token``) and the pipeline hop to the next stage.
+    (r·T/e·hidden·act / link + latency each, r = ``moe_routing.ranks_receiving_token``) and the pipeline hop
+    to the next stage.
 
     A term that is 0 for every configuration (no all-to-all at e = 1, no hop at p = 1, no
     all-reduce at t = 1) is left out of the sum: adding its zeros would give the same bits (for
@@ -360,14 +363,20 @@ def offline_step_s(c: Configs, batch, input_tokens, output_tokens) -> np.ndarray
     (``busiest_rank_prompts``; the routed experts see the mean b·input/output tokens less the
     P0 share, the dense part and attention the busiest rank's e·n1·input; attention span input/2).
     A scheduler that balances prompts over the ranks (TensorRT-LLM ``attention_dp_config
-    enable_balance``) is not modelled: there the busiest rank is the mean one."""
+    enable_balance``) is not modelled: there the busiest rank is the mean one.
+
+    With ``CalibrationParams.offline_prefill_chunk_tokens`` = M a prompt is prefilled in chunks of
+    u = min(input, M) tokens, one chunk per rank and step at most (chunked prefill under the engine's
+    per-rank token budget): the unit that starts is a chunk, λ = (b/e)·(input/u)/output chunks per rank
+    and step, and the busiest rank's tokens are e·n1·u (a 32k prompt under M = 8192: 4 chunks)."""
     ndim, (b, inp, out) = _prep(c, batch, input_tokens, output_tokens)
     e = column(c.ep.astype(float), ndim)
-    p0, n1 = busiest_rank_prompts(b / e / np.maximum(out, 1.0), e)
+    unit = inp if c.offline_prefill_chunk_tokens is None else np.minimum(inp, c.offline_prefill_chunk_tokens)
+    p0, n1 = busiest_rank_prompts(b / e * (inp / unit) / np.maximum(out, 1.0), e)
     ctx = inp + out / 2.0
     idle = decode_step_s(c, b, ctx)
     mean_tokens = b * inp / np.maximum(out, 1.0) / np.maximum(1.0 - p0, 1e-300)  # in a step that has prompts
-    busy = _decode_step(c, b, ctx, mean_tokens, inp / 2.0, e * n1 * inp, sides=False).step_s
+    busy = _decode_step(c, b, ctx, mean_tokens, inp / 2.0, e * n1 * unit, sides=False).step_s
     return p0 * idle + (1.0 - p0) * busy
 
 

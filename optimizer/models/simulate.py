@@ -31,8 +31,9 @@ while the measured requests arrive (no warm-up, no drain).
 
 from __future__ import annotations
 
+import math
 from collections import deque
-from dataclasses import dataclass
+from heapq import heappop, heappush
 
 import numpy as np
 
@@ -42,9 +43,10 @@ from optimizer.models.attention import effective_context
 from optimizer.models.configs import Configs
 from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS  # noqa: E402 (re-exported)
 from optimizer.models.lengths import sample_tokens
+from optimizer.models.sim_result import PERCENTILES, Percentile, SimResult, percentile_ci  # noqa: F401 (re-exported)
 from workloads.spec import LengthDist
 
-PERCENTILES = (50.0, 90.0, 99.0)
+_INF = float("inf")
 
 
 class StepTime:
@@ -79,6 +81,9 @@ class StepTime:
         self._model = one.model
         self._plain = one.model.sliding_window_tokens is None  # effective context = context (no window)
         self._pre = float(probe[2] - self._a[1]) / float(effective_context(one.model, 1000.0))  # per n·span
+        # a decode-only step's A(b) + B(b) and a_dec·b, tabulated by b (the same operations, elementwise)
+        self._ab = (by_tokens + (by_batch - by_tokens)).tolist()
+        self._att_b = (self._att * tokens).tolist()
         self.max_tokens = max_tokens
         self._check(one)
 
@@ -119,68 +124,11 @@ def _select(c: Configs, index: int) -> Configs:
     return Configs(**kwargs)
 
 
-@dataclass(frozen=True)
-class Percentile:
-    """One latency percentile (ms) with a 95 % order-statistic (binomial) confidence interval."""
-
-    value_ms: float
-    ci_low_ms: float
-    ci_high_ms: float
-
-
-@dataclass(frozen=True)
-class SimResult:
-    """Per-request latencies (s) of a simulation and their percentiles (ms).
-
-    ``ttft_s``, ``e2e_s`` have one entry per measured request; ``tpot_s`` per measured
-    request with more than one output token. The first ``warmup`` requests (arriving into
-    an empty replica) are excluded from all statistics.
-    """
-
-    ttft_s: np.ndarray
-    tpot_s: np.ndarray
-    e2e_s: np.ndarray
-    ttft: dict[float, Percentile]
-    tpot: dict[float, Percentile]
-    e2e: dict[float, Percentile]
-    mean_ttft_s: float
-    mean_tpot_s: float
-    mean_itl_s: float  # token-weighted mean inter-token latency (what benchmarks call ITL)
-    output_tokens_per_s: float
-    requests: int
-    steps: int
-    preemptions: int
-    mean_batch: float
-    max_kv_tokens: float
-    kv_p99_tokens: float  # p99 of the KV occupancy sampled once per step (steady-state window)
-    kv_mean_tokens: float  # mean of the same samples
-    duration_s: float
-    backlog_at_end: int  # requests not finished when the arrivals stopped (saturation sign)
-
-
-def percentile_ci(x: np.ndarray, q: float, confidence: float = 0.95) -> Percentile:
-    """The q-th percentile of ``x`` (ms) and a distribution-free CI from order statistics.
-
-    The number of samples below the true quantile is Binomial(n, q/100); the CI is the
-    pair of order statistics at ``n·p ± z·sqrt(n·p·(1−p))`` (normal approximation).
-    """
-    n = len(x)
-    if n == 0:
-        nan = float("nan")
-        return Percentile(nan, nan, nan)
-    s = np.sort(x)
-    p = q / 100.0
-    z = 1.959963985 if confidence == 0.95 else float(np.sqrt(2) * _erfinv(confidence))
-    half = z * np.sqrt(n * p * (1 - p))
-    lo = int(np.clip(np.floor(n * p - half) - 1, 0, n - 1))
-    hi = int(np.clip(np.ceil(n * p + half), 0, n - 1))
-    return Percentile(float(np.percentile(s, q)) * 1e3, float(s[lo]) * 1e3, float(s[hi]) * 1e3)
-
-
-def _erfinv(y: float) -> float:
-    from statistics import NormalDist
-
-    return NormalDist().inv_cdf((1 + y) / 2) / np.sqrt(2)
+def step_time_for(c: Configs, index: int, max_sequences: int | None = None,
+                  prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS) -> StepTime:
+    """The step time ``simulate`` builds for these arguments (tables up to max_sequences + chunk
+    tokens), for callers that run several simulations of one configuration."""
+    return StepTime(c, index, int(max_sequences or c.max_batch_sequences) + int(prefill_chunk_tokens))
 
 
 def simulate(
@@ -225,7 +173,7 @@ def simulate(
     held = (prompts - shared).astype(prompts.dtype) if shared_prefix_tokens else prompts
     chunk = int(prefill_chunk_tokens)
     if step_time is None:
-        step_time = StepTime(c, index, max_seqs + chunk)
+        step_time = StepTime(c, index, max_seqs + chunk)  # what step_time_for(c, index, max_sequences, chunk) builds
     longest = int(held.max() + outputs.max())
     if longest > cap_kv:
         raise ModelError(f"{c.keys[index]}: a request of {longest:,} tokens does not fit in the KV cache "
@@ -283,18 +231,29 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
     if windowed:
         w_full, w_layers, w_tokens, n_layers = (m.num_layers - m.windowed_layers, m.windowed_layers,
                                                 m.sliding_window_tokens, m.num_layers)
+    # a decode-only step (no prefill tokens) is A(b) + B(b) + (a_dec·b)·c + a_pre·0·0.0, and the last
+    # term is 0.0 when a_pre is finite: A(b) + B(b) and a_dec·b are tabulated by b (StepTime)
+    decode_only = math.isfinite(pre)
+    ab_tab, att_tab = step_s._ab, step_s._att_b
+    floor_cap = math.floor(cap_kv)  # KV occupancies are whole tokens: kv + b > cap_kv <=> kv > floor(cap_kv) - b
+    pending: list[int] = []  # the steps of done_at, a heap (each pushed once, when its entry is created)
+    arr_s = arr + [_INF]  # a sentinel past the last arrival
+    t_next = arr_s[0]
     kv_append, t_append = kv_steps.append, t_steps.append
     pop_done = done_at.pop
+    wait_append, wait_pop = waiting.append, waiting.popleft
 
     while True:
-        while nxt < n_req and arr[nxt] <= t:
-            waiting.append(nxt)
-            nxt += 1
-        if backlog_at_end < 0 and nxt == n_req:
-            backlog_at_end = len(waiting) + len(prefilling) + b
+        if t_next <= t:
+            while arr_s[nxt] <= t:
+                wait_append(nxt)
+                nxt += 1
+            t_next = arr_s[nxt]
+            if backlog_at_end < 0 and nxt == n_req:
+                backlog_at_end = len(waiting) + len(prefilling) + b
         # admission (FCFS, head of line blocks)
         while waiting and n_admitted < max_seqs and kv_used + eff_prompt[waiting[0]] + 1 <= cap_kv:
-            rid = waiting.popleft()
+            rid = wait_pop()
             kv_used += eff_prompt[rid] + 1  # the prompt and the token its prefill emits
             prefilling.append([rid, eff_prompt[rid] - skip[rid], offset[rid]])
             n_admitted += 1
@@ -321,22 +280,68 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
             eff_prompt[victim] = plen[victim] + generated[victim]
             waiting.appendleft(victim)
             preemptions += 1
-        # chunked prefill, FCFS
+        if b and not prefilling and decode_only:
+            # decode-only steps until the next one sees an arrival, a completion or a preemption
+            while pending[0] <= step:  # steps already done (a running sequence completes later)
+                heappop(pending)
+            next_done = pending[0]
+            kv_limit = floor_cap - b
+            ab, att_b, b0, s0 = ab_tab[b], att_tab[b], b, step
+            while True:
+                ctx = ctx_sum / b
+                if windowed:
+                    ctx = (w_full * ctx + w_layers * ((ctx + w_tokens - abs(ctx - w_tokens)) / 2)) / n_layers
+                dt = ab + att_b * ctx
+                t += dt
+                batch_time += b * dt
+                step += 1
+                ctx_sum += b
+                kv_used += b
+                if step == next_done:
+                    if step - s0 > 1 and kv_used - b > max_kv:  # the previous step's occupancy
+                        max_kv = kv_used - b
+                    for rid, ep in pop_done(step):
+                        if epoch[rid] != ep:
+                            continue
+                        is_running[rid] = False
+                        finish[rid] = t
+                        generated[rid] = olen[rid]
+                        ctx_v = ctx_entry[rid] + (step - entry_step[rid])
+                        ctx_sum -= ctx_v
+                        kv_used -= ctx_v
+                        b -= 1
+                        n_admitted -= 1
+                    heappop(pending)
+                    kv_append(kv_used)
+                    t_append(t)
+                    break
+                kv_append(kv_used)
+                t_append(t)
+                if t >= t_next or kv_used > kv_limit:
+                    break
+            if kv_used > max_kv:
+                max_kv = kv_used
+            out_tokens_done += b0 * (step - s0)
+            continue
+        # chunked prefill, FCFS: whole prompts while they fit in the budget, then part of the next one
         budget = chunk
-        n_pre = 0
         span_tok = 0.0
         completed: list[int] = []
         for item in prefilling:
-            if budget <= 0:
-                break
-            take = item[1] if item[1] < budget else budget
-            span_tok += take * (item[2] + take / 2.0)
-            item[1] -= take
-            item[2] += take
-            budget -= take
-            n_pre += take
-            if item[1] == 0:
+            take = item[1]
+            if take <= budget:
+                span_tok += take * (item[2] + take / 2.0)
+                budget -= take
                 completed.append(item[0])
+                if budget <= 0:
+                    break
+            else:
+                span_tok += budget * (item[2] + budget / 2.0)
+                item[1] = take - budget
+                item[2] += budget
+                budget = 0
+                break
+        n_pre = chunk - budget
         for _ in completed:
             prefilling.popleft()
         ctx = ctx_sum / b if b else 0.0
@@ -364,12 +369,13 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
             b -= 1
             n_admitted -= 1
         # prefill completions emit a token at the end of this step
+        out_tokens_done += len(completed)
         for rid in completed:
-            if generated[rid] == 0:
+            emitted = generated[rid] + 1
+            if emitted == 1:
                 first[rid] = t
-            generated[rid] += 1
-            out_tokens_done += 1
-            remaining = olen[rid] - generated[rid]
+            generated[rid] = emitted
+            remaining = olen[rid] - emitted
             if remaining <= 0:
                 finish[rid] = t
                 kv_used -= eff_prompt[rid] + 1
@@ -378,10 +384,16 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
             is_running[rid] = True
             running_order.append(rid)
             entry_step[rid] = step
-            ctx_entry[rid] = eff_prompt[rid] + 1
-            ctx_sum += ctx_entry[rid]
+            ctx_entry[rid] = held = eff_prompt[rid] + 1
+            ctx_sum += held
             b += 1
-            done_at.setdefault(step + remaining, []).append((rid, epoch[rid]))
+            key = step + remaining
+            entries = done_at.get(key)
+            if entries is None:
+                done_at[key] = [(rid, epoch[rid])]
+                heappush(pending, key)
+            else:
+                entries.append((rid, epoch[rid]))
         if kv_used > max_kv:
             max_kv = kv_used
         kv_append(kv_used)
@@ -395,20 +407,13 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
     multi = o > 1
     tpot = (e2e[multi] - ttft[multi]) / (o[multi] - 1)
     itl = float((e2e[multi] - ttft[multi]).sum() / (o[multi] - 1).sum()) if multi.any() else float("nan")
-    # KV occupancy per step while the measured requests arrive (no warm-up, no drain)
-    ts = np.asarray(t_steps)
-    steady = (ts >= (arr[warm] if warm < n_req else 0.0)) & (ts <= arr[-1])
-    kv = np.asarray(kv_steps)[steady] if steady.any() else np.asarray(kv_steps or [0.0])
     return SimResult(
         ttft_s=ttft, tpot_s=tpot, e2e_s=e2e,
-        ttft={q: percentile_ci(ttft, q) for q in PERCENTILES},
-        tpot={q: percentile_ci(tpot, q) for q in PERCENTILES},
-        e2e={q: percentile_ci(e2e, q) for q in PERCENTILES},
         mean_ttft_s=float(ttft.mean()), mean_tpot_s=float(tpot.mean()) if len(tpot) else float("nan"),
         mean_itl_s=itl,
         output_tokens_per_s=float(out_tokens_done / t) if t > 0 else 0.0,
         requests=len(a), steps=step, preemptions=preemptions,
-        mean_batch=batch_time / t if t > 0 else 0.0, max_kv_tokens=max_kv,
-        kv_p99_tokens=float(np.percentile(kv, 99.0)), kv_mean_tokens=float(kv.mean()), duration_s=t,
+        mean_batch=batch_time / t if t > 0 else 0.0, max_kv_tokens=max_kv, duration_s=t,
         backlog_at_end=max(backlog_at_end, 0),
+        steady_window_s=(arr[warm] if warm < n_req else 0.0, arr[-1]), step_end_s=t_steps, step_kv_tokens=kv_steps,
     )

@@ -25,7 +25,8 @@ import numpy as np
 from optimizer.models.configs import Configs
 from optimizer.models.disagg import PREFILL_OUTPUT, kv_link_bytes_s
 from optimizer.models.lengths import sample_tokens
-from optimizer.models.simulate import PERCENTILES, Percentile, SimResult, percentile_ci, simulate
+from optimizer.models.sim_result import PERCENTILES, Percentile, SimResult, percentile_ci
+from optimizer.models.simulate import simulate
 from workloads.spec import LengthDist
 
 

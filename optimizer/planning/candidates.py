@@ -359,8 +359,15 @@ def _predictor(prep: _Prepared, params: CalibrationParams) -> Predictor:
         for j in range(len(v.rows)):  # v.configs holds the variant's rows in order, engine included
             variants[v.prefix + v.configs.keys[j] + v.suffix] = (v, j)
     cache: dict[str, Configs] = {}
+    known: dict[tuple[str, int, float], tuple[float | None, float | None, float | None]] = {}
 
     def predict(key: str, bucket: int, qps: float) -> tuple[float | None, float | None, float | None]:
+        """Memoised: verification and the result's deployment rows ask for the same (key, bucket, rate)."""
+        if (key, bucket, qps) not in known:
+            known[(key, bucket, qps)] = _predict(key, bucket, qps)
+        return known[(key, bucket, qps)]
+
+    def _predict(key: str, bucket: int, qps: float) -> tuple[float | None, float | None, float | None]:
         if qps <= 0 or key not in variants:
             return (None, None, None)
         v, j = variants[key]

@@ -44,7 +44,7 @@ from catalog.load import Catalog
 from optimizer.models import disagg
 from optimizer.models.lengths import quantile_tokens
 from optimizer.models.params import CalibrationParams
-from optimizer.models.simulate import simulate
+from optimizer.models.simulate import StepTime, simulate, step_time_for
 from optimizer.planning import disk_cache
 from optimizer.planning.candidate_set import CandidateSet, Combo, combo_configs
 from optimizer.planning.evaluate import parallel_workers
@@ -98,6 +98,18 @@ class _Check:
     # what a simulation of it depends on besides its rate, bucket, requests and seed (model, device,
     # precision, sharding, calibration, stage, workload): its disk cache key (disk_cache)
     sim_key: tuple = ()
+    step_time: StepTime | None = None  # the configuration's step-time tables, built once for all its runs
+    step_time_tried: bool = False
+
+    def prepare(self) -> None:
+        """Build ``step_time`` (in the parent, before the workers fork: every run of the check shares it).
+        A configuration it cannot build is left to ``simulate``, which raises in its own order of checks."""
+        if not self.step_time_tried:
+            self.step_time_tried = True
+            try:
+                self.step_time = step_time_for(self.configs, 0)
+            except ModelError:
+                self.step_time = None
 
 
 def _checks(cset: CandidateSet, sol: FleetSolution, catalog: Catalog, params: CalibrationParams
@@ -141,7 +153,7 @@ def _sim_task(i: int) -> dict[str, np.ndarray] | str:
     check, bucket, requests, seed = _SIM_TASKS[i]
     try:
         return _stage_latencies(check.configs, check.c.stage, check.wc.workload, check.device, bucket.rate,
-                                bucket.bucket, requests, seed)
+                                bucket.bucket, requests, seed, check.step_time)
     except ModelError as exc:
         return str(exc)
 
@@ -172,6 +184,8 @@ def _simulated(tasks: list[tuple]) -> list[dict[str, np.ndarray] | str]:
             for ch, b, n, seed in tasks]
     got = [disk_cache.get("simulation", k) for k in keys]
     todo = [i for i, g in enumerate(got) if g is disk_cache.MISSING]
+    for i in todo:
+        tasks[i][0].prepare()
     workers = min(parallel_workers(), len(todo))
     _SIM_TASKS = [tasks[i] for i in todo]
     try:
@@ -248,7 +262,8 @@ def verify_deployments(cset: CandidateSet, sol: FleetSolution, catalog: Catalog,
     return out, notes
 
 
-def _stage_latencies(configs, stage: str, w, device, rate: float, b, requests: int, seed: int) -> dict[str, np.ndarray]:
+def _stage_latencies(configs, stage: str, w, device, rate: float, b, requests: int, seed: int,
+                     step_time: StepTime | None = None) -> dict[str, np.ndarray]:
     """Per-request latencies (s) of one simulated replica, as its stage measures them: colocated
     (with the workload's prefix cache), a prefill pool's TTFT plus the p99 KV transfer of the
     bucket, or a decode pool's TPOT (its requests arrive with their KV; ``optimizer.models.disagg``)."""
@@ -256,16 +271,17 @@ def _stage_latencies(configs, stage: str, w, device, rate: float, b, requests: i
     cache = {"prefix_hit_fraction": float(pc.hit_fraction or 0.0) if pc else 0.0,
              "shared_prefix_tokens": int(pc.shared_prefix_tokens or 0) if pc else 0}
     if stage == "prefill":
-        run = simulate(configs, 0, rate, b.prompt, disagg.PREFILL_OUTPUT, requests=requests, seed=seed, **cache)
+        run = simulate(configs, 0, rate, b.prompt, disagg.PREFILL_OUTPUT, requests=requests, seed=seed,
+                       step_time=step_time, **cache)
         link = disagg.kv_link_bytes_s(configs, [device.scaleout_nic_gbps_per_gpu or np.nan])
         sent = disagg.sent_tokens(float(quantile_tokens(b.prompt, 0.99)), None) - cache["shared_prefix_tokens"]
         t_kv = float(disagg.kv_transfer_ms(configs, max(sent, 1.0), link)[0]) / 1e3
         return {"ttft_s": run.ttft_s + t_kv}
     if stage == "decode":
-        run = simulate(configs, 0, rate, b.prompt, b.output, requests=requests, seed=seed,
+        run = simulate(configs, 0, rate, b.prompt, b.output, requests=requests, seed=seed, step_time=step_time,
                        prefix_hit_fraction=1.0, shared_prefix_tokens=cache["shared_prefix_tokens"])
         return {"tpot_s": run.tpot_s}
-    run = simulate(configs, 0, rate, b.prompt, b.output, requests=requests, seed=seed, **cache)
+    run = simulate(configs, 0, rate, b.prompt, b.output, requests=requests, seed=seed, step_time=step_time, **cache)
     return {"ttft_s": run.ttft_s, "tpot_s": run.tpot_s, "e2e_s": run.e2e_s}
 
 
