@@ -16,9 +16,10 @@ import pytest
 from catalog import load_catalog
 from optimizer.models.configs import _CONFIG_FIELDS, build_configs
 from optimizer.models.params import load_params
+from optimizer.models.serving.fixed_point import _Pair
 from optimizer.models.serving.latency import _sum_in_order
 from optimizer.models.serving.rows import _ROW_FIELDS, row_lengths
-from optimizer.models.serving.state import _distinct_steps, _Pair, _steps, lengths_for, step_k_rows
+from optimizer.models.serving.state import _distinct_steps, _steps, lengths_for, step_k_rows
 from workloads.spec import LengthDist
 
 CHUNK = 512

@@ -87,17 +87,20 @@ def _sglang_params():
 
 
 def test_two_engines_give_both_candidate_sets_and_the_cheaper_plan():
-    """engine: [trtllm, sglang] for qwen3-30b-a3b on H100s at 400 req/s (more than one 8-GPU server), with
+    """engine: [trtllm, sglang] for qwen3-30b-a3b on H100s at 1,000 req/s (more than one 8-GPU server), with
     parameters that know SGLang: the candidates of each engine (SGLang keys end in __sglang, the
-    TensorRT-LLM ones as today), and the plan's objective is the lower of the two one-engine plans."""
+    TensorRT-LLM ones as today), and the plan's objective is the lower of the two one-engine plans.
+    (At 400 req/s both engines now plan $676,024: since MoE replicas are no longer called saturated on
+    the rising part of their step time, serving.fixed_point, one tp1 replica serves 3x more and the
+    engines' difference is lost in whole replicas; at 1,000 req/s $1,014,036 against $1,352,048.)"""
     params = _sglang_params()
-    plan, catalog = _plan("qwen3-30b-a3b", ["h100-sxm"], engine=["trtllm", "sglang"], qps=400)
+    plan, catalog = _plan("qwen3-30b-a3b", ["h100-sxm"], engine=["trtllm", "sglang"], qps=1000)
     kept = _kept(plan, catalog, params)
     by_engine = {e: {c.key for c in kept if c.engine == e} for e in ("trtllm", "sglang")}
     assert by_engine["trtllm"] and by_engine["sglang"]
     assert {k + "__sglang" for k in by_engine["trtllm"]} == by_engine["sglang"]
     both = _objective(plan, catalog, params)
-    alone = {e: _objective(*_plan("qwen3-30b-a3b", ["h100-sxm"], engine=e, qps=400), params) for e in ("trtllm", "sglang")}
+    alone = {e: _objective(*_plan("qwen3-30b-a3b", ["h100-sxm"], engine=e, qps=1000), params) for e in ("trtllm", "sglang")}
     assert alone["trtllm"] != pytest.approx(alone["sglang"], rel=1e-3)  # the engines differ, so the choice matters
     assert both == pytest.approx(min(alone.values()), rel=1e-9)
 
@@ -142,8 +145,10 @@ def test_bad_engine_is_refused_with_the_fix(engine, needle):
 
 
 def test_an_ep_deployment_is_simulated_with_its_ep_and_engine(monkeypatch):
-    """qwen3-30b-a3b on MI300X: an expert-parallel candidate is chosen and checked by simulation as that
-    configuration (ep and vLLM), not as tp 1."""
+    """mixtral-8x7b on MI300X: an expert-parallel candidate (ep 4) is chosen and checked by simulation as that
+    configuration (ep and vLLM), not as tp 1. (It was qwen3-30b-a3b, whose tp1 replica now serves it
+    cheaper than any ep one: MoE replicas are no longer called saturated on the rising part of their step
+    time, serving.fixed_point.)"""
     from optimizer.planning import verify
 
     seen = []
@@ -156,7 +161,7 @@ def test_an_ep_deployment_is_simulated_with_its_ep_and_engine(monkeypatch):
         return checks, notes
 
     monkeypatch.setattr(verify, "_checks", spy)
-    plan, catalog = _plan("qwen3-30b-a3b", ["mi300x"], engine=["vllm", "sglang"])
+    plan, catalog = _plan("mixtral-8x7b", ["mi300x"], engine=["vllm", "sglang"])
     r = optimize_plan(plan, catalog, load_params(None), compare_single_device=False, verify=True, sensitivity=False)
     assert any(d.ep > 1 for d in r.deployments), [d.key for d in r.deployments]
     assert seen and any(ep > 1 for _, ep, _, _, _ in seen)

@@ -11,13 +11,13 @@ from optimizer.models import perf
 from optimizer.models.configs import Configs
 from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS, Z99
 from optimizer.models.params import CalibrationParams
+from optimizer.models.serving.fixed_point import solve_state
 from optimizer.models.serving.latency import SLO_LIMITS, LoadResult, evaluate_load, take_state
 from optimizer.models.serving.rows import RowLengths, row_lengths
 from optimizer.models.serving.state import (
     BISECTION_ITERATIONS,
     CAPACITY_RTOL,
     lengths_for,
-    solve_state,
 )
 from optimizer.models.techniques import ServingTechnique
 from workloads.spec import SLO, LengthDist

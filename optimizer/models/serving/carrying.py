@@ -13,10 +13,10 @@ import numpy as np
 
 from optimizer.models import perf
 from optimizer.models.configs import Configs
+from optimizer.models.serving.fixed_point import State
 from optimizer.models.serving.rows import RowLengths
 from optimizer.models.serving.state import (
     GRID_BLOCK_ELEMENTS,
-    State,
     group_k_max,
     poisson_pmf,
     prompts_k_max,

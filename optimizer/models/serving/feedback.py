@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from optimizer.models.serving.fixed_point import State
 from optimizer.models.serving.rows import RowLengths
-from optimizer.models.serving.state import GRID_BLOCK_ELEMENTS, State
+from optimizer.models.serving.state import GRID_BLOCK_ELEMENTS
 
 # Window integrals of the linear load-feedback model (see ``feedback_factors``), as functions of the
 # decode gain v: I_a(v) = (1/2π)∫ K(θ)²/|1 − v·K₁(θ)|² dθ, I_b(v) = (1/2π)∫ K(θ)·Re K₁(θ)/|1 − v·K₁(θ)|² dθ

@@ -17,12 +17,9 @@ from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS, Z99
 from optimizer.models.params import CalibrationParams
 from optimizer.models.serving.carrying import carrying_step_sums
 from optimizer.models.serving.feedback import batch_average_var, feedback_factors
+from optimizer.models.serving.fixed_point import State, solve_state
 from optimizer.models.serving.rows import RowLengths, row_lengths
-from optimizer.models.serving.state import (
-    State,
-    lengths_for,
-    solve_state,
-)
+from optimizer.models.serving.state import lengths_for
 from optimizer.models.serving.tails import gamma_quantile, mixture_quantile
 from optimizer.models.techniques import ServingTechnique
 from workloads.spec import LengthDist
