@@ -210,15 +210,6 @@ def _global_knobs(params: CalibrationParams, usable: Sequence[Measurement], cat:
     return params, knobs
 
 
-def _loss(usable: Sequence[Measurement], latency: Sequence[Measurement], online: Sequence[Measurement],
-          metrics: Sequence[str], online_weight: float, cat: Catalog) -> Callable[[CalibrationParams], float]:
-    """The fit's data objective (``fit_params``, without the class prior): weighted squared log errors of
-    the offline throughput, the one-batch latency and (times ``online_weight``) the online mean ITL/TTFT
-    rows, i.e. ``‖r(p)‖²`` of ``optimizer.calibration.lsq.residual_fn``."""
-    residuals = residual_fn(usable, latency, online, metrics, online_weight, cat)
-    return lambda p: float(np.sum(residuals(p) ** 2))
-
-
 def search(params: CalibrationParams, knobs: Sequence[_Knob], loss: Callable[[CalibrationParams], float],
            residuals: Callable[[CalibrationParams], np.ndarray], sweeps: int,
            optimizer: str) -> tuple[CalibrationParams, float]:
