@@ -162,11 +162,7 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
 
     params, best = search(params, knobs + override_knobs, loss, residuals, sweeps, optimizer)
     params = _typical_generation_defaults(params, loss, best)
-    record = fit_record(usable, cat, params, data_file)
-    if optimizer == "polish":
-        record = record.model_copy(update={"method": record.method.replace(
-            "coordinate search on log-spaced grids", "coordinate search on log-spaced grids, then a trust-region "
-            "least-squares polish of the continuous knobs (scipy least_squares, log space)", 1)})
+    record = fit_record(usable, cat, params, data_file, polished=optimizer == "polish")
     if latency:
         record = record.model_copy(update={"method": record.method + f"; plus the squared log error of "
                                            f"e2e_latency_s over {len(latency)} offline latency rows (one fixed "
@@ -387,7 +383,7 @@ def online_fit_rows(rows: Sequence[Measurement]) -> list[Measurement]:
 
 
 def fit_record(rows: Sequence[Measurement], cat: Catalog, params: CalibrationParams,
-               data_file: str) -> FitRecord:
+               data_file: str, polished: bool = False) -> FitRecord:
     pred = predict_offline_throughput(rows, cat, params).predicted
     measured = np.array([m.throughput_tok_s for m in rows], dtype=float)
     ok = np.isfinite(pred)
@@ -402,8 +398,10 @@ def fit_record(rows: Sequence[Measurement], cat: Catalog, params: CalibrationPar
     devs = np.array([m.device_key for m in rows])
     return FitRecord(
         data_file=data_file, rows_used=int(ok.sum()),
-        method="coordinate search on log-spaced grids, least squares of log(pred/measured), "
-               "equal weight per source_group",
+        method="coordinate search on log-spaced grids"
+               + (", then a trust-region least-squares polish of the continuous knobs (scipy least_squares, "
+                  "log space)" if polished else "")
+               + ", least squares of log(pred/measured), equal weight per source_group",
         median_abs_pct_error=round(float(np.median(err)), 2),
         p90_abs_pct_error=round(float(np.percentile(err, 90)), 2),
         by_source_group={g: summary(groups == g) for g in sorted(set(groups))},
