@@ -366,13 +366,17 @@ def engine_selectors(rows: Sequence[Measurement], cat: Catalog, engine: str) -> 
     on MI300X, and a vendor nobody measured is assumed to reach what the measured non-NVIDIA stack
     reaches, not what TensorRT-LLM reaches on NVIDIA. Otherwise the engine alone is the selector."""
     def vendors(e: str) -> set[str]:
-        on = (cat.devices[m.device_key] for m in rows)  # type: ignore[index]
-        return {d.vendor for m, d in zip(rows, on, strict=True) if (m.engine or default_engine(d)) == e}
+        return {cat.devices[m.device_key].vendor for m in rows if engine_of(m, cat) == e}  # type: ignore[index]
 
     reference = vendors("trtllm")
     if reference and not vendors(engine) & reference:
         return {"exclude_vendors": sorted(reference)}
     return {"engine": engine}
+
+
+def engine_of(m: Measurement, cat: Catalog) -> str:
+    """The engine of a resolved row: the one it states, else its device's default (``default_engine``)."""
+    return m.engine or default_engine(cat.devices[m.device_key])  # type: ignore[index]
 
 
 def online_fit_rows(rows: Sequence[Measurement]) -> list[Measurement]:
