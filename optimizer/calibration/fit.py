@@ -336,11 +336,11 @@ def class_overrides(rows: Sequence[Measurement], cat: Catalog, devices: Sequence
         on = sorted({m.device_key for m in rows if cat.precisions[m.precision_key].weight_only})  # type: ignore[index]
         add(FactorOverride(weight_only=True, note=f"weight-only GEMMs (dequantized in the kernel), fitted on {', '.join(on)}"),
             [("compute_efficiency", 0.05, 1.0), ("moe_efficiency", 0.05, 1.0)])
-    engines = sorted({m.engine or "trtllm" for m in rows})
+    engines = sorted({engine_of(m, cat) for m in rows})  # a row without an engine runs its device's default
     if len(engines) > 1:
         for e in engines:
             if e != "trtllm":
-                on = sorted({m.device_key for m in rows if m.engine == e})
+                on = sorted({m.device_key for m in rows if engine_of(m, cat) == e})
                 # started at the defaults' values, so the engine's rows never fall through to (and drag)
                 # the GEMM-dtype and generation overrides that the trtllm rows identify
                 start = CalibrationParams()
