@@ -25,10 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from catalog.load import Catalog
-from optimizer.calibration.fit import fit_params
+from optimizer.calibration.fit import engine_of, fit_params
 from optimizer.calibration.measurements import Measurement
 from optimizer.calibration.predict import is_online, latency_predictor, offline_predictor
-from optimizer.models.params import CalibrationParams, Coverage, ErrorBand, default_engine
+from optimizer.models.params import CalibrationParams, Coverage, ErrorBand
 
 LEAVE_OUT_SWEEPS = 3  # coordinate-search sweeps of each leave-out refit before its polish (the full fit uses 6)
 CLASS_OF_GROUPING = {"source_group": "a", "device": "b", "generation": "c"}
@@ -63,10 +63,6 @@ class HeldOut:
     @property
     def abs_pct_error(self) -> float:
         return abs(self.predicted / self.measured - 1.0) * 100.0
-
-
-def engine_of(m: Measurement, cat: Catalog) -> str:
-    return m.engine or default_engine(cat.devices[m.device_key])  # type: ignore[index]
 
 
 def group_key(m: Measurement, cat: Catalog, by: str) -> str:

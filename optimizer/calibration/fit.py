@@ -162,11 +162,7 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
 
     params, best = search(params, knobs + override_knobs, loss, residuals, sweeps, optimizer)
     params = _typical_generation_defaults(params, loss, best)
-    record = fit_record(usable, cat, params, data_file)
-    if optimizer == "polish":
-        record = record.model_copy(update={"method": record.method.replace(
-            "coordinate search on log-spaced grids", "coordinate search on log-spaced grids, then a trust-region "
-            "least-squares polish of the continuous knobs (scipy least_squares, log space)", 1)})
+    record = fit_record(usable, cat, params, data_file, polished=optimizer == "polish")
     if latency:
         record = record.model_copy(update={"method": record.method + f"; plus the squared log error of "
                                            f"e2e_latency_s over {len(latency)} offline latency rows (one fixed "
@@ -208,15 +204,6 @@ def _global_knobs(params: CalibrationParams, usable: Sequence[Measurement], cat:
         params = params.model_copy(update={"request_overhead_ms": max(params.request_overhead_ms, 1.0)})
         knobs.append(_field_knob("request_overhead_ms", 0.01, 50.0))
     return params, knobs
-
-
-def _loss(usable: Sequence[Measurement], latency: Sequence[Measurement], online: Sequence[Measurement],
-          metrics: Sequence[str], online_weight: float, cat: Catalog) -> Callable[[CalibrationParams], float]:
-    """The fit's data objective (``fit_params``, without the class prior): weighted squared log errors of
-    the offline throughput, the one-batch latency and (times ``online_weight``) the online mean ITL/TTFT
-    rows, i.e. ``‖r(p)‖²`` of ``optimizer.calibration.lsq.residual_fn``."""
-    residuals = residual_fn(usable, latency, online, metrics, online_weight, cat)
-    return lambda p: float(np.sum(residuals(p) ** 2))
 
 
 def search(params: CalibrationParams, knobs: Sequence[_Knob], loss: Callable[[CalibrationParams], float],
@@ -349,11 +336,11 @@ def class_overrides(rows: Sequence[Measurement], cat: Catalog, devices: Sequence
         on = sorted({m.device_key for m in rows if cat.precisions[m.precision_key].weight_only})  # type: ignore[index]
         add(FactorOverride(weight_only=True, note=f"weight-only GEMMs (dequantized in the kernel), fitted on {', '.join(on)}"),
             [("compute_efficiency", 0.05, 1.0), ("moe_efficiency", 0.05, 1.0)])
-    engines = sorted({m.engine or "trtllm" for m in rows})
+    engines = sorted({engine_of(m, cat) for m in rows})  # a row without an engine runs its device's default
     if len(engines) > 1:
         for e in engines:
             if e != "trtllm":
-                on = sorted({m.device_key for m in rows if m.engine == e})
+                on = sorted({m.device_key for m in rows if engine_of(m, cat) == e})
                 # started at the defaults' values, so the engine's rows never fall through to (and drag)
                 # the GEMM-dtype and generation overrides that the trtllm rows identify
                 start = CalibrationParams()
@@ -379,13 +366,17 @@ def engine_selectors(rows: Sequence[Measurement], cat: Catalog, engine: str) -> 
     on MI300X, and a vendor nobody measured is assumed to reach what the measured non-NVIDIA stack
     reaches, not what TensorRT-LLM reaches on NVIDIA. Otherwise the engine alone is the selector."""
     def vendors(e: str) -> set[str]:
-        on = (cat.devices[m.device_key] for m in rows)  # type: ignore[index]
-        return {d.vendor for m, d in zip(rows, on, strict=True) if (m.engine or default_engine(d)) == e}
+        return {cat.devices[m.device_key].vendor for m in rows if engine_of(m, cat) == e}  # type: ignore[index]
 
     reference = vendors("trtllm")
     if reference and not vendors(engine) & reference:
         return {"exclude_vendors": sorted(reference)}
     return {"engine": engine}
+
+
+def engine_of(m: Measurement, cat: Catalog) -> str:
+    """The engine of a resolved row: the one it states, else its device's default (``default_engine``)."""
+    return m.engine or default_engine(cat.devices[m.device_key])  # type: ignore[index]
 
 
 def online_fit_rows(rows: Sequence[Measurement]) -> list[Measurement]:
@@ -396,7 +387,7 @@ def online_fit_rows(rows: Sequence[Measurement]) -> list[Measurement]:
 
 
 def fit_record(rows: Sequence[Measurement], cat: Catalog, params: CalibrationParams,
-               data_file: str) -> FitRecord:
+               data_file: str, polished: bool = False) -> FitRecord:
     pred = predict_offline_throughput(rows, cat, params).predicted
     measured = np.array([m.throughput_tok_s for m in rows], dtype=float)
     ok = np.isfinite(pred)
@@ -411,8 +402,10 @@ def fit_record(rows: Sequence[Measurement], cat: Catalog, params: CalibrationPar
     devs = np.array([m.device_key for m in rows])
     return FitRecord(
         data_file=data_file, rows_used=int(ok.sum()),
-        method="coordinate search on log-spaced grids, least squares of log(pred/measured), "
-               "equal weight per source_group",
+        method="coordinate search on log-spaced grids"
+               + (", then a trust-region least-squares polish of the continuous knobs (scipy least_squares, "
+                  "log space)" if polished else "")
+               + ", least squares of log(pred/measured), equal weight per source_group",
         median_abs_pct_error=round(float(np.median(err)), 2),
         p90_abs_pct_error=round(float(np.percentile(err, 90)), 2),
         by_source_group={g: summary(groups == g) for g in sorted(set(groups))},

@@ -49,6 +49,8 @@ OPTIONAL_NUMERIC = (
     "concurrency_or_batch", "request_rate_qps", "ttft_mean_ms", "ttft_p99_ms",
     "tpot_mean_ms", "tpot_p99_ms", "e2e_latency_s",
 )
+# a latency statistic of the user's own (ttft_p90_ms, tpot_p50_ms, e2e_p99_s): never a typo of a known one
+OWN_LATENCY_COLUMN = re.compile(r"(ttft|tpot|itl|e2e)(_latency)?_(p\d+(\.\d+)?|mean|median|max|min)_(ms|s)")
 # the other columns this loader reads, and calibration.csv's informational ones: a header name close to one
 # of these but not equal (engnie) is a typo, refused; a name far from all of them is the user's own column
 KNOWN_COLUMNS = (*REQUIRED_COLUMNS, *OPTIONAL_NUMERIC, "engine", "ep", "max_batch", "throughput_basis", "row_id",
@@ -205,7 +207,8 @@ def _check_header(path: Path, header: list[str]) -> None:
         if name in seen:
             raise ModelError(f"{path}: column '{name}' appears twice in the header; keep one")
         seen.add(name)
-        if name not in KNOWN_COLUMNS and (close := difflib.get_close_matches(name, KNOWN_COLUMNS, n=1, cutoff=0.8)):
+        if (name not in KNOWN_COLUMNS and not OWN_LATENCY_COLUMN.fullmatch(name)
+                and (close := difflib.get_close_matches(name, KNOWN_COLUMNS, n=1, cutoff=0.8))):
             raise ModelError(f"{path}: unknown column '{name}' (did you mean '{close[0]}'?); rename it, "
                              "or give your own column a name unlike the known ones")
 

@@ -368,7 +368,8 @@ def stage_constants(c: Configs) -> StageConstants:
         / (c.attention_peak_flops * c.prefill_attention_efficiency),
         allreduces=np.where(t > 1, m.num_layers / p * 2.0, 0.0), ring_factor=2.0 * (t - 1.0) / t * hidden_act / e,
         alltoalls=np.where(e > 1, m.moe_layers / p * 2.0, 0.0),
-        a2a_factor=ranks_receiving_token(m.num_experts, m.experts_per_token, e, c.ep_allgather) * _a2a_hidden_bytes(c) / e,
+        a2a_factor=ranks_receiving_token(m.num_experts, m.experts_per_token, e, c.ep_allgather)
+        * _a2a_hidden_bytes(c, hidden_act) / e,
         activation_bytes=c.activation_bytes, link_bytes_s=c.link_bytes_s, allreduce_latency_s=c.allreduce_latency_s,
         alltoall_latency_s=c.alltoall_latency_s,
         hop_s_fixed=np.where(p > 1, c.pp_hop_latency_s, 0.0), hop_on=(p > 1).astype(float) * hidden_act,
@@ -377,10 +378,10 @@ def stage_constants(c: Configs) -> StageConstants:
     )
 
 
-def _a2a_hidden_bytes(c: Configs) -> np.ndarray:
+def _a2a_hidden_bytes(c: Configs, hidden_act: np.ndarray) -> np.ndarray:
     """Bytes of one token's hidden state in one all-to-all, the mean of dispatch and combine (the
-    step counts 2 per MoE layer): hidden·act both ways, or with ``ep_allgather`` hidden·(dispatch
-    bytes + 2 B BF16 combine)/2 (FP8: 1.5 B, NVFP4: 1.28 B, 16 bit: 2 B per element)."""
+    step counts 2 per MoE layer): ``hidden_act`` (hidden·act) both ways, or with ``ep_allgather``
+    hidden·(dispatch bytes + 2 B BF16 combine)/2 (FP8: 1.5 B, NVFP4: 1.28 B, 16 bit: 2 B per element)."""
     if not c.ep_allgather:
-        return c.model.hidden_size * c.activation_bytes
+        return hidden_act
     return c.model.hidden_size * (c.dispatch_bytes + COMBINE_BYTES_PER_ELEMENT) / 2.0

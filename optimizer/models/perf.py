@@ -371,8 +371,12 @@ def offline_step_s(c: Configs, batch, input_tokens, output_tokens) -> np.ndarray
     and step, and the busiest rank's tokens are e·n1·u (a 32k prompt under M = 8192: 4 chunks)."""
     ndim, (b, inp, out) = _prep(c, batch, input_tokens, output_tokens)
     e = column(c.ep.astype(float), ndim)
-    unit = inp if c.offline_prefill_chunk_tokens is None else np.minimum(inp, c.offline_prefill_chunk_tokens)
-    p0, n1 = busiest_rank_prompts(b / e * (inp / unit) / np.maximum(out, 1.0), e)
+    if c.offline_prefill_chunk_tokens is None:  # whole prompts: one unit per prompt (and no 0/0 at input 0)
+        unit, starts = inp, b / e / np.maximum(out, 1.0)
+    else:
+        unit = np.minimum(inp, c.offline_prefill_chunk_tokens)
+        starts = b / e * (inp / np.maximum(unit, 1e-300)) / np.maximum(out, 1.0)
+    p0, n1 = busiest_rank_prompts(starts, e)
     ctx = inp + out / 2.0
     idle = decode_step_s(c, b, ctx)
     mean_tokens = b * inp / np.maximum(out, 1.0) / np.maximum(1.0 - p0, 1e-300)  # in a step that has prompts

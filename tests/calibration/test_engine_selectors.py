@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from catalog import load_catalog
-from optimizer.calibration.fit import engine_selectors
+from optimizer.calibration.fit import class_overrides, engine_selectors
 from optimizer.calibration.measurements import load_measurements
+from optimizer.calibration.predict import offline_skip_reason
 from optimizer.calibration.shipped import SHIPPED_MEASUREMENT_FILES, shipped_measurements
 from optimizer.models.params import FactorOverride
 
@@ -40,3 +41,17 @@ def test_exclude_vendors_matches_every_other_vendor():
     assert o.matches(CAT.device("mi300x"), "vllm") and o.matches(CAT.device("mi300x"), "sglang")
     assert o.matches(CAT.device("gaudi3"), "vllm")
     assert o.selector == "exclude_vendors=nvidia"
+
+
+def test_a_row_without_an_engine_runs_its_devices_default():
+    """MI300X rows whose engine is left blank run vLLM (``default_engine``, as the predictor has it), so the
+    fit still gives them the vLLM override; counted as TensorRT-LLM they got none (the fit before review9)."""
+    usable = [m for m in _rows() if offline_skip_reason(m) is None]
+    blank = [replace(m, engine=None) if m.device_key == "mi300x" else m for m in usable]
+    devices = [CAT.devices[k] for k in sorted({m.device_key for m in usable})]
+
+    def selectors(rows):
+        return [o.selector for o in class_overrides(rows, CAT, devices, True, True, a2a_start_us=8.0)[0]]
+
+    assert "exclude_vendors=nvidia" in selectors(usable)
+    assert selectors(blank) == selectors(usable)

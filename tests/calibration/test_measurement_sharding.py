@@ -35,3 +35,14 @@ def test_a_row_that_cannot_run_is_skipped_with_its_reason(tmp_path, column, valu
     assert got[0].model_key == "llama-3.1-8b"  # a dense 8B model with 32 heads and 32 layers
     assert got[0].unresolved == why and offline_skip_reason(got[0]) == why
     assert got[1].unresolved is None
+
+
+@pytest.mark.parametrize("own", ["ttft_p90_ms", "tpot_p50_ms", "e2e_p99.9_s"])
+def test_a_latency_column_of_the_users_own_is_not_a_typo(tmp_path, own):
+    """ttft_p90_ms is 0.91 similar to ttft_p99_ms, but it names a statistic of its own: kept, not refused
+    (the near-miss check still refuses engnie: tests/corpus/measurements-misspelled-column.csv)."""
+    rows = list(csv.reader(io.StringIO(TWO_ROWS.read_text("utf-8"), newline="")))
+    path = tmp_path / "m.csv"
+    with path.open("w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows([[*rows[0], own], [*rows[1], "12.5"]])
+    assert len(load_measurements(path, CAT)) == 1
