@@ -45,12 +45,13 @@ class ReplicaMemory:
 
 def expert_share(model: Model, epa) -> np.ndarray:
     """Share of the routed experts on the fullest of e expert-parallel GPUs: ceil(E/e)/E (whole experts per
-    GPU: ep 3 on Mixtral's 8 puts 3 on the fullest, 3/8 not 8/3/8), exactly 1/e where e divides E."""
+    GPU: ep 3 on Mixtral's 8 puts 3 on the fullest, 3/8 not 8/3/8); where e divides E it is the same
+    double as 1/e (both the correctly rounded 1/e; checked for E, e <= 1024)."""
     e = np.asarray(epa, dtype=float)
     n = model.num_experts
     if not n:
         return 1.0 / e
-    return np.where(n % e == 0, 1.0 / e, np.ceil(n / e) / n)
+    return np.ceil(n / e) / n
 
 
 def replica_memory(model: Model, params: CalibrationParams, tp, pp, epa, per_dev, per_prec) -> ReplicaMemory:

@@ -96,12 +96,8 @@ def percentile_ci(x: np.ndarray, q: float, confidence: float = 0.95) -> Percenti
         return Percentile(nan, nan, nan)
     s = np.sort(x)
     p = q / 100.0
-    z = 1.959963985 if confidence == 0.95 else float(np.sqrt(2) * _erfinv(confidence))
+    z = 1.959963985 if confidence == 0.95 else NormalDist().inv_cdf((1 + confidence) / 2)  # two-sided normal z
     half = z * np.sqrt(n * p * (1 - p))
     lo = int(np.clip(np.floor(n * p - half) - 1, 0, n - 1))
     hi = int(np.clip(np.ceil(n * p + half), 0, n - 1))
     return Percentile(float(np.percentile(s, q)) * 1e3, float(s[lo]) * 1e3, float(s[hi]) * 1e3)
-
-
-def _erfinv(y: float) -> float:
-    return NormalDist().inv_cdf((1 + y) / 2) / np.sqrt(2)

@@ -173,7 +173,10 @@ def simulate(
     held = (prompts - shared).astype(prompts.dtype) if shared_prefix_tokens else prompts
     chunk = int(prefill_chunk_tokens)
     if step_time is None:
-        step_time = StepTime(c, index, max_seqs + chunk)  # what step_time_for(c, index, max_sequences, chunk) builds
+        step_time = step_time_for(c, index, max_seqs, chunk)
+    elif step_time.max_tokens < max_seqs + chunk:
+        raise ModelError(f"step_time: tables up to {step_time.max_tokens:,} tokens, this simulation needs "
+                         f"{max_seqs + chunk:,}; build it with step_time_for(c, index, max_sequences, prefill_chunk_tokens)")
     longest = int(held.max() + outputs.max())
     if longest > cap_kv:
         raise ModelError(f"{c.keys[index]}: a request of {longest:,} tokens does not fit in the KV cache "

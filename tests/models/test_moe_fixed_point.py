@@ -145,3 +145,18 @@ def test_moe_steady_state_at_and_below_the_slo_capacity(model_key):
         bad += [f"{cs.keys[j]} {m} p50 {p50[j]} p99 {p99[j]}" for j in range(len(ok))
                 if not (math.isfinite(p50[j]) and math.isfinite(p99[j]) and 0 < p50[j] <= p99[j] * (1 + 1e-9))]
     assert not bad, f"{len(bad)} at half the SLO capacity:\n" + "\n".join(bad[:30])
+
+
+@pytest.mark.parametrize(("model_key", "device", "prec", "tp", "qps"), [
+    ("llama-4-scout", "h100-pcie", "bf16", 8, 10.35),
+    ("qwen3-30b-a3b", "mi325x", "bf16", 1, 22.16),
+    ("llama-4-maverick", "mi325x", "fp8", 8, 34.36),
+])
+def test_an_overshoot_past_the_root_comes_back_to_it(model_key, device, prec, tp, qps):
+    """A Newton step from below the hump (the tangent of the concave h) can land far past the smallest root,
+    where h < 0 and h' > 0: the walk back t + h moved a fraction of a percent a step, and after
+    NEWTON_ITERATIONS the state was still there, unsaturated (llama-4-scout bf16 tp 8 on h100-pcie at 10.35 req/s:
+    a 2,693 ms step where the scan finds the smallest root in [785, 805] ms). The secant of the bracket finds it."""
+    c = build_configs(CAT.model(model_key), [(CAT.device(device), CAT.precision(prec), tp, 1)], PARAMS)
+    st, has = _assert_smallest_root(c, np.array([qps]), _lens(1), [f"{model_key} {device} {prec} tp {tp} at {qps} req/s"])
+    assert has[0] and not st.saturated[0]

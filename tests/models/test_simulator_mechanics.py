@@ -83,8 +83,9 @@ def test_statistics_are_computed_when_read_and_kept():
     stored latencies and step samples, later reads return the same objects."""
     c, qps, prompt, output, _ = CASES["dense"]
     r = sim.simulate(c, 0, qps, prompt, output, requests=800, seed=2)
-    assert "ttft" not in r.__dict__
+    assert "ttft" not in r.__dict__ and "steady_kv_tokens" not in r.__dict__
     p99 = r.ttft[99.0]
     assert p99.value_ms == float(np.percentile(r.ttft_s, 99.0)) * 1e3
-    assert r.ttft is r.ttft and r.kv_p99_tokens == r.kv_p99_tokens
+    assert r.ttft is r.ttft and r.kv_p99_tokens == float(np.percentile(r.steady_kv_tokens, 99.0))
+    assert r.steady_kv_tokens is r.steady_kv_tokens
     assert 0 < r.kv_mean_tokens <= r.kv_p99_tokens <= r.max_kv_tokens

@@ -103,6 +103,8 @@ def solve_state(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, t0: n
 
     done = saturated.copy()
     b_hump = moe_hump_batch(c)
+    # the last iterates with h > 0 (below the smallest root) and with h <= 0 (past it): a bracket of the root
+    lo_t, lo_h, hi_t, hi_h = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
     for _ in range(NEWTON_ITERATIONS):  # only the rows still moving
         rows = np.flatnonzero(~done)
         if not len(rows):
@@ -111,7 +113,11 @@ def solve_state(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, t0: n
         lv, tv, mean_o1 = lam[rows], t[rows], lens.mean_o1[rows]
         dt = np.maximum(1e-9, 1e-4 * tv)
         hv, hv2 = h_pair(p, mean_o1, lv, tv, tv + dt)
-        t[rows], move, sat = _next_iterate(tv, hv, (hv2 - hv) / dt, lv * mean_o1, cap, b_hump[rows])
+        above, past = hv > 0, hv <= 0
+        lo_t[rows], lo_h[rows] = np.where(above, tv, lo_t[rows]), np.where(above, hv, lo_h[rows])
+        hi_t[rows], hi_h[rows] = np.where(past, tv, hi_t[rows]), np.where(past, hv, hi_h[rows])
+        t[rows], move, sat = _next_iterate(tv, hv, (hv2 - hv) / dt, lv * mean_o1, cap, b_hump[rows],
+                                           (lo_t[rows], lo_h[rows], hi_t[rows], hi_h[rows]))
         saturated[rows] |= sat
         done[rows] = sat | (np.abs(move) <= 1e-7 * tv)
     b = np.minimum(lam * lens.mean_o1 * t, cap)
@@ -130,8 +136,8 @@ def solve_state(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, t0: n
     return State(b, t, st, d_next - st.d, eps, rho1, both[:, 1], saturated, d_next)
 
 
-def _next_iterate(t: np.ndarray, h: np.ndarray, dh: np.ndarray, rate: np.ndarray, cap: float, b_hump: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _next_iterate(t: np.ndarray, h: np.ndarray, dh: np.ndarray, rate: np.ndarray, cap: float, b_hump: np.ndarray,
+                  bracket: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One step of ``solve_state`` toward the smallest root of h at each row still moving, from h and h' at
     t and the batch b = rate·t: (next t, its move, saturated).
 
@@ -143,13 +149,25 @@ def _next_iterate(t: np.ndarray, h: np.ndarray, dh: np.ndarray, rate: np.ndarray
       E[T](t) < E[T](t*) = t*); at or beyond it, no root ahead: saturated;
     - a batch past the scheduler cap is saturated, but for a Newton step from below the hump batch (the
       tangent of the concave h there overshoots the root): that stops at the cap, and saturates only from
-      there on.
+      there on;
+    - an MoE row whose iterates bracket the root (``bracket`` = the last t with h > 0 and its h, the last
+      t with h <= 0 and its h; lo < hi) with h' >= 0: the secant of the bracket instead of the two rules above.
     """
     rising = (dh >= 0) & (h > 1e-12 * t)
     hump = rate * t < b_hump
     climb = rising & hump
     sat = (rising & ~climb) | ~np.isfinite(h)
     move = np.where(sat, 0.0, np.where(climb, h, -h / np.where(dh < 0, dh, -1.0)))
+    # an MoE row whose iterates bracket the root (lo_t < hi_t, h(lo) > 0 >= h(hi): a Newton step from
+    # below the hump overshot it) and that would walk back by t + h (a fraction of a percent a step) or
+    # saturate on a rising h (h wiggles by the tables' prompt counts; a root is known above): the secant
+    lo_t, lo_h, hi_t, hi_h = bracket
+    known = (b_hump > 0) & (lo_t < hi_t) & np.isfinite(h) & (dh >= 0)
+    if np.any(known):
+        lo_t, lo_h, hi_t, hi_h = (np.where(known, x, y) for x, y in ((lo_t, 0.0), (lo_h, 1.0), (hi_t, 1.0), (hi_h, 0.0)))
+        secant = lo_t - lo_h * (hi_t - lo_t) / (hi_h - lo_h) - t
+        move = np.where(known, secant, move)
+        sat = sat & ~known
     t_new = np.maximum(t + move, 0.5 * t)
     past = rate * t_new > cap
     if not np.any(past & hump):
