@@ -234,6 +234,24 @@ class Model(Strict):
     def is_mla(self) -> bool:
         return self.kv_lora_rank > 0
 
+    def sharding_problem(self, tp: int, pp: int, ep: int) -> tuple[str, int, str] | None:
+        """(degree, its value, why and the fix) when this model cannot be split so, else None:
+        every GPU holds num_attention_heads / tp whole heads (vLLM and TensorRT-LLM refuse any other tp),
+        each pipeline stage whole layers (pp ≤ num_layers), each expert-parallel GPU whole routed experts
+        (ep ≤ num_experts; ep on a dense model is ``optimizer.models.combo_lookup``'s to refuse)."""
+        heads = self.num_attention_heads
+        if heads % tp:
+            divisors = ", ".join(str(k) for k in range(1, heads + 1) if heads % k == 0)
+            return "tp", tp, (f"{self.key} has {heads} attention heads, which do not split {tp} ways; "
+                              f"use a tp that divides {heads} ({divisors})")
+        if pp > self.num_layers:
+            return "pp", pp, (f"{self.key} has {self.num_layers} layers and each pipeline stage holds whole "
+                              f"layers; use pp <= {self.num_layers}")
+        if ep > 1 and self.num_experts and ep > self.num_experts:
+            return "ep", ep, (f"{self.key} has {self.num_experts} routed experts and each expert-parallel GPU "
+                              f"holds whole experts; use ep <= {self.num_experts}")
+        return None
+
     @property
     def params_per_expert(self) -> float:
         """Parameters of one routed expert summed over the MoE layers: 3 · hidden · moe_ffn · moe_layers."""

@@ -16,31 +16,14 @@ if TYPE_CHECKING:
     from catalog.schema import Device, Model
 
 
-def _divisors(n: int) -> str:
-    return ", ".join(str(k) for k in range(1, n + 1) if n % k == 0)
-
-
 def check_sharding(model: Model, device: Device, tp: int, pp: int, ep: int, engine: str | None,
                    tp_flag: str = "--tp") -> None:
-    """Refuse a sharding or engine the model or device cannot run, naming the flag and the fix.
-
-    - ``--tp t``: every GPU holds num_attention_heads / t whole heads, so t must divide the heads
-      (vLLM and TensorRT-LLM refuse any other t);
-    - ``--pp p``: the p stages hold whole layers, so p ≤ num_layers;
-    - ``--ep e``: the e GPUs hold whole routed experts, so e ≤ num_experts (dense models are refused by
-      the model itself);
-    - ``--engine trtllm`` runs on NVIDIA GPUs only (``candidates.engine_reason``, the planner's rule).
-    """
-    heads = model.num_attention_heads
-    if heads % tp:
-        raise ModelError(f"{tp_flag} {tp}: {model.key} has {heads} attention heads, which do not split {tp} ways; "
-                         f"use a tp that divides {heads} ({_divisors(heads)})")
-    if pp > model.num_layers:
-        raise ModelError(f"--pp {pp}: {model.key} has {model.num_layers} layers and each pipeline stage holds "
-                         f"whole layers; use pp <= {model.num_layers}")
-    if ep > 1 and model.num_experts and ep > model.num_experts:
-        raise ModelError(f"--ep {ep}: {model.key} has {model.num_experts} routed experts and each expert-parallel "
-                         f"GPU holds whole experts; use ep <= {model.num_experts}")
+    """Refuse a sharding (``Model.sharding_problem``: tp dividing the heads, pp ≤ layers, ep ≤ experts) or
+    an engine (``--engine trtllm`` runs on NVIDIA GPUs only: ``candidates.engine_reason``, the planner's
+    rule) the model or device cannot run, naming the flag and the fix."""
+    if problem := model.sharding_problem(tp, pp, ep):
+        degree, value, why = problem
+        raise ModelError(f"{tp_flag if degree == 'tp' else '--' + degree} {value}: {why}")
     if engine is not None:
         # the planner's rule, imported only when an engine is named (the planning package loads in ~0.5 s)
         from optimizer.planning.candidates import engine_reason

@@ -219,18 +219,16 @@ def _whole_tokens(n: float | int | None) -> float | None:
 
 
 def _sharding_problem(cat: Catalog, model_key: str | None, tp: int, pp: int, ep: int) -> str | None:
-    """Why a row's tp/pp/ep cannot run its model (the row is then skipped with that reason), or None."""
+    """Why a row's tp/pp/ep cannot run its model (``Model.sharding_problem``, or ep on a dense model; the row
+    is then skipped with that reason), or None."""
     if model_key is None:
         return None
     m = cat.models[model_key]
-    if m.num_attention_heads % tp:
-        return f"tp {tp}: {m.key} has {m.num_attention_heads} attention heads, which do not split {tp} ways"
-    if pp > m.num_layers:
-        return f"pp {pp}: {m.key} has {m.num_layers} layers"
     if ep > 1 and not m.is_moe:
         return f"ep {ep}: {m.key} is a dense model; expert parallelism needs an MoE model"
-    if ep > max(m.num_experts, 1):
-        return f"ep {ep}: {m.key} has {m.num_experts} routed experts"
+    if problem := m.sharding_problem(tp, pp, ep):
+        degree, value, why = problem
+        return f"{degree} {value}: {why}"
     return None
 
 

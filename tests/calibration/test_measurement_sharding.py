@@ -19,8 +19,9 @@ TWO_ROWS = Path(__file__).resolve().parents[1] / "data" / "measurements-two-rows
 
 @pytest.mark.parametrize(("column", "value", "why"), [
     ("ep", "3", "ep 3: llama-3.1-8b is a dense model; expert parallelism needs an MoE model"),
-    ("tp", "1000000", "tp 1000000: llama-3.1-8b has 32 attention heads, which do not split 1000000 ways"),
-    ("pp", "64", "pp 64: llama-3.1-8b has 32 layers"),
+    ("tp", "1000000", "tp 1000000: llama-3.1-8b has 32 attention heads, which do not split 1000000 ways; "
+                      "use a tp that divides 32 (1, 2, 4, 8, 16, 32)"),
+    ("pp", "64", "pp 64: llama-3.1-8b has 32 layers and each pipeline stage holds whole layers; use pp <= 32"),
 ])
 def test_a_row_that_cannot_run_is_skipped_with_its_reason(tmp_path, column, value, why):
     rows = list(csv.reader(io.StringIO(TWO_ROWS.read_text("utf-8"), newline="")))
