@@ -70,6 +70,12 @@ def _engines(device: Device) -> list[str]:
     return (["trtllm"] if device.vendor == "nvidia" else []) + ["vllm", "sglang"]
 
 
+def _supported_pairs() -> list[tuple[Device, Precision]]:
+    """Every (device, precision) the device supports and has a compute peak for."""
+    return [(d, q) for d in CAT.devices.values() for q in CAT.precisions.values()
+            if q.unsupported_reason(d) is None and q.compute_peak_tflops(d) is not None]
+
+
 def _shardings(model: Model, device: Device) -> list[tuple[int, int, int]]:
     """(tp, pp, ep) as the planner enumerates them: tp 1/2/4/8 within the server, ep 2/4/8 at tp 1 for
     MoE, and pp 2 and 4 over whole servers at the largest tp (for models one server cannot hold)."""
@@ -198,29 +204,26 @@ def test_estimate_json_is_finite_ordered_and_bounded(model_key):
     low ≤ point ≤ high, and the decode throughput under the bandwidth roof."""
     model = CAT.models[model_key]
     bad = []
-    for d in CAT.devices.values():
-        for q in CAT.precisions.values():
-            if q.unsupported_reason(d) is not None or q.compute_peak_tflops(d) is None:
+    for d, q in _supported_pairs():
+        for t, p, _ in _shardings(model, d)[:6]:
+            out = estimate_config(model, d, q, t, p, INPUT_TOKENS, OUTPUT_TOKENS, PARAMS, devices=CAT.devices,
+                                  batch=8)
+            if not out["fits"]:
                 continue
-            for t, p, _ in _shardings(model, d)[:6]:
-                out = estimate_config(model, d, q, t, p, INPUT_TOKENS, OUTPUT_TOKENS, PARAMS, devices=CAT.devices,
-                                      batch=8)
-                if not out["fits"]:
-                    continue
-                where = f"{model.key} on {d.key} {q.key} tp{t} pp{p}"
-                for k, v in _printed_numbers(out):
-                    if not (math.isfinite(v) and v >= 0):
-                        bad.append(f"{where}: {k} = {v!r}")
-                lo, mid, hi = out["output_tokens_per_s_low"], out["output_tokens_per_s"], out["output_tokens_per_s_high"]
-                if not lo <= mid <= hi:
-                    bad.append(f"{where}: band {lo} ≤ {mid} ≤ {hi} out of order")
-                roof = 8 * t * p * d.memory_bandwidth_tb_s * 1e12 / (
-                    active_read(model) * q.weight_bytes_per_param
-                    + (0 if model.sliding_window_tokens else 8 * (INPUT_TOKENS + OUTPUT_TOKENS / 2)
-                       * paper_kv_bytes_per_token(model, q)))
-                if mid > roof * 1.0001:  # the JSON rounds to 2 decimals
-                    bad.append(f"{where}: output_tokens_per_s {mid} above the bandwidth roof {roof:.2f}")
-                break  # the smallest tp (then pp) that fits
+            where = f"{model.key} on {d.key} {q.key} tp{t} pp{p}"
+            for k, v in _printed_numbers(out):
+                if not (math.isfinite(v) and v >= 0):
+                    bad.append(f"{where}: {k} = {v!r}")
+            lo, mid, hi = out["output_tokens_per_s_low"], out["output_tokens_per_s"], out["output_tokens_per_s_high"]
+            if not lo <= mid <= hi:
+                bad.append(f"{where}: band {lo} ≤ {mid} ≤ {hi} out of order")
+            roof = 8 * t * p * d.memory_bandwidth_tb_s * 1e12 / (
+                active_read(model) * q.weight_bytes_per_param
+                + (0 if model.sliding_window_tokens else 8 * (INPUT_TOKENS + OUTPUT_TOKENS / 2)
+                   * paper_kv_bytes_per_token(model, q)))
+            if mid > roof * 1.0001:  # the JSON rounds to 2 decimals
+                bad.append(f"{where}: output_tokens_per_s {mid} above the bandwidth roof {roof:.2f}")
+            break  # the smallest tp (then pp) that fits
     assert not bad, f"{len(bad)} violations:\n" + "\n".join(bad[:40])
 
 
@@ -244,15 +247,12 @@ def _serving_violations(model_key: str) -> tuple[list[str], list[str]]:
     rate ``serve_at_rate`` (what ``estimate --qps`` prints) is unsaturated with finite 0 < p50 ≤ p99."""
     model = CAT.models[model_key]
     picks = []
-    for d in CAT.devices.values():
-        for q in CAT.precisions.values():
-            if q.unsupported_reason(d) is not None or q.compute_peak_tflops(d) is None:
-                continue
-            for t, p, _ in _shardings(model, d)[:6]:
-                c = build_configs(model, [(d, q, t, p)], PARAMS)
-                if bool(c.runnable[0]) and max_sequences(c, INPUT_TOKENS + OUTPUT_TOKENS)[0] >= 1:
-                    picks.append((d, q, t, p))
-                    break
+    for d, q in _supported_pairs():
+        for t, p, _ in _shardings(model, d)[:6]:
+            c = build_configs(model, [(d, q, t, p)], PARAMS)
+            if bool(c.runnable[0]) and max_sequences(c, INPUT_TOKENS + OUTPUT_TOKENS)[0] >= 1:
+                picks.append((d, q, t, p))
+                break
     if not picks:
         return [], []
     c = build_configs(model, picks, PARAMS)
