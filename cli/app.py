@@ -38,6 +38,7 @@ from cli import (
     whatif_cmd,
 )
 from cli.common import CatalogOpt, JsonOpt, ModelConfigOpt, ParamsOpt, clean
+from cli.env_check import check_environment
 
 app = typer.Typer(
     help="Cheapest fleet of inference accelerators that serves LLM workloads within their SLOs.",
@@ -76,6 +77,7 @@ def _root(
     ] = False,
 ) -> None:
     _state["debug"] = debug
+    check_environment()
 
 
 @app.command()
