@@ -31,6 +31,11 @@ PEAK_FIELD_BY_DTYPE: dict[str, str] = {
 }
 
 
+def _figure(value: float) -> str:
+    """A figure for a message: 85,000,000 (whole, with separators) from 1,000 up, else 3.35."""
+    return f"{value:,.0f}" if value >= 1000 else f"{value:g}"
+
+
 def _elementwise_min(a, b):
     """min(a, b) for numbers and numpy arrays alike, without importing numpy: (a + b − |a − b|) / 2."""
     return (a + b - abs(a - b)) / 2
@@ -48,6 +53,29 @@ class Source(Strict):
 
 
 SOURCED_FIELDS = ("purchase_usd", "cloud_usd_per_gpu_hour", "scaleout_nic_gbps_per_gpu")  # need a source or basis
+
+# Ceilings of one accelerator's figures, each about 10x the largest shipped in 2026 (MI355X: 288 GB,
+# 8 TB/s, 1,400 W; GB300: 15,000 dense FP4 TFLOPS, 1,800 GB/s NVLink, a 72-GPU NVLink domain; B300:
+# $50,000). A figure above one is a unit slip (GB/s typed as TB/s, sparse x1000, a server's price for
+# one GPU's) that would otherwise plan a fleet on a device that cannot exist, silently.
+# field -> (ceiling, what the field's unit is, with a real value to compare)
+DEVICE_CEILINGS: dict[str, tuple[float, str]] = {
+    "memory_gb": (4096, "GB per device (an H100 SXM has 80)"),
+    "memory_bandwidth_tb_s": (100, "TB/s (an H100 SXM has 3.35)"),
+    "bf16_tflops": (200_000, "dense TFLOPS (an H100 SXM has 989 BF16)"),
+    "fp16_tflops": (200_000, "dense TFLOPS (an H100 SXM has 989 FP16)"),
+    "fp8_tflops": (200_000, "dense TFLOPS (an H100 SXM has 1,979 FP8)"),
+    "int8_tops": (200_000, "dense TOPS (an H100 SXM has 1,979 INT8)"),
+    "fp4_tflops": (200_000, "dense TFLOPS (a B200 has 9,000 FP4)"),
+    "tdp_w": (20_000, "watts per device (an H100 SXM is 700)"),
+    "interconnect_gb_s": (20_000, "GB/s per GPU (an H100 SXM's NVLink is 900)"),
+    "interconnect_domain_gpus": (1_024, "GPUs sharing one scale-up domain (an HGX board is 8, a GB200 NVL72 rack 72)"),
+    "pcie_gb_s": (2_000, "GB/s per GPU (PCIe Gen5 x16 is 128)"),
+    "scaleout_nic_gbps_per_gpu": (20_000, "Gb/s per GPU (a ConnectX-7 is 400)"),
+    "gpus_per_node": (1_024, "GPUs per server (an HGX server has 8)"),
+    "purchase_usd": (2_000_000, "US$ per device, not per server (an H100 SXM is ~$25,000)"),
+    "cloud_usd_per_gpu_hour": (1_000, "US$ per GPU-hour (an H100 rents for ~$2-4)"),
+}
 
 
 class Device(Strict):
@@ -103,6 +131,11 @@ class Device(Strict):
         for field in SOURCED_FIELDS:
             if getattr(self, field) is not None and field not in self.sources and field not in self.estimated:
                 raise ValueError(f"{field} needs a source (sources.{field}) or an estimate basis")
+        for field, (ceiling, unit) in DEVICE_CEILINGS.items():
+            value = getattr(self, field)
+            if value is not None and value > ceiling:
+                raise ValueError(f"{field} {_figure(value)} is above {_figure(ceiling)}, far beyond any accelerator "
+                                 f"made: check the unit, {unit}")
         for field, (low, high) in self.ranges.items():
             if not 0 < low <= high:
                 raise ValueError(f"ranges.{field}: low {low} must be > 0 and <= high {high}")

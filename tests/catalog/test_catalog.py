@@ -286,3 +286,26 @@ def test_hf_config_sliding_window_from_layer_types(tmp_path):
     assert m.kv_bytes_per_token(2) == 49152
     f.write_text(json.dumps({**cfg, "use_sliding_window": False}))
     assert model_from_hf_config(f, key="oss").sliding_window_tokens is None
+
+
+def test_every_shipped_device_is_far_below_the_unit_slip_ceilings():
+    """The ceilings catch unit slips (GB/s typed as TB/s), never a real device: every shipped figure is at
+    least 5x below its ceiling (the ceilings are ~10x the 2026 maxima)."""
+    from catalog.schema import DEVICE_CEILINGS
+
+    cat = load_catalog()
+    for field, (ceiling, _) in DEVICE_CEILINGS.items():
+        values = [getattr(d, field) for d in cat.devices.values() if getattr(d, field) is not None]
+        assert values and max(values) * 5 <= ceiling, field
+
+
+def test_a_figure_in_the_wrong_unit_is_refused_with_the_unit():
+    from catalog.schema import Device
+
+    d = load_catalog().devices["h100-sxm"].model_dump()
+    d["fp8_tflops"] = 1_979_000.0  # TFLOPS typed as GFLOPS
+    with pytest.raises(ValueError, match=r"fp8_tflops 1,979,000 is above 200,000.*dense TFLOPS"):
+        Device.model_validate(d)
+    d["fp8_tflops"] = 1_979.0
+    d["purchase_usd"] = 300_000.0  # a whole 8-GPU server's price is still under the per-device ceiling
+    assert Device.model_validate(d).purchase_usd == 300_000.0
