@@ -18,7 +18,7 @@ from cli.common import (
     table,
 )
 from cli.config_check import check_context, check_qps, check_sharding
-from cli.estimate_cmd import EngineOpt, EpOpt
+from cli.estimate_cmd import EngineOpt, EpOpt, MaxBatchOpt
 
 if TYPE_CHECKING:
     from workloads.spec import LengthDist
@@ -53,6 +53,7 @@ def simulate(
     seed: Annotated[int, typer.Option("--seed", min=0, help="Random seed (same seed, same result).")] = 0,
     engine: EngineOpt = None,
     ep: EpOpt = 1,
+    max_batch: MaxBatchOpt = None,
     params: ParamsOpt = None,
     catalog: CatalogOpt = None,
     model_config: ModelConfigOpt = None,
@@ -74,13 +75,15 @@ def simulate(
     m, d = cat.model(model), cat.device(device)
     check_sharding(m, d, tp, pp, ep, engine)
     check_context(m, input_tokens, output_tokens, input_p99, output_p99)
-    c = build_configs(m, [(d, cat.precision(precision), tp, pp)], load_params(params, cat), engines=engine, ep=ep)
+    c = build_configs(m, [(d, cat.precision(precision), tp, pp)], load_params(params, cat), engines=engine, ep=ep,
+                      max_batch=max_batch)
     if not bool(c.runnable[0]):
         raise ModelError(f"{c.keys[0]} cannot run: {c.reason[0]}")
     analytic = serving.serve_at_rate(c, qps, prompt, output)
     sim = run_simulation(c, 0, qps, prompt, output, requests=requests, seed=seed)
     rows = []
     result: dict = {"config": c.keys[0], "qps": qps, "requests": sim.requests, "seed": seed,
+                    "max_batch_sequences": int(c.batch_cap[0]),
                     "preemptions": sim.preemptions, "steps": sim.steps,
                     "simulated_mean_batch": round(sim.mean_batch, 2),
                     "analytic_running_batch": perf.finite_round(analytic.running_batch[0], 3),

@@ -120,7 +120,7 @@ class Configs(LazySubset):
     pp_hop_latency_s: float
     pp_microbatch_overhead_s: float
     request_overhead_s: float  # front-end time per request, added once to TTFT and E2E (not a step)
-    max_batch_sequences: int  # the default scheduler cap (serving's scalar view of batch_cap)
+    max_batch_sequences: int  # the params' global cap (CalibrationParams.max_batch_sequences); rows use batch_cap
     kv_reserved_output_fraction: float  # share of the output whose KV a running sequence reserves
     speculative: SpeculativeCost | None = None  # decode steps verify k draft tokens (optimizer.models.speculative)
 

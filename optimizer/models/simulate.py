@@ -128,7 +128,7 @@ def step_time_for(c: Configs, index: int, max_sequences: int | None = None,
                   prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS) -> StepTime:
     """The step time ``simulate`` builds for these arguments (tables up to max_sequences + chunk
     tokens), for callers that run several simulations of one configuration."""
-    return StepTime(c, index, int(max_sequences or c.max_batch_sequences) + int(prefill_chunk_tokens))
+    return StepTime(c, index, int(max_sequences or c.batch_cap[index]) + int(prefill_chunk_tokens))
 
 
 def simulate(
@@ -151,7 +151,7 @@ def simulate(
     Lengths are sampled from ``prompt``/``output`` (whole tokens), arrival gaps are
     Exp(qps); both from ``numpy.random.default_rng(seed)`` so a seed fixes the result.
     KV capacity is ``c.kv_capacity_tokens[index]``; the running-sequence cap is
-    ``max_sequences`` (default ``c.max_batch_sequences``).
+    ``max_sequences`` (default ``c.batch_cap[index]``: the engine's cap per attention rank × ep, or ``max_batch``).
 
     Prefix caching, as the analytic model has it (``optimizer.models.techniques``): a request
     prefills P = max(round(L·(1 − h)) − N', 1) tokens whose attention starts after the L − P
@@ -167,7 +167,7 @@ def simulate(
     prompts = sample_tokens(prompt, requests, rng)
     outputs = sample_tokens(output, requests, rng)
     cap_kv = float(c.kv_capacity_tokens[index]) - shared_prefix_tokens
-    max_seqs = int(max_sequences or c.max_batch_sequences)
+    max_seqs = int(max_sequences or c.batch_cap[index])
     shared = np.minimum(shared_prefix_tokens, prompts - 1)
     compute = np.maximum(np.round(prompts * (1.0 - prefix_hit_fraction)) - shared, 1).astype(np.int64)
     held = (prompts - shared).astype(prompts.dtype) if shared_prefix_tokens else prompts

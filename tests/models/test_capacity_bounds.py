@@ -108,7 +108,7 @@ def test_the_tpot_bound_is_the_roofline_at_the_batch_meeting_the_target():
     d16 = float(perf.decode_step_s(c, 16.0, lens.ctx)[0])
     rate = float(tpot_rate_bound(c, lens, d16 * 1e3 / (1 + TPOT_BOUND_MARGIN))[0])
     assert rate == pytest.approx(16.0 / (float(lens.mean_o1[0]) * d16), rel=1e-6)
-    b_max = float(c.max_batch_sequences)
+    b_max = float(c.batch_cap[0])
     d_max = float(perf.decode_step_s(c, b_max, lens.ctx)[0])
     loose = float(tpot_rate_bound(c, lens, 2 * d_max * 1e3)[0])
     assert loose == pytest.approx(b_max / (float(lens.mean_o1[0]) * d_max), rel=1e-9)

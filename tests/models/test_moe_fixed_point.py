@@ -40,14 +40,14 @@ def _scan(c, lam: np.ndarray, lens) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     """The smallest root of h by brute force: h on a geometric grid of SCAN_POINTS step times from D(0) to
     the step at which the batch λ·E[O−1]·t reaches the scheduler cap, each row's first grid point with
     h <= 0 and the one before (the root lies between). Returns (has a root, lower, upper)."""
-    n, cap = len(c), float(c.max_batch_sequences)
+    n, cap = len(c), np.asarray(c.batch_cap, dtype=float)
     d0 = perf.decode_step_s(c, np.zeros(n), lens.ctx)
     t_cap = cap / (lam * lens.mean_o1)
     grid = np.exp(np.linspace(np.log(d0), np.log(np.maximum(t_cap, d0 * 1.0001)), SCAN_POINTS)).T  # (n, points)
     rows = np.repeat(np.arange(n), SCAN_POINTS)
     t, lr = grid.ravel(), lam[rows]
     cc, ll = c.take(rows), lens.take(rows)
-    h = (_steps(cc, np.minimum(lr * ll.mean_o1 * t, cap), lr * t, ll, CHUNK).moment(1) - t).reshape(n, SCAN_POINTS)
+    h = (_steps(cc, np.minimum(lr * ll.mean_o1 * t, cap[rows]), lr * t, ll, CHUNK).moment(1) - t).reshape(n, SCAN_POINTS)
     below = h <= 0
     has = below.any(axis=1)
     first = np.where(has, below.argmax(axis=1), 0)

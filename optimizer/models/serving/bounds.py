@@ -92,7 +92,7 @@ def tpot_rate_bound(c: Configs, lens: RowLengths, tpot_p99_ms: float) -> np.ndar
     """
     decodes = lens.mean_o1 > 0
     target = lens.tokens_per_step * tpot_p99_ms / 1e3 * (1.0 + TPOT_BOUND_MARGIN)
-    b_max = np.full(len(c), float(c.max_batch_sequences))
+    b_max = np.asarray(c.batch_cap, dtype=float).copy()
     lo, hi = np.full(len(c), 1e-3), b_max.copy()
     meets = perf.decode_step_s(c, hi, lens.ctx) <= target  # the whole batch range meets it: b_T = max_batch
     for _ in range(TPOT_BOUND_STEPS):

@@ -244,7 +244,7 @@ class _Search:
         with np.errstate(divide="ignore", invalid="ignore"):
             terms = [np.log(r.kv_p999_tokens / np.maximum(r.kv_capacity_tokens, 1e-300)),
                      np.log(np.maximum(r.running_batch + Z99 * np.sqrt(r.running_batch), 1e-300)
-                            / self.c.max_batch_sequences)]
+                            / cs.batch_cap)]
             terms += [np.log(getattr(r, f"{k}_p99_ms") / t) for k, t in self.targets.items()]
         terms = np.nan_to_num(np.array(terms), nan=np.inf)
         f_live = np.max(terms, axis=0)
@@ -319,7 +319,7 @@ def _limits(search: _Search, at_cap: LoadResult, max_qps: np.ndarray, hi: np.nda
             why.append(_unservable_why(at_cap, i, targets, c))
         elif ok_hi[i]:
             limited_by.append("memory")
-            why.append(f"scheduler cap of {c.max_batch_sequences} running sequences")
+            why.append(f"scheduler cap of {c.batch_cap[i]:,.0f} running sequences")
         else:
             limited_by.append(search.names[bind_hi[i]] if bind_hi[i] >= 0
                               else _binding(above, where_unknown[i], targets))  # type: ignore[arg-type]
@@ -330,7 +330,7 @@ def _limits(search: _Search, at_cap: LoadResult, max_qps: np.ndarray, hi: np.nda
 def _scheduler_cap_qps(c: Configs, lens: RowLengths) -> np.ndarray:
     """max_batch / (E[O−1]·D(1)) req/s: no replica holds more decoding sequences than its cap."""
     d1 = np.where(np.asarray(c.supported, dtype=bool), perf.decode_step_s(c, 1.0, lens.ctx), 1.0)
-    return float(c.max_batch_sequences) / (np.maximum(lens.mean_o1, 0.5) * d1)
+    return np.asarray(c.batch_cap, dtype=float) / (np.maximum(lens.mean_o1, 0.5) * d1)
 
 
 def _offline_qps(c: Configs, lens: RowLengths) -> np.ndarray:
@@ -350,7 +350,7 @@ def _feasible_qps_bound(c: Configs, lens: RowLengths) -> np.ndarray:
     - Compute: every request needs ``E[L] + E[O−1]`` token passes at no more than
       ``compute_bound_tokens_s``, so ``λ <= compute_bound_tokens_s / (E[L] + E[O−1])``.
     """
-    b_max = np.maximum(np.minimum(float(c.max_batch_sequences), c.kv_capacity_tokens / np.maximum(lens.ctx, 1.0)), 1.0)
+    b_max = np.maximum(np.minimum(np.asarray(c.batch_cap, dtype=float), c.kv_capacity_tokens / np.maximum(lens.ctx, 1.0)), 1.0)
     decodes = lens.mean_o1 > 0
     with np.errstate(divide="ignore"):
         bound = np.where(decodes, b_max / (np.where(decodes, lens.mean_o1, 1.0) * perf.decode_step_s(c, b_max, lens.ctx)),

@@ -87,7 +87,7 @@ def solve_state(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, t0: n
     h and its difference quotient at t + δt are one step-table evaluation of the rows twice over (``_Pair``).
     """
     n = len(c)
-    cap = float(c.max_batch_sequences)
+    cap = np.asarray(c.batch_cap, dtype=float)  # per row: the scheduler's running-sequence cap
     zero = np.zeros(n)
     t = None if t0 is None else np.asarray(t0, dtype=float).copy()
     if t is None or not np.all(np.isfinite(t)):  # from D(0) where no start is given
@@ -96,8 +96,8 @@ def solve_state(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, t0: n
     saturated = ~np.isfinite(t)
     pair = _Pair.of(c, lens)
 
-    def h_pair(p: _Pair, mean_o1, lv, tv, tv2):
-        st, st2 = p.steps(np.minimum(lv * mean_o1 * tv, cap), lv * tv, np.minimum(lv * mean_o1 * tv2, cap), lv * tv2,
+    def h_pair(p: _Pair, mean_o1, lv, tv, tv2, cv):
+        st, st2 = p.steps(np.minimum(lv * mean_o1 * tv, cv), lv * tv, np.minimum(lv * mean_o1 * tv2, cv), lv * tv2,
                           chunk)
         return st.moment(1) - tv, st2.moment(1) - tv2
 
@@ -112,11 +112,11 @@ def solve_state(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, t0: n
         p = pair if len(rows) == n else pair.take(rows)
         lv, tv, mean_o1 = lam[rows], t[rows], lens.mean_o1[rows]
         dt = np.maximum(1e-9, 1e-4 * tv)
-        hv, hv2 = h_pair(p, mean_o1, lv, tv, tv + dt)
+        hv, hv2 = h_pair(p, mean_o1, lv, tv, tv + dt, cap[rows])
         above, past = hv > 0, hv <= 0
         lo_t[rows], lo_h[rows] = np.where(above, tv, lo_t[rows]), np.where(above, hv, lo_h[rows])
         hi_t[rows], hi_h[rows] = np.where(past, tv, hi_t[rows]), np.where(past, hv, hi_h[rows])
-        t[rows], move, sat = _next_iterate(tv, hv, (hv2 - hv) / dt, lv * mean_o1, cap, b_hump[rows],
+        t[rows], move, sat = _next_iterate(tv, hv, (hv2 - hv) / dt, lv * mean_o1, cap[rows], b_hump[rows],
                                            (lo_t[rows], lo_h[rows], hi_t[rows], hi_h[rows]))
         saturated[rows] |= sat
         done[rows] = sat | (np.abs(move) <= 1e-7 * tv)
@@ -136,7 +136,7 @@ def solve_state(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, t0: n
     return State(b, t, st, d_next - st.d, eps, rho1, both[:, 1], saturated, d_next)
 
 
-def _next_iterate(t: np.ndarray, h: np.ndarray, dh: np.ndarray, rate: np.ndarray, cap: float, b_hump: np.ndarray,
+def _next_iterate(t: np.ndarray, h: np.ndarray, dh: np.ndarray, rate: np.ndarray, cap: np.ndarray, b_hump: np.ndarray,
                   bracket: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One step of ``solve_state`` toward the smallest root of h at each row still moving, from h and h' at
     t and the batch b = rate·t: (next t, its move, saturated).

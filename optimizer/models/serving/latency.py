@@ -133,7 +133,7 @@ def evaluate_load(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, nee
                                kv_mean + z * np.sqrt(kv_var)) for q, z in ((0.99, Z99), (0.999, Z999)))
     b_p99 = s.b + Z99 * np.sqrt(s.b * fb.occupancy_factor)
     kv_cap = np.asarray(c.kv_capacity_tokens, dtype=float)
-    kv_fits = (kv_p999 <= kv_cap) & (b_p99 <= c.max_batch_sequences) & ~sat
+    kv_fits = (kv_p999 <= kv_cap) & (b_p99 <= c.batch_cap) & ~sat
     util = lam * (s.eps_s + lens.mean_o1 * s.slope_s)
     util = np.where(sat, np.maximum(util, 1.0), util)
 
@@ -304,7 +304,7 @@ def _ttft_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, chunk
     # FCFS queue of prompt work ahead in full-chunk steps, M/G/1 (Takács moments) at each batch node;
     # W is their mixture, collapsed to its first three moments (raw moments add with the weights)
     # (the nodes in one step-time evaluation and one pass of the service moments: arrays (N, nodes, QL))
-    nodes = np.clip(b_busy[:, None] + BATCH_NODES[None, :] * b_sd[:, None], 0.0, float(c.max_batch_sequences))
+    nodes = np.clip(b_busy[:, None] + BATCH_NODES[None, :] * b_sd[:, None], 0.0, np.asarray(c.batch_cap, dtype=float)[:, None])
     services, slopes = prefill_service_s(c, nodes, lens, chunk)
     moments = service_moments(lens, services, slopes)
     waits = _prefill_wait_moments(lam[:, None], lens, services, slopes, moments)
