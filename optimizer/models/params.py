@@ -259,12 +259,12 @@ class CalibrationParams(Strict):
         "not listed is unmeasured and its GEMMs reach at most unmeasured_dtype_speedup_cap × the achieved FLOPS of "
         "the next wider measured dtype on the same device (unmeasured_dtype_bound); None = every dtype counts as "
         "measured (parameter files fitted before it existed, the built-in defaults)")
-    unmeasured_dtype_speedup_cap: Annotated[float, Field(ge=1, allow_inf_nan=False)] = Field(
+    unmeasured_dtype_speedup_cap: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
         1.0, description="an unmeasured GEMM dtype's achieved FLOPS ≤ this × those of the next wider measured dtype "
         "(fp4 → fp8 → 16 bit, int8 → 16 bit) on the same device: 1.0 = no faster than the wider dtype until a "
         "measurement says so, instead of the datasheet's 2x (the shipped fit's FP4 GEMMs reach 0.36 of the FP4 "
         "peak against FP8's 0.76 of the FP8 peak: 0.95x the FP8 FLOPS; docs/model-accuracy.md, 'Unmeasured "
-        "compute dtypes')")
+        "compute dtypes (fp4prior)'); not fitted (no row of an unmeasured dtype can identify it)")
     overrides: list[FactorOverride] = Field(default_factory=list)
     error_bands: dict[FidelityClass, ErrorBand] = Field(
         default_factory=dict, description="80 % interval of measured/predicted by fidelity class "
