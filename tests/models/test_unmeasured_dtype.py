@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from catalog.schema import Model
+from optimizer.calibration.calibrate import structure_of
 from optimizer.calibration.fit import fit_params, measured_compute_dtypes
 from optimizer.calibration.measurements import load_measurements
 from optimizer.models.configs import build_configs
@@ -136,3 +137,10 @@ def test_estimate_says_when_a_prediction_rests_on_the_bound():
     assert "fp8 GEMMs on this device" in held["fidelity"]["basis"]
     plain = estimate_config(m, d, FP4, 1, 1, 1024, 1024, shipped, **kw)
     assert "unmeasured" not in plain["fidelity"]["basis"]
+
+
+def test_leave_out_refits_keep_the_cap_not_the_list():
+    """``gpuplan calibrate`` restarts its leave-out refits from the defaults plus the start's structure: the cap
+    travels, the measured list does not (each refit writes the dtypes of its own rows: LOGO Blackwell has no fp4)."""
+    start = CalibrationParams(unmeasured_dtype_speedup_cap=1.15, measured_compute_dtypes=["bf16", "fp8", "fp4"])
+    assert structure_of(start) == CalibrationParams(unmeasured_dtype_speedup_cap=1.15)
