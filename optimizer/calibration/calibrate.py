@@ -6,9 +6,10 @@ generation (``optimizer.calibration.bands``), whose residuals give each fidelity
 error band. Every refit starts from the built-in defaults, neither from the full fit's result nor
 from its start (``--params``: an earlier fit, whose per-class factors saw the held-out rows and
 which ``fit_params`` resumes); only the start's model-structure choices
-(``STRUCTURE_FIELDS``: ``offline_whole_prompts`` and its ``offline_prefill_chunk_tokens``, ``ep_allgather``, the fit's ``class_shrinkage`` and ``fit_rounds``, the bound of an unmeasured GEMM
-dtype ``unmeasured_dtype_speedup_cap``), which no fit moves, are kept, so the refits fit the same model
-the same way (each refit records its own ``measured_compute_dtypes``: a held-out generation can take a
+(``STRUCTURE_FIELDS``: ``offline_whole_prompts`` and its ``offline_prefill_chunk_tokens``,
+``ep_allgather``, the fit's ``class_shrinkage`` and ``fit_rounds``, the bound of an unmeasured
+GEMM dtype ``unmeasured_dtype_speedup_cap``), which no fit moves, are kept, so the refits fit the
+same model the same way (each refit records its own ``measured_compute_dtypes``: a held-out generation can take a
 dtype's rows with it).
 """
 

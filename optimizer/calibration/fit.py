@@ -17,9 +17,10 @@ the usable memory fraction, the KV reservation of the output, and per-class over
 (memory type for bandwidth, generation for compute) when the data hold devices of that
 class. Never per device key. The GEMM dtypes of the rows are recorded
 (``measured_compute_dtypes``): a dtype without rows gets no datasheet speed-up over the next
-wider measured one (``CalibrationParams.unmeasured_dtype_bound``). With ``online_weight`` > 0 and online-serving rows, the
-serving model's mean TTFT and mean ITL enter the loss too, and the per-request front-end
-time ``request_overhead_ms`` (which only TTFT and E2E see) is fitted with the rest.
+wider measured one (``CalibrationParams.unmeasured_dtype_bound``). With ``online_weight`` > 0
+and online-serving rows, the serving model's mean TTFT and mean ITL enter the loss too, and the
+per-request front-end time ``request_overhead_ms`` (which only TTFT and E2E see) is fitted with
+the rest.
 """
 
 from __future__ import annotations

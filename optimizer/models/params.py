@@ -10,14 +10,15 @@ never through its key, so the model predicts devices it has no measurements for;
 through the serving *engine* (``trtllm``, ``vllm``, ``sglang``) and the *compute dtype* of
 the GEMMs (FP4 GEMMs reach a smaller share of their peak than FP8 ones).
 
-A GEMM dtype the fit had no rows of (not in ``measured_compute_dtypes``) gets no datasheet
-speed-up on trust: its achieved FLOPS are at most ``unmeasured_dtype_speedup_cap`` times those of
-the next wider measured dtype on the same device (fp4 → fp8 → 16 bit, int8 → 16 bit;
-``CalibrationParams.unmeasured_dtype_bound``).
 ``overrides`` are applied in order; an override matches a (device, engine, dtype) when every
 selector it gives (``vendor``, ``generation``, ``memory_type``, ``engine``, ``compute_dtype``,
 ``weight_only``) equals the configuration's and the device's vendor is not one of its
 ``exclude_vendors``; later matches win.
+
+A GEMM dtype the fit had no rows of (not in ``measured_compute_dtypes``) gets no datasheet
+speed-up on trust: its achieved FLOPS are at most ``unmeasured_dtype_speedup_cap`` times those of
+the next wider measured dtype on the same device (fp4 → fp8 → 16 bit, int8 → 16 bit;
+``CalibrationParams.unmeasured_dtype_bound``).
 
 The engine of a configuration defaults per vendor (``default_engine``): NVIDIA devices
 run TensorRT-LLM (``trtllm``, what NVIDIA publishes its tables with), every other vendor
