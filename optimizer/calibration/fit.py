@@ -155,7 +155,9 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
     online = online_fit_rows(rows) if online_weight > 0 else []
     params = params.model_copy(update={"alltoall_latency_us": None, "overrides": overrides, "prefill_attention_efficiency":
                                        params.prefill_attention_efficiency or params.attention_efficiency,
-                                       "measured_compute_dtypes": measured_compute_dtypes([*usable, *online], cat)})
+                                       "measured_compute_dtypes": measured_compute_dtypes([*usable, *online], cat),
+                                       "measured_compute_dtypes_by_vendor":
+                                           measured_compute_dtypes_by_vendor([*usable, *online], cat)})
     metrics = [k for k in ("tpot_mean_ms", "ttft_mean_ms") if any(getattr(m, k) for m in online)]
     params, knobs = _global_knobs(params, usable, cat, "ttft_mean_ms" in metrics)
     latency = [m for m in rows if is_latency_row(m)]
@@ -363,6 +365,14 @@ def measured_compute_dtypes(rows: Sequence[Measurement], cat: Catalog) -> list[s
     compute efficiency the fit identifies. Any other dtype is held to the achieved FLOPS of the next wider one
     listed (``CalibrationParams.unmeasured_dtype_bound``): without FP4 rows, FP4 GEMMs run no faster than FP8."""
     return sorted({cat.precisions[m.precision_key].compute_dtype for m in rows})  # type: ignore[index]
+
+
+def measured_compute_dtypes_by_vendor(rows: Sequence[Measurement], cat: Catalog) -> dict[str, list[str]]:
+    """``measured_compute_dtypes`` of each device vendor's rows (``CalibrationParams.measured_compute_dtypes_by_vendor``)."""
+    by: dict[str, set[str]] = {}
+    for m in rows:
+        by.setdefault(cat.devices[m.device_key].vendor, set()).add(cat.precisions[m.precision_key].compute_dtype)  # type: ignore[index]
+    return {v: sorted(d) for v, d in sorted(by.items())}
 
 
 def engine_selectors(rows: Sequence[Measurement], cat: Catalog, engine: str) -> dict[str, Any]:

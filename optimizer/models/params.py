@@ -260,6 +260,12 @@ class CalibrationParams(Strict):
         "not listed is unmeasured and its GEMMs reach at most unmeasured_dtype_speedup_cap × the achieved FLOPS of "
         "the next wider measured dtype on the same device (unmeasured_dtype_bound); None = every dtype counts as "
         "measured (parameter files fitted before it existed, the built-in defaults)")
+    measured_compute_dtypes_by_vendor: dict[str, list[ComputeDtype]] | None = Field(
+        None, description="GEMM dtypes the fit had rows of, by device vendor (written by the fit): when given, a "
+        "dtype counts as measured on a device only if its vendor's rows had it (a GEMM kernel's share of its peak "
+        "is the vendor's kernel stack: NVFP4 measured on B200 says nothing of MXFP4 on MI355X); a vendor absent "
+        "here has no measured dtype (its narrower dtypes are held to its 16-bit GEMMs); None = "
+        "measured_compute_dtypes for every vendor")
     unmeasured_dtype_speedup_cap: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
         1.0, description="an unmeasured GEMM dtype's achieved FLOPS ≤ this × those of the next wider measured dtype "
         "(fp4 → fp8 → 16 bit, int8 → 16 bit) on the same device: 1.0 = no faster than the wider dtype until a "
@@ -285,6 +291,13 @@ class CalibrationParams(Strict):
                 values.update({k: getattr(o, k) for k in FACTOR_FIELDS if getattr(o, k) is not None})
         return DeviceFactors(**values)
 
+    def measured_dtypes_on(self, device: Device) -> list[str] | None:
+        """The GEMM dtypes measured on ``device``'s vendor (``measured_compute_dtypes_by_vendor``), else on any
+        vendor (``measured_compute_dtypes``); None: every dtype counts as measured."""
+        if self.measured_compute_dtypes_by_vendor is not None:
+            return list(self.measured_compute_dtypes_by_vendor.get(device.vendor, []))
+        return self.measured_compute_dtypes
+
     def unmeasured_dtype_bound(self, device: Device, engine: str | None, compute_dtype: str) -> DtypeBound | None:
         """The achieved-FLOPS bound of GEMMs in ``compute_dtype`` on ``device`` served by ``engine`` when the
         dtype is unmeasured (not in ``measured_compute_dtypes``), else None (also for 16 bit, the widest, and
@@ -295,7 +308,7 @@ class CalibrationParams(Strict):
         here (``factors_for``), peak_w its dense peak (16 bit: ``Device.peak_16bit_tflops``). The GEMMs then
         run at ``min(e·peak, bound)``: fp4 unmeasured, fp8 measured, cap 1 gives min(e_fp4·P_fp4, e_fp8·P_fp8).
         A weight-only precision computes in 16 bit, so it is never bounded."""
-        measured = self.measured_compute_dtypes
+        measured = self.measured_dtypes_on(device)
         if measured is None or compute_dtype in measured or compute_dtype in SIXTEEN_BIT_DTYPES:
             return None
         own_peak = device.peak_tflops(compute_dtype)
@@ -308,7 +321,8 @@ class CalibrationParams(Strict):
             peak = device.peak_16bit_tflops if sixteen else device.peak_tflops(wider)
             if peak and (sixteen or wider in measured):
                 e = self.factors_for(device, engine, wider).compute_efficiency
-                return DtypeBound(compute_dtype, wider, own, self.unmeasured_dtype_speedup_cap * e * peak * 1e12)
+                return DtypeBound(compute_dtype, wider, own, self.unmeasured_dtype_speedup_cap * e * peak * 1e12,
+                                  device.vendor if self.measured_compute_dtypes_by_vendor is not None else None)
             wider = WIDER_COMPUTE_DTYPE.get(wider)
         return None
 
@@ -322,6 +336,7 @@ class DtypeBound:
     wider: str
     own_flops_s: float
     bound_flops_s: float
+    vendor: str | None = None  # the vendor the dtype is unmeasured on (None: on every vendor)
 
     @property
     def binds(self) -> bool:
@@ -331,7 +346,8 @@ class DtypeBound:
     def note(self, cap: float) -> str:
         """One line for a fidelity basis: what the prediction rests on."""
         times = "" if cap == 1.0 else f"{cap:g} × "
-        return (f"{self.dtype} GEMMs unmeasured in this calibration: capped at {times}the achieved FLOPS of "
+        on = f" on {self.vendor} devices" if self.vendor else ""
+        return (f"{self.dtype} GEMMs unmeasured{on} in this calibration: capped at {times}the achieved FLOPS of "
                 f"{self.wider} GEMMs on this device (unmeasured_dtype_speedup_cap {cap:g}), not the datasheet "
                 f"{self.dtype} peak")
 

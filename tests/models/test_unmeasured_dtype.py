@@ -84,7 +84,7 @@ def test_with_the_fp4_override_measured_nothing_changes():
     """The shipped parameters measure FP4 (an fp4 override fitted on B200/B300): recording the dtypes they were
     fitted on (bf16, fp16, fp8, fp4) moves no configuration of FP4, MXFP4, NVFP4, FP8 or BF16 on any catalog
     device by a bit (step times and offline throughput), MoE and dense."""
-    shipped = load_params()
+    shipped = load_params().model_copy(update={"measured_compute_dtypes": None, "measured_compute_dtypes_by_vendor": None})
     assert any(o.compute_dtype == "fp4" for o in shipped.overrides)
     recorded = shipped.model_copy(update={"measured_compute_dtypes": ["bf16", "fp16", "fp8", "fp4"]})
     precs = [CAT.precision(k) for k in ("fp4", "nvfp4", "mxfp4", "fp8", "bf16", "int4")]
@@ -129,6 +129,7 @@ def test_estimate_says_when_a_prediction_rests_on_the_bound():
     datasheet would make it only where the bound binds (the shipped fp4 share 0.36 is below fp8's 0.76/2)."""
     shipped = load_params()
     no_fp4 = shipped.model_copy(update={"measured_compute_dtypes": ["bf16", "fp16", "fp8"],
+                                        "measured_compute_dtypes_by_vendor": None,
                                         "overrides": [o for o in shipped.overrides if o.compute_dtype != "fp4"]})
     kw = dict(devices=CAT.devices, max_throughput=True)
     m, d = CAT.model("llama-3.1-70b"), CAT.device("b200")
@@ -144,3 +145,25 @@ def test_leave_out_refits_keep_the_cap_not_the_list():
     travels, the measured list does not (each refit writes the dtypes of its own rows: LOGO Blackwell has no fp4)."""
     start = CalibrationParams(unmeasured_dtype_speedup_cap=1.15, measured_compute_dtypes=["bf16", "fp8", "fp4"])
     assert structure_of(start) == CalibrationParams(unmeasured_dtype_speedup_cap=1.15)
+
+
+def test_a_dtype_measured_on_one_vendor_is_unmeasured_on_another():
+    """measured_compute_dtypes_by_vendor {nvidia: [bf16, fp8, fp4], amd: [fp8]}: on an AMD copy of the synthetic
+    device FP4 is held to FP8's 0.7·2000 = 1400 TFLOPS (NVFP4 kernels measured on NVIDIA say nothing of AMD's FP4
+    kernels), on the NVIDIA device it keeps the datasheet 0.6·4000 = 2400; a vendor absent from the map has no
+    measured dtype, so its FP8 is held to 16 bit, 0.6·1000 = 600 (the FP8 override's 0.7·2000 = 1400 is above)."""
+    by_vendor = {"nvidia": ["bf16", "fp8", "fp4"], "amd": ["fp8"]}
+    p = params(["bf16", "fp8", "fp4"], measured_compute_dtypes_by_vendor=by_vendor)
+    nvidia, amd, intel = device(vendor="nvidia"), device(vendor="amd"), device(vendor="intel")
+    assert gemm_s(p, FP4, d=nvidia)[0] == pytest.approx(2 * BODY * TOKENS / 2400e12, rel=1e-12)
+    assert gemm_s(p, FP4, d=amd)[0] == pytest.approx(2 * BODY * TOKENS / 1400e12, rel=1e-12)
+    assert gemm_s(p, FP8, d=intel)[0] == pytest.approx(2 * BODY * TOKENS / 600e12, rel=1e-12)
+    assert "unmeasured on amd devices" in p.unmeasured_dtype_bound(amd, None, "fp4").note(1.0)
+
+
+def test_the_shipped_file_records_its_rows_dtypes_by_vendor():
+    """The shipped parameters list what the fit's rows hold (fit.measured_compute_dtypes_by_vendor on the shipped
+    offline + online rows): MI300X's FP8 on AMD; NVIDIA's 16-bit, FP8 and FP4."""
+    shipped = load_params(None)
+    assert shipped.measured_compute_dtypes == ["bf16", "fp16", "fp4", "fp8"]
+    assert shipped.measured_compute_dtypes_by_vendor == {"amd": ["fp8"], "nvidia": ["bf16", "fp16", "fp4", "fp8"]}
