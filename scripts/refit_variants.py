@@ -7,9 +7,9 @@ VARIANT = LOSS or LOSS:SCALE (``CalibrationParams.fit_loss`` / ``fit_loss_scale_
 ``soft_l1:0.05``, ``huber:0.1``, ``cauchy:0.1``. Each variant is one ``fit_params`` run on every shipped row
 (``calibration.csv`` + ``measurements-2026.csv``) at ``--online-weight`` (1 = what the shipped parameters were
 fitted with), with the coordinate search's ``--sweeps`` then the least-squares polish, from ``--start``:
-``shipped`` = the shipped ``calibration.yaml`` (use ``--sweeps 0``: the polish alone) or ``defaults`` = the
-built-in defaults. Printed per variant (``optimizer.calibration.report.validate`` on the same rows, what
-``gpuplan validate --shipped`` prints): the loss the variant minimised, the squared loss of the same point
+``shipped`` = the shipped ``calibration.yaml`` (use ``--sweeps 0``: the polish alone), ``defaults`` = the
+built-in defaults, or a parameters file (its loss at the start is printed too: ``--sweeps 0`` scores a file). Printed per variant (``optimizer.calibration.report.validate`` on the same rows, what
+``gpuplan validate --shipped`` prints): the variant's loss at the start and where the fit ended, the squared loss of the same point
 (the fit-v9 objective, comparable across variants), offline median and p90 |error| %, the worst (device,
 engine) group with >= 10 predictions, online median |error| %, and the CPU seconds of the fit.
 Targets (issue 14, in-sample): offline median <= 8 %, every (device, engine) group with >= 10 rows <= 12 %,
@@ -44,25 +44,26 @@ def parse_variant(text: str) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("variants", nargs="+", help="LOSS or LOSS:SCALE (squared, soft_l1:0.05, huber:0.1, cauchy:0.1)")
-    ap.add_argument("--start", choices=["shipped", "defaults"], default="shipped")
+    ap.add_argument("--start", default="shipped", help="shipped, defaults or a parameters file")
     ap.add_argument("--sweeps", type=int, default=0, help="coordinate-search sweeps before the polish")
     ap.add_argument("--online-weight", type=float, default=1.0)
     ap.add_argument("--out-dir", type=Path, default=None)
     args = ap.parse_args()
     cat = load_catalog()
     rows = [m for name in SHIPPED_MEASUREMENT_FILES for m in load_measurements(shipped_measurements(name), cat)]
-    base = load_params() if args.start == "shipped" else CalibrationParams()
+    base = {"shipped": load_params, "defaults": CalibrationParams}.get(args.start, lambda: load_params(args.start))()
     captured: dict = {}
     search = fit_module.search
 
     def capturing_search(params, knobs, loss, residuals, sweeps, optimizer):  # the fit's final loss, and a
-        out = search(params, knobs, loss, residuals, sweeps, optimizer)      # squared-loss evaluator
-        captured.update(loss=out[1], residuals=residuals)
+        start_loss = loss(params)                                            # squared-loss evaluator
+        out = search(params, knobs, loss, residuals, sweeps, optimizer)
+        captured.update(start_loss=start_loss, loss=out[1], residuals=residuals)
         return out
 
     fit_module.search = capturing_search
     print(f"start {args.start}, {args.sweeps} sweeps + polish, online weight {args.online_weight:g}, {len(rows)} rows")
-    print(f"{'variant':<16}{'loss':>9}{'sq loss':>9}{'off med':>9}{'off p90':>9}{'worst group (n)':>28}{'on med':>8}"
+    print(f"{'variant':<16}{'start':>9}{'loss':>9}{'sq loss':>9}{'off med':>9}{'off p90':>9}{'worst group (n)':>28}{'on med':>8}"
           f"{'cpu s':>7}  targets")
     for text in args.variants:
         start = base.model_copy(update=parse_variant(text))
@@ -80,12 +81,12 @@ def main() -> int:
         worst_text = f"{worst_key} {worst:.2f} ({groups[worst_key]['n']})"
         met = (off["median_abs_pct_error"] <= TARGETS["offline"], worst <= TARGETS["group"],
                on["median_abs_pct_error"] <= TARGETS["online"])
-        print(f"{text:<16}{captured['loss']:>9.4f}{sq_loss:>9.4f}{off['median_abs_pct_error']:>9.2f}"
+        print(f"{text:<16}{captured['start_loss']:>9.4f}{captured['loss']:>9.4f}{sq_loss:>9.4f}{off['median_abs_pct_error']:>9.2f}"
               f"{off['p90_abs_pct_error']:>9.2f}{worst_text:>28}"
               f"{on['median_abs_pct_error']:>8.2f}{cpu:>7.0f}  {'ALL MET' if all(met) else 'missed'}", flush=True)
         if args.out_dir:
             args.out_dir.mkdir(parents=True, exist_ok=True)
-            (args.out_dir / f"{args.start}-{text.replace(':', '_')}.yaml").write_text(
+            (args.out_dir / f"{Path(args.start).stem}-{text.replace(':', '_')}.yaml").write_text(
                 params_to_yaml(fitted, f"scripts/refit_variants.py --start {args.start} --sweeps {args.sweeps} "
                                         f"--online-weight {args.online_weight:g} {text}"), "utf-8")
     return 0
