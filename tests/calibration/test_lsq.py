@@ -79,7 +79,10 @@ def small_rows():
     return usable, latency, online
 
 
-@pytest.mark.parametrize("params", [load_params(), CalibrationParams()], ids=["shipped", "defaults"])
+SHIPPED_SQUARED = load_params().model_copy(update={"fit_loss": "squared"})  # the shipped factors, the fit-v9 loss
+
+
+@pytest.mark.parametrize("params", [SHIPPED_SQUARED, CalibrationParams()], ids=["shipped", "defaults"])
 def test_residuals_square_to_the_loss(small_rows, params):
     usable, latency, online = small_rows
     for weight in (0.0, 1.0, 2.5):
@@ -94,7 +97,7 @@ def test_an_online_metric_nobody_predicts_costs_25_times_its_weight(small_rows):
     """At a million requests/s every online row saturates, so neither metric has a prediction: 2 · w · 25."""
     usable, latency, online = small_rows
     flooded = [dataclasses.replace(m, request_rate_qps=1e6) for m in online]
-    p = load_params()
+    p = SHIPPED_SQUARED
     r = residual_fn(usable, latency, flooded, METRICS, 1.5, CAT)(p)
     offline_only = residual_fn(usable, latency, [], METRICS, 0.0, CAT)(p)
     assert float(np.sum(r**2)) == pytest.approx(float(np.sum(offline_only**2)) + 2 * 1.5 * 25.0, rel=1e-12)
@@ -203,7 +206,7 @@ def test_a_robust_fit_loss_is_the_rho_sum_of_the_squared_residuals(small_rows, l
     the same rows' residuals under the squared loss (offline, latency and online slots; no prior here):
     the coordinate search (Σ r²) and the polish minimise one objective."""
     usable, latency, online = small_rows
-    base = load_params()
+    base = SHIPPED_SQUARED
     robust = base.model_copy(update={"fit_loss": loss, "fit_loss_scale_log": 0.08})
     fn = residual_fn(usable, latency, online, METRICS, 1.0, CAT)
     weighted_err = fn(base)
