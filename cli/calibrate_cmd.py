@@ -65,7 +65,8 @@ def calibrate(
     rows_out = [[k, v] for k, v in fitted.model_dump(exclude={"overrides", "fit", "error_bands", "coverage"}).items()]
     rows_out += [[f"override {o.selector}",
                   ", ".join(f"{k}={v:.3g}" for k, v in o.model_dump(
-                      exclude={"vendor", "generation", "memory_type", "engine", "compute_dtype", "note"},
+                      exclude={"vendor", "exclude_vendors", "generation", "memory_type", "engine", "compute_dtype",
+                               "weight_only", "note"},
                       exclude_none=True).items())]
                  for o in fitted.overrides]
     rows_out += [[f"band class {k}", f"x{b.low_factor:.3f} .. x{b.high_factor:.3f} (n {b.n})"]

@@ -5,7 +5,8 @@ Predicted offline throughput (``predict_offline_throughput``) is the steady stat
 limited by the KV cache that fits (and the scheduler cap), fixed input/output lengths,
 output tokens/s of the whole TP group.
 
-The fit minimises Σ (log predicted − log measured)² over the offline rows by cyclic
+The fit minimises Σ (log predicted − log measured)² (or, with a robust ``fit_loss``, Σ C²·ρ(((log pred −
+log meas)/C)²), ``optimizer.calibration.lsq.robust_loss``) over the offline rows by cyclic
 coordinate search on a log-spaced grid per parameter, shrinking the grid each sweep (robust
 to the objective's kinks — max() and floor() — but it moves one knob at a time, so on ~40
 correlated knobs it stops far from the minimum), then polishes every continuous knob at once
@@ -169,14 +170,15 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
     params, best = search(params, knobs + override_knobs, loss, residuals, sweeps, optimizer)
     params = _typical_generation_defaults(params, loss, best)
     record = fit_record(usable, cat, params, data_file, polished=optimizer == "polish")
+    kind = "squared" if params.fit_loss == "squared" else f"{params.fit_loss} (scale {params.fit_loss_scale_log:g})"
     if latency:
-        record = record.model_copy(update={"method": record.method + f"; plus the squared log error of "
+        record = record.model_copy(update={"method": record.method + f"; plus the {kind} log error of "
                                            f"e2e_latency_s over {len(latency)} offline latency rows (one fixed "
                                            "batch), equal weight per source_group"})
     if online:
         names = " and ".join({"tpot_mean_ms": "mean ITL", "ttft_mean_ms": "mean TTFT"}[k] for k in metrics)
         record = record.model_copy(update={"method": record.method + f"; plus {online_weight:g} x mean "
-                                           f"squared log error of {names} over {len(online)} online-serving rows"})
+                                           f"{kind} log error of {names} over {len(online)} online-serving rows"})
     return params.model_copy(update={"fit": record})
 
 
@@ -426,7 +428,10 @@ def fit_record(rows: Sequence[Measurement], cat: Catalog, params: CalibrationPar
         method="coordinate search on log-spaced grids"
                + (", then a trust-region least-squares polish of the continuous knobs (scipy least_squares, "
                   "log space)" if polished else "")
-               + ", least squares of log(pred/measured), equal weight per source_group",
+               + (", least squares of log(pred/measured)" if params.fit_loss == "squared" else
+                  f", {params.fit_loss} loss of log(pred/measured) at scale {params.fit_loss_scale_log:g} (log), "
+                  "sum of w*C^2*rho((e/C)^2)")
+               + ", equal weight per source_group",
         median_abs_pct_error=round(float(np.median(err)), 2),
         p90_abs_pct_error=round(float(np.percentile(err, 90)), 2),
         by_source_group={g: summary(groups == g) for g in sorted(set(groups))},

@@ -12,6 +12,12 @@ The loss of ``optimizer.calibration.fit`` is a weighted sum of squared log error
   ``w_on·mean(err²)``; one more residual ``sqrt(25·w_on)`` when no slot is predicted (the old 25 penalty);
 - the class prior: ``sqrt(λ)·log(override/parent)`` per shrunk knob (``fit.shrinkage_penalty``).
 
+With a robust ``CalibrationParams.fit_loss`` (fit-v10) every row's ``sqrt(w)·e`` above (e = the log
+error) becomes ``sqrt(w)·sign(e)·C·sqrt(ρ((e/C)²))`` (``robust_residuals``), so ``‖r‖²`` is
+``Σ w·C²·ρ((e/C)²)`` + the prior: the coordinate search and the polish minimise the same sum, and the
+row weights multiply the loss, not its scale (scipy's own ``loss=`` would put C on ``sqrt(w)·e``, a
+scale that changes with each source group's size). The prior and the no-prediction penalty stay squared.
+
 ``polish`` minimises ``‖r‖²`` with ``scipy.optimize.least_squares`` (trust-region reflective, the
 knobs' bounds) over ``u = log(knob)``: a Gauss-Newton step on every knob at once, where the coordinate
 search moves one knob at a time on a grid (``fit.coordinate_search``). The objective is piecewise
@@ -52,6 +58,35 @@ def source_group_weights(rows: Sequence[Measurement]) -> np.ndarray:
     return np.array([1.0 / counts[m.source_group] for m in rows])
 
 
+def robust_loss(z: np.ndarray, loss: str) -> np.ndarray:
+    """ρ(z) of ``CalibrationParams.fit_loss`` at z = (e/C)² (scipy.optimize.least_squares' convention):
+    squared z; soft_l1 2(√(1+z) − 1); huber z if z ≤ 1 else 2√z − 1; cauchy ln(1 + z). Each is z + O(z²)
+    at 0 (ρ(0) = 0, ρ'(0) = 1), so C²·ρ((e/C)²) → e² for |e| ≪ C; for |e| ≫ C it grows as 2C|e| (soft_l1,
+    huber) or 2C²·ln(|e|/C) (cauchy)."""
+    if loss == "squared":
+        return z
+    if loss == "soft_l1":
+        return 2.0 * (np.sqrt(1.0 + z) - 1.0)
+    if loss == "huber":
+        return np.where(z <= 1.0, z, 2.0 * np.sqrt(np.maximum(z, 1.0)) - 1.0)
+    if loss == "cauchy":
+        return np.log1p(z)
+    raise ValueError(f"unknown fit loss {loss!r}; known: squared, soft_l1, huber, cauchy")
+
+
+def robust_residuals(err: np.ndarray, sqrt_w: np.ndarray | float, p: CalibrationParams) -> np.ndarray:
+    """The residuals whose squares are the rows' weighted losses ``w·C²·ρ((e/C)²)`` (``robust_loss``):
+    ``sqrt(w)·sign(e)·C·sqrt(ρ((e/C)²))``, = ``sqrt(w)·e`` for the squared loss (computed as that, so a
+    squared fit is bit-identical to the fits before fit-v10). The signed square root is smooth at e = 0
+    (it is e + O(e³)), so the polish's Gauss-Newton steps see the same loss as the coordinate search:
+    one residual vector, one sum of squares, whatever the loss."""
+    if p.fit_loss == "squared":
+        return sqrt_w * err
+    c = p.fit_loss_scale_log
+    with np.errstate(invalid="ignore"):
+        return sqrt_w * np.sign(err) * c * np.sqrt(robust_loss((err / c) ** 2, p.fit_loss))
+
+
 def residual_fn(usable: Sequence[Measurement], latency: Sequence[Measurement], online: Sequence[Measurement],
                 metrics: Sequence[str], online_weight: float, cat: Catalog,
                 prior: Callable[[CalibrationParams], np.ndarray] | None = None
@@ -71,17 +106,17 @@ def residual_fn(usable: Sequence[Measurement], latency: Sequence[Measurement], o
             pred = {i: r.predicted for i, ps in found.items() for r in ps if r.metric == metric and r.predicted > 0}
             err = np.array([math.log(pred[i] / meas) if i in pred else 0.0 for i, meas in slots[metric]])
             n = len(pred)
-            out.append(err * math.sqrt(online_weight / n) if n else np.zeros(len(slots[metric])))
+            out.append(robust_residuals(err, math.sqrt(online_weight / n), p) if n else np.zeros(len(slots[metric])))
             out.append(np.array([0.0 if n else math.sqrt(online_weight * NO_ONLINE_PREDICTION_LOSS)]))
         return out
 
     def residuals(p: CalibrationParams) -> np.ndarray:
         pred = predict_offline_throughput(usable, cat, p).predicted
-        parts = [sqrt_w * (np.log(np.where(np.isfinite(pred) & (pred > 0), pred, 1e-3)) - log_meas)]
+        parts = [robust_residuals(np.log(np.where(np.isfinite(pred) & (pred > 0), pred, 1e-3)) - log_meas, sqrt_w, p)]
         if latency:
             found, _ = latency_predictor(latency, cat, p)
             lat = np.array([found[i][0].predicted if i in found else 1e3 for i in range(len(latency))])
-            parts.append(lat_sqrt_w * (np.log(lat) - lat_log_meas))
+            parts.append(robust_residuals(np.log(lat) - lat_log_meas, lat_sqrt_w, p))
         if online:
             parts.extend(online_residuals(p))
         if prior is not None:

@@ -61,13 +61,15 @@ def test_leave_out_refits_keep_the_start_model_structure_only(monkeypatch):
 
 
 def test_leave_out_refits_keep_the_fit_procedure_fields(monkeypatch):
-    """class_shrinkage and fit_rounds (how the factors are fitted) travel to every leave-out refit,
+    """class_shrinkage, fit_rounds and the fit loss (how the factors are fitted) travel to every leave-out refit,
     with the model structure, and nothing fitted does."""
     seen = []
     monkeypatch.setattr(cal, "leave_out", lambda rows, cat, start, by, **kw: seen.append(start) or [])
     cat = load_catalog()
     rows = load_measurements(EXAMPLES / "measurements-example.csv", cat)
-    start = CalibrationParams(memory_bandwidth_efficiency=0.41, class_shrinkage=0.3, fit_rounds=2)
+    start = CalibrationParams(memory_bandwidth_efficiency=0.41, class_shrinkage=0.3, fit_rounds=2, fit_loss="soft_l1",
+                              fit_loss_scale_log=0.07)
     cal.calibrate(rows, cat, start=start, data_file="example", data_sha256="ab" * 32, online_weight=0.0, bands=True)
     assert len(seen) == 3
-    assert all(s == CalibrationParams(class_shrinkage=0.3, fit_rounds=2) for s in seen)
+    assert all(s == CalibrationParams(class_shrinkage=0.3, fit_rounds=2, fit_loss="soft_l1", fit_loss_scale_log=0.07)
+               for s in seen)

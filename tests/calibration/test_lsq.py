@@ -20,7 +20,13 @@ from optimizer.calibration.fit import (
     prior_residuals,
     shrinkage_penalty,
 )
-from optimizer.calibration.lsq import polish, residual_fn, source_group_weights
+from optimizer.calibration.lsq import (
+    polish,
+    residual_fn,
+    robust_loss,
+    robust_residuals,
+    source_group_weights,
+)
 from optimizer.calibration.measurements import load_measurements
 from optimizer.calibration.predict import (
     is_latency_row,
@@ -73,7 +79,10 @@ def small_rows():
     return usable, latency, online
 
 
-@pytest.mark.parametrize("params", [load_params(), CalibrationParams()], ids=["shipped", "defaults"])
+SHIPPED_SQUARED = load_params().model_copy(update={"fit_loss": "squared"})  # the shipped factors, the fit-v9 loss
+
+
+@pytest.mark.parametrize("params", [SHIPPED_SQUARED, CalibrationParams()], ids=["shipped", "defaults"])
 def test_residuals_square_to_the_loss(small_rows, params):
     usable, latency, online = small_rows
     for weight in (0.0, 1.0, 2.5):
@@ -88,7 +97,7 @@ def test_an_online_metric_nobody_predicts_costs_25_times_its_weight(small_rows):
     """At a million requests/s every online row saturates, so neither metric has a prediction: 2 · w · 25."""
     usable, latency, online = small_rows
     flooded = [dataclasses.replace(m, request_rate_qps=1e6) for m in online]
-    p = load_params()
+    p = SHIPPED_SQUARED
     r = residual_fn(usable, latency, flooded, METRICS, 1.5, CAT)(p)
     offline_only = residual_fn(usable, latency, [], METRICS, 0.0, CAT)(p)
     assert float(np.sum(r**2)) == pytest.approx(float(np.sum(offline_only**2)) + 2 * 1.5 * 25.0, rel=1e-12)
@@ -160,3 +169,75 @@ def test_scipy_is_imported_only_when_a_fit_runs():
              "print('scipy' in sys.modules)\n")
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, check=True, capture_output=True, text=True)
     assert done.stdout.strip().splitlines()[-1] == "False"
+
+
+# --- robust losses (fit-v10) ---------------------------------------------------------------------------
+
+
+def test_robust_loss_values_on_paper():
+    """ρ at z = 3 (soft_l1: 2(√4 − 1) = 2), z = 4 (huber: 2·√4 − 1 = 3; below 1 it is z), z = e − 1
+    (cauchy: ln e = 1); every ρ is z to first order at 0 (z = 1e-6: within 1e-6 relative)."""
+    assert robust_loss(np.array([3.0]), "soft_l1")[0] == pytest.approx(2.0, rel=1e-12)
+    assert robust_loss(np.array([4.0, 0.25]), "huber") == pytest.approx([3.0, 0.25], rel=1e-12)
+    assert robust_loss(np.array([math.e - 1.0]), "cauchy")[0] == pytest.approx(1.0, rel=1e-12)
+    for loss in ("squared", "soft_l1", "huber", "cauchy"):
+        assert robust_loss(np.array([1e-6]), loss)[0] == pytest.approx(1e-6, rel=1e-6)
+    with pytest.raises(ValueError, match="unknown fit loss"):
+        robust_loss(np.array([1.0]), "l1")
+
+
+def test_robust_residuals_square_to_the_weighted_robust_loss():
+    """sqrt(w)·sign(e)·C·sqrt(ρ((e/C)²)) squares to w·C²·ρ((e/C)²) and keeps the sign of e: for soft_l1 at
+    C = 0.1, e = 0.3 (z = 9), w = 0.25: 0.25 · 0.01 · 2(√10 − 1) = 0.0108114; e = −0.3 gives its negative root."""
+    p = CalibrationParams(fit_loss="soft_l1", fit_loss_scale_log=0.1)
+    r = robust_residuals(np.array([0.3, -0.3, 0.0]), np.array([0.5, 0.5, 0.5]), p)
+    assert r[0] ** 2 == pytest.approx(0.25 * 0.01 * 2 * (math.sqrt(10) - 1), rel=1e-12)
+    assert r[0] ** 2 == pytest.approx(0.0108114, rel=1e-5)
+    assert r[1] == pytest.approx(-r[0], rel=1e-12) and r[2] == 0.0
+    # a tiny error is the squared loss's residual to O(e³): sqrt(w)·e
+    assert robust_residuals(np.array([1e-4]), 0.5, p)[0] == pytest.approx(0.5e-4, rel=1e-6)
+    # squared: exactly sqrt(w)·e whatever the scale
+    assert robust_residuals(np.array([0.3]), 0.5, CalibrationParams(fit_loss_scale_log=0.01))[0] == 0.15
+
+
+@pytest.mark.parametrize("loss", ["soft_l1", "huber", "cauchy"])
+def test_a_robust_fit_loss_is_the_rho_sum_of_the_squared_residuals(small_rows, loss):
+    """The residual vector of a robust loss squares to Σ w·C²·ρ((e/C)²) over the rows, where sqrt(w)·e are
+    the same rows' residuals under the squared loss (offline, latency and online slots; no prior here):
+    the coordinate search (Σ r²) and the polish minimise one objective."""
+    usable, latency, online = small_rows
+    base = SHIPPED_SQUARED
+    robust = base.model_copy(update={"fit_loss": loss, "fit_loss_scale_log": 0.08})
+    fn = residual_fn(usable, latency, online, METRICS, 1.0, CAT)
+    weighted_err = fn(base)
+    w = np.concatenate([source_group_weights(usable), source_group_weights(latency)])
+    n_rows = len(usable) + len(latency)
+    e_rows = weighted_err[:n_rows] / np.sqrt(w)
+    want = float(np.sum(w * 0.08**2 * robust_loss((e_rows / 0.08) ** 2, loss)))
+    r = fn(robust)
+    assert float(np.sum(r[:n_rows] ** 2)) == pytest.approx(want, rel=1e-10)
+    assert np.all(np.sign(r) == np.sign(weighted_err))
+    # a robust loss is below the squared one on every row with |e| > 0 (ρ(z) < z for z > 0)
+    assert float(np.sum(r**2)) < float(np.sum(weighted_err**2))
+
+
+def test_a_robust_fit_ignores_an_outlier_the_squared_fit_follows():
+    """Rows made by the model at a bandwidth share of 0.55 (compute 0.45, 2.5 ms per step), one of them
+    'measured' at 1/3 of that (a log error of 1.1 at the truth): the squared fit moves the shares to pull that
+    row in, soft_l1 at C = 0.05 stays within 1 % of the truth (its pull on one row is bounded by 2C·|e'|)."""
+    rows = [m for m in load_measurements(CALIBRATION_CSV, CAT) if offline_skip_reason(m) is None
+            and CAT.devices[m.device_key].generation in ("hopper", "ampere")
+            and not CAT.models[m.model_key].is_moe]
+    truth = CalibrationParams(memory_bandwidth_efficiency=0.55, compute_efficiency=0.45, step_overhead_ms=2.5)
+    made = predict_offline_throughput(rows, CAT, truth).predicted
+    made[0] /= 3.0
+    synthetic = [dataclasses.replace(m, throughput_tok_s=float(t)) for m, t in zip(rows, made, strict=True)]
+    knobs = [_field_knob("memory_bandwidth_efficiency", 0.3, 1.0), _field_knob("compute_efficiency", 0.1, 1.0),
+             _field_knob("step_overhead_ms", 0.02, 30.0)]
+    residuals = residual_fn(synthetic, [], [], [], 0.0, CAT)
+    squared, _ = polish(CalibrationParams(), knobs, residuals)
+    robust, _ = polish(CalibrationParams(fit_loss="soft_l1", fit_loss_scale_log=0.05), knobs, residuals)
+    err = lambda p: max(abs(p.memory_bandwidth_efficiency / 0.55 - 1), abs(p.compute_efficiency / 0.45 - 1),  # noqa: E731
+                        abs(p.step_overhead_ms / 2.5 - 1))
+    assert err(robust) < 0.01
+    assert err(squared) > 3 * err(robust)
