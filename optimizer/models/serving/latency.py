@@ -222,12 +222,14 @@ def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments,
         out["ttft_p50"] = np.fmin(out["ttft_p50"], out["ttft_p99"])
     if "e2e" in need:
         # components (L node, O node): TTFT(L) + (O−1)·TPOT(O), independent
+        # (the TTFT nodes split at the wait's atom at zero, ``_TtftMoments.mixture``)
+        l_w, ttft_m, ttft_v, ttft_k3 = ttft.mixture(lens.l_w)
         o1 = np.maximum(lens.o_nodes - 1.0, 0.0)[:, None, :]
         m = ttft_m[:, :, None] + o1 * tp.mt[:, None, :]
         v = (ttft_v[:, :, None] + (o1**2) * tp.var[:, None, :]
              + (tp.mt**2 * lens.o_var)[:, None, :])  # output length spread inside a stratum
         k3 = ttft_k3[:, :, None] + (o1**3) * tp.k3[:, None, :]
-        w = (lens.l_w[:, :, None] * lens.o_w[:, None, :]).reshape(n, -1)
+        w = (l_w[:, :, None] * lens.o_w[:, None, :]).reshape(n, -1)
         for q in qs:
             out[f"e2e_p{round(q * 100)}"] = mixture_quantile(q, w, m.reshape(n, -1), v.reshape(n, -1),
                                                             k3.reshape(n, -1))
