@@ -6,8 +6,11 @@ generation (``optimizer.calibration.bands``), whose residuals give each fidelity
 error band. Every refit starts from the built-in defaults, neither from the full fit's result nor
 from its start (``--params``: an earlier fit, whose per-class factors saw the held-out rows and
 which ``fit_params`` resumes); only the start's model-structure choices
-(``STRUCTURE_FIELDS``: ``offline_whole_prompts`` and its ``offline_prefill_chunk_tokens``, ``ep_allgather``, the fit's ``class_shrinkage`` and ``fit_rounds``), which no fit moves, are kept,
-so the refits fit the same model the same way.
+(``STRUCTURE_FIELDS``: ``offline_whole_prompts`` and its ``offline_prefill_chunk_tokens``,
+``ep_allgather``, the fit's ``class_shrinkage`` and ``fit_rounds``, the bound of an unmeasured
+GEMM dtype ``unmeasured_dtype_speedup_cap``), which no fit moves, are kept, so the refits fit the
+same model the same way (each refit records its own ``measured_compute_dtypes``: a held-out generation can take a
+dtype's rows with it).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from optimizer.models.params import CalibrationParams
 
 LEAVE_OUT_GROUPINGS = ("source_group", "device", "generation")
 STRUCTURE_FIELDS = ("offline_whole_prompts", "offline_prefill_chunk_tokens", "ep_allgather", "class_shrinkage",
-                    "fit_rounds")
+                    "fit_rounds", "unmeasured_dtype_speedup_cap")
 
 
 def structure_of(start: CalibrationParams | None) -> CalibrationParams | None:

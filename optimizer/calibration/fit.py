@@ -15,9 +15,12 @@ group (software version) gets equal total weight, so the larger tables do not do
 Fitted: the global memory-bandwidth and compute efficiencies, the per-step overhead,
 the usable memory fraction, the KV reservation of the output, and per-class overrides
 (memory type for bandwidth, generation for compute) when the data hold devices of that
-class. Never per device key. With ``online_weight`` > 0 and online-serving rows, the
-serving model's mean TTFT and mean ITL enter the loss too, and the per-request front-end
-time ``request_overhead_ms`` (which only TTFT and E2E see) is fitted with the rest.
+class. Never per device key. The GEMM dtypes of the rows are recorded
+(``measured_compute_dtypes``): a dtype without rows gets no datasheet speed-up over the next
+wider measured one (``CalibrationParams.unmeasured_dtype_bound``). With ``online_weight`` > 0
+and online-serving rows, the serving model's mean TTFT and mean ITL enter the loss too, and the
+per-request front-end time ``request_overhead_ms`` (which only TTFT and E2E see) is fitted with
+the rest.
 """
 
 from __future__ import annotations
@@ -149,9 +152,12 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
     overrides = warm_started(overrides, params.overrides, override_knobs)
     # alltoall_latency_us None: the default all-to-all time (a generation without EP rows) is the
     # all-reduce latency of the link
-    params = params.model_copy(update={"alltoall_latency_us": None, "overrides": overrides, "prefill_attention_efficiency":
-                                       params.prefill_attention_efficiency or params.attention_efficiency})
     online = online_fit_rows(rows) if online_weight > 0 else []
+    params = params.model_copy(update={"alltoall_latency_us": None, "overrides": overrides, "prefill_attention_efficiency":
+                                       params.prefill_attention_efficiency or params.attention_efficiency,
+                                       "measured_compute_dtypes": measured_compute_dtypes([*usable, *online], cat),
+                                       "measured_compute_dtypes_by_vendor":
+                                           measured_compute_dtypes_by_vendor([*usable, *online], cat)})
     metrics = [k for k in ("tpot_mean_ms", "ttft_mean_ms") if any(getattr(m, k) for m in online)]
     params, knobs = _global_knobs(params, usable, cat, "ttft_mean_ms" in metrics)
     latency = [m for m in rows if is_latency_row(m)]
@@ -352,6 +358,21 @@ def class_overrides(rows: Sequence[Measurement], cat: Catalog, devices: Sequence
                     [("memory_bandwidth_efficiency", 0.3, 1.0), ("compute_efficiency", 0.05, 1.0),
                      ("step_overhead_ms", 0.02, 30.0), ("sequence_overhead_us", 0.5, 200.0)])
     return overrides, knobs
+
+
+def measured_compute_dtypes(rows: Sequence[Measurement], cat: Catalog) -> list[str]:
+    """The GEMM dtypes of ``rows``' precisions (``CalibrationParams.measured_compute_dtypes``): the dtypes whose
+    compute efficiency the fit identifies. Any other dtype is held to the achieved FLOPS of the next wider one
+    listed (``CalibrationParams.unmeasured_dtype_bound``): without FP4 rows, FP4 GEMMs run no faster than FP8."""
+    return sorted({cat.precisions[m.precision_key].compute_dtype for m in rows})  # type: ignore[index]
+
+
+def measured_compute_dtypes_by_vendor(rows: Sequence[Measurement], cat: Catalog) -> dict[str, list[str]]:
+    """``measured_compute_dtypes`` of each device vendor's rows (``CalibrationParams.measured_compute_dtypes_by_vendor``)."""
+    by: dict[str, set[str]] = {}
+    for m in rows:
+        by.setdefault(cat.devices[m.device_key].vendor, set()).add(cat.precisions[m.precision_key].compute_dtype)  # type: ignore[index]
+    return {v: sorted(d) for v, d in sorted(by.items())}
 
 
 def engine_selectors(rows: Sequence[Measurement], cat: Catalog, engine: str) -> dict[str, Any]:

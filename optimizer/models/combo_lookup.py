@@ -77,6 +77,27 @@ def peaks(devices: list[Device], precs: list[Precision]) -> tuple[np.ndarray, np
             [g[2] for g in got])
 
 
+def unmeasured_dtype_flops(devices: list[Device], precs: list[Precision], eng: list[str],
+                           params: CalibrationParams) -> np.ndarray:
+    """Per combo, the achieved GEMM FLOP/s an unmeasured compute dtype is held to
+    (``CalibrationParams.unmeasured_dtype_bound``: cap × e·peak of the next wider measured dtype) where that
+    bound is below the dtype's own e·peak; NaN elsewhere (measured or 16-bit dtype, weight-only precision,
+    ``measured_compute_dtypes`` None). One lookup per distinct (device, engine, precision)."""
+    n = len(devices)
+    if (params.measured_compute_dtypes is None and params.measured_compute_dtypes_by_vendor is None) or not n:
+        return np.full(n, np.nan)
+    seen: dict[tuple[str, str, str], float] = {}
+    out = np.empty(n)
+    for i, (d, q, e) in enumerate(zip(devices, precs, eng, strict=True)):
+        k = (d.key, e, q.key)
+        if k not in seen:
+            bound = (None if q.weight_only or q.compute_peak_tflops(d) is None
+                     else params.unmeasured_dtype_bound(d, e, q.compute_dtype))
+            seen[k] = bound.bound_flops_s if bound is not None and bound.binds else np.nan
+        out[i] = seen[k]
+    return out
+
+
 def factors_per_combo(devices: list[Device], precs: list[Precision], eng: list[str], params: CalibrationParams,
                       compute_dtype: str | None = None):
     """``fac(name)``: the :class:`DeviceFactors` field ``name`` of every combo as an (N,) array,

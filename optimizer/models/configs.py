@@ -13,6 +13,9 @@ over e ranks of t GPUs and splits the routed experts e ways, as TensorRT-LLM's "
   else the host link pcie_gb_s/2, times ``link_efficiency`` (``pcie_link_efficiency`` over the host link).
 - efficiencies come from ``CalibrationParams.factors_for`` (device class, engine, GEMM dtype,
   weight-only quantization), looked up once per distinct combo (``optimizer.models.combo_lookup``);
+  a GEMM dtype the calibration has no rows of reaches at most the achieved FLOPS of the next wider
+  measured dtype on the device: ``peak_flops`` = min(peak, cap·e_w·peak_w/e)
+  (``CalibrationParams.unmeasured_dtype_bound``, ``combo_lookup.unmeasured_dtype_flops``);
   :class:`StageConstants` folds them with the model's shapes (attention FLOPs:
   ``optimizer.models.attention``; MoE routing: ``optimizer.models.moe_routing``) into the
   per-stage factors the step functions multiply (computed once per Configs).
@@ -39,6 +42,7 @@ from optimizer.models.combo_lookup import (
     gatherers,
     peaks,
     per_combo,
+    unmeasured_dtype_flops,
 )
 from optimizer.models.lazy_subset import LazySubset
 from optimizer.models.memory_fit import no_fit_reason, replica_memory
@@ -92,7 +96,8 @@ class Configs(LazySubset):
     # speed (per GPU)
     memory_bandwidth_bytes_s: np.ndarray  # peak
     memory_bandwidth_efficiency: np.ndarray
-    peak_flops: np.ndarray  # dense peak of the GEMM compute dtype, FLOP/s (NaN if unsupported)
+    peak_flops: np.ndarray  # dense peak of the GEMM compute dtype, FLOP/s (NaN if unsupported); for an unmeasured
+    # dtype held to its bound: cap·e_w·peak_w of the next wider measured dtype / e (unmeasured_dtype_flops)
     compute_efficiency: np.ndarray  # GEMMs, by device class, engine and GEMM dtype
     dense_peak_flops: np.ndarray  # peak of the non-expert GEMMs: peak_flops, or 16 bit (Model.unquantized_dense)
     dense_compute_efficiency: np.ndarray  # their efficiency: compute_efficiency, or that of 16-bit GEMMs
@@ -198,6 +203,9 @@ def build_configs(
     per_dev, per_prec = gatherers(devices, precs)
     peak_flops, attn_peak, why_unsupported = peaks(devices, precs)
     fac = factors_per_combo(devices, precs, eng, params)
+    bound = unmeasured_dtype_flops(devices, precs, eng, params)  # NaN: the dtype is measured (or 16 bit)
+    if not np.all(np.isnan(bound)):  # an unmeasured dtype: its GEMMs reach at most the wider dtype's FLOPS
+        peak_flops = np.where(np.isnan(bound), peak_flops, bound / fac("compute_efficiency"))
     dense_peak, dense_eff = peak_flops, fac("compute_efficiency")
     if model.unquantized_dense:  # the non-expert GEMMs multiply 16-bit weights with 16-bit activations
         dense_peak = np.where(np.isnan(peak_flops), np.nan, per_dev(lambda d: d.peak_16bit_tflops) * 1e12)

@@ -59,7 +59,9 @@ def estimate_config(
     engine's ``max_num_seqs``/``max_batch_size``; None = the engine default of the params).
     Whenever output_tokens_per_s is given: output_tokens_per_s_low/_high, its 80 % band
     (× the band factors of the configuration's fidelity class), and fidelity
-    ``{class, basis, band_low_factor, band_high_factor}`` (``optimizer.models.fidelity``).
+    ``{class, basis, band_low_factor, band_high_factor}`` (``optimizer.models.fidelity``); the basis
+    also says when the GEMMs' dtype is unmeasured and held to the next wider one's FLOPS
+    (``CalibrationParams.unmeasured_dtype_bound``).
     With pp > 1: ``uncalibrated``, naming the pipeline terms no measurement has fitted.
     Times are None when the configuration cannot run.
     """
@@ -104,7 +106,12 @@ def estimate_config(
         value = out["output_tokens_per_s"]
         out["output_tokens_per_s_low"] = None if value is None else round(value * fid.low_factor, 2)
         out["output_tokens_per_s_high"] = None if value is None else round(value * fid.high_factor, 2)
-        out["fidelity"] = {"class": fid.class_, "basis": fid.basis, "band_low_factor": round(fid.low_factor, 4),
+        basis = fid.basis
+        bound = None if precision.weight_only else params.unmeasured_dtype_bound(device, c.engines[0],
+                                                                                  precision.compute_dtype)
+        if bound is not None and bound.binds:  # the prediction rests on the bound, not on a measured dtype
+            basis += "; " + bound.note(params.unmeasured_dtype_speedup_cap)
+        out["fidelity"] = {"class": fid.class_, "basis": basis, "band_low_factor": round(fid.low_factor, 4),
                            "band_high_factor": round(fid.high_factor, 4)}
     return out
 

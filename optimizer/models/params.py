@@ -9,10 +9,16 @@ A factor applies to a device through its *class* — vendor, generation or memor
 never through its key, so the model predicts devices it has no measurements for; and
 through the serving *engine* (``trtllm``, ``vllm``, ``sglang``) and the *compute dtype* of
 the GEMMs (FP4 GEMMs reach a smaller share of their peak than FP8 ones).
+
 ``overrides`` are applied in order; an override matches a (device, engine, dtype) when every
 selector it gives (``vendor``, ``generation``, ``memory_type``, ``engine``, ``compute_dtype``,
 ``weight_only``) equals the configuration's and the device's vendor is not one of its
 ``exclude_vendors``; later matches win.
+
+A GEMM dtype the fit had no rows of (not in ``measured_compute_dtypes``) gets no datasheet
+speed-up on trust: its achieved FLOPS are at most ``unmeasured_dtype_speedup_cap`` times those of
+the next wider measured dtype on the same device (fp4 → fp8 → 16 bit, int8 → 16 bit;
+``CalibrationParams.unmeasured_dtype_bound``).
 
 The engine of a configuration defaults per vendor (``default_engine``): NVIDIA devices
 run TensorRT-LLM (``trtllm``, what NVIDIA publishes its tables with), every other vendor
@@ -33,7 +39,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from catalog.errors import ModelError, suggest
 from catalog.files import format_validation_error, parse_yaml_text, read_yaml
-from catalog.schema import Device, Strict
+from catalog.schema import ComputeDtype, Device, Strict
 
 if TYPE_CHECKING:
     from catalog.load import Catalog
@@ -44,6 +50,10 @@ PARAMS_FILE = "calibration.yaml"
 Engine = Literal["trtllm", "vllm", "sglang"]
 ENGINES: tuple[str, ...] = ("trtllm", "vllm", "sglang")
 FidelityClass = Literal["a", "b", "c"]
+# The next wider GEMM dtype of each narrower one, for the bound on an unmeasured dtype
+# (``CalibrationParams.unmeasured_dtype_bound``); 16 bit is the widest and is never bounded.
+WIDER_COMPUTE_DTYPE: dict[str, str] = {"fp4": "fp8", "fp8": "bf16", "int8": "bf16"}
+SIXTEEN_BIT_DTYPES = ("bf16", "fp16")
 
 
 def default_engine(device: Device) -> str:
@@ -245,6 +255,23 @@ class CalibrationParams(Strict):
     kv_reserved_output_fraction: Fraction = Field(
         1.0, description="share of the output length whose KV is reserved per running sequence "
         "when the batch is limited by memory (1 = guaranteed-no-evict scheduling)")
+    measured_compute_dtypes: list[ComputeDtype] | None = Field(
+        None, description="GEMM dtypes the fit had rows of (written by optimizer.calibration.fit.fit_params); a dtype "
+        "not listed is unmeasured and its GEMMs reach at most unmeasured_dtype_speedup_cap × the achieved FLOPS of "
+        "the next wider measured dtype on the same device (unmeasured_dtype_bound); None = every dtype counts as "
+        "measured (parameter files fitted before it existed, the built-in defaults)")
+    measured_compute_dtypes_by_vendor: dict[str, list[ComputeDtype]] | None = Field(
+        None, description="GEMM dtypes the fit had rows of, by device vendor (written by the fit): when given, a "
+        "dtype counts as measured on a device only if its vendor's rows had it (a GEMM kernel's share of its peak "
+        "is the vendor's kernel stack: NVFP4 measured on B200 says nothing of MXFP4 on MI355X); a vendor absent "
+        "here has no measured dtype (its narrower dtypes are held to its 16-bit GEMMs); None = "
+        "measured_compute_dtypes for every vendor")
+    unmeasured_dtype_speedup_cap: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+        1.0, description="an unmeasured GEMM dtype's achieved FLOPS ≤ this × those of the next wider measured dtype "
+        "(fp4 → fp8 → 16 bit, int8 → 16 bit) on the same device: 1.0 = no faster than the wider dtype until a "
+        "measurement says so, instead of the datasheet's 2x (the shipped fit's FP4 GEMMs reach 0.36 of the FP4 "
+        "peak against FP8's 0.76 of the FP8 peak: 0.95x the FP8 FLOPS; docs/model-accuracy.md, 'Unmeasured "
+        "compute dtypes (fp4prior)'); not fitted (no row of an unmeasured dtype can identify it)")
     overrides: list[FactorOverride] = Field(default_factory=list)
     error_bands: dict[FidelityClass, ErrorBand] = Field(
         default_factory=dict, description="80 % interval of measured/predicted by fidelity class "
@@ -263,6 +290,66 @@ class CalibrationParams(Strict):
             if o.matches(device, engine, compute_dtype, weight_only):
                 values.update({k: getattr(o, k) for k in FACTOR_FIELDS if getattr(o, k) is not None})
         return DeviceFactors(**values)
+
+    def measured_dtypes_on(self, device: Device) -> list[str] | None:
+        """The GEMM dtypes measured on ``device``'s vendor (``measured_compute_dtypes_by_vendor``), else on any
+        vendor (``measured_compute_dtypes``); None: every dtype counts as measured."""
+        if self.measured_compute_dtypes_by_vendor is not None:
+            return list(self.measured_compute_dtypes_by_vendor.get(device.vendor, []))
+        return self.measured_compute_dtypes
+
+    def unmeasured_dtype_bound(self, device: Device, engine: str | None, compute_dtype: str) -> DtypeBound | None:
+        """The achieved-FLOPS bound of GEMMs in ``compute_dtype`` on ``device`` served by ``engine`` when the
+        dtype is unmeasured (not in ``measured_compute_dtypes``), else None (also for 16 bit, the widest, and
+        for a device without a peak in the dtype).
+
+        Walks ``WIDER_COMPUTE_DTYPE`` from the dtype to the first wider one the device has a peak in that is
+        measured (or 16 bit, the end of the chain): bound = cap·e_w·peak_w, e_w that dtype's GEMM efficiency
+        here (``factors_for``), peak_w its dense peak (16 bit: ``Device.peak_16bit_tflops``). The GEMMs then
+        run at ``min(e·peak, bound)``: fp4 unmeasured, fp8 measured, cap 1 gives min(e_fp4·P_fp4, e_fp8·P_fp8).
+        A weight-only precision computes in 16 bit, so it is never bounded."""
+        measured = self.measured_dtypes_on(device)
+        if measured is None or compute_dtype in measured or compute_dtype in SIXTEEN_BIT_DTYPES:
+            return None
+        own_peak = device.peak_tflops(compute_dtype)
+        if not own_peak:
+            return None
+        own = self.factors_for(device, engine, compute_dtype).compute_efficiency * own_peak * 1e12
+        wider = WIDER_COMPUTE_DTYPE.get(compute_dtype)
+        while wider is not None:
+            sixteen = wider in SIXTEEN_BIT_DTYPES
+            peak = device.peak_16bit_tflops if sixteen else device.peak_tflops(wider)
+            if peak and (sixteen or wider in measured):
+                e = self.factors_for(device, engine, wider).compute_efficiency
+                return DtypeBound(compute_dtype, wider, own, self.unmeasured_dtype_speedup_cap * e * peak * 1e12,
+                                  device.vendor if self.measured_compute_dtypes_by_vendor is not None else None)
+            wider = WIDER_COMPUTE_DTYPE.get(wider)
+        return None
+
+
+@dataclass(frozen=True)
+class DtypeBound:
+    """An unmeasured GEMM dtype on one device: ``own_flops_s`` = e·peak of the dtype itself,
+    ``bound_flops_s`` = cap·e·peak of the next wider measured dtype ``wider`` (FLOP/s)."""
+
+    dtype: str
+    wider: str
+    own_flops_s: float
+    bound_flops_s: float
+    vendor: str | None = None  # the vendor the dtype is unmeasured on (None: on every vendor)
+
+    @property
+    def binds(self) -> bool:
+        """The bound is below the dtype's own achieved FLOPS (the GEMMs are slowed by it)."""
+        return self.bound_flops_s < self.own_flops_s
+
+    def note(self, cap: float) -> str:
+        """One line for a fidelity basis: what the prediction rests on."""
+        times = "" if cap == 1.0 else f"{cap:g} × "
+        on = f" on {self.vendor} devices" if self.vendor else ""
+        return (f"{self.dtype} GEMMs unmeasured{on} in this calibration: capped at {times}the achieved FLOPS of "
+                f"{self.wider} GEMMs on this device (unmeasured_dtype_speedup_cap {cap:g}), not the datasheet "
+                f"{self.dtype} peak")
 
 
 @dataclass(frozen=True)

@@ -110,9 +110,12 @@ def test_batch_throughput_is_positive_and_memory_limited():
     assert tok[0] == pytest.approx(perf.offline_throughput_tokens_s(c, 467, 256)[1][0])
 
 
-# A subset of scripts/agreement.py: analytic vs simulated p99 (20,000 requests, seed 1).
-# Stated tolerances: 15 % TTFT p99 and 15 % TPOT p99 at 20 %-90 % of capacity. The 90 % point
-# (A100, lognormal lengths) was 29 % low before the load-feedback TPOT terms; 11.8 % with them.
+# A subset of scripts/agreement.py: analytic vs simulated p99 (20,000 requests each of seeds 1-5, pooled,
+# as agreement.py's default). Stated tolerances: 15 % TTFT p99 and 15 % TPOT p99 at 20 %-90 % of capacity.
+# The 90 % point (A100, lognormal lengths) was 29 % low before the load-feedback TPOT terms; 11.8 % with them
+# against seed 1 alone. Seed 1 is a low run there (TPOT p99 89.0 ms; seeds 0-9: 85.5-129.7 ms, pooled 104.7):
+# against seeds 1-5 pooled the analytic TPOT p99 was 7.2 % low, and with the branching-process third cumulant
+# of the prefill noise (knee10, ``serving.feedback``) it is 3.6 % high (103.1 ms), 16 % over seed 1 alone.
 AGREEMENT = [
     ("llama-3.1-8b", "a100-80gb-sxm", "bf16", 1, LengthDist(mean=1000, p99=4000), LengthDist(mean=200, p99=800), 0.9),
     ("llama-3.1-8b", "h100-sxm", "bf16", 1, FIXED_P, FIXED_O, 0.2),
@@ -128,9 +131,10 @@ def test_agreement_with_simulator(model, device, prec, tp, p, o, load):
     c = cfg(model, device, prec, tp)
     qps = serving.capacity_at_slo(c, p, o, SLO(), offline_ceiling=None).max_qps[0] * load
     a = serving.serve_at_rate(c, qps, p, o)
-    s = simulate(c, 0, qps, p, o, requests=20_000, seed=1)
-    assert a.ttft_p99_ms[0] == pytest.approx(s.ttft[99.0].value_ms, rel=0.15)
-    assert a.tpot_p99_ms[0] == pytest.approx(s.tpot[99.0].value_ms, rel=0.15)
+    runs = [simulate(c, 0, qps, p, o, requests=20_000, seed=seed) for seed in range(1, 6)]
+    for attr, analytic in (("ttft_s", a.ttft_p99_ms[0]), ("tpot_s", a.tpot_p99_ms[0])):
+        pooled_ms = float(np.percentile(np.concatenate([getattr(r, attr) for r in runs]), 99.0)) * 1e3
+        assert analytic == pytest.approx(pooled_ms, rel=0.15), attr
 
 
 @pytest.mark.parametrize("v", [0.0, 0.5, 0.9])
