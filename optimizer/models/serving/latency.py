@@ -366,7 +366,7 @@ def _split_at_no_wait(lam: np.ndarray, s1: np.ndarray, raw: np.ndarray, unstable
     one shifted gamma of three moments, cannot hold an atom of mass 1 − u at zero beside a long tail: at
     1-2 % utilisation its p99 fell with the rate (qwen2.5-72b fp8 on h100-nvl, lognormal prompts mean 512 /
     p99 4,096: 549.5 ms at 0.05 req/s, 496.6 ms at 0.2). Returns (p (N,), no-wait moments, waited moments);
-    p = 0 and both components the own moments where the queue is unstable (the TTFT is then ``inf``).
+    Where the queue is unstable p = 0 and both components' means are ``inf`` (no steady state).
     """
     mean0, var0, k30 = own
     stable = ~unstable[:, 0]
