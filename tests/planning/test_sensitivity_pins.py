@@ -38,12 +38,14 @@ REL = 1e-6
 # so every figure below was re-recorded. Before (model-v4): runner-up without rtx-pro-6000 = 6 b200 at 471,198.164;
 # l40s (6,234.82 $, 0.960) and rtx-pro-6000 (9,467.49 $, 0.975) break-evens; tornado performance 287,579.756 ..
 # 510,122.402, demand 343,629.196 .. 471,198.164, electricity 417,172.659 .. 471,817.977.
+# With knee10, atom10 and the per-vendor dtype rule merged (lead): the performance tornado's low end (every device
+# at its band's fast end) 309,526.46 -> 309,999.532, a different band-end fleet; nothing else moved.
 RUNNER_UP = ("b200", {"h200-sxm": 8, "rtx-pro-6000": 7}, 487_099.532)
 DEVICES = {  # device: (break-even purchase $, break-even capacity factor)
     "b200": (41_728.409565204274, 0.819056),
 }
 TORNADO = {  # input prefix: ($ at the low end, $ at the high end)
-    "performance": (309_526.46, 510_122.402),
+    "performance": (309_999.532, 510_122.402),
     "demand": (366_048.972, 506_516.236),
     "b200 purchase_usd": (379_198.164, 487_099.532),
     "electricity": (454_099.082, 488_297.246),
