@@ -39,13 +39,14 @@ REL = 1e-6
 # l40s (6,234.82 $, 0.960) and rtx-pro-6000 (9,467.49 $, 0.975) break-evens; tornado performance 287,579.756 ..
 # 510,122.402, demand 343,629.196 .. 471,198.164, electricity 417,172.659 .. 471,817.977.
 # With knee10, atom10 and the per-vendor dtype rule merged (lead): the performance tornado's low end (every device
-# at its band's fast end) 309,526.46 -> 309,999.532, a different band-end fleet; nothing else moved.
+# at its band's fast end) 309,526.46 -> 309,999.532, a different band-end fleet; nothing else moved. Then the bands
+# recomputed with the fit-v10 loss (narrower: a ×0.788–1.229, b ×0.867–1.589, c ×0.660–1.235): 332,419.308 .. 509,629.757.
 RUNNER_UP = ("b200", {"h200-sxm": 8, "rtx-pro-6000": 7}, 487_099.532)
 DEVICES = {  # device: (break-even purchase $, break-even capacity factor)
     "b200": (41_728.409565204274, 0.819056),
 }
 TORNADO = {  # input prefix: ($ at the low end, $ at the high end)
-    "performance": (309_999.532, 510_122.402),
+    "performance": (332_419.308, 509_629.75712),
     "demand": (366_048.972, 506_516.236),
     "b200 purchase_usd": (379_198.164, 487_099.532),
     "electricity": (454_099.082, 488_297.246),
