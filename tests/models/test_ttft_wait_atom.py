@@ -49,14 +49,19 @@ def _saturation_rate(c, prompt, output) -> float:
     return lo
 
 
+def _p99_up_to_saturation(case, field: str) -> tuple[np.ndarray, np.ndarray]:
+    """(rates, the p99 ``field`` at each): 30 rates from 1e-3 req/s to 0.999 × the saturation rate, geometric."""
+    model, device, precision, tp, prompt, output = case
+    top = _saturation_rate(_configs(model, device, precision, tp), prompt, output)
+    rates = np.geomspace(1e-3, 0.999 * top, 30)
+    return rates, getattr(serve_at_rate(_configs(model, device, precision, tp, len(rates)), rates, prompt, output), field)
+
+
 @pytest.mark.parametrize("case", CASES, ids=[f"{m}-{d}-tp{t}" for m, d, _, t, _, _ in CASES])
 def test_ttft_p99_does_not_fall_as_the_rate_rises(case):
     # before the split: 3-5 falls on this grid for every case, down to 0.885 of the previous rate's p99 (llama-3.1-70b
     # 1,499 ms at 0.011 req/s, 1,109 ms at 0.036)
-    model, device, precision, tp, prompt, output = case
-    top = _saturation_rate(_configs(model, device, precision, tp), prompt, output)
-    rates = np.geomspace(1e-3, 0.999 * top, 30)
-    p99 = serve_at_rate(_configs(model, device, precision, tp, len(rates)), rates, prompt, output).ttft_p99_ms
+    rates, p99 = _p99_up_to_saturation(case, "ttft_p99_ms")
     assert np.isfinite(p99[0])
     ratio = p99[1:] / p99[:-1]  # inf/inf (both saturated at a batch node) is nan: no fall
     falls = np.flatnonzero(ratio < 1.0 - 1e-6)
@@ -71,10 +76,7 @@ def test_e2e_p99_does_not_fall_as_the_rate_rises(case):
     # E2E = TTFT + decode, its mixture split at the same atom: before, llama-3.1-70b fell 4 times (to 0.9906 of the
     # previous p99). Dense only: the MoE cases' TPOT p99 itself falls at mid load (mixtral-8x7b fp8 tp2 to 0.923 of
     # the previous rate's at 1-3 req/s, qwen3-30b-a3b to 0.968 at 10-15 req/s), another matter
-    model, device, precision, tp, prompt, output = case
-    top = _saturation_rate(_configs(model, device, precision, tp), prompt, output)
-    rates = np.geomspace(1e-3, 0.999 * top, 30)
-    p99 = serve_at_rate(_configs(model, device, precision, tp, len(rates)), rates, prompt, output).e2e_p99_ms
+    rates, p99 = _p99_up_to_saturation(case, "e2e_p99_ms")
     falls = np.flatnonzero(p99[1:] / p99[:-1] < 1.0 - 1e-6)
     assert not len(falls), f"p99 falls at {rates[falls + 1]} req/s: {p99[falls]} -> {p99[falls + 1]} ms"
 
