@@ -366,7 +366,7 @@ def measured_compute_dtypes(rows: Sequence[Measurement], cat: Catalog) -> list[s
     """The GEMM dtypes of ``rows``' precisions (``CalibrationParams.measured_compute_dtypes``): the dtypes whose
     compute efficiency the fit identifies. Any other dtype is held to the achieved FLOPS of the next wider one
     listed (``CalibrationParams.unmeasured_dtype_bound``): without FP4 rows, FP4 GEMMs run no faster than FP8."""
-    return sorted({cat.precisions[m.precision_key].compute_dtype for m in rows})  # type: ignore[index]
+    return sorted(set().union(*measured_compute_dtypes_by_vendor(rows, cat).values()))
 
 
 def measured_compute_dtypes_by_vendor(rows: Sequence[Measurement], cat: Catalog) -> dict[str, list[str]]:

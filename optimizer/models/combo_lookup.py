@@ -84,7 +84,7 @@ def unmeasured_dtype_flops(devices: list[Device], precs: list[Precision], eng: l
     bound is below the dtype's own e·peak; NaN elsewhere (measured or 16-bit dtype, weight-only precision,
     ``measured_compute_dtypes`` None). One lookup per distinct (device, engine, precision)."""
     n = len(devices)
-    if (params.measured_compute_dtypes is None and params.measured_compute_dtypes_by_vendor is None) or not n:
+    if not params.tracks_measured_dtypes or not n:
         return np.full(n, np.nan)
     seen: dict[tuple[str, str, str], float] = {}
     out = np.empty(n)

@@ -125,7 +125,6 @@ class Configs(LazySubset):
     pp_hop_latency_s: float
     pp_microbatch_overhead_s: float
     request_overhead_s: float  # front-end time per request, added once to TTFT and E2E (not a step)
-    max_batch_sequences: int  # the params' global cap (CalibrationParams.max_batch_sequences); rows use batch_cap
     kv_reserved_output_fraction: float  # share of the output whose KV a running sequence reserves
     speculative: SpeculativeCost | None = None  # decode steps verify k draft tokens (optimizer.models.speculative)
 
@@ -261,7 +260,6 @@ def build_configs(
         pp_hop_latency_s=params.pp_hop_latency_us / 1e6,
         pp_microbatch_overhead_s=params.pp_microbatch_overhead_us / 1e6,
         request_overhead_s=params.request_overhead_ms / 1e3,
-        max_batch_sequences=params.max_batch_sequences,
         kv_reserved_output_fraction=params.kv_reserved_output_fraction,
     )
 

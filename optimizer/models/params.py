@@ -299,6 +299,11 @@ class CalibrationParams(Strict):
                 values.update({k: getattr(o, k) for k in FACTOR_FIELDS if getattr(o, k) is not None})
         return DeviceFactors(**values)
 
+    @property
+    def tracks_measured_dtypes(self) -> bool:
+        """Whether the fit recorded which GEMM dtypes it measured (else every dtype counts as measured)."""
+        return self.measured_compute_dtypes is not None or self.measured_compute_dtypes_by_vendor is not None
+
     def measured_dtypes_on(self, device: Device) -> list[str] | None:
         """The GEMM dtypes measured on ``device``'s vendor (``measured_compute_dtypes_by_vendor``), else on any
         vendor (``measured_compute_dtypes``); None: every dtype counts as measured."""

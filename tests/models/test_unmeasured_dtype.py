@@ -164,6 +164,14 @@ def test_a_dtype_measured_on_one_vendor_is_unmeasured_on_another():
 def test_the_shipped_file_records_its_rows_dtypes_by_vendor():
     """The shipped parameters list what the fit's rows hold (fit.measured_compute_dtypes_by_vendor on the shipped
     offline + online rows): MI300X's FP8 on AMD; NVIDIA's 16-bit, FP8 and FP4."""
+    from optimizer.calibration.fit import measured_compute_dtypes_by_vendor, online_fit_rows
+    from optimizer.calibration.predict import offline_skip_reason
+    from optimizer.calibration.shipped import SHIPPED_MEASUREMENT_FILES, shipped_measurements
+
     shipped = load_params(None)
     assert shipped.measured_compute_dtypes == ["bf16", "fp16", "fp4", "fp8"]
     assert shipped.measured_compute_dtypes_by_vendor == {"amd": ["fp8"], "nvidia": ["bf16", "fp16", "fp4", "fp8"]}
+    rows = [m for f in SHIPPED_MEASUREMENT_FILES for m in load_measurements(shipped_measurements(f), CAT)]
+    fitted = [m for m in rows if offline_skip_reason(m) is None] + online_fit_rows(rows)
+    assert measured_compute_dtypes_by_vendor(fitted, CAT) == shipped.measured_compute_dtypes_by_vendor
+    assert measured_compute_dtypes(fitted, CAT) == shipped.measured_compute_dtypes

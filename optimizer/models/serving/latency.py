@@ -181,15 +181,15 @@ def _tpot_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, fb, s
     var_pref = (var_t * fb.prefill_factor)[:, None] / steps_n + fb.cross_var_s2[:, None]
     # prefill share Y = TPOT − D(b+1) is a per-step average in [0, e_full]: Var ≤ Ȳ·(e_full − Ȳ)
     y_bar = np.maximum(mean_tpot - d_tag, 0.0)
-    bound = y_bar * np.maximum(s.t_full_s - s.steps.d - y_bar, 0.0)
+    room = np.maximum(s.t_full_s - s.steps.d - y_bar, 0.0)  # e_full − Ȳ
+    bound = y_bar * room
     shrink = np.minimum(1.0, bound[:, None] / np.maximum(var_pref, 1e-300))
     var_tpot = var_pref * shrink + (s.slope_s[:, None] ** 2) * var_b * fb.batch_factor[:, None]
     # its third cumulant, the load feedback's (1 + 2g)·F² clusters (``feedback``), at most that of the two-point
     # law on [0, e_full] with this mean and variance: κ3 ≤ v·(e − Ȳ − v/(e − Ȳ)), v = the shrunk variance (it binds
     # near saturation on short outputs: at 90 % load 4 of 22 output nodes of llama-3.1-8b a100, scripts/agreement.py)
     var_y = var_pref * shrink
-    room = np.maximum(s.t_full_s - s.steps.d - y_bar, 0.0)[:, None]
-    k3_cap = var_y * np.maximum(room - var_y / np.maximum(room, 1e-300), 0.0)
+    k3_cap = var_y * np.maximum(room[:, None] - var_y / np.maximum(room[:, None], 1e-300), 0.0)
     k3_tpot = np.minimum((k3_t * fb.prefill_k3_factor)[:, None] / steps_n**2 * shrink**1.5, k3_cap)
     w_tpot = np.where(o1 >= 0.5, lens.o_w, 0.0)
     total = w_tpot.sum(axis=1)[:, None]
@@ -207,14 +207,15 @@ def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments,
         # output token to wait for — a TPOT SLO is met trivially (0 ms), not unmeetable (nan)
         has = tp.weights.sum(axis=1) > 0
         out["tpot_p99"], out["tpot_p50"] = np.where(has, np.nan, 0.0), np.where(has, np.nan, 0.0)
-    ttft_m, ttft_v, ttft_k3 = ttft.mean, ttft.var, ttft.k3
+    # the TTFT nodes split at the wait's atom at zero (``_TtftMoments.mixture``), for the TTFT and E2E mixtures
+    ttft_w, ttft_m, ttft_v, ttft_k3 = ttft.mixture(lens.l_w) if need & {"ttft", "e2e"} else (None,) * 4
     mixtures = {}  # name: (rows or None for all, weights, mean, var, κ3)
     if "tpot" in need and len(rows := np.flatnonzero(has)):
         every = len(rows) == n
         mixtures["tpot"] = (None if every else rows, *(x if every else x[rows]
                                                       for x in (tp.weights, tp.mt, tp.var, tp.k3)))
     if "ttft" in need:
-        mixtures["ttft"] = (None, *ttft.mixture(lens.l_w))
+        mixtures["ttft"] = (None, ttft_w, ttft_m, ttft_v, ttft_k3)
     for q in qs:
         for name, (rows_of, values) in _mixture_quantiles(q, mixtures).items():
             key = f"{name}_p{round(q * 100)}"
@@ -228,14 +229,12 @@ def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments,
         out["ttft_p50"] = np.fmin(out["ttft_p50"], out["ttft_p99"])
     if "e2e" in need:
         # components (L node, O node): TTFT(L) + (O−1)·TPOT(O), independent
-        # (the TTFT nodes split at the wait's atom at zero, ``_TtftMoments.mixture``)
-        l_w, ttft_m, ttft_v, ttft_k3 = ttft.mixture(lens.l_w)
         o1 = np.maximum(lens.o_nodes - 1.0, 0.0)[:, None, :]
         m = ttft_m[:, :, None] + o1 * tp.mt[:, None, :]
         v = (ttft_v[:, :, None] + (o1**2) * tp.var[:, None, :]
              + (tp.mt**2 * lens.o_var)[:, None, :])  # output length spread inside a stratum
         k3 = ttft_k3[:, :, None] + (o1**3) * tp.k3[:, None, :]
-        w = (l_w[:, :, None] * lens.o_w[:, None, :]).reshape(n, -1)
+        w = (ttft_w[:, :, None] * lens.o_w[:, None, :]).reshape(n, -1)
         for q in qs:
             out[f"e2e_p{round(q * 100)}"] = mixture_quantile(q, w, m.reshape(n, -1), v.reshape(n, -1),
                                                             k3.reshape(n, -1))
