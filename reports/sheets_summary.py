@@ -13,6 +13,8 @@ a different figure.
 
 from __future__ import annotations
 
+import textwrap
+
 from openpyxl.chart import BarChart, LineChart, Reference
 from openpyxl.utils import get_column_letter
 
@@ -24,6 +26,14 @@ from reports.xl import Formula, define_name, ref
 _BASIS = {"tco": "buy and run", "capex": "buy (capex objective)", "cloud": "rent by the GPU-hour"}
 MONEY = '"$#,##0"'  # TEXT() format of money inside sentences
 PCT_TEXT = '"0.0%"'
+# Columns A..D (44 + value + unit + 58 character widths) hold a sentence before the "Driven by" column cuts it:
+# a longer one continues on the next row (no merged cells, so the sheet still sorts and copies as a grid).
+WORDS_WIDTH_CHARS = 125
+
+
+def _word_rows(text: str) -> list[str]:
+    """A sentence of the answer in words as the rows it fills, broken between words."""
+    return textwrap.wrap(text, WORDS_WIDTH_CHARS, break_long_words=False) or [""]
 
 
 def _n(count: int, noun: str) -> str:
@@ -102,14 +112,17 @@ def _risks(ctx: Ctx) -> list[tuple[str, str]]:
                     "growth beyond it needs more replicas.", cell))
     for diag in r.diagnostics:
         if diag.level == "warning" and len(out) < 8:
-            out.append((f"Warning: {diag.message[:160]}", "Method"))
+            out.append((f"Warning: {diag.message}", "Method"))
     if not out:
         out.append(("No estimated prices, idle GPUs or warnings in this plan.", ""))
     return out
 
 
 def _word_lines_count(ctx: Ctx) -> int:
-    return 7 + (1 if ctx.has_api else 0) + len(_risks(ctx))
+    """Rows of the answer in words: seven fixed lines (the fleet one may continue), the API line, the risks."""
+    order = len(_word_rows(order_text(list(ctx.result.fleet), rent=not ctx.buy)))
+    risks = sum(len(_word_rows(text)) for text, _ in _risks(ctx))
+    return 6 + order + (1 if ctx.has_api else 0) + risks
 
 
 def _words(ctx: Ctx, header: int) -> None:
@@ -122,9 +135,10 @@ def _words(ctx: Ctx, header: int) -> None:
 
     def say(text: str | Formula, driven: str, bold: bool = False) -> None:
         nonlocal row
-        sheet.put(row, 1, text, font=styles.BOLD if bold else None, size=False)
         sheet.put(row, 5, driven, font=styles.NOTE_FONT, size=False)
-        row += 1
+        for line in _word_rows(text) if isinstance(text, str) else [text]:
+            sheet.put(row, 1, line, font=styles.BOLD if bold else None, size=False)
+            row += 1
 
     fleet_cells = f"Fleet!A{FIRST_ROW}:F{max(ctx.fleet_total_row - 1, FIRST_ROW)}"
     say(order_text(list(r.fleet), rent=not ctx.buy), fleet_cells, bold=True)

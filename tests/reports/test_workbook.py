@@ -703,3 +703,32 @@ def test_melange_recalculates_to_optimizer_totals(melange_json, tmp_path):
     assert result["objective"] == "cloud" and result["status"] == "optimal"
     path = write_workbook(result, tmp_path / "melange.xlsx", inputs=(melange_json,))
     check_recalculated(recalculate(path, tmp_path / "out"), result)
+
+
+def test_long_sentences_continue_on_the_next_row_uncut(tmp_path):
+    """A warning longer than columns A..D can show (the "Driven by" column cut the old sheet's text mid-word,
+    and risks were truncated at 160 characters) fills as many rows as it needs, broken between words, and the
+    key figures still start below the last row of the answer in words."""
+    from reports.sheets_summary import WORDS_WIDTH_CHARS
+
+    result = load_sample()
+    message = ("the simulated p99 is above the SLO but within the simulation's 95 % confidence interval, so it "
+               "cannot be told from the SLO (not re-sized; the plan's target_utilization or confidence adds "
+               "headroom): chat on h100_sxm__fp8__tp2__pp1 (tpot_p99_ms 201 ms, 95 % CI 190-214 ms, SLO 200 ms)")
+    assert len(message) > 2 * WORDS_WIDTH_CHARS - 20
+    result["diagnostics"].append({"level": "warning", "code": "simulated_p99_near_slo", "message": message})
+    out = write_workbook(result, tmp_path / "long.xlsx", inputs=(SAMPLE,))
+    wb = openpyxl.load_workbook(out)
+    try:
+        ws = wb["Summary"]
+        texts = [(c.row, str(c.value)) for c in ws["A"] if isinstance(c.value, str)]
+        figures_row = next(r for r, t in texts if t == "Key figures")
+        words = [(r, t) for r, t in texts if HEADER_ROW < r < figures_row]
+        assert all(len(t) <= WORDS_WIDTH_CHARS for _, t in words if not t.startswith("="))  # formulas: short sentences
+        start = next(i for i, (_, t) in enumerate(words) if t.startswith("Warning: "))
+        rows = [t for _, t in words[start:start + 3]]
+        assert " ".join(rows) == f"Warning: {message}"
+        assert [r for r, _ in words[start:start + 3]] == list(range(words[start][0], words[start][0] + 3))
+        assert words[start + 2][0] < figures_row - 1  # a blank row before the key figures: nothing overlaps
+    finally:
+        wb.close()
