@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -210,8 +211,10 @@ class Sheet:
         # Applications do not grow rows for wrapped text on open: set the heights.
         heights: dict[int, float] = {row: 15.0 * n + 3 for row, n in self.header_rows.items()}
         for row, col, text in self.wrapped:
-            chars = max(final.get(col, 8.43) * 1.15 - 1, 1)
-            n = sum(max(1, math.ceil(len(part) / chars)) for part in text.split("\n"))
+            # a width unit is one digit '0'; capitals and the cell's indent make text wider, and lines break
+            # between words: count the lines a word wrap at that many characters gives
+            chars = max(int(final.get(col, 8.43) - 2), 1)
+            n = sum(len(textwrap.wrap(part, chars)) or 1 for part in text.split("\n"))
             heights[row] = max(heights.get(row, 15.0), 14.0 * n + 2)
         for row, height in heights.items():
             self.ws.row_dimensions[row].height = height

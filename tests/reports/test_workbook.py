@@ -732,3 +732,21 @@ def test_long_sentences_continue_on_the_next_row_uncut(tmp_path):
         assert words[start + 2][0] < figures_row - 1  # a blank row before the key figures: nothing overlaps
     finally:
         wb.close()
+
+
+def test_wrapped_row_height_counts_word_wrapped_lines():
+    """The Fleet sheet's product "AMD Instinct MI300X/MI325X 8-GPU (OAM) server" (45 characters) in a column 24
+    digits wide wraps between words into 3 lines of at most 22 characters ("AMD Instinct" / "MI300X/MI325X 8-GPU" /
+    "(OAM) server"); the old estimate (45 / (24 × 1.15 − 1) → 2 lines) cut the third line off in LibreOffice.
+    Height = 14 pt per line + 2."""
+    from openpyxl import Workbook
+
+    from reports.xl import Sheet
+
+    wb = Workbook()
+    sheet = Sheet(wb.active)
+    sheet.put(2, 2, "AMD Instinct MI300X/MI325X 8-GPU (OAM) server", wrap=True)
+    sheet.width(2, 24)  # capped: the column is exactly 24 wide
+    sheet.finish()
+    assert wb.active.column_dimensions["B"].width == 24
+    assert wb.active.row_dimensions[2].height == 3 * 14 + 2
