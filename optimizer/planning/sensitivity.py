@@ -60,7 +60,9 @@ from optimizer.planning.milp.resolve import (
     plan_key,
     resolve_fleet,
     solve_key,
+    topped_up,
     transplant,
+    trimmed,
 )
 from optimizer.planning.milp.routing import lowest_capacity_factor
 from optimizer.planning.solver_options import SolverOptions
@@ -186,11 +188,14 @@ class _Solver:
         best, best_usd = None, math.inf
         for source, sol in self.known:
             moved = transplant(sol, source, problem)
-            if moved is None or not is_feasible(problem, moved):
+            if moved is None:
                 continue
-            usd = fleet_objective_usd(fleet_of(moved), problem)
-            if usd < best_usd:
-                best, best_usd = moved, usd
+            for plan in (moved, topped_up(problem, moved), trimmed(problem, moved)):
+                if plan is None or not is_feasible(problem, plan):
+                    continue
+                usd = fleet_objective_usd(fleet_of(plan), problem)
+                if usd < best_usd:
+                    best, best_usd = plan, usd
         return best
 
     def _key(self, problem: FleetProblem) -> tuple:

@@ -21,12 +21,13 @@ import pulp
 
 from optimizer.planning import disk_cache
 from optimizer.planning.milp.build import build_model
-from optimizer.planning.milp.heuristic import fleet_violations
+from optimizer.planning.milp.heuristic import fleet_violations, placed_in_fleet
 from optimizer.planning.milp.problem import (
     BOUNDS_MIN_OPTIONS,
     PRESOLVE_MIN_OPTIONS,
     FleetProblem,
     FleetSolution,
+    options_by_workload,
     spare_replicas,
     uncovered_buckets,
 )
@@ -72,6 +73,108 @@ def transplant(sol: FleetSolution, source: FleetProblem, target: FleetProblem) -
         lam = src[w][b]
         routed[(w, b, k)] = q / lam * dst[w][b] if lam > 0 else 0.0
     return replace(sol, routed_qps=routed)
+
+
+def topped_up(problem: FleetProblem, sol: FleetSolution) -> FleetSolution | None:
+    """``sol`` (a plan carried onto ``problem`` by :func:`transplant`, whose replicas may no longer
+    carry their routed load: a higher rate, a lower capacity) made to carry it, as a first incumbent.
+
+    Each deployment k of workload w keeps the share α_k = min(1, (n_k − s_k) / load_k) of its routed
+    load (load_k = Σ_b routed[b,k] / μ[b,k], s_k its N+1 spares: what its replicas carry); the
+    overflow of w, Σ_k (1 − α_k)·routed[b,k] in each bucket b, goes to the one colocated option of w
+    with the lowest marginal cost beside the rest of the fleet
+    (:func:`~optimizer.planning.milp.heuristic.placed_in_fleet`: GPUs of partly used servers are
+    paid already), with ⌈Σ_b overflow_b / μ_b⌉ + spares replicas (added to its own when it is
+    already deployed). Servers are ⌈gpus / gpus_per_node⌉. None when nothing overflows (``sol``
+    as it is), when an overflowing workload runs disaggregated pools (a share moved off a pool
+    would unbalance its other stage) or no option can take the overflow; the result is not
+    checked against the shared rows (:func:`is_feasible` does).
+    """
+    options = {(o.workload, o.key): o for o in problem.options}
+    demands = {d.workload: d for d in problem.demands}
+    if any(idx not in options for idx in sol.replicas):
+        return None
+    load: dict[tuple[str, str], float] = {}
+    for (w, b, k), q in sol.routed_qps.items():
+        mu = options[(w, k)].capacity_qps[b] if (w, k) in options else 0.0
+        if q > 0:
+            if mu <= 0:
+                return None
+            load[(w, k)] = load.get((w, k), 0.0) + q / mu
+    keep: dict[tuple[str, str], float] = {}
+    for idx, n in sol.replicas.items():
+        o = options[idx]
+        carried = n - spare_replicas(demands[idx[0]], o, problem.units[o.device].gpus_per_node)
+        need = load.get(idx, 0.0)
+        if need > carried * (1 + FEASIBILITY_TOLERANCE) + FEASIBILITY_TOLERANCE:
+            keep[idx] = max(carried, 0) / need
+    if not keep:
+        return None
+    replicas = dict(sol.replicas)
+    routed = dict(sol.routed_qps)
+    gpus = {d: g for d, g in sol.gpus.items()}  # the fleet beside which the overflow is placed
+    by_workload = options_by_workload(problem)
+    for w in sorted({w for w, _ in keep}, key=lambda w: list(demands).index(w)):
+        if any(options[idx].stage != "colocated" for idx in sol.replicas if idx[0] == w):
+            return None
+        dem = demands[w]
+        overflow = [0.0] * len(dem.bucket_qps)
+        for (w2, b, k), q in sol.routed_qps.items():
+            if w2 == w and (w, k) in keep:
+                routed[(w, b, k)] = q * keep[(w, k)]
+                overflow[b] += q * (1.0 - keep[(w, k)])
+        new = placed_in_fleet(replace(dem, bucket_qps=tuple(overflow), min_replicas=0), by_workload.get(w, ()),
+                              problem.units, gpus)
+        if new is None:
+            return None
+        for idx, n in new.replicas.items():
+            replicas[idx] = replicas.get(idx, 0) + n
+            d = options[idx].device
+            gpus[d] = gpus.get(d, 0) + n * options[idx].gpus
+        for idx, q in new.routed_qps.items():
+            routed[idx] = routed.get(idx, 0.0) + q
+    return replace(_with_replicas(problem, sol, replicas, "topped up"), routed_qps=routed)
+
+
+def trimmed(problem: FleetProblem, sol: FleetSolution) -> FleetSolution | None:
+    """``sol`` (a plan carried onto ``problem`` by :func:`transplant`) with each loaded deployment
+    cut to the replicas its routed load needs, n_k' = min(n_k, ⌈load_k⌉ + s_k) (load_k = Σ_b
+    routed[b,k] / μ[b,k], s_k its N+1 spares), and servers ⌈gpus / gpus_per_node⌉: a first incumbent
+    at a lower rate or a higher capacity. None when no deployment has a replica to spare; the
+    replica minimums and shared rows are left to :func:`is_feasible`."""
+    options = {(o.workload, o.key): o for o in problem.options}
+    demands = {d.workload: d for d in problem.demands}
+    if any(idx not in options for idx in sol.replicas):
+        return None
+    load: dict[tuple[str, str], float] = {}
+    for (w, b, k), q in sol.routed_qps.items():
+        mu = options[(w, k)].capacity_qps[b] if (w, k) in options else 0.0
+        if q > 0 and mu > 0:
+            load[(w, k)] = load.get((w, k), 0.0) + q / mu
+    replicas = dict(sol.replicas)
+    for idx, n in sol.replicas.items():
+        if load.get(idx, 0.0) <= 0:
+            continue
+        o = options[idx]
+        need = math.ceil(load[idx] - 1e-9) + spare_replicas(demands[idx[0]], o, problem.units[o.device].gpus_per_node)
+        replicas[idx] = min(n, max(need, 1))
+    if replicas == sol.replicas:
+        return None
+    return _with_replicas(problem, sol, replicas, "trimmed")
+
+
+def _with_replicas(problem: FleetProblem, sol: FleetSolution, replicas: dict[tuple[str, str], int],
+                   detail: str) -> FleetSolution:
+    """``sol`` with ``replicas``: GPUs Σ g·n per device, servers ⌈gpus / gpus_per_node⌉, the objective."""
+    options = {(o.workload, o.key): o for o in problem.options}
+    gpus: dict[str, int] = {}
+    for idx, n in replicas.items():
+        if n > 0:
+            gpus[options[idx].device] = gpus.get(options[idx].device, 0) + n * options[idx].gpus
+    nodes = {d: math.ceil(g / problem.units[d].gpus_per_node) for d, g in gpus.items()}
+    objective = float(sum(problem.units[d].objective_usd.at(g, nodes[d]) for d, g in gpus.items()))
+    return replace(sol, status=SolveStatus.FEASIBLE, detail=detail, objective_usd=objective,
+                   replicas={idx: n for idx, n in replicas.items() if n > 0}, gpus=gpus, nodes=nodes)
 
 
 def is_feasible(problem: FleetProblem, sol: FleetSolution) -> bool:
