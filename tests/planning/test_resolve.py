@@ -155,3 +155,19 @@ def test_trim_cuts_idle_replicas_only_to_what_the_load_needs(base):
     floor4 = FleetProblem((Demand("w", (22.5,), min_replicas=4),), PROBLEM.options, PROBLEM.units)
     assert not is_feasible(floor4, trimmed(floor4, transplant(base, PROBLEM, floor4)))
     assert trimmed(PROBLEM, base) is None
+
+
+@pytest.mark.parametrize(("usd_per_gpu", "expected"), [(200.0, None), (300.0, None), (400.0, 800.0), (1000.0, 800.0)])
+def test_a_dearer_chosen_device_gives_way_to_the_best_fleet_without_it(base, usd_per_gpu, expected):
+    """B = 5 × a ($500), A = 2 × b ($800, the best without a). At a's price P per GPU every fleet that
+    buys a costs at least $500 + (P − 100) (one more GPU's worth of the rise): from P = 400 on that
+    is ≥ $800, so A is the optimum there (at P = 400: 5 × a $2,000, 3 × a + 1 × b $1,600, 2 × b $800);
+    below it the bound does not decide (at P = 300 the optimum is still 2 × b, but a re-solve says so)."""
+    at = FleetProblem(PROBLEM.demands, PROBLEM.options, {**PROBLEM.units, "a": _unit("a", usd_per_gpu)})
+    assert sensitivity._dearer_end(PROBLEM, at, "a", 500.0, 800.0, 0.0) == expected
+    if expected is not None:
+        assert solve_fleet(at).objective_usd == pytest.approx(expected, rel=1e-6)
+    assert sensitivity._dearer_end(PROBLEM, at, "a", 500.0, 800.0, 1e-3) == (
+        800.0 if usd_per_gpu > 400.0 else None)  # the base plan's gap is taken off its cost
+    cheaper = FleetProblem(PROBLEM.demands, PROBLEM.options, {**PROBLEM.units, "a": _unit("a", 50.0)})
+    assert sensitivity._dearer_end(PROBLEM, cheaper, "a", 500.0, 800.0, 0.0) is None  # a lower price: no claim
