@@ -198,7 +198,8 @@ class _Solver:
             moved = transplant(sol, source, problem)
             if moved is None:
                 continue
-            for plan in (moved, topped_up(problem, moved), trimmed(problem, moved)):
+            for plan in (moved, topped_up(problem, moved), topped_up(problem, moved, fill_idle=False),
+                         trimmed(problem, moved)):
                 if plan is None or not is_feasible(problem, plan):
                     continue
                 usd = fleet_objective_usd(fleet_of(plan), problem)

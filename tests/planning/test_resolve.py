@@ -120,16 +120,20 @@ def test_many_re_solves_from_the_same_known_plans(base, workers, monkeypatch):
 
 
 def test_top_up_places_the_overflow_at_the_least_marginal_cost(base):
-    """Demand × 1.5 (67.5 req/s) on 5 × a (50 req/s): a keeps 50/67.5 of each bucket, the 17.5 req/s
-    overflow goes to one option: 2 more a ($200, 20 req/s) or 1 b (2 GPUs, $400, 30 req/s) → 7 × a.
-    With b's GPUs free (per_gpu $0) the b replica costs nothing more: 5 × a + 1 × b."""
+    """Demand × 1.5 (67.5 req/s) on 5 × a (50 req/s): without filling idle GPUs, a keeps 50/67.5 of
+    each bucket and the 17.5 req/s overflow goes to one option: 2 more a ($200, 20 req/s) or 1 b
+    (2 GPUs, $400, 30 req/s) → 7 × a. With b's GPUs free (per_gpu $0) the b replica costs nothing
+    more: 5 × a + 1 × b. Filling the 3 idle GPUs of a's server first: ⌈6.75 − 5⌉ = 2 more a → 7 × a
+    either way."""
     high = with_demand(PROBLEM, 1.5)
-    up = topped_up(high, transplant(base, PROBLEM, high))
-    assert fleet_of(up) == {"a": (7, 1)} and up.objective_usd == pytest.approx(700.0)
-    assert sum(up.routed_qps.values()) == pytest.approx(67.5)
-    assert is_feasible(high, up)
+    for fill in (True, False):
+        up = topped_up(high, transplant(base, PROBLEM, high), fill_idle=fill)
+        assert fleet_of(up) == {"a": (7, 1)} and up.objective_usd == pytest.approx(700.0)
+        assert sum(up.routed_qps.values()) == pytest.approx(67.5)
+        assert is_feasible(high, up)
     free_b = FleetProblem(high.demands, high.options, {**high.units, "b": _unit("b", 0.0)})
-    up = topped_up(free_b, transplant(base, PROBLEM, free_b))
+    assert fleet_of(topped_up(free_b, transplant(base, PROBLEM, free_b))) == {"a": (7, 1)}
+    up = topped_up(free_b, transplant(base, PROBLEM, free_b), fill_idle=False)
     assert fleet_of(up) == {"a": (5, 1), "b": (2, 1)}
     assert up.routed_qps[("w", 0, "b__tp2")] == pytest.approx(17.5)
     assert is_feasible(free_b, up)
@@ -138,11 +142,15 @@ def test_top_up_places_the_overflow_at_the_least_marginal_cost(base):
 
 def test_top_up_keeps_the_n_plus_one_spare(base):
     """N+1: 5 × a carries 4 × 10 = 40 req/s; 45 − 40 = 5 req/s overflow → one more a plus its own
-    spare (⌈0.5⌉ + 1 = 2 replicas: $200 vs 1 b + spare = 2 × 2 GPUs × $200 = $800) → 7 × a."""
+    spare (⌈0.5⌉ + 1 = 2 replicas: $200 vs 1 b + spare = 2 × 2 GPUs × $200 = $800) → 7 × a; filling
+    an idle GPU of a's server instead, ⌈4.5 − 4⌉ = 1 more a carries it: 6 × a."""
     n1 = FleetProblem((Demand("w", (45.0,), n_plus_one=True),), PROBLEM.options, PROBLEM.units)
-    up = topped_up(n1, transplant(base, PROBLEM, n1))
+    up = topped_up(n1, transplant(base, PROBLEM, n1), fill_idle=False)
     assert fleet_of(up) == {"a": (7, 1)}
     assert is_feasible(n1, up)
+    filled = topped_up(n1, transplant(base, PROBLEM, n1))
+    assert fleet_of(filled) == {"a": (6, 1)} and filled.routed_qps == base.routed_qps
+    assert is_feasible(n1, filled)
 
 
 def test_trim_cuts_idle_replicas_only_to_what_the_load_needs(base):

@@ -75,12 +75,14 @@ def transplant(sol: FleetSolution, source: FleetProblem, target: FleetProblem) -
     return replace(sol, routed_qps=routed)
 
 
-def topped_up(problem: FleetProblem, sol: FleetSolution) -> FleetSolution | None:
+def topped_up(problem: FleetProblem, sol: FleetSolution, fill_idle: bool = True) -> FleetSolution | None:
     """``sol`` (a plan carried onto ``problem`` by :func:`transplant`, whose replicas may no longer
     carry their routed load: a higher rate, a lower capacity) made to carry it, as a first incumbent.
 
-    Each deployment k of workload w keeps the share α_k = min(1, (n_k − s_k) / load_k) of its routed
-    load (load_k = Σ_b routed[b,k] / μ[b,k], s_k its N+1 spares: what its replicas carry); the
+    A deployment k of workload w that no longer carries its load (load_k = Σ_b routed[b,k] / μ[b,k]
+    > n_k − s_k, s_k its N+1 spares) first gets (``fill_idle``) more replicas on the idle GPUs of its
+    device's servers (m_d·G_d − gpus_d, the servers bought already), up to ⌈load_k − (n_k − s_k)⌉; it then keeps the
+    share α_k = min(1, (n_k − s_k) / load_k) of its routed load (with its new n_k); the
     overflow of w, Σ_k (1 − α_k)·routed[b,k] in each bucket b, goes to the one colocated option of w
     with the lowest marginal cost beside the rest of the fleet
     (:func:`~optimizer.planning.milp.heuristic.placed_in_fleet`: GPUs of partly used servers are
@@ -102,17 +104,26 @@ def topped_up(problem: FleetProblem, sol: FleetSolution) -> FleetSolution | None
                 return None
             load[(w, k)] = load.get((w, k), 0.0) + q / mu
     keep: dict[tuple[str, str], float] = {}
+    replicas = dict(sol.replicas)
+    gpus = {d: g for d, g in sol.gpus.items()}  # the fleet beside which the overflow is placed
     for idx, n in sol.replicas.items():
         o = options[idx]
-        carried = n - spare_replicas(demands[idx[0]], o, problem.units[o.device].gpus_per_node)
+        size = problem.units[o.device].gpus_per_node
+        carried = n - spare_replicas(demands[idx[0]], o, size)
         need = load.get(idx, 0.0)
+        if fill_idle and need > carried * (1 + FEASIBILITY_TOLERANCE) + FEASIBILITY_TOLERANCE:
+            # first the idle GPUs of the servers it has: more replicas of k at no server cost
+            idle = sol.nodes.get(o.device, 0) * size - gpus.get(o.device, 0)
+            extra = min(math.ceil(need - carried - 1e-9), max(idle, 0) // o.gpus)
+            if extra > 0:
+                replicas[idx] = n + extra
+                gpus[o.device] = gpus.get(o.device, 0) + extra * o.gpus
+                carried += extra
         if need > carried * (1 + FEASIBILITY_TOLERANCE) + FEASIBILITY_TOLERANCE:
             keep[idx] = max(carried, 0) / need
-    if not keep:
+    if replicas == sol.replicas and not keep:
         return None
-    replicas = dict(sol.replicas)
     routed = dict(sol.routed_qps)
-    gpus = {d: g for d, g in sol.gpus.items()}  # the fleet beside which the overflow is placed
     by_workload = options_by_workload(problem)
     for w in sorted({w for w, _ in keep}, key=lambda w: list(demands).index(w)):
         if any(options[idx].stage != "colocated" for idx in sol.replicas if idx[0] == w):
