@@ -50,8 +50,14 @@ from optimizer.results.plan_result import SolveStatus
 # objectives as before on all three: power cap 11.8 → 8.9 s CPU (3 pairs), chat fleet 1.55 → 1.40 s
 # (5 pairs), rag-disaggregated 1.21 → 0.66 s. The root reduced-cost heuristic stays on: without it
 # too, one rag-disaggregated tornado end stopped at another plan within the gap (+0.03 %).
+# speedpost (session 11): RENS and RINS off as well (HiGHS 1.16 still runs their sub-MIPs at
+# mip_heuristic_effort 0: 17 sub-MIP calls in one power-cap re-solve); with the topped-up starts the
+# re-solves are proofs. Captured re-solves replayed (scripts in docs/benchmarks.md "Session 11"), every
+# answer the same: power cap 17 re-solves 3.30 → 2.41 s CPU, chat fleet 12: 0.242 → 0.224 s,
+# rag-disaggregated 15: 0.243 → 0.205 s.
 RESOLVE_HIGHS_OPTIONS = {"user_objective_scale": -3, "mip_lp_age_limit": 2, "mip_pool_soft_limit": 50,
                          "mip_heuristic_effort": 0.0, "mip_heuristic_run_feasibility_jump": False,
+                         "mip_heuristic_run_rens": False, "mip_heuristic_run_rins": False,
                          "mip_detect_symmetry": False}
 # Relative slack of the capacity and budget rows (HiGHS's primal feasibility tolerance is 1e-7
 # absolute; a plan at its rows' limits, as every optimal plan is, must still count as feasible).
