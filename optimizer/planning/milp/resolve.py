@@ -8,6 +8,10 @@ it (docs/benchmarks.md). :func:`transplant` carries a plan solved for one proble
 problem with the same workloads and buckets (replicas kept, each bucket's shares kept, so its
 routed load scales with the bucket's rate) and :func:`is_feasible` checks it against every
 constraint of the new problem, so that only plans that satisfy it are given to the solver.
+A carried plan that no longer fits is :func:`topped_up` (its overflow on idle server GPUs, then on
+the option of least marginal cost), one with replicas to spare is :func:`trimmed`; the cheapest
+feasible of all is the start (``optimizer.planning.sensitivity._Solver.start``), and HiGHS then
+mostly proves it (docs/benchmarks.md, Session 11).
 """
 
 from __future__ import annotations
