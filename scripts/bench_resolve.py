@@ -5,10 +5,10 @@
 
 Runs ``optimize_plan(..., sensitivity=True)`` once (one worker, no disk cache) and keeps every
 re-solve it makes (its MILP data and first incumbent), then solves each again under the settings
-before solve-v8 (``PREVIOUS``) and the shipped ones (``RESOLVE_HIGHS_OPTIONS``), the two
+before speedpost (``PREVIOUS``: solve-v8's) and the shipped ones (``RESOLVE_HIGHS_OPTIONS``), the two
 interleaved pair by pair: prints the CPU seconds of each pass (the HiGHS runs only, model building
 excluded) and every re-solve whose fleet or objective differs from its captured answer.
-Figures: docs/benchmarks.md (solve-v8).
+Figures: docs/benchmarks.md (solve-v8; Session 11).
 """
 
 from __future__ import annotations
@@ -38,7 +38,10 @@ from optimizer.planning.solver_options import SolverOptions  # noqa: E402
 from workloads import load_plan, resolve_catalog  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-PREVIOUS = {"user_objective_scale": -3, "mip_lp_age_limit": 5}  # RESOLVE_HIGHS_OPTIONS before solve-v8
+# RESOLVE_HIGHS_OPTIONS before speedpost (session 11: RENS and RINS off): solve-v8's settings. Before solve-v8
+# they were {"user_objective_scale": -3, "mip_lp_age_limit": 5}.
+PREVIOUS = {"user_objective_scale": -3, "mip_lp_age_limit": 2, "mip_pool_soft_limit": 50, "mip_heuristic_effort": 0.0,
+            "mip_heuristic_run_feasibility_jump": False, "mip_detect_symmetry": False}
 DEFAULTS = SolverOptions()  # the time limit and gap the sensitivity re-solves run at by default
 
 

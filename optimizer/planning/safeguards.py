@@ -32,6 +32,7 @@ from optimizer.planning.verify import (
     MAX_VERIFY_ROUNDS,
     derate_factor,
     online_deployments,
+    remembered,
     verify_deployments,
 )
 from optimizer.results.plan_result import Diagnostic, PlanResult
@@ -106,6 +107,13 @@ def verify_and_resize(plan: Plan, cset: CandidateSet, sol: FleetSolution, catalo
     """Simulate every online deployment; derate each missed candidate and re-solve, up to
     MAX_VERIFY_ROUNDS times. Returns the final candidate set, problem (None if unchanged),
     solution and the verification of the final plan."""
+    with remembered():  # a round re-checks the deployments the re-solve kept without simulating them again
+        return _verify_and_resize(plan, cset, sol, catalog, params, solve)
+
+
+def _verify_and_resize(plan: Plan, cset: CandidateSet, sol: FleetSolution, catalog: Catalog,
+                       params: CalibrationParams, solve: Callable[[FleetProblem], FleetSolution]
+                       ) -> tuple[CandidateSet, FleetProblem | None, FleetSolution, Verification]:
     start = time.perf_counter()
     factors: dict[tuple[str, str], float] = {}
     problem = None

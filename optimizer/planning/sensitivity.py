@@ -33,7 +33,15 @@ every unit's opex, demand scales every bucket's rate.
   needs no re-solve when an LP bound on every fleet that buys it
   (:func:`~optimizer.planning.milp.relax.cheapest_with_device_bound`) is at least B's cost:
   the optimum is then B's (chat fleet: gb300, h100-sxm, mi300x; power cap: no fleet under
-  the cap can buy a gb300, h100-sxm or mi300x server at all).
+  the cap can buy a gb300, h100-sxm or mi300x server at all). The high price end of a chosen
+  device d past its break-even needs none when the cheapest fleet without d (the break-even's
+  re-solve) costs no more than the least any fleet buying d can cost there (:func:`_dearer_end`:
+  chat fleet, b200).
+
+Re-solves start from the cheapest known plan that is feasible as it is, topped up (its overflow
+on the option of least marginal cost) or trimmed (:func:`~optimizer.planning.milp.resolve.topped_up`,
+:func:`~optimizer.planning.milp.resolve.trimmed`): HiGHS then mostly proves it (chat fleet,
+one worker: 0.74 → 0.37 s CPU for the sensitivity, docs/benchmarks.md "Session 11").
 
 A re-solved fleet "differs" when its GPUs per device differ from B's and it is cheaper
 than B at that input (prices), or B is infeasible there (capacity); a different fleet within
@@ -60,7 +68,9 @@ from optimizer.planning.milp.resolve import (
     plan_key,
     resolve_fleet,
     solve_key,
+    topped_up,
     transplant,
+    trimmed,
 )
 from optimizer.planning.milp.routing import lowest_capacity_factor
 from optimizer.planning.solver_options import SolverOptions
@@ -186,11 +196,15 @@ class _Solver:
         best, best_usd = None, math.inf
         for source, sol in self.known:
             moved = transplant(sol, source, problem)
-            if moved is None or not is_feasible(problem, moved):
+            if moved is None:
                 continue
-            usd = fleet_objective_usd(fleet_of(moved), problem)
-            if usd < best_usd:
-                best, best_usd = moved, usd
+            for plan in (moved, topped_up(problem, moved), topped_up(problem, moved, fill_idle=False),
+                         trimmed(problem, moved)):
+                if plan is None or not is_feasible(problem, plan):
+                    continue
+                usd = fleet_objective_usd(fleet_of(plan), problem)
+                if usd < best_usd:
+                    best, best_usd = plan, usd
         return best
 
     def _key(self, problem: FleetProblem) -> tuple:
@@ -277,7 +291,9 @@ def analyse(plan: Plan, cset: CandidateSet, problem: FleetProblem, base: FleetSo
         be_cap, cap_note = break_even_capacity(problem, d, fleet, base, solve, options.gap)
         devices.append(DeviceSensitivity(d, field, price, be_price, be_cap, price_note, cap_note))
 
-    tornado = tornado_rows(plan, cset, problem, a, field, fleet, base_usd, devices, fidelity, solve)
+    alternative = {d: fleet_objective_usd(fleet_of(sol), problem) for d, sol in without.items() if sol is not None}
+    tornado = tornado_rows(plan, cset, problem, a, field, fleet, base_usd, devices, fidelity, solve,
+                           alternative, options.gap)
     return Sensitivity(base_usd, runner_up, tuple(devices), tuple(tornado), PRICE_TOLERANCE, CAPACITY_TOLERANCE,
                        solve.count, time.perf_counter() - start)
 
@@ -413,13 +429,36 @@ def _never_beats(problem: FleetProblem, device: str, base_usd: float) -> bool:
     return bound is not None and bound >= base_usd * (1 + BOUND_RTOL)
 
 
+def _dearer_end(problem: FleetProblem, at: FleetProblem, device: str, base_usd: float, alternative_usd: float,
+                gap: float) -> float | None:
+    """The optimum at a higher price of a chosen ``device`` (``at``), when it is the cheapest fleet
+    without it (A, cost ``alternative_usd``, which the price does not change); None when that is
+    not proven.
+
+    Every fleet F that buys d has C_F(p) = C_F(p0) + Δ_gpu·g_F + Δ_node·m_F, with Δ the increase of
+    d's unit terms (both ≥ 0 at a higher price) and g_F, m_F ≥ 1, so C_F(p) ≥ OPT(p0) + Δ_gpu + Δ_node,
+    and OPT(p0) ≥ B·(1 − gap) (B = ``base_usd``, the base plan, within the solver's relative gap of
+    its bound). When A ≤ B·(1 − gap) + Δ_gpu + Δ_node, no fleet that buys d is cheaper than A, and A is
+    the optimum among those that do not (within the gap, as a re-solve's answer is)."""
+    before, after = problem.units[device].objective_usd, at.units[device].objective_usd
+    d_gpu, d_node = after.per_gpu - before.per_gpu, after.per_node - before.per_node
+    if d_gpu < 0 or d_node < 0:
+        return None
+    return alternative_usd if alternative_usd <= base_usd * (1 - gap) + d_gpu + d_node else None
+
+
 def tornado_rows(plan: Plan, cset: CandidateSet, problem: FleetProblem, a: MoneyAssumptions, field: str,
                  fleet: Fleet, base_usd: float, devices: list[DeviceSensitivity],
-                 fidelity: Mapping[str, Fidelity], solve: _Solver) -> list[TornadoRow]:
+                 fidelity: Mapping[str, Fidelity], solve: _Solver, alternative: Mapping[str, float] | None = None,
+                 gap: float = 0.0) -> list[TornadoRow]:
     """Optimal objective at both ends of each input, largest swing first.
 
     The ends that need a re-solve are independent of each other: they are re-solved together
-    (``_Solver.many``: from the plans known after the break-evens, on the worker pool)."""
+    (``_Solver.many``: from the plans known after the break-evens, on the worker pool).
+    ``alternative``: per chosen device d, the cost A_d of the cheapest fleet without it (the
+    re-solve of the break-even, within ``gap``), which decides d's high price end without a re-solve
+    (:func:`_dearer_end`)."""
+    alternative = alternative or {}
     break_even = {s.device: s.break_even_price for s in devices}
     rows: list[tuple[str, str, str, object, object]] = []  # an end: a figure ($ or None) or a problem to re-solve
     used = sorted({o.device for o in problem.options})
@@ -447,6 +486,10 @@ def tornado_rows(plan: Plan, cset: CandidateSet, problem: FleetProblem, a: Money
             be = break_even.get(d)
             if p >= price and be is not None and p < be * (1 - PRICE_TOLERANCE):
                 return fleet_objective_usd(fleet, at)  # below the break-even the fleet stays
+            if p >= price and d in alternative:
+                dearer = _dearer_end(problem, at, d, base_usd, alternative[d], gap)
+                if dearer is not None:
+                    return dearer  # every fleet that buys d costs more there than the best without it
             return at
 
         unit_label = "$/GPU-hour" if field == "cloud_usd_per_gpu_hour" else "$"

@@ -34,6 +34,8 @@ fleet is re-solved (``optimizer.optimize``), up to ``MAX_VERIFY_ROUNDS`` times.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -182,7 +184,8 @@ def _simulated(tasks: list[tuple]) -> list[dict[str, np.ndarray] | str]:
     global _SIM_TASKS
     keys = [(ch.sim_key, b.rate, b.bucket.prompt.model_dump_json(), b.bucket.output.model_dump_json(), n, seed)
             for ch, b, n, seed in tasks]
-    got = [disk_cache.get("simulation", k) for k in keys]
+    got = [_MEMO.get(k, disk_cache.MISSING) if _MEMO is not None else disk_cache.MISSING for k in keys]
+    got = [disk_cache.get("simulation", k) if g is disk_cache.MISSING else g for k, g in zip(keys, got, strict=True)]
     todo = [i for i, g in enumerate(got) if g is disk_cache.MISSING]
     for i in todo:
         tasks[i][0].prepare()
@@ -196,7 +199,28 @@ def _simulated(tasks: list[tuple]) -> list[dict[str, np.ndarray] | str]:
     for i, run in zip(todo, fresh, strict=True):
         got[i] = run
         disk_cache.put("simulation", keys[i], run)
+    if _MEMO is not None:
+        _MEMO.update(zip(keys, got, strict=True))
     return got
+
+
+# Runs already simulated in this verification (``remembered``): a re-size round re-checks the deployments the
+# re-solve left as they were (same candidate, replicas and routed load: the same keys) without simulating them
+# again, with the disk cache off too. None outside a ``remembered`` block.
+_MEMO: dict | None = None
+
+
+@contextmanager
+def remembered() -> Iterator[None]:
+    """Within the block, every simulation run is kept in memory by its key (``_simulated``) and not run twice;
+    the memory is freed on leaving it (a run is 3 arrays of VERIFY_REQUESTS latencies, ~0.2 MB)."""
+    global _MEMO
+    outer = _MEMO
+    _MEMO = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _MEMO = outer
 
 
 def _decided(runs: list[dict[str, np.ndarray]], w) -> bool:

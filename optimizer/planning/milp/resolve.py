@@ -8,6 +8,10 @@ it (docs/benchmarks.md). :func:`transplant` carries a plan solved for one proble
 problem with the same workloads and buckets (replicas kept, each bucket's shares kept, so its
 routed load scales with the bucket's rate) and :func:`is_feasible` checks it against every
 constraint of the new problem, so that only plans that satisfy it are given to the solver.
+A carried plan that no longer fits is :func:`topped_up` (its overflow on idle server GPUs, then on
+the option of least marginal cost), one with replicas to spare is :func:`trimmed`; the cheapest
+feasible of all is the start (``optimizer.planning.sensitivity._Solver.start``), and HiGHS then
+mostly proves it (docs/benchmarks.md, Session 11).
 """
 
 from __future__ import annotations
@@ -21,12 +25,13 @@ import pulp
 
 from optimizer.planning import disk_cache
 from optimizer.planning.milp.build import build_model
-from optimizer.planning.milp.heuristic import fleet_violations
+from optimizer.planning.milp.heuristic import fleet_violations, placed_in_fleet
 from optimizer.planning.milp.problem import (
     BOUNDS_MIN_OPTIONS,
     PRESOLVE_MIN_OPTIONS,
     FleetProblem,
     FleetSolution,
+    options_by_workload,
     spare_replicas,
     uncovered_buckets,
 )
@@ -49,8 +54,14 @@ from optimizer.results.plan_result import SolveStatus
 # objectives as before on all three: power cap 11.8 → 8.9 s CPU (3 pairs), chat fleet 1.55 → 1.40 s
 # (5 pairs), rag-disaggregated 1.21 → 0.66 s. The root reduced-cost heuristic stays on: without it
 # too, one rag-disaggregated tornado end stopped at another plan within the gap (+0.03 %).
+# speedpost (session 11): RENS and RINS off as well (HiGHS 1.16 still runs their sub-MIPs at
+# mip_heuristic_effort 0: 17 sub-MIP calls in one power-cap re-solve); with the topped-up starts the
+# re-solves are proofs. Captured re-solves replayed (scripts in docs/benchmarks.md "Session 11"), every
+# answer the same: power cap 17 re-solves 3.30 → 2.41 s CPU, chat fleet 12: 0.242 → 0.224 s,
+# rag-disaggregated 15: 0.243 → 0.205 s.
 RESOLVE_HIGHS_OPTIONS = {"user_objective_scale": -3, "mip_lp_age_limit": 2, "mip_pool_soft_limit": 50,
                          "mip_heuristic_effort": 0.0, "mip_heuristic_run_feasibility_jump": False,
+                         "mip_heuristic_run_rens": False, "mip_heuristic_run_rins": False,
                          "mip_detect_symmetry": False}
 # Relative slack of the capacity and budget rows (HiGHS's primal feasibility tolerance is 1e-7
 # absolute; a plan at its rows' limits, as every optimal plan is, must still count as feasible).
@@ -72,6 +83,119 @@ def transplant(sol: FleetSolution, source: FleetProblem, target: FleetProblem) -
         lam = src[w][b]
         routed[(w, b, k)] = q / lam * dst[w][b] if lam > 0 else 0.0
     return replace(sol, routed_qps=routed)
+
+
+def topped_up(problem: FleetProblem, sol: FleetSolution, fill_idle: bool = True) -> FleetSolution | None:
+    """``sol`` (a plan carried onto ``problem`` by :func:`transplant`, whose replicas may no longer
+    carry their routed load: a higher rate, a lower capacity) made to carry it, as a first incumbent.
+
+    A deployment k of workload w that no longer carries its load (load_k = Σ_b routed[b,k] / μ[b,k]
+    > n_k − s_k, s_k its N+1 spares) first gets (``fill_idle``) more replicas on the idle GPUs of its
+    device's servers (m_d·G_d − gpus_d, the servers bought already), up to ⌈load_k − (n_k − s_k)⌉; it then keeps the
+    share α_k = min(1, (n_k − s_k) / load_k) of its routed load (with its new n_k); the
+    overflow of w, Σ_k (1 − α_k)·routed[b,k] in each bucket b, goes to the one colocated option of w
+    with the lowest marginal cost beside the rest of the fleet
+    (:func:`~optimizer.planning.milp.heuristic.placed_in_fleet`: GPUs of partly used servers are
+    paid already), with ⌈Σ_b overflow_b / μ_b⌉ + spares replicas (added to its own when it is
+    already deployed). Servers are ⌈gpus / gpus_per_node⌉. None when nothing overflows (``sol``
+    as it is), when an overflowing workload runs disaggregated pools (a share moved off a pool
+    would unbalance its other stage) or no option can take the overflow; the result is not
+    checked against the shared rows (:func:`is_feasible` does).
+    """
+    options = {(o.workload, o.key): o for o in problem.options}
+    demands = {d.workload: d for d in problem.demands}
+    if any(idx not in options for idx in sol.replicas):
+        return None
+    load: dict[tuple[str, str], float] = {}
+    for (w, b, k), q in sol.routed_qps.items():
+        mu = options[(w, k)].capacity_qps[b] if (w, k) in options else 0.0
+        if q > 0:
+            if mu <= 0:
+                return None
+            load[(w, k)] = load.get((w, k), 0.0) + q / mu
+    keep: dict[tuple[str, str], float] = {}
+    replicas = dict(sol.replicas)
+    gpus = {d: g for d, g in sol.gpus.items()}  # the fleet beside which the overflow is placed
+    for idx, n in sol.replicas.items():
+        o = options[idx]
+        size = problem.units[o.device].gpus_per_node
+        carried = n - spare_replicas(demands[idx[0]], o, size)
+        need = load.get(idx, 0.0)
+        if fill_idle and need > carried * (1 + FEASIBILITY_TOLERANCE) + FEASIBILITY_TOLERANCE:
+            # first the idle GPUs of the servers it has: more replicas of k at no server cost
+            idle = sol.nodes.get(o.device, 0) * size - gpus.get(o.device, 0)
+            extra = min(math.ceil(need - carried - 1e-9), max(idle, 0) // o.gpus)
+            if extra > 0:
+                replicas[idx] = n + extra
+                gpus[o.device] = gpus.get(o.device, 0) + extra * o.gpus
+                carried += extra
+        if need > carried * (1 + FEASIBILITY_TOLERANCE) + FEASIBILITY_TOLERANCE:
+            keep[idx] = max(carried, 0) / need
+    if replicas == sol.replicas and not keep:
+        return None
+    routed = dict(sol.routed_qps)
+    by_workload = options_by_workload(problem)
+    for w in sorted({w for w, _ in keep}, key=lambda w: list(demands).index(w)):
+        if any(options[idx].stage != "colocated" for idx in sol.replicas if idx[0] == w):
+            return None
+        dem = demands[w]
+        overflow = [0.0] * len(dem.bucket_qps)
+        for (w2, b, k), q in sol.routed_qps.items():
+            if w2 == w and (w, k) in keep:
+                routed[(w, b, k)] = q * keep[(w, k)]
+                overflow[b] += q * (1.0 - keep[(w, k)])
+        new = placed_in_fleet(replace(dem, bucket_qps=tuple(overflow), min_replicas=0), by_workload.get(w, ()),
+                              problem.units, gpus)
+        if new is None:
+            return None
+        for idx, n in new.replicas.items():
+            replicas[idx] = replicas.get(idx, 0) + n
+            d = options[idx].device
+            gpus[d] = gpus.get(d, 0) + n * options[idx].gpus
+        for idx, q in new.routed_qps.items():
+            routed[idx] = routed.get(idx, 0.0) + q
+    return replace(_with_replicas(problem, sol, replicas, "topped up"), routed_qps=routed)
+
+
+def trimmed(problem: FleetProblem, sol: FleetSolution) -> FleetSolution | None:
+    """``sol`` (a plan carried onto ``problem`` by :func:`transplant`) with each loaded deployment
+    cut to the replicas its routed load needs, n_k' = min(n_k, ⌈load_k⌉ + s_k) (load_k = Σ_b
+    routed[b,k] / μ[b,k], s_k its N+1 spares), and servers ⌈gpus / gpus_per_node⌉: a first incumbent
+    at a lower rate or a higher capacity. None when no deployment has a replica to spare; the
+    replica minimums and shared rows are left to :func:`is_feasible`."""
+    options = {(o.workload, o.key): o for o in problem.options}
+    demands = {d.workload: d for d in problem.demands}
+    if any(idx not in options for idx in sol.replicas):
+        return None
+    load: dict[tuple[str, str], float] = {}
+    for (w, b, k), q in sol.routed_qps.items():
+        mu = options[(w, k)].capacity_qps[b] if (w, k) in options else 0.0
+        if q > 0 and mu > 0:
+            load[(w, k)] = load.get((w, k), 0.0) + q / mu
+    replicas = dict(sol.replicas)
+    for idx, n in sol.replicas.items():
+        if load.get(idx, 0.0) <= 0:
+            continue
+        o = options[idx]
+        need = math.ceil(load[idx] - 1e-9) + spare_replicas(demands[idx[0]], o, problem.units[o.device].gpus_per_node)
+        replicas[idx] = min(n, max(need, 1))
+    if replicas == sol.replicas:
+        return None
+    return _with_replicas(problem, sol, replicas, "trimmed")
+
+
+def _with_replicas(problem: FleetProblem, sol: FleetSolution, replicas: dict[tuple[str, str], int],
+                   detail: str) -> FleetSolution:
+    """``sol`` with ``replicas``: GPUs Σ g·n per device, servers ⌈gpus / gpus_per_node⌉, the objective."""
+    options = {(o.workload, o.key): o for o in problem.options}
+    gpus: dict[str, int] = {}
+    for idx, n in replicas.items():
+        if n > 0:
+            gpus[options[idx].device] = gpus.get(options[idx].device, 0) + n * options[idx].gpus
+    nodes = {d: math.ceil(g / problem.units[d].gpus_per_node) for d, g in gpus.items()}
+    objective = float(sum(problem.units[d].objective_usd.at(g, nodes[d]) for d, g in gpus.items()))
+    return replace(sol, status=SolveStatus.FEASIBLE, detail=detail, objective_usd=objective,
+                   replicas={idx: n for idx, n in replicas.items() if n > 0}, gpus=gpus, nodes=nodes)
 
 
 def is_feasible(problem: FleetProblem, sol: FleetSolution) -> bool:
