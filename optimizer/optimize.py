@@ -119,7 +119,7 @@ def optimize_plan(
         notes = [*notes, verification_skipped(online_deployments(cset, sol))]
     diagnostics += notes
     result = annotate(assemble(plan, cset, sol, diagnostics, single, source, problem), plan, cset, fidelity,
-                      verification)
+                      verification, model_params, catalog)
     result = replace(result, headroom=policy_of(plan), verification=verification)
     clock.lap("verification")
     if sensitivity and sol.status is SolveStatus.OPTIMAL:

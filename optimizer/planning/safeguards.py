@@ -35,7 +35,7 @@ from optimizer.planning.verify import (
     remembered,
     verify_deployments,
 )
-from optimizer.results.plan_result import Diagnostic, PlanResult
+from optimizer.results.plan_result import Deployment, Diagnostic, PlanResult
 from optimizer.results.provenance import Fidelity, FidelityClass, Verification, VerifiedDeployment
 from workloads.spec import Plan
 
@@ -144,10 +144,30 @@ def _verify_and_resize(plan: Plan, cset: CandidateSet, sol: FleetSolution, catal
     return cset, problem, sol, Verification(tuple(checked), rounds, time.perf_counter() - start, all_met, note)
 
 
+def dtype_bound_note(d: Deployment, cset: CandidateSet, params: CalibrationParams | None, catalog: Catalog | None) -> str:
+    """What the deployment's capacity rests on when its GEMM dtype was never measured on its vendor and is
+    held to the next wider dtype's achieved FLOPS (``CalibrationParams.unmeasured_dtype_bound``, binding);
+    "" otherwise (a measured dtype, a weight-only precision, a capacity-table unit)."""
+    unit = cset.units.get(d.device)
+    dev = unit.device if unit is not None else None
+    prec = catalog.precisions.get(d.precision) if catalog is not None and d.precision else None
+    if params is None or dev is None or prec is None or prec.weight_only or prec.compute_peak_tflops(dev) is None:
+        return ""
+    bound = params.unmeasured_dtype_bound(dev, d.engine or None, prec.compute_dtype)
+    return bound.note(params.unmeasured_dtype_speedup_cap) if bound is not None and bound.binds else ""
+
+
+def _with_dtype_note(f: Fidelity | None, note: str) -> Fidelity | None:
+    return replace(f, basis=f"{f.basis}; {note}") if f is not None and note else f
+
+
 def annotate(result: PlanResult, plan: Plan, cset: CandidateSet, fidelity: Mapping[FidelityKey, Fidelity],
-             verification: Verification | None) -> PlanResult:
+             verification: Verification | None, params: CalibrationParams | None = None,
+             catalog: Catalog | None = None) -> PlanResult:
     """Price basis on each fleet row, the fidelity of its own (device, engine, ep) and the simulator's
-    figures on each deployment, and a warning for every chosen device whose price is an estimate."""
+    figures on each deployment (with ``params`` and ``catalog``: the fidelity basis also says when the
+    capacity rests on an unmeasured GEMM dtype's bound, ``dtype_bound_note``), and a warning for every
+    chosen device whose price is an estimate."""
     if not result.status.has_plan:
         return result
     field = price_field(plan.objective)
@@ -166,7 +186,9 @@ def annotate(result: PlanResult, plan: Plan, cset: CandidateSet, fidelity: Mappi
                                     f"estimate ({detail}); enter your quote in Assumptions or the plan's devices: "
                                     "section"))
     checked = {(v.workload, v.key): v for v in verification.deployments} if verification else {}
-    deployments = tuple(replace(d, fidelity=fidelity.get(fidelity_key(d)), verification=checked.get((d.workload, d.key)))
+    deployments = tuple(replace(d, fidelity=_with_dtype_note(fidelity.get(fidelity_key(d)),
+                                                             dtype_bound_note(d, cset, params, catalog)),
+                                verification=checked.get((d.workload, d.key)))
                         for d in result.deployments)
     if verification is not None and not verification.all_met:
         notes += _miss_notes(verification)
