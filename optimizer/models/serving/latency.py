@@ -6,7 +6,7 @@ Formulas: see :mod:`optimizer.models.serving` (the tails part of its docstring).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -112,7 +112,7 @@ def evaluate_load(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, nee
     s = solve_state(c, lam, lens, chunk, t0) if state is None else state
     sat = s.saturated | ~runnable
     tbar = np.where(sat, np.nan, s.step_s)
-    fb = feedback_factors(lam, s, lens)
+    fb = feedback_factors(lam, _at_spread_slope(c, lam, s, lens), lens)
     # the decoding batch per unit of time (Little's law on the request-weighted step), what a busy prefill queue runs with
     b_busy = s.b * (1.0 + np.where(sat, 0.0, fb.bias_s) / np.where(sat, 1.0, tbar))
     ttft = _ttft_moments(c, lam, lens, s, chunk, b_busy, np.sqrt(np.where(sat, 0.0, fb.occupancy_factor) * b_busy))
@@ -184,7 +184,8 @@ def _tpot_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, fb, s
     room = np.maximum(s.t_full_s - s.steps.d - y_bar, 0.0)  # e_full − Ȳ
     bound = y_bar * room
     shrink = np.minimum(1.0, bound[:, None] / np.maximum(var_pref, 1e-300))
-    var_tpot = var_pref * shrink + (s.slope_s[:, None] ** 2) * var_b * fb.batch_factor[:, None]
+    var_tpot = var_pref * shrink + _drift_slope(c, s, lens, var_b * fb.batch_factor[:, None]) ** 2 * var_b \
+        * fb.batch_factor[:, None]
     # its third cumulant, the load feedback's (1 + 2g)·F² clusters (``feedback``), at most that of the two-point
     # law on [0, e_full] with this mean and variance: κ3 ≤ v·(e − Ȳ − v/(e − Ȳ)), v = the shrunk variance (it binds
     # near saturation on short outputs: at 90 % load 4 of 22 output nodes of llama-3.1-8b a100, scripts/agreement.py)
@@ -195,6 +196,53 @@ def _tpot_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, fb, s
     total = w_tpot.sum(axis=1)[:, None]
     w_tpot = np.where(total > 0, w_tpot / np.where(total > 0, total, 1.0), w_tpot)
     return _TpotMoments(mean_tpot, np.broadcast_to(mean_tpot[:, None], var_tpot.shape), var_tpot, k3_tpot, w_tpot)
+
+
+# Gauss–Hermite (probabilists') nodes and weights of a standard normal, 7 points: E[f(Z)] ≈ Σ w_j·f(z_j)
+_SPREAD_Z, _SPREAD_W = np.polynomial.hermite_e.hermegauss(7)
+_SPREAD_W = _SPREAD_W / _SPREAD_W.sum()
+SPREAD_SLOPE_ITERATIONS = 3  # s → F(s) → s: the regression slope moves < 1 % of itself at the third (MoE tests)
+
+
+def _at_spread_slope(c: Configs, lam: np.ndarray, s: State, lens: RowLengths) -> State:
+    """``s`` with ``slope_s`` the least-squares slope of the decode step D over the batch's fluctuations,
+    ``Cov(B, D(B))/Var(B)``, for the load feedback (``feedback_factors``).
+
+    The feedback is a linear response δT = s·δb; for a D that is not linear over the spread of b it is exact with s
+    the regression slope over that spread, not the tangent at b̄. B is taken normal, mean b̄ and variance
+    F·b̄ (the M/G/∞ batch is Poisson(b̄), over-dispersed by F = ``occupancy_factor``), and for a Poisson B the slope
+    is exactly E[D(B + 1) − D(B)] (Stein–Chen: Cov(B, f(B)) = b̄·E[f(B + 1) − f(B)]), so
+    s = Σ_j w_j·(D(x_j + 1) − D(x_j)), x_j = max(b̄ + √(F·b̄)·z_j, 0) at the 7 Gauss–Hermite nodes. F depends on s:
+    ``SPREAD_SLOPE_ITERATIONS`` rounds from the tangent D(b̄ + 1) − D(b̄). For a D linear over the spread this is
+    the tangent; an MoE step is flat on [0, 1] (a step reads at least one token's experts) and concave until every
+    expert is touched — mixtral-8x7b fp8 tp2 on h100-sxm: D = 5.05, 5.05, 7.05, 8.53, 11.14, 12.50, 13.08 ms at
+    b = 0, 1, 2, 3, 6, 10, 15 — and the tangent at b̄ ≈ 1-4 (1-2 ms a sequence) lent the feedback a gain the
+    spread of b does not have: the mean TPOT 11.75 ms at 1.01 req/s against 8.46 simulated (docs/model-accuracy.md,
+    "MoE TPOT p99 at mid load")."""
+    slope = s.slope_s
+    ctx = lens.ctx[:, None]
+    for _ in range(SPREAD_SLOPE_ITERATIONS):
+        occ = feedback_factors(lam, replace(s, slope_s=slope), lens).occupancy_factor
+        sd = np.sqrt(np.maximum(np.nan_to_num(occ), 0.0) * np.maximum(s.b, 0.0))
+        x = np.maximum(s.b[:, None] + sd[:, None] * _SPREAD_Z, 0.0)
+        d = perf.decode_step_s(c, np.concatenate([x, x + 1.0], axis=1), ctx)
+        k = len(_SPREAD_Z)
+        slope = np.where(np.isfinite(s.b), (d[:, k:] - d[:, :k]) @ _SPREAD_W, s.slope_s)
+    return replace(s, slope_s=slope)
+
+
+def _drift_slope(c: Configs, s: State, lens: RowLengths, var: np.ndarray) -> np.ndarray:
+    """The slope (N, QO) that carries the batch drift into the TPOT: the chord of D from b̄ to its upper tail,
+    ``(D(b̄ + h) − D(b̄))/h``, h = max(Z99·σ, 1), σ² = ``var`` the variance of the batch averaged over a request's
+    life (per output node).
+
+    D rises with b, so the p99 of D(b̄_W) is D at the p99 of b̄_W: the chord to there is exact for the drift's
+    p99 where the tangent, on a concave MoE step, overstates it (mixtral-8x7b fp8 tp2 at 1.46 req/s, b̄ = 3.5,
+    σ = 2.1: tangent 0.99 ms a sequence, chord 0.58); under a spread of one sequence it is D(b̄ + 1) − D(b̄)."""
+    h = np.maximum(Z99 * np.sqrt(np.maximum(np.nan_to_num(var), 0.0)), 1.0)  # (N, QO)
+    b = np.where(np.isfinite(s.b), s.b, 0.0)[:, None]
+    d = perf.decode_step_s(c, np.concatenate([b, b + h], axis=1), lens.ctx[:, None])
+    return (d[:, 1:] - d[:, :1]) / h
 
 
 def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments, need: set[str], p50: bool) -> dict[str, np.ndarray]:
