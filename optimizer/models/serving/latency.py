@@ -16,7 +16,7 @@ from optimizer.models.configs import Configs
 from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS, Z99
 from optimizer.models.params import CalibrationParams
 from optimizer.models.serving.carrying import carrying_step_sums
-from optimizer.models.serving.feedback import batch_average_var, feedback_factors
+from optimizer.models.serving.feedback import batch_average_k3, batch_average_var, feedback_factors
 from optimizer.models.serving.fixed_point import State, solve_state
 from optimizer.models.serving.rows import RowLengths, row_lengths
 from optimizer.models.serving.state import lengths_for
@@ -174,7 +174,8 @@ def _tpot_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, fb, s
     k3_t = m3 - 3 * m1 * m2 + 2 * m1**3
     d_tag = s.d_next_s
     # request-weighted mean step E[b·T]/E[b] = t̄ + Cov(b, T)/b̄, Little's law shift included
-    mean_tpot = m1 + np.where(sat, 0.0, fb.bias_s)
+    # ... less Jensen's gap of the concave MoE step over the batch the request sees (``_jensen_gap``; 0 for a linear D)
+    mean_tpot = m1 + np.where(sat, 0.0, fb.bias_s + _jensen_gap(c, s, lens, fb))
     steps_n = np.maximum(o1, 1.0)
     window = o1 * tbar[:, None]  # (N, QO)
     var_b = batch_average_var(lam, tbar, window, o1, lens.o_w)
@@ -184,14 +185,16 @@ def _tpot_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, fb, s
     room = np.maximum(s.t_full_s - s.steps.d - y_bar, 0.0)  # e_full − Ȳ
     bound = y_bar * room
     shrink = np.minimum(1.0, bound[:, None] / np.maximum(var_pref, 1e-300))
-    var_tpot = var_pref * shrink + _drift_slope(c, s, lens, var_b * fb.batch_factor[:, None]) ** 2 * var_b \
-        * fb.batch_factor[:, None]
+    k3_b = batch_average_k3(lam, tbar, window, o1, lens.o_w)
+    _, var_drift, k3_drift = _drift_through_step(c, s, lens, var_b * fb.batch_factor[:, None],
+                                              k3_b * fb.batch_k3_factor[:, None])
+    var_tpot = var_pref * shrink + var_drift
     # its third cumulant, the load feedback's (1 + 2g)·F² clusters (``feedback``), at most that of the two-point
     # law on [0, e_full] with this mean and variance: κ3 ≤ v·(e − Ȳ − v/(e − Ȳ)), v = the shrunk variance (it binds
     # near saturation on short outputs: at 90 % load 4 of 22 output nodes of llama-3.1-8b a100, scripts/agreement.py)
     var_y = var_pref * shrink
     k3_cap = var_y * np.maximum(room[:, None] - var_y / np.maximum(room[:, None], 1e-300), 0.0)
-    k3_tpot = np.minimum((k3_t * fb.prefill_k3_factor)[:, None] / steps_n**2 * shrink**1.5, k3_cap)
+    k3_tpot = np.minimum((k3_t * fb.prefill_k3_factor)[:, None] / steps_n**2 * shrink**1.5, k3_cap) + k3_drift
     w_tpot = np.where(o1 >= 0.5, lens.o_w, 0.0)
     total = w_tpot.sum(axis=1)[:, None]
     w_tpot = np.where(total > 0, w_tpot / np.where(total > 0, total, 1.0), w_tpot)
@@ -231,18 +234,63 @@ def _at_spread_slope(c: Configs, lam: np.ndarray, s: State, lens: RowLengths) ->
     return replace(s, slope_s=slope)
 
 
-def _drift_slope(c: Configs, s: State, lens: RowLengths, var: np.ndarray) -> np.ndarray:
-    """The slope (N, QO) that carries the batch drift into the TPOT: the chord of D from b̄ to its upper tail,
-    ``(D(b̄ + h) − D(b̄))/h``, h = max(Z99·σ, 1), σ² = ``var`` the variance of the batch averaged over a request's
-    life (per output node).
+DRIFT_NODES = 5  # Gauss nodes of the batch's law: the drift's variance and κ3 move < 0.1 % from 5 to 9 (MoE tests)
 
-    D rises with b, so the p99 of D(b̄_W) is D at the p99 of b̄_W: the chord to there is exact for the drift's
-    p99 where the tangent, on a concave MoE step, overstates it (mixtral-8x7b fp8 tp2 at 1.46 req/s, b̄ = 3.5,
-    σ = 2.1: tangent 0.99 ms a sequence, chord 0.58); under a spread of one sequence it is D(b̄ + 1) − D(b̄)."""
-    h = np.maximum(Z99 * np.sqrt(np.maximum(np.nan_to_num(var), 0.0)), 1.0)  # (N, QO)
-    b = np.where(np.isfinite(s.b), s.b, 0.0)[:, None]
-    d = perf.decode_step_s(c, np.concatenate([b, b + h], axis=1), lens.ctx[:, None])
-    return (d[:, 1:] - d[:, :1]) / h
+
+def _drift_through_step(c: Configs, s: State, lens: RowLengths, var: np.ndarray, k3: np.ndarray,
+                        ctx: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean, variance and third cumulant (N, QO) of the batch drift Y = D(1 + B) carried into a request's TPOT, B the
+    batch of the others averaged over its life (mean b̄, variance ``var``, third cumulant ``k3``, per output node).
+
+    The tagged request's steps run its own sequence and the others' (PASTA: an arrival sees the time-average batch,
+    mean b̄), so its drift is D at 1 + B, taken through D itself rather than a tangent: B is the shifted gamma of
+    those three cumulants (skewness γ = κ3/var^1.5; the window-averaged M/G/∞ count is skewed at small b̄,
+    ``batch_average_k3``), integrated by ``DRIFT_NODES``-point Gauss quadrature, B_j = max(b̄ + √var·z_j, 0), with
+    z_j, w_j the eigenvalues and first-component² of the standardised generalised-Laguerre Jacobi matrix
+    (diagonal n·γ, off-diagonal √(n + n(n − 1)·γ²/4), n = 0, 1, …; γ = 0 is probabilists' Hermite, the normal).
+    Then Var(Y) = Σ w_j·(D_j − Ȳ)², κ3(Y) = Σ w_j·(D_j − Ȳ)³ with Ȳ = Σ w_j·D_j; the mean stays the fixed point's.
+    For a D linear in b this is s²·var and s³·κ3 (dense rows); the MoE step is flat on [0, 1] then concave
+    (mixtral-8x7b fp8 tp2 on h100-sxm: D = 5.07, 7.05, 8.53, 9.65 ms at b = 1, 2, 3, 4), which the tangent at b̄
+    (D(b̄ + 1) − D(b̄)) both over- and under-states: docs/model-accuracy.md, "MoE TPOT p99 at mid load"."""
+    sd = np.sqrt(np.maximum(np.nan_to_num(var), 0.0))
+    k3 = np.maximum(np.nan_to_num(k3, posinf=0.0), 0.0)
+    gam = np.minimum(np.divide(k3, sd**3, out=np.zeros_like(sd), where=sd > 1e-100), 1e3)  # a gamma of shape 4/γ² ≥ 4e-6: the quadrature stays well-conditioned
+    n = np.arange(DRIFT_NODES, dtype=float)
+    jac = np.zeros(gam.shape + (DRIFT_NODES, DRIFT_NODES))
+    idx = np.arange(DRIFT_NODES)
+    jac[..., idx, idx] = n * gam[..., None]
+    off = np.sqrt(n[1:] + n[1:] * (n[1:] - 1.0) * gam[..., None] ** 2 / 4.0)
+    jac[..., idx[1:], idx[:-1]] = off
+    jac[..., idx[:-1], idx[1:]] = off
+    z, vec = np.linalg.eigh(jac)
+    w = vec[..., 0, :] ** 2  # (N, QO, M)
+    b = np.where(np.isfinite(s.b), s.b, 0.0)[:, None, None]
+    x = np.maximum(b + sd[..., None] * z, 0.0)
+    rows, qo = sd.shape
+    ctx = lens.ctx[:, None] if ctx is None else ctx
+    d = perf.decode_step_s(c, 1.0 + x.reshape(rows, -1), ctx).reshape(rows, qo, DRIFT_NODES)
+    d = np.where(np.isfinite(d), d, 0.0)
+    mean = np.sum(w * d, axis=-1)
+    dev = d - mean[..., None]
+    return mean, np.sum(w * dev**2, axis=-1), np.sum(w * dev**3, axis=-1)
+
+
+def _jensen_gap(c: Configs, s: State, lens: RowLengths, fb) -> np.ndarray:
+    """E[D(1 + B)] − D(1 + b̄) (N,), B the instantaneous batch an arrival finds (PASTA: the time-average law, mean
+    b̄, variance F·b̄ and third cumulant (1 + 2g)·F²·b̄ of the clustered Poisson count, F = ``occupancy_factor``),
+    by the quadrature of ``_drift_through_step``.
+
+    The request-weighted step is E[B·D(B)]/b̄ = E[D(B + 1)] for a Poisson B (Stein–Chen); the fixed point's t̄ + bias
+    takes it as D(b̄) + slope·(amplification), exact for a D linear over the batch's spread (dense rows: the gap is
+    0 but where B clips at 0), high by ½·D''·F·b̄ on a concave MoE step: mixtral-8x7b fp8 tp2 at 2.10 req/s, t̄ 11.52
+    ms, the simulated mean 11.55 and t̄ + bias 12.78 (docs/model-accuracy.md, "MoE TPOT p99 at mid load")."""
+    b = np.where(np.isfinite(s.b), np.maximum(s.b, 0.0), 0.0)
+    occ = np.where(np.isfinite(fb.occupancy_factor), fb.occupancy_factor, 1.0)
+    cluster = fb.batch_k3_factor / np.maximum(fb.batch_factor, 1e-300) ** 2  # 1 + 2g
+    mean, _, _ = _drift_through_step(c, s, lens, (occ * b)[:, None], (cluster * occ**2 * b)[:, None],
+                                     lens.ctx[:, None])
+    d1 = perf.decode_step_s(c, (1.0 + b)[:, None], lens.ctx[:, None])[:, 0]
+    return np.where(np.isfinite(d1), mean[:, 0] - d1, 0.0)
 
 
 def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments, need: set[str], p50: bool) -> dict[str, np.ndarray]:
