@@ -177,17 +177,19 @@ def _tpot_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, fb, s
     # ... less Jensen's gap of the concave MoE step over the batch the request sees (``_jensen_gap``; 0 for a linear D)
     mean_tpot = m1 + np.where(sat, 0.0, fb.bias_s + _jensen_gap(c, s, lens, fb))
     steps_n = np.maximum(o1, 1.0)
-    window = o1 * tbar[:, None]  # (N, QO)
-    var_b = batch_average_var(lam, tbar, window, o1, lens.o_w)
+    # a request lives (O − 1) request-weighted steps (Little's law: the batch it finds is λ·E[O − 1]·that step)
+    life = np.where(sat | ~np.isfinite(mean_tpot), tbar, mean_tpot)
+    window = o1 * life[:, None]  # (N, QO)
+    var_b = batch_average_var(lam, life, window, o1, lens.o_w)
     var_pref = (var_t * fb.prefill_factor)[:, None] / steps_n + fb.cross_var_s2[:, None]
     # prefill share Y = TPOT − D(b+1) is a per-step average in [0, e_full]: Var ≤ Ȳ·(e_full − Ȳ)
     y_bar = np.maximum(mean_tpot - d_tag, 0.0)
     room = np.maximum(s.t_full_s - s.steps.d - y_bar, 0.0)  # e_full − Ȳ
     bound = y_bar * room
     shrink = np.minimum(1.0, bound[:, None] / np.maximum(var_pref, 1e-300))
-    k3_b = batch_average_k3(lam, tbar, window, o1, lens.o_w)
+    k3_b = batch_average_k3(lam, life, window, o1, lens.o_w)
     _, var_drift, k3_drift = _drift_through_step(c, s, lens, var_b * fb.batch_factor[:, None],
-                                              k3_b * fb.batch_k3_factor[:, None])
+                                              k3_b * fb.batch_k3_factor[:, None], b_mean=s.b * life / tbar)
     var_tpot = var_pref * shrink + var_drift
     # its third cumulant, the load feedback's (1 + 2g)·F² clusters (``feedback``), at most that of the two-point
     # law on [0, e_full] with this mean and variance: κ3 ≤ v·(e − Ȳ − v/(e − Ȳ)), v = the shrunk variance (it binds
@@ -238,7 +240,8 @@ DRIFT_NODES = 5  # Gauss nodes of the batch's law: the drift's variance and κ3 
 
 
 def _drift_through_step(c: Configs, s: State, lens: RowLengths, var: np.ndarray, k3: np.ndarray,
-                        ctx: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                        ctx: np.ndarray | None = None, b_mean: np.ndarray | None = None
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean, variance and third cumulant (N, QO) of the batch drift Y = D(1 + B) carried into a request's TPOT, B the
     batch of the others averaged over its life (mean b̄, variance ``var``, third cumulant ``k3``, per output node).
 
@@ -264,7 +267,8 @@ def _drift_through_step(c: Configs, s: State, lens: RowLengths, var: np.ndarray,
     jac[..., idx[:-1], idx[1:]] = off
     z, vec = np.linalg.eigh(jac)
     w = vec[..., 0, :] ** 2  # (N, QO, M)
-    b = np.where(np.isfinite(s.b), s.b, 0.0)[:, None, None]
+    b = s.b if b_mean is None else b_mean
+    b = np.where(np.isfinite(b), b, 0.0)[:, None, None]
     x = np.maximum(b + sd[..., None] * z, 0.0)
     rows, qo = sd.shape
     ctx = lens.ctx[:, None] if ctx is None else ctx
