@@ -44,7 +44,8 @@ class _Feedback:
     occupancy_factor: np.ndarray  # Var / Poisson variance of the instantaneous batch and KV occupancy
 
 
-def feedback_factors(lam: np.ndarray, s: State, lens: RowLengths) -> _Feedback:
+def feedback_factors(lam: np.ndarray, s: State, lens: RowLengths,
+                     gain_slope_s: np.ndarray | None = None) -> _Feedback:
     """Load feedback: a longer step admits more arrivals, which make later steps longer.
 
     Linearised in the step clock, arrivals per step are ``a_k = ξ_k + λ·δT_k`` (ξ Poisson,
@@ -89,7 +90,9 @@ def feedback_factors(lam: np.ndarray, s: State, lens: RowLengths) -> _Feedback:
     up = np.clip(s.rho1, 0.0, 0.95)
     slope = np.maximum(s.slope_s, 0.0)
     eps = np.maximum(s.eps_s, 0.0)
-    ud = lam * lens.mean_o1 * slope
+    # the gain's slope: a running step's D(B + 2) − D(B + 1) over the others B where D is not linear
+    # (``latency._at_spread_slope``); the tangent ``s.slope_s`` by default
+    ud = lam * lens.mean_o1 * (slope if gain_slope_s is None else np.maximum(gain_slope_s, 0.0))
     g = np.minimum(up + ud, _MAX_GAIN)
     ia, ib, ic = feedback_integrals(ud / (1.0 - up))
     amp = 1.0 / (1.0 - up) ** 2

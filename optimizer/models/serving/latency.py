@@ -112,7 +112,8 @@ def evaluate_load(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, nee
     s = solve_state(c, lam, lens, chunk, t0) if state is None else state
     sat = s.saturated | ~runnable
     tbar = np.where(sat, np.nan, s.step_s)
-    fb = feedback_factors(lam, _at_spread_slope(c, lam, s, lens), lens)
+    spread, gain = _at_spread_slope(c, lam, s, lens)
+    fb = feedback_factors(lam, spread, lens, gain)
     # the decoding batch per unit of time (Little's law on the request-weighted step), what a busy prefill queue runs with
     b_busy = s.b * (1.0 + np.where(sat, 0.0, fb.bias_s) / np.where(sat, 1.0, tbar))
     ttft = _ttft_moments(c, lam, lens, s, chunk, b_busy, np.sqrt(np.where(sat, 0.0, fb.occupancy_factor) * b_busy))
@@ -209,7 +210,7 @@ _SPREAD_W = _SPREAD_W / _SPREAD_W.sum()
 SPREAD_SLOPE_ITERATIONS = 3  # s → F(s) → s: the regression slope moves < 1 % of itself at the third (MoE tests)
 
 
-def _at_spread_slope(c: Configs, lam: np.ndarray, s: State, lens: RowLengths) -> State:
+def _at_spread_slope(c: Configs, lam: np.ndarray, s: State, lens: RowLengths) -> tuple[State, np.ndarray]:
     """``s`` with ``slope_s`` the least-squares slope of the decode step D over the batch's fluctuations,
     ``Cov(B, D(B))/Var(B)``, for the load feedback (``feedback_factors``).
 
@@ -223,17 +224,25 @@ def _at_spread_slope(c: Configs, lam: np.ndarray, s: State, lens: RowLengths) ->
     expert is touched — mixtral-8x7b fp8 tp2 on h100-sxm: D = 5.05, 5.05, 7.05, 8.53, 11.14, 12.50, 13.08 ms at
     b = 0, 1, 2, 3, 6, 10, 15 — and the tangent at b̄ ≈ 1-4 (1-2 ms a sequence) lent the feedback a gain the
     spread of b does not have: the mean TPOT 11.75 ms at 1.01 req/s against 8.46 simulated (docs/model-accuracy.md,
-    "MoE TPOT p99 at mid load")."""
-    slope = s.slope_s
+    "MoE TPOT p99 at mid load").
+
+    Also returned: the feedback's gain slope (N,), Σ_j w_j·(D(x_j + 2) − D(x_j + 1)), the regression slope of a
+    running step D(1 + B) on the others B: a step runs only with at least one sequence, so one more sequence lengthens
+    the steps the others (and the arrivals it lets in) run by D(B + 2) − D(B + 1), not by the flat D(1) − D(0) of an
+    idle replica (qwen3-30b-a3b fp8 on h100-sxm: D = 2.37, 2.37, 3.17 ms at b = 0, 1, 2; at b̄ = 0.42 the spread
+    slope 0.35 ms, the gain slope 0.8). For a D linear over the spread both are the tangent."""
+    slope = gain = s.slope_s
     ctx = lens.ctx[:, None]
+    k = len(_SPREAD_Z)
     for _ in range(SPREAD_SLOPE_ITERATIONS):
-        occ = feedback_factors(lam, replace(s, slope_s=slope), lens).occupancy_factor
+        occ = feedback_factors(lam, replace(s, slope_s=slope), lens, gain).occupancy_factor
         sd = np.sqrt(np.maximum(np.nan_to_num(occ), 0.0) * np.maximum(s.b, 0.0))
         x = np.maximum(s.b[:, None] + sd[:, None] * _SPREAD_Z, 0.0)
-        d = perf.decode_step_s(c, np.concatenate([x, x + 1.0], axis=1), ctx)
-        k = len(_SPREAD_Z)
-        slope = np.where(np.isfinite(s.b), (d[:, k:] - d[:, :k]) @ _SPREAD_W, s.slope_s)
-    return replace(s, slope_s=slope)
+        d = perf.decode_step_s(c, np.concatenate([x, x + 1.0, x + 2.0], axis=1), ctx)
+        finite = np.isfinite(s.b)
+        slope = np.where(finite, (d[:, k:2 * k] - d[:, :k]) @ _SPREAD_W, s.slope_s)
+        gain = np.where(finite, (d[:, 2 * k:] - d[:, k:2 * k]) @ _SPREAD_W, s.slope_s)
+    return replace(s, slope_s=slope), gain
 
 
 DRIFT_NODES = 5  # Gauss nodes of the batch's law: the drift's variance and κ3 move < 0.1 % from 5 to 9 (MoE tests)
