@@ -94,12 +94,15 @@ def feedback_factors(lam: np.ndarray, s: State, lens: RowLengths,
     # (``latency._at_spread_slope``); the tangent ``s.slope_s`` by default
     ud = lam * lens.mean_o1 * (slope if gain_slope_s is None else np.maximum(gain_slope_s, 0.0))
     g = np.minimum(up + ud, _MAX_GAIN)
+    # the fixed point's response to a larger mean batch: dE[D(B)]/db̄ = E[D(B + 1) − D(B)] (Stein–Chen, Poisson B),
+    # the spread slope ``s.slope_s``, not the running step's gain slope (the same for a D linear over the spread)
+    g_mean = np.minimum(up + lam * lens.mean_o1 * slope, _MAX_GAIN)
     ia, ib, ic = feedback_integrals(ud / (1.0 - up))
     amp = 1.0 / (1.0 - up) ** 2
     cov = amp * (slope * ic + eps / n * (ic - 0.5)) - eps / (2.0 * n)
     tbar = np.where(np.isfinite(s.step_s), s.step_s, 0.0)
     return _Feedback(
-        bias_s=cov * (1.0 - up) / (1.0 - g),
+        bias_s=cov * (1.0 - up) / (1.0 - g_mean),
         prefill_factor=amp * ic,
         prefill_k3_factor=(1.0 + 2.0 * g) * (amp * ic) ** 2,
         batch_factor=amp * ia / (2.0 / 3.0),
