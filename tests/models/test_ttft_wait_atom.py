@@ -81,6 +81,23 @@ def test_e2e_p99_does_not_fall_as_the_rate_rises(case):
     assert not len(falls), f"p99 falls at {rates[falls + 1]} req/s: {p99[falls]} -> {p99[falls + 1]} ms"
 
 
+
+_MOE_TPOT_FALLS = pytest.mark.xfail(strict=True, reason=(
+    "the MoE TPOT p99 falls at mid load (docs/model-accuracy.md, 'MoE TPOT p99 at mid load'): mixtral-8x7b 0.9085x "
+    "of the previous rate's at 1.01-3.02 req/s, qwen3-30b-a3b 0.9745x at 10.2 -> 15.5; the tpot11 prototypes left "
+    "mixtral at 0.9920x and are not shipped"))
+TPOT_CASES = [pytest.param(case, marks=_MOE_TPOT_FALLS) if CAT.model(case[0]).num_experts else case for case in CASES]
+
+
+@pytest.mark.parametrize("case", TPOT_CASES, ids=[f"{m}-{d}-tp{t}" for m, d, _, t, _, _ in CASES])
+def test_tpot_p99_does_not_fall_as_the_rate_rises(case):
+    # the capacity search assumes a p99 that rises with λ. Dense cases: monotone. The MoE cases are strict xfails:
+    # when a change makes them monotone this test reports XPASS as a failure, and the marks come off
+    rates, p99 = _p99_up_to_saturation(case, "tpot_p99_ms")
+    falls = np.flatnonzero(p99[1:] / p99[:-1] < 1.0 - 1e-6)
+    assert not len(falls), f"p99 falls at {rates[falls + 1]} req/s: {p99[falls]} -> {p99[falls + 1]} ms"
+
+
 def test_split_keeps_the_collapsed_moments(monkeypatch):
     """The two components mix back to the collapsed node: (1 − p)·E[X_0] + p·E[X_1] = E[own] + E[W] and the same
     for the second raw moment (own and W independent); p = Σ_i w_i·λ·E[S_i] over the batch nodes, in (0, 1)."""
