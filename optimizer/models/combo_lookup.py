@@ -91,9 +91,8 @@ def unmeasured_dtype_flops(devices: list[Device], precs: list[Precision], eng: l
     for i, (d, q, e) in enumerate(zip(devices, precs, eng, strict=True)):
         k = (d.key, e, q.key)
         if k not in seen:
-            bound = (None if q.weight_only or q.compute_peak_tflops(d) is None
-                     else params.unmeasured_dtype_bound(d, e, q.compute_dtype))
-            seen[k] = bound.bound_flops_s if bound is not None and bound.binds else np.nan
+            bound = params.binding_dtype_bound(d, e, q)
+            seen[k] = bound.bound_flops_s if bound is not None else np.nan
         out[i] = seen[k]
     return out
 

@@ -107,9 +107,8 @@ def estimate_config(
         out["output_tokens_per_s_low"] = None if value is None else round(value * fid.low_factor, 2)
         out["output_tokens_per_s_high"] = None if value is None else round(value * fid.high_factor, 2)
         basis = fid.basis
-        bound = None if precision.weight_only else params.unmeasured_dtype_bound(device, c.engines[0],
-                                                                                  precision.compute_dtype)
-        if bound is not None and bound.binds:  # the prediction rests on the bound, not on a measured dtype
+        bound = params.binding_dtype_bound(device, c.engines[0], precision)
+        if bound is not None:  # the prediction rests on the bound, not on a measured dtype
             basis += "; " + bound.note(params.unmeasured_dtype_speedup_cap)
         out["fidelity"] = {"class": fid.class_, "basis": basis, "band_low_factor": round(fid.low_factor, 4),
                            "band_high_factor": round(fid.high_factor, 4)}

@@ -39,7 +39,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from catalog.errors import ModelError, suggest
 from catalog.files import format_validation_error, parse_yaml_text, read_yaml
-from catalog.schema import ComputeDtype, Device, Strict
+from catalog.schema import ComputeDtype, Device, Precision, Strict
 
 if TYPE_CHECKING:
     from catalog.load import Catalog
@@ -338,6 +338,15 @@ class CalibrationParams(Strict):
                                   device.vendor if self.measured_compute_dtypes_by_vendor is not None else None)
             wider = WIDER_COMPUTE_DTYPE.get(wider)
         return None
+
+    def binding_dtype_bound(self, device: Device, engine: str | None, precision: Precision) -> DtypeBound | None:
+        """``unmeasured_dtype_bound`` of ``precision``'s GEMM dtype on ``device`` where it binds (below the dtype's
+        own e·peak), else None: also for a weight-only precision (its GEMMs run in 16 bit) and one the device
+        cannot compute. What the replica model, ``gpuplan estimate`` and a plan's fidelity read."""
+        if precision.weight_only or precision.compute_peak_tflops(device) is None:
+            return None
+        bound = self.unmeasured_dtype_bound(device, engine, precision.compute_dtype)
+        return bound if bound is not None and bound.binds else None
 
 
 @dataclass(frozen=True)

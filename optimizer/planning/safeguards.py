@@ -151,10 +151,8 @@ def dtype_bound_note(d: Deployment, cset: CandidateSet, params: CalibrationParam
     unit = cset.units.get(d.device)
     dev = unit.device if unit is not None else None
     prec = catalog.precisions.get(d.precision) if catalog is not None and d.precision else None
-    if params is None or dev is None or prec is None or prec.weight_only or prec.compute_peak_tflops(dev) is None:
-        return ""
-    bound = params.unmeasured_dtype_bound(dev, d.engine or None, prec.compute_dtype)
-    return bound.note(params.unmeasured_dtype_speedup_cap) if bound is not None and bound.binds else ""
+    bound = params.binding_dtype_bound(dev, d.engine or None, prec) if params and dev and prec else None
+    return bound.note(params.unmeasured_dtype_speedup_cap) if bound is not None else ""  # type: ignore[union-attr]
 
 
 def _with_dtype_note(f: Fidelity | None, note: str) -> Fidelity | None:
