@@ -116,7 +116,7 @@ def evaluate_load(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, nee
     # the decoding batch per unit of time (Little's law on the request-weighted step), what a busy prefill queue runs with
     b_busy = s.b * (1.0 + np.where(sat, 0.0, fb.bias_s) / np.where(sat, 1.0, tbar))
     ttft = _ttft_moments(c, lam, lens, s, chunk, b_busy, np.sqrt(np.where(sat, 0.0, fb.occupancy_factor) * b_busy))
-    tp = _queue_behind(_tpot_moments(c, lam, lens, s, fb, sat, tbar, chunk), c, lens, ttft, b_busy, chunk)
+    tp = _queue_behind(_tpot_moments(c, lam, lens, s, fb, sat, tbar), c, lens, ttft, b_busy, chunk)
     out = _percentiles(len(c), lens, tp, ttft, need, p50)
     ttft_mean = np.sum(np.where(lens.l_w > 0, ttft.mean, 0.0) * lens.l_w, axis=1)  # padded nodes (weight 0) aside
     e2e_mean = ttft_mean + lens.mean_o1 * tp.mean
@@ -163,38 +163,10 @@ class _TpotMoments:
     var: np.ndarray
     k3: np.ndarray
     weights: np.ndarray
-    # the long prompts' stalls (``_long_prompt_hits``): expected hits μ and the cumulants of one hit's share of TPOT,
-    # (N, QO) each; ``mt``/``var``/``k3`` are then those of a request that no long prompt hits. None: no long prompt
-    hits: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
-
-    def with_hits(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(mean, var, κ3) per output node with the hits added (a compound Poisson: κ_r += μ·E[Y^r])."""
-        if self.hits is None:
-            return self.mt, self.var, self.k3
-        mu, c1, c2, c3 = self.hits
-        e2, e3 = c2 + c1 * c1, c3 + 3.0 * c1 * c2 + c1**3
-        return self.mt + mu * c1, self.var + mu * e2, self.k3 + mu * e3
-
-    def components(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(weights, mean, var, κ3) of the TPOT mixture, (N, J): each output node, and with long-prompt hits
-        K = 0, 1 and ≥ 2 (Poisson(μ) weights; K ≥ 2 as E[K | K ≥ 2] hits, cumulants × that count)."""
-        if self.hits is None:
-            return self.weights, self.mt, self.var, self.k3
-        mu, c1, c2, c3 = self.hits
-        p0 = np.exp(-mu)
-        p1 = mu * p0
-        p2 = np.maximum(1.0 - p0 - p1, 0.0)
-        k2 = np.where(p2 > 1e-12, (mu - p1) / np.maximum(p2, 1e-300), 2.0)
-        w = np.stack([p0, p1, p2], axis=-1) * self.weights[..., None]
-        k = np.stack([np.zeros_like(mu), np.ones_like(mu), k2], axis=-1)
-        n = len(self.weights)
-        return tuple(x.reshape(n, -1) for x in (w, self.mt[..., None] + k * c1[..., None],
-                                                 self.var[..., None] + k * c2[..., None],
-                                                 self.k3[..., None] + k * c3[..., None]))
 
 
 def _tpot_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, fb, sat: np.ndarray,
-                  tbar: np.ndarray, chunk: int = DEFAULT_PREFILL_CHUNK_TOKENS) -> _TpotMoments:
+                  tbar: np.ndarray) -> _TpotMoments:
     """TPOT | O = mean of O−1 step durations + batch drift over its life W = (O−1)·t̄, with load feedback."""
     o1 = np.maximum(lens.o_nodes - 1.0, 0.0)  # (N, QO) decode steps of a request
     m1, m2, m3 = (s.steps.moment(r) for r in (1, 2, 3))
@@ -206,12 +178,6 @@ def _tpot_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, fb, s
     steps_n = np.maximum(o1, 1.0)
     window = o1 * tbar[:, None]  # (N, QO)
     var_b = batch_average_var(lam, tbar, window, o1, lens.o_w)
-    hits = _long_prompt_hits(lam, lens, s, tbar, sat, chunk, o1)
-    if hits is not None:  # the long prompts leave the per-step noise: they are counted as hits
-        mu_y, tail_v, tail_k3 = hits[4:]
-        var_t = np.maximum(var_t - tail_v, 0.0)
-        k3_t = k3_t - tail_k3
-        hits = hits[:4]
     var_pref = (var_t * fb.prefill_factor)[:, None] / steps_n + fb.cross_var_s2[:, None]
     # prefill share Y = TPOT − D(b+1) is a per-step average in [0, e_full]: Var ≤ Ȳ·(e_full − Ȳ)
     y_bar = np.maximum(mean_tpot - d_tag, 0.0)
@@ -228,55 +194,7 @@ def _tpot_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, fb, s
     w_tpot = np.where(o1 >= 0.5, lens.o_w, 0.0)
     total = w_tpot.sum(axis=1)[:, None]
     w_tpot = np.where(total > 0, w_tpot / np.where(total > 0, total, 1.0), w_tpot)
-    mt = np.broadcast_to(mean_tpot[:, None], var_tpot.shape)
-    if hits is not None:
-        mt = mt - mu_y  # the token-weighted mean stays Little's law's: the hits carry the long prompts' share
-    return _TpotMoments(mean_tpot, mt, var_tpot, k3_tpot, w_tpot, hits)
-
-
-def _long_prompt_hits(lam: np.ndarray, lens: RowLengths, s: State, tbar: np.ndarray, sat: np.ndarray, chunk: int,
-                      o1: np.ndarray):
-    """The stalls of long prompts in a request's decoding, as a Poisson count of hits with their own law.
-
-    A prompt of L > max(C, 2·E[L]) tokens (``long``) prefills in k = ⌈L/C⌉ full-chunk steps, and the prompts that
-    queue behind it (FCFS) stretch that into a busy period of k_b = k/(1 − u_p) steps (M/G/1, u_p = ``rho1``)
-    whose every step carries e = g1(L)/k extra (g1 its extra alone, ``state.Steps``). A request decoding over
-    n = O − 1 steps overlaps it when it arrives within n + k_b steps of the start: μ_L = λ·t̄·w_L·(n + k_b) hits
-    (Poisson), each adding Y = e·ov/n to TPOT, the overlap ov uniform-position:
-    E[ov^r] = (2m^(r+1)/(r+1) + (M − m)·m^r)/(n + k_b), m = min(n, k_b), M = max(n, k_b) (μ_L·E[Y] = λ·t̄·w_L·g1/(1 − u_p)).
-    Such a stall lasts many steps, so it is neither the per-step noise Var(T)/n (steps taken independent) nor its
-    3-cumulant tail: with lognormal prompts mean 1,024 / p99 8,192 on llama-3.1-8b fp8 h100 the TPOT p99 was
-    15-56 % under the simulator's at 0.2-0.9 of saturation, the requests that no prompt of ≥ 8,192 tokens
-    overlaps within 5 % of it (``scripts/tpot_tail.py``).
-
-    Returns None when no row has a long prompt node, else (μ, c1, c2, c3, μ·E[Y], Var(T)_long, κ3(T)_long):
-    the expected hits and the cumulants of one hit's Y (N, QO), the mean the hits carry (N, QO), and the long
-    prompts' share λ·t̄·Σ w_L·g1^r (r = 2, 3) of the step's variance and κ3 (N,), which they leave.
-    """
-    steps = s.steps
-    l_nodes, l_w = lens.l_nodes, lens.l_w
-    el = lens.mean_l[:, None]
-    long = (l_w > 0) & (l_nodes > np.maximum(float(chunk), 2.0 * el)) & ~sat[:, None]
-    if not np.any(long):
-        return None
-    rate = np.where(long, (lam * np.where(sat, 0.0, tbar))[:, None] * l_w, 0.0)  # long arrivals per step (N, QL)
-    g1 = np.where(long, steps.g1, 0.0)
-    up = np.clip(s.rho1, 0.0, 0.95)[:, None, None]
-    k_b = (np.ceil(l_nodes / float(chunk)))[:, None, :] / (1.0 - up)  # (N, 1, QL)
-    e = (g1 / np.ceil(l_nodes / float(chunk)))[:, None, :]
-    n = np.maximum(o1, 1.0)[:, :, None]  # (N, QO, 1)
-    m, big = np.minimum(n, k_b), np.maximum(n, k_b)
-    r_l = rate[:, None, :]
-    # Σ_L μ_L·E[Y^r | L] = Σ_L rate_L·(e/n)^r·(2m^(r+1)/(r+1) + (M − m)·m^r)
-    s1, s2, s3 = (np.sum(r_l * (e / n) ** r * (2.0 * m ** (r + 1) / (r + 1) + (big - m) * m**r), axis=2)
-                  for r in (1, 2, 3))
-    mu = np.sum(r_l * (n + k_b), axis=2)
-    safe = np.maximum(mu, 1e-300)
-    y1, y2, y3 = s1 / safe, s2 / safe, s3 / safe
-    c1 = np.where(mu > 0, y1, 0.0)
-    c2 = np.where(mu > 0, np.maximum(y2 - y1 * y1, 0.0), 0.0)
-    c3 = np.where(mu > 0, y3 - 3.0 * y1 * y2 + 2.0 * y1**3, 0.0)
-    return mu, c1, c2, c3, s1, np.sum(rate * g1**2, axis=1), np.sum(rate * g1**3, axis=1)
+    return _TpotMoments(mean_tpot, np.broadcast_to(mean_tpot[:, None], var_tpot.shape), var_tpot, k3_tpot, w_tpot)
 
 
 def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments, need: set[str], p50: bool) -> dict[str, np.ndarray]:
@@ -294,7 +212,8 @@ def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments,
     mixtures = {}  # name: (rows or None for all, weights, mean, var, κ3)
     if "tpot" in need and len(rows := np.flatnonzero(has)):
         every = len(rows) == n
-        mixtures["tpot"] = (None if every else rows, *(x if every else x[rows] for x in tp.components()))
+        mixtures["tpot"] = (None if every else rows, *(x if every else x[rows]
+                                                      for x in (tp.weights, tp.mt, tp.var, tp.k3)))
     if "ttft" in need:
         mixtures["ttft"] = (None, ttft_w, ttft_m, ttft_v, ttft_k3)
     for q in qs:
@@ -311,11 +230,10 @@ def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments,
     if "e2e" in need:
         # components (L node, O node): TTFT(L) + (O−1)·TPOT(O), independent
         o1 = np.maximum(lens.o_nodes - 1.0, 0.0)[:, None, :]
-        t_m, t_v, t_k3 = tp.with_hits()
-        m = ttft_m[:, :, None] + o1 * t_m[:, None, :]
-        v = (ttft_v[:, :, None] + (o1**2) * t_v[:, None, :]
-             + (t_m**2 * lens.o_var)[:, None, :])  # output length spread inside a stratum
-        k3 = ttft_k3[:, :, None] + (o1**3) * t_k3[:, None, :]
+        m = ttft_m[:, :, None] + o1 * tp.mt[:, None, :]
+        v = (ttft_v[:, :, None] + (o1**2) * tp.var[:, None, :]
+             + (tp.mt**2 * lens.o_var)[:, None, :])  # output length spread inside a stratum
+        k3 = ttft_k3[:, :, None] + (o1**3) * tp.k3[:, None, :]
         w = (ttft_w[:, :, None] * lens.o_w[:, None, :]).reshape(n, -1)
         for q in qs:
             out[f"e2e_p{round(q * 100)}"] = mixture_quantile(q, w, m.reshape(n, -1), v.reshape(n, -1),
@@ -507,7 +425,7 @@ def _queue_behind(tp: _TpotMoments, c: Configs, lens: RowLengths, ttft: _TtftMom
     mt = tp.mt + f * w1[:, None] * (1.0 / n - 1.0 / n_bar)
     var = tp.var + (f * f) * w2[:, None] / (n * n)
     k3 = tp.k3 + (f**3) * w3[:, None] / (n**3)
-    return _TpotMoments(tp.mean, mt, var, k3, tp.weights, tp.hits)
+    return _TpotMoments(tp.mean, mt, var, k3, tp.weights)
 
 
 def prefill_service_s(c: Configs, b: np.ndarray, lens: RowLengths, chunk: int) -> tuple[np.ndarray, np.ndarray]:
