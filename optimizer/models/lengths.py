@@ -128,25 +128,6 @@ def quadrature_spread(dist: LengthDist, n_nodes: int = 10) -> tuple[np.ndarray, 
     return nodes, weights, np.maximum(second - nodes**2, 0.0)
 
 
-TAIL_NODES = 8
-TAIL_WEIGHT = 0.001  # the prompt strata past the p99 are resolved as stalls (``top_stratum_tail``)
-TAIL_Q_MAX = 1.0 - 1e-7
-
-
-def top_stratum_tail(dist: LengthDist, weight: float, n_nodes: int = TAIL_NODES) -> tuple[np.ndarray, np.ndarray]:
-    """The top quadrature stratum of a lognormal (its upper ``weight`` of probability) resolved into ``n_nodes``
-    lengths and weights (summing to ``weight`` − (1 − TAIL_Q_MAX)): Gauss–Legendre on z = (ln X − mu)/sigma over
-    [z_(1−weight), z_(TAIL_Q_MAX)], X = e^(mu + sigma·z), weights φ(z)·dz. Other laws (bounded support, no such tail):
-    ones at weight 0. What a TPOT p99 needs of prompts too rare for the quadrature (``latency._long_prompt_hits``)."""
-    if dist.kind != "lognormal" or not weight > 0:
-        return np.ones(n_nodes), np.zeros(n_nodes)
-    mu, sigma = _lognormal_mu_sigma(dist)
-    lo, hi = _STD_NORMAL.inv_cdf(1.0 - weight), _STD_NORMAL.inv_cdf(TAIL_Q_MAX)
-    x, w = np.polynomial.legendre.leggauss(n_nodes)
-    z = (lo + hi) / 2.0 + (hi - lo) / 2.0 * x
-    return np.exp(mu + sigma * z), w * (hi - lo) / 2.0 * np.exp(-z * z / 2.0) / np.sqrt(2.0 * np.pi)
-
-
 # A p99 cannot resolve prompts rarer than this: their moments (to L^8 for the fourth of a quadratic service
 # time) are held by lengths a 10^4-request window rarely sees, and a gamma fitted to moments they dominate
 # puts the p99 at the wrong place (svc07 of scripts/bench_optimizer.py: 389 ms uncensored, 447 ms to second

@@ -116,7 +116,7 @@ def evaluate_load(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, nee
     # the decoding batch per unit of time (Little's law on the request-weighted step), what a busy prefill queue runs with
     b_busy = s.b * (1.0 + np.where(sat, 0.0, fb.bias_s) / np.where(sat, 1.0, tbar))
     ttft = _ttft_moments(c, lam, lens, s, chunk, b_busy, np.sqrt(np.where(sat, 0.0, fb.occupancy_factor) * b_busy))
-    tp = _queue_behind(_tpot_moments(c, lam, lens, s, fb, sat, tbar, chunk), c, lens, ttft, b_busy, chunk)
+    tp = _queue_behind(_tpot_moments(c, lam, lens, s, fb, sat, tbar), c, lens, ttft, b_busy, chunk)
     out = _percentiles(len(c), lens, tp, ttft, need, p50)
     ttft_mean = np.sum(np.where(lens.l_w > 0, ttft.mean, 0.0) * lens.l_w, axis=1)  # padded nodes (weight 0) aside
     e2e_mean = ttft_mean + lens.mean_o1 * tp.mean
@@ -163,47 +163,10 @@ class _TpotMoments:
     var: np.ndarray
     k3: np.ndarray
     weights: np.ndarray
-    # the long prompts' stalls (``_long_prompt_hits``): expected hits μ and the cumulants of one hit's share of TPOT,
-    # (N, QO) each; ``mt``/``var``/``k3`` are then those of a request that no long prompt hits. None: no long prompt
-    hits: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None  # μ_L, μ_L·E[Y^r | L], (N, QO, TQ)
-
-    def with_hits(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(mean, var, κ3) per output node with the hits added (a compound Poisson: κ_r += Σ_L μ_L·E[Y^r | L])."""
-        if self.hits is None:
-            return self.mt, self.var, self.k3
-        mu, r1, r2, r3 = (np.sum(x, axis=2) for x in self.hits)
-        return self.mt + r1, self.var + r2, self.k3 + r3
-
-    def components(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(weights, mean, var, κ3) of the TPOT mixture, (N, J): each output node, and with long-prompt hits: none
-        (e^−μ), one of each tail node L (μ_L·e^−μ, Y's cumulants given L) and ≥ 2 (the rest, as E[K | K ≥ 2] hits
-        of the pooled law, cumulants × that count)."""
-        if self.hits is None:
-            return self.weights, self.mt, self.var, self.k3
-        mu_l, r1, r2, r3 = self.hits  # μ_L and μ_L·E[Y^r | L], (N, QO, TQ)
-        safe = np.maximum(mu_l, 1e-300)
-        y1, y2, y3 = r1 / safe, r2 / safe, r3 / safe
-        c1 = np.where(mu_l > 0, y1, 0.0)
-        c2 = np.where(mu_l > 0, np.maximum(y2 - y1 * y1, 0.0), 0.0)
-        c3 = np.where(mu_l > 0, y3 - 3.0 * y1 * y2 + 2.0 * y1**3, 0.0)
-        mu = np.sum(mu_l, axis=2)
-        p0 = np.exp(-mu)
-        p2 = np.maximum(1.0 - p0 - mu * p0, 0.0)
-        k2 = np.where(p2 > 1e-12, mu * (1.0 - p0) / np.maximum(p2, 1e-300), 2.0)  # E[K | K >= 2]
-        s_mu = np.maximum(mu, 1e-300)
-        p1, p2_, p3 = (np.sum(x, axis=2) / s_mu for x in (r1, r2, r3))  # pooled E[Y^r]
-        q1, q2 = p1, np.maximum(p2_ - p1 * p1, 0.0)
-        q3 = p3 - 3.0 * p1 * p2_ + 2.0 * p1**3
-        w = np.concatenate([p0[..., None], mu_l * p0[..., None], p2[..., None]], axis=2) * self.weights[..., None]
-        m = np.concatenate([self.mt[..., None], self.mt[..., None] + c1, (self.mt + k2 * q1)[..., None]], axis=2)
-        v = np.concatenate([self.var[..., None], self.var[..., None] + c2, (self.var + k2 * q2)[..., None]], axis=2)
-        k3 = np.concatenate([self.k3[..., None], self.k3[..., None] + c3, (self.k3 + k2 * q3)[..., None]], axis=2)
-        n = len(self.weights)
-        return tuple(x.reshape(n, -1) for x in (w, m, v, k3))
 
 
 def _tpot_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, fb, sat: np.ndarray,
-                  tbar: np.ndarray, chunk: int = DEFAULT_PREFILL_CHUNK_TOKENS) -> _TpotMoments:
+                  tbar: np.ndarray) -> _TpotMoments:
     """TPOT | O = mean of O−1 step durations + batch drift over its life W = (O−1)·t̄, with load feedback."""
     o1 = np.maximum(lens.o_nodes - 1.0, 0.0)  # (N, QO) decode steps of a request
     m1, m2, m3 = (s.steps.moment(r) for r in (1, 2, 3))
@@ -215,12 +178,6 @@ def _tpot_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, fb, s
     steps_n = np.maximum(o1, 1.0)
     window = o1 * tbar[:, None]  # (N, QO)
     var_b = batch_average_var(lam, tbar, window, o1, lens.o_w)
-    hits = _long_prompt_hits(lam, lens, s, tbar, sat, chunk, o1, c)
-    if hits is not None:  # the top prompt stratum leaves the per-step noise: it is counted as hits
-        mu_y, tail_v, tail_k3 = hits[4]
-        var_t = np.maximum(var_t - tail_v, 0.0)
-        k3_t = k3_t - tail_k3
-        hits = hits[:4]
     var_pref = (var_t * fb.prefill_factor)[:, None] / steps_n + fb.cross_var_s2[:, None]
     # prefill share Y = TPOT − D(b+1) is a per-step average in [0, e_full]: Var ≤ Ȳ·(e_full − Ȳ)
     y_bar = np.maximum(mean_tpot - d_tag, 0.0)
@@ -237,80 +194,7 @@ def _tpot_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, fb, s
     w_tpot = np.where(o1 >= 0.5, lens.o_w, 0.0)
     total = w_tpot.sum(axis=1)[:, None]
     w_tpot = np.where(total > 0, w_tpot / np.where(total > 0, total, 1.0), w_tpot)
-    mt = np.broadcast_to(mean_tpot[:, None], var_tpot.shape)
-    if hits is not None:
-        mt = mt - mu_y[:, None]  # the top node's share of the mean, which the hits carry (at their own cost)
-    return _TpotMoments(mean_tpot, mt, var_tpot, k3_tpot, w_tpot, hits)
-
-
-def _long_prompt_hits(lam: np.ndarray, lens: RowLengths, s: State, tbar: np.ndarray, sat: np.ndarray, chunk: int,
-                      o1: np.ndarray, c: Configs):
-    """The stalls of the longest prompts in a request's decoding, as a Poisson count of hits with their own law.
-
-    The top prompt stratum of a lognormal (weight 10⁻³ of the quadrature) is resolved past the quadrature to
-    1 − 10⁻⁷ (``lens.t_nodes``, ``lens.t_w``; ``lengths.top_stratum_tail``). A prompt of L tokens there prefills in
-    k = max(L/C, 1) steps of min(L, C) tokens at the mean span L/2 (chunk spans rise linearly, and a step's time is
-    linear in its span): extra x(L) = k·(t(b̄, c̄, min(L, C), L/2) − D(b̄)), quadratic in L (the quadrature's
-    node charged chunks past MAX_EXPLICIT_CHUNKS at the 4th's cost), e = x/k a step. A request decoding over
-    n = O − 1 steps overlaps it when it arrives within n + k steps of the request's start: μ_L = λ·t̄·w_L·(n + k)
-    hits (Poisson), each adding Y = e·ov/n to its TPOT, the overlap ov of uniform position:
-    E[ov^r] = (2m^(r+1)/(r+1) + (M − m)·m^r)/(n + k), m = min(n, k), M = max(n, k) (so μ_L·E[Y] = λ·t̄·w_L·x(L)/n·n/1).
-    Such a stall lasts many steps and hits every request decoding then, so it is neither per-step noise
-    (Var(T)/n, steps independent) nor resolved by the quadrature: with lognormal prompts mean 1,024 / p99 8,192 on
-    llama-3.1-8b fp8 h100 the TPOT p99 was 15-56 % under the simulator's at 0.2-0.9 of saturation
-    (``scripts/tpot_tail.py``).
-
-    Returns None when no row has such a tail, else (μ, c1, c2, c3, top) with the expected hits and the cumulants of
-    one hit's Y (N, QO), and ``top`` (λ·t̄·w·g1^r for r = 1, 2, 3, (N,) each): the quadrature's top node's share of
-    the step's mean, variance and κ3, which the hits replace.
-    """
-    has = (np.sum(lens.t_w, axis=1) > 0) & ~sat
-    if not np.any(has):
-        return None
-    steps = s.steps
-    per_step = lam * np.where(sat, 0.0, tbar)  # arrivals per step
-    # the quadrature's strata the tail replaces: its nodes at or above the tail's smallest length's stratum edge,
-    # i.e. the nodes whose cumulative weight from the top is within the tail's (N, QL)
-    w_top = np.cumsum(lens.l_w[:, ::-1], axis=1)[:, ::-1]
-    top = (lens.l_w > 0) & (w_top <= np.sum(lens.t_w, axis=1)[:, None] + 2e-7) & has[:, None]
-    shares = tuple(per_step * np.sum(np.where(top, lens.l_w * steps.g1**r, 0.0), axis=1) for r in (1, 2, 3))
-    tn = lens.t_nodes
-    tokens = np.minimum(tn, float(chunk))
-    span = tn / 2.0 + lens.span_offset[:, None]
-    zero = np.zeros((len(tn), 1))
-    ctx = lens.ctx[:, None]
-    b = np.maximum(s.b, 1e-9)[:, None]
-    # D(b̄), a chunk of the long prompt at its mean span, and a decode step with its L tokens of context in the batch
-    t = perf.decode_step_s(c, b, np.concatenate([ctx, np.broadcast_to(ctx, tn.shape), ctx + tn / b], axis=1),
-                           np.concatenate([zero, tokens, 0.0 * tn], axis=1), np.concatenate([zero, span, 0.0 * tn], axis=1))
-    q = tn.shape[1]
-    e = np.where(np.isfinite(t[:, 1:q + 1]), np.maximum(t[:, 1:q + 1] - t[:, :1], 0.0), 0.0)  # (N, TQ)
-    own = np.where(np.isfinite(t[:, q + 1:]), np.maximum(t[:, q + 1:] - t[:, :1], 0.0), 0.0)
-    k = np.maximum(tn / float(chunk), 1.0)
-    # the aftermath: the λ·x arrivals of the stall (x = k·e) cost g·x (prefill and decode), theirs g²·x...: x·g/(1 − g)
-    # over the next lifetime of n̄ = E[O − 1] steps, where the long prompt decodes too (its context: ``own`` a step)
-    g = np.minimum(np.clip(s.rho1, 0.0, 0.95) + lam * lens.mean_o1 * np.maximum(s.slope_s, 0.0), 0.98)[:, None]
-    life = np.maximum(lens.mean_o1, 1.0)[:, None]
-    after = k * e * g / ((1.0 - g) * life) + own
-    rate = np.where(has[:, None], per_step[:, None] * lens.t_w, 0.0)[:, None, :]
-    n = np.maximum(o1, 1.0)[:, :, None]  # (N, QO, 1)
-    k, e, after, life = k[:, None, :], e[:, None, :], after[:, None, :], life[:, :, None]
-    # the request's steps [u, u + n) against the profile e on [0, k), ``after`` on [k, k + n̄): Z(u) is piecewise
-    # linear between the breakpoints, so 2-point Gauss-Legendre per piece integrates Z^r (r <= 3) exactly
-    ends = np.stack(np.broadcast_arrays(-n, k - n, k + life - n, 0.0 * n, k, k + life), axis=-1)
-    ends = np.sort(ends, axis=-1)
-    a, z = ends[..., :-1], ends[..., 1:]
-    half = (z - a) / 2.0
-    mid = (z + a) / 2.0
-    s1 = s2 = s3 = 0.0
-    for x in (-1.0 / math.sqrt(3.0), 1.0 / math.sqrt(3.0)):
-        u = mid + half * x
-        lo, hi = u, u + n[..., None]
-        ov1 = np.clip(np.minimum(hi, k[..., None]) - np.maximum(lo, 0.0), 0.0, None)
-        ov2 = np.clip(np.minimum(hi, (k + life)[..., None]) - np.maximum(lo, k[..., None]), 0.0, None)
-        y = (e[..., None] * ov1 + after[..., None] * ov2) / n[..., None]
-        s1, s2, s3 = (acc + np.sum(half * y**r, axis=-1) for acc, r in ((s1, 1), (s2, 2), (s3, 3)))
-    return rate * (n + k + life), rate * s1, rate * s2, rate * s3, shares  # μ_L, μ_L·E[Y^r | L] (N, QO, TQ)
+    return _TpotMoments(mean_tpot, np.broadcast_to(mean_tpot[:, None], var_tpot.shape), var_tpot, k3_tpot, w_tpot)
 
 
 def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments, need: set[str], p50: bool) -> dict[str, np.ndarray]:
@@ -328,7 +212,8 @@ def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments,
     mixtures = {}  # name: (rows or None for all, weights, mean, var, κ3)
     if "tpot" in need and len(rows := np.flatnonzero(has)):
         every = len(rows) == n
-        mixtures["tpot"] = (None if every else rows, *(x if every else x[rows] for x in tp.components()))
+        mixtures["tpot"] = (None if every else rows, *(x if every else x[rows]
+                                                      for x in (tp.weights, tp.mt, tp.var, tp.k3)))
     if "ttft" in need:
         mixtures["ttft"] = (None, ttft_w, ttft_m, ttft_v, ttft_k3)
     for q in qs:
@@ -345,11 +230,10 @@ def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments,
     if "e2e" in need:
         # components (L node, O node): TTFT(L) + (O−1)·TPOT(O), independent
         o1 = np.maximum(lens.o_nodes - 1.0, 0.0)[:, None, :]
-        t_m, t_v, t_k3 = tp.with_hits()
-        m = ttft_m[:, :, None] + o1 * t_m[:, None, :]
-        v = (ttft_v[:, :, None] + (o1**2) * t_v[:, None, :]
-             + (t_m**2 * lens.o_var)[:, None, :])  # output length spread inside a stratum
-        k3 = ttft_k3[:, :, None] + (o1**3) * t_k3[:, None, :]
+        m = ttft_m[:, :, None] + o1 * tp.mt[:, None, :]
+        v = (ttft_v[:, :, None] + (o1**2) * tp.var[:, None, :]
+             + (tp.mt**2 * lens.o_var)[:, None, :])  # output length spread inside a stratum
+        k3 = ttft_k3[:, :, None] + (o1**3) * tp.k3[:, None, :]
         w = (ttft_w[:, :, None] * lens.o_w[:, None, :]).reshape(n, -1)
         for q in qs:
             out[f"e2e_p{round(q * 100)}"] = mixture_quantile(q, w, m.reshape(n, -1), v.reshape(n, -1),
@@ -541,7 +425,7 @@ def _queue_behind(tp: _TpotMoments, c: Configs, lens: RowLengths, ttft: _TtftMom
     mt = tp.mt + f * w1[:, None] * (1.0 / n - 1.0 / n_bar)
     var = tp.var + (f * f) * w2[:, None] / (n * n)
     k3 = tp.k3 + (f**3) * w3[:, None] / (n**3)
-    return _TpotMoments(tp.mean, mt, var, k3, tp.weights, tp.hits)
+    return _TpotMoments(tp.mean, mt, var, k3, tp.weights)
 
 
 def prefill_service_s(c: Configs, b: np.ndarray, lens: RowLengths, chunk: int) -> tuple[np.ndarray, np.ndarray]:

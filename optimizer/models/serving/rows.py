@@ -19,7 +19,7 @@ import numpy as np
 
 from optimizer.models.lazy_subset import LazySubset
 
-_NODE_FIELDS = ("l_nodes", "l_w", "l_var", "l_dev", "o_nodes", "o_w", "o_var", "t_nodes", "t_w")
+_NODE_FIELDS = ("l_nodes", "l_w", "l_var", "l_dev", "o_nodes", "o_w", "o_var")
 _SCALAR_FIELDS = ("mean_l", "var_l", "mean_o1", "mean_o", "ctx", "kv_tok_steps", "kv_tok2_steps", "kv_prompt_tokens",
                   "span_offset", "tokens_per_step", "kv_tok3_steps")
 _ROW_FIELDS = _NODE_FIELDS + _SCALAR_FIELDS + ("group", "l_count")
@@ -42,8 +42,6 @@ class RowLengths(LazySubset):
     o_nodes: np.ndarray
     o_w: np.ndarray
     o_var: np.ndarray
-    t_nodes: np.ndarray  # (N, TQ) the top prompt stratum past the quadrature, ``state.Lengths``
-    t_w: np.ndarray
     mean_l: np.ndarray
     var_l: np.ndarray
     mean_o1: np.ndarray
@@ -92,7 +90,7 @@ def row_lengths(sets: Sequence[Any], rows_per_set: int | Sequence[int]) -> RowLe
     q_o = max(len(s.o_nodes) for s in sets)
     per_set = {}
     for name in _NODE_FIELDS:
-        q = q_l if name.startswith("l_") else q_o if name.startswith("o_") else len(sets[0].t_nodes)
+        q = q_l if name.startswith("l_") else q_o
         per_set[name] = np.stack([_pad(getattr(s, name), q, name.endswith("_w")) for s in sets])
     for name in _SCALAR_FIELDS:
         per_set[name] = np.array([float(getattr(s, name)) for s in sets])

@@ -14,13 +14,7 @@ import numpy as np
 
 from optimizer.models import perf
 from optimizer.models.configs import Configs
-from optimizer.models.lengths import (
-    TAIL_NODES,
-    TAIL_WEIGHT,
-    quadrature_spread,
-    stratum_deviations,
-    top_stratum_tail,
-)
+from optimizer.models.lengths import quadrature_spread, stratum_deviations
 from optimizer.models.serving.rows import RowLengths
 from optimizer.models.techniques import ServingTechnique
 from workloads.spec import LengthDist
@@ -62,10 +56,6 @@ class Lengths:
     # E[(L − node)^j | stratum], j = 1..8, the prompt censored at the queue-tail quantile (``lengths.stratum_deviations``),
     # (QL, 8): what the prefill queue's E[S^k] of a service quadratic in L needs (``latency.service_moments``)
     l_dev: np.ndarray | None = None
-    # the top prompt stratum of a lognormal resolved past the quadrature (``lengths.top_stratum_tail``), (TQ,) each;
-    # weights 0 for other laws
-    t_nodes: np.ndarray = field(default_factory=lambda: np.ones(TAIL_NODES))
-    t_w: np.ndarray = field(default_factory=lambda: np.zeros(TAIL_NODES))
 
 
 def lengths_for(prompt: LengthDist, output: LengthDist, technique: ServingTechnique | None = None) -> Lengths:
@@ -76,10 +66,8 @@ def lengths_for(prompt: LengthDist, output: LengthDist, technique: ServingTechni
     ln = np.maximum(ln, 1.0)
     on = np.maximum(on, 1.0)
     dev = stratum_deviations(prompt, QUAD_NODES)
-    top = np.cumsum(lw[::-1]) <= TAIL_WEIGHT + 1e-12  # the strata past the p99
-    tn, tw = top_stratum_tail(prompt, float(np.sum(lw[::-1][top])) if lv[-1] > 0 else 0.0)
     if technique is not None and technique.active:
-        return _technique_lengths(ln, lw, lv, on, ow, ov, technique, dev, tn, tw)
+        return _technique_lengths(ln, lw, lv, on, ow, ov, technique, dev)
     el = float(lw @ ln)
     n = np.maximum(on - 1.0, 0.0)  # decode steps per request
     eo1 = float(ow @ n)
@@ -92,7 +80,7 @@ def lengths_for(prompt: LengthDist, output: LengthDist, technique: ServingTechni
     var_l = float(lw @ (ln - el) ** 2)
     kv3 = _sum_cubes(float(lw @ ln), el2, float(lw @ ln**3), n, 1.0, ow)
     return Lengths(ln, lw, on, ow, lv, ov, el, var_l, eo1, float(ow @ on), ctx, kv1, kv2, kv_prompt_tokens=el,
-                   kv_tok3_steps=kv3, l_dev=dev, t_nodes=tn, t_w=tw)
+                   kv_tok3_steps=kv3, l_dev=dev)
 
 
 def _sum_cubes(e1: float, e2: float, e3: float, steps: np.ndarray, a: float, o_w: np.ndarray) -> float:
@@ -103,8 +91,7 @@ def _sum_cubes(e1: float, e2: float, e3: float, steps: np.ndarray, a: float, o_w
     return float(o_w @ (steps * e3 + 3 * a * e2 * sj + 3 * a * a * e1 * sj2 + a**3 * sj * sj))
 
 
-def _technique_lengths(ln, lw, lv, on, ow, ov, t: ServingTechnique, dev: np.ndarray, tn: np.ndarray,
-                       tw: np.ndarray) -> Lengths:
+def _technique_lengths(ln, lw, lv, on, ow, ov, t: ServingTechnique, dev: np.ndarray) -> Lengths:
     """Lengths under prefix caching and speculative decoding (formulas: ``optimizer.models.techniques``).
 
     Prompt nodes become the uncached tokens P = max(L·(1 − h) − N', 1), N' = min(N, L − 1)
@@ -131,8 +118,7 @@ def _technique_lengths(ln, lw, lv, on, ow, ov, t: ServingTechnique, dev: np.ndar
     kv3 = _sum_cubes(ek, ek2, float(lw @ held**3), steps, a, ow)
     return Lengths(pre, lw, 1.0 + steps, ow, lv * (1.0 - h) ** 2, ov / (a * a), el, var_l, es, float(ow @ on), ctx,
                    kv1, kv2, kv_prompt_tokens=ek, span_offset=el_full - el, tokens_per_step=a, kv_tok3_steps=kv3,
-                   l_dev=dev * (1.0 - h) ** np.arange(1, dev.shape[1] + 1),
-                   t_nodes=np.maximum(tn * (1.0 - h) - np.minimum(t.shared_prefix_tokens, tn - 1.0), 1.0), t_w=tw)
+                   l_dev=dev * (1.0 - h) ** np.arange(1, dev.shape[1] + 1))
 
 
 # ---------------------------------------------------------------------------------------
