@@ -1,0 +1,57 @@
+"""Dense TPOT p99 under long-tailed prompts against the simulator (docs/model-accuracy.md, "Dense TPOT p99 under
+long-tailed prompts (tpottail)").
+
+llama-3.1-8b fp8 tp1 on h100-sxm, output lognormal mean 256 / p99 1,024 (the dense case of
+tests/models/test_ttft_wait_atom.py). With fixed 1,024-token prompts the analytic TPOT p99 is within 1.2 % of the
+simulator's at 0.3-0.7 of saturation; with lognormal prompts of mean 1,024 / p99 8,192 (σ = 1.21) it is 13-35 %
+under it (a planner buying GPUs for a TPOT SLO from it buys too few): a prompt from the lognormal's far tail
+(tens of thousands of tokens, a prefill quadratic in its length) stalls every decoding request for seconds, and
+each such stall hits hundreds of requests, so prompts rarer than the quadrature resolves (1 in 10⁴) set the p99.
+The simulated figures pool seeds 0-19 of 20,000 requests: one run's p99 is set by its longest prompt (at 0.5 of
+saturation 12.5-32.2 ms over the 20 seeds; seeds 0-2 pooled 19.14 ms, all 20 15.27).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from catalog import load_catalog
+from optimizer.models.configs import build_configs
+from optimizer.models.params import load_params
+from optimizer.models.serving import serve_at_rate
+from optimizer.models.simulate import simulate
+from workloads.spec import LengthDist
+
+CAT = load_catalog(None)
+OUTPUT = LengthDist(mean=256, p99=1024)
+SATURATION_QPS = 40.56  # the analytic saturation rate of both prompt laws (scripts/tpot_tail.py, to 1e-4)
+
+
+def _configs():
+    return build_configs(CAT.model("llama-3.1-8b"), [(CAT.device("h100-sxm"), CAT.precision("fp8"), 1, 1)],
+                         load_params(None))
+
+
+def _ratio(prompt: LengthDist, load: float, seeds: int) -> float:
+    """analytic TPOT p99 / the simulator's (seeds 0..seeds−1 pooled) at ``load`` × the saturation rate."""
+    c, qps = _configs(), load * SATURATION_QPS
+    assert not serve_at_rate(c, SATURATION_QPS * 0.999, prompt, OUTPUT, percentiles=False).saturated[0]
+    analytic = float(serve_at_rate(c, qps, prompt, OUTPUT).tpot_p99_ms[0])
+    pooled = np.concatenate([simulate(c, 0, qps, prompt, OUTPUT, requests=20_000, seed=s).tpot_s for s in range(seeds)])
+    return analytic / (float(np.percentile(pooled, 99)) * 1e3)
+
+
+@pytest.mark.parametrize("load", [0.3, 0.5, 0.7])
+def test_fixed_prompts_tpot_p99_agrees(load):
+    # measured (scripts/tpot_tail.py, 3 seeds): 6.80/6.83, 9.11/9.15, 13.62/13.67 ms at 0.3/0.5/0.7
+    assert _ratio(LengthDist(mean=1024), load, 3) == pytest.approx(1.0, abs=0.03)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "dense TPOT p99 optimistic under long-tailed prompts (docs/model-accuracy.md, tpottail): analytic / simulated "
+    "0.867 / 0.779 / 0.649 at 0.3 / 0.5 / 0.7 of saturation (20 seeds); XPASS (a failure) once a change brings it "
+    "within 10 %"))
+@pytest.mark.parametrize("load", [0.3, 0.5, 0.7])
+def test_long_tailed_prompts_tpot_p99_agrees(load):
+    assert _ratio(LengthDist(mean=1024, p99=8192), load, 20) == pytest.approx(1.0, abs=0.10)
