@@ -111,7 +111,8 @@ def _risks(ctx: Ctx) -> list[tuple[str, str]]:
         out.append((f"Least headroom: {d.workload} on {d.device} runs at {share:.0%} of its SLO-safe capacity; "
                     "growth beyond it needs more replicas.", cell))
     for diag in r.diagnostics:
-        if diag.level == "warning" and len(out) < 8:
+        # an estimated price of the fleet has its own line above ("Estimated price, not a quote")
+        if diag.level == "warning" and diag.code != "price_estimated" and len(out) < 8:
             out.append((f"Warning: {diag.message}", "Method"))
     if not out:
         out.append(("No estimated prices, idle GPUs or warnings in this plan.", ""))

@@ -750,3 +750,22 @@ def test_wrapped_row_height_counts_word_wrapped_lines():
     sheet.finish()
     assert wb.active.column_dimensions["B"].width == 24
     assert wb.active.row_dimensions[2].height == 3 * 14 + 2
+
+
+def test_estimated_price_is_one_risk_line_not_two(tmp_path):
+    """A fleet device priced by an estimate gets the risk line "Estimated price, not a quote: ..." and the optimizer's
+    ``price_estimated`` warning about the same price is not repeated under it (the chat fleet's B200 said it twice)."""
+    result = load_sample()
+    device = result["fleet"][0]["device"]
+    result["sources"] = [s for s in result["sources"] if s.get("field") != "purchase_usd" or s.get("device") != device]
+    result["sources"].append({"device": device, "field": "purchase_usd", "source": "estimate: public reporting",
+                              "date": "2025", "estimated": True})
+    result["diagnostics"].append({"level": "warning", "code": "price_estimated",
+                                  "message": f"the recommended {device} price (purchase_usd) is an estimate"})
+    wb = openpyxl.load_workbook(write_workbook(result, tmp_path / "est.xlsx", inputs=(SAMPLE,)))
+    try:
+        texts = [str(c.value) for c in wb["Summary"]["A"] if isinstance(c.value, str)]
+    finally:
+        wb.close()
+    assert sum(t.startswith("Estimated price, not a quote") and device in t for t in texts) == 1
+    assert not any(t.startswith("Warning:") and "is an estimate" in t for t in texts)
