@@ -2,18 +2,24 @@
 a MILP over that fleet's neighbourhood, then the whole MILP started from the best fleet.
 
 1. Each workload's one-workload MILP (``solve_alone``; servers amortised per GPU, no shared
-   rows): its plan and its proven bound L[w] (:func:`workload_plans`, PLANS_SHARE of the
-   limit; past it a workload gets its cheapest single-option plan and the analytic bound).
-   Σ_w L[w] is a lower bound on the fleet's optimum (``heuristic.pooled_bound``).
+   rows; at most ALONE_MAX_NODES nodes): its plan and its proven bound L[w]
+   (:func:`workload_plans`; past the guard a workload gets its cheapest single-option plan and
+   the analytic bound). Σ_w L[w] is a lower bound on the fleet's optimum (``heuristic.pooled_bound``).
 2. The plans pooled on shared servers and consolidated without a solver
-   (``heuristic.consolidate``, CONSOLIDATE_SHARE); dropped if the fleet breaks a shared row
+   (``heuristic.consolidate``, CONSOLIDATE_MAX_ROUNDS rounds); dropped if the fleet breaks a shared row
    (``heuristic.fleet_violations``). The cheaper of it and the given start is the incumbent.
 3. The MILP restricted to the incumbent's options plus each workload's NEIGHBOURHOOD_PER_BUCKET
    best options per bucket and its cheapest one (``heuristic.restricted_problem``;
-   NEIGHBOURHOOD_SHARE, or all that is left without the polish), started from the incumbent, the L[w] as cuts
+   NEIGHBOURHOOD_MAX_NODES nodes), started from the incumbent, the L[w] as cuts
    (``define_workload_bounds``): its plans are plans of the full problem.
-4. ``polish``: the full MILP from the best fleet for POLISH_SHARE of the limit; its dual
-   bound, when higher, replaces Σ_w L[w].
+4. ``polish``: the full MILP from the best fleet for POLISH_MAX_NODES node(s) (its root: cuts and
+   heuristics); its dual bound, when higher, replaces Σ_w L[w].
+
+Every step ends on work done (HiGHS's node limit, HiGHS single-threaded; a round count), so the
+same problem gives the same fleet however busy the machine is. The time limit is a guard: step 1
+within PLANS_SHARE of it (each MILP ALONE_MAX_S), step 2 within CONSOLIDATE_SHARE, step 3 within
+what is left but POLISH_SHARE, step 4 within what is left; a step the guard ended is named in the
+detail with GUARD_NOTE, and the solution's ``time_limited`` is set.
 
 Each step starts from the previous fleet, so the answer is never dearer than the start; it
 is ``optimal`` when within ``gap`` of the bound, else ``feasible`` with that gap. A step is
@@ -69,11 +75,10 @@ POLISH_MAX_NODES = 1
 CONSOLIDATE_MAX_ROUNDS = 20
 # Wall-clock guards, which only end a step on a machine far slower than the work limits assume
 # (the result then says so: ``GUARD_NOTE``): a one-workload MILP (s), and shares of the time limit:
-# the one-workload MILPs, the consolidation, the neighbourhood MILP (the polish gets what is left).
+# the one-workload MILPs, the consolidation, the polish's reserve (the neighbourhood MILP gets the rest).
 ALONE_MAX_S = 2.0
 PLANS_SHARE = 0.25
 CONSOLIDATE_SHARE = 0.1
-NEIGHBOURHOOD_SHARE = 0.4
 POLISH_SHARE = 0.2
 GUARD_NOTE = "stopped by the time limit: a rerun may differ"
 # The neighbourhood of a fleet: its options, and each workload's best per bucket and cheapest per replica.
