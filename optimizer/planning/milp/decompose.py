@@ -109,17 +109,21 @@ def workload_plans(problem: FleetProblem, *, time_limit_s: float, gap: float, so
     deadline = time.perf_counter() + time_limit_s
     by_workload = options_by_workload(problem)
     out: dict[str, WorkloadPlan] = {}
+    ended: list[str] = []
+    skipped: list[str] = []
     for dem in problem.demands:
         opts = by_workload.get(dem.workload, ())
         left = deadline - time.perf_counter()
-        if left <= 0.05 and guarded is not None:
-            guarded.append(f"the one-workload MILP of {dem.workload} (not run)")
+        if left <= 0.05:
+            skipped.append(dem.workload)
         plan = alone_plan(dem, opts, problem.units, time_limit_s=min(ALONE_MAX_S, left), gap=min(gap, 1e-6),
-                          solver=solver, guarded=guarded) if left > 0.05 else None
+                          solver=solver, guarded=ended) if left > 0.05 else None
         plan = plan or single_option_plan(dem, opts, problem.units)
         if plan is None:
             return None
         out[dem.workload] = plan
+    if (ended or skipped) and guarded is not None:
+        guarded.append(f"the one-workload MILPs ({len(ended)} ended, {len(skipped)} of {len(problem.demands)} not run)")
     return out
 
 
