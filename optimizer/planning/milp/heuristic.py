@@ -216,8 +216,8 @@ def placed_in_fleet(demand: Demand, options: tuple[Option, ...], units: Mapping[
     return WorkloadPlan(w, {(w, key): n}, {(w, b, key): demand.bucket_qps[b] for b in loaded}, None)
 
 
-def consolidate(problem: FleetProblem, plans: Mapping[str, WorkloadPlan], *, time_limit_s: float
-                ) -> dict[str, WorkloadPlan]:
+def consolidate(problem: FleetProblem, plans: Mapping[str, WorkloadPlan], *, time_limit_s: float,
+                max_rounds: int | None = None, guarded: list[str] | None = None) -> dict[str, WorkloadPlan]:
     """Local search on the fleet's true cost (:func:`fleet_cost_usd`) from the pooled plans, two moves:
 
     - re-place: a workload's plan replaced by its cheapest single option beside the others
@@ -227,7 +227,9 @@ def consolidate(problem: FleetProblem, plans: Mapping[str, WorkloadPlan], *, tim
       near-identical devices, each paying a partly used server).
 
     A move is kept when the fleet gets cheaper and breaks no shared row (:func:`fleet_violations`);
-    rounds repeat until one keeps none or ``time_limit_s`` is spent. No solver: O(options) a move.
+    rounds repeat until one keeps none, after ``max_rounds`` (a work limit: the same answer on any
+    machine) or when ``time_limit_s`` is spent (a guard: ``guarded`` then gets "consolidate").
+    No solver: O(options) a move.
     """
     deadline = time.perf_counter() + time_limit_s
     units, out = problem.units, dict(plans)
@@ -255,9 +257,13 @@ def consolidate(problem: FleetProblem, plans: Mapping[str, WorkloadPlan], *, tim
             return True
         return False
 
-    improved = True
-    while improved and time.perf_counter() < deadline:
-        improved = False
+    improved, rounds = True, 0
+    while improved and (max_rounds is None or rounds < max_rounds):
+        if time.perf_counter() >= deadline:
+            if guarded is not None:
+                guarded.append("consolidate")
+            break
+        improved, rounds = False, rounds + 1
         for dem in order:
             w = dem.workload
             others = add(fleet, gpus_of(out[w]), -1)
@@ -268,6 +274,8 @@ def consolidate(problem: FleetProblem, plans: Mapping[str, WorkloadPlan], *, tim
                  for d, g in fleet.items() if g}
         for d in sorted((d for d in waste if waste[d] > 0), key=lambda d: (-waste[d], d)):
             if time.perf_counter() >= deadline:
+                if guarded is not None:
+                    guarded.append("consolidate")
                 break
             users = [dem for dem in order if d in gpus_of(out[dem.workload])]
             trial, gpus = dict(out), dict(fleet)

@@ -162,6 +162,7 @@ class FleetSolution:
     n_integer_variables: int = 0
     n_constraints: int = 0
     bound_usd: float | None = None  # the solver's proven lower bound on the minimised figure
+    time_limited: bool = False  # a wall-clock limit, not the work done, ended the search: a rerun may differ
 
 
 # ---------------------------------------------------------------------------------------

@@ -42,7 +42,8 @@ from optimizer.results.plan_result import SolveStatus
 
 
 def solve_alone(demand: Demand, options: tuple[Option, ...], units: Mapping[str, UnitTerms], *,
-                time_limit_s: float, gap: float, solver: str = "highs") -> FleetSolution | None:
+                time_limit_s: float, gap: float, solver: str = "highs",
+                max_nodes: int | None = None) -> FleetSolution | None:
     """One workload on its own: servers amortised per GPU (``amortised_units``), budgets and power dropped.
 
     Every fleet's replicas of the workload are feasible here, so this optimum bounds the
@@ -52,7 +53,7 @@ def solve_alone(demand: Demand, options: tuple[Option, ...], units: Mapping[str,
     sub = FleetProblem((demand,), options, amortised, Limits())
     if uncovered_buckets(sub):
         return None
-    return solve_fleet(sub, time_limit_s=time_limit_s, gap=gap, solver=solver, bounds=False)
+    return solve_fleet(sub, time_limit_s=time_limit_s, gap=gap, solver=solver, bounds=False, max_nodes=max_nodes)
 
 
 def workload_lower_bounds(problem: FleetProblem, *, time_limit_s: float, gap: float,
@@ -135,6 +136,7 @@ class SolveRun:
     solve_seconds: float
     solver: str
     bound: float | None = None
+    time_limited: bool = False  # stopped by the wall-clock limit: a rerun may stop elsewhere
 
 
 class HiGHSWithHooks(pulp.HiGHS):
@@ -161,12 +163,25 @@ class HiGHSWithHooks(pulp.HiGHS):
                                float(e.data_out.mip_dual_bound)))
         h.run()
 
+    def findSolutionValues(self, lp: pulp.LpProblem) -> tuple[int, int]:  # noqa: N802 - PuLP's name
+        """PuLP's, plus HiGHS's node and leaf limits (``kSolutionLimit``, which PuLP 3.3 does not map):
+        read as its time limit is, status "Optimal" with an integer-feasible solution (the values are
+        assigned before PuLP looks the status up; ``classify_run`` checks there is an incumbent)."""
+        try:
+            return super().findSolutionValues(lp)
+        except KeyError:
+            if _highs_status(lp) != "kSolutionLimit":
+                raise
+            return pulp.LpStatusOptimal, pulp.LpSolutionIntegerFeasible
+
 
 def _solver(name: str, time_limit_s: float, gap: float, presolve: bool = True,
             on_incumbent: Callable[[Any, float, float], None] | None = None,
-            start: Mapping[pulp.LpVariable, float] | None = None) -> Any:
+            start: Mapping[pulp.LpVariable, float] | None = None, max_nodes: int | None = None) -> Any:
     if name == "highs":
-        extra = {} if presolve else {"presolve": "off"}
+        extra: dict[str, Any] = {} if presolve else {"presolve": "off"}
+        if max_nodes is not None:  # a work limit: where HiGHS stops does not depend on the machine's load
+            extra["mip_max_nodes"] = int(max_nodes)
         return HiGHSWithHooks(msg=False, timeLimit=time_limit_s, gapRel=gap, threads=1, on_incumbent=on_incumbent,
                               start=start, **extra)
     with warnings.catch_warnings():
@@ -178,7 +193,7 @@ def _solver(name: str, time_limit_s: float, gap: float, presolve: bool = True,
 def solve_model(model: FleetModel, *, time_limit_s: float, gap: float, solver: str = "highs",
                 reported_limit_s: float | None = None, presolve: bool = True,
                 on_incumbent: Callable[[Any, float, float], None] | None = None,
-                start: Mapping[pulp.LpVariable, float] | None = None) -> SolveRun:
+                start: Mapping[pulp.LpVariable, float] | None = None, max_nodes: int | None = None) -> SolveRun:
     """Solve with HiGHS (CBC if HiGHS is unavailable or fails) and classify the outcome.
 
     PuLP reports a solve stopped by the time limit as status "Optimal"; only
@@ -187,6 +202,9 @@ def solve_model(model: FleetModel, *, time_limit_s: float, gap: float, solver: s
     ``time_limit_s``, which may be what is left of it after building the model).
     ``presolve=False`` skips HiGHS's presolve (faster on small models). ``on_incumbent`` and
     ``start`` are HiGHS's improving-solution callback and first incumbent (:class:`HiGHSWithHooks`).
+    ``max_nodes``: HiGHS's branch-and-bound node limit (``mip_max_nodes``), a work limit that
+    stops the solve at the same place on any machine (HiGHS runs single-threaded); the time
+    limit stays as a guard. CBC (the fallback) has the time limit only.
     """
     names = [solver] + (["cbc"] if solver == "highs" else [])
     last_error = ""
@@ -197,7 +215,7 @@ def solve_model(model: FleetModel, *, time_limit_s: float, gap: float, solver: s
         t0 = time.perf_counter()
         try:
             with stdout_silenced():
-                model.prob.solve(_solver(name, time_limit_s, gap, presolve, on_incumbent, start))
+                model.prob.solve(_solver(name, time_limit_s, gap, presolve, on_incumbent, start, max_nodes))
         except pulp.PulpSolverError as exc:
             last_error = f"{name}: {exc}"
             continue
@@ -220,14 +238,34 @@ def classify_run(model: FleetModel, solver: str, seconds: float, time_limit_s: f
         return SolveRun(SolveStatus.OPTIMAL, "proven optimal" + _gap_text(gap), gap if gap is not None else 0.0,
                         seconds, solver, bound)
     if status == pulp.LpStatusOptimal and sol == pulp.LpSolutionIntegerFeasible:
+        if solver == "highs" and _highs_status(prob) == "kSolutionLimit":
+            nodes = _highs_nodes(prob)
+            return SolveRun(SolveStatus.FEASIBLE, "work limit reached" + (f" ({nodes:,} nodes)" if nodes else "")
+                            + _gap_text(gap), gap, seconds, solver, bound)
         return SolveRun(SolveStatus.FEASIBLE, f"time limit ({time_limit_s:g} s) reached" + _gap_text(gap),
-                        gap, seconds, solver, bound)
+                        gap, seconds, solver, bound, time_limited=True)
     if status == pulp.LpStatusInfeasible or sol == pulp.LpSolutionInfeasible:
         return SolveRun(SolveStatus.INFEASIBLE, "no fleet satisfies every constraint", None, seconds, solver)
     if status == pulp.LpStatusNotSolved:
         return SolveRun(SolveStatus.ERROR, f"no solution found in {time_limit_s:g} s (the time limit); "
-                        "raise --time-limit-s", None, seconds, solver)
+                        "raise --time-limit-s", None, seconds, solver, time_limited=True)
     return SolveRun(SolveStatus.ERROR, f"solver status {pulp.LpStatus.get(status, status)}", None, seconds, solver)
+
+
+def _highs_status(prob: pulp.LpProblem) -> str:
+    """HiGHS's model status name (``kTimeLimit``, ``kSolutionLimit``: the node limit, ...); "" if unknown."""
+    try:
+        return prob.solverModel.getModelStatus().name
+    except Exception:  # noqa: BLE001 - older highspy: the stop reason is only named in the detail
+        return ""
+
+
+def _highs_nodes(prob: pulp.LpProblem) -> int | None:
+    """Branch-and-bound nodes HiGHS explored; None if it cannot tell."""
+    try:
+        return int(prob.solverModel.getInfo().mip_node_count)
+    except Exception:  # noqa: BLE001 - a missing info field only loses the figure
+        return None
 
 
 def _highs_has_solution(prob: pulp.LpProblem) -> bool:
@@ -268,7 +306,8 @@ def extract(model: FleetModel, run: SolveRun, build_seconds: float, values: Any 
     stats = dict(n_variables=len(model.prob.variables()), n_constraints=len(model.prob.constraints()),
                  n_integer_variables=len(model.n) + len(model.m) + len(model.u))
     if not run.status.has_plan:
-        return FleetSolution(run.status, run.detail, None, run.gap, run.solve_seconds, build_seconds, run.solver, **stats)
+        return FleetSolution(run.status, run.detail, None, run.gap, run.solve_seconds, build_seconds, run.solver, **stats,
+                             time_limited=run.time_limited)
     value = (lambda v: v.value() or 0.0) if values is None else (lambda v: float(values[v.index]))
     units = model.problem.units
     replicas = {idx: int(round(value(v))) for idx, v in model.n.items()}
@@ -299,7 +338,8 @@ def extract(model: FleetModel, run: SolveRun, build_seconds: float, values: Any 
     nodes = {d: math.ceil(g / units[d].gpus_per_node) for d, g in gpus.items()}
     objective = float(sum(units[d].objective_usd.at(g, nodes[d]) for d, g in gpus.items()))
     return FleetSolution(run.status, run.detail, objective, run.gap, run.solve_seconds, build_seconds,
-                         run.solver, replicas, routed, gpus, nodes, **stats, bound_usd=run.bound)
+                         run.solver, replicas, routed, gpus, nodes, **stats, bound_usd=run.bound,
+                         time_limited=run.time_limited)
 
 
 def start_values(model: FleetModel, start: FleetSolution) -> dict[pulp.LpVariable, float]:
@@ -339,6 +379,7 @@ def solve_fleet(
     start: FleetSolution | None = None,
     in_child: bool | None = None,
     cuts: Mapping[str, float] | None = None,
+    max_nodes: int | None = None,
 ) -> FleetSolution:
     """Build → solve → extract. Buckets no option serves make the plan infeasible up front.
 
@@ -346,7 +387,7 @@ def solve_fleet(
     workload is first solved alone for the cuts of :func:`define_workload_bounds` (their
     time counts as build time); small problems solve faster without them; ``cuts`` gives those
     bounds instead (computed already). ``start`` is a feasible solution given to HiGHS as its
-    first incumbent.
+    first incumbent. ``max_nodes``: HiGHS's node limit (:func:`solve_model`), the time limit then a guard.
 
     From CHILD_MIN_OPTIONS options on (or with ``in_child=True``) all of it runs in a child
     process killed ``time_limit_s`` + DEADLINE_GRACE_S seconds after the call: the answer is
@@ -360,10 +401,10 @@ def solve_fleet(
     if in_child is None:
         in_child = len(problem.options) >= CHILD_MIN_OPTIONS
     if not (in_child and solver == "highs" and fork_available()):
-        return _solve_fleet_here(problem, time_limit_s, gap, solver, minimise, bounds, start, cuts)
+        return _solve_fleet_here(problem, time_limit_s, gap, solver, minimise, bounds, start, cuts, max_nodes=max_nodes)
 
     def work(report: Callable[[Any], None]) -> FleetSolution:
-        return _solve_fleet_here(problem, time_limit_s, gap, solver, minimise, bounds, start, cuts, report)
+        return _solve_fleet_here(problem, time_limit_s, gap, solver, minimise, bounds, start, cuts, report, max_nodes)
 
     out = run_with_deadline(work, time_limit_s + DEADLINE_GRACE_S)
     if out.finished:
@@ -372,17 +413,18 @@ def solve_fleet(
     if not out.reports:  # the same words as a solve that stopped by itself without a plan
         detail = (f"no solution found in {time_limit_s:g} s (the time limit); raise --time-limit-s" if out.timed_out
                   else f"the solver process failed ({out.error}) before it found a plan")
-        return FleetSolution(SolveStatus.ERROR, detail, solve_seconds=seconds, solver=solver)
+        return FleetSolution(SolveStatus.ERROR, detail, solve_seconds=seconds, solver=solver, time_limited=out.timed_out)
     why = (f"time limit ({time_limit_s:g} s) reached; the solver was stopped" if out.timed_out
            else f"the solver process failed ({out.error})")
     last: FleetSolution = out.reports[-1]
     return replace(last, status=SolveStatus.FEASIBLE, detail=f"{why}; best plan found so far" + _gap_text(last.gap),
-                   solve_seconds=max(seconds - last.build_seconds, 0.0))
+                   solve_seconds=max(seconds - last.build_seconds, 0.0), time_limited=out.timed_out)
 
 
 def _solve_fleet_here(problem: FleetProblem, time_limit_s: float, gap: float, solver: str, minimise: Minimise,
                       bounds: bool, start: FleetSolution | None, cuts: Mapping[str, float] | None = None,
-                      report: Callable[[FleetSolution], None] | None = None) -> FleetSolution:
+                      report: Callable[[FleetSolution], None] | None = None,
+                      max_nodes: int | None = None) -> FleetSolution:
     """:func:`solve_fleet` in this process; ``report`` receives every improving incumbent as a plan."""
     t0 = time.perf_counter()
     if cuts is None and bounds and minimise == "objective" and len(problem.demands) > 1 and len(problem.options) >= BOUNDS_MIN_OPTIONS:
@@ -399,5 +441,6 @@ def _solve_fleet_here(problem: FleetProblem, time_limit_s: float, gap: float, so
             report(extract(model, run, build_seconds, values))
     run = solve_model(model, time_limit_s=remaining_s, gap=gap, solver=solver, reported_limit_s=time_limit_s,
                       presolve=len(problem.options) >= PRESOLVE_MIN_OPTIONS, on_incumbent=on_incumbent,
-                      start=start_values(model, start) if start is not None and start.status.has_plan else None)
+                      start=start_values(model, start) if start is not None and start.status.has_plan else None,
+                      max_nodes=max_nodes)
     return extract(model, run, build_seconds)
