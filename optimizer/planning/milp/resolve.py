@@ -106,13 +106,9 @@ def topped_up(problem: FleetProblem, sol: FleetSolution, fill_idle: bool = True)
     demands = {d.workload: d for d in problem.demands}
     if any(idx not in options for idx in sol.replicas):
         return None
-    load: dict[tuple[str, str], float] = {}
-    for (w, b, k), q in sol.routed_qps.items():
-        mu = options[(w, k)].capacity_qps[b] if (w, k) in options else 0.0
-        if q > 0:
-            if mu <= 0:
-                return None
-            load[(w, k)] = load.get((w, k), 0.0) + q / mu
+    load, unservable = _replica_loads(options, sol)
+    if unservable:
+        return None
     keep: dict[tuple[str, str], float] = {}
     replicas = dict(sol.replicas)
     gpus = {d: g for d, g in sol.gpus.items()}  # the fleet beside which the overflow is placed
@@ -167,11 +163,7 @@ def trimmed(problem: FleetProblem, sol: FleetSolution) -> FleetSolution | None:
     demands = {d.workload: d for d in problem.demands}
     if any(idx not in options for idx in sol.replicas):
         return None
-    load: dict[tuple[str, str], float] = {}
-    for (w, b, k), q in sol.routed_qps.items():
-        mu = options[(w, k)].capacity_qps[b] if (w, k) in options else 0.0
-        if q > 0 and mu > 0:
-            load[(w, k)] = load.get((w, k), 0.0) + q / mu
+    load, _ = _replica_loads(options, sol)  # load on a zero capacity: left to is_feasible
     replicas = dict(sol.replicas)
     for idx, n in sol.replicas.items():
         if load.get(idx, 0.0) <= 0:
@@ -182,6 +174,22 @@ def trimmed(problem: FleetProblem, sol: FleetSolution) -> FleetSolution | None:
     if replicas == sol.replicas:
         return None
     return _with_replicas(problem, sol, replicas, "trimmed")
+
+
+def _replica_loads(options: dict, sol: FleetSolution) -> tuple[dict[tuple[str, str], float], bool]:
+    """Each deployment's load in replicas, load_k = Σ_b routed[b,k] / μ[b,k], over the buckets
+    with capacity; and whether any routed load falls on a zero capacity (μ ≤ 0 or no option)."""
+    load: dict[tuple[str, str], float] = {}
+    unservable = False
+    for (w, b, k), q in sol.routed_qps.items():
+        if q <= 0:
+            continue
+        mu = options[(w, k)].capacity_qps[b] if (w, k) in options else 0.0
+        if mu <= 0:
+            unservable = True
+            continue
+        load[(w, k)] = load.get((w, k), 0.0) + q / mu
+    return load, unservable
 
 
 def _with_replicas(problem: FleetProblem, sol: FleetSolution, replicas: dict[tuple[str, str], int],
