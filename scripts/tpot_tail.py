@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from catalog import load_catalog  # noqa: E402
 from optimizer.models.configs import build_configs  # noqa: E402
-from optimizer.models.lengths import sample_tokens  # noqa: E402
+from optimizer.models.lengths import fit_window, sample_requests  # noqa: E402
 from optimizer.models.params import load_params  # noqa: E402
 from optimizer.models.serving import serve_at_rate  # noqa: E402
 from optimizer.models.simulate import simulate  # noqa: E402
@@ -56,8 +56,8 @@ def _simulated(c, qps, prompt, requests, seeds, cut) -> tuple[float, float, floa
         r = simulate(c, 0, qps, prompt, OUTPUT, requests=requests, seed=seed)
         rng = np.random.default_rng(seed)  # simulate's draws, in its order
         arrivals = np.cumsum(rng.exponential(1.0 / qps, requests))[warm:]
-        prompts = sample_tokens(prompt, requests, rng)[warm:]
-        outputs = sample_tokens(OUTPUT, requests, rng)[warm:]
+        prompts, outputs = sample_requests(fit_window(prompt, OUTPUT, c.model.max_context_tokens), requests, rng)
+        prompts, outputs = prompts[warm:], outputs[warm:]
         start = arrivals + r.ttft_s - overhead  # first token: decoding starts
         end = arrivals + r.e2e_s - overhead
         flag = np.zeros(len(arrivals), dtype=bool)
