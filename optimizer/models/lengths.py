@@ -27,6 +27,7 @@ Samples are whole tokens (rounded, >= 1), as a server sees them. Pure functions,
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
@@ -66,6 +67,12 @@ def _lognormal_cut(dist: LengthDist) -> tuple[float, float, float, float]:
         return mu, sigma, np.inf, 1.0
     z_m = (float(np.log(dist.max)) - mu) / sigma
     return mu, sigma, z_m, _STD_NORMAL.cdf(z_m)
+
+
+def _phi_tail(z: float) -> float:
+    """Phi(z) = erfc(−z/√2)/2, accurate relative to itself far in the lower tail (``NormalDist.cdf`` computes
+    (1 + erf)/2, which is 0 below z ≈ −8.3)."""
+    return 0.5 * math.erfc(-z / math.sqrt(2.0))
 
 
 def _phi(z: np.ndarray) -> np.ndarray:
@@ -260,13 +267,31 @@ def _share_above(dist: LengthDist, cut: float) -> float:
     if dist.max is not None and cut >= dist.max:
         return 0.0
     z_c = (float(np.log(cut)) - mu) / sigma
-    beyond_m = 0.0 if dist.max is None else _STD_NORMAL.cdf(-z_m)
-    return max(_STD_NORMAL.cdf(-z_c) - beyond_m, 0.0) / kept
+    beyond_m = 0.0 if dist.max is None else _phi_tail(-z_m)
+    return max(_phi_tail(-z_c) - beyond_m, 0.0) / kept
+
+
+def _log_phi(z: float) -> float:
+    """ln Phi(z), finite for every finite z: ``log1p(−Phi(−z))`` above −5, ``ln Phi(z)`` down to −37, below
+    that the asymptotic ``ln φ(z) − ln(−z) + ln(1 − 1/z² + 3/z⁴)`` (where Phi(z) underflows)."""
+    if z > -5.0:
+        return math.log1p(-_phi_tail(-z))
+    if z > -37.0:
+        return math.log(_phi_tail(z))
+    return -z * z / 2.0 - 0.5 * math.log(2.0 * math.pi) - math.log(-z) + math.log1p(-1.0 / (z * z) + 3.0 / z**4)
+
+
+def _log_below(dist: LengthDist, cut: float) -> float:
+    """ln P(X <= cut) of a lognormal (its own ``max`` included): ln Phi(z_c) − ln Phi(z_m), 0 at or above max."""
+    mu, sigma, z_m, _ = _lognormal_cut(dist)
+    if dist.max is not None and cut >= dist.max:
+        return 0.0
+    return _log_phi((math.log(cut) - mu) / sigma) - (0.0 if dist.max is None else _log_phi(z_m))
 
 
 def _best_split(prompt: LengthDist, output: LengthDist, window: int) -> int:
     """The prompt cut c in [1, W − 1] of two lognormals keeping most requests: the maximum of
-    ``ln(1 − P(X_P > c)) + ln(1 − P(X_O > W − c))``, concave in c (ln Phi is concave and increasing, z(c) =
+    ``ln P(X_P <= c) + ln P(X_O <= W − c)`` (``_log_below``), concave in c (ln Phi is concave and increasing, z(c) =
     (ln c − mu)/sigma concave), by golden section, then the better of the two whole tokens around it.
     Cached by the laws' figures (a capacity search asks for the same pair at every call)."""
     return _best_split_of(prompt.mean, prompt.p99, prompt.max, output.mean, output.p99, output.max, window)
@@ -278,7 +303,7 @@ def _best_split_of(p_mean, p_p99, p_max, o_mean, o_p99, o_max, window: int) -> i
     output = LengthDist(mean=o_mean, p99=o_p99, max=o_max)
 
     def kept(c: float) -> float:
-        return float(np.log1p(-_share_above(prompt, c)) + np.log1p(-_share_above(output, window - c)))
+        return _log_below(prompt, c) + _log_below(output, window - c)
 
     lo, hi = 1.0, window - 1.0
     g = (np.sqrt(5.0) - 1.0) / 2.0
