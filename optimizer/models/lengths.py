@@ -392,14 +392,17 @@ def _histogram_dist(values: np.ndarray, bins: int) -> LengthDist:
     return LengthDist(histogram=sorted(rows.items()))
 
 
-def split_buckets(prompt: LengthDist, output: LengthDist, n_buckets: int) -> list[Bucket]:
+def split_buckets(prompt: LengthDist, output: LengthDist, n_buckets: int,
+                  window_tokens: int | None = None) -> list[Bucket]:
     """Split requests into ``n_buckets`` equal-count size classes by prompt + output tokens.
 
     Requests (prompt and output independent, as the workload states them) are sampled
     with a fixed seed, sorted by ``prompt + output`` and cut at the quantiles
     ``k/n_buckets``; each bucket gets ``fraction = 1/n_buckets`` and histogram
     distributions of its prompts and outputs (treated as independent inside the bucket).
-    ``n_buckets = 1`` or two fixed lengths return the workload itself as one bucket.
+    ``n_buckets = 1`` or two fixed lengths return the workload itself as one bucket. With ``window_tokens``
+    the requests are sampled within the context window (``fit_window``, ``sample_requests``): no bucket holds a
+    request the window cuts (the same draws when none reaches a cut).
     The Mélange idea (arXiv 2404.14527): short requests may go to cheap devices.
     """
     if n_buckets < 1:
@@ -409,8 +412,11 @@ def split_buckets(prompt: LengthDist, output: LengthDist, n_buckets: int) -> lis
     if n_buckets == 1 or (prompt.kind == "fixed" and output.kind == "fixed"):
         return [Bucket(1.0, prompt, output, "all")]
     rng = np.random.default_rng(BUCKET_SEED)
-    p = sample_tokens(prompt, BUCKET_SAMPLE_SIZE, rng)
-    o = sample_tokens(output, BUCKET_SAMPLE_SIZE, rng)
+    if window_tokens is None:
+        p = sample_tokens(prompt, BUCKET_SAMPLE_SIZE, rng)
+        o = sample_tokens(output, BUCKET_SAMPLE_SIZE, rng)
+    else:
+        p, o = sample_requests(fit_window(prompt, output, window_tokens), BUCKET_SAMPLE_SIZE, rng)
     order = np.argsort(p + o, kind="stable")
     buckets = []
     for k, idx in enumerate(np.array_split(order, n_buckets)):

@@ -30,6 +30,7 @@ from optimizer.models.lengths import (
     quantile_tokens,
     sample_requests,
     sample_tokens,
+    split_buckets,
     stratum_deviations,
 )
 from optimizer.models.params import load_params
@@ -213,3 +214,20 @@ def test_simulator_never_runs_a_request_beyond_the_window(seed, ratio):
     r = simulate(_llama2(), 0, 0.5, prompt, output, requests=1000, seed=seed, max_sequences=1)
     assert r.max_kv_tokens <= 4096
     assert r.max_kv_tokens > 3500  # the long prompts are there, cut at the window (uncut: 5,900-12,500 tokens)
+
+
+def test_buckets_hold_no_request_beyond_the_window():
+    # prompts lognormal 1,000 / p99 3,000 and 500 output tokens on a 4,096-token window: 0.38 % of the 40,000 sampled
+    # prompts are above 3,596 (about 150); within the window the top bucket's longest prompt is at most 3,596
+    prompt, output = LengthDist(mean=1000, p99=3000), LengthDist(mean=500)
+    uncut = split_buckets(prompt, output, 4)
+    cut = split_buckets(prompt, output, 4, 4096)
+    assert max(t for t, _ in uncut[-1].prompt.histogram) > 3596  # the case needs the window
+
+    def top(d):
+        return max(t for t, _ in d.histogram) if d.histogram else d.mean
+
+    assert max(top(b.prompt) for b in cut) <= 3596 and all(b.output.mean == 500 for b in cut)
+    # far inside the window: the same buckets
+    chat = split_buckets(LengthDist(mean=1024, p99=4096), LengthDist(mean=256, p99=1024), 4)
+    assert chat == split_buckets(LengthDist(mean=1024, p99=4096), LengthDist(mean=256, p99=1024), 4, 131_072)
