@@ -231,3 +231,14 @@ def test_buckets_hold_no_request_beyond_the_window():
     # far inside the window: the same buckets
     chat = split_buckets(LengthDist(mean=1024, p99=4096), LengthDist(mean=256, p99=1024), 4)
     assert chat == split_buckets(LengthDist(mean=1024, p99=4096), LengthDist(mean=256, p99=1024), 4, 131_072)
+
+
+def test_a_stated_cut_within_the_window_is_kept_and_not_warned():
+    # mixtral-8x7b's 32,768 tokens, 256 output tokens: prompts 1,024 / p99 8,192 cut at 32,512 by the planner
+    # (2.6e-4 left out: a warning), or stated so in the plan (nothing left out by the window: no warning)
+    stated = _plan("mixtral-8x7b", {"mean": 1024, "p99": 8192, "max": 32512}, 256)
+    same, notes = fit_plan_windows(stated, CAT)
+    assert same is stated and notes == []
+    cut, warned = fit_plan_windows(_plan("mixtral-8x7b", {"mean": 1024, "p99": 8192}, 256), CAT)
+    assert cut.workloads[0].prompt_tokens == stated.workloads[0].prompt_tokens
+    assert [n.code for n in warned] == ["context_window"] and "0.0262 %" in warned[0].message
