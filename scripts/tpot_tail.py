@@ -10,6 +10,8 @@ whose decoding does not overlap the prefill of a prompt of ``--cut`` tokens or m
 started before that prompt's first token and ended after its arrival). Prints the CPU time (process time).
 20 seeds by default: with these prompts one run's TPOT p99 is set by its longest prompt (20.28 req/s: 12.5-32.2 ms
 over seeds 0-19; seeds 0-2 pooled 19.14 ms, all 20 pooled 15.27), so 3 seeds overstate the expected p99.
+Both sides cut the prompts to the model's 131,072-token context window (``lengths.fit_window``, ctxwin: the
+simulated p99 at 20.28 req/s, 20 seeds, is 14.39 ms with the cut); the "hit" flags replay simulate's cut draws.
 """
 
 from __future__ import annotations

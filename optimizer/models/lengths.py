@@ -342,11 +342,20 @@ def fit_window(prompt: LengthDist, output: LengthDist, window_tokens: int) -> Wi
     if top_p + top_o <= w:
         return Windowed(prompt, output, top_p, top_o, 0.0, w)
     bounded_p, bounded_o = prompt.kind != "lognormal", output.kind != "lognormal"
-    longest = top_p if bounded_p else top_o
-    if (bounded_p and bounded_o) or (bounded_p or bounded_o) and longest >= w:
+    fix = "shorten the requests or choose a model with a longer context"
+    if bounded_p and bounded_o:
         raise ModelError(f"a request of {top_p:,.0f} prompt + {top_o:,.0f} output tokens does not fit the "
-                         f"{w:,}-token context window; shorten the requests or choose a model with a longer context")
-    cut_p = (w - top_o) if bounded_o else top_p if bounded_p else float(_best_split(prompt, output, w))
+                         f"{w:,}-token context window; {fix}")
+    if bounded_p and top_p >= w or bounded_o and top_o >= w:
+        what, longest = ("prompt", top_p) if bounded_p else ("output", top_o)
+        raise ModelError(f"a {longest:,.0f}-token {what} leaves no token of the {w:,}-token context window to the "
+                         f"{'output' if bounded_p else 'prompt'}; {fix}")
+    if bounded_o:
+        cut_p = w - top_o  # the prompt cut below the window by the longest output
+    elif bounded_p:
+        cut_p = top_p  # the prompt kept whole, the output cut at w − its longest
+    else:
+        cut_p = float(_best_split(prompt, output, w))
     cut_o = w - cut_p
     a, b = _share_above(prompt, cut_p), _share_above(output, cut_o)
     return Windowed(_cut(prompt, cut_p, a), _cut(output, cut_o, b), cut_p, cut_o, a + b - a * b, w)

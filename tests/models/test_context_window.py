@@ -141,7 +141,7 @@ def _share(dist: LengthDist, cut: float) -> float:
 def test_bounded_laws_that_do_not_fit_are_errors():
     with pytest.raises(ModelError, match="130,000 prompt \\+ 2,000 output tokens does not fit the 131,072-token"):
         fit_window(LengthDist(mean=130_000), LengthDist(histogram=[[100, 1], [2000, 1]]), 131_072)
-    with pytest.raises(ModelError, match="does not fit the 4,096-token context window"):
+    with pytest.raises(ModelError, match="a 4,096-token prompt leaves no token of the 4,096-token context window to the output"):
         fit_window(LengthDist(mean=4096), LengthDist(mean=50, p99=100), 4096)
 
 
