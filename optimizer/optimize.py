@@ -1,6 +1,7 @@
 """The optimizer's front door: plan in, :class:`~optimizer.results.plan_result.PlanResult` out.
 
-``optimize_plan`` reads like its pipeline: candidates (from the performance and serving
+``optimize_plan`` reads like its pipeline: request lengths cut to each model's context window
+(:mod:`optimizer.planning.context_window`) → candidates (from the performance and serving
 models, or from a measured capacity table) → headroom (capacities at the plan's confidence
 level and utilisation cap, rates at its demand quantile) → MILP data → solve → the
 simulator's check, re-sizing missed deployments → diagnostics (why infeasible; the best
@@ -22,6 +23,7 @@ from optimizer.planning import disk_cache
 from optimizer.planning.candidate_set import CandidateSet, fleet_problem, rebase_candidates
 from optimizer.planning.candidates import model_candidates
 from optimizer.planning.capacity_table import CapacityTable, load_capacity_table, table_candidates
+from optimizer.planning.context_window import fit_plan_windows
 from optimizer.planning.diagnose import (
     binding_limits,
     single_device_note,
@@ -90,13 +92,14 @@ def optimize_plan(
     if n_buckets < 1:
         raise SolverError(f"n_buckets must be >= 1 (got {n_buckets}); e.g. --buckets 4")
     clock = StageClock()
+    plan, window_notes = fit_plan_windows(plan, catalog)
     cset = plan_candidates(plan, catalog, params, capacity_table, n_buckets, candidates)
     model_params = None if capacity_table is not None else (params if params is not None else load_params(None))
     fidelity = fidelity_map(cset, model_params, catalog)
     cset = sized(cset, capacity_factors(plan, fidelity), demand_factor(plan))
     clock.lap("candidates")
     problem = fleet_problem(cset, plan)
-    diagnostics = list(cset.diagnostics)
+    diagnostics = window_notes + list(cset.diagnostics)
     if missing := unservable(cset):
         sol = FleetSolution(SolveStatus.INFEASIBLE, "; ".join(d.message for d in missing), solver=options.solver)
         clock.lap("solve")

@@ -7,6 +7,7 @@ Loaded from YAML by :func:`workloads.load.load_plan`; every model here is strict
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 from typing import Annotated, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
@@ -20,19 +21,24 @@ Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 
 MAX_QPS = 1e7  # ten million requests per second: beyond any real service; catches unit slips
 MAX_TOKENS = 10_000_000
+_NORMAL = NormalDist()
 
 
 class LengthDist(Strict):
     """A token-length distribution: fixed, lognormal from mean and p99, or a histogram.
 
     Written in YAML as a number (fixed), ``{mean: M, p99: P}`` or
-    ``{histogram: [[tokens, weight], ...]}``.
+    ``{histogram: [[tokens, weight], ...]}``. A lognormal may carry ``max: X`` (tokens): the law is then
+    the lognormal fitted to ``{mean, p99}`` *conditioned on* length <= X (requests longer than X do not
+    exist; ``mean_tokens`` and ``p99_tokens`` are those of the conditional law). The planner sets it
+    where a request would not fit the model's context window (``optimizer.models.lengths.fit_window``).
     """
 
     mean: Annotated[float, Field(gt=0, le=MAX_TOKENS, allow_inf_nan=False)] | None = None
     p99: Annotated[float, Field(gt=0, le=MAX_TOKENS, allow_inf_nan=False)] | None = None
     histogram: list[tuple[Annotated[float, Field(gt=0, le=MAX_TOKENS, allow_inf_nan=False)],
                           Annotated[float, Field(gt=0, allow_inf_nan=False)]]] | None = None
+    max: Annotated[float, Field(ge=1, le=MAX_TOKENS, allow_inf_nan=False)] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -55,6 +61,9 @@ class LengthDist(Strict):
             raise ValueError("give a number, {mean, p99} or {histogram: [[tokens, weight], ...]}")
         elif self.p99 is not None and self.p99 < self.mean:
             raise ValueError(f"p99 ({self.p99:g}) is below the mean ({self.mean:g}); p99 must be >= mean")
+        if self.max is not None and self.kind != "lognormal":
+            raise ValueError(f"max ({self.max:g}) cuts a {{mean, p99}} law only; a fixed length or a histogram's "
+                             "largest row is its own maximum: drop max")
         return self
 
     @property
@@ -65,9 +74,14 @@ class LengthDist(Strict):
 
     @property
     def mean_tokens(self) -> float:
+        """E[X]: the fixed value, the histogram's Σ t·w / Σ w, the lognormal's mean; with ``max`` = m,
+        ``E[X | X <= m] = mean · Phi(z_m − sigma) / Phi(z_m)``, z_m = (ln m − mu) / sigma."""
         if self.histogram is not None:
             total = sum(w for _, w in self.histogram)
             return sum(t * w for t, w in self.histogram) / total
+        if self.max is not None:
+            _, sigma, z_m, kept = self.lognormal_cut()
+            return float(self.mean) * _NORMAL.cdf(z_m - sigma) / kept  # type: ignore[arg-type]
         return float(self.mean)  # type: ignore[arg-type]
 
     @property
@@ -80,11 +94,27 @@ class LengthDist(Strict):
                 if acc >= 0.99 * total:
                     return t
             return max(t for t, _ in self.histogram)
+        if self.max is not None:  # the conditional law's: exp(mu + sigma · Phi^-1(0.99 · Phi(z_m)))
+            mu, sigma, _, kept = self.lognormal_cut()
+            return math.exp(mu + sigma * _NORMAL.inv_cdf(0.99 * kept))
         return float(self.p99 if self.p99 is not None else self.mean)  # type: ignore[arg-type]
 
+    def lognormal_cut(self) -> tuple[float, float, float, float]:
+        """(mu, sigma, z_m, Phi(z_m)) of a lognormal: ``ln X ~ N(mu, sigma²)`` fitted to {mean, p99}
+        (mu = ln mean − sigma²/2), z_m = (ln max − mu)/sigma the standardised cut and Phi(z_m) the share
+        of the uncut law below it (no ``max``: z_m = inf, share 1)."""
+        sigma = self.lognormal_sigma()
+        mu = math.log(float(self.mean)) - sigma * sigma / 2.0  # type: ignore[arg-type]
+        if self.max is None:
+            return mu, sigma, math.inf, 1.0
+        z_m = (math.log(self.max) - mu) / sigma
+        return mu, sigma, z_m, _NORMAL.cdf(z_m)
+
     def lognormal_sigma(self) -> float:
-        """σ of the lognormal with this mean and p99: solve p99/mean = exp(z·σ − σ²/2), z = 2.3263."""
-        ratio = self.p99_tokens / self.mean_tokens
+        """σ of the lognormal with this mean and p99: solve p99/mean = exp(z·σ − σ²/2), z = 2.3263
+        (the stated mean and p99: those of the law before any ``max`` cut)."""
+        ratio = (self.p99_tokens / self.mean_tokens if self.histogram is not None
+                 else float(self.p99 if self.p99 is not None else self.mean) / float(self.mean))  # type: ignore[arg-type]
         if ratio <= 1.0:
             return 0.0
         z = Z99

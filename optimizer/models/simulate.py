@@ -42,7 +42,7 @@ from optimizer.models import perf
 from optimizer.models.attention import effective_context
 from optimizer.models.configs import Configs
 from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS  # noqa: E402 (re-exported)
-from optimizer.models.lengths import sample_tokens
+from optimizer.models.lengths import fit_window, sample_requests
 from optimizer.models.sim_result import PERCENTILES, Percentile, SimResult, percentile_ci  # noqa: F401 (re-exported)
 from workloads.spec import LengthDist
 
@@ -148,7 +148,8 @@ def simulate(
 ) -> SimResult:
     """Simulate ``requests`` Poisson arrivals at ``qps`` on configuration ``index`` of ``c``.
 
-    Lengths are sampled from ``prompt``/``output`` (whole tokens), arrival gaps are
+    Lengths are sampled from ``prompt``/``output`` (whole tokens) cut to the model's context window
+    (``lengths.fit_window``, the analytic model's law: no request is longer than the window), arrival gaps are
     Exp(qps); both from ``numpy.random.default_rng(seed)`` so a seed fixes the result.
     KV capacity is ``c.kv_capacity_tokens[index]``; the running-sequence cap is
     ``max_sequences`` (default ``c.batch_cap[index]``: the engine's cap per attention rank × ep, or ``max_batch``).
@@ -164,8 +165,7 @@ def simulate(
         raise ModelError(f"requests must be >= 1 (got {requests})")
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1.0 / qps, requests))
-    prompts = sample_tokens(prompt, requests, rng)
-    outputs = sample_tokens(output, requests, rng)
+    prompts, outputs = sample_requests(fit_window(prompt, output, c.model.max_context_tokens), requests, rng)
     cap_kv = float(c.kv_capacity_tokens[index]) - shared_prefix_tokens
     max_seqs = int(max_sequences or c.batch_cap[index])
     shared = np.minimum(shared_prefix_tokens, prompts - 1)

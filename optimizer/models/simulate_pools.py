@@ -24,7 +24,7 @@ import numpy as np
 
 from optimizer.models.configs import Configs
 from optimizer.models.disagg import PREFILL_OUTPUT, kv_link_bytes_s
-from optimizer.models.lengths import sample_tokens
+from optimizer.models.lengths import fit_window, sample_tokens
 from optimizer.models.sim_result import PERCENTILES, Percentile, SimResult, percentile_ci
 from optimizer.models.simulate import simulate
 from workloads.spec import LengthDist
@@ -46,14 +46,17 @@ def simulate_pools(cp: Configs, ip: int, cd: Configs, idx: int, prefill_qps: flo
                    prompt: LengthDist, output: LengthDist, nic_gbps_per_gpu: float, *, requests: int = 20_000,
                    seed: int = 0, shared_prefix_tokens: int = 0, prefix_hit_fraction: float = 0.0) -> PoolSimResult:
     """Simulate prefill configuration ``ip`` of ``cp`` at ``prefill_qps`` and decode configuration
-    ``idx`` of ``cd`` at ``decode_qps`` (req/s per replica) on the same sampled requests."""
+    ``idx`` of ``cd`` at ``decode_qps`` (req/s per replica) on the same sampled requests (the pair's laws cut to
+    the context window, ``lengths.fit_window``, before the prefill pool sees the prompts alone)."""
+    window = fit_window(prompt, output, cd.model.max_context_tokens)
+    prompt, output = window.prompt, window.output
     pre = simulate(cp, ip, prefill_qps, prompt, PREFILL_OUTPUT, requests=requests, seed=seed,
                    prefix_hit_fraction=prefix_hit_fraction, shared_prefix_tokens=shared_prefix_tokens)
     dec = simulate(cd, idx, decode_qps, prompt, output, requests=requests, seed=seed,
                    prefix_hit_fraction=1.0, shared_prefix_tokens=shared_prefix_tokens)
     rng = np.random.default_rng(seed)  # the same draws as simulate(): gaps, then prompts
     rng.exponential(1.0, requests)
-    prompts = sample_tokens(prompt, requests, rng)
+    prompts = sample_tokens(prompt, requests, rng, window.prompt_cut_tokens)
     warm = requests - len(pre.ttft_s)
     sent = np.maximum(prompts[warm:] - np.minimum(shared_prefix_tokens, prompts[warm:] - 1), 1)
     link = float(kv_link_bytes_s(cp.take([ip]), [nic_gbps_per_gpu])[0])

@@ -65,6 +65,7 @@ from optimizer.planning.candidate_set import (
     missing_figures,
     unit_terms,
 )
+from optimizer.planning.context_window import fit_plan_windows
 from optimizer.planning.evaluate import bucket_capacity, finite_or_zero, variant_job
 from optimizer.planning.screening import Screened, dominated_reason, evaluate_screened
 from optimizer.planning.solver_options import DEFAULT_N_BUCKETS
@@ -129,11 +130,12 @@ def tp_degrees(device: Device, server_gpus: int | None = None) -> list[int]:
 
 
 
-def _bucket_specs(w: Workload, n_buckets: int) -> tuple[BucketSpec, ...]:
-    """Request-size buckets: online workloads split by size (``split_buckets``); batch ones whole."""
+def _bucket_specs(w: Workload, n_buckets: int, window_tokens: int) -> tuple[BucketSpec, ...]:
+    """Request-size buckets: online workloads split by size (``split_buckets``, its requests sampled within the
+    model's context window ``window_tokens``); batch ones whole."""
 
     rate = w.request_rate_qps
-    parts = split_buckets(w.prompt_tokens, w.output_tokens, 1 if w.is_batch else n_buckets)
+    parts = split_buckets(w.prompt_tokens, w.output_tokens, 1 if w.is_batch else n_buckets, window_tokens)
     return tuple(
         BucketSpec(i, b.fraction, b.fraction * rate, b.label, b.prompt.mean_tokens, b.output.mean_tokens,
                    b.prompt, b.output)
@@ -254,7 +256,7 @@ def _prepare(w: Workload, plan: Plan, catalog: Catalog, units: dict[str, UnitSpe
     """Enumerate, fit in memory (smallest pp that fits) and build the configs of one workload."""
 
     model = catalog.model(w.model)
-    buckets = _bucket_specs(w, n_buckets)
+    buckets = _bucket_specs(w, n_buckets, model.max_context_tokens)
     todo, pruned = _combos(w, model, catalog, units, plan, len(buckets))
 
     # pp: the smallest degree that fits; pp = 1 is kept (pruned, with the memory reason) when it does not.
@@ -289,7 +291,7 @@ def _as_whole(w: Workload, prep: _Prepared) -> _Prepared | None:
     if len(prep.buckets) < 2:
         return None
     pruned = [replace(c, capacity_qps=c.capacity_qps[:1], limited_by=c.limited_by[:1]) for c in prep.pruned]
-    return replace(prep, buckets=_bucket_specs(w, 1), pruned=pruned)
+    return replace(prep, buckets=_bucket_specs(w, 1, prep.model.max_context_tokens), pruned=pruned)
 
 
 def _finish(w: Workload, prep: _Prepared, units: dict[str, UnitSpec], params: CalibrationParams, a: MoneyAssumptions,
@@ -442,6 +444,7 @@ def model_candidates(
     screen = prune if screen is None else screen and prune
 
     params = params if params is not None else load_params(None)
+    plan, _ = fit_plan_windows(plan, catalog)  # optimize_plan did (and kept the warnings); direct callers too
     units = catalog_units(plan, catalog)
     a = MoneyAssumptions.from_plan(plan)
     terms = {k: unit_terms(u, a) for k, u in units.items()}

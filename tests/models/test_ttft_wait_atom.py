@@ -18,7 +18,7 @@ from optimizer.models.params import load_params
 from optimizer.models.serving import latency as lat
 from optimizer.models.serving import serve_at_rate
 from optimizer.models.serving.rows import row_lengths
-from optimizer.models.serving.state import lengths_for
+from optimizer.models.serving.state import QUANTILE_RTOL, lengths_for
 from optimizer.models.simulate import simulate
 from workloads.spec import LengthDist
 
@@ -83,9 +83,9 @@ def test_e2e_p99_does_not_fall_as_the_rate_rises(case):
 
 
 _MOE_TPOT_FALLS = pytest.mark.xfail(strict=True, reason=(
-    "the MoE TPOT p99 falls at mid load (docs/model-accuracy.md, 'MoE TPOT p99 at mid load'): mixtral-8x7b 0.9085x "
-    "of the previous rate's at 1.01-3.02 req/s, qwen3-30b-a3b 0.9745x at 10.2 -> 15.5; the tpot11 prototypes left "
-    "mixtral at 0.9920x and are not shipped"))
+    "the MoE TPOT p99 falls at mid load (docs/model-accuracy.md, 'MoE TPOT p99 at mid load'): mixtral-8x7b 0.9076x "
+    "of the previous rate's at 1.01-3.02 req/s, qwen3-30b-a3b 0.9743x at 10.2 -> 15.5 (prompts cut to the context "
+    "window, ctxwin; 0.9085x / 0.9745x uncut); the tpot11 prototypes left mixtral at 0.9920x and are not shipped"))
 TPOT_CASES = [pytest.param(case, marks=_MOE_TPOT_FALLS) if CAT.model(case[0]).num_experts else case for case in CASES]
 
 
@@ -93,8 +93,12 @@ TPOT_CASES = [pytest.param(case, marks=_MOE_TPOT_FALLS) if CAT.model(case[0]).nu
 def test_tpot_p99_does_not_fall_as_the_rate_rises(case):
     # the capacity search assumes a p99 that rises with λ. Dense cases: monotone. The MoE cases are strict xfails:
     # when a change makes them monotone this test reports XPASS as a failure, and the marks come off
+    # Tolerance QUANTILE_RTOL (1e-5): each p99 is found to that share of its value (or its tail within 0.1 % of 1 %),
+    # so a smaller fall is the quantile solver's, not the model's. With llama-3.1-8b's prompts cut to the context
+    # window (ctxwin) the p99 fell 4.52695316 -> 4.52694684 ms (1.4e-6) at 1.0e-3 -> 1.4e-3 req/s; solved to 1e-12
+    # it rises (4.52694873 -> 4.52697751)
     rates, p99 = _p99_up_to_saturation(case, "tpot_p99_ms")
-    falls = np.flatnonzero(p99[1:] / p99[:-1] < 1.0 - 1e-6)
+    falls = np.flatnonzero(p99[1:] / p99[:-1] < 1.0 - QUANTILE_RTOL)
     assert not len(falls), f"p99 falls at {rates[falls + 1]} req/s: {p99[falls]} -> {p99[falls + 1]} ms"
 
 

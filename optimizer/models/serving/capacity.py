@@ -10,6 +10,7 @@ import numpy as np
 from optimizer.models import perf
 from optimizer.models.configs import Configs
 from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS, Z99
+from optimizer.models.lengths import window_pair
 from optimizer.models.params import CalibrationParams
 from optimizer.models.serving.fixed_point import solve_state
 from optimizer.models.serving.latency import SLO_LIMITS, LoadResult, evaluate_load, take_state
@@ -123,9 +124,12 @@ def capacity_at_slo_sets(
 def tiled_rows(c: Configs, lengths: Sequence[tuple[LengthDist, LengthDist]],
                technique: ServingTechnique | None = None) -> tuple[Configs, RowLengths]:
     """The G·N rows of ``capacity_at_slo_sets``: the configurations (``technique`` applied) repeated
-    once per (prompt, output) pair of ``lengths``, and each row's lengths (set g: rows g·N..(g+1)·N−1)."""
+    once per (prompt, output) pair of ``lengths``, and each row's lengths (set g: rows g·N..(g+1)·N−1), each pair
+    cut to the model's context window (``lengths.window_pair``)."""
     active = technique is not None and technique.active
-    sets = [lengths_for(p, o, technique) if active else lengths_for(p, o) for p, o in lengths]
+    window = c.model.max_context_tokens  # every pair cut to the context window, as the simulator cuts it
+    sets = [lengths_for(*window_pair(p, o, window), technique) if active else lengths_for(*window_pair(p, o, window))
+            for p, o in lengths]
     cc = technique.configure(c) if active else c
     n = len(c)
     return (cc if len(sets) == 1 else cc.take(np.tile(np.arange(n), len(sets)))), row_lengths(sets, n)

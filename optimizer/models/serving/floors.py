@@ -7,7 +7,7 @@ import numpy as np
 from catalog.errors import ModelError
 from optimizer.models import perf
 from optimizer.models.configs import Configs
-from optimizer.models.lengths import quantile_tokens
+from optimizer.models.lengths import quantile_tokens, window_pair
 from optimizer.models.params import CalibrationParams
 from optimizer.models.serving.capacity import slo_targets
 from workloads.spec import SLO, LengthDist
@@ -24,8 +24,10 @@ def batch_throughput(
     The replica runs the memory-limited batch continuously (``perf.offline_throughput_tokens_s``
     at the mean prompt and output lengths: batch = min(scheduler cap, sequences whose KV
     fits), each step decodes the batch and prefills its amortised prompts).
-    requests/s = tokens/s / E[O]. Zero where not even one sequence fits.
+    requests/s = tokens/s / E[O]. Zero where not even one sequence fits. Lengths cut to the context window
+    (``lengths.window_pair``).
     """
+    prompt, output = window_pair(prompt, output, c.model.max_context_tokens)
     el, eo = prompt.mean_tokens, output.mean_tokens
     _, tok_s = perf.offline_throughput_tokens_s(c, el, eo)
     tok_s = np.where(np.asarray(c.supported, dtype=bool), np.nan_to_num(tok_s, nan=0.0), 0.0)
@@ -41,7 +43,10 @@ def slo_floor_ms(c: Configs, prompt: LengthDist, output: LengthDist) -> dict[str
       and no schedule prefills them faster);
     - ``e2e``: ``(O_p99 − 1)·tpot_bound_ms`` (1 % of the requests decode at least O_p99 − 1
       tokens, each no faster than the TPOT bound).
+
+    Lengths cut to the context window (``lengths.window_pair``).
     """
+    prompt, output = window_pair(prompt, output, c.model.max_context_tokens)
     l99 = float(quantile_tokens(prompt, 0.99))
     o99 = float(quantile_tokens(output, 0.99))
     tpot = perf.tpot_bound_ms(c)

@@ -14,6 +14,7 @@ from catalog.errors import ModelError
 from optimizer.models import perf
 from optimizer.models.configs import Configs
 from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS, Z99
+from optimizer.models.lengths import window_pair
 from optimizer.models.params import CalibrationParams
 from optimizer.models.serving.carrying import carrying_step_sums
 from optimizer.models.serving.feedback import batch_average_var, feedback_factors
@@ -89,12 +90,13 @@ def serve_at_rate(
 
     See the module docstring for the formulas. ``params`` is accepted for symmetry with
     the perf model (its factors are already folded into ``c``). ``technique``: prefix caching
-    and speculative decoding (``optimizer.models.techniques``).
+    and speculative decoding (``optimizer.models.techniques``). The lengths are cut to the model's
+    context window (``lengths.window_pair``), as the simulator cuts them.
     """
     lam = np.broadcast_to(check_rate(qps), (len(c),)).astype(float)
     if technique is not None:
         c = technique.configure(c)
-    lens = row_lengths([lengths_for(prompt, output, technique)], len(c))
+    lens = row_lengths([lengths_for(*window_pair(prompt, output, c.model.max_context_tokens), technique)], len(c))
     return evaluate_load(c, lam, lens, prefill_chunk_tokens, need=set(SLO_LIMITS) if percentiles else set())
 
 
