@@ -132,25 +132,30 @@ def batch_average_var(lam, tbar, window, o1, o_w) -> np.ndarray:
     return np.where(window > 0, v, 0.0)
 
 
-def batch_average_k3(lam, tbar, window, o1, o_w) -> np.ndarray:
-    """Third cumulant of the M/G/∞ population averaged over a window W (per config, per O node; as
-    ``batch_average_var``).
+def batch_average_cumulants(lam, tbar, window, o1, o_w) -> tuple[np.ndarray, np.ndarray]:
+    """Variance and third cumulant of the M/G/∞ population averaged over a window W (per config, per O node; as
+    ``batch_average_var``), in one pass.
 
     Shot noise: another request of service s arriving at offset a overlaps the window for o(a), a trapezoid rising
     over m = min(s, W), flat at m for |s − W|, falling over m; its k-th cumulant is ``λ·Σ_q w_q·∫(o/W)^k da`` =
-    ``(λ/W^k)·Σ_q w_q·(2m^(k+1)/(k+1) + |s_q − W|·m^k)``. k = 2 is ``batch_average_var``; k = 3:
+    ``(λ/W^k)·Σ_q w_q·(2m^(k+1)/(k+1) + |s_q − W|·m^k)``. k = 2 is ``batch_average_var`` (to rounding); k = 3:
     ``(λ/W³)·Σ_q w_q·m³·(|s_q − W| + m/2)``. For s = W it is λW/2 = b̄/2 against the variance 2b̄/3: skewness
     0.92/√b̄, what the simulated TPOT of a nearly idle MoE replica shows (qwen3-30b-a3b fp8 h100 at 2.89 req/s,
     b̄ = 0.91: 1.11 simulated, docs/model-accuracy.md "MoE TPOT p99 at mid load").
     """
-    integral = np.empty(window.shape)
+    integral = np.empty(window.shape + (2,))
     step = max(1, GRID_BLOCK_ELEMENTS // max(window.shape[1] * o1.shape[1], 1))
     for start in range(0, len(window), step):
         rows = slice(start, start + step)
         s = o1[rows, None, :] * tbar[rows, None, None]  # (rows, 1, QO') others' service
         w = window[rows, :, None]  # (rows, QO, 1)
         m = np.minimum(s, w)
-        integral[rows] = ((m**3 * (np.abs(s - w) + m / 2.0)) @ o_w[rows, :, None])[:, :, 0]
+        flat = np.abs(s - w)
+        m2 = m * m
+        both = np.stack([m2 * (flat + 2.0 * m / 3.0), m2 * m * (flat + m / 2.0)], axis=-2)  # (rows, QO, 2, QO')
+        integral[rows] = (both @ o_w[rows, None, :, None])[..., 0]
     with np.errstate(invalid="ignore", divide="ignore"):
-        k3 = lam[:, None] * integral / np.maximum(window, 1e-300) ** 3
-    return np.where(window > 0, k3, 0.0)
+        w = np.maximum(window, 1e-300)
+        var = lam[:, None] * integral[..., 0] / w**2
+        k3 = lam[:, None] * integral[..., 1] / w**3
+    return np.where(window > 0, var, 0.0), np.where(window > 0, k3, 0.0)

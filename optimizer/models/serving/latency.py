@@ -16,11 +16,15 @@ from optimizer.models.configs import Configs
 from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS, Z99
 from optimizer.models.params import CalibrationParams
 from optimizer.models.serving.carrying import carrying_step_sums
-from optimizer.models.serving.feedback import batch_average_k3, batch_average_var, feedback_factors
+from optimizer.models.serving.feedback import (
+    batch_average_cumulants,
+    batch_average_var,
+    feedback_factors,
+)
 from optimizer.models.serving.fixed_point import State, solve_state
 from optimizer.models.serving.rows import RowLengths, row_lengths
 from optimizer.models.serving.state import lengths_for
-from optimizer.models.serving.tails import gamma_quantile, mixture_quantile
+from optimizer.models.serving.tails import gamma_gauss_rule, gamma_quantile, mixture_quantile
 from optimizer.models.techniques import ServingTechnique
 from workloads.spec import LengthDist
 
@@ -202,7 +206,8 @@ def _tpot_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, fb, s
     # a request lives (O − 1) request-weighted steps (Little's law: the batch it finds is λ·E[O − 1]·that step)
     life = np.where(sat | ~np.isfinite(mean_tpot), tbar, mean_tpot) if concave else tbar
     window = o1 * life[:, None]  # (N, QO)
-    var_b = batch_average_var(lam, life, window, o1, lens.o_w)
+    var_b, k3_b = batch_average_cumulants(lam, life, window, o1, lens.o_w) if concave else (
+        batch_average_var(lam, life, window, o1, lens.o_w), None)
     var_pref = (var_t * fb.prefill_factor)[:, None] / steps_n + fb.cross_var_s2[:, None]
     # prefill share Y = TPOT − D(b+1) is a per-step average in [0, e_full]: Var ≤ Ȳ·(e_full − Ȳ)
     y_bar = np.maximum(mean_tpot - d_tag, 0.0)
@@ -210,9 +215,8 @@ def _tpot_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, fb, s
     bound = y_bar * room
     shrink = np.minimum(1.0, bound[:, None] / np.maximum(var_pref, 1e-300))
     if concave:
-        k3_b = batch_average_k3(lam, life, window, o1, lens.o_w)
-        _, var_drift, k3_drift = _drift_through_step(c, s, lens, var_b * fb.batch_factor[:, None],
-                                                  k3_b * fb.batch_k3_factor[:, None], b_mean=s.b * life / tbar)
+        var_drift, k3_drift = _drift_through_step(c, s, lens, var_b * fb.batch_factor[:, None],
+                                                  k3_b * fb.batch_k3_factor[:, None], s.b * life / tbar)
     else:
         var_drift = (s.slope_s[:, None] ** 2) * var_b * fb.batch_factor[:, None]
     var_tpot = var_pref * shrink + var_drift
@@ -233,7 +237,7 @@ def _tpot_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, fb, s
 # Gauss–Hermite (probabilists') nodes and weights of a standard normal, 7 points: E[f(Z)] ≈ Σ w_j·f(z_j)
 _SPREAD_Z, _SPREAD_W = np.polynomial.hermite_e.hermegauss(7)
 _SPREAD_W = _SPREAD_W / _SPREAD_W.sum()
-SPREAD_SLOPE_ITERATIONS = 3  # s → F(s) → s: the regression slope moves < 1 % of itself at the third (MoE tests)
+SPREAD_SLOPE_ITERATIONS = 2  # s → F(s) → s: a third round moves qwen3-30b-a3b's and mixtral-8x7b's capacities < 0.1 %
 
 
 def _at_spread_slope(c: Configs, lam: np.ndarray, s: State, lens: RowLengths) -> tuple[State, np.ndarray]:
@@ -271,47 +275,40 @@ def _at_spread_slope(c: Configs, lam: np.ndarray, s: State, lens: RowLengths) ->
     return replace(s, slope_s=slope), gain
 
 
-DRIFT_NODES = 5  # Gauss nodes of the batch's law: the drift's variance and κ3 move < 0.1 % from 5 to 9 (MoE tests)
+DRIFT_NODES = 5  # Gauss nodes of the batch's law: 9 move the MoE capacities of scripts/moe_tpot_capacity.py ≤ 1.4 %, 3 up to 2.6×
+
+
+def _gamma_nodes(var: np.ndarray, k3: np.ndarray, b_mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes B_j = max(b̄ + √var·z_j, 0) and weights w_j (…, ``DRIFT_NODES``) of the shifted gamma of mean ``b_mean``
+    (…), variance ``var`` and third cumulant ``k3`` (skewness γ = κ3/var^1.5, ``tails.gamma_gauss_rule``)."""
+    sd = np.sqrt(np.maximum(np.nan_to_num(var), 0.0))
+    k3 = np.maximum(np.nan_to_num(k3, posinf=0.0), 0.0)
+    gam = np.divide(k3, sd**3, out=np.zeros_like(sd), where=sd > 1e-100)  # clipped at 1e3 (a gamma of shape 4e-6)
+    z, w = gamma_gauss_rule(gam, DRIFT_NODES)
+    return np.maximum(np.where(np.isfinite(b_mean), b_mean, 0.0)[..., None] + sd[..., None] * z, 0.0), w
 
 
 def _drift_through_step(c: Configs, s: State, lens: RowLengths, var: np.ndarray, k3: np.ndarray,
-                        ctx: np.ndarray | None = None, b_mean: np.ndarray | None = None
-                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean, variance and third cumulant (N, QO) of the batch drift Y = D(1 + B) carried into a request's TPOT, B the
-    batch of the others averaged over its life (mean b̄, variance ``var``, third cumulant ``k3``, per output node).
+                        b_mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Variance and third cumulant (N, QO) of the batch drift Y = D(1 + B) carried into a request's TPOT, B the
+    batch of the others averaged over its life (mean ``b_mean`` (N,), variance ``var``, third cumulant ``k3``, per
+    output node).
 
-    The tagged request's steps run its own sequence and the others' (PASTA: an arrival sees the time-average batch,
-    mean b̄), so its drift is D at 1 + B, taken through D itself rather than a tangent: B is the shifted gamma of
-    those three cumulants (skewness γ = κ3/var^1.5; the window-averaged M/G/∞ count is skewed at small b̄,
-    ``batch_average_k3``), integrated by ``DRIFT_NODES``-point Gauss quadrature, B_j = max(b̄ + √var·z_j, 0), with
-    z_j, w_j the eigenvalues and first-component² of the standardised generalised-Laguerre Jacobi matrix
-    (diagonal n·γ, off-diagonal √(n + n(n − 1)·γ²/4), n = 0, 1, …; γ = 0 is probabilists' Hermite, the normal).
-    Then Var(Y) = Σ w_j·(D_j − Ȳ)², κ3(Y) = Σ w_j·(D_j − Ȳ)³ with Ȳ = Σ w_j·D_j; the mean stays the fixed point's.
-    For a D linear in b this is s²·var and s³·κ3 (dense rows); the MoE step is flat on [0, 1] then concave
-    (mixtral-8x7b fp8 tp2 on h100-sxm: D = 5.07, 7.05, 8.53, 9.65 ms at b = 1, 2, 3, 4), which the tangent at b̄
-    (D(b̄ + 1) − D(b̄)) both over- and under-states: docs/model-accuracy.md, "MoE TPOT p99 at mid load"."""
-    sd = np.sqrt(np.maximum(np.nan_to_num(var), 0.0))
-    k3 = np.maximum(np.nan_to_num(k3, posinf=0.0), 0.0)
-    gam = np.minimum(np.divide(k3, sd**3, out=np.zeros_like(sd), where=sd > 1e-100), 1e3)  # a gamma of shape 4/γ² ≥ 4e-6: the quadrature stays well-conditioned
-    n = np.arange(DRIFT_NODES, dtype=float)
-    jac = np.zeros(gam.shape + (DRIFT_NODES, DRIFT_NODES))
-    idx = np.arange(DRIFT_NODES)
-    jac[..., idx, idx] = n * gam[..., None]
-    off = np.sqrt(n[1:] + n[1:] * (n[1:] - 1.0) * gam[..., None] ** 2 / 4.0)
-    jac[..., idx[1:], idx[:-1]] = off
-    jac[..., idx[:-1], idx[1:]] = off
-    z, vec = np.linalg.eigh(jac)
-    w = vec[..., 0, :] ** 2  # (N, QO, M)
-    b = s.b if b_mean is None else b_mean
-    b = np.where(np.isfinite(b), b, 0.0)[:, None, None]
-    x = np.maximum(b + sd[..., None] * z, 0.0)
-    rows, qo = sd.shape
-    ctx = lens.ctx[:, None] if ctx is None else ctx
-    d = perf.decode_step_s(c, 1.0 + x.reshape(rows, -1), ctx).reshape(rows, qo, DRIFT_NODES)
+    The tagged request's steps run its own sequence and the others' (PASTA: an arrival sees the time-average batch),
+    so its drift is D at 1 + B, taken through D itself rather than a tangent: B is the shifted gamma of
+    those three cumulants (the window-averaged M/G/∞ count is skewed at small b̄, ``batch_average_k3``), integrated
+    by ``DRIFT_NODES``-point Gauss quadrature (``_gamma_nodes``). Then Var(Y) = Σ w_j·(D_j − Ȳ)²,
+    κ3(Y) = Σ w_j·(D_j − Ȳ)³ with Ȳ = Σ w_j·D_j; the mean stays the fixed point's. For a D linear in b this is s²·var
+    and s³·κ3 (dense rows); the MoE step is flat on [0, 1] then concave (mixtral-8x7b fp8 tp2 on h100-sxm:
+    D = 5.07, 7.05, 8.53, 9.65 ms at b = 1, 2, 3, 4), which the tangent at b̄ (D(b̄ + 1) − D(b̄)) both over- and
+    under-states: docs/model-accuracy.md, "MoE TPOT p99 at mid load"."""
+    x, w = _gamma_nodes(var, k3, b_mean[:, None])
+    rows, qo = var.shape
+    d = perf.decode_step_s(c, 1.0 + x.reshape(rows, -1), lens.ctx[:, None]).reshape(rows, qo, DRIFT_NODES)
     d = np.where(np.isfinite(d), d, 0.0)
     mean = np.sum(w * d, axis=-1)
     dev = d - mean[..., None]
-    return mean, np.sum(w * dev**2, axis=-1), np.sum(w * dev**3, axis=-1)
+    return np.sum(w * dev**2, axis=-1), np.sum(w * dev**3, axis=-1)
 
 
 def _jensen_gap(c: Configs, s: State, lens: RowLengths, fb) -> np.ndarray:
@@ -326,10 +323,10 @@ def _jensen_gap(c: Configs, s: State, lens: RowLengths, fb) -> np.ndarray:
     b = np.where(np.isfinite(s.b), np.maximum(s.b, 0.0), 0.0)
     occ = np.where(np.isfinite(fb.occupancy_factor), fb.occupancy_factor, 1.0)
     cluster = fb.batch_k3_factor / np.maximum(fb.batch_factor, 1e-300) ** 2  # 1 + 2g
-    mean, _, _ = _drift_through_step(c, s, lens, (occ * b)[:, None], (cluster * occ**2 * b)[:, None],
-                                     lens.ctx[:, None])
-    d1 = perf.decode_step_s(c, (1.0 + b)[:, None], lens.ctx[:, None])[:, 0]
-    return np.where(np.isfinite(d1), mean[:, 0] - d1, 0.0)
+    x, w = _gamma_nodes(occ * b, cluster * occ**2 * b, b)
+    d = perf.decode_step_s(c, 1.0 + np.concatenate([x, b[:, None]], axis=1), lens.ctx[:, None])
+    mean = np.sum(w * np.where(np.isfinite(d[:, :-1]), d[:, :-1], 0.0), axis=-1)
+    return np.where(np.isfinite(d[:, -1]), mean - d[:, -1], 0.0)
 
 
 def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments, need: set[str], p50: bool) -> dict[str, np.ndarray]:
