@@ -75,6 +75,24 @@ def test_concave_step_is_the_moe_models():
     assert not lat.concave_step(_configs(*LLAMA8B[:4]))
 
 
+def test_dense_rows_never_enter_the_spread_path(monkeypatch):
+    """Dense rows stay bit for bit on main's tangent path (the pins of tests/models/test_capacity_sets.py and the
+    chat fleet's plan hold them): none of the spread functions runs for a dense model, all run for an MoE one."""
+    calls = []
+    for name in ("_at_spread_slope", "_drift_through_step", "_jensen_gap"):
+        original = getattr(lat, name)
+
+        def spy(*args, _original=original, _name=name, **kwargs):
+            calls.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(lat, name, spy)
+    for case in CASES:
+        serve_at_rate(_configs(*case[:4]), 1.0, *case[4:])
+        assert (len(calls) == 3) == lat.concave_step(_configs(*case[:4])), (case[0], calls)
+        calls.clear()
+
+
 @pytest.mark.parametrize("n", [3, 5, 7])
 def test_gamma_gauss_rule_is_golub_welsch(n):
     """The table + Newton rule equals the Jacobi matrix's eigen-decomposition (to 1e-9), and integrates the
