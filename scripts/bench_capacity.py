@@ -1,8 +1,8 @@
 """Benchmark of ``serving.capacity_at_slo`` over the configurations the optimizer sees.
 
-Usage: python scripts/bench_capacity.py [--repeat 5] [--fleet PLAN.yaml]
+Usage: python scripts/bench_capacity.py [--repeat 5] [--fleet PLAN.yaml] [--model KEY]
 
-llama-3.1-70b on every catalog device × bf16/fp8 × tp 1/2/4/8 × pp 1/2 (432 configs, the
+llama-3.1-70b (or ``--model KEY``, e.g. qwen3-30b-a3b for the MoE rows) on every catalog device × bf16/fp8 × tp 1/2/4/8 × pp 1/2 (432 configs, the
 runnable ones evaluated), the chat workload (prompt 1024/p99 4096, output 256/p99 1024,
 TTFT p99 2 s, TPOT p99 200 ms). ``--fleet PLAN``: instead, the ``capacity_at_slo_sets`` searches
 the plan's candidate generation runs (recorded from one ``model_candidates`` call, one worker, no
@@ -32,12 +32,12 @@ from workloads import load_plan, resolve_catalog  # noqa: E402
 from workloads.spec import SLO, LengthDist  # noqa: E402
 
 
-def catalog_call():
+def catalog_call(model: str = "llama-3.1-70b"):
     """The default benchmark: one ``capacity_at_slo`` call (a closure) and its description."""
     cat, params = load_catalog(None), load_params()
     combos = [(d, cat.precision(p), t, pp) for d in cat.devices.values() for p in ("bf16", "fp8")
               for t in (1, 2, 4, 8) for pp in (1, 2)]
-    c = build_configs(cat.model("llama-3.1-70b"), combos, params)
+    c = build_configs(cat.model(model), combos, params)
     prompt, output = LengthDist(mean=1024, p99=4096), LengthDist(mean=256, p99=1024)
     slo = SLO(ttft_p99_ms=2000, tpot_p99_ms=200)
 
@@ -46,7 +46,7 @@ def catalog_call():
 
     cap = run()
     servable = int(np.sum(cap.max_qps > 0))
-    return run, f"{len(c)} configs ({int(np.sum(c.runnable))} runnable, {servable} servable): capacity_at_slo"
+    return run, f"{model}: {len(c)} configs ({int(np.sum(c.runnable))} runnable, {servable} servable): capacity_at_slo"
 
 
 def fleet_calls(path: str):
@@ -79,8 +79,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--fleet", default=None, help="a plan file: replay its candidates' capacity searches")
+    ap.add_argument("--model", default="llama-3.1-70b", help="the catalog model of the default benchmark")
     args = ap.parse_args(argv)
-    run, label = fleet_calls(args.fleet) if args.fleet else catalog_call()
+    run, label = fleet_calls(args.fleet) if args.fleet else catalog_call(args.model)
     run()  # warm-up (and, for the default, the call above)
     walls, cpus = [], []
     for _ in range(args.repeat):

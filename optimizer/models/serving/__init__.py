@@ -35,6 +35,13 @@ over quadrature nodes of the length distributions and inverted by bisection):
   lengthen later steps: a self-exciting process with branching ratio ``λ·(ε + E[O−1]·dD/db)``,
   see ``feedback.feedback_factors``). The prefill share of TPOT is an average of per-step extras in
   ``[0, t(b, C) − D(b)]`` (a step carries at most one chunk), which bounds its variance.
+  **MoE models** (``latency.concave_step``: D flat on [0, 1], then concave until every expert is
+  touched) take dD/db over the batch's spread instead of the tangent: the feedback's slopes are
+  ``E[D(B + 1) − D(B)]`` (the bias's fixed-point response, Stein–Chen) and ``E[D(B + 2) − D(B + 1)]``
+  (the gain, a running step), B ~ N(b̄, F·b̄) by 7-point Gauss–Hermite; the drift is D(1 + B) itself,
+  B the shifted gamma of the window-averaged batch's three cumulants (``tails.gamma_gauss_rule``),
+  over a life of (O − 1) request-weighted steps; the mean less Jensen's gap E[D(1 + B)] − D(1 + b̄).
+  Dense rows keep the tangent (their D is linear over the spread).
 - **TTFT** = residual of the step in progress (length-biased step durations, uniform
   residual; zero when the replica is idle, probability ``e^{−b}``) + prompts that join the
   same step + the M/G/1 FCFS wait for the prompt work ahead (Takács moments,

@@ -39,11 +39,13 @@ class _Feedback:
     prefill_factor: np.ndarray  # long-window variance factor of the per-step prefill noise
     prefill_k3_factor: np.ndarray  # its third-cumulant factor, (1 + 2g)·prefill_factor² (a branching process)
     batch_factor: np.ndarray  # factor on the M/G/∞ batch-average variance
+    batch_k3_factor: np.ndarray  # its third-cumulant factor, (1 + 2g)·batch_factor² (the same clusters)
     cross_var_s2: np.ndarray  # covariance of prefill noise and batch drift (s²)
     occupancy_factor: np.ndarray  # Var / Poisson variance of the instantaneous batch and KV occupancy
 
 
-def feedback_factors(lam: np.ndarray, s: State, lens: RowLengths) -> _Feedback:
+def feedback_factors(lam: np.ndarray, s: State, lens: RowLengths,
+                     gain_slope_s: np.ndarray | None = None) -> _Feedback:
     """Load feedback: a longer step admits more arrivals, which make later steps longer.
 
     Linearised in the step clock, arrivals per step are ``a_k = ξ_k + λ·δT_k`` (ξ Poisson,
@@ -56,7 +58,8 @@ def feedback_factors(lam: np.ndarray, s: State, lens: RowLengths) -> _Feedback:
     than one lifetime are amplified by ``1/|1 − u_p − u_d·K₁|²``. Averaging over a request's
     n steps (window |K₁|² = K) gives, with ``v = u_d/(1 − u_p)`` and ``A = 1/(1 − u_p)²``:
 
-    - batch drift: M/G/∞ variance × ``A·I_a(v)/I_a(0)``;
+    - batch drift: M/G/∞ variance × ``A·I_a(v)/I_a(0)``, its third cumulant × ``(1 + 2g)·(A·I_a(v)/I_a(0))²``
+      (the clusters below, as for the prefill noise);
     - prefill noise: ``Var(T)/n × A·I_c(v)`` (was the lag-1 factor (1 + ρ₁)/(1 − ρ₁)), and its third
       cumulant ``κ3(T)/n² × (1 + 2g)·(A·I_c(v))²``: the arrivals come in clusters (an immigrant and its
       descendants, a Galton–Watson tree of Poisson(g) offspring: Borel sizes N with E[N] = 1/(1 − g),
@@ -87,17 +90,23 @@ def feedback_factors(lam: np.ndarray, s: State, lens: RowLengths) -> _Feedback:
     up = np.clip(s.rho1, 0.0, 0.95)
     slope = np.maximum(s.slope_s, 0.0)
     eps = np.maximum(s.eps_s, 0.0)
-    ud = lam * lens.mean_o1 * slope
+    # the gain's slope: a running step's D(B + 2) − D(B + 1) over the others B where D is not linear
+    # (``latency._at_spread_slope``); the tangent ``s.slope_s`` by default
+    ud = lam * lens.mean_o1 * (slope if gain_slope_s is None else np.maximum(gain_slope_s, 0.0))
     g = np.minimum(up + ud, _MAX_GAIN)
+    # the fixed point's response to a larger mean batch: dE[D(B)]/db̄ = E[D(B + 1) − D(B)] (Stein–Chen, Poisson B),
+    # the spread slope ``s.slope_s``, not the running step's gain slope (the same for a D linear over the spread)
+    g_mean = np.minimum(up + lam * lens.mean_o1 * slope, _MAX_GAIN)
     ia, ib, ic = feedback_integrals(ud / (1.0 - up))
     amp = 1.0 / (1.0 - up) ** 2
     cov = amp * (slope * ic + eps / n * (ic - 0.5)) - eps / (2.0 * n)
     tbar = np.where(np.isfinite(s.step_s), s.step_s, 0.0)
     return _Feedback(
-        bias_s=cov * (1.0 - up) / (1.0 - g),
+        bias_s=cov * (1.0 - up) / (1.0 - g_mean),
         prefill_factor=amp * ic,
         prefill_k3_factor=(1.0 + 2.0 * g) * (amp * ic) ** 2,
         batch_factor=amp * ia / (2.0 / 3.0),
+        batch_k3_factor=(1.0 + 2.0 * g) * (amp * ia / (2.0 / 3.0)) ** 2,
         cross_var_s2=2.0 * lam * tbar * slope * eps * amp * ib,
         occupancy_factor=amp * ic,
     )
@@ -121,3 +130,32 @@ def batch_average_var(lam, tbar, window, o1, o_w) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         v = 2.0 * lam[:, None] * integral / np.maximum(window, 1e-300) ** 2
     return np.where(window > 0, v, 0.0)
+
+
+def batch_average_cumulants(lam, tbar, window, o1, o_w) -> tuple[np.ndarray, np.ndarray]:
+    """Variance and third cumulant of the M/G/∞ population averaged over a window W (per config, per O node; as
+    ``batch_average_var``), in one pass.
+
+    Shot noise: another request of service s arriving at offset a overlaps the window for o(a), a trapezoid rising
+    over m = min(s, W), flat at m for |s − W|, falling over m; its k-th cumulant is ``λ·Σ_q w_q·∫(o/W)^k da`` =
+    ``(λ/W^k)·Σ_q w_q·(2m^(k+1)/(k+1) + |s_q − W|·m^k)``. k = 2 is ``batch_average_var`` (to rounding); k = 3:
+    ``(λ/W³)·Σ_q w_q·m³·(|s_q − W| + m/2)``. For s = W it is λW/2 = b̄/2 against the variance 2b̄/3: skewness
+    0.92/√b̄, what the simulated TPOT of a nearly idle MoE replica shows (qwen3-30b-a3b fp8 h100 at 2.89 req/s,
+    b̄ = 0.91: 1.11 simulated, docs/model-accuracy.md "MoE TPOT p99 at mid load").
+    """
+    integral = np.empty(window.shape + (2,))
+    step = max(1, GRID_BLOCK_ELEMENTS // max(window.shape[1] * o1.shape[1], 1))
+    for start in range(0, len(window), step):
+        rows = slice(start, start + step)
+        s = o1[rows, None, :] * tbar[rows, None, None]  # (rows, 1, QO') others' service
+        w = window[rows, :, None]  # (rows, QO, 1)
+        m = np.minimum(s, w)
+        flat = np.abs(s - w)
+        m2 = m * m
+        both = np.stack([m2 * (flat + 2.0 * m / 3.0), m2 * m * (flat + m / 2.0)], axis=-2)  # (rows, QO, 2, QO')
+        integral[rows] = (both @ o_w[rows, None, :, None])[..., 0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        w = np.maximum(window, 1e-300)
+        var = lam[:, None] * integral[..., 0] / w**2
+        k3 = lam[:, None] * integral[..., 1] / w**3
+    return np.where(window > 0, var, 0.0), np.where(window > 0, k3, 0.0)

@@ -6,7 +6,7 @@ Formulas: see :mod:`optimizer.models.serving` (the tails part of its docstring).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -17,11 +17,15 @@ from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS, Z99
 from optimizer.models.lengths import window_pair
 from optimizer.models.params import CalibrationParams
 from optimizer.models.serving.carrying import carrying_step_sums
-from optimizer.models.serving.feedback import batch_average_var, feedback_factors
+from optimizer.models.serving.feedback import (
+    batch_average_cumulants,
+    batch_average_var,
+    feedback_factors,
+)
 from optimizer.models.serving.fixed_point import State, solve_state
 from optimizer.models.serving.rows import RowLengths, row_lengths
 from optimizer.models.serving.state import lengths_for
-from optimizer.models.serving.tails import gamma_quantile, mixture_quantile
+from optimizer.models.serving.tails import gamma_gauss_rule, gamma_quantile, mixture_quantile
 from optimizer.models.techniques import ServingTechnique
 from workloads.spec import LengthDist
 
@@ -114,11 +118,16 @@ def evaluate_load(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, nee
     s = solve_state(c, lam, lens, chunk, t0) if state is None else state
     sat = s.saturated | ~runnable
     tbar = np.where(sat, np.nan, s.step_s)
-    fb = feedback_factors(lam, s, lens)
+    concave = concave_step(c)
+    if concave:
+        spread, gain = _at_spread_slope(c, lam, s, lens)
+        fb = feedback_factors(lam, spread, lens, gain)
+    else:
+        fb = feedback_factors(lam, s, lens)
     # the decoding batch per unit of time (Little's law on the request-weighted step), what a busy prefill queue runs with
     b_busy = s.b * (1.0 + np.where(sat, 0.0, fb.bias_s) / np.where(sat, 1.0, tbar))
     ttft = _ttft_moments(c, lam, lens, s, chunk, b_busy, np.sqrt(np.where(sat, 0.0, fb.occupancy_factor) * b_busy))
-    tp = _queue_behind(_tpot_moments(c, lam, lens, s, fb, sat, tbar), c, lens, ttft, b_busy, chunk)
+    tp = _queue_behind(_tpot_moments(c, lam, lens, s, fb, sat, tbar, concave), c, lens, ttft, b_busy, chunk)
     out = _percentiles(len(c), lens, tp, ttft, need, p50)
     ttft_mean = np.sum(np.where(lens.l_w > 0, ttft.mean, 0.0) * lens.l_w, axis=1)  # padded nodes (weight 0) aside
     e2e_mean = ttft_mean + lens.mean_o1 * tp.mean
@@ -167,36 +176,159 @@ class _TpotMoments:
     weights: np.ndarray
 
 
+def concave_step(c: Configs) -> bool:
+    """Whether the load feedback and the batch drift of ``c``'s rows are taken over the batch's spread
+    (``_at_spread_slope``, ``_drift_through_step``, ``_jensen_gap``) instead of on the tangent D(b̄ + 1) − D(b̄).
+
+    Only for MoE models, whose decode step D(b) is concave over the batch's spread: flat on [0, 1] (a step reads at
+    least one token's experts), then rising ever more slowly until every expert is touched, so the tangent at b̄
+    lends the feedback a gain and the drift a tail the spread of b does not have (docs/model-accuracy.md, "MoE
+    TPOT p99 at mid load"; qwen3-30b-a3b's capacity at a TPOT SLO of 2× its zero-load p99 +71 % optimistic on the
+    tangent). A dense D is linear over the batch's spread (weights once a step, KV per sequence), so the tangent is
+    its regression slope already: measured, the spread path moves dense capacities < 0.1 % (llama-3.1-8b at 2×
+    14.004 → 13.991 req/s) for +60 % of the capacity search's CPU, so dense rows keep the tangent, bit for bit."""
+    return bool(c.model.is_moe)
+
+
 def _tpot_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, fb, sat: np.ndarray,
-                  tbar: np.ndarray) -> _TpotMoments:
-    """TPOT | O = mean of O−1 step durations + batch drift over its life W = (O−1)·t̄, with load feedback."""
+                  tbar: np.ndarray, concave: bool) -> _TpotMoments:
+    """TPOT | O = mean of O−1 step durations + batch drift over its life W = (O−1)·t̄, with load feedback.
+
+    ``concave`` (``concave_step``): the drift is D(1 + B) through D itself over a life of (O − 1) request-weighted
+    steps, and the mean is less Jensen's gap; else the drift is s²·Var(b̄_W), s the tangent, over (O − 1)·t̄."""
     o1 = np.maximum(lens.o_nodes - 1.0, 0.0)  # (N, QO) decode steps of a request
     m1, m2, m3 = (s.steps.moment(r) for r in (1, 2, 3))
     var_t = np.maximum(m2 - m1**2, 0.0)
     k3_t = m3 - 3 * m1 * m2 + 2 * m1**3
     d_tag = s.d_next_s
     # request-weighted mean step E[b·T]/E[b] = t̄ + Cov(b, T)/b̄, Little's law shift included
-    mean_tpot = m1 + np.where(sat, 0.0, fb.bias_s)
+    # ... less Jensen's gap of the concave MoE step over the batch the request sees (``_jensen_gap``)
+    mean_tpot = m1 + np.where(sat, 0.0, (fb.bias_s + _jensen_gap(c, s, lens, fb)) if concave else fb.bias_s)
     steps_n = np.maximum(o1, 1.0)
-    window = o1 * tbar[:, None]  # (N, QO)
-    var_b = batch_average_var(lam, tbar, window, o1, lens.o_w)
+    # a request lives (O − 1) request-weighted steps (Little's law: the batch it finds is λ·E[O − 1]·that step)
+    life = np.where(sat | ~np.isfinite(mean_tpot), tbar, mean_tpot) if concave else tbar
+    window = o1 * life[:, None]  # (N, QO)
+    var_b, k3_b = batch_average_cumulants(lam, life, window, o1, lens.o_w) if concave else (
+        batch_average_var(lam, life, window, o1, lens.o_w), None)
     var_pref = (var_t * fb.prefill_factor)[:, None] / steps_n + fb.cross_var_s2[:, None]
     # prefill share Y = TPOT − D(b+1) is a per-step average in [0, e_full]: Var ≤ Ȳ·(e_full − Ȳ)
     y_bar = np.maximum(mean_tpot - d_tag, 0.0)
     room = np.maximum(s.t_full_s - s.steps.d - y_bar, 0.0)  # e_full − Ȳ
     bound = y_bar * room
     shrink = np.minimum(1.0, bound[:, None] / np.maximum(var_pref, 1e-300))
-    var_tpot = var_pref * shrink + (s.slope_s[:, None] ** 2) * var_b * fb.batch_factor[:, None]
+    if concave:
+        var_drift, k3_drift = _drift_through_step(c, s, lens, var_b * fb.batch_factor[:, None],
+                                                  k3_b * fb.batch_k3_factor[:, None], s.b * life / tbar)
+    else:
+        var_drift = (s.slope_s[:, None] ** 2) * var_b * fb.batch_factor[:, None]
+    var_tpot = var_pref * shrink + var_drift
     # its third cumulant, the load feedback's (1 + 2g)·F² clusters (``feedback``), at most that of the two-point
     # law on [0, e_full] with this mean and variance: κ3 ≤ v·(e − Ȳ − v/(e − Ȳ)), v = the shrunk variance (it binds
     # near saturation on short outputs: at 90 % load 4 of 22 output nodes of llama-3.1-8b a100, scripts/agreement.py)
     var_y = var_pref * shrink
     k3_cap = var_y * np.maximum(room[:, None] - var_y / np.maximum(room[:, None], 1e-300), 0.0)
     k3_tpot = np.minimum((k3_t * fb.prefill_k3_factor)[:, None] / steps_n**2 * shrink**1.5, k3_cap)
+    if concave:
+        k3_tpot = k3_tpot + k3_drift
     w_tpot = np.where(o1 >= 0.5, lens.o_w, 0.0)
     total = w_tpot.sum(axis=1)[:, None]
     w_tpot = np.where(total > 0, w_tpot / np.where(total > 0, total, 1.0), w_tpot)
     return _TpotMoments(mean_tpot, np.broadcast_to(mean_tpot[:, None], var_tpot.shape), var_tpot, k3_tpot, w_tpot)
+
+
+# Gauss–Hermite (probabilists') nodes and weights of a standard normal, 7 points: E[f(Z)] ≈ Σ w_j·f(z_j)
+_SPREAD_Z, _SPREAD_W = np.polynomial.hermite_e.hermegauss(7)
+_SPREAD_W = _SPREAD_W / _SPREAD_W.sum()
+SPREAD_SLOPE_ITERATIONS = 2  # s → F(s) → s: a third round moves qwen3-30b-a3b's and mixtral-8x7b's capacities < 0.1 %
+
+
+def _at_spread_slope(c: Configs, lam: np.ndarray, s: State, lens: RowLengths) -> tuple[State, np.ndarray]:
+    """``s`` with ``slope_s`` the least-squares slope of the decode step D over the batch's fluctuations,
+    ``Cov(B, D(B))/Var(B)``, for the load feedback (``feedback_factors``).
+
+    The feedback is a linear response δT = s·δb; for a D that is not linear over the spread of b it is exact with s
+    the regression slope over that spread, not the tangent at b̄. B is taken normal, mean b̄ and variance
+    F·b̄ (the M/G/∞ batch is Poisson(b̄), over-dispersed by F = ``occupancy_factor``), and for a Poisson B the slope
+    is exactly E[D(B + 1) − D(B)] (Stein–Chen: Cov(B, f(B)) = b̄·E[f(B + 1) − f(B)]), so
+    s = Σ_j w_j·(D(x_j + 1) − D(x_j)), x_j = max(b̄ + √(F·b̄)·z_j, 0) at the 7 Gauss–Hermite nodes. F depends on s:
+    ``SPREAD_SLOPE_ITERATIONS`` rounds from the tangent D(b̄ + 1) − D(b̄). For a D linear over the spread this is
+    the tangent; an MoE step is flat on [0, 1] (a step reads at least one token's experts) and concave until every
+    expert is touched — mixtral-8x7b fp8 tp2 on h100-sxm: D = 5.05, 5.05, 7.05, 8.53, 11.14, 12.50, 13.08 ms at
+    b = 0, 1, 2, 3, 6, 10, 15 — and the tangent at b̄ ≈ 1-4 (1-2 ms a sequence) lent the feedback a gain the
+    spread of b does not have: the mean TPOT 11.75 ms at 1.01 req/s against 8.46 simulated (docs/model-accuracy.md,
+    "MoE TPOT p99 at mid load").
+
+    Also returned: the feedback's gain slope (N,), Σ_j w_j·(D(x_j + 2) − D(x_j + 1)), the regression slope of a
+    running step D(1 + B) on the others B: a step runs only with at least one sequence, so one more sequence lengthens
+    the steps the others (and the arrivals it lets in) run by D(B + 2) − D(B + 1), not by the flat D(1) − D(0) of an
+    idle replica (qwen3-30b-a3b fp8 on h100-sxm: D = 2.37, 2.37, 3.17 ms at b = 0, 1, 2; at b̄ = 0.42 the spread
+    slope 0.35 ms, the gain slope 0.8). For a D linear over the spread both are the tangent."""
+    slope = gain = s.slope_s
+    ctx = lens.ctx[:, None]
+    k = len(_SPREAD_Z)
+    for _ in range(SPREAD_SLOPE_ITERATIONS):
+        occ = feedback_factors(lam, replace(s, slope_s=slope), lens, gain).occupancy_factor
+        sd = np.sqrt(np.maximum(np.nan_to_num(occ), 0.0) * np.maximum(s.b, 0.0))
+        x = np.maximum(s.b[:, None] + sd[:, None] * _SPREAD_Z, 0.0)
+        d = perf.decode_step_s(c, np.concatenate([x, x + 1.0, x + 2.0], axis=1), ctx)
+        finite = np.isfinite(s.b)
+        slope = np.where(finite, (d[:, k:2 * k] - d[:, :k]) @ _SPREAD_W, s.slope_s)
+        gain = np.where(finite, (d[:, 2 * k:] - d[:, k:2 * k]) @ _SPREAD_W, s.slope_s)
+    return replace(s, slope_s=slope), gain
+
+
+DRIFT_NODES = 5  # Gauss nodes of the batch's law: 9 move the MoE capacities of scripts/moe_tpot_capacity.py ≤ 1.4 %, 3 up to 2.6×
+
+
+def _gamma_nodes(var: np.ndarray, k3: np.ndarray, b_mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes B_j = max(b̄ + √var·z_j, 0) and weights w_j (…, ``DRIFT_NODES``) of the shifted gamma of mean ``b_mean``
+    (…), variance ``var`` and third cumulant ``k3`` (skewness γ = κ3/var^1.5, ``tails.gamma_gauss_rule``)."""
+    sd = np.sqrt(np.maximum(np.nan_to_num(var), 0.0))
+    k3 = np.maximum(np.nan_to_num(k3, posinf=0.0), 0.0)
+    gam = np.divide(k3, sd**3, out=np.zeros_like(sd), where=sd > 1e-100)  # clipped at 1e3 (a gamma of shape 4e-6)
+    z, w = gamma_gauss_rule(gam, DRIFT_NODES)
+    return np.maximum(np.where(np.isfinite(b_mean), b_mean, 0.0)[..., None] + sd[..., None] * z, 0.0), w
+
+
+def _drift_through_step(c: Configs, s: State, lens: RowLengths, var: np.ndarray, k3: np.ndarray,
+                        b_mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Variance and third cumulant (N, QO) of the batch drift Y = D(1 + B) carried into a request's TPOT, B the
+    batch of the others averaged over its life (mean ``b_mean`` (N,), variance ``var``, third cumulant ``k3``, per
+    output node).
+
+    The tagged request's steps run its own sequence and the others' (PASTA: an arrival sees the time-average batch),
+    so its drift is D at 1 + B, taken through D itself rather than a tangent: B is the shifted gamma of
+    those three cumulants (the window-averaged M/G/∞ count is skewed at small b̄, ``batch_average_k3``), integrated
+    by ``DRIFT_NODES``-point Gauss quadrature (``_gamma_nodes``). Then Var(Y) = Σ w_j·(D_j − Ȳ)²,
+    κ3(Y) = Σ w_j·(D_j − Ȳ)³ with Ȳ = Σ w_j·D_j; the mean stays the fixed point's. For a D linear in b this is s²·var
+    and s³·κ3 (dense rows); the MoE step is flat on [0, 1] then concave (mixtral-8x7b fp8 tp2 on h100-sxm:
+    D = 5.07, 7.05, 8.53, 9.65 ms at b = 1, 2, 3, 4), which the tangent at b̄ (D(b̄ + 1) − D(b̄)) both over- and
+    under-states: docs/model-accuracy.md, "MoE TPOT p99 at mid load"."""
+    x, w = _gamma_nodes(var, k3, b_mean[:, None])
+    rows, qo = var.shape
+    d = perf.decode_step_s(c, 1.0 + x.reshape(rows, -1), lens.ctx[:, None]).reshape(rows, qo, DRIFT_NODES)
+    d = np.where(np.isfinite(d), d, 0.0)
+    mean = np.sum(w * d, axis=-1)
+    dev = d - mean[..., None]
+    return np.sum(w * dev**2, axis=-1), np.sum(w * dev**3, axis=-1)
+
+
+def _jensen_gap(c: Configs, s: State, lens: RowLengths, fb) -> np.ndarray:
+    """E[D(1 + B)] − D(1 + b̄) (N,), B the instantaneous batch an arrival finds (PASTA: the time-average law, mean
+    b̄, variance F·b̄ and third cumulant (1 + 2g)·F²·b̄ of the clustered Poisson count, F = ``occupancy_factor``),
+    by the quadrature of ``_drift_through_step``.
+
+    The request-weighted step is E[B·D(B)]/b̄ = E[D(B + 1)] for a Poisson B (Stein–Chen); the fixed point's t̄ + bias
+    takes it as D(b̄) + slope·(amplification), exact for a D linear over the batch's spread (dense rows: the gap is
+    0 but where B clips at 0), high by ½·D''·F·b̄ on a concave MoE step: mixtral-8x7b fp8 tp2 at 2.10 req/s, t̄ 11.52
+    ms, the simulated mean 11.55 and t̄ + bias 12.78 (docs/model-accuracy.md, "MoE TPOT p99 at mid load")."""
+    b = np.where(np.isfinite(s.b), np.maximum(s.b, 0.0), 0.0)
+    occ = np.where(np.isfinite(fb.occupancy_factor), fb.occupancy_factor, 1.0)
+    cluster = fb.batch_k3_factor / np.maximum(fb.batch_factor, 1e-300) ** 2  # 1 + 2g
+    x, w = _gamma_nodes(occ * b, cluster * occ**2 * b, b)
+    d = perf.decode_step_s(c, 1.0 + np.concatenate([x, b[:, None]], axis=1), lens.ctx[:, None])
+    mean = np.sum(w * np.where(np.isfinite(d[:, :-1]), d[:, :-1], 0.0), axis=-1)
+    return np.where(np.isfinite(d[:, -1]), mean - d[:, -1], 0.0)
 
 
 def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments, need: set[str], p50: bool) -> dict[str, np.ndarray]:

@@ -140,3 +140,75 @@ def mixture_quantile(q: float, weights: np.ndarray, mean, var, k3) -> np.ndarray
         side[rows] = np.where(right, 1.0, -1.0)
     x = np.where(np.abs(f_lo) < np.abs(f_hi), lo, hi)
     return np.where(finite, x, np.inf)
+
+
+# ---------------------------------------------------------------------------------------
+# Gauss quadrature of a standardised gamma law
+
+
+def _gamma_jacobi(gamma: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Diagonal a_k = k·γ (k = 0..n−1) and squared off-diagonal b_k² = k + k(k − 1)·γ²/4 (k = 1..n−1) of the
+    Jacobi matrix of the standardised gamma law of skewness γ (shape 4/γ²), each (…, n) (b_0² = 0)."""
+    k = np.arange(n, dtype=float)
+    g = np.asarray(gamma, dtype=float)[..., None]
+    return k * g, k + k * (k - 1.0) * g * g / 4.0
+
+
+def _gauss_by_eigh(gamma: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Golub–Welsch: the rule's nodes are the Jacobi matrix's eigenvalues, its weights their vectors' first
+    components squared (the reference ``gamma_gauss_rule`` reproduces; a LAPACK call per matrix, slow in bulk)."""
+    a, b2 = _gamma_jacobi(gamma, n)
+    jac = np.zeros(a.shape + (n,))
+    idx = np.arange(n)
+    jac[..., idx, idx] = a
+    jac[..., idx[1:], idx[:-1]] = jac[..., idx[:-1], idx[1:]] = np.sqrt(b2[..., 1:])
+    z, vec = np.linalg.eigh(jac)
+    return z, vec[..., 0, :] ** 2
+
+
+GAUSS_TABLE_POINTS = 2049  # γ/(1 + γ) on [0, 1e3/1001]: the interpolated nodes start Newton within ~1e-5 of a root
+GAMMA_MAX = 1e3  # largest skewness the rule takes (a gamma of shape 4e-6)
+_GAUSS_TABLES: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def gamma_gauss_rule(gamma: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes z (…, n), ascending, and weights w (…, n) of the n-point Gauss rule of the standardised gamma law
+    of skewness ``gamma`` (mean 0, variance 1, κ3 = γ; γ = 0 the normal, probabilists' Hermite): E[f(Z)] ≈
+    Σ_j w_j·f(z_j), exact for polynomials of degree ≤ 2n − 1. γ is clipped to [0, ``GAMMA_MAX``].
+
+    The nodes are the roots of the monic orthogonal polynomial P_n of the three-term recurrence
+    P_(k+1)(z) = (z − k·γ)·P_k(z) − (k + k(k − 1)·γ²/4)·P_(k−1)(z) (the generalised-Laguerre Jacobi matrix,
+    standardised), found by Newton's method on P_n from nodes interpolated in a table over u = γ/(1 + γ)
+    (``GAUSS_TABLE_POINTS`` rules by Golub–Welsch, z/(1 + γ) interpolated: the large nodes grow like γ); the weights
+    are Christoffel's, w_j = 1/Σ_k p_k(z_j)² over the orthonormal p_k = P_k/(b_1···b_k). Elementwise numpy: in bulk
+    ~5× faster than a batched ``numpy.linalg.eigh`` of the n × n matrices, to ~3e-11 of it."""
+    g = np.clip(np.nan_to_num(np.asarray(gamma, dtype=float)), 0.0, GAMMA_MAX)
+    if n not in _GAUSS_TABLES:
+        u_grid = np.linspace(0.0, GAMMA_MAX / (1.0 + GAMMA_MAX), GAUSS_TABLE_POINTS)
+        z_grid, _ = _gauss_by_eigh(u_grid / (1.0 - u_grid), n)
+        _GAUSS_TABLES[n] = (u_grid, z_grid / (1.0 + u_grid / (1.0 - u_grid))[:, None])
+    u_grid, y_grid = _GAUSS_TABLES[n]
+    pos = np.clip(g / (1.0 + g) / u_grid[1], 0.0, len(u_grid) - 1.000001)
+    i = pos.astype(int)
+    f = (pos - i)[..., None]
+    g = g[..., None]
+    z = (y_grid[i] * (1.0 - f) + y_grid[i + 1] * f) * (1.0 + g)
+    q = g * g / 4.0
+    for _ in range(NEWTON_ROUNDS):
+        p_prev, p, dp_prev, dp = 0.0, 1.0, 0.0, 0.0
+        for k in range(n):
+            zk, bk = z - k * g, k + k * (k - 1) * q
+            p_prev, p, dp_prev, dp = p, zk * p - bk * p_prev, dp, p + zk * dp - bk * dp_prev
+        z = z - p / dp
+    # Christoffel numbers: the orthonormal p_k(z_j) by the same recurrence, divided by b_(k+1)
+    p_prev, p, total = 0.0, 1.0, 1.0
+    b = 0.0
+    for k in range(n - 1):
+        b_next = np.sqrt(k + 1 + (k + 1) * k * q)
+        p_prev, p = p, ((z - k * g) * p - b * p_prev) / b_next
+        b = b_next
+        total = total + p * p
+    return z, np.broadcast_to(1.0 / total, z.shape)
+
+
+NEWTON_ROUNDS = 1  # from the table's nodes: within 3e-11 of LAPACK's (relative; weights 1e-12), a second round 2e-15
