@@ -60,12 +60,13 @@ def test_qwen3_tpot_capacity_at_twice_the_zero_load_p99_agrees_with_the_simulato
 
 def test_dense_rows_barely_move_on_the_spread_path(monkeypatch):
     """The gate's reason: a dense step is linear over the batch's spread, so the spread path moves its capacity
-    < 0.1 % (llama-3.1-8b fp8 h100, SLO 2 × 4.527 ms: 14.0039 req/s on the tangent, 13.991 on the spread path)."""
+    < 0.1 % (llama-3.1-8b fp8 h100, SLO 2 × 4.527 ms: 14.0039 req/s on the tangent, 13.991 on the spread path;
+    with prompts cut to the 131,072-token context window (ctxwin, merged beside this) the tangent gives 14.0308)."""
     slo = 2.0 * _zero_load_p99(LLAMA8B)
     tangent = _capacity_at(LLAMA8B, slo, 5.0, 30.0)
     monkeypatch.setattr(lat, "concave_step", lambda c: True)
     spread = _capacity_at(LLAMA8B, slo, 5.0, 30.0)
-    assert tangent == pytest.approx(14.0039, rel=1e-4)
+    assert tangent == pytest.approx(14.0308, rel=1e-4)
     assert spread != tangent
     assert abs(spread / tangent - 1.0) < 1e-3
 
