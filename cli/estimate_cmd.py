@@ -53,6 +53,12 @@ MaxBatchOpt = Annotated[int | None, typer.Option(
     "max_batch_size); default: the engine's calibrated cap.")]
 
 
+def _window_share_warned() -> float:
+    from optimizer.models.lengths import WINDOW_SHARE_WARNED  # loaded already: the estimate ran
+
+    return WINDOW_SHARE_WARNED
+
+
 def render(result: dict, json_out: bool) -> None:
     """Print an estimate dict as JSON or as a two-column table."""
     if json_out:
@@ -77,6 +83,11 @@ def render(result: dict, json_out: bool) -> None:
         stdout.print(f"uncalibrated: {result['uncalibrated']}", markup=False)
     if result.get("reason"):
         stdout.print(f"does not fit / cannot run: {result['reason']}", markup=False)
+    share_cut = result.get("context_window_share_cut", 0.0)
+    if share_cut > 0.0 and share_cut > _window_share_warned():
+        stdout.print(f"context window: {result['context_window_share_cut']:.4%} of the requests (prompt + output "
+                     "beyond the model's context) would be rejected by the engine; the serving figures are of the "
+                     "others (lengths cut to the window)", markup=False)
 
 
 def estimate(
@@ -118,7 +129,7 @@ def estimate(
     # the models (numpy, pydantic) load when the command runs, not at `gpuplan --help`
     from optimizer.models.configs import build_configs
     from optimizer.models.estimate import estimate_config, estimate_serving
-    from optimizer.models.lengths import length_from_flags
+    from optimizer.models.lengths import fit_window, length_from_flags
     from optimizer.models.params import load_params
     from workloads.spec import SLO
 
@@ -158,6 +169,8 @@ def estimate(
     if qps is not None or not slo.is_empty:
         c = build_configs(m, [(d, q, tp, pp)], p, engines=engine, ep=ep, max_batch=max_batch)
         result.update(estimate_serving(c, prompt, output, qps, slo, params=p, devices=cat.devices))
+        # the serving figures are of the laws cut to the window (lengths.fit_window): say how much that leaves out
+        result["context_window_share_cut"] = fit_window(prompt, output, m.max_context_tokens).share_cut
     render(result, json_out)
 
 

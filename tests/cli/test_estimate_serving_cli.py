@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -79,3 +80,26 @@ def test_every_device_answers_for_every_model(run_cli, model):
             assert out["tpot_p99_ms"] >= out["tpot_bound_ms"] * 0.999, device
         if out["max_qps_at_slo"] is None:
             assert out["limited_by"] == "unservable", device
+
+
+def test_context_window_share_cut_is_the_lognormal_tail_beyond_the_window(run_cli):
+    """mixtral-8x7b's 32,768-token window, prompts lognormal mean 4,096 / p99 16,000, 256 output tokens: the
+    prompt is cut at 32,768 − 256 = 32,512 tokens, so the share left out is P(X > 32,512) of that lognormal, on
+    paper: σ = z99 − √(z99² − 2·ln(p99/mean)) = 0.6872, μ = ln 4,096 − σ²/2 = 8.0817, 1 − Φ((ln 32,512 − μ)/σ)
+    = 1 − Φ(3.358) ≈ 3.92e-4 (computed below to full precision)."""
+    from statistics import NormalDist
+
+    z99 = NormalDist().inv_cdf(0.99)
+    sigma = z99 - math.sqrt(z99 * z99 - 2.0 * math.log(16000 / 4096))
+    mu = math.log(4096) - sigma * sigma / 2.0
+    expected = 1.0 - NormalDist().cdf((math.log(32768 - 256) - mu) / sigma)
+    args = ("estimate", "--model", "mixtral-8x7b", "--device", "h100-sxm", "--precision", "fp8", "--tp", "2",
+            "--input-tokens", "4096", "--input-p99", "16000", "--output-tokens", "256", "--qps", "2")
+    out = json.loads(run_cli(*args, "--json").stdout)
+    assert out["context_window_share_cut"] == pytest.approx(expected, rel=1e-3)
+    assert 3.8e-4 < expected < 4.0e-4
+    text = run_cli(*args)
+    assert text.code == 0 and "context window: 0.0392% of the requests" in text.stdout
+    fits = json.loads(run_cli(*BASE, "--qps", "4").stdout)  # fixed 1,000 + 200 tokens: nothing cut, no line
+    assert fits["context_window_share_cut"] == 0.0
+    assert "context window" not in run_cli(*BASE[:-1], "--qps", "4").stdout
