@@ -13,7 +13,13 @@ from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS, Z99
 from optimizer.models.lengths import window_pair
 from optimizer.models.params import CalibrationParams
 from optimizer.models.serving.fixed_point import solve_state
-from optimizer.models.serving.latency import SLO_LIMITS, LoadResult, concave_step, evaluate_load, take_state
+from optimizer.models.serving.latency import (
+    SLO_LIMITS,
+    LoadResult,
+    concave_step,
+    evaluate_load,
+    take_state,
+)
 from optimizer.models.serving.rows import RowLengths, row_lengths
 from optimizer.models.serving.state import (
     BISECTION_ITERATIONS,
