@@ -119,15 +119,17 @@ def evaluate_load(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, nee
     sat = s.saturated | ~runnable
     tbar = np.where(sat, np.nan, s.step_s)
     concave = concave_step(c)
+    d_tag = s.d_next_s
     if concave:
         spread, gain = _at_spread_slope(c, lam, s, lens)
         fb = feedback_factors(lam, spread, lens, gain)
+        fb, d_tag = _size_biased_step(c, lam, s, lens, fb, spread.slope_s)
     else:
         fb = feedback_factors(lam, s, lens)
     # the decoding batch per unit of time (Little's law on the request-weighted step), what a busy prefill queue runs with
     b_busy = s.b * (1.0 + np.where(sat, 0.0, fb.bias_s) / np.where(sat, 1.0, tbar))
     ttft = _ttft_moments(c, lam, lens, s, chunk, b_busy, np.sqrt(np.where(sat, 0.0, fb.occupancy_factor) * b_busy))
-    tp = _queue_behind(_tpot_moments(c, lam, lens, s, fb, sat, tbar, concave), c, lens, ttft, b_busy, chunk)
+    tp = _queue_behind(_tpot_moments(c, lam, lens, s, fb, sat, tbar, concave, d_tag), c, lens, ttft, b_busy, chunk)
     out = _percentiles(len(c), lens, tp, ttft, need, p50)
     ttft_mean = np.sum(np.where(lens.l_w > 0, ttft.mean, 0.0) * lens.l_w, axis=1)  # padded nodes (weight 0) aside
     e2e_mean = ttft_mean + lens.mean_o1 * tp.mean
@@ -191,7 +193,7 @@ def concave_step(c: Configs) -> bool:
 
 
 def _tpot_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, fb, sat: np.ndarray,
-                  tbar: np.ndarray, concave: bool) -> _TpotMoments:
+                  tbar: np.ndarray, concave: bool, d_tag: np.ndarray) -> _TpotMoments:
     """TPOT | O = mean of O−1 step durations + batch drift over its life W = (O−1)·t̄, with load feedback.
 
     ``concave`` (``concave_step``): the drift is D(1 + B) through D itself over a life of (O − 1) request-weighted
@@ -200,10 +202,9 @@ def _tpot_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, fb, s
     m1, m2, m3 = (s.steps.moment(r) for r in (1, 2, 3))
     var_t = np.maximum(m2 - m1**2, 0.0)
     k3_t = m3 - 3 * m1 * m2 + 2 * m1**3
-    d_tag = s.d_next_s
-    # request-weighted mean step E[b·T]/E[b] = t̄ + Cov(b, T)/b̄, Little's law shift included
-    # ... less Jensen's gap of the concave MoE step over the batch the request sees (``_jensen_gap``)
-    mean_tpot = m1 + np.where(sat, 0.0, (fb.bias_s + _jensen_gap(c, s, lens, fb)) if concave else fb.bias_s)
+    # request-weighted mean step E[b·T]/E[b] = t̄ + Cov(b, T)/b̄, Little's law shift included (for a concave MoE
+    # step the size-biased E[D(1 + B')] of ``_size_biased_step``); ``d_tag`` its decode part
+    mean_tpot = m1 + np.where(sat, 0.0, fb.bias_s)
     steps_n = np.maximum(o1, 1.0)
     # a request lives (O − 1) request-weighted steps (Little's law: the batch it finds is λ·E[O − 1]·that step)
     life = np.where(sat | ~np.isfinite(mean_tpot), tbar, mean_tpot) if concave else tbar
@@ -313,22 +314,48 @@ def _drift_through_step(c: Configs, s: State, lens: RowLengths, var: np.ndarray,
     return np.sum(w * dev**2, axis=-1), np.sum(w * dev**3, axis=-1)
 
 
-def _jensen_gap(c: Configs, s: State, lens: RowLengths, fb) -> np.ndarray:
-    """E[D(1 + B)] − D(1 + b̄) (N,), B the instantaneous batch an arrival finds (PASTA: the time-average law, mean
-    b̄, variance F·b̄ and third cumulant (1 + 2g)·F²·b̄ of the clustered Poisson count, F = ``occupancy_factor``),
-    by the quadrature of ``_drift_through_step``.
+def _size_biased_step(c: Configs, lam: np.ndarray, s: State, lens: RowLengths, fb, slope_s: np.ndarray):
+    """``fb`` with ``bias_s`` the request-weighted step of a concave MoE step less t̄, and that step's decode part
+    (N,): the TPOT mean, Little's law's life and the busy batch, taken through D over the batch's law instead of
+    the tangent and the linear response.
 
-    The request-weighted step is E[B·D(B)]/b̄ = E[D(B + 1)] for a Poisson B (Stein–Chen); the fixed point's t̄ + bias
-    takes it as D(b̄) + slope·(amplification), exact for a D linear over the batch's spread (dense rows: the gap is
-    0 but where B clips at 0), high by ½·D''·F·b̄ on a concave MoE step: mixtral-8x7b fp8 tp2 at 2.10 req/s, t̄ 11.52
-    ms, the simulated mean 11.55 and t̄ + bias 12.78 (docs/model-accuracy.md, "MoE TPOT p99 at mid load")."""
+    The request-weighted step is an identity over the steps' joint law of (b, T): E[b·T]/E[b] — a static functional
+    of the law of the batch B at a step, whatever made it over-dispersed. B is the mixed Poisson count of mean b̄
+    and variance F·b̄ (F = ``occupancy_factor``, third cumulant (1 + 2g)·F²·b̄, the feedback's clusters); its decode
+    part E[B·D(B)]/b̄ = E[D(1 + B')], B' the others a sequence finds in its step, the size-biased law less one
+    (for a negative binomial of dispersion F: mean b̄ + F − 1, variance F·(b̄ + F − 1); Stein–Chen for F = 1).
+    Two corrections of the tangent model, both of D's curvature over that law:
+
+    - the fixed point is t̄ = D(b̄) + prefill, but a step lasts E[D(B)] on average: t̄ moves by Jensen's gap
+      J = E[D(B)] − D(b̄), amplified by the fixed point's response 1/(1 − g), g = u_p + λ·E[O − 1]·s (s the
+      spread slope; linear response), and b̄ by λ·E[O − 1] times that;
+    - the size bias E[D(1 + B')] − E[D(B)] at that b̄ replaces s·F·(1 − u_p)/(1 − g) (the linear response's
+      bias, whose fixed-point factor the shifted fixed point now carries).
+
+    The prefill part of the bias (ε's terms of ``feedback_factors``) is kept. mixtral-8x7b int8 tp2 on l40s
+    (prompts and outputs lognormal 256 / p99 1,024) at 0.5 req/s: J = −2.7 ms at b̄ = 4.1 (D = 21.4, 31.4, 40.3 ms
+    at b = 2, 4, 8), the mean TPOT 40.8 → 33.1 ms against 33.5 simulated (docs/model-accuracy.md, "MoE mean TPOT at
+    mid load (moehump)"). Each expectation by the ``DRIFT_NODES``-point rule of the shifted gamma (``_gamma_nodes``)."""
     b = np.where(np.isfinite(s.b), np.maximum(s.b, 0.0), 0.0)
     occ = np.where(np.isfinite(fb.occupancy_factor), fb.occupancy_factor, 1.0)
     cluster = fb.batch_k3_factor / np.maximum(fb.batch_factor, 1e-300) ** 2  # 1 + 2g
+    up = np.clip(s.rho1, 0.0, 0.95)
+    slope = np.maximum(slope_s, 0.0)
+    rate = lam * lens.mean_o1  # b̄ per second of t̄
+    response = (1.0 - up) / (1.0 - np.minimum(up + rate * slope, 0.98))  # (1 − u_p)/(1 − g)
+    ctx = lens.ctx[:, None]
     x, w = _gamma_nodes(occ * b, cluster * occ**2 * b, b)
-    d = perf.decode_step_s(c, 1.0 + np.concatenate([x, b[:, None]], axis=1), lens.ctx[:, None])
-    mean = np.sum(w * np.where(np.isfinite(d[:, :-1]), d[:, :-1], 0.0), axis=-1)
-    return np.where(np.isfinite(d[:, -1]), mean - d[:, -1], 0.0)
+    d = perf.decode_step_s(c, x, ctx)
+    gap = np.sum(w * np.where(np.isfinite(d), d, 0.0), axis=-1) - s.steps.d
+    shift = np.where(np.isfinite(gap), gap, 0.0) * response / (1.0 - up)  # J/(1 − g)
+    others = np.maximum(b + rate * shift, 0.0) + occ - 1.0  # B': the size-biased batch less the tagged sequence
+    x, w = _gamma_nodes(occ * others, cluster * occ**2 * others, others)
+    d = perf.decode_step_s(c, 1.0 + x, ctx)
+    decode = np.sum(w * np.where(np.isfinite(d), d, 0.0), axis=-1)
+    prefill = fb.bias_s - slope * occ * response  # the bias's ε terms
+    ok = np.isfinite(s.step_s) & np.isfinite(s.b) & np.isfinite(decode) & np.isfinite(prefill)
+    bias = np.where(ok, decode + prefill - np.where(ok, s.steps.d, 0.0), 0.0)  # E[D(1 + B')] + prefill − t̄
+    return replace(fb, bias_s=np.where(ok, bias, fb.bias_s)), np.where(ok, decode, s.d_next_s)
 
 
 def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments, need: set[str], p50: bool) -> dict[str, np.ndarray]:
