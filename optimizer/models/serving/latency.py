@@ -180,7 +180,8 @@ class _TpotMoments:
 
 def concave_step(c: Configs) -> bool:
     """Whether the load feedback and the batch drift of ``c``'s rows are taken over the batch's spread
-    (``_at_spread_slope``, ``_drift_through_step``, ``_jensen_gap``) instead of on the tangent D(b̄ + 1) − D(b̄).
+    (``_at_spread_slope``, ``_drift_through_step``, ``_size_biased_step``, the mirrored gamma of ``tails._shape``)
+    instead of on the tangent D(b̄ + 1) − D(b̄).
 
     Only for MoE models, whose decode step D(b) is concave over the batch's spread: flat on [0, 1] (a step reads at
     least one token's experts), then rising ever more slowly until every expert is touched, so the tangent at b̄
@@ -197,7 +198,9 @@ def _tpot_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, fb, s
     """TPOT | O = mean of O−1 step durations + batch drift over its life W = (O−1)·t̄, with load feedback.
 
     ``concave`` (``concave_step``): the drift is D(1 + B) through D itself over a life of (O − 1) request-weighted
-    steps, and the mean is less Jensen's gap; else the drift is s²·Var(b̄_W), s the tangent, over (O − 1)·t̄."""
+    steps, and the mean is the size-biased step of ``_size_biased_step`` (in ``fb.bias_s``); else the drift is
+    s²·Var(b̄_W), s the tangent, over (O − 1)·t̄. ``d_tag``: the decode part of the mean (D(b̄ + 1) on the tangent),
+    the rest being the prefill share whose variance is bounded."""
     o1 = np.maximum(lens.o_nodes - 1.0, 0.0)  # (N, QO) decode steps of a request
     m1, m2, m3 = (s.steps.moment(r) for r in (1, 2, 3))
     var_t = np.maximum(m2 - m1**2, 0.0)
@@ -334,7 +337,7 @@ def _size_biased_step(c: Configs, lam: np.ndarray, s: State, lens: RowLengths, f
 
     The prefill part of the bias (ε's terms of ``feedback_factors``) is kept. mixtral-8x7b int8 tp2 on l40s
     (prompts and outputs lognormal 256 / p99 1,024) at 0.5 req/s: J = −2.7 ms at b̄ = 4.1 (D = 21.4, 31.4, 40.3 ms
-    at b = 2, 4, 8), the mean TPOT 40.8 → 33.1 ms against 33.5 simulated (docs/model-accuracy.md, "MoE mean TPOT at
+    at b = 2, 4, 8), the mean TPOT 40.8 → 32.9 ms against 33.4 simulated (docs/model-accuracy.md, "MoE mean TPOT at
     mid load (moehump)"). Each expectation by the ``DRIFT_NODES``-point rule of the shifted gamma (``_gamma_nodes``)."""
     b = np.where(np.isfinite(s.b), np.maximum(s.b, 0.0), 0.0)
     occ = np.where(np.isfinite(fb.occupancy_factor), fb.occupancy_factor, 1.0)
