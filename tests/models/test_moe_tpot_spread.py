@@ -1,5 +1,6 @@
 """MoE TPOT p99 on the spread of the batch (``latency.concave_step``): the load feedback on the regression slopes of
-the decode step over the batch's spread, the drift taken through D(1 + B) with its skewness, the Jensen gap.
+the decode step over the batch's spread, the drift taken through D(1 + B) with its skewness, the mean the size-biased
+step E[D(1 + B')] with the fixed point's Jensen gap (``latency._size_biased_step``).
 
 On the tangent D(b̄ + 1) − D(b̄) the TPOT p99 of a concave MoE step fell at mid load and was optimistic there:
 qwen3-30b-a3b fp8 on h100-sxm, capacity at a TPOT SLO of 2× its zero-load p99, 2.321 req/s analytic against 1.358
@@ -54,21 +55,23 @@ def test_qwen3_tpot_capacity_at_twice_the_zero_load_p99_agrees_with_the_simulato
     rates = np.geomspace(1e-3, cap, 60)
     below = serve_at_rate(_configs(*QWEN3[:4], n=len(rates)), rates, *QWEN3[4:]).tpot_p99_ms
     assert np.all(below <= slo * (1.0 + 1e-9))
-    # on the tangent: 2.321 req/s (+71 %); on the spread slopes 1.4177 (+4.5 %)
+    # on the tangent: 2.321 req/s (+71 %); on the spread slopes 1.4177 (+4.5 %); with the size-biased step 1.3719 (+1.2 %)
     assert -0.15 <= cap / QWEN3_SIMULATED_CAPACITY_2X - 1.0 <= 0.10, cap
 
 
 def test_dense_rows_barely_move_on_the_spread_path(monkeypatch):
     """The gate's reason: a dense step is linear over the batch's spread, so the spread path moves its capacity
-    < 0.1 % (llama-3.1-8b fp8 h100, SLO 2 × 4.527 ms: 14.0039 req/s on the tangent, 13.991 on the spread path;
-    with prompts cut to the 131,072-token context window (ctxwin, merged beside this) the tangent gives 14.0308)."""
+    little (llama-3.1-8b fp8 h100, SLO 2 × 4.527 ms: 14.0039 req/s on the tangent, 13.991 on the spread path;
+    with prompts cut to the 131,072-token context window (ctxwin, merged beside this) the tangent gives 14.0308).
+    With the size-biased step (moehump) the spread path gives 14.0565 (+0.18 %): for a linear D its bias is s·F, the
+    tangent path's s·F·(1 − u_p)/(1 − g) (the fixed point's response, which the size-biased step puts in t̄ instead)."""
     slo = 2.0 * _zero_load_p99(LLAMA8B)
     tangent = _capacity_at(LLAMA8B, slo, 5.0, 30.0)
     monkeypatch.setattr(lat, "concave_step", lambda c: True)
     spread = _capacity_at(LLAMA8B, slo, 5.0, 30.0)
     assert tangent == pytest.approx(14.0308, rel=1e-4)
     assert spread != tangent
-    assert abs(spread / tangent - 1.0) < 1e-3
+    assert abs(spread / tangent - 1.0) < 2.5e-3
 
 
 def test_concave_step_is_the_moe_models():
@@ -80,7 +83,7 @@ def test_dense_rows_never_enter_the_spread_path(monkeypatch):
     """Dense rows stay bit for bit on main's tangent path (the pins of tests/models/test_capacity_sets.py and the
     chat fleet's plan hold them): none of the spread functions runs for a dense model, all run for an MoE one."""
     calls = []
-    for name in ("_at_spread_slope", "_drift_through_step", "_jensen_gap"):
+    for name in ("_at_spread_slope", "_drift_through_step", "_size_biased_step"):
         original = getattr(lat, name)
 
         def spy(*args, _original=original, _name=name, **kwargs):

@@ -68,28 +68,23 @@ def test_ttft_p99_does_not_fall_as_the_rate_rises(case):
     assert not len(falls), f"p99 falls at {rates[falls + 1]} req/s: {p99[falls]} -> {p99[falls + 1]} ms"
 
 
-_MIXTRAL_FALLS = pytest.mark.xfail(strict=True, reason=(
-    "mixtral-8x7b's TPOT (and E2E) p99 still falls once at mid load on the spread slopes (latency.concave_step): "
-    "0.9919x of the previous rate's at 3.02 req/s (0.9085x on the tangent); its mean at b = 3-10 keeps a feedback "
-    "amplification the simulator does not show (docs/model-accuracy.md, 'tpot11', 'What is left' 1)"))
-MONOTONE_CASES = [pytest.param(case, marks=_MIXTRAL_FALLS) if case[0] == "mixtral-8x7b" else case for case in CASES]
 
 
-@pytest.mark.parametrize("case", MONOTONE_CASES, ids=[f"{m}-{d}-tp{t}" for m, d, _, t, _, _ in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[f"{m}-{d}-tp{t}" for m, d, _, t, _, _ in CASES])
 def test_e2e_p99_does_not_fall_as_the_rate_rises(case):
     # E2E = TTFT + decode, its mixture split at the same atom: before, llama-3.1-70b fell 4 times (to 0.9906 of the
-    # previous p99). The MoE cases fell with their TPOT p99 on the tangent (next test); qwen3-30b-a3b no longer does
+    # previous p99). The MoE cases fell with their TPOT p99 on the tangent (next test); neither does now
     rates, p99 = _p99_up_to_saturation(case, "e2e_p99_ms")
     falls = np.flatnonzero(p99[1:] / p99[:-1] < 1.0 - 1e-6)
     assert not len(falls), f"p99 falls at {rates[falls + 1]} req/s: {p99[falls]} -> {p99[falls + 1]} ms"
 
 
-@pytest.mark.parametrize("case", MONOTONE_CASES, ids=[f"{m}-{d}-tp{t}" for m, d, _, t, _, _ in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[f"{m}-{d}-tp{t}" for m, d, _, t, _, _ in CASES])
 def test_tpot_p99_does_not_fall_as_the_rate_rises(case):
     # the capacity search assumes a p99 that rises with λ. Dense cases: monotone. On the tangent D(b̄ + 1) − D(b̄)
     # the MoE cases fell (mixtral-8x7b 0.9085x at 1.01-3.02 req/s, qwen3-30b-a3b 0.9745x at 10.2 -> 15.5); on the
-    # spread slopes (latency.concave_step) qwen3-30b-a3b rises (smallest ratio 1.0005), mixtral still falls once
-    # (strict xfail: XPASS fails once a change fixes it, and the mark comes off)
+    # spread slopes (latency.concave_step) qwen3-30b-a3b rose, mixtral still fell once (0.9919x at 3.02 req/s, its
+    # mean at b̄ = 3-10 too high); with the size-biased step through D (latency._size_biased_step) both rise
     # Tolerance QUANTILE_RTOL (1e-5): each p99 is found to that share of its value (or its tail within 0.1 % of 1 %),
     # so a smaller fall is the quantile solver's, not the model's. With llama-3.1-8b's prompts cut to the context
     # window (ctxwin) the p99 fell 4.52695316 -> 4.52694684 ms (1.4e-6) at 1.0e-3 -> 1.4e-3 req/s; solved to 1e-12

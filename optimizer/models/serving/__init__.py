@@ -40,7 +40,10 @@ over quadrature nodes of the length distributions and inverted by bisection):
   ``E[D(B + 1) − D(B)]`` (the bias's fixed-point response, Stein–Chen) and ``E[D(B + 2) − D(B + 1)]``
   (the gain, a running step), B ~ N(b̄, F·b̄) by 7-point Gauss–Hermite; the drift is D(1 + B) itself,
   B the shifted gamma of the window-averaged batch's three cumulants (``tails.gamma_gauss_rule``),
-  over a life of (O − 1) request-weighted steps; the mean less Jensen's gap E[D(1 + B)] − D(1 + b̄).
+  over a life of (O − 1) request-weighted steps; the mean is the size-biased step E[D(1 + B')] (B the batch's
+  negative-binomial law of dispersion F, B' the others a sequence finds in its step) at the fixed point moved by
+  its Jensen gap (E[D(B)] − D(b̄))/(1 − g) (``latency._size_biased_step``), and a TPOT node of negative skewness
+  is the mirrored shifted gamma (bounded above, as D(1 + B) of a concave D is).
   Dense rows keep the tangent (their D is linear over the spread).
 - **TTFT** = residual of the step in progress (length-biased step durations, uniform
   residual; zero when the replica is idle, probability ``e^{−b}``) + prompts that join the

@@ -119,16 +119,18 @@ def evaluate_load(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, nee
     sat = s.saturated | ~runnable
     tbar = np.where(sat, np.nan, s.step_s)
     concave = concave_step(c)
+    d_tag = s.d_next_s
     if concave:
         spread, gain = _at_spread_slope(c, lam, s, lens)
         fb = feedback_factors(lam, spread, lens, gain)
+        fb, d_tag = _size_biased_step(c, lam, s, lens, fb, spread.slope_s)
     else:
         fb = feedback_factors(lam, s, lens)
     # the decoding batch per unit of time (Little's law on the request-weighted step), what a busy prefill queue runs with
     b_busy = s.b * (1.0 + np.where(sat, 0.0, fb.bias_s) / np.where(sat, 1.0, tbar))
     ttft = _ttft_moments(c, lam, lens, s, chunk, b_busy, np.sqrt(np.where(sat, 0.0, fb.occupancy_factor) * b_busy))
-    tp = _queue_behind(_tpot_moments(c, lam, lens, s, fb, sat, tbar, concave), c, lens, ttft, b_busy, chunk)
-    out = _percentiles(len(c), lens, tp, ttft, need, p50)
+    tp = _queue_behind(_tpot_moments(c, lam, lens, s, fb, sat, tbar, concave, d_tag), c, lens, ttft, b_busy, chunk)
+    out = _percentiles(len(c), lens, tp, ttft, need, p50, concave)
     ttft_mean = np.sum(np.where(lens.l_w > 0, ttft.mean, 0.0) * lens.l_w, axis=1)  # padded nodes (weight 0) aside
     e2e_mean = ttft_mean + lens.mean_o1 * tp.mean
 
@@ -178,7 +180,8 @@ class _TpotMoments:
 
 def concave_step(c: Configs) -> bool:
     """Whether the load feedback and the batch drift of ``c``'s rows are taken over the batch's spread
-    (``_at_spread_slope``, ``_drift_through_step``, ``_jensen_gap``) instead of on the tangent D(b̄ + 1) − D(b̄).
+    (``_at_spread_slope``, ``_drift_through_step``, ``_size_biased_step``, the mirrored gamma of ``tails._shape``)
+    instead of on the tangent D(b̄ + 1) − D(b̄).
 
     Only for MoE models, whose decode step D(b) is concave over the batch's spread: flat on [0, 1] (a step reads at
     least one token's experts), then rising ever more slowly until every expert is touched, so the tangent at b̄
@@ -191,19 +194,20 @@ def concave_step(c: Configs) -> bool:
 
 
 def _tpot_moments(c: Configs, lam: np.ndarray, lens: RowLengths, s: State, fb, sat: np.ndarray,
-                  tbar: np.ndarray, concave: bool) -> _TpotMoments:
+                  tbar: np.ndarray, concave: bool, d_tag: np.ndarray) -> _TpotMoments:
     """TPOT | O = mean of O−1 step durations + batch drift over its life W = (O−1)·t̄, with load feedback.
 
     ``concave`` (``concave_step``): the drift is D(1 + B) through D itself over a life of (O − 1) request-weighted
-    steps, and the mean is less Jensen's gap; else the drift is s²·Var(b̄_W), s the tangent, over (O − 1)·t̄."""
+    steps, and the mean is the size-biased step of ``_size_biased_step`` (in ``fb.bias_s``); else the drift is
+    s²·Var(b̄_W), s the tangent, over (O − 1)·t̄. ``d_tag``: the decode part of the mean (D(b̄ + 1) on the tangent),
+    the rest being the prefill share whose variance is bounded."""
     o1 = np.maximum(lens.o_nodes - 1.0, 0.0)  # (N, QO) decode steps of a request
     m1, m2, m3 = (s.steps.moment(r) for r in (1, 2, 3))
     var_t = np.maximum(m2 - m1**2, 0.0)
     k3_t = m3 - 3 * m1 * m2 + 2 * m1**3
-    d_tag = s.d_next_s
-    # request-weighted mean step E[b·T]/E[b] = t̄ + Cov(b, T)/b̄, Little's law shift included
-    # ... less Jensen's gap of the concave MoE step over the batch the request sees (``_jensen_gap``)
-    mean_tpot = m1 + np.where(sat, 0.0, (fb.bias_s + _jensen_gap(c, s, lens, fb)) if concave else fb.bias_s)
+    # request-weighted mean step E[b·T]/E[b] = t̄ + Cov(b, T)/b̄, Little's law shift included (for a concave MoE
+    # step the size-biased E[D(1 + B')] of ``_size_biased_step``); ``d_tag`` its decode part
+    mean_tpot = m1 + np.where(sat, 0.0, fb.bias_s)
     steps_n = np.maximum(o1, 1.0)
     # a request lives (O − 1) request-weighted steps (Little's law: the batch it finds is λ·E[O − 1]·that step)
     life = np.where(sat | ~np.isfinite(mean_tpot), tbar, mean_tpot) if concave else tbar
@@ -313,26 +317,56 @@ def _drift_through_step(c: Configs, s: State, lens: RowLengths, var: np.ndarray,
     return np.sum(w * dev**2, axis=-1), np.sum(w * dev**3, axis=-1)
 
 
-def _jensen_gap(c: Configs, s: State, lens: RowLengths, fb) -> np.ndarray:
-    """E[D(1 + B)] − D(1 + b̄) (N,), B the instantaneous batch an arrival finds (PASTA: the time-average law, mean
-    b̄, variance F·b̄ and third cumulant (1 + 2g)·F²·b̄ of the clustered Poisson count, F = ``occupancy_factor``),
-    by the quadrature of ``_drift_through_step``.
+def _size_biased_step(c: Configs, lam: np.ndarray, s: State, lens: RowLengths, fb, slope_s: np.ndarray):
+    """``fb`` with ``bias_s`` the request-weighted step of a concave MoE step less t̄, and that step's decode part
+    (N,): the TPOT mean, Little's law's life and the busy batch, taken through D over the batch's law instead of
+    the tangent and the linear response.
 
-    The request-weighted step is E[B·D(B)]/b̄ = E[D(B + 1)] for a Poisson B (Stein–Chen); the fixed point's t̄ + bias
-    takes it as D(b̄) + slope·(amplification), exact for a D linear over the batch's spread (dense rows: the gap is
-    0 but where B clips at 0), high by ½·D''·F·b̄ on a concave MoE step: mixtral-8x7b fp8 tp2 at 2.10 req/s, t̄ 11.52
-    ms, the simulated mean 11.55 and t̄ + bias 12.78 (docs/model-accuracy.md, "MoE TPOT p99 at mid load")."""
+    The request-weighted step is an identity over the steps' joint law of (b, T): E[b·T]/E[b] — a static functional
+    of the law of the batch B at a step, whatever made it over-dispersed. B is the mixed Poisson count of mean b̄
+    and variance F·b̄ (F = ``occupancy_factor``, third cumulant (1 + 2g)·F²·b̄, the feedback's clusters); its decode
+    part E[B·D(B)]/b̄ = E[D(1 + B')], B' the others a sequence finds in its step, the size-biased law less one
+    (for a negative binomial of dispersion F: mean b̄ + F − 1, variance F·(b̄ + F − 1); Stein–Chen for F = 1).
+    Two corrections of the tangent model, both of D's curvature over that law:
+
+    - the fixed point is t̄ = D(b̄) + prefill, but a step lasts E[D(B)] on average: t̄ moves by Jensen's gap
+      J = E[D(B)] − D(b̄), amplified by the fixed point's response 1/(1 − g), g = u_p + λ·E[O − 1]·s (s the
+      spread slope; linear response), and b̄ by λ·E[O − 1] times that;
+    - the size bias E[D(1 + B')] − E[D(B)] at that b̄ replaces s·F·(1 − u_p)/(1 − g) (the linear response's
+      bias, whose fixed-point factor the shifted fixed point now carries).
+
+    The prefill part of the bias (ε's terms of ``feedback_factors``) is kept. mixtral-8x7b int8 tp2 on l40s
+    (prompts and outputs lognormal 256 / p99 1,024) at 0.5 req/s: J = −2.7 ms at b̄ = 4.1 (D = 21.4, 31.4, 40.3 ms
+    at b = 2, 4, 8), the mean TPOT 40.8 → 32.9 ms against 33.4 simulated (docs/model-accuracy.md, "MoE mean TPOT at
+    mid load (moehump)"). Each expectation by the ``DRIFT_NODES``-point rule of the shifted gamma (``_gamma_nodes``)."""
     b = np.where(np.isfinite(s.b), np.maximum(s.b, 0.0), 0.0)
     occ = np.where(np.isfinite(fb.occupancy_factor), fb.occupancy_factor, 1.0)
     cluster = fb.batch_k3_factor / np.maximum(fb.batch_factor, 1e-300) ** 2  # 1 + 2g
+    up = np.clip(s.rho1, 0.0, 0.95)
+    slope = np.maximum(slope_s, 0.0)
+    rate = lam * lens.mean_o1  # b̄ per second of t̄
+    response = (1.0 - up) / (1.0 - np.minimum(up + rate * slope, 0.98))  # (1 − u_p)/(1 − g)
+    ctx = lens.ctx[:, None]
     x, w = _gamma_nodes(occ * b, cluster * occ**2 * b, b)
-    d = perf.decode_step_s(c, 1.0 + np.concatenate([x, b[:, None]], axis=1), lens.ctx[:, None])
-    mean = np.sum(w * np.where(np.isfinite(d[:, :-1]), d[:, :-1], 0.0), axis=-1)
-    return np.where(np.isfinite(d[:, -1]), mean - d[:, -1], 0.0)
+    d = perf.decode_step_s(c, x, ctx)
+    gap = np.sum(w * np.where(np.isfinite(d), d, 0.0), axis=-1) - s.steps.d
+    shift = np.where(np.isfinite(gap), gap, 0.0) * response / (1.0 - up)  # J/(1 − g)
+    others = np.maximum(b + rate * shift, 0.0) + occ - 1.0  # B': the size-biased batch less the tagged sequence
+    x, w = _gamma_nodes(occ * others, cluster * occ**2 * others, others)
+    d = perf.decode_step_s(c, 1.0 + x, ctx)
+    decode = np.sum(w * np.where(np.isfinite(d), d, 0.0), axis=-1)
+    prefill = fb.bias_s - slope * occ * response  # the bias's ε terms
+    ok = np.isfinite(s.step_s) & np.isfinite(s.b) & np.isfinite(decode) & np.isfinite(prefill)
+    bias = np.where(ok, decode + prefill - np.where(ok, s.steps.d, 0.0), 0.0)  # E[D(1 + B')] + prefill − t̄
+    return replace(fb, bias_s=np.where(ok, bias, fb.bias_s)), np.where(ok, decode, s.d_next_s)
 
 
-def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments, need: set[str], p50: bool) -> dict[str, np.ndarray]:
-    """p99 (and p50) of TPOT, TTFT and E2E (s) for the limits in ``need``; NaN for the others."""
+def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments, need: set[str], p50: bool,
+                 concave: bool = False) -> dict[str, np.ndarray]:
+    """p99 (and p50) of TPOT, TTFT and E2E (s) for the limits in ``need``; NaN for the others. ``concave``
+    (``concave_step``): a TPOT node of negative third cumulant is the mirrored shifted gamma (``tails._shape``), a law
+    bounded above — the drift D(1 + B) of a concave step is (mixtral-8x7b int8 tp2 on l40s at 0.5 req/s: the
+    simulated TPOT's skewness −0.86; as a normal, skewness 0, its p99 was +10 % over the simulator's)."""
     nan = np.full(n, np.nan)
     out = {k: nan.copy() for k in ("tpot_p50", "tpot_p99", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99")}
     qs = (0.99, 0.50) if p50 else (0.99,)
@@ -343,13 +377,13 @@ def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments,
         out["tpot_p99"], out["tpot_p50"] = np.where(has, np.nan, 0.0), np.where(has, np.nan, 0.0)
     # the TTFT nodes split at the wait's atom at zero (``_TtftMoments.mixture``), for the TTFT and E2E mixtures
     ttft_w, ttft_m, ttft_v, ttft_k3 = ttft.mixture(lens.l_w) if need & {"ttft", "e2e"} else (None,) * 4
-    mixtures = {}  # name: (rows or None for all, weights, mean, var, κ3)
+    mixtures = {}  # name: (rows or None for all, weights, mean, var, κ3, mirrored)
     if "tpot" in need and len(rows := np.flatnonzero(has)):
         every = len(rows) == n
         mixtures["tpot"] = (None if every else rows, *(x if every else x[rows]
-                                                      for x in (tp.weights, tp.mt, tp.var, tp.k3)))
+                                                      for x in (tp.weights, tp.mt, tp.var, tp.k3)), concave)
     if "ttft" in need:
-        mixtures["ttft"] = (None, ttft_w, ttft_m, ttft_v, ttft_k3)
+        mixtures["ttft"] = (None, ttft_w, ttft_m, ttft_v, ttft_k3, False)
     for q in qs:
         for name, (rows_of, values) in _mixture_quantiles(q, mixtures).items():
             key = f"{name}_p{round(q * 100)}"
@@ -376,18 +410,21 @@ def _percentiles(n: int, lens: RowLengths, tp: _TpotMoments, ttft: _TtftMoments,
 
 
 def _mixture_quantiles(q: float, mixtures: dict[str, tuple]) -> dict[str, tuple]:
-    """``mixture_quantile`` at q of each (rows, weights, mean, var, κ3) of ``mixtures`` (arrays (rows, J)):
-    {name: (rows, quantiles)}. Mixtures with as many components run as one call of their rows stacked
-    (every row's quantile is its own: the search is row by row)."""
+    """``mixture_quantile`` at q of each (rows, weights, mean, var, κ3, mirrored) of ``mixtures`` (arrays (rows, J);
+    mirrored a bool: ``tails._shape``'s mirror for all its rows): {name: (rows, quantiles)}. Mixtures with as many
+    components run as one call of their rows stacked (every row's quantile is its own: the search is row by row)."""
     out: dict[str, tuple] = {}
     by_width: dict[int, list[str]] = {}
     for name, (_, w, *_rest) in mixtures.items():
         by_width.setdefault(np.shape(w)[-1], []).append(name)
     for names in by_width.values():
-        parts = [mixtures[name][1:] for name in names]
+        parts = [mixtures[name][1:5] for name in names]
         sizes = [len(p[1]) for p in parts]
+        flags = [mixtures[name][5] for name in names]
+        mirror = np.concatenate([np.full((k, 1), f) for k, f in zip(sizes, flags, strict=True)]) if any(flags) else None
         stacked = [np.concatenate([np.broadcast_to(p[i], p[1].shape) for p in parts]) for i in range(4)]
-        values = mixture_quantile(q, *stacked) if len(parts) > 1 else mixture_quantile(q, *parts[0])
+        values = (mixture_quantile(q, *stacked, mirror=mirror) if len(parts) > 1
+                  else mixture_quantile(q, *parts[0], mirror=mirror))
         for name, piece in zip(names, np.split(values, np.cumsum(sizes)[:-1]), strict=True):
             out[name] = (mixtures[name][0], piece)
     return out

@@ -34,32 +34,47 @@ class _Shape:
     shift: np.ndarray  # mean − k·θ
     inv_9k: np.ndarray  # 1/(9k) and √k, of the Wilson–Hilferty transform
     sqrt_k: np.ndarray
+    sign: np.ndarray | None = None  # −1 where the law is the mirror image −Y of a shifted gamma Y (κ3 < 0), else 1
 
     @property
     def all_skewed(self) -> bool:
         return bool(self.skewed.all())
 
     def take(self, rows: np.ndarray) -> _Shape:
-        return _Shape(*(getattr(self, f.name)[rows] for f in fields(self)))
+        return _Shape(*(None if getattr(self, f.name) is None else getattr(self, f.name)[rows] for f in fields(self)))
 
 
-def _shape(mean: np.ndarray, var: np.ndarray, k3: np.ndarray) -> _Shape:
+def _shape(mean: np.ndarray, var: np.ndarray, k3: np.ndarray, mirror: np.ndarray | None = None) -> _Shape:
     """Shifted gamma with shape k = 4/γ², scale θ = κ3/(2·var), shift mean − kθ (γ = κ3/sd³);
-    normal when the skewness is ~0 (γ <= 1e-3)."""
+    normal when the skewness is ~0 (γ <= 1e-3). ``mirror`` (bool, broadcast to ``mean``): where set and γ < −1e-3,
+    the mirror image −Y of the shifted gamma Y of mean −mean and skewness −γ (a law bounded above, as the TPOT of a
+    concave MoE step, ``latency.concave_step``); elsewhere a negative skewness is taken as 0 (normal)."""
     sd = np.sqrt(np.maximum(var, 0.0))
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         gamma = np.where(sd > 0, k3 / np.maximum(sd, 1e-300) ** 3, 0.0)
     gamma = np.nan_to_num(gamma, nan=0.0, posinf=0.0)
+    sign = None
+    if mirror is not None:
+        sign = np.where(np.broadcast_to(mirror, gamma.shape) & (gamma < -1e-3), -1.0, 1.0)
+        mean, gamma = sign * mean, np.nan_to_num(sign * gamma, neginf=0.0)
     skewed = gamma > 1e-3
     g = np.where(skewed, gamma, 1.0)
     k = 4.0 / (g * g)
     scale = np.maximum(k * sd * g / 2.0, 1e-300)
-    return _Shape(mean, sd, skewed, scale, mean - k * sd * g / 2.0, 1.0 / (9.0 * k), np.sqrt(k))
+    return _Shape(mean, sd, skewed, scale, mean - k * sd * g / 2.0, 1.0 / (9.0 * k), np.sqrt(k), sign)
 
 
 def _shape_sf(x: np.ndarray, sh: _Shape) -> np.ndarray:
     """P(X > x): Wilson–Hilferty ``1 − Φ(((y/kθ)^{1/3} − 1 + 1/(9k))·3√k)``, y = x − shift
-    (1 for y <= 0); normal ``1 − Φ((x − mean)/sd)`` where unskewed."""
+    (1 for y <= 0); normal ``1 − Φ((x − mean)/sd)`` where unskewed. A mirrored law: 1 − P(Y > −x)."""
+    if sh.sign is not None:
+        p = _gamma_sf(x * sh.sign, sh)
+        return np.where(sh.sign < 0, 1.0 - p, p)
+    return _gamma_sf(x, sh)
+
+
+def _gamma_sf(x: np.ndarray, sh: _Shape) -> np.ndarray:
+    """``_shape_sf`` of the (unmirrored) shifted gamma or normal."""
     y = (x - sh.shift) / sh.scale
     z_gamma = (np.cbrt(np.maximum(y, 0.0)) - 1.0 + sh.inv_9k) * 3.0 * sh.sqrt_k
     if sh.all_skewed:
@@ -72,7 +87,14 @@ def _shape_sf(x: np.ndarray, sh: _Shape) -> np.ndarray:
 
 
 def _shape_quantile(q: float, sh: _Shape) -> np.ndarray:
-    """Inverse of ``_shape_sf`` at 1 − q: ``shift + kθ·(z_q/(3√k) + 1 − 1/(9k))³`` or ``mean + z_q·sd``."""
+    """Inverse of ``_shape_sf`` at 1 − q: ``shift + kθ·(z_q/(3√k) + 1 − 1/(9k))³`` or ``mean + z_q·sd``; a mirrored
+    law −Y: −(Y's (1 − q)-quantile)."""
+    if sh.sign is not None:
+        return np.where(sh.sign < 0, -_gamma_quantile(1.0 - q, sh), _gamma_quantile(q, sh))
+    return _gamma_quantile(q, sh)
+
+
+def _gamma_quantile(q: float, sh: _Shape) -> np.ndarray:
     z = float(normal_ppf(q))
     base = z / (3.0 * sh.sqrt_k) + 1.0 - sh.inv_9k
     x_gamma = sh.shift + sh.scale * int_power(np.maximum(base, 0.0), 3)
@@ -85,8 +107,9 @@ def gamma_quantile(q: float, mean: np.ndarray, var: np.ndarray, k3: np.ndarray) 
     return _shape_quantile(q, _shape(mean, var, k3))
 
 
-def mixture_quantile(q: float, weights: np.ndarray, mean, var, k3) -> np.ndarray:
+def mixture_quantile(q: float, weights: np.ndarray, mean, var, k3, mirror: np.ndarray | None = None) -> np.ndarray:
     """x with Σ_j w_j·P(X_j > x) = 1 − q; components on the last axis of (N, J) arrays, weights (J,) or per row (N, J).
+    ``mirror`` (bool (N, 1) or None): rows whose negatively skewed components are mirrored gammas (``_shape``).
 
     The root lies between the smallest and largest component quantile (components with
     weight > 0). It is found there by the Illinois variant of regula falsi on
@@ -96,7 +119,7 @@ def mixture_quantile(q: float, weights: np.ndarray, mean, var, k3) -> np.ndarray
     mean, var, k3 = np.broadcast_arrays(mean, var, k3)
     finite = np.all(np.isfinite(mean), axis=-1)
     ok = np.isfinite(mean)
-    sh = _shape(np.where(ok, mean, 0.0), np.where(ok, var, 0.0), np.where(ok, k3, 0.0))
+    sh = _shape(np.where(ok, mean, 0.0), np.where(ok, var, 0.0), np.where(ok, k3, 0.0), mirror)
     xq = _shape_quantile(q, sh)
     used = np.broadcast_to(np.asarray(weights) > 0, xq.shape)
     lo = np.min(np.where(used, xq, np.inf), axis=-1)
