@@ -4,7 +4,7 @@
                                                 [--dir /tmp/gpuplan-scale] [--no-run]
     python scripts/bench_scale.py --workloads 60 --dump-problem /tmp/p60.pkl   # candidates once, pickled
     python scripts/bench_scale.py --solve-only /tmp/p60.pkl [--time-limit 120]  # the solve stage alone
-    python scripts/bench_scale.py --step1 /tmp/p60.pkl [--first 20] [--runs 3]  # the one-workload MILPs, 1 vs N workers
+    python scripts/bench_scale.py --step1 /tmp/p60.pkl [--first 20] [--runs 3] [--time-limit 120]  # step 1, 1 vs N workers
 
 ``--dump-problem`` computes the candidates in this process as ``gpuplan optimize`` does (models,
 headroom sizing) and pickles the plan and its ``FleetProblem``; ``--bench20`` does it for the
@@ -13,9 +13,10 @@ and runs the solve stage (``optimizer.optimize.solve_stage``: one-device fleets,
 solve) with ``--time-limit``, printing its wall and CPU time, objective, gap and the
 one-device fleet: the way to iterate on the solver without re-evaluating candidates (which
 took 2,132 s at 500 workloads under load). ``--step1`` times the decomposition's step 1
-(``decompose.workload_plans``, no guard) serially and on the worker pool (``GPUPLAN_WORKERS``,
-default the usable CPUs), interleaved, on the first ``--first`` workloads: wall and CPU seconds
-(this process and its workers) and whether both gave the same plans.
+(``decompose.workload_plans``, its guard PLANS_SHARE of ``--time-limit``; 1e5: none) serially and on
+the worker pool (``GPUPLAN_WORKERS``, default the usable CPUs), interleaved, on the first ``--first``
+workloads: wall and CPU seconds (this process and its workers), the guard's note, whether both gave
+the same plans.
 
 Writes two inputs into ``--dir``:
 
@@ -172,8 +173,9 @@ def solve_only(path: Path, time_limit_s: float) -> None:
           f"types | one-device {one}\n  {sol.detail}")
 
 
-def step1(path: Path, first: int | None, runs: int) -> None:
-    """``workload_plans`` of the pickled problem (its first ``first`` workloads), serial then on the pool."""
+def step1(path: Path, first: int | None, runs: int, time_limit_s: float) -> None:
+    """``workload_plans`` of the pickled problem (its first ``first`` workloads), serial then on the pool,
+    with the guard ``solve_decomposed`` gives it at ``time_limit_s`` (PLANS_SHARE of it)."""
     from optimizer.planning.milp import decompose
     from optimizer.planning.milp.problem import FleetProblem
 
@@ -190,7 +192,8 @@ def step1(path: Path, first: int | None, runs: int) -> None:
             os.environ["GPUPLAN_WORKERS"] = workers
             t0, c0 = time.perf_counter(), _cpu_s()
             guarded: list[str] = []
-            plans = decompose.workload_plans(problem, time_limit_s=1e4, gap=1e-3, guarded=guarded)
+            plans = decompose.workload_plans(problem, time_limit_s=decompose.PLANS_SHARE * time_limit_s, gap=1e-3,
+                                             guarded=guarded)
             wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
             got[label] = plans
             print(f"run {run + 1} {label:6s} ({decompose.parallel_workers()} workers): {len(problem.demands)} workloads, "
@@ -221,7 +224,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3, help="with --step1: interleaved serial/pool pairs")
     args = ap.parse_args()
     if args.step1:
-        step1(args.step1, args.first, args.runs)
+        step1(args.step1, args.first, args.runs, args.time_limit)
         return
     if args.solve_only:
         solve_only(args.solve_only, args.time_limit)
