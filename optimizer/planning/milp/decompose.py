@@ -87,8 +87,9 @@ PLANS_SHARE = 0.25
 CONSOLIDATE_SHARE = 0.1
 POLISH_SHARE = 0.2
 GUARD_NOTE = "stopped by the time limit: a rerun may differ"
-# Step 1 runs on forked workers (``evaluate.parallel_workers``) from this many options on; below, the
-# fork costs more than it saves (docs/benchmarks.md, "Session 13: parallel one-workload MILPs").
+# Step 1 runs on forked workers (``evaluate.parallel_workers``) from this many options on: ~1 s of serial
+# MILPs, 30× the pool's start-up (20-30 ms); the 20-workload plan (780 options, 0.4 s, one MILP of 0.15 s)
+# gained nothing on it (docs/benchmarks.md, "Session 13: parallel one-workload MILPs").
 PARALLEL_MIN_OPTIONS = 2_000
 # The neighbourhood of a fleet: its options, and each workload's best per bucket and cheapest per replica.
 NEIGHBOURHOOD_PER_BUCKET = 2
