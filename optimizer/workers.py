@@ -14,6 +14,8 @@ Used by the what-if scenarios (optimizer/whatif.py) and the candidate evaluation
   process group) and take SIGTERM's default action, so they print no traceback. The parent
   sees the interrupt once; on it, or on any error, it kills the workers and re-raises.
 - Results come back in the order of the items, whatever the worker count.
+- **A deadline is a deadline** (``run_pool(..., deadline=...)``): the items not done by then get a
+  stand-in value and the workers are killed, so a wall-clock guard bounds the pool's wall time.
 """
 
 from __future__ import annotations
@@ -106,25 +108,35 @@ def _kill(pool: ProcessPoolExecutor) -> None:
 
 
 def run_pool(fn: Callable[[Any], Any], items: Sequence[Any] | Iterable[Any], workers: int,
-             progress: Callable[[int], None] | None = None) -> list[Any]:
+             progress: Callable[[int], None] | None = None, *, deadline: float | None = None,
+             late: Any = None) -> list[Any]:
     """``[fn(x) for x in items]`` on ``workers`` worker processes (in item order).
 
     ``fn`` must be picklable (a module-level function or a functools.partial of one). An
     exception in a worker is re-raised in the parent as itself; on it, or on an interrupt in
     the parent, the workers are killed before it propagates. ``progress(1)`` is called as
-    each result arrives, in order.
+    each result arrives, in order. ``deadline`` (``time.monotonic()``, the clock every process
+    shares): the items not done by then come back as ``late`` and the workers are killed.
     """
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=worker_init,
                                initargs=(os.getpid(),))
+    timed_out = False
     try:
         futures = [pool.submit(fn, x) for x in items]
         out = []
         for future in futures:  # in submission order: results keep the item order
-            out.append(future.result())
+            try:
+                out.append(future.result(None if deadline is None else max(deadline - time.monotonic(), 0.0)))
+            except TimeoutError:  # past the deadline: what is done is kept, the rest is late
+                timed_out = True
+                out.append(late)
             if progress is not None:
                 progress(1)
     except BaseException:
         _kill(pool)
         raise
-    pool.shutdown(wait=True)
+    if timed_out:
+        _kill(pool)
+    else:
+        pool.shutdown(wait=True)
     return out

@@ -4,6 +4,7 @@
                                                 [--dir /tmp/gpuplan-scale] [--no-run]
     python scripts/bench_scale.py --workloads 60 --dump-problem /tmp/p60.pkl   # candidates once, pickled
     python scripts/bench_scale.py --solve-only /tmp/p60.pkl [--time-limit 120]  # the solve stage alone
+    python scripts/bench_scale.py --step1 /tmp/p60.pkl [--first 20] [--runs 3] [--time-limit 120]  # step 1, 1 vs N workers
 
 ``--dump-problem`` computes the candidates in this process as ``gpuplan optimize`` does (models,
 headroom sizing) and pickles the plan and its ``FleetProblem``; ``--bench20`` does it for the
@@ -11,7 +12,11 @@ headroom sizing) and pickles the plan and its ``FleetProblem``; ``--bench20`` do
 and runs the solve stage (``optimizer.optimize.solve_stage``: one-device fleets, then the main
 solve) with ``--time-limit``, printing its wall and CPU time, objective, gap and the
 one-device fleet: the way to iterate on the solver without re-evaluating candidates (which
-took 2,132 s at 500 workloads under load).
+took 2,132 s at 500 workloads under load). ``--step1`` times the decomposition's step 1
+(``decompose.workload_plans``, its guard PLANS_SHARE of ``--time-limit``; 1e5: none) serially and on
+the worker pool (``GPUPLAN_WORKERS``, default the usable CPUs), interleaved, on the first ``--first``
+workloads: wall and CPU seconds (this process and its workers), the guard's note, whether both gave
+the same plans.
 
 Writes two inputs into ``--dir``:
 
@@ -168,6 +173,41 @@ def solve_only(path: Path, time_limit_s: float) -> None:
           f"types | one-device {one}\n  {sol.detail}")
 
 
+def step1(path: Path, first: int | None, runs: int, time_limit_s: float) -> None:
+    """``workload_plans`` of the pickled problem (its first ``first`` workloads), serial then on the pool,
+    with the guard ``solve_decomposed`` gives it at ``time_limit_s`` (PLANS_SHARE of it)."""
+    from optimizer.planning.milp import decompose
+    from optimizer.planning.milp.problem import FleetProblem
+
+    _, problem = pickle.loads(path.read_bytes())
+    if first:
+        keep = {d.workload for d in problem.demands[:first]}
+        problem = FleetProblem(problem.demands[:first], tuple(o for o in problem.options if o.workload in keep),
+                               problem.units, problem.limits)
+    decompose.PARALLEL_MIN_OPTIONS = 0  # the pool whenever GPUPLAN_WORKERS allows it
+    pool_workers = os.environ.get("GPUPLAN_WORKERS", "")
+    got = {}
+    for run in range(runs):
+        for label, workers in (("serial", "1"), ("pool", pool_workers)):
+            os.environ["GPUPLAN_WORKERS"] = workers
+            t0, c0 = time.perf_counter(), _cpu_s()
+            guarded: list[str] = []
+            plans = decompose.workload_plans(problem, time_limit_s=decompose.PLANS_SHARE * time_limit_s, gap=1e-3,
+                                             guarded=guarded)
+            wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
+            got[label] = plans
+            print(f"run {run + 1} {label:6s} ({decompose.parallel_workers()} workers): {len(problem.demands)} workloads, "
+                  f"{len(problem.options):,} options: wall {wall:.2f} s, CPU {cpu:.2f} s{'; ' + guarded[0] if guarded else ''}",
+                  flush=True)
+    print("same plans and bounds:", got["serial"] == got["pool"])
+
+
+def _cpu_s() -> float:
+    """User + system CPU seconds of this process and its finished workers."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", type=int, default=500)
@@ -179,7 +219,13 @@ def main() -> None:
     ap.add_argument("--dump-problem", type=Path, help="pickle the plan and its FleetProblem here, then stop")
     ap.add_argument("--bench20", action="store_true", help="with --dump-problem: bench_optimizer.py's 20 workloads")
     ap.add_argument("--solve-only", type=Path, help="run the solve stage on a pickled problem, then stop")
+    ap.add_argument("--step1", type=Path, help="time step 1 of the decomposition on a pickled problem, then stop")
+    ap.add_argument("--first", type=int, help="with --step1: the first N workloads only")
+    ap.add_argument("--runs", type=int, default=3, help="with --step1: interleaved serial/pool pairs")
     args = ap.parse_args()
+    if args.step1:
+        step1(args.step1, args.first, args.runs, args.time_limit)
+        return
     if args.solve_only:
         solve_only(args.solve_only, args.time_limit)
         return

@@ -8,6 +8,9 @@ The problem is synthetic and seeded: 10 workloads × 4 buckets × 6 devices × 3
 ~1.7 s CPU, of which ~1.0 s is the polish's root node; at an 8 s limit main's polish share
 (0.2 × 8 = 1.6 s of wall time) is cut inside that root when CPU hogs halve this process's share
 of the CPU, so before this change the two solves below stopped at different places.
+
+Step 1's one-workload MILPs on forked workers (``PARALLEL_MIN_OPTIONS``) give the serial path's plans,
+bounds and fleet (docs/benchmarks.md, "Session 13: parallel one-workload MILPs").
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ import sys
 
 from optimizer.planning.milp import decompose
 from optimizer.planning.milp.decompose import GUARD_NOTE, solve_decomposed, workload_plans
-from optimizer.planning.milp.heuristic import consolidate
+from optimizer.planning.milp.heuristic import consolidate, single_option_plan
 from optimizer.planning.milp.problem import Demand, FleetProblem, Limits, Option, UnitTerms
 from optimizer.planning.milp.solve import solve_fleet
 from optimizer.results.money import LinearTerms
 from optimizer.results.plan_result import SolveStatus
+from optimizer.workers import run_pool, usable_cpus
 
 ZERO = LinearTerms(0.0, 0.0)
 
@@ -98,3 +102,52 @@ def test_consolidation_stops_after_its_rounds():
     guarded: list[str] = []
     assert consolidate(p, plans, time_limit_s=10, max_rounds=0, guarded=guarded) == plans and guarded == []
     assert consolidate(p, plans, time_limit_s=10, max_rounds=1) != plans
+
+
+def _spied_pool(monkeypatch) -> list[int]:
+    """The item counts of the pools ``workload_plans`` runs."""
+    runs: list[int] = []
+
+    def spy(fn, items, workers, *args, **kwargs):
+        items = list(items)
+        runs.append(len(items))
+        return run_pool(fn, items, workers, *args, **kwargs)
+
+    monkeypatch.setattr(decompose, "run_pool", spy)
+    return runs
+
+
+def test_one_workload_milps_on_workers_give_the_serial_plans_and_fleet(monkeypatch):
+    # step 1 forced onto the pool (PARALLEL_MIN_OPTIONS = 0): the same plans, bounds and order as
+    # GPUPLAN_WORKERS=1, and the same final fleet; no guard fires at 30 s
+    monkeypatch.setattr(decompose, "BOUNDS_MIN_OPTIONS", 0)
+    monkeypatch.setattr(decompose, "PARALLEL_MIN_OPTIONS", 0)
+    problem = synthetic_problem()
+    runs = _spied_pool(monkeypatch)
+    got = {}
+    for workers in ("1", "2"):
+        monkeypatch.setenv("GPUPLAN_WORKERS", workers)
+        guarded: list[str] = []
+        plans = workload_plans(problem, time_limit_s=30, gap=1e-6, guarded=guarded)
+        assert guarded == []
+        assert list(plans) == [d.workload for d in problem.demands]
+        assert all(p.bound_usd is not None for p in plans.values())  # every MILP ran (no single-option stand-in)
+        got[workers] = plans, solve_decomposed(problem, time_limit_s=30, gap=1e-3)
+    if usable_cpus() >= 2:
+        assert runs == [10, 10]  # with 2 workers only: workload_plans, then solve_decomposed's step 1
+    (serial, s_sol), (pooled, p_sol) = got["1"], got["2"]
+    assert pooled == serial
+    assert not s_sol.time_limited and not p_sol.time_limited
+    assert _fleet(p_sol) == _fleet(s_sol) and p_sol.bound_usd == s_sol.bound_usd and p_sol.detail == s_sol.detail
+
+
+def test_on_workers_past_the_guard_the_milps_are_not_run_and_the_note_counts_them(monkeypatch):
+    # a guard of 0 s: no MILP starts, every workload gets its single-option plan (no bound)
+    monkeypatch.setattr(decompose, "PARALLEL_MIN_OPTIONS", 0)
+    monkeypatch.setenv("GPUPLAN_WORKERS", "2")
+    problem = synthetic_problem(4, 3)
+    guarded: list[str] = []
+    plans = workload_plans(problem, time_limit_s=0.0, gap=1e-6, guarded=guarded)
+    assert guarded == ["the one-workload MILPs (0 ended, 4 of 4 not run)"]
+    by_workload = {d.workload: tuple(o for o in problem.options if o.workload == d.workload) for d in problem.demands}
+    assert plans == {d.workload: single_option_plan(d, by_workload[d.workload], problem.units) for d in problem.demands}

@@ -8,6 +8,7 @@ of ``tests/properties/test_solver_trouble`` (built in milliseconds) and force th
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -27,6 +28,7 @@ from optimizer.planning.milp.deadline import run_with_deadline
 from optimizer.planning.milp.restrict import restricted_problem, solve_restricted
 from optimizer.planning.milp.solve import solve_fleet
 from optimizer.results.plan_result import SolveStatus
+from optimizer.workers import run_pool
 from tests.conftest import EXAMPLES, REPO
 from tests.properties.test_solver_trouble import hard_problem
 from workloads import load_plan, resolve_catalog
@@ -198,3 +200,18 @@ def test_a_plan_stopped_at_its_time_limit_gets_no_sensitivity_but_a_warning(monk
     assert result.status is SolveStatus.FEASIBLE and result.sensitivity is None
     [warning] = [d for d in result.diagnostics if d.code == "sensitivity_skipped"]
     assert warning.level == "warning" and "gap 5.0 %" in warning.message
+
+
+def _pid_or_hang(path: Path, x: int) -> int:
+    """Item 0: this worker's pid; item 1: write it to ``path`` and hang."""
+    if x == 1:
+        path.write_text(str(os.getpid()))
+        time.sleep(3600)
+    return os.getpid()
+
+
+def test_a_pool_past_its_deadline_keeps_what_is_done_and_kills_its_workers(tmp_path):
+    hang_pid = tmp_path / "hang.pid"
+    out = run_pool(functools.partial(_pid_or_hang, hang_pid), range(2), 2, deadline=time.monotonic() + 2.0, late="late")
+    assert isinstance(out[0], int) and out[1] == "late"
+    assert not _alive(int(hang_pid.read_text())) and not _alive(out[0])

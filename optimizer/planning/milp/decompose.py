@@ -5,6 +5,7 @@ a MILP over that fleet's neighbourhood, then the whole MILP started from the bes
    rows; at most ALONE_MAX_NODES nodes): its plan and its proven bound L[w]
    (:func:`workload_plans`; past the guard a workload gets its cheapest single-option plan and
    the analytic bound). Σ_w L[w] is a lower bound on the fleet's optimum (``heuristic.pooled_bound``).
+   The MILPs are independent: on a large problem they run on forked workers, with the same answers.
 2. The plans pooled on shared servers and consolidated without a solver
    (``heuristic.consolidate``, CONSOLIDATE_MAX_ROUNDS rounds); dropped if the fleet breaks a shared row
    (``heuristic.fleet_violations``). The cheaper of it and the given start is the incumbent.
@@ -32,6 +33,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import replace
 
+from optimizer.planning.evaluate import parallel_workers
 from optimizer.planning.milp.heuristic import (
     WorkloadPlan,
     consolidate,
@@ -59,6 +61,7 @@ from optimizer.planning.milp.solve import (
     solve_fleet,
 )
 from optimizer.results.plan_result import SolveStatus
+from optimizer.workers import run_pool
 
 # Every step ends on work done, not wall time, so the same plan gives the same fleet on a busy
 # machine (docs/benchmarks.md, "Session 11: reproducible decomposition (detsolve)"): HiGHS's node
@@ -77,10 +80,17 @@ CONSOLIDATE_MAX_ROUNDS = 20
 # (the result then says so: ``GUARD_NOTE``): a one-workload MILP (s), and shares of the time limit:
 # the one-workload MILPs, the consolidation, the polish's reserve (the neighbourhood MILP gets the rest).
 ALONE_MAX_S = 2.0
+# Seconds past step 1's guard before a worker still in a one-workload MILP is killed (HiGHS stops on
+# its own time limit before that, unless it overruns it in the root's cut rounds).
+ALONE_KILL_GRACE_S = 1.0
 PLANS_SHARE = 0.25
 CONSOLIDATE_SHARE = 0.1
 POLISH_SHARE = 0.2
 GUARD_NOTE = "stopped by the time limit: a rerun may differ"
+# Step 1 runs on forked workers (``evaluate.parallel_workers``) from this many options on: ~1 s of serial
+# MILPs, 30× the pool's start-up (20-30 ms); the 20-workload plan (780 options, 0.4 s, one MILP of 0.15 s)
+# gained nothing on it (docs/benchmarks.md, "Session 13: parallel one-workload MILPs").
+PARALLEL_MIN_OPTIONS = 2_000
 # The neighbourhood of a fleet: its options, and each workload's best per bucket and cheapest per replica.
 NEIGHBOURHOOD_PER_BUCKET = 2
 NEIGHBOURHOOD_CHEAPEST = 1
@@ -103,28 +113,61 @@ def alone_plan(demand: Demand, options: tuple[Option, ...], units: Mapping[str, 
 
 def workload_plans(problem: FleetProblem, *, time_limit_s: float, gap: float, solver: str = "highs",
                    guarded: list[str] | None = None) -> dict[str, WorkloadPlan] | None:
-    """Every workload's plan: its one-workload MILP (in plan order; ``time_limit_s``, a guard, past
-    which the others get none), the cheapest single-option plan where the MILP found none.
-    None when some workload has neither. ``guarded`` gets the steps the guard ended."""
-    deadline = time.perf_counter() + time_limit_s
+    """Every workload's plan: its one-workload MILP (started in plan order; ``time_limit_s``, a guard,
+    past which the others get none), the cheapest single-option plan where the MILP found none.
+    None when some workload has neither. ``guarded`` gets the steps the guard ended.
+
+    The MILPs are independent and end on their node limit, so from PARALLEL_MIN_OPTIONS options on
+    they run on forked workers (``parallel_workers``) with the same answers; a MILP still running
+    ALONE_KILL_GRACE_S past the guard is killed (ended)."""
+    global _ALONE_TASKS
+    deadline = time.monotonic() + time_limit_s  # monotonic: the clock the forked workers share
     by_workload = options_by_workload(problem)
+    tasks = [(dem, by_workload.get(dem.workload, ()), problem.units, deadline, min(gap, 1e-6), solver)
+             for dem in problem.demands]
+    workers = min(parallel_workers(), len(tasks)) if len(problem.options) >= PARALLEL_MIN_OPTIONS else 1
+    if workers < 2:
+        outcomes = [_alone_outcome(*task) for task in tasks]
+    else:
+        _ALONE_TASKS = tasks
+        try:
+            outcomes = run_pool(_alone_task, range(len(tasks)), workers, deadline=deadline + ALONE_KILL_GRACE_S,
+                                late=(None, "ended"))
+        finally:
+            _ALONE_TASKS = []
     out: dict[str, WorkloadPlan] = {}
-    ended: list[str] = []
-    skipped: list[str] = []
-    for dem in problem.demands:
-        opts = by_workload.get(dem.workload, ())
-        left = deadline - time.perf_counter()
-        if left <= 0.05:
-            skipped.append(dem.workload)
-        plan = alone_plan(dem, opts, problem.units, time_limit_s=min(ALONE_MAX_S, left), gap=min(gap, 1e-6),
-                          solver=solver, guarded=ended) if left > 0.05 else None
+    for (dem, opts, *_), (plan, _) in zip(tasks, outcomes, strict=True):
         plan = plan or single_option_plan(dem, opts, problem.units)
         if plan is None:
             return None
         out[dem.workload] = plan
+    ended = sum(how == "ended" for _, how in outcomes)
+    skipped = sum(how == "skipped" for _, how in outcomes)
     if (ended or skipped) and guarded is not None:
-        guarded.append(f"the one-workload MILPs ({len(ended)} ended, {len(skipped)} of {len(problem.demands)} not run)")
+        guarded.append(f"the one-workload MILPs ({ended} ended, {skipped} of {len(problem.demands)} not run)")
     return out
+
+
+# The one-workload MILPs of the pool being run: (demand, options, units, deadline, gap, solver) each,
+# inherited by its forked workers (only an index is sent).
+_ALONE_TASKS: list[tuple] = []
+
+
+def _alone_task(i: int) -> tuple[WorkloadPlan | None, str]:
+    return _alone_outcome(*_ALONE_TASKS[i])
+
+
+def _alone_outcome(demand: Demand, options: tuple[Option, ...], units: Mapping[str, UnitTerms], deadline: float,
+                   gap: float, solver: str) -> tuple[WorkloadPlan | None, str]:
+    """(:func:`alone_plan`, how it went: "ran", "ended" by the guard, "skipped": past the guard
+    ``deadline`` (``time.monotonic()``) when it would start; its time limit is min(ALONE_MAX_S, what is left))."""
+    left = deadline - time.monotonic()
+    if left <= 0.05:
+        return None, "skipped"
+    ended: list[str] = []
+    plan = alone_plan(demand, options, units, time_limit_s=min(ALONE_MAX_S, left), gap=gap, solver=solver,
+                      guarded=ended)
+    return plan, "ended" if ended else "ran"
 
 
 def decomposes(problem: FleetProblem, minimise: Minimise) -> bool:
