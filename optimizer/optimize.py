@@ -31,6 +31,7 @@ from optimizer.planning.diagnose import (
     unservable,
 )
 from optimizer.planning.headroom import capacity_factors, demand_factor, policy_of, sized
+from optimizer.planning.known_limits import long_prompt_tpot_notes
 from optimizer.planning.milp.decompose import decomposes, solve_decomposed
 from optimizer.planning.milp.problem import FleetProblem, FleetSolution
 from optimizer.planning.milp.resolve import cached_solve
@@ -124,6 +125,8 @@ def optimize_plan(
     result = annotate(assemble(plan, cset, sol, diagnostics, single, source, problem), plan, cset, fidelity,
                       verification, model_params, catalog)
     result = replace(result, headroom=policy_of(plan), verification=verification)
+    if known := long_prompt_tpot_notes(plan, result.deployments):
+        result = replace(result, diagnostics=(*result.diagnostics, *known))
     clock.lap("verification")
     if sensitivity and sol.status is SolveStatus.OPTIMAL:
         result = replace(result, sensitivity=analyse(plan, cset, problem, sol, device_fidelity(fidelity), options,
