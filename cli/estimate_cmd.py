@@ -84,8 +84,11 @@ def render(result: dict, json_out: bool) -> None:
     if result.get("reason"):
         stdout.print(f"does not fit / cannot run: {result['reason']}", markup=False)
     if result.get("tpot_p99_optimistic_up_to_pct"):
-        stdout.print(f"long-tailed prompts: the TPOT p99 is known optimistic under prompts of p99 ≥ 8× their mean, "
-                     f"by up to {result['tpot_p99_optimistic_up_to_pct']:.0f} % near saturation "
+        from optimizer.planning.known_limits import (
+            LONG_TAIL_PROMPT_RATIO,  # loaded already: the estimate ran
+        )
+        stdout.print("long-tailed prompts: the TPOT p99 is known optimistic under prompts of p99 ≥ "
+                     f"{LONG_TAIL_PROMPT_RATIO:g}× their mean, by up to {result['tpot_p99_optimistic_up_to_pct']:.0f} % near saturation "
                      "(docs/model-accuracy.md, tpottail); check with `gpuplan simulate` over several seeds",
                      markup=False)
     share_cut = result.get("context_window_share_cut", 0.0)
@@ -176,19 +179,10 @@ def estimate(
         result.update(estimate_serving(c, prompt, output, qps, slo, params=p, devices=cat.devices))
         # the serving figures are of the laws cut to the window (lengths.fit_window): say how much that leaves out
         result["context_window_share_cut"] = fit_window(prompt, output, m.max_context_tokens).share_cut
-        if "tpot_p99_ms" in result or result.get("limited_by") == "tpot":
-            result["tpot_p99_optimistic_up_to_pct"] = _long_prompt_optimism_pct(input_tokens, input_p99)
+        if "tpot_p99_ms" in result or result.get("limited_by") == "tpot":  # a TPOT figure is reported
+            from optimizer.planning.known_limits import tpot_optimism_pct
+            result["tpot_p99_optimistic_up_to_pct"] = tpot_optimism_pct(prompt)
     render(result, json_out)
-
-
-def _long_prompt_optimism_pct(input_tokens: int, input_p99: int | None) -> float | None:
-    """The known optimism (%) of the TPOT p99 under prompts of p99 ≥ LONG_TAIL_PROMPT_RATIO × their mean
-    (``optimizer.planning.known_limits``), None for other prompts."""
-    from optimizer.planning.known_limits import LONG_TAIL_PROMPT_RATIO, TPOT_OPTIMISM
-
-    if input_p99 is None or input_p99 < LONG_TAIL_PROMPT_RATIO * input_tokens:
-        return None
-    return 100.0 * TPOT_OPTIMISM
 
 
 def _estimate_pair(model, precision, input_tokens, output_tokens, prefill_device, decode_device, prefill_tp,

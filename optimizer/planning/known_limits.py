@@ -15,13 +15,28 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from optimizer.results.plan_result import Deployment, Diagnostic
-from workloads.spec import Plan
+from workloads.spec import LengthDist, Plan
 
 # prompt p99 / mean from which the TPOT p99 is known optimistic (the measured case above; 4 agrees)
 LONG_TAIL_PROMPT_RATIO = 8.0
 # the worst measured optimism of the TPOT p99 there (0.8 of saturation): a prediction above
 # (1 − TPOT_OPTIMISM) × its SLO may in fact miss it
 TPOT_OPTIMISM = 0.32
+
+
+def prompt_mean_p99(prompt: LengthDist) -> tuple[float, float]:
+    """The prompt law's stated mean and p99 (tokens; a law cut to the context window keeps them), else those of
+    the law (a fixed length, a histogram)."""
+    if prompt.mean and prompt.p99:
+        return prompt.mean, prompt.p99
+    return prompt.mean_tokens, prompt.p99_tokens
+
+
+def tpot_optimism_pct(prompt: LengthDist) -> float | None:
+    """The known optimism (%) of the analytic TPOT p99 under ``prompt``: 100·TPOT_OPTIMISM where its p99 is at
+    least LONG_TAIL_PROMPT_RATIO × its mean, None (none known) otherwise."""
+    mean, p99 = prompt_mean_p99(prompt)
+    return 100.0 * TPOT_OPTIMISM if p99 >= LONG_TAIL_PROMPT_RATIO * mean else None
 
 
 def long_prompt_tpot_notes(plan: Plan, deployments: Sequence[Deployment]) -> list[Diagnostic]:
@@ -34,13 +49,8 @@ def long_prompt_tpot_notes(plan: Plan, deployments: Sequence[Deployment]) -> lis
     for d in deployments:
         by_workload.setdefault(d.workload, []).append(d)
     for w in plan.workloads:
-        slo_ms = w.slo.tpot_p99_ms if w.slo is not None else None
-        if w.is_batch or slo_ms is None:
-            continue
-        prompt = w.prompt_tokens  # the stated mean and p99 (a law cut to the context window keeps them)
-        mean, p99 = (prompt.mean, prompt.p99) if prompt.mean and prompt.p99 else (prompt.mean_tokens, prompt.p99_tokens)
-        ratio = p99 / max(mean, 1e-9)
-        if ratio < LONG_TAIL_PROMPT_RATIO:
+        slo_ms = w.slo.tpot_p99_ms
+        if w.is_batch or slo_ms is None or tpot_optimism_pct(w.prompt_tokens) is None:
             continue
         near = [d for d in by_workload.get(w.name, ()) if d.tpot_p99_ms is not None
                 and d.tpot_p99_ms > (1.0 - TPOT_OPTIMISM) * slo_ms]
@@ -50,9 +60,11 @@ def long_prompt_tpot_notes(plan: Plan, deployments: Sequence[Deployment]) -> lis
         v = d.verification
         simulated = (f", simulated {v.simulated_ms:.1f} ms" if v is not None and v.metric == "tpot_p99_ms"
                      and v.simulated_ms is not None else "")
+        mean, p99 = prompt_mean_p99(w.prompt_tokens)
         notes.append(Diagnostic(
             "warning", "tpot_long_prompts",
-            f"{w.name}: prompts with p99 {ratio:.1f}× their mean ({mean:,.0f} / {p99:,.0f} tokens) stall the decoding batch in a way the model's TPOT p99 "
+            f"{w.name}: prompts with p99 {p99 / mean:.1f}× their mean ({mean:,.0f} / {p99:,.0f} tokens) "
+            "stall the decoding batch in a way the model's TPOT p99 "
             f"misses: up to {100 * TPOT_OPTIMISM:.0f} % optimistic near saturation (docs/model-accuracy.md, "
             f"tpottail). {d.key} is predicted at {d.tpot_p99_ms:.1f} ms{simulated} against the {slo_ms:g} ms SLO. "
             "Check it with `gpuplan simulate` at its routed rate and several seeds, or plan with a tighter "

@@ -25,12 +25,6 @@ PARAMS = load_params(None)
 CATALOG = load_catalog()
 
 
-def _grid(model_key: str, devices, precisions=("bf16", "fp8"), tps=(1, 2, 4)):
-    combos = [(CATALOG.device(d), CATALOG.precision(q), t, 1) for d in devices for q in precisions for t in tps
-              if CATALOG.precision(q).unsupported_reason(CATALOG.device(d)) is None]
-    return build_configs(CATALOG.model(model_key), combos, PARAMS)
-
-
 def test_capped_capacity_is_the_uncapped_search_capped_at_the_ceiling():
     plan = load_plan(EXAMPLES / "chat-fleet.yaml")
     catalog = resolve_catalog(plan, CATALOG, "chat-fleet.yaml")
