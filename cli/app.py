@@ -11,6 +11,7 @@ a message are shown escaped, never sent to the terminal raw.
 from __future__ import annotations
 
 import functools
+import gc
 import math
 import signal
 import sys
@@ -219,5 +220,17 @@ def main() -> None:
         forget_signals()
 
 
+def run() -> None:
+    """The console script ``gpuplan``: :func:`main`, then an exit without the interpreter's last full
+    garbage collection over every object the run made (``gc.freeze``: they are all freed with the
+    process anyway; ~0.08 s of a chat-fleet ``optimize`` on the 2-core reference machine,
+    docs/benchmarks.md "Session 14"). In-process callers (tests) call :func:`main`, whose objects
+    stay collectable."""
+    try:
+        main()
+    finally:
+        gc.freeze()
+
+
 if __name__ == "__main__":
-    main()
+    run()

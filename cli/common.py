@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -44,6 +47,23 @@ TimeLimitAliasOpt = Annotated[float | None, typer.Option("--time-limit", min=0.1
 NoCacheOpt = Annotated[bool, typer.Option(
     "--no-cache", help="Compute everything afresh and store nothing (capacities, solves, simulations, the result): "
     "ignores the disk cache ($GPUPLAN_CACHE_DIR, default ~/.cache/gpuplan; README 'Cache').")]
+
+
+@contextmanager
+def without_gc() -> Iterator[None]:
+    """The block without the cyclic garbage collector, which is on again after it (if it was before).
+
+    For a command's heavy imports (numpy, pulp, pydantic models: ~10^5 objects that live as long as
+    the process, none of them garbage): the collector's passes over them are wasted, about 0.04 s of
+    the optimizer's imports (a full collection lands inside them; docs/benchmarks.md "Session 14")."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def cache_off(no_cache: bool) -> None:

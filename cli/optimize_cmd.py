@@ -37,6 +37,7 @@ from cli.common import (
     safe_console,
     stdout,
     table,
+    without_gc,
 )
 from cli.provenance_render import render_provenance, render_sensitivity
 from optimizer.planning.solver_options import DEFAULT_N_BUCKETS, SolverOptions
@@ -77,10 +78,11 @@ def optimize(
 ) -> None:
     """Find the cheapest fleet (devices, precision, sharding, replicas) that meets every workload's SLOs."""
     # the optimizer (numpy, pulp, pydantic) loads when the command runs, not at `gpuplan --help`
-    from catalog.files import read_bytes
-    from optimizer.models.params import load_params
-    from optimizer.results.plan_result import Provenance
-    from workloads.load import load_plan, resolve_catalog
+    with without_gc():
+        from catalog.files import read_bytes
+        from optimizer.models.params import load_params
+        from optimizer.results.plan_result import Provenance
+        from workloads.load import load_plan, resolve_catalog
 
     cache_off(no_cache)
     options = SolverOptions(time_limit_s=aliased(time_limit_s, time_limit, SolverOptions().time_limit_s,
@@ -143,7 +145,8 @@ def cached_optimize(plan, cat, calibration, options: SolverOptions, source, capa
         pass
     if key is not None and (hit := cached_result(key)) is not None:
         return hit
-    from optimizer.optimize import optimize_plan
+    with without_gc():
+        from optimizer.optimize import optimize_plan
 
     unsettled = disk_cache.state().unsettled
     busy = stderr.status("optimizing…") if sys.stderr.isatty() else nullcontext()
