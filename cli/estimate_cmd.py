@@ -84,9 +84,8 @@ def render(result: dict, json_out: bool) -> None:
     if result.get("reason"):
         stdout.print(f"does not fit / cannot run: {result['reason']}", markup=False)
     if result.get("tpot_p99_optimistic_up_to_pct"):
-        from optimizer.planning.known_limits import (
-            LONG_TAIL_PROMPT_RATIO,  # loaded already: the estimate ran
-        )
+        # loaded already: the estimate ran
+        from optimizer.planning.known_limits import LONG_TAIL_PROMPT_RATIO
         stdout.print("long-tailed prompts: the TPOT p99 is known optimistic under prompts of p99 ≥ "
                      f"{LONG_TAIL_PROMPT_RATIO:g}× their mean, by up to {result['tpot_p99_optimistic_up_to_pct']:.0f} % near saturation "
                      "(docs/model-accuracy.md, tpottail); check with `gpuplan simulate` over several seeds",
