@@ -6,19 +6,23 @@ predictions of held-out rows, never from in-sample residuals:
 - ``leave_out(rows, cat, start, by)`` refits the factors without one group at a time (by
   ``source_group``, ``device`` or ``generation``) and predicts the held-out rows (every
   offline metric: max-throughput output tokens/s and one-batch e2e latency);
-- ``error_bands(...)`` turns them into an 80 % interval of measured/predicted per fidelity
+- ``error_bands(...)`` turns them into an 80 % interval of true/predicted capacity per fidelity
   class (``optimizer.models.fidelity``), each from the held-out predictions that stood in
   that class's situation: class a from leave-one-source-group-out predictions whose device and
   engine remained in the fit; class b from leave-one-device-out predictions whose generation
   remained (another device of it was measured); class c from leave-one-generation-out
-  predictions and the leave-one-device-out ones whose generation left with the device (a
-  device alone in its generation, e.g. the only CDNA 3 or Ampere part, held out is a
-  datasheet-only device to the refit); low/high = the 10th/90th percentile of measured/predicted;
+  predictions (a device alone in its generation, e.g. the only CDNA 3 or Ampere part, held out
+  is a datasheet-only device to the refit: the same refit as its generation's, counted once);
+  low/high = the 10th/90th percentile of the capacity ratio (``HeldOut.ratio``: measured/predicted
+  of a throughput, predicted/measured of a latency), each held-out group weighted equally
+  (``group_weights``: a band speaks for the next unmeasured device, generation or source, not for
+  the one with the most rows);
 - ``coverage(rows, cat)`` records which device/engine pairs and generations a fit measured.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -33,6 +37,7 @@ from optimizer.models.params import CalibrationParams, Coverage, ErrorBand
 LEAVE_OUT_SWEEPS = 3  # coordinate-search sweeps of each leave-out refit before its polish (the full fit uses 6)
 CLASS_OF_GROUPING = {"source_group": "a", "device": "b", "generation": "c"}
 BAND_LOW_Q, BAND_HIGH_Q = 10.0, 90.0
+TIME_METRICS = frozenset({"e2e_latency_s"})  # held-out metrics where higher means slower (the others are rates)
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,11 @@ class HeldOut:
 
     @property
     def ratio(self) -> float:
-        """measured / predicted."""
+        """True / predicted capacity: measured / predicted of a throughput, predicted / measured of a
+        time (``TIME_METRICS``: one batch that takes 1.2× the predicted time serves 1/1.2 of the
+        predicted tokens/s), so that every row says the same thing of the capacity the band scales."""
+        if self.metric in TIME_METRICS:
+            return self.predicted / self.measured
         return self.measured / self.predicted
 
     @property
@@ -133,30 +142,54 @@ def leave_out(rows: Sequence[Measurement], cat: Catalog, start: CalibrationParam
     return out
 
 
-def band_of(held: Sequence[HeldOut], basis: str) -> ErrorBand | None:
-    """The 80 % band of measured/predicted over ``held`` (None when empty)."""
+def group_weights(held: Sequence[HeldOut]) -> np.ndarray:
+    """1 / (rows of its held-out group) per prediction: every group weighs 1 in a band."""
+    counts = Counter(h.group for h in held)
+    return np.array([1.0 / counts[h.group] for h in held])
+
+
+def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """The ``q``-th percentile of ``values`` weighted by ``weights``: linear between Hazen plotting
+    positions p_i = (C_i − w_i/2) / W (C_i the cumulative weight of the sorted values, W the total),
+    the first or last value outside [p_1, p_n]; with equal weights it is ``np.percentile(values, q,
+    method="hazen")``."""
+    order = np.argsort(values, kind="stable")
+    v, w = values[order], weights[order]
+    positions = (np.cumsum(w) - w / 2.0) / w.sum()
+    return float(np.interp(q / 100.0, positions, v))
+
+
+def band_of(held: Sequence[HeldOut], basis: str, weights: np.ndarray | None = None) -> ErrorBand | None:
+    """The 80 % band of the capacity ratio over ``held`` (None when empty): its weighted 10th and 90th
+    percentiles (``weights`` default: ``group_weights``), widened to contain 1."""
     if not held:
         return None
     r = np.array([h.ratio for h in held])
-    return ErrorBand(low_factor=min(float(np.percentile(r, BAND_LOW_Q)), 1.0),
-                     high_factor=max(float(np.percentile(r, BAND_HIGH_Q)), 1.0), n=len(held), basis=basis)
+    w = group_weights(held) if weights is None else weights
+    return ErrorBand(low_factor=min(weighted_percentile(r, w, BAND_LOW_Q), 1.0),
+                     high_factor=max(weighted_percentile(r, w, BAND_HIGH_Q), 1.0), n=len(held), basis=basis)
 
 
 def error_bands(by_source_group: Sequence[HeldOut], by_device: Sequence[HeldOut],
                 by_generation: Sequence[HeldOut]) -> dict[str, ErrorBand]:
-    """The band of each fidelity class from the three leave-out sets (module docstring)."""
+    """The band of each fidelity class from the three leave-out sets (module docstring), each held-out
+    group weighing 1. A device alone in its generation held out by device is the same refit as its
+    generation held out, so class c takes such predictions from ``by_device`` only for generations
+    that ``by_generation`` lacks (no prediction counts twice)."""
+    held_generations = {h.generation for h in by_generation}
+    device_c = [h for h in by_device if h.fidelity_class == "c" and h.generation not in held_generations]
     sets = {
-        "a": ([h for h in by_source_group if h.fidelity_class == "a"],
+        "a": ([h for h in by_source_group if h.fidelity_class == "a"], None,
               "leave-one-source-group-out predictions (device and engine still measured)"),
-        "b": ([h for h in by_device if h.fidelity_class == "b"],
+        "b": ([h for h in by_device if h.fidelity_class == "b"], None,
               "leave-one-device-out predictions whose generation stayed measured"),
-        "c": (list(by_generation) + [h for h in by_device if h.fidelity_class == "c"],
-              "leave-one-generation-out predictions and leave-one-device-out ones of a device alone in "
-              "its generation"),
+        "c": (list(by_generation) + device_c,
+              np.concatenate([group_weights(by_generation), group_weights(device_c)]),
+              "leave-one-generation-out predictions (a device alone in its generation, held out, is one)"),
     }
     out = {}
-    for cls, (held, basis) in sets.items():
-        band = band_of(held, basis)
+    for cls, (held, weights, basis) in sets.items():
+        band = band_of(held, f"{basis}; each held-out group weighted equally", weights)
         if band is not None:
             out[cls] = band
     return out

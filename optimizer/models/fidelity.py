@@ -9,7 +9,7 @@ A class belongs to a configuration — a device served by an engine at an expert
 - **same-generation** — not measured so, but a device of its ``generation`` was;
 - **datasheet-only** — nothing of its generation was measured.
 
-A band is the 10th–90th percentile of measured / predicted throughput (true capacity =
+A band is the 10th–90th percentile of true / predicted capacity (true capacity =
 factor × predicted), from validation residuals:
 
 - measured: the device's own fit record, p90 of |predicted/measured − 1| = e over its

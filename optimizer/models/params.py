@@ -126,12 +126,13 @@ FACTOR_FIELDS = ("memory_bandwidth_efficiency", "compute_efficiency", "attention
 
 
 class ErrorBand(Strict):
-    """An 80 % interval of measured/predicted for one fidelity class, from leave-out residuals."""
+    """An 80 % interval of true/predicted capacity for one fidelity class, from leave-out residuals
+    (``optimizer.calibration.bands``: a latency row counts as predicted/measured; each held-out group weighs 1)."""
 
     low_factor: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = Field(
-        description="10th percentile of measured/predicted: the low end is predicted × low_factor")
+        description="10th percentile of true/predicted capacity: the low end is predicted × low_factor")
     high_factor: Annotated[float, Field(ge=1, allow_inf_nan=False)] = Field(
-        description="90th percentile of measured/predicted: the high end is predicted × high_factor")
+        description="90th percentile of true/predicted capacity: the high end is predicted × high_factor")
     n: int = Field(ge=0, description="leave-out residuals the band rests on")
     basis: str = Field(description="which leave-out predictions gave the residuals")
 
@@ -282,7 +283,7 @@ class CalibrationParams(Strict):
         "compute dtypes (fp4prior)'); not fitted (no row of an unmeasured dtype can identify it)")
     overrides: list[FactorOverride] = Field(default_factory=list)
     error_bands: dict[FidelityClass, ErrorBand] = Field(
-        default_factory=dict, description="80 % interval of measured/predicted by fidelity class "
+        default_factory=dict, description="80 % interval of true/predicted capacity by fidelity class "
         "(a: device+engine measured, b: same generation/vendor measured, c: datasheet only)")
     coverage: Coverage | None = None
     fit: FitRecord | None = None

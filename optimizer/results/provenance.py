@@ -17,8 +17,8 @@ PriceBasis = Literal["quoted", "list", "estimated", "none"]
 class Fidelity:
     """How far a device's predicted capacity can be trusted.
 
-    ``low_factor``/``high_factor``: the 10th and 90th percentile of measured / predicted
-    throughput for devices of this class (an 80 % band; the true capacity is
+    ``low_factor``/``high_factor``: the 10th and 90th percentile of true / predicted
+    capacity (throughput) for devices of this class (an 80 % band; the true capacity is
     ``factor × predicted``). ``basis`` says which residuals the band comes from.
     """
 

@@ -2,16 +2,17 @@
 
 The shipped calibration measured H100 SXM with TensorRT-LLM and not with vLLM
 (``coverage.device_engines``: ``h100-sxm/trtllm`` only; Hopper measured), and carries leave-out
-bands a = ×0.7875–1.2287, b = ×0.8666–1.5892 (b widened to contain a: ×0.7875–1.5892; fit-v10's bands, recomputed
-2026-12-06; before: a = ×0.7134–1.3084, b = ×0.8261–1.7075, giving 0.65468 / 0.63045 below). A plan with
+bands a = ×0.7946–1.2237, b = ×0.8415–1.4752 (b widened to contain a: ×0.7946–1.4752; bands15's, recomputed
+2026-12-06: the capacity ratio, each held-out group weighted equally; before: fit-v10's a = ×0.7875–1.2287,
+b = ×0.8666–1.5892, giving 0.73940 / 0.71292 below). A plan with
 one workload served by TensorRT-LLM and one by vLLM on H100 has a class-(a) and a class-(b)
 configuration on the same device: each deployment must carry its own class, and sizing at a
 confidence level must derate each candidate by its own band.
 
 capacity_factor_at(band, 0.95) = exp(μ + σ·Φ⁻¹(0.05)), μ = (ln lo + ln hi)/2, σ = (ln hi − ln lo)/(2·1.281552):
-- a: ln 0.78752 = −0.23887, ln 1.22873 = 0.20598 → μ = −0.016444, σ = 0.173557 → exp(−0.30192) = 0.73940;
-- b: ln 1.58924 = 0.46326 → μ = 0.112197, σ = 0.273935 → exp(−0.33839) = 0.71292.
-(At 0.9 both are the common low end 0.7875, so 0.95 is where a per-device rating shows.)
+- a: ln 0.79455 = −0.22998, ln 1.22367 = 0.20186 → μ = −0.014060, σ = 0.168481 → exp(−0.29119) = 0.74738;
+- b: ln 1.47520 = 0.38879 → μ = 0.079408, σ = 0.241415 → exp(−0.31768) = 0.72783.
+(At 0.9 both are the common low end 0.7946, so 0.95 is where a per-device rating shows.)
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from optimizer.planning.safeguards import device_fidelity, fidelity_map
 from optimizer.whatif_uncertainty import model_error_draws
 from workloads import parse_plan, resolve_catalog
 
-FACTOR_095 = {"trtllm": 0.73940, "vllm": 0.71292}  # module docstring
+FACTOR_095 = {"trtllm": 0.74738, "vllm": 0.72783}  # module docstring
 
 
 def _workload(name: str, engine: str) -> dict:
@@ -58,8 +59,8 @@ def _plan(confidence: float | None = None):
 def test_the_shipped_bands_are_what_this_test_assumes():
     p = load_params(None)
     assert "h100-sxm/trtllm" in p.coverage.device_engines and "h100-sxm/vllm" not in p.coverage.device_engines
-    assert (p.error_bands["a"].low_factor, p.error_bands["a"].high_factor) == pytest.approx((0.78752, 1.22873), abs=5e-5)
-    assert p.error_bands["b"].high_factor == pytest.approx(1.58924, abs=5e-5)
+    assert (p.error_bands["a"].low_factor, p.error_bands["a"].high_factor) == pytest.approx((0.79455, 1.22367), abs=5e-5)
+    assert p.error_bands["b"].high_factor == pytest.approx(1.47520, abs=5e-5)
     assert p.error_bands["b"].low_factor > p.error_bands["a"].low_factor  # b's low end widened to a's
 
 
@@ -73,16 +74,16 @@ def test_each_deployment_reports_the_class_of_its_own_configuration():
     fast, other = by_workload["fast"], by_workload["other"]
     assert (fast.engine, fast.fidelity.class_) == ("trtllm", "measured")
     assert "h100-sxm served by trtllm is in the fit" in fast.fidelity.basis
-    assert (fast.fidelity.low_factor, fast.fidelity.high_factor) == pytest.approx((0.78752, 1.22873), abs=5e-5)
+    assert (fast.fidelity.low_factor, fast.fidelity.high_factor) == pytest.approx((0.79455, 1.22367), abs=5e-5)
     assert (other.engine, other.fidelity.class_) == ("vllm", "same-generation")
-    assert (other.fidelity.low_factor, other.fidelity.high_factor) == pytest.approx((0.78752, 1.58924), abs=5e-5)
+    assert (other.fidelity.low_factor, other.fidelity.high_factor) == pytest.approx((0.79455, 1.47520), abs=5e-5)
     rows = {d["workload"]: d for d in r.to_json()["deployments"]}
     assert rows["fast"]["fidelity"]["class"] == "measured" and rows["other"]["fidelity"]["class"] == "same-generation"
 
 
 def test_confidence_derates_each_candidate_by_its_own_band():
-    """At confidence 0.95 every kept TensorRT-LLM candidate's capacity is × 0.73940 (band a) and every
-    vLLM one's × 0.71292 (band b), on the same device."""
+    """At confidence 0.95 every kept TensorRT-LLM candidate's capacity is × 0.74738 (band a) and every
+    vLLM one's × 0.72783 (band b), on the same device."""
     plan, cat = _plan(0.95)
     params = load_params(None)
     cset = model_candidates(plan, cat, params)
@@ -100,7 +101,7 @@ def test_confidence_derates_each_candidate_by_its_own_band():
 
 
 def test_confidence_sizes_the_deployment_by_its_own_band():
-    """The chosen TensorRT-LLM deployment's capacity per replica at 0.95 = its point capacity × 0.73940."""
+    """The chosen TensorRT-LLM deployment's capacity per replica at 0.95 = its point capacity × 0.74738."""
     plan, cat = _plan()
     point = {d.workload: d for d in optimize_plan(plan, cat, compare_single_device=False, verify=False).deployments}
     plan95, cat = _plan(0.95)

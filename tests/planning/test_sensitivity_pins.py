@@ -44,12 +44,14 @@ REL = 1e-6
 # Session 13 (the fixed point's dE[T]/dm at one resolved prompt count): h100-nvl fp8 and mi355x fp8 chat capacities
 # moved by 6e-7 and 3.4e-6, and the demand ×1.25 re-solve, proven within the MILP gap (0.1 %), ended on another
 # fleet: 506,516.236 → 506,582.571 (+0.013 %).
+# Session 15 (bands15: the capacity ratio, each held-out group weighted equally; a ×0.795–1.224, b ×0.841–1.475,
+# c ×0.667–1.290): the performance tornado 332,419.308 .. 509,629.757 → 343,629.196 .. 506,516.236.
 RUNNER_UP = ("b200", {"h200-sxm": 8, "rtx-pro-6000": 7}, 487_099.532)
 DEVICES = {  # device: (break-even purchase $, break-even capacity factor)
     "b200": (41_728.409565204274, 0.819056),
 }
 TORNADO = {  # input prefix: ($ at the low end, $ at the high end)
-    "performance": (332_419.308, 509_629.75712),
+    "performance": (343_629.196, 506_516.236),
     "demand": (366_048.972, 506_582.57056),
     "b200 purchase_usd": (379_198.164, 487_099.532),
     "electricity": (454_099.082, 488_297.246),
