@@ -31,7 +31,7 @@ from optimizer.planning.diagnose import (
     unservable,
 )
 from optimizer.planning.headroom import capacity_factors, demand_factor, policy_of, sized
-from optimizer.planning.known_limits import long_prompt_tpot_notes
+from optimizer.planning.known_limits import long_prompt_tpot_notes, measured_configuration_notes
 from optimizer.planning.milp.decompose import decomposes, solve_decomposed
 from optimizer.planning.milp.problem import FleetProblem, FleetSolution
 from optimizer.planning.milp.resolve import cached_solve
@@ -125,7 +125,8 @@ def optimize_plan(
     result = annotate(assemble(plan, cset, sol, diagnostics, single, source, problem), plan, cset, fidelity,
                       verification, model_params, catalog)
     result = replace(result, headroom=policy_of(plan), verification=verification)
-    if known := long_prompt_tpot_notes(plan, result.deployments):
+    if known := [*long_prompt_tpot_notes(plan, result.deployments),
+                 *measured_configuration_notes(plan, result.deployments, model_params, catalog)]:
         result = replace(result, diagnostics=(*result.diagnostics, *known))
     clock.lap("verification")
     if sensitivity and sol.status is SolveStatus.OPTIMAL:

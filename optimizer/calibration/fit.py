@@ -44,7 +44,13 @@ from optimizer.calibration.predict import (
     offline_skip_reason,
     predict_offline_throughput,
 )
-from optimizer.models.params import CalibrationParams, FactorOverride, FitRecord, default_engine
+from optimizer.models.params import (
+    CalibrationParams,
+    FactorOverride,
+    FitRecord,
+    configuration_key,
+    default_engine,
+)
 
 # ---------------------------------------------------------------------------------------
 # Fitting
@@ -436,5 +442,18 @@ def fit_record(rows: Sequence[Measurement], cat: Catalog, params: CalibrationPar
         p90_abs_pct_error=round(float(np.percentile(err, 90)), 2),
         by_source_group={g: summary(groups == g) for g in sorted(set(groups))},
         by_device={d: summary(devs == d) for d in sorted(set(devs))},
+        by_configuration=by_configuration(rows, cat, pred),
         fitted_on=date.today().isoformat(),
     )
+
+
+def by_configuration(rows: Sequence[Measurement], cat: Catalog, predicted: np.ndarray) -> dict[str, dict[str, float | int]]:
+    """Per configuration (``configuration_key``) of the offline max-throughput ``rows``: n and the median of
+    measured / ``predicted`` output tokens/s (the rows a prediction could not be made for left out)."""
+    ratios: dict[str, list[float]] = {}
+    for m, p in zip(rows, predicted, strict=True):
+        if np.isfinite(p) and p > 0 and m.device_key and m.model_key and m.precision_key:
+            key = configuration_key(m.device_key, engine_of(m, cat), m.model_key, m.precision_key, m.tp, m.ep)
+            ratios.setdefault(key, []).append(float(m.throughput_tok_s) / float(p))  # type: ignore[arg-type]
+    return {k: {"n": len(v), "median_measured_over_predicted": round(float(np.median(v)), 4)}
+            for k, v in sorted(ratios.items())}

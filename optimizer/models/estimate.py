@@ -13,7 +13,7 @@ from catalog.schema import Device, Model, Precision
 from optimizer.models.configs import Configs, build_configs
 from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS
 from optimizer.models.fidelity import fidelity_of
-from optimizer.models.params import CalibrationParams
+from optimizer.models.params import CalibrationParams, configuration_key
 from optimizer.models.perf import (
     bound_kind,
     decode_step_s,
@@ -62,6 +62,9 @@ def estimate_config(
     ``{class, basis, band_low_factor, band_high_factor}`` (``optimizer.models.fidelity``); the basis
     also says when the GEMMs' dtype is unmeasured and held to the next wider one's FLOPS
     (``CalibrationParams.unmeasured_dtype_bound``).
+    ``measured_configuration`` ``{key, n, median_measured_over_predicted}`` when the calibration was fitted on
+    at least MIN_CONFIGURATION_ROWS offline rows of this device/engine/model/precision/tp/ep (in-sample: how far
+    the model is off there; the fidelity basis says so when it is outside the band).
     With pp > 1: ``uncalibrated``, naming the pipeline terms no measurement has fitted.
     Times are None when the configuration cannot run.
     """
@@ -110,6 +113,13 @@ def estimate_config(
         bound = params.binding_dtype_bound(device, c.engines[0], precision)
         if bound is not None:  # the prediction rests on the bound, not on a measured dtype
             basis += "; " + bound.note(params.unmeasured_dtype_speedup_cap)
+        key = configuration_key(device.key, c.engines[0], model.key, precision.key, int(tp), int(c.ep[0]))
+        if (rec := params.measured_configuration(key)) is not None:
+            r = float(rec["median_measured_over_predicted"])
+            out["measured_configuration"] = {"key": key, "n": int(rec["n"]), "median_measured_over_predicted": r}
+            if not fid.low_factor <= r <= fid.high_factor:
+                basis += (f"; the calibration's {rec['n']} measured offline rows of this configuration ran at "
+                          f"{r:.2f}× the prediction (median), outside the band")
         out["fidelity"] = {"class": fid.class_, "basis": basis, "band_low_factor": round(fid.low_factor, 4),
                            "band_high_factor": round(fid.high_factor, 4)}
     return out

@@ -148,6 +148,16 @@ class Coverage(Strict):
         "(parameter files written before it was), so an ep configuration keeps its device's class")
 
 
+# fewer measured rows of a configuration than this say too little to report it (one source's table has 3-11 per model)
+MIN_CONFIGURATION_ROWS = 3
+
+
+def configuration_key(device: str, engine: str, model: str, precision: str, tp: int, ep: int) -> str:
+    """The key of one served configuration in ``FitRecord.by_configuration``:
+    ``device/engine/model/precision/tpT/epE`` (pipeline parallelism is never measured)."""
+    return f"{device}/{engine}/{model}/{precision}/tp{tp}/ep{ep}"
+
+
 class FitRecord(Strict):
     """Where fitted parameters came from and how well they fit (never hidden)."""
 
@@ -159,6 +169,11 @@ class FitRecord(Strict):
     p90_abs_pct_error: NonNeg
     by_source_group: dict[str, dict[str, float | int]] = Field(default_factory=dict)
     by_device: dict[str, dict[str, float | int]] = Field(default_factory=dict)
+    by_configuration: dict[str, dict[str, float | int]] = Field(
+        default_factory=dict, description="offline max-throughput rows by configuration (``configuration_key``: "
+        "device/engine/model/precision/tpT/epE): n and the median measured / predicted output tokens/s of these "
+        "fitted parameters (in-sample); a plan deployment on a configuration whose rows the model misses by "
+        "more than its band gets a warning (optimizer.planning.known_limits)")
     leave_out: dict[str, dict[str, dict[str, float | int]]] = Field(
         default_factory=dict, description="leave-one-group-out refits by grouping (source_group, device, "
         "generation) and held-out group: n, median and p90 |error| % of its offline rows, and the share "
@@ -287,6 +302,12 @@ class CalibrationParams(Strict):
         "(a: device+engine measured, b: same generation/vendor measured, c: datasheet only)")
     coverage: Coverage | None = None
     fit: FitRecord | None = None
+
+    def measured_configuration(self, key: str) -> dict[str, float | int] | None:
+        """The fit record of configuration ``key`` (``configuration_key``): n and the median measured / predicted
+        throughput of its rows, when the fit had at least MIN_CONFIGURATION_ROWS of them; else None."""
+        rec = self.fit.by_configuration.get(key) if self.fit is not None else None
+        return rec if rec is not None and rec.get("n", 0) >= MIN_CONFIGURATION_ROWS else None
 
     def factors_for(self, device: Device, engine: str | None = None, compute_dtype: str | None = None,
                     weight_only: bool = False) -> DeviceFactors:

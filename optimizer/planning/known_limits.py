@@ -1,4 +1,12 @@
-"""Warnings where a plan leans on a part of the serving model known to disagree with its own simulator.
+"""Warnings where a plan leans on a part of the model known to disagree with its simulator or its measurements.
+
+``measured_configuration_notes``: a deployment on a configuration (device, engine, model, precision, tp, ep) whose
+own calibration rows the fitted model misses by more than the deployment's band (``FitRecord.by_configuration``,
+median measured / predicted output tokens/s of at least MIN_CONFIGURATION_ROWS rows). Shipped: Llama-4-Maverick
+FP8 DEP8 on H200 runs at 0.66× the prediction, DeepSeek-R1 FP4 DEP4 on B200 / B300 at 1.33× / 1.43×
+(docs/model-accuracy.md, "Configurations the model misses").
+
+``long_prompt_tpot_notes``:
 
 The analytic TPOT p99 of a replica whose prompts are long-tailed is optimistic: a rare prompt of tens of
 thousands of tokens stalls every sequence decoding beside it for seconds, and the model's per-step noise does
@@ -14,6 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from catalog.load import Catalog
+from optimizer.models.params import CalibrationParams, configuration_key
 from optimizer.results.plan_result import Deployment, Diagnostic
 from workloads.spec import LengthDist, Plan
 
@@ -69,4 +79,39 @@ def long_prompt_tpot_notes(plan: Plan, deployments: Sequence[Deployment]) -> lis
             f"tpottail). {d.key} is predicted at {d.tpot_p99_ms:.1f} ms{simulated} against the {slo_ms:g} ms SLO. "
             "Check it with `gpuplan simulate` at its routed rate and several seeds, or plan with a tighter "
             "tpot_p99_ms or target_utilization"))
+    return notes
+
+
+def measured_configuration_notes(plan: Plan, deployments: Sequence[Deployment], params: CalibrationParams | None,
+                                 catalog: Catalog) -> list[Diagnostic]:
+    """A ``measured_configuration_off`` warning per configuration of ``deployments`` whose calibration rows
+    (``params.measured_configuration``: ``fit.by_configuration``, ≥ MIN_CONFIGURATION_ROWS) ran at a median measured / predicted r outside
+    the deployment's 80 % band [low, high]: r < low, the capacity the plan counts on is ~(1/r − 1) too high;
+    r > high, ~(1 − 1/r) too low (the plan may buy more than it needs). Names the rows, r, the band and the fixes."""
+    if params is None:
+        return []
+    models = {w.name: catalog.model(w.model).key for w in plan.workloads}
+    notes: list[Diagnostic] = []
+    seen: set[str] = set()
+    for d in deployments:
+        if d.fidelity is None or not d.engine or d.precision is None or d.workload not in models:
+            continue
+        key = configuration_key(d.device, d.engine, models[d.workload], d.precision, d.tp, d.ep)
+        rec = params.measured_configuration(key)
+        if key in seen or rec is None:
+            continue
+        seen.add(key)
+        r, lo, hi = float(rec["median_measured_over_predicted"]), d.fidelity.low_factor, d.fidelity.high_factor
+        if lo <= r <= hi:
+            continue
+        what = (f"the capacity the plan counts on is likely {100 * (1 / r - 1):.0f} % too high. Size it with "
+                f"--confidence or a lower target_utilization (× {r:.2f}), or calibrate on your own measurements "
+                "(gpuplan calibrate) and plan with --params" if r < lo else
+                f"the capacity is likely {100 * (1 - 1 / r):.0f} % understated, so the plan may buy more than "
+                "it needs; calibrate on your own measurements (gpuplan calibrate) and plan with --params")
+        notes.append(Diagnostic(
+            "warning", "measured_configuration_off",
+            f"{d.key} ({d.workload}): the calibration's {rec['n']} measured offline rows of this configuration "
+            f"({key}) ran at {r:.2f}× the model's throughput (median), outside its 80 % band "
+            f"×{lo:.2f}–{hi:.2f}: {what} (docs/model-accuracy.md, 'Configurations the model misses')"))
     return notes

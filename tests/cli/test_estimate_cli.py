@@ -16,6 +16,8 @@ CSV = CALIBRATION_CSV
 ALWAYS = {"model", "device", "precision", "engine", "tp", "pp", "ep", "fits", "reason", "weights_gb_per_gpu",
           "kv_cache_bytes_per_token", "max_concurrency", "tpot_bound_ms"}
 BAND = {"output_tokens_per_s_low", "output_tokens_per_s_high", "fidelity"}
+# the shipped fit has 14 offline rows of llama-3.1-70b fp8 tp4 on h100-sxm (TensorRT-LLM v0.12 / v0.17 perf overviews)
+MEASURED = {"measured_configuration"}
 BASE = ("estimate", "--model", "llama-3.1-70b", "--device", "h100-sxm", "--precision", "fp8", "--tp", "4",
         "--input-tokens", "1000", "--output-tokens", "1000")
 
@@ -24,7 +26,10 @@ def test_estimate_batch_json_keys(run_cli):
     r = run_cli(*BASE, "--batch", "32", "--json")
     assert r.code == 0, r.stderr
     out = json.loads(r.stdout)
-    assert set(out) == ALWAYS | BAND | {"tpot_ms", "ttft_ms", "output_tokens_per_s", "bound"}
+    assert set(out) == ALWAYS | BAND | MEASURED | {"tpot_ms", "ttft_ms", "output_tokens_per_s", "bound"}
+    assert out["measured_configuration"]["key"] == "h100-sxm/trtllm/llama-3.1-70b/fp8/tp4/ep1"
+    assert out["measured_configuration"]["n"] == 14
+    assert "outside the band" not in out["fidelity"]["basis"]  # its median measured/predicted is inside ×0.79–1.22
     assert out["fits"] is True and out["reason"] is None
     assert out["kv_cache_bytes_per_token"] == 163_840  # FP8 KV: 2·80·8·128·1
     # body (70.6e9 − 2·VH) at 1 B + lm_head VH at 2 B (BF16) = 70.6e9 B read; VH = 128256·8192
@@ -39,7 +44,7 @@ def test_estimate_max_throughput_json_keys(run_cli):
     r = run_cli(*BASE, "--max-throughput", "--json")
     assert r.code == 0, r.stderr
     out = json.loads(r.stdout)
-    assert set(out) == ALWAYS | BAND | {"batch", "output_tokens_per_s"}
+    assert set(out) == ALWAYS | BAND | MEASURED | {"batch", "output_tokens_per_s"}
     # the offline batch reserves input + f·output tokens per sequence (f = kv_reserved_output_fraction
     # <= 1, fitted), so it can exceed max_concurrency (full input + output) by up to 1/f
     assert 1 <= out["batch"] <= out["max_concurrency"] * 2000 / (1000 + 1000 * 0.5)
