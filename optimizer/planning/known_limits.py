@@ -87,7 +87,8 @@ def measured_configuration_notes(plan: Plan, deployments: Sequence[Deployment], 
     """A ``measured_configuration_off`` warning per configuration of ``deployments`` whose calibration rows
     (``params.measured_configuration``: ``fit.by_configuration``, ≥ MIN_CONFIGURATION_ROWS) ran at a median measured / predicted r outside
     the deployment's 80 % band [low, high]: r < low, the capacity the plan counts on is ~(1/r − 1) too high;
-    r > high, ~(1 − 1/r) too low (the plan may buy more than it needs). Names the rows, r, the band and the fixes."""
+    r > high, ~(1 − 1/r) too low (the plan may buy more than it needs). Names the rows, r, the band and the fixes
+    (a confidence level cannot reach below the band's low end: the fix it names is target_utilization × r)."""
     if params is None:
         return []
     models = {w.name: catalog.model(w.model).key for w in plan.workloads}
@@ -104,9 +105,10 @@ def measured_configuration_notes(plan: Plan, deployments: Sequence[Deployment], 
         r, lo, hi = float(rec["median_measured_over_predicted"]), d.fidelity.low_factor, d.fidelity.high_factor
         if lo <= r <= hi:
             continue
-        what = (f"the capacity the plan counts on is likely {100 * (1 / r - 1):.0f} % too high. Size it with "
-                f"--confidence or a lower target_utilization (× {r:.2f}), or calibrate on your own measurements "
-                "(gpuplan calibrate) and plan with --params" if r < lo else
+        what = (f"the capacity the plan counts on is likely {100 * (1 / r - 1):.0f} % too high (a --confidence "
+                f"level derates it only to ×{lo:.2f}). Plan with target_utilization "
+                f"{plan.target_utilization * r:.2f} (× {r:.2f}; it derates every deployment), or calibrate on your "
+                "own measurements (gpuplan calibrate) and plan with --params" if r < lo else
                 f"the capacity is likely {100 * (1 - 1 / r):.0f} % understated, so the plan may buy more than "
                 "it needs; calibrate on your own measurements (gpuplan calibrate) and plan with --params")
         notes.append(Diagnostic(

@@ -52,7 +52,7 @@ def test_a_configuration_the_model_overrates_is_warned(cat):
     assert [n.code for n in notes] == ["measured_configuration_off"]  # one per configuration
     assert notes[0].level == "warning"
     for part in ("5 measured offline rows", "h200-sxm/trtllm/llama-4-maverick/fp8/tp1/ep8", "0.66×", "×0.79–1.22",
-                 "52 % too high", "--confidence", "gpuplan calibrate"):
+                 "52 % too high", "only to ×0.79", "target_utilization 0.66", "gpuplan calibrate"):
         assert part in notes[0].message, part
 
 
