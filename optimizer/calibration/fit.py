@@ -46,6 +46,7 @@ from optimizer.calibration.predict import (
 )
 from optimizer.models.params import (
     CalibrationParams,
+    ConfigurationRecord,
     FactorOverride,
     FitRecord,
     configuration_key,
@@ -447,7 +448,7 @@ def fit_record(rows: Sequence[Measurement], cat: Catalog, params: CalibrationPar
     )
 
 
-def by_configuration(rows: Sequence[Measurement], cat: Catalog, predicted: np.ndarray) -> dict[str, dict[str, float | int]]:
+def by_configuration(rows: Sequence[Measurement], cat: Catalog, predicted: np.ndarray) -> dict[str, ConfigurationRecord]:
     """Per configuration (``configuration_key``) of the offline max-throughput ``rows``: n and the median of
     measured / ``predicted`` output tokens/s (the rows a prediction could not be made for left out)."""
     ratios: dict[str, list[float]] = {}
@@ -455,5 +456,5 @@ def by_configuration(rows: Sequence[Measurement], cat: Catalog, predicted: np.nd
         if np.isfinite(p) and p > 0 and m.device_key and m.model_key and m.precision_key:
             key = configuration_key(m.device_key, engine_of(m, cat), m.model_key, m.precision_key, m.tp, m.ep)
             ratios.setdefault(key, []).append(float(m.throughput_tok_s) / float(p))  # type: ignore[arg-type]
-    return {k: {"n": len(v), "median_measured_over_predicted": round(float(np.median(v)), 4)}
+    return {k: ConfigurationRecord(n=len(v), median_measured_over_predicted=round(float(np.median(v)), 4))
             for k, v in sorted(ratios.items())}

@@ -115,10 +115,10 @@ def estimate_config(
             basis += "; " + bound.note(params.unmeasured_dtype_speedup_cap)
         key = configuration_key(device.key, c.engines[0], model.key, precision.key, int(tp), int(c.ep[0]))
         if (rec := params.measured_configuration(key)) is not None:
-            r = float(rec["median_measured_over_predicted"])
-            out["measured_configuration"] = {"key": key, "n": int(rec["n"]), "median_measured_over_predicted": r}
+            r = rec.median_measured_over_predicted
+            out["measured_configuration"] = {"key": key, "n": rec.n, "median_measured_over_predicted": r}
             if not fid.low_factor <= r <= fid.high_factor:
-                basis += (f"; the calibration's {rec['n']} measured offline rows of this configuration ran at "
+                basis += (f"; the calibration's {rec.n} measured offline rows of this configuration ran at "
                           f"{r:.2f}× the prediction (median), outside the band")
         out["fidelity"] = {"class": fid.class_, "basis": basis, "band_low_factor": round(fid.low_factor, 4),
                            "band_high_factor": round(fid.high_factor, 4)}

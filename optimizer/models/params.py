@@ -158,6 +158,14 @@ def configuration_key(device: str, engine: str, model: str, precision: str, tp: 
     return f"{device}/{engine}/{model}/{precision}/tp{tp}/ep{ep}"
 
 
+class ConfigurationRecord(Strict):
+    """How the fitted model did on one configuration's own offline max-throughput rows (in-sample)."""
+
+    n: int = Field(ge=1, description="rows of this configuration in the fit")
+    median_measured_over_predicted: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+        description="median of measured / predicted output tokens/s over those rows")
+
+
 class FitRecord(Strict):
     """Where fitted parameters came from and how well they fit (never hidden)."""
 
@@ -169,7 +177,7 @@ class FitRecord(Strict):
     p90_abs_pct_error: NonNeg
     by_source_group: dict[str, dict[str, float | int]] = Field(default_factory=dict)
     by_device: dict[str, dict[str, float | int]] = Field(default_factory=dict)
-    by_configuration: dict[str, dict[str, float | int]] = Field(
+    by_configuration: dict[str, ConfigurationRecord] = Field(
         default_factory=dict, description="offline max-throughput rows by configuration (``configuration_key``: "
         "device/engine/model/precision/tpT/epE): n and the median measured / predicted output tokens/s of these "
         "fitted parameters (in-sample); a plan deployment on a configuration whose rows the model misses by "
@@ -303,11 +311,11 @@ class CalibrationParams(Strict):
     coverage: Coverage | None = None
     fit: FitRecord | None = None
 
-    def measured_configuration(self, key: str) -> dict[str, float | int] | None:
+    def measured_configuration(self, key: str) -> ConfigurationRecord | None:
         """The fit record of configuration ``key`` (``configuration_key``): n and the median measured / predicted
         throughput of its rows, when the fit had at least MIN_CONFIGURATION_ROWS of them; else None."""
         rec = self.fit.by_configuration.get(key) if self.fit is not None else None
-        return rec if rec is not None and rec.get("n", 0) >= MIN_CONFIGURATION_ROWS else None
+        return rec if rec is not None and rec.n >= MIN_CONFIGURATION_ROWS else None
 
     def factors_for(self, device: Device, engine: str | None = None, compute_dtype: str | None = None,
                     weight_only: bool = False) -> DeviceFactors:

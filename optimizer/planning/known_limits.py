@@ -102,7 +102,7 @@ def measured_configuration_notes(plan: Plan, deployments: Sequence[Deployment], 
         if key in seen or rec is None:
             continue
         seen.add(key)
-        r, lo, hi = float(rec["median_measured_over_predicted"]), d.fidelity.low_factor, d.fidelity.high_factor
+        r, lo, hi = rec.median_measured_over_predicted, d.fidelity.low_factor, d.fidelity.high_factor
         if lo <= r <= hi:
             continue
         what = (f"the capacity the plan counts on is likely {100 * (1 / r - 1):.0f} % too high (a --confidence "
@@ -113,7 +113,7 @@ def measured_configuration_notes(plan: Plan, deployments: Sequence[Deployment], 
                 "it needs; calibrate on your own measurements (gpuplan calibrate) and plan with --params")
         notes.append(Diagnostic(
             "warning", "measured_configuration_off",
-            f"{d.key} ({d.workload}): the calibration's {rec['n']} measured offline rows of this configuration "
+            f"{d.key} ({d.workload}): the calibration's {rec.n} measured offline rows of this configuration "
             f"({key}) ran at {r:.2f}× the model's throughput (median), outside its 80 % band "
             f"×{lo:.2f}–{hi:.2f}: {what} (docs/model-accuracy.md, 'Configurations the model misses')"))
     return notes

@@ -13,15 +13,22 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import yaml
 
 from catalog import load_catalog
+from catalog.errors import GpuplanError
 from optimizer.calibration.fit import by_configuration
 from optimizer.calibration.measurements import load_measurements
 from optimizer.calibration.predict import offline_skip_reason
 from optimizer.calibration.shipped import shipped_measurements
 from optimizer.models.estimate import estimate_config
 from optimizer.models.fidelity import fidelity_of
-from optimizer.models.params import MIN_CONFIGURATION_ROWS, configuration_key, load_params
+from optimizer.models.params import (
+    MIN_CONFIGURATION_ROWS,
+    ConfigurationRecord,
+    configuration_key,
+    load_params,
+)
 from optimizer.optimize import optimize_plan
 from optimizer.planning.known_limits import measured_configuration_notes
 from optimizer.results.plan_result import Deployment
@@ -70,7 +77,7 @@ def test_configurations_inside_their_band_or_unmeasured_are_not(cat):
                                         params, cat) == []
     # Llama-3.1-70B FP8 tp2 on H200 is measured and inside its band
     rec = params.fit.by_configuration[configuration_key("h200-sxm", "trtllm", "llama-3.1-70b", "fp8", 2, 1)]
-    assert rec["n"] >= MIN_CONFIGURATION_ROWS and 0.7946 <= rec["median_measured_over_predicted"] <= 1.2237
+    assert rec.n >= MIN_CONFIGURATION_ROWS and 0.7946 <= rec.median_measured_over_predicted <= 1.2237
     assert measured_configuration_notes(_plan("llama-3.1-70b"), [_deployment(cat, "h200-sxm", "fp8", 2, 1)],
                                         params, cat) == []
     # parameters without a fit record (a hand-written --params file) warn about nothing
@@ -87,12 +94,12 @@ def test_the_record_is_the_median_of_measured_over_predicted_per_configuration(c
     measured = np.array([m.throughput_tok_s for m in rows[:4]], dtype=float)
     got = by_configuration(rows[:4], cat, np.array([*(measured[:3] / [2.0, 3.0, 4.0]), np.nan]))
     key = configuration_key("h200-sxm", "trtllm", "llama-4-maverick", "fp8", rows[0].tp, rows[0].ep)
-    assert got == {key: {"n": 3, "median_measured_over_predicted": 3.0}}
+    assert got == {key: ConfigurationRecord(n=3, median_measured_over_predicted=3.0)}
 
 
 def test_the_shipped_record_covers_every_fitted_row():
     fit = load_params(None).fit
-    assert sum(r["n"] for r in fit.by_configuration.values()) == fit.rows_used == 635
+    assert sum(r.n for r in fit.by_configuration.values()) == fit.rows_used == 635
 
 
 def test_estimate_reports_the_configurations_own_rows(cat):
@@ -115,3 +122,14 @@ def test_a_plan_on_such_a_configuration_carries_the_warning(cat):
     assert [(d.key, d.engine) for d in r.deployments] == [("b200__fp4__tp1__pp1__ep4", "trtllm")]
     notes = [n for n in r.diagnostics if n.code == "measured_configuration_off"]
     assert len(notes) == 1 and "b200/trtllm/deepseek-r1/fp4/tp1/ep4" in notes[0].message
+
+
+def test_a_malformed_record_is_a_load_error_naming_the_field(tmp_path):
+    """A hand-edited parameter file whose record lacks its ratio fails to load, naming the field (no KeyError
+    in the middle of a plan)."""
+    src = load_params(None).model_dump(mode="json")
+    src["fit"]["by_configuration"] = {"b200/trtllm/deepseek-r1/fp4/tp1/ep4": {"n": 9}}
+    bad = tmp_path / "params.yaml"
+    bad.write_text(yaml.safe_dump(src))
+    with pytest.raises(GpuplanError, match="median_measured_over_predicted"):
+        load_params(bad)
