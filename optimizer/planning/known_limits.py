@@ -85,35 +85,36 @@ def long_prompt_tpot_notes(plan: Plan, deployments: Sequence[Deployment]) -> lis
 def measured_configuration_notes(plan: Plan, deployments: Sequence[Deployment], params: CalibrationParams | None,
                                  catalog: Catalog) -> list[Diagnostic]:
     """A ``measured_configuration_off`` warning per configuration of ``deployments`` whose calibration rows
-    (``params.measured_configuration``: ``fit.by_configuration``, ≥ MIN_CONFIGURATION_ROWS) ran at a median measured / predicted r outside
-    the deployment's 80 % band [low, high]: r < low, the capacity the plan counts on is ~(1/r − 1) too high;
-    r > high, ~(1 − 1/r) too low (the plan may buy more than it needs). Names the rows, r, the band and the fixes
-    (a confidence level cannot reach below the band's low end: the fix it names is target_utilization × r)."""
+    (``params.measured_configuration``: ``fit.by_configuration``, ≥ MIN_CONFIGURATION_ROWS) ran at a median
+    measured / predicted r outside the deployments' 80 % band [low, high]: r < low, the capacity the plan counts
+    on is ~(1/r − 1) too high; r > high, ~(1 − 1/r) too low (the plan may buy more than it needs). Names the
+    deployments and workloads on it, the rows, r, the band and the fixes (a confidence level cannot reach below
+    the band's low end: the fix it names is target_utilization × r)."""
     if params is None:
         return []
     models = {w.name: catalog.model(w.model).key for w in plan.workloads}
-    notes: list[Diagnostic] = []
-    seen: set[str] = set()
+    on: dict[str, list[Deployment]] = {}
     for d in deployments:
-        if d.fidelity is None or not d.engine or d.precision is None or d.workload not in models:
-            continue
-        key = configuration_key(d.device, d.engine, models[d.workload], d.precision, d.tp, d.ep)
+        if d.fidelity is not None and d.engine and d.precision is not None and d.workload in models:
+            on.setdefault(configuration_key(d.device, d.engine, models[d.workload], d.precision, d.tp, d.ep),
+                          []).append(d)
+    notes: list[Diagnostic] = []
+    for key, ds in on.items():
         rec = params.measured_configuration(key)
-        if key in seen or rec is None:
+        fid = ds[0].fidelity  # one configuration, one class: the same band
+        if rec is None or fid is None or fid.low_factor <= rec.median_measured_over_predicted <= fid.high_factor:
             continue
-        seen.add(key)
-        r, lo, hi = rec.median_measured_over_predicted, d.fidelity.low_factor, d.fidelity.high_factor
-        if lo <= r <= hi:
-            continue
+        r, lo, hi = rec.median_measured_over_predicted, fid.low_factor, fid.high_factor
         what = (f"the capacity the plan counts on is likely {100 * (1 / r - 1):.0f} % too high (a --confidence "
                 f"level derates it only to ×{lo:.2f}). Plan with target_utilization "
                 f"{plan.target_utilization * r:.2f} (× {r:.2f}; it derates every deployment), or calibrate on your "
                 "own measurements (gpuplan calibrate) and plan with --params" if r < lo else
                 f"the capacity is likely {100 * (1 - 1 / r):.0f} % understated, so the plan may buy more than "
                 "it needs; calibrate on your own measurements (gpuplan calibrate) and plan with --params")
+        where = ", ".join(f"{d.key} ({d.workload})" for d in ds)
         notes.append(Diagnostic(
             "warning", "measured_configuration_off",
-            f"{d.key} ({d.workload}): the calibration's {rec.n} measured offline rows of this configuration "
+            f"{where}: the calibration's {rec.n} measured offline rows of this configuration "
             f"({key}) ran at {r:.2f}× the model's throughput (median), outside its 80 % band "
             f"×{lo:.2f}–{hi:.2f}: {what} (docs/model-accuracy.md, 'Configurations the model misses')"))
     return notes

@@ -56,7 +56,8 @@ def test_a_configuration_the_model_overrates_is_warned(cat):
     d = _deployment(cat, "h200-sxm", "fp8", 1, 8)
     assert (d.fidelity.low_factor, d.fidelity.high_factor) == pytest.approx((0.79455, 1.22367), abs=5e-5)
     notes = measured_configuration_notes(_plan("llama-4-maverick"), [d, d], load_params(None), cat)
-    assert [n.code for n in notes] == ["measured_configuration_off"]  # one per configuration
+    assert [n.code for n in notes] == ["measured_configuration_off"]  # one per configuration, naming each deployment
+    assert notes[0].message.startswith(f"{d.key} (chat), {d.key} (chat): ")
     assert notes[0].level == "warning"
     for part in ("5 measured offline rows", "h200-sxm/trtllm/llama-4-maverick/fp8/tp1/ep8", "0.66×", "×0.79–1.22",
                  "52 % too high", "only to ×0.79", "target_utilization 0.66", "gpuplan calibrate"):
