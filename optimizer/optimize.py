@@ -30,7 +30,13 @@ from optimizer.planning.diagnose import (
     single_device_solution,
     unservable,
 )
-from optimizer.planning.headroom import capacity_factors, demand_factor, policy_of, sized
+from optimizer.planning.headroom import (
+    candidate_capacity_factors,
+    capacity_factors,
+    demand_factor,
+    policy_of,
+    sized,
+)
 from optimizer.planning.known_limits import long_prompt_tpot_notes, measured_configuration_notes
 from optimizer.planning.milp.decompose import decomposes, solve_decomposed
 from optimizer.planning.milp.problem import FleetProblem, FleetSolution
@@ -39,6 +45,7 @@ from optimizer.planning.milp.restrict import RESTRICT_MIN_OPTIONS, solve_restric
 from optimizer.planning.milp.solve import solve_fleet
 from optimizer.planning.safeguards import (
     annotate,
+    candidate_fidelity,
     device_fidelity,
     fidelity_map,
     verify_and_resize,
@@ -97,7 +104,9 @@ def optimize_plan(
     cset = plan_candidates(plan, catalog, params, capacity_table, n_buckets, candidates)
     model_params = None if capacity_table is not None else (params if params is not None else load_params(None))
     fidelity = fidelity_map(cset, model_params, catalog)
-    cset = sized(cset, capacity_factors(plan, fidelity), demand_factor(plan))
+    widened = candidate_fidelity(cset, fidelity, model_params)
+    cset = sized(cset, capacity_factors(plan, fidelity), demand_factor(plan),
+                 candidate_capacity_factors(plan, fidelity, widened, cset))
     clock.lap("candidates")
     problem = fleet_problem(cset, plan)
     diagnostics = window_notes + list(cset.diagnostics)
@@ -123,14 +132,14 @@ def optimize_plan(
         notes = [*notes, verification_skipped(online_deployments(cset, sol))]
     diagnostics += notes
     result = annotate(assemble(plan, cset, sol, diagnostics, single, source, problem), plan, cset, fidelity,
-                      verification, model_params, catalog)
+                      verification, model_params, catalog, widened)
     result = replace(result, headroom=policy_of(plan), verification=verification)
     if known := [*long_prompt_tpot_notes(plan, result.deployments),
-                 *measured_configuration_notes(plan, result.deployments, model_params, catalog)]:
+                 *measured_configuration_notes(plan, result.deployments, model_params, catalog, fidelity)]:
         result = replace(result, diagnostics=(*result.diagnostics, *known))
     clock.lap("verification")
     if sensitivity and sol.status is SolveStatus.OPTIMAL:
-        result = replace(result, sensitivity=analyse(plan, cset, problem, sol, device_fidelity(fidelity), options,
+        result = replace(result, sensitivity=analyse(plan, cset, problem, sol, device_fidelity(fidelity, widened, cset), options,
                                                       known=one_device))
         clock.lap("sensitivity")
     elif sensitivity and sol.status.has_plan:

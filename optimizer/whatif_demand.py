@@ -32,11 +32,16 @@ from catalog.load import Catalog
 from optimizer.models.params import CalibrationParams
 from optimizer.planning.candidate_set import CandidateSet, fleet_problem, rebase_candidates
 from optimizer.planning.diagnose import unservable
-from optimizer.planning.headroom import capacity_factors, demand_factor, sized
+from optimizer.planning.headroom import (
+    candidate_capacity_factors,
+    capacity_factors,
+    demand_factor,
+    sized,
+)
 from optimizer.planning.milp.build import build_model
 from optimizer.planning.milp.problem import PRESOLVE_MIN_OPTIONS, FleetProblem, FleetSolution
 from optimizer.planning.milp.solve import extract, solve_model
-from optimizer.planning.safeguards import fidelity_map
+from optimizer.planning.safeguards import candidate_fidelity, fidelity_map
 from optimizer.planning.solver_options import SolverOptions
 from optimizer.results.plan_result import SolveStatus
 from workloads.spec import Plan
@@ -70,7 +75,10 @@ def round_down(value: float, digits: int = DEMAND_DIGITS) -> float:
 def sized_candidates(plan: Plan, cset: CandidateSet, catalog: Catalog, params: CalibrationParams) -> CandidateSet:
     """``cset`` on ``plan``'s rates and limits, sized by its headroom policy as ``optimize_plan`` sizes it."""
     rebased = rebase_candidates(cset, plan)
-    return sized(rebased, capacity_factors(plan, fidelity_map(rebased, params, catalog)), demand_factor(plan))
+    fidelity = fidelity_map(rebased, params, catalog)
+    widened = candidate_fidelity(rebased, fidelity, params)
+    return sized(rebased, capacity_factors(plan, fidelity), demand_factor(plan),
+                 candidate_capacity_factors(plan, fidelity, widened, rebased))
 
 
 def max_share(plan: Plan, cset: CandidateSet, catalog: Catalog, params: CalibrationParams,

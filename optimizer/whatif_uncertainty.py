@@ -25,6 +25,7 @@ from catalog.load import Catalog
 from optimizer.models.fidelity import Z90
 from optimizer.planning.headroom import FidelityKey, fidelity_key
 from optimizer.results.plan_result import PlanResult
+from optimizer.results.provenance import Fidelity
 from optimizer.whatif_demand import scaled
 from workloads.scenarios import Scenario, Uncertainty
 from workloads.spec import Plan
@@ -129,10 +130,12 @@ def model_error_draws(base: PlanResult, samples: int, seed: int) -> list[dict[Fi
     one standard-normal draw per sample (a class's error is common to its devices: the same extrapolation).
     Seeded by ``seed + 1``, so the demand and price draws of ``sample_uncertainty`` stay as they were.
     """
-    bands = {}
-    for d in base.deployments:
-        if d.fidelity is not None:
-            bands.setdefault(fidelity_key(d), d.fidelity)
+    bands: dict[FidelityKey, Fidelity] = {}
+    for d in base.deployments:  # a configuration's widest band (one deployment's may be widened by its own rows)
+        old = bands.get(fidelity_key(d))
+        if d.fidelity is not None and (old is None or d.fidelity.high_factor / d.fidelity.low_factor
+                                       > old.high_factor / old.low_factor):
+            bands[fidelity_key(d)] = d.fidelity
     classes = sorted({f.class_ for f in bands.values()})
     rng = np.random.default_rng(seed + 1)
     draws = []

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from catalog.schema import Device, Model, Precision
 from optimizer.models.configs import Configs, build_configs
 from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS
-from optimizer.models.fidelity import fidelity_of
-from optimizer.models.params import CalibrationParams, configuration_key
+from optimizer.models.fidelity import fidelity_of, with_measured_configuration
+from optimizer.models.params import CalibrationParams, ConfigurationRecord, configuration_key
 from optimizer.models.perf import (
     bound_kind,
     decode_step_s,
@@ -24,6 +24,7 @@ from optimizer.models.perf import (
     tpot_bound_ms,
 )
 from optimizer.models.serving import capacity_at_slo, check_rate, check_slo_floors, serve_at_rate
+from optimizer.results.provenance import Fidelity
 from workloads.spec import SLO, LengthDist
 
 
@@ -64,7 +65,8 @@ def estimate_config(
     (``CalibrationParams.unmeasured_dtype_bound``).
     ``measured_configuration`` ``{key, n, median_measured_over_predicted}`` when the calibration was fitted on
     at least MIN_CONFIGURATION_ROWS offline rows of this device/engine/model/precision/tp/ep (in-sample: how far
-    the model is off there; the fidelity basis says so when it is outside the band).
+    the model is off there; where it lies outside the class band the band is widened to contain it and the
+    basis says so: ``optimizer.models.fidelity.with_measured_configuration``).
     With pp > 1: ``uncalibrated``, naming the pipeline terms no measurement has fitted.
     Times are None when the configuration cannot run.
     """
@@ -105,7 +107,7 @@ def estimate_config(
                                "(CalibrationParams.pp_hop_latency_us, pp_microbatch_overhead_us), not fitted: "
                                "no pipeline-parallel measurements")
     if "output_tokens_per_s" in out:
-        fid = fidelity_of(device, params, devices, engine=c.engines[0], ep=int(c.ep[0]))
+        fid, key, rec = configuration_fidelity(c, params, devices)
         value = out["output_tokens_per_s"]
         out["output_tokens_per_s_low"] = None if value is None else round(value * fid.low_factor, 2)
         out["output_tokens_per_s_high"] = None if value is None else round(value * fid.high_factor, 2)
@@ -113,16 +115,24 @@ def estimate_config(
         bound = params.binding_dtype_bound(device, c.engines[0], precision)
         if bound is not None:  # the prediction rests on the bound, not on a measured dtype
             basis += "; " + bound.note(params.unmeasured_dtype_speedup_cap)
-        key = configuration_key(device.key, c.engines[0], model.key, precision.key, int(tp), int(c.ep[0]))
-        if (rec := params.measured_configuration(key)) is not None:
-            r = rec.median_measured_over_predicted
-            out["measured_configuration"] = {"key": key, "n": rec.n, "median_measured_over_predicted": r}
-            if not fid.low_factor <= r <= fid.high_factor:
-                basis += (f"; the calibration's {rec.n} measured offline rows of this configuration ran at "
-                          f"{r:.2f}× the prediction (median), outside the band")
+        if rec is not None:
+            out["measured_configuration"] = {"key": key, "n": rec.n,
+                                             "median_measured_over_predicted": rec.median_measured_over_predicted}
         out["fidelity"] = {"class": fid.class_, "basis": basis, "band_low_factor": round(fid.low_factor, 4),
                            "band_high_factor": round(fid.high_factor, 4)}
     return out
+
+
+def configuration_fidelity(c: Configs, params: CalibrationParams, devices: Mapping[str, Device]
+                           ) -> tuple[Fidelity, str, ConfigurationRecord | None]:
+    """(fidelity, configuration key, its fit record) of the first configuration of ``c``: the class band of
+    its device, engine and ep, widened to contain its own rows' median measured / predicted where the
+    calibration has them (``with_measured_configuration``)."""
+    key = configuration_key(c.devices[0].key, c.engines[0], c.model.key, c.precisions[0].key, int(c.tp[0]),
+                            int(c.ep[0]))
+    rec = params.measured_configuration(key)
+    fid = fidelity_of(c.devices[0], params, devices, engine=c.engines[0], ep=int(c.ep[0]))
+    return with_measured_configuration(fid, rec), key, rec
 
 
 def estimate_serving(
@@ -172,8 +182,7 @@ def estimate_serving(
             out["output_tokens_per_s_at_slo"] = finite_round(cap.output_tokens_per_s[0], 2)
             out["limited_by"] = cap.limited_by[0]
             if params is not None and out["max_qps_at_slo"] is not None:
-                fid = fidelity_of(c.devices[0], params, devices, engine=c.engines[0],
-                                 ep=int(c.ep[0]))
+                fid = configuration_fidelity(c, params, devices)[0]
                 out["capacity_qps_low"] = round(out["max_qps_at_slo"] * fid.low_factor, 4)
                 out["capacity_qps_high"] = round(out["max_qps_at_slo"] * fid.high_factor, 4)
             if cap.why[0]:

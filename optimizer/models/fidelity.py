@@ -35,6 +35,10 @@ widened to contain the better classes' (nesting). The residual constants above s
 fallback for parameter files without bands (``gpuplan calibrate --no-bands``, older files); its
 class follows the engine and ep the same way (``fallback_letter``): from the ``coverage`` when the
 file has one, else from ``fit.by_device``, whose rows count as the device's default engine.
+
+A configuration the calibration has its own rows of (``fit.by_configuration``: device, engine, model,
+precision, tp, ep) whose median measured / predicted lies outside its class band gets that band widened
+to contain it (``with_measured_configuration``).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from collections.abc import Mapping
 from statistics import NormalDist
 
 from catalog.schema import Device
-from optimizer.models.params import CalibrationParams, default_engine
+from optimizer.models.params import CalibrationParams, ConfigurationRecord, default_engine
 from optimizer.results.provenance import Fidelity
 
 # z of the 90th percentile: the band [p10, p90] spans 2·Z90 standard deviations of log(factor).
@@ -196,6 +200,22 @@ def _fallback_fidelity(device: Device, engine: str, params: CalibrationParams, d
     return Fidelity("datasheet-only",
                     f"nothing of generation {device.generation} measured; band from out-of-sample B200, B300 "
                     "and MI300X residuals", low, high)
+
+
+def with_measured_configuration(fidelity: Fidelity, record: ConfigurationRecord | None) -> Fidelity:
+    """``fidelity`` widened to contain r = the configuration's own median measured / predicted
+    (``CalibrationParams.measured_configuration``) when r lies outside it: [min(low, r), max(high, r)],
+    the basis saying so. A class band is a statement about configurations like this one; where this one's
+    own rows say otherwise, the band that is reported, sized at a confidence level and swung in the
+    sensitivity must contain what they say. Unchanged without a record or with r inside."""
+    if record is None:
+        return fidelity
+    r = record.median_measured_over_predicted
+    if fidelity.low_factor <= r <= fidelity.high_factor:
+        return fidelity
+    return Fidelity(fidelity.class_, f"{fidelity.basis}; widened to ×{r:.2f}: the calibration's {record.n} measured "
+                    f"offline rows of this configuration ran at {r:.2f}× the prediction (median)",
+                    min(fidelity.low_factor, r), max(fidelity.high_factor, r))
 
 
 def capacity_factor_at(fidelity: Fidelity, confidence: float) -> float:

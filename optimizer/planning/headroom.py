@@ -62,6 +62,19 @@ def capacity_factors(plan: Plan, fidelity: Mapping[FidelityKey, Fidelity]) -> di
     return out
 
 
+def candidate_capacity_factors(plan: Plan, fidelity: Mapping[FidelityKey, Fidelity],
+                               candidates: Mapping[tuple[str, str], Fidelity],
+                               cset: CandidateSet) -> dict[tuple[str, str], float]:
+    """Per (workload, key) whose band was widened (``safeguards.candidate_fidelity``), at the plan's confidence
+    level: capacity_factor_at(widened) / capacity_factor_at(its configuration's band), the factor ``sized``
+    multiplies on top of ``capacity_factors``; none without a confidence level."""
+    if plan.confidence is None or not candidates:
+        return {}
+    key_of = {(wc.workload.name, c.key): fidelity_key(c) for wc in cset.workloads for c in wc.kept}
+    return {k: capacity_factor_at(f, plan.confidence) / capacity_factor_at(fidelity[key_of[k]], plan.confidence)
+            for k, f in candidates.items()}
+
+
 def sized(cset: CandidateSet, config_factors: Mapping[FidelityKey, float], demand: float = 1.0,
           candidate_factors: Mapping[tuple[str, str], float] | None = None) -> CandidateSet:
     """``cset`` with kept candidates' capacities × the factor of their configuration (``fidelity_key``) and

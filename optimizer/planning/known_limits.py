@@ -1,8 +1,9 @@
 """Warnings where a plan leans on a part of the model known to disagree with its simulator or its measurements.
 
 ``measured_configuration_notes``: a deployment on a configuration (device, engine, model, precision, tp, ep) whose
-own calibration rows the fitted model misses by more than the deployment's band (``FitRecord.by_configuration``,
-median measured / predicted output tokens/s of at least MIN_CONFIGURATION_ROWS rows). Shipped: Llama-4-Maverick
+own calibration rows the fitted model misses by more than its class's band (``FitRecord.by_configuration``,
+median measured / predicted output tokens/s of at least MIN_CONFIGURATION_ROWS rows; the deployment's band is
+widened to contain that median, ``safeguards.candidate_fidelity``). Shipped: Llama-4-Maverick
 FP8 DEP8 on H200 runs at 0.66× the prediction, DeepSeek-R1 FP4 DEP4 on B200 / B300 at 1.33× / 1.43×
 (docs/model-accuracy.md, "Configurations the model misses").
 
@@ -20,11 +21,13 @@ prompts needs ~20 seeds of 20,000 requests to settle; the plan's verification ru
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from catalog.load import Catalog
 from optimizer.models.params import CalibrationParams, configuration_key
+from optimizer.planning.headroom import FidelityKey, fidelity_key
 from optimizer.results.plan_result import Deployment, Diagnostic
+from optimizer.results.provenance import Fidelity
 from workloads.spec import LengthDist, Plan
 
 # prompt p99 / mean from which the TPOT p99 is known optimistic (the measured case above; 4 agrees)
@@ -83,38 +86,39 @@ def long_prompt_tpot_notes(plan: Plan, deployments: Sequence[Deployment]) -> lis
 
 
 def measured_configuration_notes(plan: Plan, deployments: Sequence[Deployment], params: CalibrationParams | None,
-                                 catalog: Catalog) -> list[Diagnostic]:
+                                 catalog: Catalog, fidelity: Mapping[FidelityKey, Fidelity]) -> list[Diagnostic]:
     """A ``measured_configuration_off`` warning per configuration of ``deployments`` whose calibration rows
     (``params.measured_configuration``: ``fit.by_configuration``, ≥ MIN_CONFIGURATION_ROWS) ran at a median
-    measured / predicted r outside the deployments' 80 % band [low, high]: r < low, the capacity the plan counts
-    on is ~(1/r − 1) too high; r > high, ~(1 − 1/r) too low (the plan may buy more than it needs). Names the
-    deployments and workloads on it, the rows, r, the band and the fixes (a confidence level cannot reach below
-    the band's low end: the fix it names is target_utilization × r)."""
+    measured / predicted r outside its class band [low, high] (``fidelity``, by ``fidelity_key``; the
+    deployment's own band is already widened to contain r: ``safeguards.candidate_fidelity``). r < low: the
+    point estimate counts on ~(1/r − 1) too much capacity; r > high: ~(1 − 1/r) too little (the plan may buy
+    more than it needs). Names the deployments and workloads on it, the rows, r, the band and the fixes."""
     if params is None:
         return []
     models = {w.name: catalog.model(w.model).key for w in plan.workloads}
     on: dict[str, list[Deployment]] = {}
     for d in deployments:
-        if d.fidelity is not None and d.engine and d.precision is not None and d.workload in models:
+        if fidelity_key(d) in fidelity and d.engine and d.precision is not None and d.workload in models:
             on.setdefault(configuration_key(d.device, d.engine, models[d.workload], d.precision, d.tp, d.ep),
                           []).append(d)
     notes: list[Diagnostic] = []
     for key, ds in on.items():
         rec = params.measured_configuration(key)
-        fid = ds[0].fidelity  # one configuration, one class: the same band
-        if rec is None or fid is None or fid.low_factor <= rec.median_measured_over_predicted <= fid.high_factor:
+        band = fidelity[fidelity_key(ds[0])]  # one configuration, one class band
+        if rec is None or band.low_factor <= rec.median_measured_over_predicted <= band.high_factor:
             continue
-        r, lo, hi = rec.median_measured_over_predicted, fid.low_factor, fid.high_factor
-        what = (f"the capacity the plan counts on is likely {100 * (1 / r - 1):.0f} % too high (a --confidence "
-                f"level derates it only to ×{lo:.2f}). Plan with target_utilization "
+        r, lo, hi = rec.median_measured_over_predicted, band.low_factor, band.high_factor
+        what = (f"the point estimate counts on ~{100 * (1 / r - 1):.0f} % too much capacity. Its band is widened to "
+                f"×{r:.2f}–{hi:.2f}, so --confidence 0.9 sizes it at ×{r:.2f}; or plan with target_utilization "
                 f"{plan.target_utilization * r:.2f} (× {r:.2f}; it derates every deployment), or calibrate on your "
                 "own measurements (gpuplan calibrate) and plan with --params" if r < lo else
-                f"the capacity is likely {100 * (1 - 1 / r):.0f} % understated, so the plan may buy more than "
-                "it needs; calibrate on your own measurements (gpuplan calibrate) and plan with --params")
+                f"the capacity is likely {100 * (1 - 1 / r):.0f} % understated (its band is widened to "
+                f"×{lo:.2f}–{r:.2f}), so the plan may buy more than it needs; calibrate on your own measurements "
+                "(gpuplan calibrate) and plan with --params")
         where = ", ".join(f"{d.key} ({d.workload})" for d in ds)
         notes.append(Diagnostic(
             "warning", "measured_configuration_off",
             f"{where}: the calibration's {rec.n} measured offline rows of this configuration "
-            f"({key}) ran at {r:.2f}× the model's throughput (median), outside its 80 % band "
+            f"({key}) ran at {r:.2f}× the model's throughput (median), outside its class's 80 % band "
             f"×{lo:.2f}–{hi:.2f}: {what} (docs/model-accuracy.md, 'Configurations the model misses')"))
     return notes

@@ -3,7 +3,9 @@
 ``optimizer.optimize.optimize_plan`` calls them in this order:
 
 1. :func:`fidelity_map` — the fidelity class and band of each (device, engine, ep) a kept candidate
-   runs (``device_fidelity``: the least trusted per device, for the tornado's performance ends);
+   runs, and :func:`candidate_fidelity` — the bands widened for candidates whose configuration's own
+   calibration rows lie outside them (``device_fidelity``: the least trusted per device, for the
+   tornado's performance ends);
 2. ``optimizer.planning.headroom.sized`` — capacities at the plan's confidence level and
    utilisation cap, rates at its demand quantile;
 3. solve; :func:`verify_and_resize` — the simulator's check of every online deployment,
@@ -20,8 +22,8 @@ from dataclasses import replace
 from typing import get_args
 
 from catalog.load import Catalog
-from optimizer.models.fidelity import fidelity_of
-from optimizer.models.params import CalibrationParams
+from optimizer.models.fidelity import fidelity_of, with_measured_configuration
+from optimizer.models.params import CalibrationParams, configuration_key
 from optimizer.planning.candidate_set import CandidateSet, fleet_problem
 from optimizer.planning.headroom import FidelityKey, fidelity_key, sized
 from optimizer.planning.milp.problem import FleetProblem, FleetSolution
@@ -67,12 +69,41 @@ def fidelity_map(cset: CandidateSet, params: CalibrationParams | None, catalog: 
     return out
 
 
-def device_fidelity(fidelity: Mapping[FidelityKey, Fidelity]) -> dict[str, Fidelity]:
-    """Per device, the least trusted fidelity of its configurations (``least_trusted``): the band the
-    tornado's performance ends move each device by (``optimizer.planning.sensitivity``)."""
+def candidate_fidelity(cset: CandidateSet, fidelity: Mapping[FidelityKey, Fidelity],
+                       params: CalibrationParams | None) -> dict[tuple[str, str], Fidelity]:
+    """(workload, candidate key) → its configuration's band widened to contain the median measured /
+    predicted of the calibration's own rows of that configuration (device, engine, model, precision, tp,
+    ep: ``CalibrationParams.measured_configuration``), for the kept candidates where that median lies
+    outside the band (``optimizer.models.fidelity.with_measured_configuration``); the others are absent
+    (their band is ``fidelity[fidelity_key(c)]``)."""
+    if params is None or params.fit is None or not params.fit.by_configuration:
+        return {}
+    out = {}
+    for wc in cset.workloads:
+        for c in wc.kept:
+            fid = fidelity.get(fidelity_key(c))
+            if fid is None or not c.engine:
+                continue
+            rec = params.measured_configuration(configuration_key(c.device, c.engine, wc.model, c.precision, c.tp, c.ep))
+            widened = with_measured_configuration(fid, rec)
+            if widened is not fid:
+                out[(wc.workload.name, c.key)] = widened
+    return out
+
+
+def device_fidelity(fidelity: Mapping[FidelityKey, Fidelity],
+                    candidates: Mapping[tuple[str, str], Fidelity] | None = None,
+                    cset: CandidateSet | None = None) -> dict[str, Fidelity]:
+    """Per device, the least trusted fidelity of its configurations (``least_trusted``), those widened for
+    a candidate of ``cset`` (``candidate_fidelity``) included: the band the tornado's performance ends move
+    each device by (``optimizer.planning.sensitivity``)."""
     by_device: dict[str, list[Fidelity]] = {}
     for (device, _, _), f in sorted(fidelity.items()):
         by_device.setdefault(device, []).append(f)
+    if candidates and cset is not None:
+        device_of = {(wc.workload.name, c.key): c.device for wc in cset.workloads for c in wc.kept}
+        for k, f in sorted(candidates.items()):
+            by_device.setdefault(device_of[k], []).append(f)
     return {d: least_trusted(fs) for d, fs in by_device.items()}
 
 
@@ -161,11 +192,14 @@ def _with_dtype_note(f: Fidelity | None, note: str) -> Fidelity | None:
 
 def annotate(result: PlanResult, plan: Plan, cset: CandidateSet, fidelity: Mapping[FidelityKey, Fidelity],
              verification: Verification | None, params: CalibrationParams | None = None,
-             catalog: Catalog | None = None) -> PlanResult:
+             catalog: Catalog | None = None,
+             candidates: Mapping[tuple[str, str], Fidelity] | None = None) -> PlanResult:
     """Price basis on each fleet row, the fidelity of its own (device, engine, ep) and the simulator's
     figures on each deployment (with ``params`` and ``catalog``: the fidelity basis also says when the
     capacity rests on an unmeasured GEMM dtype's bound, ``dtype_bound_note``), and a warning for every
-    chosen device whose price is an estimate."""
+    chosen device whose price is an estimate. ``candidates``: per (workload, key) bands widened by the
+    configuration's own measurements (``candidate_fidelity``), reported instead of the class band."""
+    candidates = candidates or {}
     if not result.status.has_plan:
         return result
     field = price_field(plan.objective)
@@ -184,7 +218,8 @@ def annotate(result: PlanResult, plan: Plan, cset: CandidateSet, fidelity: Mappi
                                     f"estimate ({detail}); enter your quote in Assumptions or the plan's devices: "
                                     "section"))
     checked = {(v.workload, v.key): v for v in verification.deployments} if verification else {}
-    deployments = tuple(replace(d, fidelity=_with_dtype_note(fidelity.get(fidelity_key(d)),
+    deployments = tuple(replace(d, fidelity=_with_dtype_note(candidates.get((d.workload, d.key),
+                                                                            fidelity.get(fidelity_key(d))),
                                                              dtype_bound_note(d, cset, params, catalog)),
                                 verification=checked.get((d.workload, d.key)))
                         for d in result.deployments)

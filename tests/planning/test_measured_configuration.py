@@ -1,12 +1,16 @@
-"""The ``measured_configuration_off`` warning (``optimizer.planning.known_limits``) and the fit record it reads
-(``FitRecord.by_configuration``, ``optimizer.calibration.fit.by_configuration``).
+"""Where the fitted model misses a configuration's own calibration rows: the record (``FitRecord.by_configuration``,
+``optimizer.calibration.fit.by_configuration``), the band widened to contain it
+(``optimizer.models.fidelity.with_measured_configuration``, ``safeguards.candidate_fidelity``), the sizing at a
+confidence level and the ``measured_configuration_off`` warning (``optimizer.planning.known_limits``).
 
 The shipped fit misses a few configurations of its own rows by more than their band (docs/model-accuracy.md,
 "Configurations the model misses"): Llama-4-Maverick FP8 DEP8 on H200 (5 rows of the TensorRT-LLM perf overview)
-runs at 0.6591× the prediction and DeepSeek-R1 FP4 DEP4 on B200 (9 rows) at 1.3317×, while H200's band (class a,
-TensorRT-LLM measured with ep) is ×0.7946–1.2237. So a plan serving Maverick that way counts on
-1/0.6591 − 1 = 51.7 % → "52 %" too much capacity, and one serving DeepSeek-R1 that way on B200 on
-1 − 1/1.3317 = 24.9 % → "25 %" too little.
+runs at 0.6591× the prediction and DeepSeek-R1 FP4 DEP4 on B200 (9 rows) at 1.3317×, while the class-a band
+(TensorRT-LLM measured with ep on both) is ×0.79455–1.22367. So:
+- Maverick's band becomes ×0.6591–1.22367 and a plan counts on 1/0.6591 − 1 = 51.7 % → "52 %" too much capacity
+  at the point estimate; at confidence 0.9 the factor is the band's low end (``capacity_factor_at``), so the
+  widening multiplies the class derating 0.79455 by 0.6591 / 0.79455 = 0.82952;
+- DeepSeek-R1's band becomes ×0.79455–1.3317, its capacity 1 − 1/1.3317 = 24.9 % → "25 %" understated.
 """
 
 from __future__ import annotations
@@ -30,9 +34,14 @@ from optimizer.models.params import (
     load_params,
 )
 from optimizer.optimize import optimize_plan
+from optimizer.planning.candidates import model_candidates
+from optimizer.planning.headroom import candidate_capacity_factors, fidelity_key
 from optimizer.planning.known_limits import measured_configuration_notes
+from optimizer.planning.safeguards import candidate_fidelity, fidelity_map
 from optimizer.results.plan_result import Deployment
 from workloads import parse_plan, resolve_catalog
+
+CLASS_A = (0.79455, 1.22367)
 
 
 @pytest.fixture(scope="module")
@@ -40,10 +49,16 @@ def cat():
     return load_catalog()
 
 
-def _plan(model: str):
-    return parse_plan({"name": "p", "workloads": [{
-        "name": "chat", "model": model, "qps": 10, "prompt_tokens": {"mean": 1000, "p99": 2000},
-        "output_tokens": {"mean": 1000, "p99": 2000}, "slo": {"tpot_p99_ms": 100}}]}, "test")
+def _plan(model: str, devices: list[str] | None = None, confidence: float | None = None, precision: str = "fp8"):
+    data = {"name": "p", "workloads": [{
+        "name": "chat", "model": model, "qps": 5, "precisions": [precision],
+        "prompt_tokens": {"mean": 1000, "p99": 3000}, "output_tokens": {"mean": 1000, "p99": 2000},
+        "slo": {"ttft_p99_ms": 5000, "tpot_p99_ms": 150}}]}
+    if devices:
+        data["allowed_devices"] = devices
+    if confidence is not None:
+        data["confidence"] = confidence
+    return parse_plan(data, "test")
 
 
 def _deployment(cat, device: str, precision: str, tp: int, ep: int) -> Deployment:
@@ -52,38 +67,42 @@ def _deployment(cat, device: str, precision: str, tp: int, ep: int) -> Deploymen
                       tp, 1, 2, 10.0, 12.0, tpot_p99_ms=60.0, fidelity=fid, ep=ep, engine="trtllm")
 
 
+def _notes(cat, model: str, deployments: list[Deployment], params=None):
+    return measured_configuration_notes(_plan(model), deployments, load_params(None) if params is None else params,
+                                        cat, {fidelity_key(d): d.fidelity for d in deployments})
+
+
 def test_a_configuration_the_model_overrates_is_warned(cat):
     d = _deployment(cat, "h200-sxm", "fp8", 1, 8)
-    assert (d.fidelity.low_factor, d.fidelity.high_factor) == pytest.approx((0.79455, 1.22367), abs=5e-5)
-    notes = measured_configuration_notes(_plan("llama-4-maverick"), [d, d], load_params(None), cat)
+    assert (d.fidelity.low_factor, d.fidelity.high_factor) == pytest.approx(CLASS_A, abs=5e-5)
+    notes = _notes(cat, "llama-4-maverick", [d, d])
     assert [n.code for n in notes] == ["measured_configuration_off"]  # one per configuration, naming each deployment
-    assert notes[0].message.startswith(f"{d.key} (chat), {d.key} (chat): ")
     assert notes[0].level == "warning"
+    assert notes[0].message.startswith(f"{d.key} (chat), {d.key} (chat): ")
     for part in ("5 measured offline rows", "h200-sxm/trtllm/llama-4-maverick/fp8/tp1/ep8", "0.66×", "×0.79–1.22",
-                 "52 % too high", "only to ×0.79", "target_utilization 0.66", "gpuplan calibrate"):
+                 "~52 % too much", "widened to ×0.66–1.22", "--confidence 0.9 sizes it at ×0.66",
+                 "target_utilization 0.66", "gpuplan calibrate"):
         assert part in notes[0].message, part
 
 
 def test_a_configuration_the_model_underrates_is_warned_the_other_way(cat):
-    notes = measured_configuration_notes(_plan("deepseek-r1"), [_deployment(cat, "b200", "fp4", 1, 4)],
-                                         load_params(None), cat)
+    notes = _notes(cat, "deepseek-r1", [_deployment(cat, "b200", "fp4", 1, 4)])
     assert len(notes) == 1
     assert "1.33×" in notes[0].message and "25 % understated" in notes[0].message
+    assert "widened to ×0.79–1.33" in notes[0].message
 
 
 def test_configurations_inside_their_band_or_unmeasured_are_not(cat):
     params = load_params(None)
     # Maverick FP8 on H200 by tensor parallelism was never measured (the rows are DEP8): no record, no note
-    assert measured_configuration_notes(_plan("llama-4-maverick"), [_deployment(cat, "h200-sxm", "fp8", 8, 1)],
-                                        params, cat) == []
+    assert _notes(cat, "llama-4-maverick", [_deployment(cat, "h200-sxm", "fp8", 8, 1)]) == []
     # Llama-3.1-70B FP8 tp2 on H200 is measured and inside its band
     rec = params.fit.by_configuration[configuration_key("h200-sxm", "trtllm", "llama-3.1-70b", "fp8", 2, 1)]
-    assert rec.n >= MIN_CONFIGURATION_ROWS and 0.7946 <= rec.median_measured_over_predicted <= 1.2237
-    assert measured_configuration_notes(_plan("llama-3.1-70b"), [_deployment(cat, "h200-sxm", "fp8", 2, 1)],
-                                        params, cat) == []
+    assert rec.n >= MIN_CONFIGURATION_ROWS and CLASS_A[0] <= rec.median_measured_over_predicted <= CLASS_A[1]
+    assert _notes(cat, "llama-3.1-70b", [_deployment(cat, "h200-sxm", "fp8", 2, 1)]) == []
     # parameters without a fit record (a hand-written --params file) warn about nothing
-    assert measured_configuration_notes(_plan("llama-4-maverick"), [_deployment(cat, "h200-sxm", "fp8", 1, 8)],
-                                        params.model_copy(update={"fit": None}), cat) == []
+    assert _notes(cat, "llama-4-maverick", [_deployment(cat, "h200-sxm", "fp8", 1, 8)],
+                  params.model_copy(update={"fit": None})) == []
 
 
 def test_the_record_is_the_median_of_measured_over_predicted_per_configuration(cat):
@@ -103,24 +122,41 @@ def test_the_shipped_record_covers_every_fitted_row():
     assert sum(r.n for r in fit.by_configuration.values()) == fit.rows_used == 635
 
 
-def test_estimate_reports_the_configurations_own_rows(cat):
-    """`gpuplan estimate` of Maverick FP8 DEP8 on H200: the record (5 rows, 0.6591) and, as it is outside the
-    band, a fidelity basis that says so."""
+def test_estimate_widens_the_band_to_the_configurations_own_rows(cat):
+    """`gpuplan estimate` of Maverick FP8 DEP8 on H200: the record (5 rows, 0.6591), the band ×0.6591–1.22367 and
+    output_tokens_per_s_low = predicted × 0.6591."""
     out = estimate_config(cat.models["llama-4-maverick"], cat.devices["h200-sxm"], cat.precisions["fp8"], 1, 1,
                           1000, 1000, load_params(None), devices=cat.devices, max_throughput=True, ep=8)
     assert out["measured_configuration"] == {"key": "h200-sxm/trtllm/llama-4-maverick/fp8/tp1/ep8", "n": 5,
                                              "median_measured_over_predicted": 0.6591}
-    assert "5 measured offline rows of this configuration ran at 0.66× the prediction" in out["fidelity"]["basis"]
+    f = out["fidelity"]
+    assert (f["band_low_factor"], f["band_high_factor"]) == pytest.approx((0.6591, CLASS_A[1]), abs=5e-5)
+    assert "widened to ×0.66: the calibration's 5 measured offline rows" in f["basis"]
+    assert out["output_tokens_per_s_low"] == pytest.approx(out["output_tokens_per_s"] * 0.6591, rel=1e-4)
 
 
-def test_a_plan_on_such_a_configuration_carries_the_warning(cat):
+def test_confidence_sizes_a_widened_candidate_at_its_own_rows(cat):
+    """At confidence 0.9 the Maverick DEP8 H200 candidate's capacity is × 0.82952 on top of the class derating
+    (module docstring); its tp candidates, never measured, are not touched."""
+    plan = _plan("llama-4-maverick", ["h200-sxm"], confidence=0.9)
+    params = load_params(None)
+    cset = model_candidates(plan, resolve_catalog(plan, cat, "test"), params)
+    fid = fidelity_map(cset, params, cat)
+    widened = candidate_fidelity(cset, fid, params)
+    assert list(widened) == [("chat", "h200_sxm__fp8__tp1__pp1__ep8")]
+    assert (widened[("chat", "h200_sxm__fp8__tp1__pp1__ep8")].low_factor,) == pytest.approx((0.6591,))
+    factors = candidate_capacity_factors(plan, fid, widened, cset)
+    assert factors == {("chat", "h200_sxm__fp8__tp1__pp1__ep8"): pytest.approx(0.6591 / 0.794552, rel=1e-4)}
+    assert candidate_capacity_factors(_plan("llama-4-maverick", ["h200-sxm"]), fid, widened, cset) == {}
+
+
+def test_a_plan_on_such_a_configuration_reports_the_widened_band_and_the_warning(cat):
     """DeepSeek-R1 FP4 on B200 only: the cheapest replica is the DEP4 one the 9 rows measured (1.33×)."""
-    plan = parse_plan({"name": "p", "allowed_devices": ["b200"], "workloads": [{
-        "name": "reasoning", "model": "deepseek-r1", "qps": 5, "precisions": ["fp4"],
-        "prompt_tokens": {"mean": 1000, "p99": 3000}, "output_tokens": {"mean": 1000, "p99": 2000},
-        "slo": {"ttft_p99_ms": 5000, "tpot_p99_ms": 150}}]}, "test")
+    plan = _plan("deepseek-r1", ["b200"], precision="fp4")
     r = optimize_plan(plan, resolve_catalog(plan, cat, "test"), compare_single_device=False, verify=False)
     assert [(d.key, d.engine) for d in r.deployments] == [("b200__fp4__tp1__pp1__ep4", "trtllm")]
+    d = r.deployments[0]
+    assert (d.fidelity.low_factor, d.fidelity.high_factor) == pytest.approx((CLASS_A[0], 1.3317), abs=5e-5)
     notes = [n for n in r.diagnostics if n.code == "measured_configuration_off"]
     assert len(notes) == 1 and "b200/trtllm/deepseek-r1/fp4/tp1/ep4" in notes[0].message
 
