@@ -71,6 +71,10 @@ def calibrate(
                  for o in fitted.overrides]
     rows_out += [[f"band class {k}", f"x{b.low_factor:.3f} .. x{b.high_factor:.3f} (n {b.n})"]
                  for k, b in fitted.error_bands.items()]
+    if (a := fitted.error_bands.get("a")) is not None:  # where the fit misses its own rows beyond the measured band
+        rows_out += [[f"outside band a: {key}", f"measured/predicted x{r.median_measured_over_predicted:.3f} (n {r.n})"]
+                     for key, r in fit.by_configuration.items() if fitted.measured_configuration(key) is not None
+                     and not a.low_factor <= r.median_measured_over_predicted <= a.high_factor]
     stdout.print(table(f"fitted on {fit.rows_used} rows of {names}", ["parameter", "value"],
                        [[k, f"{v:.4g}" if isinstance(v, float) else str(v)] for k, v in rows_out]))
     stdout.print(f"fit error: median {fmt(fit.median_abs_pct_error, 1)} %, p90 {fmt(fit.p90_abs_pct_error, 1)} %"

@@ -103,7 +103,8 @@ def device_fidelity(fidelity: Mapping[FidelityKey, Fidelity],
     if candidates and cset is not None:
         device_of = {(wc.workload.name, c.key): c.device for wc in cset.workloads for c in wc.kept}
         for k, f in sorted(candidates.items()):
-            by_device.setdefault(device_of[k], []).append(f)
+            if k in device_of:
+                by_device.setdefault(device_of[k], []).append(f)
     return {d: least_trusted(fs) for d, fs in by_device.items()}
 
 

@@ -140,6 +140,10 @@ def test_calibrate_writes_params_and_refuses_input(run_cli, tmp_path):
     assert r.code == 0, r.stderr
     data = yaml.safe_load(out.read_text())
     assert data["fit"]["rows_used"] == 59 and data["fit"]["median_abs_pct_error"] >= 0
+    # every fitted row is in the per-configuration record, keyed device/engine/model/precision/tpT/epE
+    by_config = data["fit"]["by_configuration"]
+    assert sum(r["n"] for r in by_config.values()) == 59
+    assert all(k.count("/") == 5 and k.split("/")[4].startswith("tp") for k in by_config)
     r = run_cli(*BASE, "--batch", "4", "--params", str(out), "--json")
     assert r.code == 0, r.stderr
     r = run_cli("calibrate", str(small), "--out", str(small))
