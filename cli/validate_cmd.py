@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -10,7 +11,8 @@ from cli.common import fmt, load, print_json, stdout, table
 from optimizer.calibration.measurements import load_measurements
 from optimizer.calibration.report import validate
 from optimizer.calibration.shipped import SHIPPED_MEASUREMENT_FILES, shipped_measurements
-from optimizer.models.params import load_params
+from optimizer.models.fidelity import fidelity_of
+from optimizer.models.params import MIN_CONFIGURATION_ROWS, load_params
 
 
 def resolve_measurement_paths(paths: list[Path], shipped: bool) -> list[Path]:
@@ -29,6 +31,22 @@ def resolve_measurement_paths(paths: list[Path], shipped: bool) -> list[Path]:
     return out
 
 
+def missed_configurations(by_configuration: dict, cat, params) -> list[list]:
+    """Rows of the configurations with at least MIN_CONFIGURATION_ROWS offline rows whose median measured /
+    predicted lies outside the band of their class (``fidelity_of``: device, engine, ep), worst first."""
+    out = []
+    for key, rec in by_configuration.items():
+        device, engine, *_, ep = key.split("/")
+        r = rec["median_measured_over_predicted"]
+        if rec["n"] < MIN_CONFIGURATION_ROWS or device not in cat.devices:
+            continue
+        band = fidelity_of(cat.devices[device], params, cat.devices, engine=engine, ep=int(ep[2:]))
+        if not band.low_factor <= r <= band.high_factor:
+            out.append((abs(math.log(r)), [key, rec["n"], f"x{r:.3f}",
+                                           f"{band.class_} x{band.low_factor:.2f}-{band.high_factor:.2f}"]))
+    return [row for _, row in sorted(out, key=lambda t: -t[0])]
+
+
 def load_all(paths: list[Path], cat) -> list:
     """The rows of every measurements file, in order."""
     return [m for p in paths for m in load_measurements(p, cat)]
@@ -37,7 +55,8 @@ def load_all(paths: list[Path], cat) -> list:
 def validate_measurements(paths: list[Path], catalog: Path | None, params: Path | None, json_out: bool) -> None:
     """Predict every row of ``paths`` it can and print the errors (see ``optimizer.calibration.report``)."""
     cat = load(catalog)
-    result = validate(load_all(paths, cat), cat, load_params(params, cat))
+    p = load_params(params, cat)
+    result = validate(load_all(paths, cat), cat, p)
     path = ", ".join(str(p) for p in paths)
     if json_out:
         print_json(result)
@@ -61,6 +80,10 @@ def validate_measurements(paths: list[Path], catalog: Path | None, params: Path 
     stdout.print(table("by metric", cols, summary_rows(result["by_metric"]), right))
     stdout.print(table("offline / online", cols, summary_rows(result["by_kind"]), right))
     stdout.print(table("overall", cols, summary_rows({"all predicted rows": result["overall"]}), right))
+    if missed := missed_configurations(result["by_configuration"], cat, p):
+        stdout.print(table(f"configurations (>= {MIN_CONFIGURATION_ROWS} offline rows) whose median lies outside the "
+                           "80 % band of their fidelity class", ["configuration", "n", "measured / predicted", "band"],
+                           missed, right={"n", "measured / predicted"}))
     if result["skipped"]:
         stdout.print(table(f"{len(result['skipped'])} rows not predicted", ["line", "row", "why"],
                            [[s["line"], s["row"], s["reason"]] for s in result["skipped"]]))

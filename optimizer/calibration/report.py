@@ -17,7 +17,7 @@ import numpy as np
 from catalog.load import Catalog
 from optimizer.calibration.measurements import Measurement
 from optimizer.calibration.predict import PREDICTORS, Predictor, RowPrediction, is_online
-from optimizer.models.params import CalibrationParams, default_engine
+from optimizer.models.params import CalibrationParams, configuration_key, default_engine
 
 
 def _summary(errors: Sequence[float]) -> dict[str, float | int]:
@@ -30,13 +30,15 @@ def _summary(errors: Sequence[float]) -> dict[str, float | int]:
 
 def validate(rows: Sequence[Measurement], cat: Catalog, params: CalibrationParams,
              predictors: Sequence[Predictor] | None = None) -> dict:
-    """``{rows, by_device, by_device_engine, by_source_group, by_metric, by_kind, overall, skipped}``
-    for every predictable row.
+    """``{rows, by_device, by_device_engine, by_source_group, by_metric, by_kind, overall, by_configuration,
+    skipped}`` for every predictable row.
 
     Every summary holds n, median and p90 of the absolute % error. ``by_device_engine`` keys are
     ``device/engine`` (the row's engine, else the device's default); ``by_kind`` splits
     ``offline`` (max-throughput and one-batch latency runs) from ``online`` (serving at a rate or
-    a concurrency: TTFT, ITL, throughput).
+    a concurrency: TTFT, ITL, throughput). ``by_configuration`` (``configuration_key``: device/engine/
+    model/precision/tpT/epE): n and the median measured / predicted output tokens/s of the offline
+    max-throughput rows, as ``FitRecord.by_configuration`` records it for a fit.
     """
     predictors = PREDICTORS if predictors is None else predictors
     found: dict[int, list[RowPrediction]] = defaultdict(list)
@@ -53,6 +55,7 @@ def validate(rows: Sequence[Measurement], cat: Catalog, params: CalibrationParam
     by_metric: dict[str, list[float]] = defaultdict(list)
     by_dev_engine: dict[str, list[float]] = defaultdict(list)
     by_kind: dict[str, list[float]] = defaultdict(list)
+    by_config: dict[str, list[float]] = defaultdict(list)
     skipped: list[dict] = []
     for i, m in enumerate(rows):
         if i not in found:
@@ -69,6 +72,9 @@ def validate(rows: Sequence[Measurement], cat: Catalog, params: CalibrationParam
             kind = "online" if is_online(m) else "offline"
             by_dev_engine[f"{device}/{engine}"].append(err)
             by_kind[kind].append(err)
+            if kind == "offline" and p.metric == "output_tokens_per_s" and m.model_key and m.precision_key:
+                by_config[configuration_key(device, engine, m.model_key, m.precision_key, m.tp, m.ep)].append(
+                    p.measured / p.predicted)
             out_rows.append({
                 "row_id": m.row_id, "line": m.line, "source_group": m.source_group, "device": device,
                 "engine": engine, "kind": kind,
@@ -86,5 +92,7 @@ def validate(rows: Sequence[Measurement], cat: Catalog, params: CalibrationParam
         "by_kind": {k: _summary(v) for k, v in sorted(by_kind.items())},
         "by_metric": {k: _summary(v) for k, v in sorted(by_metric.items())},
         "overall": _summary(all_err),
+        "by_configuration": {k: {"n": len(v), "median_measured_over_predicted": round(float(np.median(v)), 4)}
+                             for k, v in sorted(by_config.items())},
         "skipped": skipped,
     }

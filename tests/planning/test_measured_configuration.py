@@ -24,7 +24,8 @@ from catalog.errors import GpuplanError
 from optimizer.calibration.fit import by_configuration
 from optimizer.calibration.measurements import load_measurements
 from optimizer.calibration.predict import offline_skip_reason
-from optimizer.calibration.shipped import shipped_measurements
+from optimizer.calibration.report import validate
+from optimizer.calibration.shipped import SHIPPED_MEASUREMENT_FILES, shipped_measurements
 from optimizer.models.estimate import estimate_config
 from optimizer.models.fidelity import fidelity_of
 from optimizer.models.params import (
@@ -170,3 +171,21 @@ def test_a_malformed_record_is_a_load_error_naming_the_field(tmp_path):
     bad.write_text(yaml.safe_dump(src))
     with pytest.raises(GpuplanError, match="median_measured_over_predicted"):
         load_params(bad)
+
+
+def test_validate_reports_the_same_record_as_the_fit(cat):
+    """Two code paths, one figure: `gpuplan validate --shipped`'s by_configuration (from the offline predictor's
+    rows) is the shipped fit's record (from the fit's own predictions), all 71 configurations."""
+    rows = [m for name in SHIPPED_MEASUREMENT_FILES for m in load_measurements(shipped_measurements(name), cat)]
+    params = load_params(None)
+    got = validate(rows, cat, params)["by_configuration"]
+    assert got == {k: r.model_dump() for k, r in params.fit.by_configuration.items()}
+    assert len(got) == 71
+
+
+def test_validate_lists_the_configurations_outside_their_band(run_cli):
+    r = run_cli("validate", "--shipped")
+    assert r.code == 0, r.stderr
+    table = r.stdout[r.stdout.index("whose median lies outside"):]
+    first = table.index("h200-sxm/trtllm/llama-4-maverick/fp8/tp1/ep8")  # worst first: |ln 0.659| is the largest
+    assert first < table.index("b200/trtllm/deepseek-r1/fp4/tp1/ep4") and "x0.659" in table
