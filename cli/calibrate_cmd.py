@@ -37,7 +37,7 @@ def calibrate(
     with the error band of each fidelity class from leave-out refits."""
     # the fit, numpy and pydantic load only when the command runs, not at `gpuplan --help`
     from catalog.files import read_bytes
-    from cli.validate_cmd import load_all, resolve_measurement_paths
+    from cli.validate_cmd import load_all, missed_configurations, resolve_measurement_paths
     from optimizer.calibration.calibrate import calibrate as fit_and_band
     from optimizer.calibration.calibrate import online_rows_used
     from optimizer.models.params import load_params, params_to_yaml
@@ -71,10 +71,10 @@ def calibrate(
                  for o in fitted.overrides]
     rows_out += [[f"band class {k}", f"x{b.low_factor:.3f} .. x{b.high_factor:.3f} (n {b.n})"]
                  for k, b in fitted.error_bands.items()]
-    if (a := fitted.error_bands.get("a")) is not None:  # where the fit misses its own rows beyond the measured band
-        rows_out += [[f"outside band a: {key}", f"measured/predicted x{r.median_measured_over_predicted:.3f} (n {r.n})"]
-                     for key, r in fit.by_configuration.items() if fitted.measured_configuration(key) is not None
-                     and not a.low_factor <= r.median_measured_over_predicted <= a.high_factor]
+    # where the fit misses its own rows beyond their class's band (validate lists the same for any data)
+    rows_out += [[f"outside its band: {key}", f"measured/predicted {ratio} (n {n}; band {band})"]
+                 for key, n, ratio, band in missed_configurations(
+                     {k: r.model_dump() for k, r in fit.by_configuration.items()}, cat, fitted)]
     stdout.print(table(f"fitted on {fit.rows_used} rows of {names}", ["parameter", "value"],
                        [[k, f"{v:.4g}" if isinstance(v, float) else str(v)] for k, v in rows_out]))
     stdout.print(f"fit error: median {fmt(fit.median_abs_pct_error, 1)} %, p90 {fmt(fit.p90_abs_pct_error, 1)} %"

@@ -32,8 +32,9 @@ def resolve_measurement_paths(paths: list[Path], shipped: bool) -> list[Path]:
 
 
 def missed_configurations(by_configuration: dict, cat, params) -> list[list]:
-    """Rows of the configurations with at least MIN_CONFIGURATION_ROWS offline rows whose median measured /
-    predicted lies outside the band of their class (``fidelity_of``: device, engine, ep), worst first."""
+    """[key, n, ratio, band] of the configurations with at least MIN_CONFIGURATION_ROWS offline rows whose median
+    measured / predicted (``by_configuration``: key → {n, median_measured_over_predicted}) lies outside the band
+    of their class under ``params`` (``fidelity_of``: device, engine, ep), worst first."""
     out = []
     for key, rec in by_configuration.items():
         device, engine, *_, ep = key.split("/")
