@@ -124,6 +124,15 @@ def _on_signal(signum, _frame):
     raise Interrupted(signum)
 
 
+def _quiet_interrupt(unraisable: Any) -> None:
+    """``sys.unraisablehook`` while a command runs: an :class:`Interrupted` raised where Python can only
+    ignore it (a signal landing in an ``os.fork`` callback such as logging's ``_releaseLock``, or in a
+    ``__del__``) prints nothing, since ``_on_signal`` noted it and the run ends with the one-line message
+    (``raise_if_interrupted``); anything else goes to the default hook."""
+    if not isinstance(unraisable.exc_value, Interrupted):
+        sys.__unraisablehook__(unraisable)
+
+
 def _harden(command: Any) -> Any:
     """Make every float option of ``command`` and its subcommands refuse nan and ±inf.
 
@@ -186,6 +195,7 @@ def _fail(text: str) -> None:
 def main() -> None:
     forget_signals()
     previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    previous_hook, sys.unraisablehook = sys.unraisablehook, _quiet_interrupt
     try:
         code = _harden(typer.main.get_command(app)).main(prog_name="gpuplan", standalone_mode=False)
         raise_if_interrupted()  # a signal whose exception was swallowed still ends the run with 130
@@ -217,6 +227,7 @@ def main() -> None:
     finally:  # main() also runs in-process (tests): give the caller its handlers back, and no signal on record
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        sys.unraisablehook = previous_hook
         forget_signals()
 
 
