@@ -29,11 +29,12 @@ the file.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,6 +66,30 @@ def raise_if_interrupted() -> None:
     """Raise :class:`Interrupted` if a signal was received, even one whose exception was swallowed."""
     if _SIGNALS_RECEIVED:
         raise Interrupted(_SIGNALS_RECEIVED[0])
+
+
+_DEFERRING = [0]  # depth of deferred_interrupts blocks in this process
+
+
+def interrupts_deferred() -> bool:
+    """Inside :func:`deferred_interrupts`: the CLI's handler notes a signal and does not raise."""
+    return _DEFERRING[0] > 0
+
+
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """A block in which a SIGINT/SIGTERM is only noted (``note_signal``) and raised as :class:`Interrupted`
+    when the block ends: for code in which Python runs callbacks that can only print and ignore an
+    exception, i.e. ``os.fork`` and its at-fork hooks (logging's ``_releaseLock`` raised the handler's
+    Interrupted there, printed "Exception ignored in" and left its lock state to chance). Not a signal
+    mask, which holds a signal only from the thread that sets it: the Python handler always runs in the
+    main thread, so a flag it reads holds whichever thread the kernel picks."""
+    _DEFERRING[0] += 1
+    try:
+        yield
+    finally:
+        _DEFERRING[0] -= 1
+    raise_if_interrupted()
 
 STDOUT = "-"
 

@@ -21,7 +21,13 @@ from typing import Annotated, Any
 import typer
 
 from catalog.errors import GpuplanError
-from catalog.outputs import Interrupted, forget_signals, note_signal, raise_if_interrupted
+from catalog.outputs import (
+    Interrupted,
+    forget_signals,
+    interrupts_deferred,
+    note_signal,
+    raise_if_interrupted,
+)
 
 try:  # typer >= 0.2x carries its own copy of click
     from typer._click import exceptions as click_errors
@@ -121,7 +127,8 @@ for _module in (estimate_cmd, simulate_cmd, calibrate_cmd, roofline_cmd, optimiz
 
 def _on_signal(signum, _frame):
     note_signal(signum)  # kept even if the exception below is swallowed (catalog.outputs)
-    raise Interrupted(signum)
+    if not interrupts_deferred():  # around a fork: raised as the block ends (catalog.outputs.deferred_interrupts)
+        raise Interrupted(signum)
 
 
 def _quiet_interrupt(unraisable: Any) -> None:

@@ -14,6 +14,9 @@ Used by the what-if scenarios (optimizer/whatif.py) and the candidate evaluation
   process group) and take SIGTERM's default action, so they print no traceback. The parent
   sees the interrupt once; on it, or on any error, it kills the workers and re-raises.
 - Results come back in the order of the items, whatever the worker count.
+- **No interrupt inside a fork**: the workers are forked inside ``catalog.outputs.deferred_interrupts``,
+  so a SIGINT/SIGTERM that arrives meanwhile is raised after the fork, not inside ``os.fork``'s
+  callbacks (logging's ``_releaseLock``), where Python could only print and ignore it.
 - **A deadline is a deadline** (``run_pool(..., deadline=...)``): the items not done by then get a
   stand-in value and the workers are killed, so a wall-clock guard bounds the pool's wall time.
 """
@@ -30,6 +33,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
+
+from catalog.outputs import deferred_interrupts
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 WATCHDOG_INTERVAL_S = 0.5
@@ -122,7 +127,8 @@ def run_pool(fn: Callable[[Any], Any], items: Sequence[Any] | Iterable[Any], wor
                                initargs=(os.getpid(),))
     timed_out = False
     try:
-        futures = [pool.submit(fn, x) for x in items]
+        with deferred_interrupts():  # a fork-context executor forks every worker at the first submit
+            futures = [pool.submit(fn, x) for x in items]
         out = []
         for future in futures:  # in submission order: results keep the item order
             try:

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+from catalog.outputs import deferred_interrupts
+
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -89,13 +91,17 @@ def run_with_deadline(fn: Callable[[Callable[[Any], None]], Any], deadline_s: fl
     parent = os.getpid()
     sys.stdout.flush()
     sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child, which leaves by os._exit
-        reader.close()
-        _child(fn, writer, parent)
-    writer.close()
     out = ChildOutcome()
+    pid = 0
     try:
+        # an interrupt during the fork is raised after it (catalog.outputs.deferred_interrupts), inside this
+        # try, which kills the child
+        with deferred_interrupts():
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - runs in the child, which leaves by os._exit
+                reader.close()
+                _child(fn, writer, parent)
+            writer.close()
         while True:
             left = deadline_s - (time.perf_counter() - start)
             if left <= 0:
@@ -117,10 +123,11 @@ def run_with_deadline(fn: Callable[[Callable[[Any], None]], Any], deadline_s: fl
                 out.error = str(payload).strip().splitlines()[-1] if payload else "the solver process failed"
                 break
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
+        if pid > 0:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
         reader.close()
         out.wall_seconds = time.perf_counter() - start
     return out
