@@ -12,7 +12,7 @@ from optimizer.calibration.measurements import load_measurements
 from optimizer.calibration.report import validate
 from optimizer.calibration.shipped import SHIPPED_MEASUREMENT_FILES, shipped_measurements
 from optimizer.models.fidelity import fidelity_of
-from optimizer.models.params import MIN_CONFIGURATION_ROWS, load_params
+from optimizer.models.params import MIN_CONFIGURATION_ROWS, configuration_of, load_params
 
 
 def resolve_measurement_paths(paths: list[Path], shipped: bool) -> list[Path]:
@@ -37,11 +37,11 @@ def missed_configurations(by_configuration: dict, cat, params) -> list[list]:
     of their class under ``params`` (``fidelity_of``: device, engine, ep), worst first."""
     out = []
     for key, rec in by_configuration.items():
-        device, engine, *_, ep = key.split("/")
+        device, engine, _, _, _, ep = configuration_of(key)
         r = rec["median_measured_over_predicted"]
         if rec["n"] < MIN_CONFIGURATION_ROWS or device not in cat.devices:
             continue
-        band = fidelity_of(cat.devices[device], params, cat.devices, engine=engine, ep=int(ep[2:]))
+        band = fidelity_of(cat.devices[device], params, cat.devices, engine=engine, ep=ep)
         if not band.low_factor <= r <= band.high_factor:
             out.append((abs(math.log(r)), [key, rec["n"], f"x{r:.3f}",
                                            f"{band.class_} x{band.low_factor:.2f}-{band.high_factor:.2f}"]))

@@ -158,6 +158,12 @@ def configuration_key(device: str, engine: str, model: str, precision: str, tp: 
     return f"{device}/{engine}/{model}/{precision}/tp{tp}/ep{ep}"
 
 
+def configuration_of(key: str) -> tuple[str, str, str, str, int, int]:
+    """(device, engine, model, precision, tp, ep) of a ``configuration_key``."""
+    device, engine, model, precision, tp, ep = key.split("/")
+    return device, engine, model, precision, int(tp.removeprefix("tp")), int(ep.removeprefix("ep"))
+
+
 class ConfigurationRecord(Strict):
     """How the fitted model did on one configuration's own offline max-throughput rows (in-sample)."""
 

@@ -32,6 +32,7 @@ from optimizer.models.params import (
     MIN_CONFIGURATION_ROWS,
     ConfigurationRecord,
     configuration_key,
+    configuration_of,
     load_params,
 )
 from optimizer.optimize import optimize_plan
@@ -121,6 +122,9 @@ def test_the_record_is_the_median_of_measured_over_predicted_per_configuration(c
 def test_the_shipped_record_covers_every_fitted_row():
     fit = load_params(None).fit
     assert sum(r.n for r in fit.by_configuration.values()) == fit.rows_used == 635
+    for key in fit.by_configuration:  # every key reads back into the fields it was made of
+        assert configuration_key(*configuration_of(key)) == key
+    assert configuration_of("b200/trtllm/deepseek-r1/fp4/tp1/ep4") == ("b200", "trtllm", "deepseek-r1", "fp4", 1, 4)
 
 
 def test_estimate_widens_the_band_to_the_configurations_own_rows(cat):
