@@ -37,7 +37,11 @@ from optimizer.planning.headroom import (
     policy_of,
     sized,
 )
-from optimizer.planning.known_limits import long_prompt_tpot_notes, measured_configuration_notes
+from optimizer.planning.known_limits import (
+    long_prompt_tpot_notes,
+    measured_configuration_notes,
+    unmeasured_engine_notes,
+)
 from optimizer.planning.milp.decompose import decomposes, solve_decomposed
 from optimizer.planning.milp.problem import FleetProblem, FleetSolution
 from optimizer.planning.milp.resolve import cached_solve
@@ -135,7 +139,8 @@ def optimize_plan(
                       verification, model_params, catalog, widened)
     result = replace(result, headroom=policy_of(plan), verification=verification)
     if known := [*long_prompt_tpot_notes(plan, result.deployments),
-                 *measured_configuration_notes(plan, result.deployments, model_params, catalog, fidelity)]:
+                 *measured_configuration_notes(plan, result.deployments, model_params, catalog, fidelity),
+                 *unmeasured_engine_notes(result.deployments, model_params, catalog)]:
         result = replace(result, diagnostics=(*result.diagnostics, *known))
     clock.lap("verification")
     if sensitivity and sol.status is SolveStatus.OPTIMAL:

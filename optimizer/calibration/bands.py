@@ -53,7 +53,7 @@ class HeldOut:
     measured: float
     predicted: float
     fit_had_device_engine: bool  # the device/engine pair was still measured in the fit
-    fit_had_generation: bool = False  # another device of its generation was still measured in the fit
+    fit_had_generation: bool = False  # another device of its generation, served by its engine, was still in the fit
 
     @property
     def fidelity_class(self) -> str:
@@ -86,13 +86,16 @@ def group_key(m: Measurement, cat: Catalog, by: str) -> str:
 
 
 def coverage(rows: Sequence[Measurement], cat: Catalog) -> Coverage:
-    """What ``rows`` measured: device/engine pairs (all, and with ep > 1), generations, vendors (resolved rows only)."""
+    """What ``rows`` measured: device/engine pairs (all, and with ep > 1), generations, generation/engine pairs,
+    vendors (resolved rows only)."""
     ok = [m for m in rows if m.device_key and not m.unresolved]
     return Coverage(
         device_engines=sorted({f"{m.device_key}/{engine_of(m, cat)}" for m in ok}),
         generations=sorted({cat.devices[m.device_key].generation for m in ok}),  # type: ignore[index]
         vendors=sorted({cat.devices[m.device_key].vendor for m in ok}),  # type: ignore[index]
         expert_parallel_device_engines=sorted({f"{m.device_key}/{engine_of(m, cat)}" for m in ok if m.ep > 1}),
+        generation_engines=sorted({f"{cat.devices[m.device_key].generation}/{engine_of(m, cat)}"  # type: ignore[index]
+                                   for m in ok}),
     )
 
 
@@ -131,13 +134,14 @@ def leave_out(rows: Sequence[Measurement], cat: Catalog, start: CalibrationParam
             continue
         params = fit_params(train, cat, start=start, sweeps=sweeps, optimizer=optimizer)
         seen = {f"{m.device_key}/{engine_of(m, cat)}" for m in train if m.device_key}
-        gens = {cat.devices[m.device_key].generation for m in train if m.device_key}  # type: ignore[index]
+        gens = {f"{cat.devices[m.device_key].generation}/{engine_of(m, cat)}"  # type: ignore[index]
+                for m in train if m.device_key}
         for i, ps in offline_predictions(held, cat, params).items():
             m = held[i]
             dev = cat.devices[m.device_key]  # type: ignore[index]
             eng = engine_of(m, cat)
             out.extend(HeldOut(key, dev.key, eng, dev.generation, m.source_group, p.metric, p.measured,
-                               p.predicted, f"{dev.key}/{eng}" in seen, dev.generation in gens)
+                               p.predicted, f"{dev.key}/{eng}" in seen, f"{dev.generation}/{eng}" in gens)
                        for p in ps if p.predicted > 0)
     return out
 

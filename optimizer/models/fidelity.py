@@ -6,8 +6,10 @@ A class belongs to a configuration — a device served by an engine at an expert
 - **measured** — the calibration in use was fitted on rows of this device served by this engine
   (and with expert parallelism if ep > 1, where the params record it); a user's
   ``gpuplan calibrate`` output counts the same way;
-- **same-generation** — not measured so, but a device of its ``generation`` was;
-- **datasheet-only** — nothing of its generation was measured.
+- **same-generation** — not measured so, but a device of its ``generation`` was, served by this engine
+  (where the params record ``coverage.generation_engines``);
+- **datasheet-only** — nothing of its generation was measured, or only with other engines (an engine's
+  host time and kernels are then as unknown as a new generation's: ``engine_unmeasured``).
 
 A band is the 10th–90th percentile of true / predicted capacity (true capacity =
 factor × predicted), from validation residuals:
@@ -108,14 +110,27 @@ LEAVE_OUT_MEANING = {
 def fidelity_letter(device: Device, engine: str | None, params: CalibrationParams, ep: int = 1) -> str | None:
     """``a``, ``b`` or ``c`` from the parameters' ``coverage`` (None without one); an expert-parallel
     configuration (``ep`` > 1) of a measured device/engine that was never measured with ep is ``b``
-    (``ep_unmeasured``)."""
+    (``ep_unmeasured``); a device of a measured generation served by an engine never measured on that
+    generation is ``c`` (``engine_unmeasured``)."""
     cov = params.coverage
     if cov is None:
         return None
     engine = engine or default_engine(device)
     if f"{device.key}/{engine}" in cov.device_engines:
         return "b" if ep_unmeasured(device, engine, params, ep) else "a"
-    return "b" if device.generation in cov.generations else "c"
+    return "b" if device.generation in cov.generations and not engine_unmeasured(device, engine, params) else "c"
+
+
+def engine_unmeasured(device: Device, engine: str | None, params: CalibrationParams) -> bool:
+    """True when the coverage records generation/engine pairs and ``device``'s generation was measured, but
+    never served by ``engine``: the engine's host time (scheduler, sampling: the fitted step and per-sequence
+    overheads) and kernels on that hardware are then not in the fit, and a refit without an engine's rows
+    misses by 14-41 % (MI300X/vLLM held out, docs/model-accuracy.md "Finite benchmark runs"), the
+    datasheet-only class's evidence, not the same-generation one's."""
+    cov = params.coverage
+    if cov is None or cov.generation_engines is None or device.generation not in cov.generations:
+        return False
+    return f"{device.generation}/{engine or default_engine(device)}" not in cov.generation_engines
 
 
 def ep_unmeasured(device: Device, engine: str | None, params: CalibrationParams, ep: int) -> bool:
@@ -144,6 +159,8 @@ def fidelity_of(device: Device, params: CalibrationParams, devices: Mapping[str,
         band = params.error_bands[letter]  # type: ignore[index]
         if ep_unmeasured(device, engine, params, ep):
             what = f"{device.key}/{engine} measured, but never with expert parallelism (ep {ep}); rated as its generation"
+        elif engine_unmeasured(device, engine, params):
+            what = unmeasured_engine_basis(device, engine, params)
         else:
             what = LEAVE_OUT_MEANING[letter].format(device=device.key, engine=engine, generation=device.generation)
         return Fidelity(CLASS_BY_LETTER[letter], f"{what}; 80 % band from {band.n} {band.basis}",  # type: ignore[arg-type]
@@ -197,9 +214,17 @@ def _fallback_fidelity(device: Device, engine: str, params: CalibrationParams, d
             why = f"not measured; {device.generation} measured{on}"
         return Fidelity("same-generation", f"{why}; band from out-of-sample H200 residuals", low, high)
     low, high = _envelope(DATASHEET_ONLY_BAND, SAME_GENERATION_BAND, *bands.values())
-    return Fidelity("datasheet-only",
-                    f"nothing of generation {device.generation} measured; band from out-of-sample B200, B300 "
-                    "and MI300X residuals", low, high)
+    why = (unmeasured_engine_basis(device, engine, params) if engine_unmeasured(device, engine, params)
+           else f"nothing of generation {device.generation} measured")
+    return Fidelity("datasheet-only", f"{why}; band from out-of-sample B200, B300 and MI300X residuals", low, high)
+
+
+def unmeasured_engine_basis(device: Device, engine: str, params: CalibrationParams) -> str:
+    """What a class-c rating of a measured generation served by an unmeasured engine rests on."""
+    cov = params.coverage
+    served = sorted(e.partition("/")[2] for e in (cov.generation_engines or []) if e.startswith(f"{device.generation}/"))
+    return (f"generation {device.generation} measured only with {', '.join(served)}, never served by {engine}: "
+            f"its shares and host times are {', '.join(served)}'s; rated datasheet-only")
 
 
 def with_measured_configuration(fidelity: Fidelity, record: ConfigurationRecord | None) -> Fidelity:

@@ -146,6 +146,9 @@ class Coverage(Strict):
     expert_parallel_device_engines: list[str] | None = Field(
         None, description="'device/engine' pairs measured with expert parallelism (ep > 1); None = not recorded "
         "(parameter files written before it was), so an ep configuration keeps its device's class")
+    generation_engines: list[str] | None = Field(
+        None, description="'generation/engine' pairs measured; None = not recorded (parameter files written before "
+        "it was), so a device of a measured generation is same-generation whatever its engine")
 
 
 # fewer measured rows of a configuration than this say too little to report it (one source's table has 3-11 per model)

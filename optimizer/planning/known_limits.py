@@ -7,6 +7,12 @@ widened to contain that median, ``safeguards.candidate_fidelity``). Shipped: Lla
 FP8 DEP8 on H200 runs at 0.66× the prediction, DeepSeek-R1 FP4 DEP4 on B200 / B300 at 1.33× / 1.43×
 (docs/model-accuracy.md, "Configurations the model misses").
 
+``unmeasured_engine_notes``: a deployment served by an engine its device's generation was never measured with
+(``optimizer.models.fidelity.engine_unmeasured``: vLLM on H100 when the calibration has Hopper under TensorRT-LLM
+only). Its capacity rests on the other engine's fitted shares and host times, and a refit without an engine's rows
+lands 14-41 % off (MI300X/vLLM held out, docs/model-accuracy.md "Finite benchmark runs"): rated datasheet-only,
+with the host times it assumes next to those the fit gave that engine where it was measured.
+
 ``long_prompt_tpot_notes``:
 
 The analytic TPOT p99 of a replica whose prompts are long-tailed is optimistic: a rare prompt of tens of
@@ -24,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from catalog.load import Catalog
+from optimizer.models.fidelity import engine_unmeasured
 from optimizer.models.params import CalibrationParams, configuration_key
 from optimizer.planning.headroom import FidelityKey, fidelity_key
 from optimizer.results.plan_result import Deployment, Diagnostic
@@ -121,4 +128,41 @@ def measured_configuration_notes(plan: Plan, deployments: Sequence[Deployment], 
             f"{where}: the calibration's {rec.n} measured offline rows of this configuration "
             f"({key}) ran at {r:.2f}× the model's throughput (median), outside its class's 80 % band "
             f"×{lo:.2f}–{hi:.2f}: {what} (docs/model-accuracy.md, 'Configurations the model misses')"))
+    return notes
+
+
+def unmeasured_engine_notes(deployments: Sequence[Deployment], params: CalibrationParams | None,
+                            catalog: Catalog) -> list[Diagnostic]:
+    """An ``engine_unmeasured`` warning per (device, engine) of ``deployments`` whose engine was never measured on
+    the device's generation (``engine_unmeasured``): the host times the prediction assumes (the fitted step and
+    per-sequence overheads of ``params.factors_for(device, engine)``), those the fit gave the engine where it was
+    measured (the coverage's device/engine pairs of that engine), the class band and the fixes."""
+    if params is None or params.coverage is None:
+        return []
+    on: dict[tuple[str, str], list[Deployment]] = {}
+    for d in deployments:
+        if d.engine and d.device in catalog.devices and engine_unmeasured(catalog.devices[d.device], d.engine, params):
+            on.setdefault((d.device, d.engine), []).append(d)
+    notes: list[Diagnostic] = []
+    for (device_key, engine), ds in on.items():
+        device = catalog.devices[device_key]
+        here = params.factors_for(device, engine)
+        served = sorted(e.partition("/")[2] for e in params.coverage.generation_engines or []
+                        if e.startswith(f"{device.generation}/"))
+        elsewhere = [(dev, params.factors_for(catalog.devices[dev], engine))
+                     for dev, _, eng in (pair.partition("/") for pair in params.coverage.device_engines)
+                     if eng == engine and dev in catalog.devices]
+        measured = "; ".join(f"where {engine} was measured ({dev}) the fit gives it {f.step_overhead_ms:.2f} ms per step "
+                             f"and {f.sequence_overhead_us:.1f} µs per running sequence" for dev, f in elsewhere)
+        band = ds[0].fidelity
+        notes.append(Diagnostic(
+            "warning", "engine_unmeasured",
+            f"{', '.join(f'{d.key} ({d.workload})' for d in ds)}: {engine} was never measured on {device.generation} "
+            f"(its rows ran {', '.join(served)}), so this capacity uses {', '.join(served)}'s fitted shares and host "
+            f"times ({here.step_overhead_ms:.2f} ms per step, {here.sequence_overhead_us:.1f} µs per running sequence)"
+            + (f"; {measured}" if measured else "") +
+            (f". Rated datasheet-only (80 % band ×{band.low_factor:.2f}–{band.high_factor:.2f})" if band else "") +
+            f": plan with --confidence 0.9 to size by that band, serve it with {', '.join(served)}, or measure {engine} "
+            "on this device, fit the rows with `gpuplan calibrate` and plan with --params (docs/model-accuracy.md, "
+            "'Finite benchmark runs')"))
     return notes

@@ -1,18 +1,19 @@
 """Fidelity per configuration (device, engine, ep), not per device (issue 14, "Error bands").
 
 The shipped calibration measured H100 SXM with TensorRT-LLM and not with vLLM
-(``coverage.device_engines``: ``h100-sxm/trtllm`` only; Hopper measured), and carries leave-out
-bands a = ×0.7946–1.2237, b = ×0.8415–1.4752 (b widened to contain a: ×0.7946–1.4752; bands15's, recomputed
-2026-12-06: the capacity ratio, each held-out group weighted equally; before: fit-v10's a = ×0.7875–1.2287,
-b = ×0.8666–1.5892, giving 0.73940 / 0.71292 below). A plan with
-one workload served by TensorRT-LLM and one by vLLM on H100 has a class-(a) and a class-(b)
-configuration on the same device: each deployment must carry its own class, and sizing at a
+(``coverage.device_engines``: ``h100-sxm/trtllm`` only; ``coverage.generation_engines``: Hopper under
+``hopper/trtllm`` only), and carries leave-out bands a = ×0.7946–1.2237, b = ×0.8415–1.4752,
+c = ×0.6672–1.2896 (each widened to contain the better classes: b ×0.7946–1.4752, c ×0.6672–1.4752;
+bands15's, 2026-12-06). A plan with one workload served by TensorRT-LLM and one by vLLM on H100 has a
+class-(a) and a class-(c) configuration on the same device (vLLM was never measured on Hopper: its host
+time and kernels there are as unknown as a new generation's, ``fidelity.engine_unmeasured``; it was class
+b before generation_engines was recorded): each deployment must carry its own class, and sizing at a
 confidence level must derate each candidate by its own band.
 
 capacity_factor_at(band, 0.95) = exp(μ + σ·Φ⁻¹(0.05)), μ = (ln lo + ln hi)/2, σ = (ln hi − ln lo)/(2·1.281552):
 - a: ln 0.79455 = −0.22998, ln 1.22367 = 0.20186 → μ = −0.014060, σ = 0.168481 → exp(−0.29119) = 0.74738;
-- b: ln 1.47520 = 0.38879 → μ = 0.079408, σ = 0.241415 → exp(−0.31768) = 0.72783.
-(At 0.9 both are the common low end 0.7946, so 0.95 is where a per-device rating shows.)
+- c: ln 0.66722 = −0.40463, ln 1.47520 = 0.38879 → μ = −0.007923, σ = 0.309560 → exp(−0.51710) = 0.59624.
+(At 0.9 the trtllm candidate is at its low end 0.7946 and the vLLM one at 0.6672.)
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from optimizer.planning.safeguards import device_fidelity, fidelity_map
 from optimizer.whatif_uncertainty import model_error_draws
 from workloads import parse_plan, resolve_catalog
 
-FACTOR_095 = {"trtllm": 0.74738, "vllm": 0.72783}  # module docstring
+FACTOR_095 = {"trtllm": 0.74738, "vllm": 0.59624}  # module docstring
 
 
 def _workload(name: str, engine: str) -> dict:
@@ -75,15 +76,16 @@ def test_each_deployment_reports_the_class_of_its_own_configuration():
     assert (fast.engine, fast.fidelity.class_) == ("trtllm", "measured")
     assert "h100-sxm served by trtllm is in the fit" in fast.fidelity.basis
     assert (fast.fidelity.low_factor, fast.fidelity.high_factor) == pytest.approx((0.79455, 1.22367), abs=5e-5)
-    assert (other.engine, other.fidelity.class_) == ("vllm", "same-generation")
-    assert (other.fidelity.low_factor, other.fidelity.high_factor) == pytest.approx((0.79455, 1.47520), abs=5e-5)
+    assert (other.engine, other.fidelity.class_) == ("vllm", "datasheet-only")
+    assert "hopper measured only with trtllm, never served by vllm" in other.fidelity.basis
+    assert (other.fidelity.low_factor, other.fidelity.high_factor) == pytest.approx((0.66722, 1.47520), abs=5e-5)
     rows = {d["workload"]: d for d in r.to_json()["deployments"]}
-    assert rows["fast"]["fidelity"]["class"] == "measured" and rows["other"]["fidelity"]["class"] == "same-generation"
+    assert rows["fast"]["fidelity"]["class"] == "measured" and rows["other"]["fidelity"]["class"] == "datasheet-only"
 
 
 def test_confidence_derates_each_candidate_by_its_own_band():
     """At confidence 0.95 every kept TensorRT-LLM candidate's capacity is × 0.74738 (band a) and every
-    vLLM one's × 0.72783 (band b), on the same device."""
+    vLLM one's × 0.59624 (band c), on the same device."""
     plan, cat = _plan(0.95)
     params = load_params(None)
     cset = model_candidates(plan, cat, params)
@@ -135,7 +137,7 @@ def test_fidelity_is_computed_once_per_configuration_and_kept_least_trusted_per_
     assert {fidelity_key(c) for wc in cset.workloads for c in wc.kept} == set(fid)
     per_device = device_fidelity(fid)
     assert per_device == {"h100-sxm": fid[("h100-sxm", "vllm", 1)]}
-    assert per_device["h100-sxm"].class_ == "same-generation"
+    assert per_device["h100-sxm"].class_ == "datasheet-only"
 
 
 # ---------------------------------------------------------------- the fallback (parameter files without bands)
@@ -180,24 +182,35 @@ def test_fallback_with_coverage_follows_its_engine_and_ep_pairs():
     assert ep8.class_ == "same-generation" and "never with expert parallelism (ep 8)" in ep8.basis
     assert ep8.low_factor <= tp.low_factor and ep8.high_factor >= tp.high_factor  # nested
     sg = fidelity_of(mi300x, params, cat.devices, engine="sglang")
-    assert sg.class_ == "same-generation" and "not served by sglang" in sg.basis
+    assert sg.class_ == "same-generation" and "not served by sglang" in sg.basis  # no generation/engine record
     assert fidelity_of(h200, params, cat.devices).class_ == "same-generation"
     # in the coverage, but too few rows in the fit for a band of its own
     thin = CalibrationParams(coverage=cov, fit=_fit(h100_sxm=20.0))
     assert fallback_letter(mi300x, "vllm", thin, cat.devices) == "b"
+    # with the generation/engine pairs recorded, an engine never measured on the generation is class c
+    rec = CalibrationParams(coverage=cov.model_copy(update={"generation_engines": ["cdna3/vllm", "hopper/trtllm"]}),
+                            fit=_fit(h100_sxm=20.0, mi300x=30.0))
+    sg = fidelity_of(mi300x, rec, cat.devices, engine="sglang")
+    assert sg.class_ == "datasheet-only" and "cdna3 measured only with vllm, never served by sglang" in sg.basis
+    assert fidelity_of(h200, rec, cat.devices).class_ == "same-generation"  # Hopper measured under trtllm
+    assert fidelity_of(h200, rec, cat.devices, engine="vllm").class_ == "datasheet-only"
+    assert fidelity_of(mi300x, rec, cat.devices, engine="vllm").class_ == "measured"
 
 
 def test_monte_carlo_model_error_is_drawn_per_configuration():
     """``gpuplan whatif --samples``: the TensorRT-LLM and vLLM deployments on H100 draw from their own
-    bands: median log factor = μ of each band (a: −0.0344, b: 0.0987; σ of a median of 4,000 draws
-    ≈ 1.2533·0.34/√4000 = 0.0067)."""
+    bands: median log factor = μ of each band (a: −0.014060, c: −0.007923, module docstring; σ of a
+    median of 4,000 draws ≈ 1.2533·0.31/√4000 = 0.006); and the spread of each is its band's σ
+    (a 0.168481, c 0.309560: the vLLM draws spread ~1.8× as wide)."""
     plan, cat = _plan()
     base = optimize_plan(plan, cat, compare_single_device=False, verify=False)
     draws = model_error_draws(base, 4000, seed=0)
     keys = {("h100-sxm", "trtllm", 1), ("h100-sxm", "vllm", 1)}
     assert set(draws[0]) == keys
-    for key, mu in ((("h100-sxm", "trtllm", 1), -0.034420), (("h100-sxm", "vllm", 1), 0.098690)):
-        assert statistics.median(math.log(d[key]) for d in draws) == pytest.approx(mu, abs=0.03), key
+    for key, mu, sigma in ((("h100-sxm", "trtllm", 1), -0.014060, 0.168481), (("h100-sxm", "vllm", 1), -0.007923, 0.309560)):
+        logs = [math.log(d[key]) for d in draws]
+        assert statistics.median(logs) == pytest.approx(mu, abs=0.02), key
+        assert statistics.stdev(logs) == pytest.approx(sigma, rel=0.05), key
 
 
 def test_factors_keyed_by_device_alone_are_refused_not_ignored():
