@@ -219,12 +219,16 @@ def _fallback_fidelity(device: Device, engine: str, params: CalibrationParams, d
     return Fidelity("datasheet-only", f"{why}; band from out-of-sample B200, B300 and MI300X residuals", low, high)
 
 
+# in the basis of a class-c rating for an unmeasured engine (a reader such as the workbook's Summary tells it apart)
+ENGINE_UNMEASURED_MARK = "never served by"
+
+
 def unmeasured_engine_basis(device: Device, engine: str, params: CalibrationParams) -> str:
     """What a class-c rating of a measured generation served by an unmeasured engine rests on."""
     cov = params.coverage
     served = sorted(e.partition("/")[2] for e in (cov.generation_engines or []) if e.startswith(f"{device.generation}/"))
-    return (f"generation {device.generation} measured only with {', '.join(served)}, never served by {engine}: "
-            f"its shares and host times are {', '.join(served)}'s; rated datasheet-only")
+    return (f"generation {device.generation} measured only with {', '.join(served)}, {ENGINE_UNMEASURED_MARK} "
+            f"{engine}: its shares and host times are {', '.join(served)}'s; rated datasheet-only")
 
 
 def with_measured_configuration(fidelity: Fidelity, record: ConfigurationRecord | None) -> Fidelity:

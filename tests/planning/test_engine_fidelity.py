@@ -1,8 +1,9 @@
 """A deployment's fidelity follows the engine it runs (optimizer/planning/safeguards.fidelity_map).
 
 The shipped calibration measured H100 SXM with TensorRT-LLM only (its ``coverage.device_engines``
-lists ``h100-sxm/trtllm``, no ``h100-sxm/vllm``): an H100 planned with vLLM is class (b)
-"same-generation" (Hopper was measured), not class (a) "measured" as the device's default engine is.
+lists ``h100-sxm/trtllm``, no ``h100-sxm/vllm``, and ``coverage.generation_engines`` has Hopper under
+TensorRT-LLM only): an H100 planned with vLLM is class (c) "datasheet-only" (an engine never measured on
+the generation: ``fidelity.engine_unmeasured``), not class (a) "measured" as the device's default engine is.
 """
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ def _plan(engine):
 def test_the_shipped_coverage_is_what_this_test_assumes():
     cov = load_params(None).coverage
     assert "h100-sxm/trtllm" in cov.device_engines and "h100-sxm/vllm" not in cov.device_engines
-    assert "hopper" in cov.generations
+    assert "hopper" in cov.generations and "hopper/trtllm" in cov.generation_engines
+    assert not {"hopper/vllm", "hopper/sglang"} & set(cov.generation_engines)
 
 
 @pytest.mark.parametrize(("engine", "expected"), [
     (None, "measured"),  # the default engine on NVIDIA: TensorRT-LLM
-    ("vllm", "same-generation"),
-    (["vllm", "sglang"], "same-generation"),  # neither measured on H100
+    ("vllm", "datasheet-only"),
+    (["vllm", "sglang"], "datasheet-only"),  # neither measured on Hopper
 ])
 def test_deployment_fidelity_follows_its_engine(engine, expected):
     plan = _plan(engine)

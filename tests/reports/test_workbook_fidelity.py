@@ -1,7 +1,7 @@
 """The workbook shows each deployment's own fidelity and each candidate's engine and ep.
 
 The plan (tests/planning/test_config_fidelity.py): H100 SXM serving one workload with TensorRT-LLM
-(measured with the shipped calibration) and one with vLLM (same-generation).
+(measured with the shipped calibration) and one with vLLM (datasheet-only: Hopper was never measured with vLLM).
 """
 
 from __future__ import annotations
@@ -37,13 +37,21 @@ def test_deployments_sheet_carries_each_deployments_own_fidelity(two_engines):
     rows = {r["Workload"]: r for r in _rows(wb["Deployments"])}
     by_workload = {d["workload"]: d["fidelity"] for d in two_engines["deployments"]}
     assert rows["fast"]["Engine"] == "trtllm" and rows["other"]["Engine"] == "vllm"
-    for w, cls in (("fast", "measured"), ("other", "same-generation")):
+    for w, cls in (("fast", "measured"), ("other", "datasheet-only")):
         r, f = rows[w], by_workload[w]
         assert r["Fidelity class"] == cls == f["class"]
         assert r["Capacity band low (× predicted)"] == pytest.approx(f["low_factor"])
         assert r["Capacity band high (× predicted)"] == pytest.approx(f["high_factor"])
         assert r["Fidelity basis"] == f["basis"]
     assert rows["fast"]["Capacity band high (× predicted)"] < rows["other"]["Capacity band high (× predicted)"]
+
+
+def test_summary_says_which_deployment_rests_on_another_engine(two_engines):
+    """Row 3 of Summary names the vLLM-served H100 as resting on another engine's measurements, not as a
+    datasheet extrapolation (Hopper is measured, under TensorRT-LLM)."""
+    text = build_workbook(two_engines)["Summary"].cell(3, 1).value
+    assert "H100-SXM served by vllm rests on another engine's measurements" in text
+    assert "extrapolated from datasheets" not in text
 
 
 def test_candidates_sheet_has_engine_and_ep_columns(two_engines):
