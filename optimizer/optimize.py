@@ -41,6 +41,7 @@ from optimizer.planning.known_limits import (
     long_prompt_tpot_notes,
     measured_configuration_notes,
     unmeasured_engine_notes,
+    unmeasured_moe_notes,
 )
 from optimizer.planning.milp.decompose import decomposes, solve_decomposed
 from optimizer.planning.milp.problem import FleetProblem, FleetSolution
@@ -108,7 +109,7 @@ def optimize_plan(
     cset = plan_candidates(plan, catalog, params, capacity_table, n_buckets, candidates)
     model_params = None if capacity_table is not None else (params if params is not None else load_params(None))
     fidelity = fidelity_map(cset, model_params, catalog)
-    widened = candidate_fidelity(cset, fidelity, model_params)
+    widened = candidate_fidelity(cset, fidelity, model_params, catalog)
     cset = sized(cset, capacity_factors(plan, fidelity), demand_factor(plan),
                  candidate_capacity_factors(plan, fidelity, widened, cset))
     clock.lap("candidates")
@@ -140,7 +141,8 @@ def optimize_plan(
     result = replace(result, headroom=policy_of(plan), verification=verification)
     if known := [*long_prompt_tpot_notes(plan, result.deployments),
                  *measured_configuration_notes(plan, result.deployments, model_params, catalog, fidelity),
-                 *unmeasured_engine_notes(result.deployments, model_params, catalog)]:
+                 *unmeasured_engine_notes(result.deployments, model_params, catalog),
+                 *unmeasured_moe_notes(plan, result.deployments, model_params, catalog)]:
         result = replace(result, diagnostics=(*result.diagnostics, *known))
     clock.lap("verification")
     if sensitivity and sol.status is SolveStatus.OPTIMAL:

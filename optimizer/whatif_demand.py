@@ -76,7 +76,7 @@ def sized_candidates(plan: Plan, cset: CandidateSet, catalog: Catalog, params: C
     """``cset`` on ``plan``'s rates and limits, sized by its headroom policy as ``optimize_plan`` sizes it."""
     rebased = rebase_candidates(cset, plan)
     fidelity = fidelity_map(rebased, params, catalog)
-    widened = candidate_fidelity(rebased, fidelity, params)
+    widened = candidate_fidelity(rebased, fidelity, params, catalog)
     return sized(rebased, capacity_factors(plan, fidelity), demand_factor(plan),
                  candidate_capacity_factors(plan, fidelity, widened, rebased))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from openpyxl.chart import BarChart, Reference
 
-from optimizer.models.fidelity import ENGINE_UNMEASURED_MARK
+from optimizer.models.fidelity import GENERATION_UNMEASURED_MARK
 from reports import styles
 from reports.context import HEADER_ROW, Ctx, title
 from reports.xl import Formula
@@ -28,14 +28,14 @@ def build_summary_warnings(ctx: Ctx) -> None:
             what = "hourly price" if r.objective == "cloud" else "price"
             notes.append(f"The recommended {f.device.upper()} {what} is an estimate; enter your quote in Assumptions.")
     datasheet = [d for d in r.deployments if d.fidelity is not None and d.fidelity.class_ == "datasheet-only"]
-    engine = sorted({(d.device, d.engine or "") for d in datasheet if ENGINE_UNMEASURED_MARK in d.fidelity.basis})
-    weak = sorted({d.device for d in datasheet if ENGINE_UNMEASURED_MARK not in d.fidelity.basis})
+    weak = sorted({d.device for d in datasheet if GENERATION_UNMEASURED_MARK in d.fidelity.basis})
+    other = sorted({(d.device, d.engine or "") for d in datasheet if GENERATION_UNMEASURED_MARK not in d.fidelity.basis})
     if weak:
         notes.append(f"Performance of {', '.join(x.upper() for x in weak)} is extrapolated from datasheets "
                      "(no measurement of its generation); see Sensitivity.")
-    if engine:
-        notes.append(f"Performance of {', '.join(f'{x.upper()} served by {e}' for x, e in engine)} rests on another "
-                     "engine's measurements (this engine never measured on its generation); see Risks.")
+    if other:
+        notes.append(f"Performance of {', '.join(f'{x.upper()} served by {e}' for x, e in other)} rests on "
+                     "measurements of other configurations (this engine or model type never measured there); see Risks.")
     if r.headroom is not None:
         notes.append(f"Sized for the {r.headroom.sized_for}.")
     if notes:

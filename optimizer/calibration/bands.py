@@ -86,8 +86,8 @@ def group_key(m: Measurement, cat: Catalog, by: str) -> str:
 
 
 def coverage(rows: Sequence[Measurement], cat: Catalog) -> Coverage:
-    """What ``rows`` measured: device/engine pairs (all, and with ep > 1), generations, generation/engine pairs,
-    vendors (resolved rows only)."""
+    """What ``rows`` measured: device/engine pairs (all, and with ep > 1), generations, generation/engine pairs
+    (all, and with a MoE model), vendors (resolved rows only)."""
     ok = [m for m in rows if m.device_key and not m.unresolved]
     return Coverage(
         device_engines=sorted({f"{m.device_key}/{engine_of(m, cat)}" for m in ok}),
@@ -96,6 +96,8 @@ def coverage(rows: Sequence[Measurement], cat: Catalog) -> Coverage:
         expert_parallel_device_engines=sorted({f"{m.device_key}/{engine_of(m, cat)}" for m in ok if m.ep > 1}),
         generation_engines=sorted({f"{cat.devices[m.device_key].generation}/{engine_of(m, cat)}"  # type: ignore[index]
                                    for m in ok}),
+        moe_generation_engines=sorted({f"{cat.devices[m.device_key].generation}/{engine_of(m, cat)}"  # type: ignore[index]
+                                       for m in ok if cat.models[m.model_key].is_moe}),  # type: ignore[index]
     )
 
 

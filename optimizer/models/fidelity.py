@@ -99,11 +99,15 @@ def measured_devices(params: CalibrationParams) -> dict[str, tuple[int, float]]:
     return out
 
 
+# in the basis of a class-c rating whose generation was never measured (the workbook's Summary tells it apart from a
+# class-c rating of a measured generation: another engine, a MoE model on a device measured with dense ones only)
+GENERATION_UNMEASURED_MARK = "nothing of generation"
+
 CLASS_BY_LETTER = {"a": "measured", "b": "same-generation", "c": "datasheet-only"}
 LEAVE_OUT_MEANING = {
     "a": "{device} served by {engine} is in the fit",
     "b": "{device}/{engine} not measured; its generation {generation} is",
-    "c": "nothing of generation {generation} measured: datasheet figures and factors fitted on other generations",
+    "c": GENERATION_UNMEASURED_MARK + " {generation} measured: datasheet figures and factors fitted on other generations",
 }
 
 
@@ -215,19 +219,17 @@ def _fallback_fidelity(device: Device, engine: str, params: CalibrationParams, d
         return Fidelity("same-generation", f"{why}; band from out-of-sample H200 residuals", low, high)
     low, high = _envelope(DATASHEET_ONLY_BAND, SAME_GENERATION_BAND, *bands.values())
     why = (unmeasured_engine_basis(device, engine, params) if engine_unmeasured(device, engine, params)
-           else f"nothing of generation {device.generation} measured")
+           else f"{GENERATION_UNMEASURED_MARK} {device.generation} measured")
     return Fidelity("datasheet-only", f"{why}; band from out-of-sample B200, B300 and MI300X residuals", low, high)
 
 
-# in the basis of a class-c rating for an unmeasured engine (a reader such as the workbook's Summary tells it apart)
-ENGINE_UNMEASURED_MARK = "never served by"
 
 
 def unmeasured_engine_basis(device: Device, engine: str, params: CalibrationParams) -> str:
     """What a class-c rating of a measured generation served by an unmeasured engine rests on."""
     cov = params.coverage
     served = sorted(e.partition("/")[2] for e in (cov.generation_engines or []) if e.startswith(f"{device.generation}/"))
-    return (f"generation {device.generation} measured only with {', '.join(served)}, {ENGINE_UNMEASURED_MARK} "
+    return (f"generation {device.generation} measured only with {', '.join(served)}, never served by "
             f"{engine}: its shares and host times are {', '.join(served)}'s; rated datasheet-only")
 
 
@@ -260,3 +262,35 @@ def capacity_factor_at(fidelity: Fidelity, confidence: float) -> float:
     lo, hi = math.log(fidelity.low_factor), math.log(fidelity.high_factor)
     mu, sigma = (lo + hi) / 2.0, (hi - lo) / (2.0 * Z90)
     return min(1.0, math.exp(mu + sigma * NormalDist().inv_cdf(1.0 - confidence)))
+
+
+def moe_unmeasured(device: Device, engine: str | None, params: CalibrationParams) -> bool:
+    """True when the coverage records the generation/engine pairs measured with a mixture-of-experts model and
+    ``device``'s generation served by ``engine`` is not one of them: the routed experts' grouped GEMMs then run
+    at a share (``moe_efficiency``) no row of this generation and engine fitted, where the fitted generations span
+    ~0.25 (Blackwell) to 1.0 (Ada) in the shipped fit."""
+    cov = params.coverage
+    if cov is None or cov.moe_generation_engines is None:
+        return False
+    return f"{device.generation}/{engine or default_engine(device)}" not in cov.moe_generation_engines
+
+
+def for_moe_model(fidelity: Fidelity, device: Device, engine: str | None, params: CalibrationParams) -> Fidelity:
+    """The fidelity of a MoE model's configuration: ``fidelity`` where MoE was measured on this generation and
+    engine (or
+    the coverage does not record it, or it is datasheet-only already); else the datasheet-only class with its band
+    (class c widened to contain a and b; without leave-out bands the residual constants' envelope with
+    ``fidelity``'s own band), the basis naming the grouped-GEMM share it assumes and the fitted classes' span."""
+    if fidelity.class_ == "datasheet-only" or not moe_unmeasured(device, engine, params):
+        return fidelity
+    engine = engine or default_engine(device)
+    if all(k in params.error_bands for k in "abc"):
+        low, high = _envelope(*((params.error_bands[k].low_factor, params.error_bands[k].high_factor) for k in "abc"))
+    else:
+        low, high = _envelope(DATASHEET_ONLY_BAND, SAME_GENERATION_BAND, (fidelity.low_factor, fidelity.high_factor))
+    fitted = [o.moe_efficiency for o in params.overrides if o.generation is not None and o.moe_efficiency is not None]
+    span = f"; the generations measured with MoE fitted {min(fitted):.2f}-{max(fitted):.2f}" if fitted else ""
+    share = params.factors_for(device, engine).moe_efficiency
+    return Fidelity("datasheet-only", f"generation {device.generation} never measured with a mixture-of-experts model "
+                    f"served by {engine}: its grouped-GEMM share {share:.2f} is not fitted on it{span}; rated "
+                    "datasheet-only", low, high)

@@ -13,6 +13,11 @@ only). Its capacity rests on the other engine's fitted shares and host times, an
 lands 14-41 % off (MI300X/vLLM held out, docs/model-accuracy.md "Finite benchmark runs"): rated datasheet-only,
 with the host times it assumes next to those the fit gave that engine where it was measured.
 
+``unmeasured_moe_notes``: a deployment of a mixture-of-experts model on a generation and engine never measured with
+one (``optimizer.models.fidelity.moe_unmeasured``: any MoE model on MI300X with the shipped calibration, whose AMD rows
+are dense Llama). Its routed experts' grouped GEMMs run at a share no row of that hardware fitted, where the fitted
+generations span 0.25-1.0 (Blackwell's FP4 grouped GEMMs to Ada's): rated datasheet-only, with the share it assumes.
+
 ``long_prompt_tpot_notes``:
 
 The analytic TPOT p99 of a replica whose prompts are long-tailed is optimistic: a rare prompt of tens of
@@ -30,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from catalog.load import Catalog
-from optimizer.models.fidelity import engine_unmeasured
+from optimizer.models.fidelity import engine_unmeasured, moe_unmeasured
 from optimizer.models.params import CalibrationParams, configuration_key
 from optimizer.planning.headroom import FidelityKey, fidelity_key
 from optimizer.results.plan_result import Deployment, Diagnostic
@@ -165,4 +170,36 @@ def unmeasured_engine_notes(deployments: Sequence[Deployment], params: Calibrati
             f": plan with --confidence 0.9 to size by that band, serve it with {', '.join(served)}, or measure {engine} "
             "on this device, fit the rows with `gpuplan calibrate` and plan with --params (docs/model-accuracy.md, "
             "'Finite benchmark runs')"))
+    return notes
+
+
+def unmeasured_moe_notes(plan: Plan, deployments: Sequence[Deployment], params: CalibrationParams | None,
+                         catalog: Catalog) -> list[Diagnostic]:
+    """A ``moe_unmeasured`` warning per (device, engine) of ``deployments`` serving a mixture-of-experts model on a
+    generation and engine never measured with one (``moe_unmeasured``): the grouped-GEMM share its capacity assumes
+    (``params.factors_for(device, engine).moe_efficiency``), the span the fit gave the generations measured with MoE,
+    the band and the fixes."""
+    if params is None or params.coverage is None:
+        return []
+    moe = {w.name for w in plan.workloads if catalog.model(w.model).is_moe}
+    on: dict[tuple[str, str], list[Deployment]] = {}
+    for d in deployments:
+        if (d.workload in moe and d.engine and d.device in catalog.devices
+                and moe_unmeasured(catalog.devices[d.device], d.engine, params)):
+            on.setdefault((d.device, d.engine), []).append(d)
+    fitted = [o.moe_efficiency for o in params.overrides if o.generation is not None and o.moe_efficiency is not None]
+    notes: list[Diagnostic] = []
+    for (device_key, engine), ds in on.items():
+        device = catalog.devices[device_key]
+        share = params.factors_for(device, engine).moe_efficiency
+        band = ds[0].fidelity
+        notes.append(Diagnostic(
+            "warning", "moe_unmeasured",
+            f"{', '.join(f'{d.key} ({d.workload})' for d in ds)}: no mixture-of-experts model was measured on "
+            f"{device.generation} served by {engine}, so this capacity assumes its routed experts' grouped GEMMs reach "
+            f"the fit's default share {share:.2f}"
+            + (f", where the generations measured with MoE fitted {min(fitted):.2f}-{max(fitted):.2f}" if fitted else "")
+            + (f". Rated datasheet-only (80 % band ×{band.low_factor:.2f}–{band.high_factor:.2f})" if band else "")
+            + ": plan with --confidence 0.9 to size by that band, or measure a MoE model on this device, fit the rows "
+            "with `gpuplan calibrate` and plan with --params"))
     return notes

@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import get_args
 
 from catalog.load import Catalog
-from optimizer.models.fidelity import fidelity_of, with_measured_configuration
+from optimizer.models.fidelity import fidelity_of, for_moe_model, with_measured_configuration
 from optimizer.models.params import CalibrationParams, configuration_key
 from optimizer.planning.candidate_set import CandidateSet, fleet_problem
 from optimizer.planning.headroom import FidelityKey, fidelity_key, sized
@@ -70,24 +70,34 @@ def fidelity_map(cset: CandidateSet, params: CalibrationParams | None, catalog: 
 
 
 def candidate_fidelity(cset: CandidateSet, fidelity: Mapping[FidelityKey, Fidelity],
-                       params: CalibrationParams | None) -> dict[tuple[str, str], Fidelity]:
-    """(workload, candidate key) → its configuration's band widened to contain the median measured /
-    predicted of the calibration's own rows of that configuration (device, engine, model, precision, tp,
-    ep: ``CalibrationParams.measured_configuration``), for the kept candidates where that median lies
-    outside the band (``optimizer.models.fidelity.with_measured_configuration``); the others are absent
-    (their band is ``fidelity[fidelity_key(c)]``)."""
-    if params is None or params.fit is None or not params.fit.by_configuration:
+                       params: CalibrationParams | None, catalog: Catalog) -> dict[tuple[str, str], Fidelity]:
+    """(workload, candidate key) → its band where it differs from its configuration's class band
+    (``fidelity[fidelity_key(c)]``), for the kept candidates:
+
+    - a MoE model on a generation and engine never measured with one (``optimizer.models.fidelity.for_moe_model``):
+      the datasheet-only class and band;
+    - widened to contain the median measured / predicted of the calibration's own rows of that configuration
+      (device, engine, model, precision, tp, ep: ``CalibrationParams.measured_configuration``) where that median
+      lies outside the band (``with_measured_configuration``).
+
+    The others are absent."""
+    if params is None:
         return {}
+    records = params.fit is not None and bool(params.fit.by_configuration)
     out = {}
     for wc in cset.workloads:
+        moe = wc.model in catalog.models and catalog.models[wc.model].is_moe
         for c in wc.kept:
             fid = fidelity.get(fidelity_key(c))
-            if fid is None or not c.engine:
+            if fid is None or not c.engine or c.device not in cset.units:
                 continue
-            rec = params.measured_configuration(configuration_key(c.device, c.engine, wc.model, c.precision, c.tp, c.ep))
-            widened = with_measured_configuration(fid, rec)
-            if widened is not fid:
-                out[(wc.workload.name, c.key)] = widened
+            own = for_moe_model(fid, cset.units[c.device].device, c.engine, params) if moe else fid
+            if records:
+                rec = params.measured_configuration(configuration_key(c.device, c.engine, wc.model, c.precision,
+                                                                      c.tp, c.ep))
+                own = with_measured_configuration(own, rec)
+            if own is not fid:
+                out[(wc.workload.name, c.key)] = own
     return out
 
 

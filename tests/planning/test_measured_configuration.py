@@ -147,7 +147,7 @@ def test_confidence_sizes_a_widened_candidate_at_its_own_rows(cat):
     params = load_params(None)
     cset = model_candidates(plan, resolve_catalog(plan, cat, "test"), params)
     fid = fidelity_map(cset, params, cat)
-    widened = candidate_fidelity(cset, fid, params)
+    widened = candidate_fidelity(cset, fid, params, cat)
     assert list(widened) == [("chat", "h200_sxm__fp8__tp1__pp1__ep8")]
     assert (widened[("chat", "h200_sxm__fp8__tp1__pp1__ep8")].low_factor,) == pytest.approx((0.6591,))
     factors = candidate_capacity_factors(plan, fid, widened, cset)

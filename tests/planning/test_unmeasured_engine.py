@@ -1,7 +1,11 @@
-"""A deployment served by an engine its device's generation was never measured with (vLLM on H100: the shipped
-calibration has Hopper under TensorRT-LLM only) is rated datasheet-only and warned about, with the host times it
-assumes next to those the fit gave the engine where it was measured (docs/model-accuracy.md, "Finite benchmark
-runs": a refit without an engine's rows lands 14-41 % off)."""
+"""Configurations whose hardware was measured, but not this way, are rated datasheet-only and warned about:
+
+- an engine the device's generation was never measured with (vLLM on H100: the shipped calibration has Hopper
+  under TensorRT-LLM only), with the host times it assumes next to those the fit gave the engine where it was
+  measured (docs/model-accuracy.md, "Finite benchmark runs": a refit without an engine's rows lands 14-41 % off);
+- a mixture-of-experts model on a generation and engine never measured with one (any MoE on MI300X: the AMD rows
+  are dense Llama), with the grouped-GEMM share it assumes next to the span the fit gave the measured generations.
+"""
 
 from __future__ import annotations
 
@@ -70,3 +74,65 @@ def test_the_measured_engine_is_not_warned():
 def test_engine_unmeasured_on_the_shipped_coverage(device, engine, unmeasured):
     cat = load_catalog()
     assert engine_unmeasured(cat.devices[device], engine, load_params(None)) is unmeasured
+
+
+# ---------------------------------------------------------------- a MoE model on hardware measured with dense ones
+
+def _moe_plan(device: str, model: str = "mixtral-8x7b"):
+    plan = parse_plan({"name": "m", "allowed_devices": [device], "workloads": [
+        {"name": "moe", "model": model, "qps": 10, "prompt_tokens": {"mean": 1024, "p99": 4096},
+         "output_tokens": {"mean": 256, "p99": 1024}, "slo": {"ttft_p99_ms": 2000, "tpot_p99_ms": 200},
+         "precisions": ["fp8"]}]}, "m")
+    return plan, resolve_catalog(plan, load_catalog(), "m")
+
+
+def test_the_shipped_coverage_records_which_generations_ran_moe():
+    """The AMD rows are dense Llama: CDNA 3 under vLLM never ran a MoE model; every NVIDIA generation did."""
+    cat = load_catalog()
+    rows = [m for name in SHIPPED_MEASUREMENT_FILES for m in load_measurements(shipped_measurements(name), cat)]
+    assert coverage(rows, cat).moe_generation_engines == load_params(None).coverage.moe_generation_engines == [
+        "ada/trtllm", "ampere/trtllm", "blackwell/trtllm", "hopper/trtllm"]
+
+
+def test_a_moe_model_on_mi300x_is_rated_datasheet_only_and_warned():
+    """Mixtral on MI300X (measured, class a, with dense models): its deployment is datasheet-only with the class-c
+    envelope ×0.6672–1.4752 (tests/planning/test_config_fidelity.py's docstring), and one moe_unmeasured warning
+    names the grouped-GEMM share its capacity assumes (0.77, the global moe_efficiency: no CDNA 3 override sets it)
+    and the span of the generations measured with MoE (Blackwell 0.25 to Ada 1.00 in the shipped overrides)."""
+    params = load_params(None)
+    cat = load_catalog()
+    assert round(params.factors_for(cat.devices["mi300x"], "vllm").moe_efficiency, 2) == 0.77
+    plan, cat = _moe_plan("mi300x")
+    r = optimize_plan(plan, cat, compare_single_device=False, verify=False, sensitivity=False)
+    (d,) = r.deployments
+    assert d.fidelity.class_ == "datasheet-only"
+    assert (d.fidelity.low_factor, d.fidelity.high_factor) == pytest.approx((0.66722, 1.47520), abs=5e-5)
+    (note,) = [n for n in r.diagnostics if n.code == "moe_unmeasured"]
+    for part in (f"{d.key} (moe)", "no mixture-of-experts model was measured on cdna3 served by vllm",
+                 "default share 0.77", "fitted 0.25-1.00", "×0.67–1.48", "--confidence 0.9"):
+        assert part in note.message, part
+
+
+def test_a_moe_model_on_a_generation_measured_with_moe_is_not_touched():
+    """Mixtral on H100 keeps its class (measured) and band, with no moe_unmeasured warning; a dense model on
+    MI300X keeps its class too (the rule is about the routed experts)."""
+    plan, cat = _moe_plan("h100-sxm")
+    r = optimize_plan(plan, cat, compare_single_device=False, verify=False, sensitivity=False)
+    assert {d.fidelity.class_ for d in r.deployments} == {"measured"}
+    assert not [n for n in r.diagnostics if n.code == "moe_unmeasured"]
+    plan, cat = _moe_plan("mi300x", "llama-3.1-8b")
+    r = optimize_plan(plan, cat, compare_single_device=False, verify=False, sensitivity=False)
+    assert {d.fidelity.class_ for d in r.deployments} == {"measured"}
+    assert not [n for n in r.diagnostics if n.code in ("moe_unmeasured", "engine_unmeasured")]
+
+
+def test_estimate_rates_a_moe_model_on_mi300x_datasheet_only():
+    """`gpuplan estimate` takes the same rule: DeepSeek-R1 tp8 on MI300X is datasheet-only, its band × 0.6672."""
+    from optimizer.models.estimate import estimate_config
+
+    cat, params = load_catalog(), load_params(None)
+    out = estimate_config(cat.model("deepseek-r1"), cat.device("mi300x"), cat.precision("fp8"), 8, 1, 1024, 1024,
+                          params, max_throughput=True, devices=cat.devices)
+    assert out["fidelity"]["class"] == "datasheet-only" and "never measured with a mixture-of-experts" in \
+        out["fidelity"]["basis"]
+    assert out["output_tokens_per_s_low"] == pytest.approx(out["output_tokens_per_s"] * 0.66722, rel=1e-4)

@@ -47,10 +47,10 @@ def test_deployments_sheet_carries_each_deployments_own_fidelity(two_engines):
 
 
 def test_summary_says_which_deployment_rests_on_another_engine(two_engines):
-    """Row 3 of Summary names the vLLM-served H100 as resting on another engine's measurements, not as a
+    """Row 3 of Summary names the vLLM-served H100 as resting on measurements of other configurations, not as a
     datasheet extrapolation (Hopper is measured, under TensorRT-LLM)."""
     text = build_workbook(two_engines)["Summary"].cell(3, 1).value
-    assert "H100-SXM served by vllm rests on another engine's measurements" in text
+    assert "H100-SXM served by vllm rests on measurements of other configurations" in text
     assert "extrapolated from datasheets" not in text
 
 
