@@ -221,11 +221,18 @@ def test_estimate_every_device_and_model(dev):
 
 
 def test_estimate_rates_expert_parallelism_as_the_plan_does():
-    """estimate_config's fidelity follows its ep like the planner's (``fidelity_of(..., ep=)``): MI300X/vLLM
-    was measured, never with ep > 1, so an ep8 estimate is class same-generation and a tp8 one measured."""
-    model, dev, prec = CAT.model("qwen3-30b-a3b"), CAT.devices["mi300x"], CAT.precision("bf16")
+    """estimate_config's fidelity follows its ep like the planner's (``fidelity_of(..., ep=)``): A100/TensorRT-LLM
+    was measured, with a MoE model (Mixtral) but never with ep > 1, so an ep8 estimate of a MoE model is class
+    same-generation and a tp8 one measured. On MI300X/vLLM, measured with dense models only, both are
+    datasheet-only (``fidelity.for_moe_model``)."""
+    model, dev, prec = CAT.model("qwen3-30b-a3b"), CAT.devices["a100-80gb-sxm"], CAT.precision("bf16")
     shipped = load_params(None)
-    tp8 = estimate_config(model, dev, prec, 8, 1, 1000, 200, shipped, devices=CAT.devices, max_throughput=True, engine="vllm")
-    ep8 = estimate_config(model, dev, prec, 1, 1, 1000, 200, shipped, devices=CAT.devices, max_throughput=True, engine="vllm", ep=8)
+    tp8 = estimate_config(model, dev, prec, 8, 1, 1000, 200, shipped, devices=CAT.devices, max_throughput=True)
+    ep8 = estimate_config(model, dev, prec, 1, 1, 1000, 200, shipped, devices=CAT.devices, max_throughput=True, ep=8)
     assert tp8["fidelity"]["class"] == "measured"
     assert ep8["fidelity"]["class"] == "same-generation" and "never with expert parallelism" in ep8["fidelity"]["basis"]
+    mi300x = CAT.devices["mi300x"]
+    for tp, ep in ((8, 1), (1, 8)):
+        out = estimate_config(model, mi300x, prec, tp, 1, 1000, 200, shipped, devices=CAT.devices, max_throughput=True,
+                              engine="vllm", ep=ep)
+        assert out["fidelity"]["class"] == "datasheet-only", (tp, ep)
