@@ -40,6 +40,7 @@ from optimizer.planning.headroom import (
 from optimizer.planning.known_limits import (
     long_prompt_tpot_notes,
     measured_configuration_notes,
+    pipeline_notes,
     unmeasured_engine_notes,
     unmeasured_moe_notes,
 )
@@ -142,7 +143,8 @@ def optimize_plan(
     if known := [*long_prompt_tpot_notes(plan, result.deployments),
                  *measured_configuration_notes(plan, result.deployments, model_params, catalog, fidelity),
                  *unmeasured_engine_notes(result.deployments, model_params, catalog),
-                 *unmeasured_moe_notes(plan, result.deployments, model_params, catalog)]:
+                 *unmeasured_moe_notes(plan, result.deployments, model_params, catalog),
+                 *pipeline_notes(result.deployments, model_params)]:
         result = replace(result, diagnostics=(*result.diagnostics, *known))
     clock.lap("verification")
     if sensitivity and sol.status is SolveStatus.OPTIMAL:

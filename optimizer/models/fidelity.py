@@ -294,3 +294,20 @@ def for_moe_model(fidelity: Fidelity, device: Device, engine: str | None, params
     return Fidelity("datasheet-only", f"generation {device.generation} never measured with a mixture-of-experts model "
                     f"served by {engine}: its grouped-GEMM share {share:.2f} is not fitted on it{span}; rated "
                     "datasheet-only", low, high)
+
+
+def for_pipeline(fidelity: Fidelity, pp: int, params: CalibrationParams) -> Fidelity:
+    """The fidelity of a pipeline-parallel configuration (``pp`` > 1): ``fidelity`` capped at same-generation.
+    The pipeline terms (``pp_hop_latency_us``, ``pp_microbatch_overhead_us``) are defaults no fit sets and no
+    pipeline-parallel row measured, so a measured device's band (of pp = 1 rows) does not cover them; the class
+    is that of an unmeasured structure on known hardware, as an unmeasured ep is (``ep_unmeasured``). Band: b
+    widened to contain a (without leave-out bands: the residual constant's envelope with ``fidelity``'s)."""
+    if pp <= 1 or fidelity.class_ != "measured":
+        return fidelity
+    if all(k in params.error_bands for k in "ab"):
+        low, high = _envelope(*((params.error_bands[k].low_factor, params.error_bands[k].high_factor) for k in "ab"))
+    else:
+        low, high = _envelope(SAME_GENERATION_BAND, (fidelity.low_factor, fidelity.high_factor))
+    return Fidelity("same-generation", f"pipeline-parallel (pp {pp}): its stage hop ({params.pp_hop_latency_us:g} µs) "
+                    f"and per-micro-batch host time ({params.pp_microbatch_overhead_us:g} µs) are defaults, never fitted "
+                    "(no pipeline-parallel measurements); rated same-generation", low, high)

@@ -18,6 +18,10 @@ one (``optimizer.models.fidelity.moe_unmeasured``: any MoE model on MI300X with 
 are dense Llama). Its routed experts' grouped GEMMs run at a share no row of that hardware fitted, where the fitted
 generations span 0.25-1.0 (Blackwell's FP4 grouped GEMMs to Ada's): rated datasheet-only, with the share it assumes.
 
+``pipeline_notes``: a pipeline-parallel deployment (pp > 1): its stage hop and per-micro-batch host time are
+defaults no fit sets and no row measured (``CalibrationParams.pp_hop_latency_us``, ``pp_microbatch_overhead_us``),
+rated at most same-generation (``optimizer.models.fidelity.for_pipeline``).
+
 ``long_prompt_tpot_notes``:
 
 The analytic TPOT p99 of a replica whose prompts are long-tailed is optimistic: a rare prompt of tens of
@@ -203,3 +207,18 @@ def unmeasured_moe_notes(plan: Plan, deployments: Sequence[Deployment], params: 
             + ": plan with --confidence 0.9 to size by that band, or measure a MoE model on this device, fit the rows "
             "with `gpuplan calibrate` and plan with --params"))
     return notes
+
+
+def pipeline_notes(deployments: Sequence[Deployment], params: CalibrationParams | None) -> list[Diagnostic]:
+    """One ``pipeline_uncalibrated`` warning naming the pipeline-parallel deployments (pp > 1) and the default
+    pipeline terms their capacity rests on."""
+    pp = [d for d in deployments if d.pp > 1]
+    if params is None or not pp:
+        return []
+    return [Diagnostic(
+        "warning", "pipeline_uncalibrated",
+        f"{', '.join(f'{d.key} ({d.workload})' for d in pp)}: pipeline-parallel; the stage hop "
+        f"({params.pp_hop_latency_us:g} µs) and the host time per micro-batch ({params.pp_microbatch_overhead_us:g} µs "
+        "per step) are defaults that no measurement fitted (gpuplan calibrate does not fit them), so the capacity is "
+        "rated same-generation at best: plan with --confidence 0.9 to size by its band, or allow a device or "
+        "precision on which the model fits one pipeline stage (pp 1)")]

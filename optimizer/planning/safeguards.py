@@ -22,7 +22,12 @@ from dataclasses import replace
 from typing import get_args
 
 from catalog.load import Catalog
-from optimizer.models.fidelity import fidelity_of, for_moe_model, with_measured_configuration
+from optimizer.models.fidelity import (
+    fidelity_of,
+    for_moe_model,
+    for_pipeline,
+    with_measured_configuration,
+)
 from optimizer.models.params import CalibrationParams, configuration_key
 from optimizer.planning.candidate_set import CandidateSet, fleet_problem
 from optimizer.planning.headroom import FidelityKey, fidelity_key, sized
@@ -76,6 +81,8 @@ def candidate_fidelity(cset: CandidateSet, fidelity: Mapping[FidelityKey, Fideli
 
     - a MoE model on a generation and engine never measured with one (``optimizer.models.fidelity.for_moe_model``):
       the datasheet-only class and band;
+    - a pipeline-parallel one (pp > 1) rated measured: same-generation, its pipeline terms never fitted
+      (``for_pipeline``);
     - widened to contain the median measured / predicted of the calibration's own rows of that configuration
       (device, engine, model, precision, tp, ep: ``CalibrationParams.measured_configuration``) where that median
       lies outside the band (``with_measured_configuration``).
@@ -92,6 +99,7 @@ def candidate_fidelity(cset: CandidateSet, fidelity: Mapping[FidelityKey, Fideli
             if fid is None or not c.engine or c.device not in cset.units:
                 continue
             own = for_moe_model(fid, cset.units[c.device].device, c.engine, params) if moe else fid
+            own = for_pipeline(own, c.pp, params)
             if records:
                 rec = params.measured_configuration(configuration_key(c.device, c.engine, wc.model, c.precision,
                                                                       c.tp, c.ep))

@@ -4,7 +4,8 @@
   under TensorRT-LLM only), with the host times it assumes next to those the fit gave the engine where it was
   measured (docs/model-accuracy.md, "Finite benchmark runs": a refit without an engine's rows lands 14-41 % off);
 - a mixture-of-experts model on a generation and engine never measured with one (any MoE on MI300X: the AMD rows
-  are dense Llama), with the grouped-GEMM share it assumes next to the span the fit gave the measured generations.
+  are dense Llama), with the grouped-GEMM share it assumes next to the span the fit gave the measured generations;
+- a pipeline-parallel configuration (pp > 1): rated same-generation at best, its pipeline terms never fitted.
 """
 
 from __future__ import annotations
@@ -136,3 +137,36 @@ def test_estimate_rates_a_moe_model_on_mi300x_datasheet_only():
     assert out["fidelity"]["class"] == "datasheet-only" and "never measured with a mixture-of-experts" in \
         out["fidelity"]["basis"]
     assert out["output_tokens_per_s_low"] == pytest.approx(out["output_tokens_per_s"] * 0.66722, rel=1e-4)
+
+
+# ---------------------------------------------------------------- pipeline parallelism: terms no fit sets
+
+def test_a_pipeline_parallel_deployment_is_rated_same_generation_and_warned():
+    """Llama-3.1-405B FP8 on L40S (48 GB) needs pipeline stages; L40S/TensorRT-LLM is measured (pp 1 rows only),
+    so the pp > 1 deployment is same-generation with b's band widened to contain a's (×0.79455–1.47520,
+    tests/planning/test_config_fidelity.py's docstring) and one pipeline_uncalibrated warning names the default
+    terms (20 µs hop, 50 µs per micro-batch: CalibrationParams' defaults, never fitted)."""
+    params = load_params(None)
+    assert (params.pp_hop_latency_us, params.pp_microbatch_overhead_us) == (20.0, 50.0)
+    plan = parse_plan({"name": "pp", "allowed_devices": ["l40s"], "workloads": [
+        {"name": "big", "model": "llama-3.1-405b", "qps": 0.5, "prompt_tokens": {"mean": 1024, "p99": 2048},
+         "output_tokens": {"mean": 128, "p99": 512}, "slo": {"ttft_p99_ms": 20000}, "precisions": ["fp8"]}]}, "pp")
+    r = optimize_plan(plan, resolve_catalog(plan, load_catalog(), "pp"), compare_single_device=False, verify=False,
+                      sensitivity=False)
+    (d,) = r.deployments
+    assert d.pp > 1 and d.fidelity.class_ == "same-generation"
+    assert (d.fidelity.low_factor, d.fidelity.high_factor) == pytest.approx((0.79455, 1.47520), abs=5e-5)
+    (note,) = [n for n in r.diagnostics if n.code == "pipeline_uncalibrated"]
+    assert f"{d.key} (big)" in note.message and "20 µs" in note.message and "50 µs per step" in note.message
+
+
+def test_estimate_rates_pp_as_the_plan_does():
+    from optimizer.models.estimate import estimate_config
+
+    cat, params = load_catalog(), load_params(None)
+    args = (cat.model("llama-3.1-70b"), cat.device("h100-sxm"), cat.precision("fp8"))
+    pp1 = estimate_config(*args, 2, 1, 1024, 256, params, max_throughput=True, devices=cat.devices)
+    pp2 = estimate_config(*args, 1, 2, 1024, 256, params, max_throughput=True, devices=cat.devices)
+    assert pp1["fidelity"]["class"] == "measured" and "uncalibrated" not in pp1
+    assert pp2["fidelity"]["class"] == "same-generation" and "pipeline-parallel (pp 2)" in pp2["fidelity"]["basis"]
+    assert "pipeline" in pp2["uncalibrated"]
