@@ -58,9 +58,10 @@ def fidelity_map(cset: CandidateSet, params: CalibrationParams | None, catalog: 
     measured capacity table), computed once per distinct triple.
 
     The class is that of the candidate's own configuration (``fidelity_of(device, engine=, ep=)``):
-    on an H100 with a TensorRT-LLM tp candidate (measured) and a vLLM or ep8 one beside it (its
-    generation measured), the first is rated, sized at a confidence level and reported as
-    measured, the others as same-generation.
+    on an H100 with a TensorRT-LLM tp candidate (measured), an ep8 one (never measured with ep) and a vLLM
+    one (an engine Hopper was never measured with) beside it, the first is rated, sized at a confidence
+    level and reported as measured, the second as same-generation, the third as datasheet-only. What
+    depends on the candidate's model or pp too is in ``candidate_fidelity``.
     """
     keys = {fidelity_key(c) for wc in cset.workloads for c in wc.kept}
     out = {}
