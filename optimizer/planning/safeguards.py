@@ -93,14 +93,18 @@ def candidate_fidelity(cset: CandidateSet, fidelity: Mapping[FidelityKey, Fideli
         return {}
     records = params.fit is not None and bool(params.fit.by_configuration)
     out = {}
+    rated: dict[tuple[FidelityKey, bool, int], Fidelity] = {}  # one rating per (configuration, MoE, pp)
     for wc in cset.workloads:
         moe = wc.model in catalog.models and catalog.models[wc.model].is_moe
         for c in wc.kept:
             fid = fidelity.get(fidelity_key(c))
             if fid is None or not c.engine or c.device not in cset.units:
                 continue
-            own = for_moe_model(fid, cset.units[c.device].device, c.engine, params) if moe else fid
-            own = for_pipeline(own, c.pp, params)
+            at = (fidelity_key(c), moe, c.pp)
+            if at not in rated:
+                own = for_moe_model(fid, cset.units[c.device].device, c.engine, params) if moe else fid
+                rated[at] = for_pipeline(own, c.pp, params)
+            own = rated[at]
             if records:
                 rec = params.measured_configuration(configuration_key(c.device, c.engine, wc.model, c.precision,
                                                                       c.tp, c.ep))
