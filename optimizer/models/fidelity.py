@@ -86,6 +86,11 @@ def _envelope(*bands: tuple[float, float]) -> tuple[float, float]:
     return min(b[0] for b in bands), max(b[1] for b in bands)
 
 
+def class_envelope(params: CalibrationParams, letters: str) -> tuple[float, float]:
+    """The leave-out bands of ``letters`` (e.g. "abc") as one: a class is never trusted more than a better one."""
+    return _envelope(*((params.error_bands[k].low_factor, params.error_bands[k].high_factor) for k in letters))
+
+
 def measured_devices(params: CalibrationParams) -> dict[str, tuple[int, float]]:
     """Device key -> (rows, p90 |error| %) of the devices the calibration was fitted on."""
     fit = params.fit
@@ -157,9 +162,7 @@ def fidelity_of(device: Device, params: CalibrationParams, devices: Mapping[str,
     engine = engine or default_engine(device)
     letter = fidelity_letter(device, engine, params, ep)
     if letter is not None and all(k in params.error_bands for k in "abc"):
-        order = "abc"[: "abc".index(letter) + 1]
-        low, high = _envelope(*((params.error_bands[k].low_factor, params.error_bands[k].high_factor)
-                                for k in order))
+        low, high = class_envelope(params, "abc"[: "abc".index(letter) + 1])
         band = params.error_bands[letter]  # type: ignore[index]
         if ep_unmeasured(device, engine, params, ep):
             what = f"{device.key}/{engine} measured, but never with expert parallelism (ep {ep}); rated as its generation"
@@ -223,12 +226,15 @@ def _fallback_fidelity(device: Device, engine: str, params: CalibrationParams, d
     return Fidelity("datasheet-only", f"{why}; band from out-of-sample B200, B300 and MI300X residuals", low, high)
 
 
+def engines_measured_on(generation: str, params: CalibrationParams) -> list[str]:
+    """The engines ``generation`` was measured with (``coverage.generation_engines``)."""
+    cov = params.coverage
+    return sorted(e.partition("/")[2] for e in (cov.generation_engines or [] if cov else []) if e.startswith(f"{generation}/"))
 
 
 def unmeasured_engine_basis(device: Device, engine: str, params: CalibrationParams) -> str:
     """What a class-c rating of a measured generation served by an unmeasured engine rests on."""
-    cov = params.coverage
-    served = sorted(e.partition("/")[2] for e in (cov.generation_engines or []) if e.startswith(f"{device.generation}/"))
+    served = engines_measured_on(device.generation, params)
     return (f"generation {device.generation} measured only with {', '.join(served)}, never served by "
             f"{engine}: its shares and host times are {', '.join(served)}'s; rated datasheet-only")
 
@@ -277,15 +283,14 @@ def moe_unmeasured(device: Device, engine: str | None, params: CalibrationParams
 
 def for_moe_model(fidelity: Fidelity, device: Device, engine: str | None, params: CalibrationParams) -> Fidelity:
     """The fidelity of a MoE model's configuration: ``fidelity`` where MoE was measured on this generation and
-    engine (or
-    the coverage does not record it, or it is datasheet-only already); else the datasheet-only class with its band
-    (class c widened to contain a and b; without leave-out bands the residual constants' envelope with
-    ``fidelity``'s own band), the basis naming the grouped-GEMM share it assumes and the fitted classes' span."""
+    engine (or the coverage does not record it, or it is datasheet-only already); else the datasheet-only class
+    with its band (class c widened to contain a and b; without leave-out bands the residual constants' envelope
+    with ``fidelity``'s own band), the basis naming the grouped-GEMM share it assumes and the fitted classes' span."""
     if fidelity.class_ == "datasheet-only" or not moe_unmeasured(device, engine, params):
         return fidelity
     engine = engine or default_engine(device)
     if all(k in params.error_bands for k in "abc"):
-        low, high = _envelope(*((params.error_bands[k].low_factor, params.error_bands[k].high_factor) for k in "abc"))
+        low, high = class_envelope(params, "abc")
     else:
         low, high = _envelope(DATASHEET_ONLY_BAND, SAME_GENERATION_BAND, (fidelity.low_factor, fidelity.high_factor))
     fitted = [o.moe_efficiency for o in params.overrides if o.generation is not None and o.moe_efficiency is not None]
@@ -305,7 +310,7 @@ def for_pipeline(fidelity: Fidelity, pp: int, params: CalibrationParams) -> Fide
     if pp <= 1 or fidelity.class_ != "measured":
         return fidelity
     if all(k in params.error_bands for k in "ab"):
-        low, high = _envelope(*((params.error_bands[k].low_factor, params.error_bands[k].high_factor) for k in "ab"))
+        low, high = class_envelope(params, "ab")
     else:
         low, high = _envelope(SAME_GENERATION_BAND, (fidelity.low_factor, fidelity.high_factor))
     return Fidelity("same-generation", f"pipeline-parallel (pp {pp}): its stage hop ({params.pp_hop_latency_us:g} µs) "

@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from catalog.load import Catalog
-from optimizer.models.fidelity import engine_unmeasured, moe_unmeasured
+from optimizer.models.fidelity import engine_unmeasured, engines_measured_on, moe_unmeasured
 from optimizer.models.params import CalibrationParams, configuration_key
 from optimizer.planning.headroom import FidelityKey, fidelity_key
 from optimizer.results.plan_result import Deployment, Diagnostic
@@ -156,8 +156,7 @@ def unmeasured_engine_notes(deployments: Sequence[Deployment], params: Calibrati
     for (device_key, engine), ds in on.items():
         device = catalog.devices[device_key]
         here = params.factors_for(device, engine)
-        served = sorted(e.partition("/")[2] for e in params.coverage.generation_engines or []
-                        if e.startswith(f"{device.generation}/"))
+        served = engines_measured_on(device.generation, params)
         elsewhere = [(dev, params.factors_for(catalog.devices[dev], engine))
                      for dev, _, eng in (pair.partition("/") for pair in params.coverage.device_engines)
                      if eng == engine and dev in catalog.devices]
