@@ -38,6 +38,7 @@ from optimizer.planning.headroom import (
     sized,
 )
 from optimizer.planning.known_limits import (
+    cross_stack_notes,
     long_prompt_tpot_notes,
     measured_configuration_notes,
     pipeline_notes,
@@ -144,7 +145,8 @@ def optimize_plan(
                  *measured_configuration_notes(plan, result.deployments, model_params, catalog, fidelity),
                  *unmeasured_engine_notes(result.deployments, model_params, catalog),
                  *unmeasured_moe_notes(plan, result.deployments, model_params, catalog),
-                 *pipeline_notes(result.deployments, model_params)]:
+                 *pipeline_notes(result.deployments, model_params),
+                 *cross_stack_notes(result.deployments, catalog)]:
         result = replace(result, diagnostics=(*result.diagnostics, *known))
     clock.lap("verification")
     if sensitivity and sol.status is SolveStatus.OPTIMAL:

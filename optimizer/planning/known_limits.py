@@ -22,6 +22,11 @@ generations span 0.25-1.0 (Blackwell's FP4 grouped GEMMs to Ada's): rated datash
 defaults no fit sets and no row measured (``CalibrationParams.pp_hop_latency_us``, ``pp_microbatch_overhead_us``),
 rated at most same-generation (``optimizer.models.fidelity.for_pipeline``).
 
+``cross_stack_notes``: a disaggregated workload whose prefill and decode pools run different vendors or engines
+(H100/TensorRT-LLM prefill, MI300X/vLLM decode in examples/rag-disaggregated.yaml). The model counts the KV hand-off
+as bytes over the scale-out network; serving stacks hand KV off between pools of one engine, whose cache layout both
+sides share, so such a pair may not be buildable: the plan says so instead of leaving it to a comment.
+
 ``long_prompt_tpot_notes``:
 
 The analytic TPOT p99 of a replica whose prompts are long-tailed is optimistic: a rare prompt of tens of
@@ -221,3 +226,31 @@ def pipeline_notes(deployments: Sequence[Deployment], params: CalibrationParams 
         "per step) are defaults that no measurement fitted (gpuplan calibrate does not fit them), so the capacity is "
         "rated same-generation at best: plan with --confidence 0.9 to size by its band, or allow a device or "
         "precision on which the model fits one pipeline stage (pp 1)")]
+
+
+def cross_stack_notes(deployments: Sequence[Deployment], catalog: Catalog) -> list[Diagnostic]:
+    """A ``disaggregated_cross_stack`` warning per workload whose prefill and decode pools do not all run one
+    (vendor, engine): the pools on each side and what to check or change."""
+    pools: dict[str, dict[str, list[Deployment]]] = {}
+    for d in deployments:
+        if d.stage in ("prefill", "decode"):
+            pools.setdefault(d.workload, {}).setdefault(d.stage, []).append(d)
+
+    def stack(d: Deployment) -> str:
+        vendor = catalog.devices[d.device].vendor if d.device in catalog.devices else "?"
+        return f"{d.device} ({vendor}, {d.engine or 'engine not known'})"
+
+    notes = []
+    for workload, by_stage in pools.items():
+        sides = {stage: sorted({stack(d) for d in ds}) for stage, ds in by_stage.items()}
+        kinds = {(catalog.devices[d.device].vendor if d.device in catalog.devices else "?", d.engine)
+                 for ds in by_stage.values() for d in ds}
+        if len(kinds) > 1:
+            notes.append(Diagnostic(
+                "warning", "disaggregated_cross_stack",
+                f"{workload}: prefill on {', '.join(sides.get('prefill', []))}, decode on "
+                f"{', '.join(sides.get('decode', []))}: the KV cache crosses vendors or engines. The model counts the "
+                "hand-off as bytes over the scale-out network, but serving stacks hand KV off between pools of one "
+                "engine (whose cache layout both sides share): check that yours supports this pair, or keep one "
+                "vendor's devices in allowed_devices (or disaggregation: never)"))
+    return notes

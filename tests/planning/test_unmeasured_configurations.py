@@ -5,7 +5,8 @@
   measured (docs/model-accuracy.md, "Finite benchmark runs": a refit without an engine's rows lands 14-41 % off);
 - a mixture-of-experts model on a generation and engine never measured with one (any MoE on MI300X: the AMD rows
   are dense Llama), with the grouped-GEMM share it assumes next to the span the fit gave the measured generations;
-- a pipeline-parallel configuration (pp > 1): rated same-generation at best, its pipeline terms never fitted.
+- a pipeline-parallel configuration (pp > 1): rated same-generation at best, its pipeline terms never fitted;
+- disaggregated pools on different vendors or engines: a KV hand-off serving stacks may not support, warned.
 """
 
 from __future__ import annotations
@@ -170,3 +171,35 @@ def test_estimate_rates_pp_as_the_plan_does():
     assert pp1["fidelity"]["class"] == "measured" and "uncalibrated" not in pp1
     assert pp2["fidelity"]["class"] == "same-generation" and "pipeline-parallel (pp 2)" in pp2["fidelity"]["basis"]
     assert "pipeline" in pp2["uncalibrated"]
+
+
+# ---------------------------------------------------------------- disaggregated pools across vendors or engines
+
+def _pool(stage: str, device: str, engine: str):
+    from optimizer.results.plan_result import Deployment
+
+    return Deployment("rag", f"{stage}__{device}", device, "fp8", 8, 1, 1, 1.0, 1.0, stage=stage, engine=engine)
+
+
+def test_cross_stack_pools_are_warned_and_one_stack_is_not():
+    from optimizer.planning.known_limits import cross_stack_notes
+
+    cat = load_catalog()
+    (note,) = cross_stack_notes([_pool("prefill", "h100-sxm", "trtllm"), _pool("decode", "mi300x", "vllm")], cat)
+    assert note.code == "disaggregated_cross_stack" and note.level == "warning"
+    assert "prefill on h100-sxm (nvidia, trtllm), decode on mi300x (amd, vllm)" in note.message
+    assert not cross_stack_notes([_pool("prefill", "h100-sxm", "trtllm"), _pool("decode", "h20", "trtllm")], cat)
+    assert cross_stack_notes([_pool("prefill", "h100-sxm", "trtllm"), _pool("decode", "h200-sxm", "vllm")], cat)
+
+
+def test_the_disaggregated_example_says_its_pools_cross_vendors():
+    """examples/rag-disaggregated.yaml serves prefill on H100 (TensorRT-LLM) and decode on MI300X (vLLM): its plan,
+    not only the file's comment, says the hand-off crosses stacks."""
+    from tests.conftest import EXAMPLES
+    from workloads import load_plan
+
+    plan = load_plan(EXAMPLES / "rag-disaggregated.yaml")
+    r = optimize_plan(plan, resolve_catalog(plan, load_catalog(), "rag"), verify=False, sensitivity=False)
+    stacks = {(d.stage, d.device) for d in r.deployments}
+    assert ("prefill", "h100-sxm") in stacks and ("decode", "mi300x") in stacks
+    assert [n.code for n in r.diagnostics].count("disaggregated_cross_stack") == 1
