@@ -281,6 +281,12 @@ def moe_unmeasured(device: Device, engine: str | None, params: CalibrationParams
     return f"{device.generation}/{engine or default_engine(device)}" not in cov.moe_generation_engines
 
 
+def moe_share_span(params: CalibrationParams) -> tuple[float, float] | None:
+    """(least, greatest) grouped-GEMM share (``moe_efficiency``) the fit gave a generation; None: no generation has one."""
+    fitted = [o.moe_efficiency for o in params.overrides if o.generation is not None and o.moe_efficiency is not None]
+    return (min(fitted), max(fitted)) if fitted else None
+
+
 def for_moe_model(fidelity: Fidelity, device: Device, engine: str | None, params: CalibrationParams) -> Fidelity:
     """The fidelity of a MoE model's configuration: ``fidelity`` where MoE was measured on this generation and
     engine (or the coverage does not record it, or it is datasheet-only already); else the datasheet-only class
@@ -293,8 +299,8 @@ def for_moe_model(fidelity: Fidelity, device: Device, engine: str | None, params
         low, high = class_envelope(params, "abc")
     else:
         low, high = _envelope(DATASHEET_ONLY_BAND, SAME_GENERATION_BAND, (fidelity.low_factor, fidelity.high_factor))
-    fitted = [o.moe_efficiency for o in params.overrides if o.generation is not None and o.moe_efficiency is not None]
-    span = f"; the generations measured with MoE fitted {min(fitted):.2f}-{max(fitted):.2f}" if fitted else ""
+    fitted = moe_share_span(params)
+    span = f"; the generations measured with MoE fitted {fitted[0]:.2f}-{fitted[1]:.2f}" if fitted else ""
     share = params.factors_for(device, engine).moe_efficiency
     return Fidelity("datasheet-only", f"generation {device.generation} never measured with a mixture-of-experts model "
                     f"served by {engine}: its grouped-GEMM share {share:.2f} is not fitted on it{span}; rated "

@@ -44,7 +44,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from catalog.load import Catalog
-from optimizer.models.fidelity import engine_unmeasured, engines_measured_on, moe_unmeasured
+from optimizer.models.fidelity import (
+    engine_unmeasured,
+    engines_measured_on,
+    moe_share_span,
+    moe_unmeasured,
+)
 from optimizer.models.params import CalibrationParams, configuration_key
 from optimizer.planning.headroom import FidelityKey, fidelity_key
 from optimizer.results.plan_result import Deployment, Diagnostic
@@ -195,7 +200,7 @@ def unmeasured_moe_notes(plan: Plan, deployments: Sequence[Deployment], params: 
         if (d.workload in moe and d.engine and d.device in catalog.devices
                 and moe_unmeasured(catalog.devices[d.device], d.engine, params)):
             on.setdefault((d.device, d.engine), []).append(d)
-    fitted = [o.moe_efficiency for o in params.overrides if o.generation is not None and o.moe_efficiency is not None]
+    fitted = moe_share_span(params)
     notes: list[Diagnostic] = []
     for (device_key, engine), ds in on.items():
         device = catalog.devices[device_key]
@@ -206,7 +211,7 @@ def unmeasured_moe_notes(plan: Plan, deployments: Sequence[Deployment], params: 
             f"{', '.join(f'{d.key} ({d.workload})' for d in ds)}: no mixture-of-experts model was measured on "
             f"{device.generation} served by {engine}, so this capacity assumes its routed experts' grouped GEMMs reach "
             f"the fit's default share {share:.2f}"
-            + (f", where the generations measured with MoE fitted {min(fitted):.2f}-{max(fitted):.2f}" if fitted else "")
+            + (f", where the generations measured with MoE fitted {fitted[0]:.2f}-{fitted[1]:.2f}" if fitted else "")
             + (f". Rated datasheet-only (80 % band ×{band.low_factor:.2f}–{band.high_factor:.2f})" if band else "")
             + ": plan with --confidence 0.9 to size by that band, or measure a MoE model on this device, fit the rows "
             "with `gpuplan calibrate` and plan with --params"))
@@ -236,16 +241,14 @@ def cross_stack_notes(deployments: Sequence[Deployment], catalog: Catalog) -> li
         if d.stage in ("prefill", "decode"):
             pools.setdefault(d.workload, {}).setdefault(d.stage, []).append(d)
 
-    def stack(d: Deployment) -> str:
-        vendor = catalog.devices[d.device].vendor if d.device in catalog.devices else "?"
-        return f"{d.device} ({vendor}, {d.engine or 'engine not known'})"
+    def vendor(d: Deployment) -> str:
+        return catalog.devices[d.device].vendor if d.device in catalog.devices else "?"
 
     notes = []
     for workload, by_stage in pools.items():
-        sides = {stage: sorted({stack(d) for d in ds}) for stage, ds in by_stage.items()}
-        kinds = {(catalog.devices[d.device].vendor if d.device in catalog.devices else "?", d.engine)
-                 for ds in by_stage.values() for d in ds}
-        if len(kinds) > 1:
+        sides = {stage: sorted({f"{d.device} ({vendor(d)}, {d.engine or 'engine not known'})" for d in ds})
+                 for stage, ds in by_stage.items()}
+        if len({(vendor(d), d.engine) for ds in by_stage.values() for d in ds}) > 1:
             notes.append(Diagnostic(
                 "warning", "disaggregated_cross_stack",
                 f"{workload}: prefill on {', '.join(sides.get('prefill', []))}, decode on "
