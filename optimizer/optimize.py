@@ -43,7 +43,7 @@ from optimizer.planning.known_limits import (
     measured_configuration_notes,
     pipeline_notes,
     unmeasured_engine_notes,
-    unmeasured_moe_notes,
+    unmeasured_kernel_notes,
 )
 from optimizer.planning.milp.decompose import decomposes, solve_decomposed
 from optimizer.planning.milp.problem import FleetProblem, FleetSolution
@@ -144,7 +144,7 @@ def optimize_plan(
     if known := [*long_prompt_tpot_notes(plan, result.deployments),
                  *measured_configuration_notes(plan, result.deployments, model_params, catalog, fidelity),
                  *unmeasured_engine_notes(result.deployments, model_params, catalog),
-                 *unmeasured_moe_notes(plan, result.deployments, model_params, catalog),
+                 *unmeasured_kernel_notes(plan, result.deployments, model_params, catalog),
                  *pipeline_notes(result.deployments, model_params),
                  *cross_stack_notes(result.deployments, catalog)]:
         result = replace(result, diagnostics=(*result.diagnostics, *known))

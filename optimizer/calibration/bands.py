@@ -87,7 +87,7 @@ def group_key(m: Measurement, cat: Catalog, by: str) -> str:
 
 def coverage(rows: Sequence[Measurement], cat: Catalog) -> Coverage:
     """What ``rows`` measured: device/engine pairs (all, and with ep > 1), generations, generation/engine pairs
-    (all, and with a MoE model), vendors (resolved rows only)."""
+    (all, with a MoE model, with a weight-only precision), vendors (resolved rows only)."""
     ok = [m for m in rows if m.device_key and not m.unresolved]
     return Coverage(
         device_engines=sorted({f"{m.device_key}/{engine_of(m, cat)}" for m in ok}),
@@ -98,6 +98,9 @@ def coverage(rows: Sequence[Measurement], cat: Catalog) -> Coverage:
                                    for m in ok}),
         moe_generation_engines=sorted({f"{cat.devices[m.device_key].generation}/{engine_of(m, cat)}"  # type: ignore[index]
                                        for m in ok if cat.models[m.model_key].is_moe}),  # type: ignore[index]
+        weight_only_generation_engines=sorted({
+            f"{cat.devices[m.device_key].generation}/{engine_of(m, cat)}"  # type: ignore[index]
+            for m in ok if cat.precisions[m.precision_key].weight_only}),  # type: ignore[index]
     )
 
 

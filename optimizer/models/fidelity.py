@@ -270,15 +270,20 @@ def capacity_factor_at(fidelity: Fidelity, confidence: float) -> float:
     return min(1.0, math.exp(mu + sigma * NormalDist().inv_cdf(1.0 - confidence)))
 
 
-def moe_unmeasured(device: Device, engine: str | None, params: CalibrationParams) -> bool:
-    """True when the coverage records the generation/engine pairs measured with a mixture-of-experts model and
-    ``device``'s generation served by ``engine`` is not one of them: the routed experts' grouped GEMMs then run
-    at a share (``moe_efficiency``) no row of this generation and engine fitted, where the fitted generations span
-    ~0.25 (Blackwell) to 1.0 (Ada) in the shipped fit."""
+def unmeasured_kernels(device: Device, engine: str | None, params: CalibrationParams, *, moe: bool = False,
+                       weight_only: bool = False) -> list[str]:
+    """The kernel families of a configuration that no row of its generation and engine measured, where the coverage
+    records them (None = not recorded: none): ``moe`` — the routed experts' grouped GEMMs of a mixture-of-experts
+    model, whose fitted share (``moe_efficiency``) spans ~0.25 (Blackwell) to 1.0 (Ada) across the shipped
+    generations; ``weight_only`` — the dequantizing GEMMs of a weight-only precision (W4A16), whose share was fitted
+    where they ran (Hopper in the shipped fit) and is taken everywhere else."""
     cov = params.coverage
-    if cov is None or cov.moe_generation_engines is None:
-        return False
-    return f"{device.generation}/{engine or default_engine(device)}" not in cov.moe_generation_engines
+    if cov is None:
+        return []
+    pair = f"{device.generation}/{engine or default_engine(device)}"
+    return [family for family, asked, measured in (("moe", moe, cov.moe_generation_engines),
+                                                    ("weight_only", weight_only, cov.weight_only_generation_engines))
+            if asked and measured is not None and pair not in measured]
 
 
 def moe_share_span(params: CalibrationParams) -> tuple[float, float] | None:
@@ -287,24 +292,36 @@ def moe_share_span(params: CalibrationParams) -> tuple[float, float] | None:
     return (min(fitted), max(fitted)) if fitted else None
 
 
-def for_moe_model(fidelity: Fidelity, device: Device, engine: str | None, params: CalibrationParams) -> Fidelity:
-    """The fidelity of a MoE model's configuration: ``fidelity`` where MoE was measured on this generation and
-    engine (or the coverage does not record it, or it is datasheet-only already); else the datasheet-only class
-    with its band (class c widened to contain a and b; without leave-out bands the residual constants' envelope
-    with ``fidelity``'s own band), the basis naming the grouped-GEMM share it assumes and the fitted classes' span."""
-    if fidelity.class_ == "datasheet-only" or not moe_unmeasured(device, engine, params):
+def unmeasured_kernel_basis(family: str, device: Device, engine: str, params: CalibrationParams) -> str:
+    """What a configuration's ``family`` of kernels (``unmeasured_kernels``) assumes where it was never measured."""
+    where = f"generation {device.generation} never measured with"
+    if family == "moe":
+        fitted = moe_share_span(params)
+        span = f"; the generations measured with MoE fitted {fitted[0]:.2f}-{fitted[1]:.2f}" if fitted else ""
+        return (f"{where} a mixture-of-experts model served by {engine}: its grouped-GEMM share "
+                f"{params.factors_for(device, engine).moe_efficiency:.2f} is not fitted on it{span}")
+    on = sorted((params.coverage.weight_only_generation_engines or []) if params.coverage else [])
+    return (f"{where} a weight-only precision served by {engine}: its dequantizing GEMMs take the share "
+            f"{params.factors_for(device, engine, weight_only=True).compute_efficiency:.2f} fitted on "
+            f"{', '.join(on) or 'no generation'}")
+
+
+def for_kernels(fidelity: Fidelity, device: Device, engine: str | None, params: CalibrationParams, *,
+                moe: bool = False, weight_only: bool = False) -> Fidelity:
+    """The fidelity of a configuration with those kernel families: ``fidelity`` where each was measured on this
+    generation and engine (or the coverage does not record it, or it is datasheet-only already); else the
+    datasheet-only class with its band (class c widened to contain a and b; without leave-out bands the residual
+    constants' envelope with ``fidelity``'s own band), the basis naming what each unmeasured family assumes."""
+    families = unmeasured_kernels(device, engine, params, moe=moe, weight_only=weight_only)
+    if fidelity.class_ == "datasheet-only" or not families:
         return fidelity
     engine = engine or default_engine(device)
     if all(k in params.error_bands for k in "abc"):
         low, high = class_envelope(params, "abc")
     else:
         low, high = _envelope(DATASHEET_ONLY_BAND, SAME_GENERATION_BAND, (fidelity.low_factor, fidelity.high_factor))
-    fitted = moe_share_span(params)
-    span = f"; the generations measured with MoE fitted {fitted[0]:.2f}-{fitted[1]:.2f}" if fitted else ""
-    share = params.factors_for(device, engine).moe_efficiency
-    return Fidelity("datasheet-only", f"generation {device.generation} never measured with a mixture-of-experts model "
-                    f"served by {engine}: its grouped-GEMM share {share:.2f} is not fitted on it{span}; rated "
-                    "datasheet-only", low, high)
+    basis = "; ".join(unmeasured_kernel_basis(f, device, engine, params) for f in families)
+    return Fidelity("datasheet-only", f"{basis}; rated datasheet-only", low, high)
 
 
 def for_pipeline(fidelity: Fidelity, pp: int, params: CalibrationParams) -> Fidelity:

@@ -152,6 +152,9 @@ class Coverage(Strict):
     moe_generation_engines: list[str] | None = Field(
         None, description="'generation/engine' pairs measured with a mixture-of-experts model; None = not recorded "
         "(parameter files written before it was), so a MoE configuration keeps its device's class")
+    weight_only_generation_engines: list[str] | None = Field(
+        None, description="'generation/engine' pairs measured with a weight-only precision (W4A16); None = not "
+        "recorded (parameter files written before it was), so a weight-only configuration keeps its device's class")
 
 
 # fewer measured rows of a configuration than this say too little to report it (one source's table has 3-11 per model)

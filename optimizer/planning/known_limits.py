@@ -13,10 +13,11 @@ only). Its capacity rests on the other engine's fitted shares and host times, an
 lands 14-41 % off (MI300X/vLLM held out, docs/model-accuracy.md "Finite benchmark runs"): rated datasheet-only,
 with the host times it assumes next to those the fit gave that engine where it was measured.
 
-``unmeasured_moe_notes``: a deployment of a mixture-of-experts model on a generation and engine never measured with
-one (``optimizer.models.fidelity.moe_unmeasured``: any MoE model on MI300X with the shipped calibration, whose AMD rows
-are dense Llama). Its routed experts' grouped GEMMs run at a share no row of that hardware fitted, where the fitted
-generations span 0.25-1.0 (Blackwell's FP4 grouped GEMMs to Ada's): rated datasheet-only, with the share it assumes.
+``unmeasured_kernel_notes``: a deployment of a mixture-of-experts model, or of a weight-only precision (W4A16), on a
+generation and engine never measured with one (``optimizer.models.fidelity.unmeasured_kernels``: any MoE model on
+MI300X with the shipped calibration, whose AMD rows are dense Llama; int4 anywhere but Hopper). Its grouped or
+dequantizing GEMMs run at a share no row of that hardware fitted (the fitted grouped-GEMM shares span 0.25-1.0 across
+generations): rated datasheet-only, with the share it assumes.
 
 ``pipeline_notes``: a pipeline-parallel deployment (pp > 1): its stage hop and per-micro-batch host time are
 defaults no fit sets and no row measured (``CalibrationParams.pp_hop_latency_us``, ``pp_microbatch_overhead_us``),
@@ -47,8 +48,8 @@ from catalog.load import Catalog
 from optimizer.models.fidelity import (
     engine_unmeasured,
     engines_measured_on,
-    moe_share_span,
-    moe_unmeasured,
+    unmeasured_kernel_basis,
+    unmeasured_kernels,
 )
 from optimizer.models.params import CalibrationParams, configuration_key
 from optimizer.planning.headroom import FidelityKey, fidelity_key
@@ -186,34 +187,32 @@ def unmeasured_engine_notes(deployments: Sequence[Deployment], params: Calibrati
     return notes
 
 
-def unmeasured_moe_notes(plan: Plan, deployments: Sequence[Deployment], params: CalibrationParams | None,
-                         catalog: Catalog) -> list[Diagnostic]:
-    """A ``moe_unmeasured`` warning per (device, engine) of ``deployments`` serving a mixture-of-experts model on a
-    generation and engine never measured with one (``moe_unmeasured``): the grouped-GEMM share its capacity assumes
-    (``params.factors_for(device, engine).moe_efficiency``), the span the fit gave the generations measured with MoE,
-    the band and the fixes."""
+def unmeasured_kernel_notes(plan: Plan, deployments: Sequence[Deployment], params: CalibrationParams | None,
+                            catalog: Catalog) -> list[Diagnostic]:
+    """A ``moe_unmeasured`` / ``weight_only_unmeasured`` warning per (device, engine) of ``deployments`` whose
+    mixture-of-experts model / weight-only precision was never measured on that generation and engine
+    (``unmeasured_kernels``): what the capacity assumes there (``unmeasured_kernel_basis``), the band and the fixes."""
     if params is None or params.coverage is None:
         return []
     moe = {w.name for w in plan.workloads if catalog.model(w.model).is_moe}
-    on: dict[tuple[str, str], list[Deployment]] = {}
+    on: dict[tuple[str, str, str], list[Deployment]] = {}
     for d in deployments:
-        if (d.workload in moe and d.engine and d.device in catalog.devices
-                and moe_unmeasured(catalog.devices[d.device], d.engine, params)):
-            on.setdefault((d.device, d.engine), []).append(d)
-    fitted = moe_share_span(params)
+        if not d.engine or d.device not in catalog.devices:
+            continue
+        weight_only = d.precision in catalog.precisions and catalog.precisions[d.precision].weight_only
+        for family in unmeasured_kernels(catalog.devices[d.device], d.engine, params, moe=d.workload in moe,
+                                         weight_only=weight_only):
+            on.setdefault((family, d.device, d.engine), []).append(d)
     notes: list[Diagnostic] = []
-    for (device_key, engine), ds in on.items():
-        device = catalog.devices[device_key]
-        share = params.factors_for(device, engine).moe_efficiency
+    for (family, device_key, engine), ds in on.items():
+        what = "a MoE model" if family == "moe" else "a weight-only precision"
         band = ds[0].fidelity
         notes.append(Diagnostic(
-            "warning", "moe_unmeasured",
-            f"{', '.join(f'{d.key} ({d.workload})' for d in ds)}: no mixture-of-experts model was measured on "
-            f"{device.generation} served by {engine}, so this capacity assumes its routed experts' grouped GEMMs reach "
-            f"the fit's default share {share:.2f}"
-            + (f", where the generations measured with MoE fitted {fitted[0]:.2f}-{fitted[1]:.2f}" if fitted else "")
+            "warning", f"{family}_unmeasured",
+            f"{', '.join(f'{d.key} ({d.workload})' for d in ds)}: "
+            f"{unmeasured_kernel_basis(family, catalog.devices[device_key], engine, params)}"
             + (f". Rated datasheet-only (80 % band ×{band.low_factor:.2f}–{band.high_factor:.2f})" if band else "")
-            + ": plan with --confidence 0.9 to size by that band, or measure a MoE model on this device, fit the rows "
+            + f": plan with --confidence 0.9 to size by that band, or measure {what} on this device, fit the rows "
             "with `gpuplan calibrate` and plan with --params"))
     return notes
 

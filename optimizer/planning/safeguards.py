@@ -24,7 +24,7 @@ from typing import get_args
 from catalog.load import Catalog
 from optimizer.models.fidelity import (
     fidelity_of,
-    for_moe_model,
+    for_kernels,
     for_pipeline,
     with_measured_configuration,
 )
@@ -80,8 +80,8 @@ def candidate_fidelity(cset: CandidateSet, fidelity: Mapping[FidelityKey, Fideli
     """(workload, candidate key) → its band where it differs from its configuration's class band
     (``fidelity[fidelity_key(c)]``), for the kept candidates:
 
-    - a MoE model on a generation and engine never measured with one (``optimizer.models.fidelity.for_moe_model``):
-      the datasheet-only class and band;
+    - a MoE model, or a weight-only precision, on a generation and engine never measured with one
+      (``optimizer.models.fidelity.for_kernels``): the datasheet-only class and band;
     - a pipeline-parallel one (pp > 1) rated measured: same-generation, its pipeline terms never fitted
       (``for_pipeline``);
     - widened to contain the median measured / predicted of the calibration's own rows of that configuration
@@ -93,16 +93,17 @@ def candidate_fidelity(cset: CandidateSet, fidelity: Mapping[FidelityKey, Fideli
         return {}
     records = params.fit is not None and bool(params.fit.by_configuration)
     out = {}
-    rated: dict[tuple[FidelityKey, bool, int], Fidelity] = {}  # one rating per (configuration, MoE, pp)
+    rated: dict[tuple[FidelityKey, bool, bool, int], Fidelity] = {}  # one per (configuration, MoE, weight-only, pp)
     for wc in cset.workloads:
         moe = wc.model in catalog.models and catalog.models[wc.model].is_moe
         for c in wc.kept:
             fid = fidelity.get(fidelity_key(c))
             if fid is None or not c.engine or c.device not in cset.units:
                 continue
-            at = (fidelity_key(c), moe, c.pp)
+            weight_only = c.precision in catalog.precisions and catalog.precisions[c.precision].weight_only
+            at = (fidelity_key(c), moe, weight_only, c.pp)
             if at not in rated:
-                own = for_moe_model(fid, cset.units[c.device].device, c.engine, params) if moe else fid
+                own = for_kernels(fid, cset.units[c.device].device, c.engine, params, moe=moe, weight_only=weight_only)
                 rated[at] = for_pipeline(own, c.pp, params)
             own = rated[at]
             if records:

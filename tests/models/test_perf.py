@@ -224,7 +224,7 @@ def test_estimate_rates_expert_parallelism_as_the_plan_does():
     """estimate_config's fidelity follows its ep like the planner's (``fidelity_of(..., ep=)``): A100/TensorRT-LLM
     was measured, with a MoE model (Mixtral) but never with ep > 1, so an ep8 estimate of a MoE model is class
     same-generation and a tp8 one measured. On MI300X/vLLM, measured with dense models only, both are
-    datasheet-only (``fidelity.for_moe_model``)."""
+    datasheet-only (``fidelity.for_kernels``)."""
     model, dev, prec = CAT.model("qwen3-30b-a3b"), CAT.devices["a100-80gb-sxm"], CAT.precision("bf16")
     shipped = load_params(None)
     tp8 = estimate_config(model, dev, prec, 8, 1, 1000, 200, shipped, devices=CAT.devices, max_throughput=True)

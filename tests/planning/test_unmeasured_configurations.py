@@ -5,6 +5,7 @@
   measured (docs/model-accuracy.md, "Finite benchmark runs": a refit without an engine's rows lands 14-41 % off);
 - a mixture-of-experts model on a generation and engine never measured with one (any MoE on MI300X: the AMD rows
   are dense Llama), with the grouped-GEMM share it assumes next to the span the fit gave the measured generations;
+  likewise a weight-only precision (int4, W4A16) anywhere but Hopper under TensorRT-LLM, the one place it was measured;
 - a pipeline-parallel configuration (pp > 1): rated same-generation at best, its pipeline terms never fitted;
 - disaggregated pools on different vendors or engines: a KV hand-off serving stacks may not support, warned.
 """
@@ -110,8 +111,8 @@ def test_a_moe_model_on_mi300x_is_rated_datasheet_only_and_warned():
     assert d.fidelity.class_ == "datasheet-only"
     assert (d.fidelity.low_factor, d.fidelity.high_factor) == pytest.approx((0.66722, 1.47520), abs=5e-5)
     (note,) = [n for n in r.diagnostics if n.code == "moe_unmeasured"]
-    for part in (f"{d.key} (moe)", "no mixture-of-experts model was measured on cdna3 served by vllm",
-                 "default share 0.77", "fitted 0.25-1.00", "×0.67–1.48", "--confidence 0.9"):
+    for part in (f"{d.key} (moe)", "generation cdna3 never measured with a mixture-of-experts model served by vllm",
+                 "grouped-GEMM share 0.77 is not fitted on it", "fitted 0.25-1.00", "×0.67–1.48", "--confidence 0.9"):
         assert part in note.message, part
 
 
@@ -203,3 +204,54 @@ def test_the_disaggregated_example_says_its_pools_cross_vendors():
     stacks = {(d.stage, d.device) for d in r.deployments}
     assert ("prefill", "h100-sxm") in stacks and ("decode", "mi300x") in stacks
     assert [n.code for n in r.diagnostics].count("disaggregated_cross_stack") == 1
+
+
+# ---------------------------------------------------------------- a weight-only precision off the hardware it was fitted on
+
+def _int4_plan(device: str):
+    plan = parse_plan({"name": "w", "allowed_devices": [device], "workloads": [
+        {"name": "awq", "model": "llama-3.1-8b", "qps": 10, "prompt_tokens": {"mean": 1024, "p99": 4096},
+         "output_tokens": {"mean": 256, "p99": 1024}, "slo": {"ttft_p99_ms": 2000}, "precisions": ["int4"]}]}, "w")
+    return plan, resolve_catalog(plan, load_catalog(), "w")
+
+
+def test_the_shipped_coverage_records_where_weight_only_ran():
+    """The only weight-only rows are gpt-oss's MXFP4 experts dequantized on Hopper under TensorRT-LLM."""
+    cat = load_catalog()
+    rows = [m for name in SHIPPED_MEASUREMENT_FILES for m in load_measurements(shipped_measurements(name), cat)]
+    assert coverage(rows, cat).weight_only_generation_engines == load_params(None).coverage.weight_only_generation_engines \
+        == ["hopper/trtllm"]
+
+
+def test_int4_on_a100_is_rated_datasheet_only_and_warned_and_on_h100_is_not():
+    """AWQ int4 Llama-3.1-8B on A100 (measured with 16-bit and FP8 rows, never weight-only): datasheet-only with the
+    class-c envelope and a weight_only_unmeasured warning naming the share its dequantizing GEMMs take (0.20, the
+    weight_only override fitted on Hopper). On H100 it keeps its class, with no warning."""
+    params = load_params(None)
+    cat = load_catalog()
+    assert round(params.factors_for(cat.devices["a100-80gb-sxm"], "trtllm", weight_only=True).compute_efficiency, 2) == 0.20
+    plan, cat = _int4_plan("a100-80gb-sxm")
+    r = optimize_plan(plan, cat, compare_single_device=False, verify=False, sensitivity=False)
+    (d,) = r.deployments
+    assert d.precision == "int4" and d.fidelity.class_ == "datasheet-only"
+    assert (d.fidelity.low_factor, d.fidelity.high_factor) == pytest.approx((0.66722, 1.47520), abs=5e-5)
+    (note,) = [n for n in r.diagnostics if n.code == "weight_only_unmeasured"]
+    assert ("generation ampere never measured with a weight-only precision served by trtllm: its dequantizing GEMMs "
+            "take the share 0.20 fitted on hopper/trtllm") in note.message
+    plan, cat = _int4_plan("h100-sxm")
+    r = optimize_plan(plan, cat, compare_single_device=False, verify=False, sensitivity=False)
+    assert {d.fidelity.class_ for d in r.deployments} == {"measured"}
+    assert not [n for n in r.diagnostics if n.code.endswith("_unmeasured")]
+
+
+def test_a_weight_only_moe_names_both_families():
+    """gpt-oss-20b at int4 on MI300X: neither its MoE nor its weight-only GEMMs were measured on CDNA 3 / vLLM; the
+    basis names both (``for_kernels``)."""
+    from optimizer.models.estimate import estimate_config
+
+    cat, params = load_catalog(), load_params(None)
+    out = estimate_config(cat.model("gpt-oss-20b"), cat.device("mi300x"), cat.precision("int4"), 1, 1, 1024, 1024,
+                          params, max_throughput=True, devices=cat.devices)
+    basis = out["fidelity"]["basis"]
+    assert out["fidelity"]["class"] == "datasheet-only"
+    assert "a mixture-of-experts model served by vllm" in basis and "a weight-only precision served by vllm" in basis
