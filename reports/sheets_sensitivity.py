@@ -35,7 +35,7 @@ def build_summary_warnings(ctx: Ctx) -> None:
                      "(no measurement of its generation); see Sensitivity.")
     if other:
         notes.append(f"Performance of {', '.join(f'{x.upper()} served by {e}' for x, e in other)} rests on "
-                     "measurements of other configurations (this engine or model type never measured there); see Risks.")
+                     "measurements of other configurations (this engine, model type or precision never measured there); see Risks.")
     if r.headroom is not None:
         notes.append(f"Sized for the {r.headroom.sized_for}.")
     if notes:
