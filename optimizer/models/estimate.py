@@ -14,8 +14,7 @@ from optimizer.models.configs import Configs, build_configs
 from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS
 from optimizer.models.fidelity import (
     fidelity_of,
-    for_kernels,
-    for_pipeline,
+    structure_rating,
     with_measured_configuration,
 )
 from optimizer.models.params import CalibrationParams, ConfigurationRecord, configuration_key
@@ -131,15 +130,15 @@ def estimate_config(
 def configuration_fidelity(c: Configs, params: CalibrationParams, devices: Mapping[str, Device]
                            ) -> tuple[Fidelity, str, ConfigurationRecord | None]:
     """(fidelity, configuration key, its fit record) of the first configuration of ``c``: the class band of
-    its device, engine and ep (datasheet-only for a MoE model or a weight-only precision on a generation and
-    engine never measured with one: ``for_kernels``; same-generation for pp > 1 on a measured one: ``for_pipeline``), widened to contain
-    its own rows' median measured / predicted where the calibration has them (``with_measured_configuration``)."""
+    its device, engine and ep, lowered where its model, precision or pipeline was never measured on its hardware
+    (``structure_rating``), widened to contain its own rows' median measured / predicted where the calibration
+    has them (``with_measured_configuration``)."""
     key = configuration_key(c.devices[0].key, c.engines[0], c.model.key, c.precisions[0].key, int(c.tp[0]),
                             int(c.ep[0]))
     rec = params.measured_configuration(key)
     fid = fidelity_of(c.devices[0], params, devices, engine=c.engines[0], ep=int(c.ep[0]))
-    fid = for_kernels(fid, c.devices[0], c.engines[0], params, moe=c.model.is_moe, weight_only=c.precisions[0].weight_only)
-    fid = for_pipeline(fid, int(c.pp[0]), params)
+    fid = structure_rating(fid, c.devices[0], c.engines[0], params, moe=c.model.is_moe,
+                           weight_only=c.precisions[0].weight_only, pp=int(c.pp[0]))
     return with_measured_configuration(fid, rec), key, rec
 
 

@@ -316,12 +316,8 @@ def for_kernels(fidelity: Fidelity, device: Device, engine: str | None, params: 
     if fidelity.class_ == "datasheet-only" or not families:
         return fidelity
     engine = engine or default_engine(device)
-    if all(k in params.error_bands for k in "abc"):
-        low, high = class_envelope(params, "abc")
-    else:
-        low, high = _envelope(DATASHEET_ONLY_BAND, SAME_GENERATION_BAND, (fidelity.low_factor, fidelity.high_factor))
     basis = "; ".join(unmeasured_kernel_basis(f, device, engine, params) for f in families)
-    return Fidelity("datasheet-only", f"{basis}; rated datasheet-only", low, high)
+    return _rated("c", f"{basis}; rated datasheet-only", fidelity, params)
 
 
 def for_pipeline(fidelity: Fidelity, pp: int, params: CalibrationParams) -> Fidelity:
@@ -332,10 +328,27 @@ def for_pipeline(fidelity: Fidelity, pp: int, params: CalibrationParams) -> Fide
     widened to contain a (without leave-out bands: the residual constant's envelope with ``fidelity``'s)."""
     if pp <= 1 or fidelity.class_ != "measured":
         return fidelity
-    if all(k in params.error_bands for k in "ab"):
-        low, high = class_envelope(params, "ab")
+    return _rated("b", f"pipeline-parallel (pp {pp}): its stage hop ({params.pp_hop_latency_us:g} µs) and "
+                  f"per-micro-batch host time ({params.pp_microbatch_overhead_us:g} µs) are defaults, never fitted "
+                  "(no pipeline-parallel measurements); rated same-generation", fidelity, params)
+
+
+def _rated(letter: str, basis: str, fidelity: Fidelity, params: CalibrationParams) -> Fidelity:
+    """``fidelity`` re-rated as class ``letter`` (b or c): the leave-out band of that class widened to contain the
+    better classes' (``class_envelope``), or without leave-out bands the residual constants' envelope (same-generation;
+    datasheet-only with it) widened to contain ``fidelity``'s own band."""
+    better = "abc"[: "abc".index(letter) + 1]
+    if all(k in params.error_bands for k in better):
+        low, high = class_envelope(params, better)
     else:
-        low, high = _envelope(SAME_GENERATION_BAND, (fidelity.low_factor, fidelity.high_factor))
-    return Fidelity("same-generation", f"pipeline-parallel (pp {pp}): its stage hop ({params.pp_hop_latency_us:g} µs) "
-                    f"and per-micro-batch host time ({params.pp_microbatch_overhead_us:g} µs) are defaults, never fitted "
-                    "(no pipeline-parallel measurements); rated same-generation", low, high)
+        residual = (SAME_GENERATION_BAND,) if letter == "b" else (DATASHEET_ONLY_BAND, SAME_GENERATION_BAND)
+        low, high = _envelope(*residual, (fidelity.low_factor, fidelity.high_factor))
+    return Fidelity(CLASS_BY_LETTER[letter], basis, low, high)  # type: ignore[arg-type]
+
+
+def structure_rating(fidelity: Fidelity, device: Device, engine: str | None, params: CalibrationParams, *,
+                     moe: bool, weight_only: bool, pp: int) -> Fidelity:
+    """A configuration's class band (``fidelity_of``) lowered for what its model, precision and pipeline add that
+    was never measured on its hardware: ``for_kernels`` (MoE, weight-only GEMMs), then ``for_pipeline`` (pp > 1).
+    What the planner (``safeguards.candidate_fidelity``) and ``gpuplan estimate`` both rate by."""
+    return for_pipeline(for_kernels(fidelity, device, engine, params, moe=moe, weight_only=weight_only), pp, params)

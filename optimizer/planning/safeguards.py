@@ -24,8 +24,7 @@ from typing import get_args
 from catalog.load import Catalog
 from optimizer.models.fidelity import (
     fidelity_of,
-    for_kernels,
-    for_pipeline,
+    structure_rating,
     with_measured_configuration,
 )
 from optimizer.models.params import CalibrationParams, configuration_key
@@ -80,10 +79,9 @@ def candidate_fidelity(cset: CandidateSet, fidelity: Mapping[FidelityKey, Fideli
     """(workload, candidate key) → its band where it differs from its configuration's class band
     (``fidelity[fidelity_key(c)]``), for the kept candidates:
 
-    - a MoE model, or a weight-only precision, on a generation and engine never measured with one
-      (``optimizer.models.fidelity.for_kernels``): the datasheet-only class and band;
-    - a pipeline-parallel one (pp > 1) rated measured: same-generation, its pipeline terms never fitted
-      (``for_pipeline``);
+    - lowered where its model, precision or pipeline was never measured on its hardware
+      (``optimizer.models.fidelity.structure_rating``: a MoE model or a weight-only precision on a generation and
+      engine never measured with one, datasheet-only; pp > 1 on a measured device, same-generation);
     - widened to contain the median measured / predicted of the calibration's own rows of that configuration
       (device, engine, model, precision, tp, ep: ``CalibrationParams.measured_configuration``) where that median
       lies outside the band (``with_measured_configuration``).
@@ -103,8 +101,8 @@ def candidate_fidelity(cset: CandidateSet, fidelity: Mapping[FidelityKey, Fideli
             weight_only = c.precision in catalog.precisions and catalog.precisions[c.precision].weight_only
             at = (fidelity_key(c), moe, weight_only, c.pp)
             if at not in rated:
-                own = for_kernels(fid, cset.units[c.device].device, c.engine, params, moe=moe, weight_only=weight_only)
-                rated[at] = for_pipeline(own, c.pp, params)
+                rated[at] = structure_rating(fid, cset.units[c.device].device, c.engine, params, moe=moe,
+                                             weight_only=weight_only, pp=c.pp)
             own = rated[at]
             if records:
                 rec = params.measured_configuration(configuration_key(c.device, c.engine, wc.model, c.precision,

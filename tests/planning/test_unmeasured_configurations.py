@@ -255,3 +255,30 @@ def test_a_weight_only_moe_names_both_families():
     basis = out["fidelity"]["basis"]
     assert out["fidelity"]["class"] == "datasheet-only"
     assert "a mixture-of-experts model served by vllm" in basis and "a weight-only precision served by vllm" in basis
+
+
+def test_without_leave_out_bands_the_lowered_ratings_take_the_residual_constants():
+    """A parameter file without error bands (``gpuplan calibrate --no-bands``): pp > 1 is same-generation with
+    SAME_GENERATION_BAND widened to contain the measured band, a MoE model on CDNA 3 datasheet-only with
+    DATASHEET_ONLY_BAND and SAME_GENERATION_BAND as well (``fidelity._rated``)."""
+    from optimizer.models.fidelity import (
+        DATASHEET_ONLY_BAND,
+        SAME_GENERATION_BAND,
+        structure_rating,
+    )
+    from optimizer.models.params import CalibrationParams, Coverage
+    from optimizer.results.provenance import Fidelity
+
+    cat = load_catalog()
+    params = CalibrationParams(coverage=Coverage(device_engines=["mi300x/vllm"], generations=["cdna3"],
+                                                 vendors=["amd"], moe_generation_engines=[]))
+    own = Fidelity("measured", "x", 0.9, 1.1)
+    mi300x = cat.devices["mi300x"]
+    pp2 = structure_rating(own, mi300x, "vllm", params, moe=False, weight_only=False, pp=2)
+    assert pp2.class_ == "same-generation"
+    assert (pp2.low_factor, pp2.high_factor) == (min(SAME_GENERATION_BAND[0], 0.9), max(SAME_GENERATION_BAND[1], 1.1))
+    moe = structure_rating(own, mi300x, "vllm", params, moe=True, weight_only=False, pp=2)
+    assert moe.class_ == "datasheet-only"  # the kernels first; pp does not lift it back
+    assert (moe.low_factor, moe.high_factor) == (min(DATASHEET_ONLY_BAND[0], SAME_GENERATION_BAND[0], 0.9),
+                                                 max(DATASHEET_ONLY_BAND[1], SAME_GENERATION_BAND[1], 1.1))
+    assert structure_rating(own, mi300x, "vllm", params, moe=False, weight_only=False, pp=1) is own
