@@ -127,6 +127,12 @@ def abs_pct_errors(pred: np.ndarray, measured: np.ndarray) -> np.ndarray:
 
 
 GRID_POINTS = 7  # log-spaced values per knob and sweep (the centre is the current value, not re-evaluated)
+# Where the MoE glue knob starts (CalibrationParams.moe_glue_bytes_per_element, bytes per routed pair and hidden
+# element): a hand count of the kernels around a grouped-GEMM MoE layer (TensorRT-LLM's CUTLASS path: expand
+# input rows, the two GEMMs, finalize routing): the permute reads the token's BF16 row (2 B) and writes it in the
+# GEMM's dtype (1 B FP8), the second GEMM writes its BF16 output (2 B), the finalize reads it (2 B) and writes the
+# token once (2/k B): 7-9 B per pair and hidden element.
+MOE_GLUE_START_BYTES = 8.0
 
 
 def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationParams | None = None,
@@ -192,7 +198,8 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
 def _global_knobs(params: CalibrationParams, usable: Sequence[Measurement], cat: Catalog,
                   fit_request_overhead: bool) -> tuple[CalibrationParams, list[_Knob]]:
     """The knobs of the global (not per-class) fields and their bounds, and the params with
-    the starts a multiplicative search needs (MoE tile >= 16 rows, request overhead >= 1 ms)."""
+    the starts a multiplicative search needs (MoE tile >= 16 rows, MoE glue ``MOE_GLUE_START_BYTES`` when
+    0, request overhead >= 1 ms)."""
     knobs = [
         _field_knob("memory_bandwidth_efficiency", 0.3, 1.0),
         _field_knob("compute_efficiency", 0.1, 1.0),
@@ -209,9 +216,12 @@ def _global_knobs(params: CalibrationParams, usable: Sequence[Measurement], cat:
         _field_knob("max_batch_sequences", 64, 8192, integer=True),
     ]
     if any(cat.models[m.model_key].is_moe for m in usable):  # type: ignore[index]
-        params = params.model_copy(update={"moe_tile_tokens": max(params.moe_tile_tokens, 16.0)})
+        params = params.model_copy(update={"moe_tile_tokens": max(params.moe_tile_tokens, 16.0),
+                                           "moe_glue_bytes_per_element": params.moe_glue_bytes_per_element
+                                           or MOE_GLUE_START_BYTES})
         knobs.append(_field_knob("moe_tile_tokens", 1.0, 512.0))
         knobs.append(_field_knob("moe_efficiency", 0.05, 1.0))
+        knobs.append(_field_knob("moe_glue_bytes_per_element", 0.5, 200.0))
     if any(m.tp * m.ep > cat.devices[m.device_key].interconnect_domain_gpus for m in usable):  # type: ignore[index]
         params = params.model_copy(update={"pcie_link_efficiency": params.pcie_link_efficiency or params.link_efficiency})
         knobs.append(_field_knob("pcie_link_efficiency", 0.05, 1.0))

@@ -118,6 +118,7 @@ class Configs(LazySubset):
     expert_weight_bytes: np.ndarray  # bytes of one routed expert over all MoE layers
     smooth_max_exponent: float
     moe_tile_tokens: float
+    moe_glue_bytes_per_element: float  # CalibrationParams.moe_glue_bytes_per_element
     offline_whole_prompts: bool  # CalibrationParams.offline_whole_prompts (perf.offline_throughput_tokens_s)
     ep_allgather: bool  # CalibrationParams.ep_allgather: all-gather dispatch + BF16 reduce-scatter combine
     offline_prefill_chunk_tokens: float | None  # CalibrationParams.offline_prefill_chunk_tokens (perf.offline_step_s)
@@ -254,6 +255,7 @@ def build_configs(
         dense_weight_bytes=mem.body_dense * mem.dbpp + lm_head * ebpp,  # the vision tower is held, not read
         expert_weight_bytes=(model.params_per_expert if model.is_moe else 0.0) * mem.wbpp,
         smooth_max_exponent=float(params.smooth_max_exponent), moe_tile_tokens=float(params.moe_tile_tokens),
+        moe_glue_bytes_per_element=float(params.moe_glue_bytes_per_element),
         offline_whole_prompts=params.offline_whole_prompts, ep_allgather=params.ep_allgather,
         offline_prefill_chunk_tokens=params.offline_prefill_chunk_tokens,
         alltoall_latency_s=_alltoall_latency_s(fac, allreduce_s),
@@ -312,6 +314,7 @@ class StageConstants:
     moe_flops_s: np.ndarray  # achieved grouped-GEMM compute per GPU, peak·eff_flops·eff_moe
     gemm_flops_per_token: np.ndarray  # 2·active dense body params / G (attention, shared experts, dense FFNs)
     expert_flops_per_token: np.ndarray  # 2·k·params per expert / G (routed experts)
+    moe_glue_bytes_per_token: np.ndarray  # MoE layers/p · k · hidden · glue bytes / e: routing glue per GPU
     lm_head_s_per_sequence: np.ndarray  # 2·vocab·hidden/(e·t) / (16-bit peak·eff_flops)
     attn_s_per_ctx_token: np.ndarray  # decode: attention FLOPs per context token / G / (attention peak·e_attn)
     prefill_attn_s_per_ctx_token: np.ndarray  # prefill: the same with the prefill FLOPs and efficiency
@@ -367,6 +370,8 @@ def stage_constants(c: Configs) -> StageConstants:
         gemm_flops_s=c.dense_peak_flops * c.dense_compute_efficiency,
         moe_flops_s=c.peak_flops * c.compute_efficiency * c.moe_efficiency,
         gemm_flops_per_token=2.0 * body_active / gpus, expert_flops_per_token=2.0 * routed_active / gpus,
+        moe_glue_bytes_per_token=np.full_like(p, (m.moe_layers * m.experts_per_token * m.hidden_size if m.is_moe else 0.0)
+                                              * c.moe_glue_bytes_per_element) / (p * e),
         lm_head_s_per_sequence=2.0 * lm_head / (t * e * p) / (c.lm_head_peak_flops * c.compute_efficiency),
         attn_s_per_ctx_token=decode_attention_flops_per_context_token(m) / gpus
         / (c.attention_peak_flops * c.attention_efficiency),

@@ -225,6 +225,12 @@ class CalibrationParams(Strict):
         1.0, description="grouped-GEMM tile height: every routed expert a step touches computes at "
         "least this many token rows (padding to the kernel's M tile), so MoE FLOPs per step are "
         "2·expert·max(k·T, touched·tile)")
+    moe_glue_bytes_per_element: Annotated[float, Field(ge=0, le=1000, allow_inf_nan=False)] = Field(
+        0.0, description="MoE routing glue outside the grouped GEMMs (top-k, permute, activation quantize, "
+        "un-permute and weighted sum): bytes moved per routed token-expert pair per hidden element per MoE layer, "
+        "at the achieved memory bandwidth, a memory-bound term beside the grouped GEMMs: "
+        "t_glue = T·k·hidden·moe_layers·g/(p·e) / (bw·e_bw) per step (optimizer.models.perf); 0 = none (parameter "
+        "files fitted before it existed); gpuplan calibrate fits it from a hand count of 8")
     smooth_max_exponent: Annotated[float, Field(ge=1, le=64, allow_inf_nan=False)] = Field(
         64.0, description="n of the smooth roofline max (a^n + b^n)^(1/n) of each operator's memory "
         "and compute times; 64 is a hard max to 1 %, smaller n adds the overlap loss near the ridge; "

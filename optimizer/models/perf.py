@@ -13,7 +13,9 @@ of t GPUs and the routed experts are split e ways, as TensorRT-LLM's "DEP" does)
   for one pipeline stage and a micro-batch of b/p sequences and n/p prefill tokens (T tokens),
   ``t_gemm = smax(dense bytes/GPU / (bw·e_bw), 2·dense active·T/G / (peak[gemm]·e_c)) +
   smax(touched expert bytes/GPU / (bw·e_bw), 2·k·expert·T/G / (peak[gemm]·e_c·e_moe)) +
-  2·vocab·hidden·b/(p·e·t) / (peak[16 bit]·e_c)`` (dense GEMMs, MoE grouped GEMMs, lm_head),
+  T·k·hidden·moe_layers·g/(p·e) / (bw·e_bw) + 2·vocab·hidden·b/(p·e·t) / (peak[16 bit]·e_c)`` (dense GEMMs,
+  MoE grouped GEMMs, the MoE routing glue — permute, quantize, un-permute and weighted sum, g bytes per routed
+  token-expert pair and hidden element, ``moe_glue_bytes_per_element`` — and lm_head),
   ``t_attn = smax(b·c·kv/(kv_shards·p·e) / (bw·e_bw), F_dec·b·c/G / (peak[attn]·e_attn))``,
   ``t_prefill_attn = F_pre·n·span/G / (peak[attn]·e_prefill_attn)`` with F the attention FLOPs
   per context token (``4·L·H·d``; MLA: absorbed in decode, ``2·L·H·(2·r + d_rope)``, per head
@@ -96,7 +98,9 @@ def _gemm_s(c: Configs, tokens: np.ndarray, ndim: int,
     """(time, memory side, compute side) of the GEMMs of one stage pass of ``tokens`` tokens: one
     roofline for the dense GEMMs (dense bytes vs 2·dense active·T FLOPs) plus one for the routed
     experts' grouped GEMMs (touched expert bytes vs 2·expert·max(k·T, touched·tile) FLOPs: each
-    touched expert computes at least one M tile of ``moe_tile_tokens`` rows), each a smooth max.
+    touched expert computes at least one M tile of ``moe_tile_tokens`` rows), each a smooth max, plus
+    the routing glue kernels' memory time T·k·hidden·moe_layers·g/(p·e) / (bw·e_bw) (counted on the
+    memory side).
     ``expert_tokens`` (default ``tokens``): the tokens the grouped GEMMs see, when they differ from
     the dense GEMMs' (the busiest attention rank sets the dense time, all ranks' tokens the experts').
     ``sides=False``: the time only (the two sides are None; what a step time needs)."""
@@ -114,6 +118,10 @@ def _gemm_s(c: Configs, tokens: np.ndarray, ndim: int,
     padded = np.maximum(tokens, touched * c.moe_tile_tokens / m.experts_per_token)  # rows padded to tiles
     exp_comp = padded * k.expert_flops_per_token / k.moe_flops_s
     time = time + smooth_max(exp_mem, exp_comp, n)
+    if c.moe_glue_bytes_per_element > 0:
+        glue = tokens * k.moe_glue_bytes_per_token / k.memory_bytes_s
+        time = time + glue
+        exp_mem = exp_mem + glue
     return (time, dense_mem + exp_mem, dense_comp + exp_comp) if sides else (time, None, None)
 
 
