@@ -1,7 +1,7 @@
 """Leave-one-device-out and leave-one-generation-out errors and error-band coverage (issue 14).
 
 Usage: python scripts/leave_out.py [--recompute [--sweeps 3] [--optimizer polish|coordinate] [--params FILE]
-                                   [--bands-now]] [--json OUT.json]
+                                   [--bands-now] [--online-weight 1]] [--json OUT.json]
        python scripts/leave_out.py --only device:h100-sxm [--worst 15] [--params FILE] [--optimizer ...]
 
 By default the table recorded by ``gpuplan calibrate`` in the shipped parameters
@@ -46,6 +46,7 @@ from optimizer.calibration.bands import (  # noqa: E402
 from optimizer.calibration.fit import fit_params  # noqa: E402
 from optimizer.calibration.measurements import load_measurements  # noqa: E402
 from optimizer.calibration.shipped import SHIPPED_MEASUREMENT_FILES, shipped_measurements  # noqa: E402
+from optimizer.models.constants import SHIPPED_ONLINE_WEIGHT  # noqa: E402
 from optimizer.models.params import CalibrationParams, load_params  # noqa: E402
 
 TARGETS = {"device": 15.0, "generation": 25.0}
@@ -64,13 +65,16 @@ def main() -> int:
                     "(default: the shipped calibration.yaml)")
     ap.add_argument("--bands-now", action="store_true", help="with --recompute: derive the bands from these "
                     "refits (and a leave-one-source-group-out pass), not from the parameters' recorded ones")
+    ap.add_argument("--online-weight", type=float, default=SHIPPED_ONLINE_WEIGHT,
+                    help="weight of the online-serving rows in every refit (default: the shipped fit's; 0 = the "
+                    "refits before session 17, offline rows only)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures as JSON")
     ap.add_argument("--only", default=None, help="BY:KEY (device:h100-sxm, generation:ada): refit without "
                     "that group and list its worst-predicted row groups")
     ap.add_argument("--worst", type=int, default=15, help="row groups --only lists")
     args = ap.parse_args()
     if args.only:
-        return worst_groups(args.only, args.worst, args.sweeps, args.params, args.optimizer)
+        return worst_groups(args.only, args.worst, args.sweeps, args.params, args.optimizer, args.online_weight)
     shipped = load_params(args.bands_from)
     bands = shipped.error_bands
     recorded = shipped.fit.leave_out if shipped.fit else {}
@@ -82,7 +86,8 @@ def main() -> int:
         rows = [m for name in SHIPPED_MEASUREMENT_FILES for m in load_measurements(shipped_measurements(name), cat)]
         start = load_params(args.params) if args.params else CalibrationParams()
         t0 = time.perf_counter()
-        held_by = {by: leave_out(rows, cat, start, by, sweeps=args.sweeps, optimizer=args.optimizer)
+        held_by = {by: leave_out(rows, cat, start, by, sweeps=args.sweeps, optimizer=args.optimizer,
+                                     online_weight=args.online_weight)
                    for by in (("source_group",) if args.bands_now else ()) + ("device", "generation")}
         n_refits = sum(len({h.group for h in held}) for held in held_by.values())
         print(f"{n_refits} refits ({args.optimizer}) in {time.perf_counter() - t0:.0f} s")
@@ -127,7 +132,8 @@ def main() -> int:
     return 0 if ok else 1
 
 
-def worst_groups(only: str, worst: int, sweeps: int, start_file: Path | None, optimizer: str) -> int:
+def worst_groups(only: str, worst: int, sweeps: int, start_file: Path | None, optimizer: str,
+                 online_weight: float) -> int:
     """Refit without the group ``only`` (BY:KEY) and print its row groups by |log median pred/meas| · n."""
     by, _, key = only.partition(":")
     cat = load_catalog()
@@ -138,7 +144,7 @@ def worst_groups(only: str, worst: int, sweeps: int, start_file: Path | None, op
         return 1
     t0 = time.perf_counter()
     params = fit_params(train, cat, start=load_params(start_file) if start_file else CalibrationParams(), sweeps=sweeps,
-                        optimizer=optimizer)
+                        optimizer=optimizer, online_weight=online_weight)
     groups: dict[tuple, list[float]] = {}
     for i, ps in offline_predictions(held, cat, params).items():
         m = held[i]

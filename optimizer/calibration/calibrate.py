@@ -8,8 +8,8 @@ from its start (``--params``: an earlier fit, whose per-class factors saw the he
 which ``fit_params`` resumes); only the start's model-structure choices
 (``STRUCTURE_FIELDS``: ``offline_whole_prompts`` and its ``offline_prefill_chunk_tokens``,
 ``ep_allgather``, the fit's ``class_shrinkage``, ``fit_rounds``, ``fit_loss`` and ``fit_loss_scale_log``, the bound
-of an unmeasured GEMM dtype ``unmeasured_dtype_speedup_cap``), which no fit moves, are kept, so the refits fit the
-same model the same way (each refit records its own ``measured_compute_dtypes``: a held-out generation can take a
+of an unmeasured GEMM dtype ``unmeasured_dtype_speedup_cap``), which no fit moves, are kept, and each refit has the
+full fit's ``online_weight``, so the refits fit the same model the same way (each refit records its own ``measured_compute_dtypes``: a held-out generation can take a
 dtype's rows with it).
 """
 
@@ -44,7 +44,7 @@ def calibrate(rows: Sequence[Measurement], cat: Catalog, *, start: CalibrationPa
     if not bands:
         return fitted
     structure = structure_of(start)
-    held = [leave_out(rows, cat, structure, by) for by in LEAVE_OUT_GROUPINGS]
+    held = [leave_out(rows, cat, structure, by, online_weight=online_weight) for by in LEAVE_OUT_GROUPINGS]
     bands_by_class = error_bands(*held)
     summary = {by: leave_out_summary(h, bands_by_class) for by, h in zip(LEAVE_OUT_GROUPINGS, held, strict=True)}
     return fitted.model_copy(update={"error_bands": bands_by_class,
