@@ -4,7 +4,8 @@ A band must be honest about configurations the fit never saw, so it comes from
 predictions of held-out rows, never from in-sample residuals:
 
 - ``leave_out(rows, cat, start, by)`` refits the factors without one group at a time (by
-  ``source_group``, ``device`` or ``generation``) and predicts the held-out rows (every
+  ``source_group``, ``device`` or ``generation``; the online rows outside the group at the full fit's
+  weight, as the shipped fit) and predicts the held-out rows (every
   offline metric: max-throughput output tokens/s and one-batch e2e latency);
 - ``error_bands(...)`` turns them into an 80 % interval of true/predicted capacity per fidelity
   class (``optimizer.models.fidelity``), each from the held-out predictions that stood in
