@@ -4,7 +4,8 @@ A band must be honest about configurations the fit never saw, so it comes from
 predictions of held-out rows, never from in-sample residuals:
 
 - ``leave_out(rows, cat, start, by)`` refits the factors without one group at a time (by
-  ``source_group``, ``device`` or ``generation``) and predicts the held-out rows (every
+  ``source_group``, ``device`` or ``generation``; the online rows outside the group at the full fit's
+  weight, as the shipped fit) and predicts the held-out rows (every
   offline metric: max-throughput output tokens/s and one-batch e2e latency);
 - ``error_bands(...)`` turns them into an 80 % interval of true/predicted capacity per fidelity
   class (``optimizer.models.fidelity``), each from the held-out predictions that stood in
@@ -33,6 +34,7 @@ from optimizer.calibration.fit import engine_of, fit_params
 from optimizer.calibration.measurements import Measurement
 from optimizer.calibration.predict import is_online, latency_predictor, offline_predictor
 from optimizer.models.constants import SHIPPED_ONLINE_WEIGHT
+from optimizer.models.fidelity import generation_engine
 from optimizer.models.params import CalibrationParams, Coverage, ErrorBand
 
 LEAVE_OUT_SWEEPS = 3  # coordinate-search sweeps of each leave-out refit before its polish (the full fit uses 6)
@@ -95,14 +97,17 @@ def coverage(rows: Sequence[Measurement], cat: Catalog) -> Coverage:
         generations=sorted({cat.devices[m.device_key].generation for m in ok}),  # type: ignore[index]
         vendors=sorted({cat.devices[m.device_key].vendor for m in ok}),  # type: ignore[index]
         expert_parallel_device_engines=sorted({f"{m.device_key}/{engine_of(m, cat)}" for m in ok if m.ep > 1}),
-        generation_engines=sorted({f"{cat.devices[m.device_key].generation}/{engine_of(m, cat)}"  # type: ignore[index]
-                                   for m in ok}),
-        moe_generation_engines=sorted({f"{cat.devices[m.device_key].generation}/{engine_of(m, cat)}"  # type: ignore[index]
-                                       for m in ok if cat.models[m.model_key].is_moe}),  # type: ignore[index]
-        weight_only_generation_engines=sorted({
-            f"{cat.devices[m.device_key].generation}/{engine_of(m, cat)}"  # type: ignore[index]
-            for m in ok if cat.precisions[m.precision_key].weight_only}),  # type: ignore[index]
+        generation_engines=sorted({_generation_engine(m, cat) for m in ok}),
+        moe_generation_engines=sorted({_generation_engine(m, cat) for m in ok
+                                       if cat.models[m.model_key].is_moe}),  # type: ignore[index]
+        weight_only_generation_engines=sorted({_generation_engine(m, cat) for m in ok
+                                               if cat.precisions[m.precision_key].weight_only}),  # type: ignore[index]
     )
+
+
+def _generation_engine(m: Measurement, cat: Catalog) -> str:
+    """The 'generation/engine' key of a resolved row (``fidelity.generation_engine``)."""
+    return generation_engine(cat.devices[m.device_key], engine_of(m, cat))  # type: ignore[index]
 
 
 def offline_predictions(rows: Sequence[Measurement], cat: Catalog, params: CalibrationParams):
@@ -143,14 +148,13 @@ def leave_out(rows: Sequence[Measurement], cat: Catalog, start: CalibrationParam
             continue
         params = fit_params(train, cat, start=start, sweeps=sweeps, optimizer=optimizer, online_weight=online_weight)
         seen = {f"{m.device_key}/{engine_of(m, cat)}" for m in train if m.device_key}
-        gens = {f"{cat.devices[m.device_key].generation}/{engine_of(m, cat)}"  # type: ignore[index]
-                for m in train if m.device_key}
+        gens = {_generation_engine(m, cat) for m in train if m.device_key}
         for i, ps in offline_predictions(held, cat, params).items():
             m = held[i]
             dev = cat.devices[m.device_key]  # type: ignore[index]
             eng = engine_of(m, cat)
             out.extend(HeldOut(key, dev.key, eng, dev.generation, m.source_group, p.metric, p.measured,
-                               p.predicted, f"{dev.key}/{eng}" in seen, f"{dev.generation}/{eng}" in gens)
+                               p.predicted, f"{dev.key}/{eng}" in seen, generation_engine(dev, eng) in gens)
                        for p in ps if p.predicted > 0)
     return out
 

@@ -9,8 +9,8 @@ which ``fit_params`` resumes); only the start's model-structure choices
 (``STRUCTURE_FIELDS``: ``offline_whole_prompts`` and its ``offline_prefill_chunk_tokens``,
 ``ep_allgather``, the fit's ``class_shrinkage``, ``fit_rounds``, ``fit_loss`` and ``fit_loss_scale_log``, the bound
 of an unmeasured GEMM dtype ``unmeasured_dtype_speedup_cap``), which no fit moves, are kept, and each refit has the
-full fit's ``online_weight``, so the refits fit the same model the same way (each refit records its own ``measured_compute_dtypes``: a held-out generation can take a
-dtype's rows with it).
+full fit's ``online_weight``, so the refits fit the same model the same way (each refit records its own
+``measured_compute_dtypes``: a held-out generation can take a dtype's rows with it).
 """
 
 from __future__ import annotations

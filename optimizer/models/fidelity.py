@@ -86,9 +86,16 @@ def _envelope(*bands: tuple[float, float]) -> tuple[float, float]:
     return min(b[0] for b in bands), max(b[1] for b in bands)
 
 
-def class_envelope(params: CalibrationParams, letters: str) -> tuple[float, float]:
-    """The leave-out bands of ``letters`` (e.g. "abc") as one: a class is never trusted more than a better one."""
-    return _envelope(*((params.error_bands[k].low_factor, params.error_bands[k].high_factor) for k in letters))
+def classes_up_to(letter: str) -> str:
+    """Class ``letter`` and the better ones ("a" -> "a", "c" -> "abc")."""
+    return "abc"[: "abc".index(letter) + 1]
+
+
+def class_envelope(params: CalibrationParams, letter: str) -> tuple[float, float]:
+    """Class ``letter``'s leave-out band widened to contain the better classes' (``classes_up_to``): a class is
+    never trusted more than a better one."""
+    return _envelope(*((params.error_bands[k].low_factor, params.error_bands[k].high_factor)
+                       for k in classes_up_to(letter)))
 
 
 def measured_devices(params: CalibrationParams) -> dict[str, tuple[int, float]]:
@@ -130,6 +137,11 @@ def fidelity_letter(device: Device, engine: str | None, params: CalibrationParam
     return "b" if device.generation in cov.generations and not engine_unmeasured(device, engine, params) else "c"
 
 
+def generation_engine(device: Device, engine: str | None) -> str:
+    """The 'generation/engine' key of ``device`` served by ``engine`` (None = its default), as the coverage lists it."""
+    return f"{device.generation}/{engine or default_engine(device)}"
+
+
 def engine_unmeasured(device: Device, engine: str | None, params: CalibrationParams) -> bool:
     """True when the coverage records generation/engine pairs and ``device``'s generation was measured, but
     never served by ``engine``: the engine's host time (scheduler, sampling: the fitted step and per-sequence
@@ -139,7 +151,7 @@ def engine_unmeasured(device: Device, engine: str | None, params: CalibrationPar
     cov = params.coverage
     if cov is None or cov.generation_engines is None or device.generation not in cov.generations:
         return False
-    return f"{device.generation}/{engine or default_engine(device)}" not in cov.generation_engines
+    return generation_engine(device, engine) not in cov.generation_engines
 
 
 def ep_unmeasured(device: Device, engine: str | None, params: CalibrationParams, ep: int) -> bool:
@@ -162,7 +174,7 @@ def fidelity_of(device: Device, params: CalibrationParams, devices: Mapping[str,
     engine = engine or default_engine(device)
     letter = fidelity_letter(device, engine, params, ep)
     if letter is not None and all(k in params.error_bands for k in "abc"):
-        low, high = class_envelope(params, "abc"[: "abc".index(letter) + 1])
+        low, high = class_envelope(params, letter)
         band = params.error_bands[letter]  # type: ignore[index]
         if ep_unmeasured(device, engine, params, ep):
             what = f"{device.key}/{engine} measured, but never with expert parallelism (ep {ep}); rated as its generation"
@@ -280,7 +292,7 @@ def unmeasured_kernels(device: Device, engine: str | None, params: CalibrationPa
     cov = params.coverage
     if cov is None:
         return []
-    pair = f"{device.generation}/{engine or default_engine(device)}"
+    pair = generation_engine(device, engine)
     return [family for family, asked, measured in (("moe", moe, cov.moe_generation_engines),
                                                     ("weight_only", weight_only, cov.weight_only_generation_engines))
             if asked and measured is not None and pair not in measured]
@@ -337,9 +349,8 @@ def _rated(letter: str, basis: str, fidelity: Fidelity, params: CalibrationParam
     """``fidelity`` re-rated as class ``letter`` (b or c): the leave-out band of that class widened to contain the
     better classes' (``class_envelope``), or without leave-out bands the residual constants' envelope (same-generation;
     datasheet-only with it) widened to contain ``fidelity``'s own band."""
-    better = "abc"[: "abc".index(letter) + 1]
-    if all(k in params.error_bands for k in better):
-        low, high = class_envelope(params, better)
+    if all(k in params.error_bands for k in classes_up_to(letter)):
+        low, high = class_envelope(params, letter)
     else:
         residual = (SAME_GENERATION_BAND,) if letter == "b" else (DATASHEET_ONLY_BAND, SAME_GENERATION_BAND)
         low, high = _envelope(*residual, (fidelity.low_factor, fidelity.high_factor))

@@ -142,7 +142,7 @@ def measured_configuration_notes(plan: Plan, deployments: Sequence[Deployment], 
                 f"the capacity is likely {100 * (1 - 1 / r):.0f} % understated (its band is widened to "
                 f"×{lo:.2f}–{r:.2f}), so the plan may buy more than it needs; calibrate on your own measurements "
                 "(gpuplan calibrate) and plan with --params")
-        where = ", ".join(f"{d.key} ({d.workload})" for d in ds)
+        where = _named(ds)
         notes.append(Diagnostic(
             "warning", "measured_configuration_off",
             f"{where}: the calibration's {rec.n} measured offline rows of this configuration "
@@ -176,11 +176,11 @@ def unmeasured_engine_notes(deployments: Sequence[Deployment], params: Calibrati
         band = ds[0].fidelity
         notes.append(Diagnostic(
             "warning", "engine_unmeasured",
-            f"{', '.join(f'{d.key} ({d.workload})' for d in ds)}: {engine} was never measured on {device.generation} "
+            f"{_named(ds)}: {engine} was never measured on {device.generation} "
             f"(its rows ran {', '.join(served)}), so this capacity uses {', '.join(served)}'s fitted shares and host "
             f"times ({here.step_overhead_ms:.2f} ms per step, {here.sequence_overhead_us:.1f} µs per running sequence)"
             + (f"; {measured}" if measured else "") +
-            (f". Rated datasheet-only (80 % band ×{band.low_factor:.2f}–{band.high_factor:.2f})" if band else "") +
+            _rated_datasheet_only(band) +
             f": plan with --confidence 0.9 to size by that band, serve it with {', '.join(served)}, or measure {engine} "
             "on this device, fit the rows with `gpuplan calibrate` and plan with --params (docs/model-accuracy.md, "
             "'Finite benchmark runs')"))
@@ -209,9 +209,9 @@ def unmeasured_kernel_notes(plan: Plan, deployments: Sequence[Deployment], param
         band = ds[0].fidelity
         notes.append(Diagnostic(
             "warning", f"{family}_unmeasured",
-            f"{', '.join(f'{d.key} ({d.workload})' for d in ds)}: "
+            f"{_named(ds)}: "
             f"{unmeasured_kernel_basis(family, catalog.devices[device_key], engine, params)}"
-            + (f". Rated datasheet-only (80 % band ×{band.low_factor:.2f}–{band.high_factor:.2f})" if band else "")
+            + _rated_datasheet_only(band)
             + f": plan with --confidence 0.9 to size by that band, or measure {what} on this device, fit the rows "
             "with `gpuplan calibrate` and plan with --params"))
     return notes
@@ -225,7 +225,7 @@ def pipeline_notes(deployments: Sequence[Deployment], params: CalibrationParams 
         return []
     return [Diagnostic(
         "warning", "pipeline_uncalibrated",
-        f"{', '.join(f'{d.key} ({d.workload})' for d in pp)}: pipeline-parallel; the stage hop "
+        f"{_named(pp)}: pipeline-parallel; the stage hop "
         f"({params.pp_hop_latency_us:g} µs) and the host time per micro-batch ({params.pp_microbatch_overhead_us:g} µs "
         "per step) are defaults that no measurement fitted (gpuplan calibrate does not fit them), so the capacity is "
         "rated same-generation at best: plan with --confidence 0.9 to size by its band, or allow a device or "
@@ -256,3 +256,13 @@ def cross_stack_notes(deployments: Sequence[Deployment], catalog: Catalog) -> li
                 "engine (whose cache layout both sides share): check that yours supports this pair, or keep one "
                 "vendor's devices in allowed_devices (or disaggregation: never)"))
     return notes
+
+
+def _named(deployments: Sequence[Deployment]) -> str:
+    """"key (workload), ..." of ``deployments``, as every note here names them."""
+    return ", ".join(f"{d.key} ({d.workload})" for d in deployments)
+
+
+def _rated_datasheet_only(band: Fidelity | None) -> str:
+    """The sentence a note gives a datasheet-only deployment's band (nothing without one)."""
+    return f". Rated datasheet-only (80 % band ×{band.low_factor:.2f}–{band.high_factor:.2f})" if band else ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import optimizer.calibration.bands as bands_mod
 import optimizer.calibration.calibrate as cal
 from catalog import load_catalog
 from optimizer.calibration.calibrate import calibrate, online_rows_used
@@ -73,3 +74,20 @@ def test_leave_out_refits_keep_the_fit_procedure_fields(monkeypatch):
     assert len(seen) == 3
     assert all(s == CalibrationParams(class_shrinkage=0.3, fit_rounds=2, fit_loss="soft_l1", fit_loss_scale_log=0.07)
                for s in seen)
+
+
+def test_leave_out_refits_fit_at_the_full_fits_online_weight(monkeypatch):
+    """Every leave-out refit fits the online rows at the weight the full fit used (the bands measure the procedure
+    that ships), and ``bands.leave_out`` hands that weight to each ``fit_params`` call."""
+    weights = []
+    monkeypatch.setattr(cal, "leave_out", lambda rows, cat, start, by, **kw: weights.append(kw["online_weight"]) or [])
+    cat = load_catalog()
+    rows = load_measurements(EXAMPLES / "measurements-example.csv", cat)
+    cal.calibrate(rows, cat, start=None, data_file="example", data_sha256="ab" * 32, online_weight=0.7, bands=True)
+    assert weights == [0.7, 0.7, 0.7]
+
+    fitted_at = []
+    monkeypatch.setattr(bands_mod, "fit_params",
+                        lambda train, cat, **kw: fitted_at.append(kw["online_weight"]) or CalibrationParams())
+    bands_mod.leave_out(rows, cat, None, "device", online_weight=0.7)
+    assert fitted_at and set(fitted_at) == {0.7}

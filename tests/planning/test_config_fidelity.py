@@ -2,18 +2,18 @@
 
 The shipped calibration measured H100 SXM with TensorRT-LLM and not with vLLM
 (``coverage.device_engines``: ``h100-sxm/trtllm`` only; ``coverage.generation_engines``: Hopper under
-``hopper/trtllm`` only), and carries leave-out bands a = ×0.7946–1.2237, b = ×0.8415–1.4752,
-c = ×0.6672–1.2896 (each widened to contain the better classes: b ×0.7946–1.4752, c ×0.6672–1.4752;
-bands15's, 2026-12-06). A plan with one workload served by TensorRT-LLM and one by vLLM on H100 has a
+``hopper/trtllm`` only), and carries leave-out bands a = ×0.7391–1.3168, b = ×0.8138–1.4624,
+c = ×0.6293–1.3012 (each widened to contain the better classes: b ×0.7391–1.4624, c ×0.6293–1.4624;
+recomputed 2026-12-07 with the leave-out refits at the fit's online weight). A plan with one workload served by TensorRT-LLM and one by vLLM on H100 has a
 class-(a) and a class-(c) configuration on the same device (vLLM was never measured on Hopper: its host
 time and kernels there are as unknown as a new generation's, ``fidelity.engine_unmeasured``; it was class
 b before generation_engines was recorded): each deployment must carry its own class, and sizing at a
 confidence level must derate each candidate by its own band.
 
 capacity_factor_at(band, 0.95) = exp(μ + σ·Φ⁻¹(0.05)), μ = (ln lo + ln hi)/2, σ = (ln hi − ln lo)/(2·1.281552):
-- a: ln 0.79455 = −0.22998, ln 1.22367 = 0.20186 → μ = −0.014060, σ = 0.168481 → exp(−0.29119) = 0.74738;
-- c: ln 0.66722 = −0.40463, ln 1.47520 = 0.38879 → μ = −0.007923, σ = 0.309560 → exp(−0.51710) = 0.59624.
-(At 0.9 the trtllm candidate is at its low end 0.7946 and the vLLM one at 0.6672.)
+- a: ln 0.73907 = −0.30236, ln 1.31680 = 0.27520 → μ = −0.013578, σ = 0.225336 → exp(−0.38422) = 0.68098;
+- c: ln 0.62933 = −0.46310, ln 1.46236 = 0.38005 → μ = −0.041521, σ = 0.328958 → exp(−0.58261) = 0.55844.
+(At 0.9 the trtllm candidate is at its low end 0.7391 and the vLLM one at 0.6293.)
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from optimizer.planning.safeguards import device_fidelity, fidelity_map
 from optimizer.whatif_uncertainty import model_error_draws
 from workloads import parse_plan, resolve_catalog
 
-FACTOR_095 = {"trtllm": 0.74738, "vllm": 0.59624}  # module docstring
+FACTOR_095 = {"trtllm": 0.68098, "vllm": 0.55844}  # module docstring
 
 
 def _workload(name: str, engine: str) -> dict:
@@ -60,8 +60,8 @@ def _plan(confidence: float | None = None):
 def test_the_shipped_bands_are_what_this_test_assumes():
     p = load_params(None)
     assert "h100-sxm/trtllm" in p.coverage.device_engines and "h100-sxm/vllm" not in p.coverage.device_engines
-    assert (p.error_bands["a"].low_factor, p.error_bands["a"].high_factor) == pytest.approx((0.79455, 1.22367), abs=5e-5)
-    assert p.error_bands["b"].high_factor == pytest.approx(1.47520, abs=5e-5)
+    assert (p.error_bands["a"].low_factor, p.error_bands["a"].high_factor) == pytest.approx((0.73907, 1.31680), abs=5e-5)
+    assert p.error_bands["b"].high_factor == pytest.approx(1.46236, abs=5e-5)
     assert p.error_bands["b"].low_factor > p.error_bands["a"].low_factor  # b's low end widened to a's
 
 
@@ -75,17 +75,17 @@ def test_each_deployment_reports_the_class_of_its_own_configuration():
     fast, other = by_workload["fast"], by_workload["other"]
     assert (fast.engine, fast.fidelity.class_) == ("trtllm", "measured")
     assert "h100-sxm served by trtllm is in the fit" in fast.fidelity.basis
-    assert (fast.fidelity.low_factor, fast.fidelity.high_factor) == pytest.approx((0.79455, 1.22367), abs=5e-5)
+    assert (fast.fidelity.low_factor, fast.fidelity.high_factor) == pytest.approx((0.73907, 1.31680), abs=5e-5)
     assert (other.engine, other.fidelity.class_) == ("vllm", "datasheet-only")
     assert "hopper measured only with trtllm, never served by vllm" in other.fidelity.basis
-    assert (other.fidelity.low_factor, other.fidelity.high_factor) == pytest.approx((0.66722, 1.47520), abs=5e-5)
+    assert (other.fidelity.low_factor, other.fidelity.high_factor) == pytest.approx((0.62933, 1.46236), abs=5e-5)
     rows = {d["workload"]: d for d in r.to_json()["deployments"]}
     assert rows["fast"]["fidelity"]["class"] == "measured" and rows["other"]["fidelity"]["class"] == "datasheet-only"
 
 
 def test_confidence_derates_each_candidate_by_its_own_band():
-    """At confidence 0.95 every kept TensorRT-LLM candidate's capacity is × 0.74738 (band a) and every
-    vLLM one's × 0.59624 (band c), on the same device."""
+    """At confidence 0.95 every kept TensorRT-LLM candidate's capacity is × 0.68098 (band a) and every
+    vLLM one's × 0.55844 (band c), on the same device."""
     plan, cat = _plan(0.95)
     params = load_params(None)
     cset = model_candidates(plan, cat, params)
@@ -103,7 +103,7 @@ def test_confidence_derates_each_candidate_by_its_own_band():
 
 
 def test_confidence_sizes_the_deployment_by_its_own_band():
-    """The chosen TensorRT-LLM deployment's capacity per replica at 0.95 = its point capacity × 0.74738."""
+    """The chosen TensorRT-LLM deployment's capacity per replica at 0.95 = its point capacity × 0.68098."""
     plan, cat = _plan()
     point = {d.workload: d for d in optimize_plan(plan, cat, compare_single_device=False, verify=False).deployments}
     plan95, cat = _plan(0.95)
@@ -199,15 +199,15 @@ def test_fallback_with_coverage_follows_its_engine_and_ep_pairs():
 
 def test_monte_carlo_model_error_is_drawn_per_configuration():
     """``gpuplan whatif --samples``: the TensorRT-LLM and vLLM deployments on H100 draw from their own
-    bands: median log factor = μ of each band (a: −0.014060, c: −0.007923, module docstring; σ of a
-    median of 4,000 draws ≈ 1.2533·0.31/√4000 = 0.006); and the spread of each is its band's σ
-    (a 0.168481, c 0.309560: the vLLM draws spread ~1.8× as wide)."""
+    bands: median log factor = μ of each band (a: −0.013578, c: −0.041521, module docstring; σ of a
+    median of 4,000 draws ≈ 1.2533·0.33/√4000 = 0.0065); and the spread of each is its band's σ
+    (a 0.225336, c 0.328958: the vLLM draws spread ~1.5× as wide)."""
     plan, cat = _plan()
     base = optimize_plan(plan, cat, compare_single_device=False, verify=False)
     draws = model_error_draws(base, 4000, seed=0)
     keys = {("h100-sxm", "trtllm", 1), ("h100-sxm", "vllm", 1)}
     assert set(draws[0]) == keys
-    for key, mu, sigma in ((("h100-sxm", "trtllm", 1), -0.014060, 0.168481), (("h100-sxm", "vllm", 1), -0.007923, 0.309560)):
+    for key, mu, sigma in ((("h100-sxm", "trtllm", 1), -0.013578, 0.225336), (("h100-sxm", "vllm", 1), -0.041521, 0.328958)):
         logs = [math.log(d[key]) for d in draws]
         assert statistics.median(logs) == pytest.approx(mu, abs=0.02), key
         assert statistics.stdev(logs) == pytest.approx(sigma, rel=0.05), key

@@ -46,12 +46,15 @@ REL = 1e-6
 # fleet: 506,516.236 → 506,582.571 (+0.013 %).
 # Session 15 (bands15: the capacity ratio, each held-out group weighted equally; a ×0.795–1.224, b ×0.841–1.475,
 # c ×0.667–1.290): the performance tornado 332,419.308 .. 509,629.757 → 343,629.196 .. 506,516.236.
+# Session 17 (the bands' leave-out refits at the fit's online weight 1; a ×0.739–1.317, b ×0.814–1.462, c ×0.629–1.301):
+# the performance tornado's high end (every device at its band's slow end, B200 ×0.739) 506,516.236 → 510,122.402;
+# the low end (B200 ×1.317 instead of ×1.224) stays 343,629.196.
 RUNNER_UP = ("b200", {"h200-sxm": 8, "rtx-pro-6000": 7}, 487_099.532)
 DEVICES = {  # device: (break-even purchase $, break-even capacity factor)
     "b200": (41_728.409565204274, 0.819056),
 }
 TORNADO = {  # input prefix: ($ at the low end, $ at the high end)
-    "performance": (343_629.196, 506_516.236),
+    "performance": (343_629.196, 510_122.402),
     "demand": (366_048.972, 506_582.57056),
     "b200 purchase_usd": (379_198.164, 487_099.532),
     "electricity": (454_099.082, 488_297.246),
