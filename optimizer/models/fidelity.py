@@ -286,7 +286,7 @@ def unmeasured_kernels(device: Device, engine: str | None, params: CalibrationPa
                        weight_only: bool = False) -> list[str]:
     """The kernel families of a configuration that no row of its generation and engine measured, where the coverage
     records them (None = not recorded: none): ``moe`` — the routed experts' grouped GEMMs of a mixture-of-experts
-    model, whose fitted share (``moe_efficiency``) spans ~0.25 (Blackwell) to 1.0 (Ada) across the shipped
+    model, whose fitted share (``moe_efficiency``) spans ~0.36 (Blackwell) to 1.0 (Ada) across the shipped
     generations; ``weight_only`` — the dequantizing GEMMs of a weight-only precision (W4A16), whose share was fitted
     where they ran (Hopper in the shipped fit) and is taken everywhere else."""
     cov = params.coverage

@@ -149,7 +149,14 @@ def test_moe_steady_state_at_and_below_the_slo_capacity(model_key):
 
 @pytest.mark.parametrize(("model_key", "device", "prec", "tp", "qps"), [
     ("llama-4-scout", "h100-pcie", "bf16", 8, 10.35),
-    ("qwen3-30b-a3b", "mi325x", "bf16", 1, 22.16),
+    # 22.16 before the MoE routing glue, which saturates it now (the scan finds no root from 21.2925 req/s); with the
+    # parameters before the glue 22.16 no longer overshot either (nor any rate up to saturation, 22.35). Re-found as
+    # when it was reported: a rate at which solve_state with the secant disabled (a NaN bracket to _next_iterate)
+    # stays past the scan's root, unsaturated: at 21.281 a 221.3 ms step against [175.70, 178.95] ms (with the
+    # secant 176.98). Such rates are slivers within 0.1 % of saturation (21.2778-21.2825 req/s on a 2.5e-5 grid,
+    # broken by single rates where both solvers call saturated a root 0.05 % below saturation), as 22.16 was in
+    # 22.158-22.162 at 0f7f157
+    ("qwen3-30b-a3b", "mi325x", "bf16", 1, 21.281),
     ("llama-4-maverick", "mi325x", "fp8", 8, 34.36),
 ])
 def test_an_overshoot_past_the_root_comes_back_to_it(model_key, device, prec, tp, qps):

@@ -64,12 +64,16 @@ def test_dense_rows_barely_move_on_the_spread_path(monkeypatch):
     little (llama-3.1-8b fp8 h100, SLO 2 × 4.527 ms: 14.0039 req/s on the tangent, 13.991 on the spread path;
     with prompts cut to the 131,072-token context window (ctxwin, merged beside this) the tangent gives 14.0308).
     With the size-biased step (moehump) the spread path gives 14.0565 (+0.18 %): for a linear D its bias is s·F, the
-    tangent path's s·F·(1 − u_p)/(1 − g) (the fixed point's response, which the size-biased step puts in t̄ instead)."""
+    tangent path's s·F·(1 − u_p)/(1 − g) (the fixed point's response, which the size-biased step puts in t̄ instead).
+    The parameters refitted with the MoE routing glue (none on a dense step; the refit's other fitted values move it,
+    each alone: the fp8 override's compute_efficiency 0.670 → 0.639 −4.1 %, smooth_max_exponent
+    2.32 → 2.74 +1.1 %, prefill_attention_efficiency +1.5 %, sequence_overhead_us +0.8 %): SLO 2 × 4.569 ms, the
+    tangent 14.0308 → 13.9294, the spread path 13.9547 (+0.18 % still)."""
     slo = 2.0 * _zero_load_p99(LLAMA8B)
     tangent = _capacity_at(LLAMA8B, slo, 5.0, 30.0)
     monkeypatch.setattr(lat, "concave_step", lambda c: True)
     spread = _capacity_at(LLAMA8B, slo, 5.0, 30.0)
-    assert tangent == pytest.approx(14.0308, rel=1e-4)
+    assert tangent == pytest.approx(13.9294, rel=1e-4)
     assert spread != tangent
     assert abs(spread / tangent - 1.0) < 2.5e-3
 

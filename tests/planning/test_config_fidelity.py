@@ -2,18 +2,19 @@
 
 The shipped calibration measured H100 SXM with TensorRT-LLM and not with vLLM
 (``coverage.device_engines``: ``h100-sxm/trtllm`` only; ``coverage.generation_engines``: Hopper under
-``hopper/trtllm`` only), and carries leave-out bands a = ×0.7391–1.3168, b = ×0.8138–1.4624,
-c = ×0.6293–1.3012 (each widened to contain the better classes: b ×0.7391–1.4624, c ×0.6293–1.4624;
-recomputed 2026-12-07 with the leave-out refits at the fit's online weight). A plan with one workload served by TensorRT-LLM and one by vLLM on H100 has a
-class-(a) and a class-(c) configuration on the same device (vLLM was never measured on Hopper: its host
-time and kernels there are as unknown as a new generation's, ``fidelity.engine_unmeasured``; it was class
-b before generation_engines was recorded): each deployment must carry its own class, and sizing at a
-confidence level must derate each candidate by its own band.
+``hopper/trtllm`` only), and carries leave-out bands a = ×0.7671–1.2753, b = ×0.8284–1.4275,
+c = ×0.6842–1.3571 (each widened to contain the better classes: b ×0.7671–1.4275, c ×0.6842–1.4275;
+the refit with the MoE routing glue, moe_glue_bytes_per_element ≈ 17.84; before: a ×0.7391–1.3168,
+b ×0.8138–1.4624, c ×0.6293–1.3012). A plan with one workload served by TensorRT-LLM and one by vLLM
+on H100 has a class-(a) and a class-(c) configuration on the same device (vLLM was never measured on
+Hopper: its host time and kernels there are as unknown as a new generation's,
+``fidelity.engine_unmeasured``; it was class b before generation_engines was recorded): each deployment
+must carry its own class, and sizing at a confidence level must derate each candidate by its own band.
 
 capacity_factor_at(band, 0.95) = exp(μ + σ·Φ⁻¹(0.05)), μ = (ln lo + ln hi)/2, σ = (ln hi − ln lo)/(2·1.281552):
-- a: ln 0.73907 = −0.30236, ln 1.31680 = 0.27520 → μ = −0.013578, σ = 0.225336 → exp(−0.38422) = 0.68098;
-- c: ln 0.62933 = −0.46310, ln 1.46236 = 0.38005 → μ = −0.041521, σ = 0.328958 → exp(−0.58261) = 0.55844.
-(At 0.9 the trtllm candidate is at its low end 0.7391 and the vLLM one at 0.6293.)
+- a: ln 0.76712 = −0.26511, ln 1.27532 = 0.24320 → μ = −0.010956, σ = 0.198318 → exp(−0.33716) = 0.71379;
+- c: ln 0.68420 = −0.37950, ln 1.42750 = 0.35592 → μ = −0.011788, σ = 0.286927 → exp(−0.48374) = 0.61647.
+(At 0.9 the trtllm candidate is at its low end 0.7671 and the vLLM one at 0.6842.)
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from optimizer.planning.safeguards import device_fidelity, fidelity_map
 from optimizer.whatif_uncertainty import model_error_draws
 from workloads import parse_plan, resolve_catalog
 
-FACTOR_095 = {"trtllm": 0.68098, "vllm": 0.55844}  # module docstring
+FACTOR_095 = {"trtllm": 0.71379, "vllm": 0.61647}  # module docstring
 
 
 def _workload(name: str, engine: str) -> dict:
@@ -60,8 +61,8 @@ def _plan(confidence: float | None = None):
 def test_the_shipped_bands_are_what_this_test_assumes():
     p = load_params(None)
     assert "h100-sxm/trtllm" in p.coverage.device_engines and "h100-sxm/vllm" not in p.coverage.device_engines
-    assert (p.error_bands["a"].low_factor, p.error_bands["a"].high_factor) == pytest.approx((0.73907, 1.31680), abs=5e-5)
-    assert p.error_bands["b"].high_factor == pytest.approx(1.46236, abs=5e-5)
+    assert (p.error_bands["a"].low_factor, p.error_bands["a"].high_factor) == pytest.approx((0.76712, 1.27532), abs=5e-5)
+    assert p.error_bands["b"].high_factor == pytest.approx(1.42750, abs=5e-5)
     assert p.error_bands["b"].low_factor > p.error_bands["a"].low_factor  # b's low end widened to a's
 
 
@@ -75,17 +76,17 @@ def test_each_deployment_reports_the_class_of_its_own_configuration():
     fast, other = by_workload["fast"], by_workload["other"]
     assert (fast.engine, fast.fidelity.class_) == ("trtllm", "measured")
     assert "h100-sxm served by trtllm is in the fit" in fast.fidelity.basis
-    assert (fast.fidelity.low_factor, fast.fidelity.high_factor) == pytest.approx((0.73907, 1.31680), abs=5e-5)
+    assert (fast.fidelity.low_factor, fast.fidelity.high_factor) == pytest.approx((0.76712, 1.27532), abs=5e-5)
     assert (other.engine, other.fidelity.class_) == ("vllm", "datasheet-only")
     assert "hopper measured only with trtllm, never served by vllm" in other.fidelity.basis
-    assert (other.fidelity.low_factor, other.fidelity.high_factor) == pytest.approx((0.62933, 1.46236), abs=5e-5)
+    assert (other.fidelity.low_factor, other.fidelity.high_factor) == pytest.approx((0.68420, 1.42750), abs=5e-5)
     rows = {d["workload"]: d for d in r.to_json()["deployments"]}
     assert rows["fast"]["fidelity"]["class"] == "measured" and rows["other"]["fidelity"]["class"] == "datasheet-only"
 
 
 def test_confidence_derates_each_candidate_by_its_own_band():
-    """At confidence 0.95 every kept TensorRT-LLM candidate's capacity is × 0.68098 (band a) and every
-    vLLM one's × 0.55844 (band c), on the same device."""
+    """At confidence 0.95 every kept TensorRT-LLM candidate's capacity is × 0.71379 (band a) and every
+    vLLM one's × 0.61647 (band c), on the same device."""
     plan, cat = _plan(0.95)
     params = load_params(None)
     cset = model_candidates(plan, cat, params)
@@ -103,7 +104,7 @@ def test_confidence_derates_each_candidate_by_its_own_band():
 
 
 def test_confidence_sizes_the_deployment_by_its_own_band():
-    """The chosen TensorRT-LLM deployment's capacity per replica at 0.95 = its point capacity × 0.68098."""
+    """The chosen TensorRT-LLM deployment's capacity per replica at 0.95 = its point capacity × 0.71379."""
     plan, cat = _plan()
     point = {d.workload: d for d in optimize_plan(plan, cat, compare_single_device=False, verify=False).deployments}
     plan95, cat = _plan(0.95)
@@ -199,15 +200,15 @@ def test_fallback_with_coverage_follows_its_engine_and_ep_pairs():
 
 def test_monte_carlo_model_error_is_drawn_per_configuration():
     """``gpuplan whatif --samples``: the TensorRT-LLM and vLLM deployments on H100 draw from their own
-    bands: median log factor = μ of each band (a: −0.013578, c: −0.041521, module docstring; σ of a
-    median of 4,000 draws ≈ 1.2533·0.33/√4000 = 0.0065); and the spread of each is its band's σ
-    (a 0.225336, c 0.328958: the vLLM draws spread ~1.5× as wide)."""
+    bands: median log factor = μ of each band (a: −0.010956, c: −0.011788, module docstring; σ of a
+    median of 4,000 draws ≈ 1.2533·0.287/√4000 = 0.0057); and the spread of each is its band's σ
+    (a 0.198318, c 0.286927: the vLLM draws spread ~1.45× as wide)."""
     plan, cat = _plan()
     base = optimize_plan(plan, cat, compare_single_device=False, verify=False)
     draws = model_error_draws(base, 4000, seed=0)
     keys = {("h100-sxm", "trtllm", 1), ("h100-sxm", "vllm", 1)}
     assert set(draws[0]) == keys
-    for key, mu, sigma in ((("h100-sxm", "trtllm", 1), -0.013578, 0.225336), (("h100-sxm", "vllm", 1), -0.041521, 0.328958)):
+    for key, mu, sigma in ((("h100-sxm", "trtllm", 1), -0.010956, 0.198318), (("h100-sxm", "vllm", 1), -0.011788, 0.286927)):
         logs = [math.log(d[key]) for d in draws]
         assert statistics.median(logs) == pytest.approx(mu, abs=0.02), key
         assert statistics.stdev(logs) == pytest.approx(sigma, rel=0.05), key

@@ -5,12 +5,13 @@ confidence level and the ``measured_configuration_off`` warning (``optimizer.pla
 
 The shipped fit misses a few configurations of its own rows by more than their band (docs/model-accuracy.md,
 "Configurations the model misses"): Llama-4-Maverick FP8 DEP8 on H200 (5 rows of the TensorRT-LLM perf overview)
-runs at 0.6591× the prediction and DeepSeek-R1 FP4 DEP4 on B200 (9 rows) at 1.3317×, while the class-a band
-(TensorRT-LLM measured with ep on both) is ×0.73907–1.31680. So:
-- Maverick's band becomes ×0.6591–1.31680 and a plan counts on 1/0.6591 − 1 = 51.7 % → "52 %" too much capacity
+runs at 0.6459× the prediction and DeepSeek-R1 FP4 DEP4 on B200 (9 rows) at 1.3432×, while the class-a band
+(TensorRT-LLM measured with ep on both) is ×0.76712–1.27532 (the refit with the MoE routing glue; before: 0.6591×,
+1.3317×, ×0.73907–1.31680). So:
+- Maverick's band becomes ×0.6459–1.27532 and a plan counts on 1/0.6459 − 1 = 54.8 % → "55 %" too much capacity
   at the point estimate; at confidence 0.9 the factor is the band's low end (``capacity_factor_at``), so the
-  widening multiplies the class derating 0.73907 by 0.6591 / 0.73907 = 0.89180;
-- DeepSeek-R1's band becomes ×0.73907–1.3317, its capacity 1 − 1/1.3317 = 24.9 % → "25 %" understated.
+  widening multiplies the class derating 0.76712 by 0.6459 / 0.76712 = 0.84198;
+- DeepSeek-R1's band becomes ×0.76712–1.3432, its capacity 1 − 1/1.3432 = 25.6 % → "26 %" understated.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from optimizer.planning.safeguards import candidate_fidelity, fidelity_map
 from optimizer.results.plan_result import Deployment
 from workloads import parse_plan, resolve_catalog
 
-CLASS_A = (0.73907, 1.31680)
+CLASS_A = (0.76712, 1.27532)
 
 
 @pytest.fixture(scope="module")
@@ -81,17 +82,17 @@ def test_a_configuration_the_model_overrates_is_warned(cat):
     assert [n.code for n in notes] == ["measured_configuration_off"]  # one per configuration, naming each deployment
     assert notes[0].level == "warning"
     assert notes[0].message.startswith(f"{d.key} (chat), {d.key} (chat): ")
-    for part in ("5 measured offline rows", "h200-sxm/trtllm/llama-4-maverick/fp8/tp1/ep8", "0.66×", "×0.74–1.32",
-                 "~52 % too much", "widened to ×0.66–1.32", "--confidence 0.9 sizes it at ×0.66",
-                 "target_utilization 0.66", "gpuplan calibrate"):
+    for part in ("5 measured offline rows", "h200-sxm/trtllm/llama-4-maverick/fp8/tp1/ep8", "0.65×", "×0.77–1.28",
+                 "~55 % too much", "widened to ×0.65–1.28", "--confidence 0.9 sizes it at ×0.65",
+                 "target_utilization 0.65", "gpuplan calibrate"):
         assert part in notes[0].message, part
 
 
 def test_a_configuration_the_model_underrates_is_warned_the_other_way(cat):
     notes = _notes(cat, "deepseek-r1", [_deployment(cat, "b200", "fp4", 1, 4)])
     assert len(notes) == 1
-    assert "1.33×" in notes[0].message and "25 % understated" in notes[0].message
-    assert "widened to ×0.74–1.33" in notes[0].message
+    assert "1.34×" in notes[0].message and "26 % understated" in notes[0].message
+    assert "widened to ×0.77–1.34" in notes[0].message
 
 
 def test_configurations_inside_their_band_or_unmeasured_are_not(cat):
@@ -128,20 +129,20 @@ def test_the_shipped_record_covers_every_fitted_row():
 
 
 def test_estimate_widens_the_band_to_the_configurations_own_rows(cat):
-    """`gpuplan estimate` of Maverick FP8 DEP8 on H200: the record (5 rows, 0.6591), the band ×0.6591–1.31680 and
-    output_tokens_per_s_low = predicted × 0.6591."""
+    """`gpuplan estimate` of Maverick FP8 DEP8 on H200: the record (5 rows, 0.6459), the band ×0.6459–1.27532 and
+    output_tokens_per_s_low = predicted × 0.6459."""
     out = estimate_config(cat.models["llama-4-maverick"], cat.devices["h200-sxm"], cat.precisions["fp8"], 1, 1,
                           1000, 1000, load_params(None), devices=cat.devices, max_throughput=True, ep=8)
     assert out["measured_configuration"] == {"key": "h200-sxm/trtllm/llama-4-maverick/fp8/tp1/ep8", "n": 5,
-                                             "median_measured_over_predicted": 0.6591}
+                                             "median_measured_over_predicted": 0.6459}
     f = out["fidelity"]
-    assert (f["band_low_factor"], f["band_high_factor"]) == pytest.approx((0.6591, CLASS_A[1]), abs=5e-5)
-    assert "widened to ×0.66: the calibration's 5 measured offline rows" in f["basis"]
-    assert out["output_tokens_per_s_low"] == pytest.approx(out["output_tokens_per_s"] * 0.6591, rel=1e-4)
+    assert (f["band_low_factor"], f["band_high_factor"]) == pytest.approx((0.6459, CLASS_A[1]), abs=5e-5)
+    assert "widened to ×0.65: the calibration's 5 measured offline rows" in f["basis"]
+    assert out["output_tokens_per_s_low"] == pytest.approx(out["output_tokens_per_s"] * 0.6459, rel=1e-4)
 
 
 def test_confidence_sizes_a_widened_candidate_at_its_own_rows(cat):
-    """At confidence 0.9 the Maverick DEP8 H200 candidate's capacity is × 0.89180 on top of the class derating
+    """At confidence 0.9 the Maverick DEP8 H200 candidate's capacity is × 0.84198 on top of the class derating
     (module docstring); its tp candidates, never measured, are not touched."""
     plan = _plan("llama-4-maverick", ["h200-sxm"], confidence=0.9)
     params = load_params(None)
@@ -149,19 +150,19 @@ def test_confidence_sizes_a_widened_candidate_at_its_own_rows(cat):
     fid = fidelity_map(cset, params, cat)
     widened = candidate_fidelity(cset, fid, params, cat)
     assert list(widened) == [("chat", "h200_sxm__fp8__tp1__pp1__ep8")]
-    assert (widened[("chat", "h200_sxm__fp8__tp1__pp1__ep8")].low_factor,) == pytest.approx((0.6591,))
+    assert (widened[("chat", "h200_sxm__fp8__tp1__pp1__ep8")].low_factor,) == pytest.approx((0.6459,))
     factors = candidate_capacity_factors(plan, fid, widened, cset)
-    assert factors == {("chat", "h200_sxm__fp8__tp1__pp1__ep8"): pytest.approx(0.6591 / 0.739074, rel=1e-4)}
+    assert factors == {("chat", "h200_sxm__fp8__tp1__pp1__ep8"): pytest.approx(0.6459 / 0.767121, rel=1e-4)}
     assert candidate_capacity_factors(_plan("llama-4-maverick", ["h200-sxm"]), fid, widened, cset) == {}
 
 
 def test_a_plan_on_such_a_configuration_reports_the_widened_band_and_the_warning(cat):
-    """DeepSeek-R1 FP4 on B200 only: the cheapest replica is the DEP4 one the 9 rows measured (1.33×)."""
+    """DeepSeek-R1 FP4 on B200 only: the cheapest replica is the DEP4 one the 9 rows measured (1.34×)."""
     plan = _plan("deepseek-r1", ["b200"], precision="fp4")
     r = optimize_plan(plan, resolve_catalog(plan, cat, "test"), compare_single_device=False, verify=False)
     assert [(d.key, d.engine) for d in r.deployments] == [("b200__fp4__tp1__pp1__ep4", "trtllm")]
     d = r.deployments[0]
-    assert (d.fidelity.low_factor, d.fidelity.high_factor) == pytest.approx((CLASS_A[0], 1.3317), abs=5e-5)
+    assert (d.fidelity.low_factor, d.fidelity.high_factor) == pytest.approx((CLASS_A[0], 1.3432), abs=5e-5)
     notes = [n for n in r.diagnostics if n.code == "measured_configuration_off"]
     assert len(notes) == 1 and "b200/trtllm/deepseek-r1/fp4/tp1/ep4" in notes[0].message
 
@@ -191,5 +192,5 @@ def test_validate_lists_the_configurations_outside_their_band(run_cli):
     r = run_cli("validate", "--shipped")
     assert r.code == 0, r.stderr
     table = r.stdout[r.stdout.index("whose median lies outside"):]
-    first = table.index("h200-sxm/trtllm/llama-4-maverick/fp8/tp1/ep8")  # worst first: |ln 0.659| is the largest
-    assert first < table.index("b200/trtllm/deepseek-r1/fp4/tp1/ep4") and "x0.659" in table
+    first = table.index("h200-sxm/trtllm/llama-4-maverick/fp8/tp1/ep8")  # worst first: |ln 0.646| is the largest
+    assert first < table.index("b200/trtllm/deepseek-r1/fp4/tp1/ep4") and "x0.646" in table

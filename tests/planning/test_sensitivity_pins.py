@@ -49,14 +49,21 @@ REL = 1e-6
 # Session 17 (the bands' leave-out refits at the fit's online weight 1; a ×0.739–1.317, b ×0.814–1.462, c ×0.629–1.301):
 # the performance tornado's high end (every device at its band's slow end, B200 ×0.739) 506,516.236 → 510,122.402;
 # the low end (B200 ×1.317 instead of ×1.224) stays 343,629.196.
-RUNNER_UP = ("b200", {"h200-sxm": 8, "rtx-pro-6000": 7}, 487_099.532)
+# The refit with the MoE routing glue (moe_glue_bytes_per_element 17.84; every fitted value moved; a ×0.767–1.275,
+# b ×0.828–1.427, c ×0.684–1.357), re-recorded (the old figures reproduce with the old file as --params): the chosen
+# fleet stays one HGX B200 server (471,198.164); the runner-up without B200 needs an 8th rtx-pro-6000, 487,099.532 →
+# 498,309.420 (so does the b200 purchase tornado's high end); b200's break-even 41,728.41 $ / 0.819 → 42,946.88 $ /
+# 0.843; the performance tornado's low end (B200 ×1.275 instead of ×1.317) 343,629.196 → 366,048.972, its high end
+# stays 510,122.402; demand 366,048.972 .. 506,582.571 → 404,973.210 .. 510,122.402; electricity and the
+# catalog-range rows unchanged.
+RUNNER_UP = ("b200", {"h200-sxm": 8, "rtx-pro-6000": 8}, 498_309.420)
 DEVICES = {  # device: (break-even purchase $, break-even capacity factor)
-    "b200": (41_728.409565204274, 0.819056),
+    "b200": (42_946.875652151546, 0.842832),
 }
 TORNADO = {  # input prefix: ($ at the low end, $ at the high end)
-    "performance": (343_629.196, 510_122.402),
-    "demand": (366_048.972, 506_582.57056),
-    "b200 purchase_usd": (379_198.164, 487_099.532),
+    "performance": (366_048.972, 510_122.402),
+    "demand": (404_973.210, 510_122.402),
+    "b200 purchase_usd": (379_198.164, 498_309.420),
     "electricity": (454_099.082, 488_297.246),
     "gb300 purchase_usd": (471_198.164, 471_198.164),
     "h100-sxm purchase_usd": (471_198.164, 471_198.164),

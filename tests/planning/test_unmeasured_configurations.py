@@ -41,12 +41,12 @@ def test_the_shipped_coverage_records_each_generation_with_its_engine():
 
 
 def test_vllm_on_h100_is_warned_with_the_host_times_it_assumes():
-    """0.82 ms per step and 3.8 µs per sequence are the NVIDIA (TensorRT-LLM) fit's; 2.57 ms / 4.0 µs the vLLM
+    """0.84 ms per step and 3.0 µs per sequence are the NVIDIA (TensorRT-LLM) fit's; 2.47 ms / 4.1 µs the vLLM
     override's fitted on MI300X (``factors_for``); the warning names both, the class band and the fixes."""
     params = load_params(None)
     cat = load_catalog()
     here, there = params.factors_for(cat.devices["h100-sxm"], "vllm"), params.factors_for(cat.devices["mi300x"], "vllm")
-    assert (round(here.step_overhead_ms, 2), round(there.step_overhead_ms, 2)) == (0.82, 2.57)
+    assert (round(here.step_overhead_ms, 2), round(there.step_overhead_ms, 2)) == (0.84, 2.47)
     plan, cat = _plan("vllm")
     r = optimize_plan(plan, cat, compare_single_device=False, verify=False, sensitivity=False)
     (d,) = r.deployments
@@ -55,8 +55,8 @@ def test_vllm_on_h100_is_warned_with_the_host_times_it_assumes():
     assert len(notes) == 1 and notes[0].level == "warning"
     text = notes[0].message
     for part in (f"{d.key} (chat)", "vllm was never measured on hopper (its rows ran trtllm)",
-                 "0.82 ms per step, 3.8 µs per running sequence",
-                 "where vllm was measured (mi300x) the fit gives it 2.57 ms per step and 4.0 µs per running sequence",
+                 "0.84 ms per step, 3.0 µs per running sequence",
+                 "where vllm was measured (mi300x) the fit gives it 2.47 ms per step and 4.1 µs per running sequence",
                  f"×{d.fidelity.low_factor:.2f}–{d.fidelity.high_factor:.2f}", "--confidence 0.9", "gpuplan calibrate"):
         assert part in text, part
     assert any(x["code"] == "engine_unmeasured" for x in r.to_json()["diagnostics"])
@@ -99,20 +99,20 @@ def test_the_shipped_coverage_records_which_generations_ran_moe():
 
 def test_a_moe_model_on_mi300x_is_rated_datasheet_only_and_warned():
     """Mixtral on MI300X (measured, class a, with dense models): its deployment is datasheet-only with the class-c
-    envelope ×0.6293–1.4624 (tests/planning/test_config_fidelity.py's docstring), and one moe_unmeasured warning
-    names the grouped-GEMM share its capacity assumes (0.77, the global moe_efficiency: no CDNA 3 override sets it)
-    and the span of the generations measured with MoE (Blackwell 0.25 to Ada 1.00 in the shipped overrides)."""
+    envelope ×0.6842–1.4275 (tests/planning/test_config_fidelity.py's docstring), and one moe_unmeasured warning
+    names the grouped-GEMM share its capacity assumes (0.91, the global moe_efficiency: no CDNA 3 override sets it)
+    and the span of the generations measured with MoE (Blackwell 0.36 to Ada 1.00 in the shipped overrides)."""
     params = load_params(None)
     cat = load_catalog()
-    assert round(params.factors_for(cat.devices["mi300x"], "vllm").moe_efficiency, 2) == 0.77
+    assert round(params.factors_for(cat.devices["mi300x"], "vllm").moe_efficiency, 2) == 0.91
     plan, cat = _moe_plan("mi300x")
     r = optimize_plan(plan, cat, compare_single_device=False, verify=False, sensitivity=False)
     (d,) = r.deployments
     assert d.fidelity.class_ == "datasheet-only"
-    assert (d.fidelity.low_factor, d.fidelity.high_factor) == pytest.approx((0.62933, 1.46236), abs=5e-5)
+    assert (d.fidelity.low_factor, d.fidelity.high_factor) == pytest.approx((0.68420, 1.42750), abs=5e-5)
     (note,) = [n for n in r.diagnostics if n.code == "moe_unmeasured"]
     for part in (f"{d.key} (moe)", "generation cdna3 never measured with a mixture-of-experts model served by vllm",
-                 "grouped-GEMM share 0.77 is not fitted on it", "fitted 0.25-1.00", "×0.63–1.46", "--confidence 0.9"):
+                 "grouped-GEMM share 0.91 is not fitted on it", "fitted 0.36-1.00", "×0.68–1.43", "--confidence 0.9"):
         assert part in note.message, part
 
 
@@ -130,7 +130,7 @@ def test_a_moe_model_on_a_generation_measured_with_moe_is_not_touched():
 
 
 def test_estimate_rates_a_moe_model_on_mi300x_datasheet_only():
-    """`gpuplan estimate` takes the same rule: DeepSeek-R1 tp8 on MI300X is datasheet-only, its band × 0.6293."""
+    """`gpuplan estimate` takes the same rule: DeepSeek-R1 tp8 on MI300X is datasheet-only, its band × 0.6842."""
     from optimizer.models.estimate import estimate_config
 
     cat, params = load_catalog(), load_params(None)
@@ -138,14 +138,14 @@ def test_estimate_rates_a_moe_model_on_mi300x_datasheet_only():
                           params, max_throughput=True, devices=cat.devices)
     assert out["fidelity"]["class"] == "datasheet-only" and "never measured with a mixture-of-experts" in \
         out["fidelity"]["basis"]
-    assert out["output_tokens_per_s_low"] == pytest.approx(out["output_tokens_per_s"] * 0.62933, rel=1e-4)
+    assert out["output_tokens_per_s_low"] == pytest.approx(out["output_tokens_per_s"] * 0.68420, rel=1e-4)
 
 
 # ---------------------------------------------------------------- pipeline parallelism: terms no fit sets
 
 def test_a_pipeline_parallel_deployment_is_rated_same_generation_and_warned():
     """Llama-3.1-405B FP8 on L40S (48 GB) needs pipeline stages; L40S/TensorRT-LLM is measured (pp 1 rows only),
-    so the pp > 1 deployment is same-generation with b's band widened to contain a's (×0.73907–1.46236,
+    so the pp > 1 deployment is same-generation with b's band widened to contain a's (×0.76712–1.42750,
     tests/planning/test_config_fidelity.py's docstring) and one pipeline_uncalibrated warning names the default
     terms (20 µs hop, 50 µs per micro-batch: CalibrationParams' defaults, never fitted)."""
     params = load_params(None)
@@ -157,7 +157,7 @@ def test_a_pipeline_parallel_deployment_is_rated_same_generation_and_warned():
                       sensitivity=False)
     (d,) = r.deployments
     assert d.pp > 1 and d.fidelity.class_ == "same-generation"
-    assert (d.fidelity.low_factor, d.fidelity.high_factor) == pytest.approx((0.73907, 1.46236), abs=5e-5)
+    assert (d.fidelity.low_factor, d.fidelity.high_factor) == pytest.approx((0.76712, 1.42750), abs=5e-5)
     (note,) = [n for n in r.diagnostics if n.code == "pipeline_uncalibrated"]
     assert f"{d.key} (big)" in note.message and "20 µs" in note.message and "50 µs per step" in note.message
 
@@ -234,7 +234,7 @@ def test_int4_on_a100_is_rated_datasheet_only_and_warned_and_on_h100_is_not():
     r = optimize_plan(plan, cat, compare_single_device=False, verify=False, sensitivity=False)
     (d,) = r.deployments
     assert d.precision == "int4" and d.fidelity.class_ == "datasheet-only"
-    assert (d.fidelity.low_factor, d.fidelity.high_factor) == pytest.approx((0.62933, 1.46236), abs=5e-5)
+    assert (d.fidelity.low_factor, d.fidelity.high_factor) == pytest.approx((0.68420, 1.42750), abs=5e-5)
     (note,) = [n for n in r.diagnostics if n.code == "weight_only_unmeasured"]
     assert ("generation ampere never measured with a weight-only precision served by trtllm: its dequantizing GEMMs "
             "take the share 0.20 fitted on hopper/trtllm") in note.message
