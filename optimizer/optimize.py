@@ -49,6 +49,7 @@ from optimizer.planning.milp.decompose import decomposes, solve_decomposed
 from optimizer.planning.milp.problem import FleetProblem, FleetSolution
 from optimizer.planning.milp.resolve import cached_solve
 from optimizer.planning.milp.restrict import RESTRICT_MIN_OPTIONS, solve_restricted
+from optimizer.planning.milp.routing import balanced_routing
 from optimizer.planning.milp.solve import solve_fleet
 from optimizer.planning.safeguards import (
     annotate,
@@ -124,17 +125,19 @@ def optimize_plan(
     one_device: list[FleetSolution] = []  # every one-device plan solved: known plans of the sensitivity re-solves
     sol, single, notes = solve_stage(problem, options, compare_single_device=compare_single_device,
                                      diagnose=diagnose, start=start, found=one_device)
+    sol = balanced_routing(problem, sol)
     clock.lap("solve")
     verification = None
     if sol.status.has_plan and model_params is not None and (verify or (verify is None and verify_by_default(cset, sol))):
         cset, resized, sol, verification = verify_and_resize(
             plan, cset, sol, catalog, model_params,
-            lambda p: cached_solve("decomposed", p, lambda: solve_decomposed(p, **options.solve_kwargs),
-                                   gap=options.gap, solver=options.solver))
+            lambda p: balanced_routing(p, cached_solve("decomposed", p, lambda: solve_decomposed(p, **options.solve_kwargs),
+                                                       gap=options.gap, solver=options.solver)))
         if resized is not None:  # the one-device comparison was made on the fleet before re-sizing
             problem = resized
             sol, single, notes = solve_stage(problem, options, compare_single_device=compare_single_device,
                                              diagnose=diagnose, solved=sol, found=one_device)
+            sol = balanced_routing(problem, sol)
     elif sol.status.has_plan and model_params is not None and verify is None:
         notes = [*notes, verification_skipped(online_deployments(cset, sol))]
     diagnostics += notes

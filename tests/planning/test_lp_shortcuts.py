@@ -1,5 +1,5 @@
-"""The two LPs that let the sensitivity analysis skip exact re-solves (issue 13), on problems
-worked on paper.
+"""The two LPs that let the sensitivity analysis skip exact re-solves (issue 13), and the routing LP
+that spreads a plan's load by capacity, on problems worked on paper.
 
 - :func:`~optimizer.planning.milp.routing.lowest_capacity_factor`: one workload of 10 req/s
   (one bucket) on 2 replicas of ``a`` (4 req/s each) and 1 replica of ``b`` (5 req/s). At a
@@ -29,7 +29,7 @@ from optimizer.planning.milp.problem import (
     UnitTerms,
 )
 from optimizer.planning.milp.relax import cheapest_with_device_bound
-from optimizer.planning.milp.routing import FACTOR_GRID, lowest_capacity_factor
+from optimizer.planning.milp.routing import FACTOR_GRID, balanced_routing, lowest_capacity_factor
 from optimizer.planning.milp.solve import solve_fleet
 from optimizer.results.money import LinearTerms
 from optimizer.results.plan_result import SolveStatus
@@ -70,6 +70,32 @@ def test_replicas_that_cannot_carry_the_load_have_no_factor():
 
 def test_a_replica_outside_the_problem_has_no_factor():
     assert lowest_capacity_factor(_routing_problem(), _plan({"c__tp1": 3}), "a") is None
+
+
+def test_balanced_routing_loads_every_replica_to_the_same_share():
+    """2 × a (4 req/s) and 3 × b (5 req/s) carry 23 req/s; 10 req/s routed by capacity puts each at
+    10/23 of it: a 8·10/23 = 3.4783, b 15·10/23 = 6.5217 req/s (the MILP may route 10 to b alone)."""
+    got = balanced_routing(_routing_problem(), _plan({"a__tp1": 2, "b__tp1": 3})).routed_qps
+    assert got == pytest.approx({("w", 0, "a__tp1"): 80 / 23, ("w", 0, "b__tp1"): 150 / 23}, rel=1e-6)
+
+
+def test_balanced_routing_balances_each_workload_on_its_own():
+    """A second workload ``v`` of 3.9 req/s on its only option, 1 × c (4 req/s), sits at 0.975 of it
+    whatever the routing; w's replicas are their own, so w is still routed at 10/23 of its capacity
+    (one factor shared by both workloads would let w's routing stop anywhere under 0.975)."""
+    base = _routing_problem()
+    problem = FleetProblem((*base.demands, Demand("v", (3.9,))), (*base.options, Option("v", "c__tp1", "c", 1, (4.0,))),
+                           {**base.units, "c": _unit("c", 100.0)})
+    sol = FleetSolution(SolveStatus.OPTIMAL, "", replicas={("w", "a__tp1"): 2, ("w", "b__tp1"): 3, ("v", "c__tp1"): 1},
+                        routed_qps={("w", 0, "b__tp1"): 10.0, ("v", 0, "c__tp1"): 3.9})
+    got = balanced_routing(problem, sol).routed_qps
+    assert got == pytest.approx({("w", 0, "a__tp1"): 80 / 23, ("w", 0, "b__tp1"): 150 / 23, ("v", 0, "c__tp1"): 3.9},
+                                rel=1e-6)
+
+
+def test_balanced_routing_keeps_a_plan_it_cannot_route():
+    sol = _plan({"a__tp1": 1, "b__tp1": 1})  # 9 < 10 req/s: no routing fits
+    assert balanced_routing(_routing_problem(), sol) is sol
 
 
 def _rack_problem(power_kw: float | None = None) -> FleetProblem:

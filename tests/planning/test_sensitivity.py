@@ -10,11 +10,9 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from catalog import load_catalog
-from optimizer.models.configs import build_configs
 from optimizer.models.fidelity import (
     DATASHEET_ONLY_BAND,
     SAME_GENERATION_BAND,
@@ -23,13 +21,11 @@ from optimizer.models.fidelity import (
     measured_band,
 )
 from optimizer.models.params import FitRecord, load_params
-from optimizer.models.simulate import simulate, step_time_for
 from optimizer.optimize import optimize_plan
 from optimizer.planning.candidate_set import fleet_problem
 from optimizer.planning.candidates import model_candidates
 from optimizer.planning.headroom import demand_factor
 from optimizer.planning.milp.solve import solve_fleet
-from optimizer.planning.safeguards import confidently_missed
 from optimizer.planning.sensitivity import analyse, fleet_of, with_capacity, with_price
 from optimizer.planning.solver_options import SolverOptions
 from optimizer.results.money import MoneyAssumptions
@@ -245,40 +241,16 @@ def test_an_optimistic_capacity_is_resized_until_simulation_meets_the_slo():
 
 @pytest.mark.parametrize("example", ["chat-fleet.yaml", "chat-fleet-power-cap.yaml"])
 def test_examples_meet_their_slos_in_simulation(example):
-    """Every deployment's simulated p99 meets its SLO, or — for one the MILP routed exactly to its
-    capacity at the SLO — straddles it within the run's 95 % interval, is named in the
-    ``simulation_at_slo`` warning, and its p99 pooled over seeds 0-7 agrees with the analytic one
-    within 3 %. The power-cap plan routes code-completion's 200 req/s to 1 × H100 NVL at 86.0 and
-    3 × RTX 6000 Ada at 38.0 each, their capacity (the split is one of many of equal cost): the
-    analytic TTFT p99 there is 300.0 ms, seed 0 of 40,000 requests simulates 326.8 (95 % CI
-    277-371), seeds 0-7 330/291/312/294/296/297/284/300, pooled 300.4 (+0.1 %)."""
+    """Every simulated p99 meets its SLO. With the MoE routing glue refit (fit-v11) the power-cap plan's MILP vertex
+    routed code-completion's 200 req/s to 1 × H100 NVL at 86.0 and 3 × RTX 6000 Ada at 38.0 each, their capacity at
+    the 300 ms TTFT SLO: analytic 300.0 ms, seed 0 simulated 326.8 (95 % CI 277-371; seeds 0-7 pooled 300.4), a
+    ``simulation_at_slo`` warning. Routing spread by capacity (``balanced_routing``) puts both at 0.938 of it."""
     plan = load_plan(EXAMPLES / example)
     r = optimize_plan(plan, resolve_catalog(plan, load_catalog(), example), compare_single_device=False, verify=True)
-    assert r.verification is not None
-    marginal = [v for v in r.verification.deployments if not v.met]
-    assert not any(confidently_missed(v) for v in marginal)
-    for v in marginal:
-        assert v.simulated_ci_low_ms <= v.slo_ms and v.predicted_ms <= v.slo_ms * (1 + 1e-6)
-        assert f"{v.workload} on {v.key}" in {d.code: d.message for d in r.diagnostics}["simulation_at_slo"]
-        assert _pooled_p99_ms(r, plan, v) == pytest.approx(v.predicted_ms, rel=0.03)
+    assert r.verification is not None and r.verification.all_met
     for d in r.deployments:
-        if d.verification is not None and d.verification.met:
+        if d.verification is not None:
             assert d.verification.simulated_ms <= d.verification.slo_ms
-
-
-def _pooled_p99_ms(r, plan, v) -> float:
-    """The simulated p99 of ``v``'s metric at its load per replica, pooled over seeds 0-7 of
-    ``v.requests`` requests each (one colocated bucket: the workload's own length laws)."""
-    cat = load_catalog()
-    d = next(d for d in r.deployments if (d.workload, d.key) == (v.workload, v.key))
-    w = next(w for w in plan.workloads if w.name == v.workload)
-    c = build_configs(cat.model(w.model), [(cat.device(d.device), cat.precision(d.precision), d.tp, d.pp)],
-                      load_params(None), engines=[d.engine or None], ep=[d.ep])
-    st = step_time_for(c, 0)
-    runs = [simulate(c, 0, v.qps_per_replica, w.prompt_tokens, w.output_tokens, requests=v.requests, seed=s,
-                     step_time=st) for s in range(8)]
-    metric = {"ttft_p99_ms": "ttft_s", "tpot_p99_ms": "tpot_s"}[v.metric]
-    return float(np.percentile(np.concatenate([getattr(run, metric) for run in runs]), 99.0)) * 1e3
 
 
 def test_json_keys(small):

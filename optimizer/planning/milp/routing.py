@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
+from dataclasses import replace
 
 import pulp
 
-from optimizer.planning.milp.problem import FleetProblem, FleetSolution, spare_replicas
-from optimizer.planning.milp.solve import solve_lp
+from optimizer.planning.milp.problem import FleetProblem, FleetSolution, Option, spare_replicas
+from optimizer.planning.milp.solve import routed_loads, solve_lp
 
 # The factor is rounded up to this grid, after adding FACTOR_SLACK.
 FACTOR_GRID = 1e-6
@@ -35,18 +37,47 @@ def lowest_capacity_factor(problem: FleetProblem, sol: FleetSolution, device: st
     """The least factor f on ``device``'s capacities at which ``sol``'s replicas (any routing)
     still meet every row of ``problem`` (module doc), rounded up to FACTOR_GRID; None when they do
     not meet them even at f = 1, or when the LP cannot be solved."""
+    solved = _least_factor(problem, sol, lambda o: "f" if o.device == device else None)
+    if solved is None:
+        return None
+    f, _ = solved
+    return min(1.0, round(math.ceil((f + FACTOR_SLACK) / FACTOR_GRID) * FACTOR_GRID, 9))
+
+
+def balanced_routing(problem: FleetProblem, sol: FleetSolution) -> FleetSolution:
+    """``sol`` with each workload's load routed so that its busiest deployment is as idle as its
+    replicas allow: the LP of the module doc with a factor f_w on every option of workload w,
+    minimise Σ_w f_w (the workloads' replicas are their own, so each f_w is the least largest share
+    Σ_b λ·x/μ / (n − spare) of one of w's deployments). The fleet MILP's cost depends on the replicas
+    only, so its routing is any vertex of equal cost, one that may fill some replicas to their
+    capacity at the SLO while others idle; a load balancer spreads by capacity, and so does this.
+    ``sol`` unchanged when it has no plan or the LP cannot be solved."""
+    if not sol.status.has_plan or not sol.replicas:
+        return sol
+    solved = _least_factor(problem, sol, lambda o: o.workload)
+    if solved is None:
+        return sol
+    _, routed = solved
+    return replace(sol, routed_qps=routed)
+
+
+def _least_factor(problem: FleetProblem, sol: FleetSolution, factor: Callable[[Option], str | None]
+                  ) -> tuple[float, dict[tuple[str, int, str], float]] | None:
+    """The LP of the module doc with each option's capacity scaled by the factor ``factor`` names for
+    it (None: not scaled), minimising the sum of the factors: (that sum, the routed req/s of each
+    (workload, bucket, option key) there); None when infeasible at factors 1 or unsolved."""
     options = {(o.workload, o.key): o for o in problem.options}
     reps = {idx: n for idx, n in sol.replicas.items() if n > 0}
     if any(idx not in options for idx in reps):
         return None
-    prob = pulp.LpProblem("lowest_capacity_factor", pulp.LpMinimize)
-    f = prob.add_variable("f", 0, 1)
-    prob += f
+    prob = pulp.LpProblem("least_capacity_factor", pulp.LpMinimize)
     names = itertools.count(1)  # unique names (prob.variables() only counts variables already in a row)
+    factors: dict[str, pulp.LpVariable] = {}
     by_workload: dict[str, list[tuple[str, int]]] = {}  # each workload's replicas, in sol's order
     for (w, k), n in reps.items():
         by_workload.setdefault(w, []).append((k, n))
     shares: dict[tuple[str, int, str], list[pulp.LpVariable]] = {}
+    routes: dict[tuple[str, int, str], pulp.LpVariable] = {}
     for dem in problem.demands:
         w = dem.workload
         for k, n in by_workload.get(w, []):
@@ -57,8 +88,12 @@ def lowest_capacity_factor(problem: FleetProblem, sol: FleetSolution, device: st
                     x = prob.add_variable(f"x_{next(names)}", 0, 1)
                     shares.setdefault((w, b, o.stage), []).append(x)
                     load.append((x, lam / mu))
+                    routes[(w, b, k)] = x
             room = n - spare_replicas(dem, o, problem.units[o.device].gpus_per_node)
-            prob += pulp.LpAffineExpression(load) <= (room * f if o.device == device else room)
+            name = factor(o)
+            if name is not None and name not in factors:
+                factors[name] = prob.add_variable(f"f_{next(names)}", 0, 1)
+            prob += pulp.LpAffineExpression(load) <= (room * factors[name] if name is not None else room)
     for dem in problem.demands:
         for b, lam in enumerate(dem.bucket_qps):
             if lam <= 0:
@@ -72,8 +107,10 @@ def lowest_capacity_factor(problem: FleetProblem, sol: FleetSolution, device: st
                 prob += pulp.lpSum(dec) == s
             else:
                 prob += together == 1
+    prob += pulp.lpSum(factors.values())
     if not solve_lp(prob):
         return None
-    if prob.status != pulp.LpStatusOptimal or f.value() is None:
+    if prob.status != pulp.LpStatusOptimal or any(f.value() is None for f in factors.values()):
         return None
-    return min(1.0, round(math.ceil((f.value() + FACTOR_SLACK) / FACTOR_GRID) * FACTOR_GRID, 9))
+    return sum(float(f.value()) for f in factors.values()), routed_loads(problem, reps, {idx: x.value() or 0.0 for idx, x in routes.items()},
+                                          {d.workload: d.bucket_qps for d in problem.demands})

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -312,24 +312,8 @@ def extract(model: FleetModel, run: SolveRun, build_seconds: float, values: Any 
     units = model.problem.units
     replicas = {idx: int(round(value(v))) for idx, v in model.n.items()}
     replicas = {idx: r for idx, r in replicas.items() if r > 0}
-    # Shares of candidates left without replicas (solver tolerance: n ≈ 1e-7) are dropped and
-    # each bucket's remaining shares renormalised, so routed load adds up to the bucket's rate.
-    shares: dict[tuple[str, int], dict[str, float]] = {}
-    for (w, b, key), v in model.x.items():
-        share = min(max(value(v), 0.0), 1.0)
-        if share > 1e-12 and (w, key) in replicas:
-            shares.setdefault((w, b), {})[key] = share
-    # with disaggregated pools, colocated + prefill shares and colocated + decode shares each add to 1
-    stage = {(o.workload, o.key): o.stage for o in model.problem.options}
-    routed: dict[tuple[str, int, str], float] = {}
-    for (w, b), by_key in shares.items():
-        phases = {k: stage[(w, k)] for k in by_key}
-        together = [v for k, v in by_key.items() if phases[k] == "colocated"]
-        totals = {"colocated": sum(by_key.values())} if len(together) == len(by_key) else {
-            p: sum(together) + sum(v for k, v in by_key.items() if phases[k] == p) for p in ("prefill", "decode")}
-        for key, share in by_key.items():
-            total = totals.get(phases[key]) or totals.get("prefill", 0.0)
-            routed[(w, b, key)] = share / total * model.demands[w].bucket_qps[b]
+    routed = routed_loads(model.problem, replicas, {idx: value(v) for idx, v in model.x.items()},
+                          {w: d.bucket_qps for w, d in model.demands.items()})
     gpus: dict[str, int] = {}
     for o in model.problem.options:
         r = replicas.get((o.workload, o.key), 0)
@@ -340,6 +324,31 @@ def extract(model: FleetModel, run: SolveRun, build_seconds: float, values: Any 
     return FleetSolution(run.status, run.detail, objective, run.gap, run.solve_seconds, build_seconds,
                          run.solver, replicas, routed, gpus, nodes, **stats, bound_usd=run.bound,
                          time_limited=run.time_limited)
+
+
+def routed_loads(problem: FleetProblem, replicas: Mapping[tuple[str, str], int],
+                 shares_in: Mapping[tuple[str, int, str], float], bucket_qps: Mapping[str, Sequence[float]]
+                 ) -> dict[tuple[str, int, str], float]:
+    """Routed req/s of each (workload, bucket, option key) from the routing shares x of a solved
+    model: shares of options left without replicas (solver tolerance: n ≈ 1e-7) are dropped and each
+    bucket's remaining shares renormalised, so the routed load adds up to the bucket's rate (with
+    disaggregated pools, colocated + prefill and colocated + decode shares each add to 1)."""
+    shares: dict[tuple[str, int], dict[str, float]] = {}
+    for (w, b, key), raw in shares_in.items():
+        share = min(max(raw, 0.0), 1.0)
+        if share > 1e-12 and (w, key) in replicas:
+            shares.setdefault((w, b), {})[key] = share
+    stage = {(o.workload, o.key): o.stage for o in problem.options}
+    routed: dict[tuple[str, int, str], float] = {}
+    for (w, b), by_key in shares.items():
+        phases = {k: stage[(w, k)] for k in by_key}
+        together = [v for k, v in by_key.items() if phases[k] == "colocated"]
+        totals = {"colocated": sum(by_key.values())} if len(together) == len(by_key) else {
+            p: sum(together) + sum(v for k, v in by_key.items() if phases[k] == p) for p in ("prefill", "decode")}
+        for key, share in by_key.items():
+            total = totals.get(phases[key]) or totals.get("prefill", 0.0)
+            routed[(w, b, key)] = share / total * bucket_qps[w][b]
+    return routed
 
 
 def start_values(model: FleetModel, start: FleetSolution) -> dict[pulp.LpVariable, float]:
