@@ -1,5 +1,6 @@
 """A fixed fleet's routing as a linear program: how far a device's capacity may fall before the
-fleet's own replicas can no longer carry the load, whatever the routing.
+fleet's own replicas can no longer carry the load, whatever the routing, and the routing that spreads the
+load by capacity.
 
 With the replicas n[w,k] of a plan held fixed, what is left of the fleet MILP
 (:mod:`optimizer.planning.milp.build`) is the routing x, continuous. Scaling the capacities of
@@ -14,6 +15,10 @@ Every other row of the MILP (servers, replica minimums, budgets, power, inventor
 on the replicas only, so the plan stays feasible at every factor in [f*, 1]: used by the
 sensitivity analysis to skip re-solves whose answer is that plan
 (:func:`optimizer.planning.sensitivity.break_even_capacity`).
+
+The same LP with a factor f_w on every option of each workload w, minimising Σ_w f_w, routes a solved
+plan's load by capacity (:func:`balanced_routing`, after every solve): each workload's busiest
+deployment as idle as its replicas allow.
 """
 
 from __future__ import annotations
