@@ -125,7 +125,6 @@ def optimize_plan(
     one_device: list[FleetSolution] = []  # every one-device plan solved: known plans of the sensitivity re-solves
     sol, single, notes = solve_stage(problem, options, compare_single_device=compare_single_device,
                                      diagnose=diagnose, start=start, found=one_device)
-    sol = balanced_routing(problem, sol)
     clock.lap("solve")
     verification = None
     if sol.status.has_plan and model_params is not None and (verify or (verify is None and verify_by_default(cset, sol))):
@@ -137,7 +136,6 @@ def optimize_plan(
             problem = resized
             sol, single, notes = solve_stage(problem, options, compare_single_device=compare_single_device,
                                              diagnose=diagnose, solved=sol, found=one_device)
-            sol = balanced_routing(problem, sol)
     elif sol.status.has_plan and model_params is not None and verify is None:
         notes = [*notes, verification_skipped(online_deployments(cset, sol))]
     diagnostics += notes
@@ -206,9 +204,10 @@ def solve_stage(problem: FleetProblem, options: SolverOptions, *, compare_single
     3. A time-limited plan dearer than the one-device fleet, or none at all, gives way to it
        (:func:`one_device_fallback`); an infeasible plan is explained (``binding_limits``) in
        what is left of the limit.
+    4. The plan's load is spread by capacity (``milp.routing.balanced_routing``).
 
-    ``solved``: the main solve's answer already (a fleet re-sized by the simulator's check):
-    only the one-device comparison and the notes are made. ``start``: a feasible fleet, the
+    ``solved``: the main solve's answer already (a fleet re-sized by the simulator's check, its
+    load already spread): only the one-device comparison and the notes are made. ``start``: a feasible fleet, the
     main solve's first incumbent (instead of the one-device fleet). ``found`` receives every
     one-device plan solved.
     """
@@ -236,7 +235,7 @@ def solve_stage(problem: FleetProblem, options: SolverOptions, *, compare_single
             notes.append(single_device_note(single, sol.objective_usd or 0.0))
     if sol.status == SolveStatus.FEASIBLE:
         notes.append(Diagnostic("warning", "not_proven_optimal", sol.detail))
-    return sol, single, notes
+    return (sol if sol is solved else balanced_routing(problem, sol)), single, notes
 
 
 def main_solve(problem: FleetProblem, options: SolverOptions, time_limit_s: float, start: FleetSolution | None,

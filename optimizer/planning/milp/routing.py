@@ -17,7 +17,7 @@ sensitivity analysis to skip re-solves whose answer is that plan
 (:func:`optimizer.planning.sensitivity.break_even_capacity`).
 
 The same LP with a factor f_w on every option of each workload w, minimising Σ_w f_w, routes a solved
-plan's load by capacity (:func:`balanced_routing`, after every solve): each workload's busiest
+plan's load by capacity (:func:`balanced_routing`, at the end of every solve stage and re-size): each workload's busiest
 deployment as idle as its replicas allow.
 """
 
@@ -62,14 +62,15 @@ def balanced_routing(problem: FleetProblem, sol: FleetSolution) -> FleetSolution
     solved = _least_factor(problem, sol, lambda o: o.workload)
     if solved is None:
         return sol
-    _, routed = solved
-    return replace(sol, routed_qps=routed)
+    _, shares = solved
+    return replace(sol, routed_qps=routed_loads(problem, sol.replicas, shares,
+                                                {d.workload: d.bucket_qps for d in problem.demands}))
 
 
 def _least_factor(problem: FleetProblem, sol: FleetSolution, factor: Callable[[Option], str | None]
                   ) -> tuple[float, dict[tuple[str, int, str], float]] | None:
     """The LP of the module doc with each option's capacity scaled by the factor ``factor`` names for
-    it (None: not scaled), minimising the sum of the factors: (that sum, the routed req/s of each
+    it (None: not scaled), minimising the sum of the factors: (that sum, the routing share x of each
     (workload, bucket, option key) there); None when infeasible at factors 1 or unsolved."""
     options = {(o.workload, o.key): o for o in problem.options}
     reps = {idx: n for idx, n in sol.replicas.items() if n > 0}
@@ -117,5 +118,4 @@ def _least_factor(problem: FleetProblem, sol: FleetSolution, factor: Callable[[O
         return None
     if prob.status != pulp.LpStatusOptimal or any(f.value() is None for f in factors.values()):
         return None
-    return sum(float(f.value()) for f in factors.values()), routed_loads(problem, reps, {idx: x.value() or 0.0 for idx, x in routes.items()},
-                                          {d.workload: d.bucket_qps for d in problem.demands})
+    return sum(float(f.value()) for f in factors.values()), {idx: x.value() or 0.0 for idx, x in routes.items()}
