@@ -3,6 +3,7 @@
 Usage: python scripts/leave_out.py [--recompute [--sweeps 3] [--optimizer polish|coordinate] [--params FILE]
                                    [--bands-now] [--online-weight 1]] [--json OUT.json]
        python scripts/leave_out.py --only device:h100-sxm [--worst 15] [--params FILE] [--optimizer ...]
+                                   [--put-back FIELD ...]
 
 By default the table recorded by ``gpuplan calibrate`` in the shipped parameters
 (``fit.leave_out``) is printed; ``--recompute`` redoes the refits (minutes: one per group).
@@ -17,7 +18,11 @@ derived from these refits' own residuals (plus a leave-one-source-group-out pass
 structural fields (``calibrate`` starts its refits from the defaults with FILE's
 ``STRUCTURE_FIELDS``; this script starts them from FILE as given). ``--only BY:KEY`` refits without that one group
 (seconds) and lists its worst-predicted row groups (source group, model, precision, tp, ep):
-median predicted/measured, so the structure behind a bad leave-out shows. Targets (issue 14): median <= 15 % per
+median predicted/measured, so the structure behind a bad leave-out shows; then the fitted values the refit moved
+by more than 10 % from the full fit (``--bands-from``, default the shipped parameters), and with ``--put-back FIELD``
+(a top-level field, or ``SELECTOR:FIELD`` of a class override, e.g. ``generation=hopper:memory_bandwidth_efficiency``;
+an override the refit lacks is added last with that factor alone) the held-out error with that value put back from
+the full fit, each alone and all together: which drift, or which class the refit could not see, makes the miss. Targets (issue 14): median <= 15 % per
 held-out device, <= 25 % per held-out generation, coverage 70-90 %, median half-width < 25 %.
 """
 
@@ -47,7 +52,7 @@ from optimizer.calibration.fit import fit_params  # noqa: E402
 from optimizer.calibration.measurements import load_measurements  # noqa: E402
 from optimizer.calibration.shipped import SHIPPED_MEASUREMENT_FILES, shipped_measurements  # noqa: E402
 from optimizer.models.constants import SHIPPED_ONLINE_WEIGHT  # noqa: E402
-from optimizer.models.params import CalibrationParams, load_params  # noqa: E402
+from optimizer.models.params import FACTOR_FIELDS, CalibrationParams, load_params  # noqa: E402
 
 TARGETS = {"device": 15.0, "generation": 25.0}
 BAND_CLASS = {"device": "b", "generation": "c"}
@@ -72,9 +77,13 @@ def main() -> int:
     ap.add_argument("--only", default=None, help="BY:KEY (device:h100-sxm, generation:ada): refit without "
                     "that group and list its worst-predicted row groups")
     ap.add_argument("--worst", type=int, default=15, help="row groups --only lists")
+    ap.add_argument("--put-back", action="append", default=[], metavar="FIELD",
+                    help="with --only: re-predict with this fitted value taken from the full fit (FIELD, or "
+                    "SELECTOR:FIELD of a class override, e.g. compute_dtype=fp8:compute_efficiency); repeatable")
     args = ap.parse_args()
     if args.only:
-        return worst_groups(args.only, args.worst, args.sweeps, args.params, args.optimizer, args.online_weight)
+        return worst_groups(args.only, args.worst, args.sweeps, args.params, args.optimizer, args.online_weight,
+                            load_params(args.bands_from), args.put_back)
     shipped = load_params(args.bands_from)
     bands = shipped.error_bands
     recorded = shipped.fit.leave_out if shipped.fit else {}
@@ -133,8 +142,9 @@ def main() -> int:
 
 
 def worst_groups(only: str, worst: int, sweeps: int, start_file: Path | None, optimizer: str,
-                 online_weight: float) -> int:
-    """Refit without the group ``only`` (BY:KEY) and print its row groups by |log median pred/meas| · n."""
+                 online_weight: float, full: CalibrationParams | None = None, put_back: list[str] | None = None) -> int:
+    """Refit without the group ``only`` (BY:KEY) and print its row groups by |log median pred/meas| · n, then
+    the values the refit moved from ``full`` and the held-out error with each of ``put_back`` restored."""
     by, _, key = only.partition(":")
     cat = load_catalog()
     rows = [m for name in SHIPPED_MEASUREMENT_FILES for m in load_measurements(shipped_measurements(name), cat)]
@@ -158,7 +168,59 @@ def worst_groups(only: str, worst: int, sweeps: int, start_file: Path | None, op
     ranked = sorted(groups.items(), key=lambda kv: -len(kv[1]) * abs(np.log(np.median(kv[1]))))
     for (sg, model, prec, tp, ep, metric), rs in ranked[:worst]:
         print(f"{sg[:35]:<36}{model[:17]:<18}{prec:<7}{tp:>3}{ep:>3}  {metric[:21]:<22}{len(rs):>3}{np.median(rs):>10.2f}")
+    if full is None:
+        return 0
+    print("\nfitted values the refit moved by more than 10 % from the full fit (refit / full):")
+    for name, mine, theirs in drifts(params, full):
+        print(f"  {name:<64}{mine:>12.4g}{theirs:>12.4g}{mine / theirs:>8.2f}")
+    for names in [[n] for n in put_back or []] + ([put_back] if put_back and len(put_back) > 1 else []):
+        try:
+            fixed = params
+            for name in names:
+                fixed = put_back_value(fixed, full, name)
+        except KeyError as exc:
+            print(f"--put-back {' '.join(names)}: {exc.args[0]}")
+            return 1
+        r = np.array([p.predicted / p.measured for ps in offline_predictions(held, cat, fixed).values() for p in ps
+                      if p.predicted > 0])
+        print(f"with {' + '.join(names)} from the full fit: median |err| {np.median(np.abs(r - 1)) * 100:.1f} %, "
+              f"median pred/meas {np.median(r):.3f}")
     return 0
+
+
+def _numeric_fields(p: CalibrationParams) -> dict[str, float]:
+    """Every fitted scalar of ``p`` by name: top-level factors, and ``SELECTOR:FIELD`` of each class override."""
+    out = {k: float(v) for k, v in p.model_dump().items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    for o in p.overrides:
+        out.update({f"{o.selector}:{f}": float(getattr(o, f)) for f in FACTOR_FIELDS if getattr(o, f) is not None})
+    return out
+
+
+def drifts(params: CalibrationParams, full: CalibrationParams, rel: float = 0.1) -> list[tuple[str, float, float]]:
+    """(name, refit value, full-fit value) of the scalars both hold that differ by more than ``rel``."""
+    mine, theirs = _numeric_fields(params), _numeric_fields(full)
+    return [(k, mine[k], theirs[k]) for k in mine if k in theirs and theirs[k] != 0
+            and abs(mine[k] / theirs[k] - 1.0) > rel]
+
+
+def put_back_value(params: CalibrationParams, full: CalibrationParams, name: str) -> CalibrationParams:
+    """``params`` with the value ``name`` (FIELD, or SELECTOR:FIELD of a class override) taken from ``full``."""
+    selector, _, field = name.rpartition(":")
+    if not selector:
+        if not hasattr(full, field):
+            raise KeyError(f"no parameter '{field}'")
+        return params.model_copy(update={field: getattr(full, field)})
+    source = next((o for o in full.overrides if o.selector == selector), None)
+    if source is None or field not in FACTOR_FIELDS or getattr(source, field) is None:
+        held = ", ".join(f"{o.selector}" for o in full.overrides)
+        raise KeyError(f"the full fit has no override '{selector}' setting '{field}' (it has: {held})")
+    idx = next((i for i, o in enumerate(params.overrides) if o.selector == selector), None)
+    overrides = list(params.overrides)
+    if idx is None:  # a class the refit had no rows of: its override, with this factor only, applied last
+        overrides.append(source.model_copy(update={f: None for f in FACTOR_FIELDS if f != field}))
+    else:
+        overrides[idx] = overrides[idx].model_copy(update={field: getattr(source, field)})
+    return params.model_copy(update={"overrides": overrides})
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from optimizer.calibration.predict import (
     predict_offline_throughput,
 )
 from optimizer.models.params import (
+    FACTOR_FIELDS,
     CalibrationParams,
     ConfigurationRecord,
     FactorOverride,
@@ -182,6 +183,7 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
 
     params, best = search(params, knobs + override_knobs, loss, residuals, sweeps, optimizer)
     params = _typical_generation_defaults(params, loss, best)
+    params = _without_unused_fields(params, [*usable, *latency, *online], cat, loss, best)
     record = fit_record(usable, cat, params, data_file, polished=optimizer == "polish")
     kind = "squared" if params.fit_loss == "squared" else f"{params.fit_loss} (scale {params.fit_loss_scale_log:g})"
     if latency:
@@ -281,6 +283,55 @@ def _typical_generation_defaults(params: CalibrationParams, loss: Callable[[Cali
         if abs(loss(cand) - best) <= 1e-9 * max(abs(best), 1.0):
             params = cand
     return params
+
+
+def factor_lookups(rows: Sequence[Measurement], cat: Catalog) -> set[tuple[str, str, str, bool]]:
+    """The (device, engine, GEMM dtype, weight-only) factor lookups a prediction of ``rows`` makes
+    (``combo_lookup.factors_per_combo``): each row's precision, and the 16-bit GEMMs of a model whose dense
+    weights stay unquantized (``Model.unquantized_dense``)."""
+    out = set()
+    for m in rows:
+        if not m.device_key or m.unresolved:
+            continue
+        q = cat.precisions[m.precision_key]  # type: ignore[index]
+        engine = engine_of(m, cat)
+        out.add((m.device_key, engine, q.compute_dtype, q.weight_only))
+        if cat.models[m.model_key].unquantized_dense:  # type: ignore[index]
+            out.add((m.device_key, engine, "bf16", False))
+    return out
+
+
+def unused_override_fields(params: CalibrationParams, rows: Sequence[Measurement], cat: Catalog
+                           ) -> list[tuple[int, str]]:
+    """(override index, field) of every factor a class override of ``params`` sets that no prediction of
+    ``rows`` takes: a lookup takes each field from the last matching override that sets it
+    (``CalibrationParams.factors_for``), so a value that a later override replaces on every row the class
+    holds (the memory type's bandwidth on a device whose generation sets its own) was never determined by
+    the data, and it would reach only devices the data never saw."""
+    taken: set[tuple[int, str]] = set()
+    for device, engine, dtype, weight_only in factor_lookups(rows, cat):
+        last: dict[str, int] = {}
+        for i, o in enumerate(params.overrides):
+            if o.matches(cat.devices[device], engine, dtype, weight_only):
+                last.update({f: i for f in FACTOR_FIELDS if getattr(o, f) is not None})
+        taken.update((i, f) for f, i in last.items())
+    return [(i, f) for i, o in enumerate(params.overrides) for f in FACTOR_FIELDS
+            if getattr(o, f) is not None and (i, f) not in taken]
+
+
+def _without_unused_fields(params: CalibrationParams, rows: Sequence[Measurement], cat: Catalog,
+                           loss: Callable[[CalibrationParams], float], best: float) -> CalibrationParams:
+    """``params`` without the override values no row takes (``unused_override_fields``; an override left
+    without a factor is dropped), so a device the data never saw falls through to a value the data fitted
+    (shipped fit-v11: the GDDR bandwidth 0.30, at its knob's lower bound, that the Ada override replaces on
+    L40S, its only GDDR device, would otherwise reach the T4). Kept only where the loss is unchanged."""
+    unused = unused_override_fields(params, rows, cat)
+    if not unused:
+        return params
+    overrides = [o.model_copy(update={f: None for j, f in unused if j == i}) for i, o in enumerate(params.overrides)]
+    overrides = [o for o in overrides if any(getattr(o, f) is not None for f in FACTOR_FIELDS)]
+    cand = params.model_copy(update={"overrides": overrides})
+    return cand if abs(loss(cand) - best) <= 1e-9 * max(abs(best), 1.0) else params
 
 
 def warm_started(overrides: Sequence[FactorOverride], start: Sequence[FactorOverride],
