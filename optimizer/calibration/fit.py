@@ -182,8 +182,8 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
         return float(np.sum(residuals(p) ** 2))
 
     params, best = search(params, knobs + override_knobs, loss, residuals, sweeps, optimizer)
-    params = _typical_generation_defaults(params, loss, best)
     params = _without_unused_fields(params, [*usable, *latency, *online], cat, loss, best)
+    params = _typical_generation_defaults(params, loss, best)
     record = fit_record(usable, cat, params, data_file, polished=optimizer == "polish")
     kind = "squared" if params.fit_loss == "squared" else f"{params.fit_loss} (scale {params.fit_loss_scale_log:g})"
     if latency:
@@ -324,7 +324,8 @@ def _without_unused_fields(params: CalibrationParams, rows: Sequence[Measurement
     """``params`` without the override values no row takes (``unused_override_fields``; an override left
     without a factor is dropped), so a device the data never saw falls through to a value the data fitted
     (shipped fit-v11: the GDDR bandwidth 0.30, at its knob's lower bound, that the Ada override replaces on
-    L40S, its only GDDR device, would otherwise reach the T4). Kept only where the loss is unchanged."""
+    L40S, its only GDDR device, would otherwise reach the T4), before the typical-generation defaults take the
+    median of the values that remain. Kept only where the loss is unchanged."""
     unused = unused_override_fields(params, rows, cat)
     if not unused:
         return params

@@ -3,8 +3,9 @@
 The shipped calibration measured H100 SXM with TensorRT-LLM and not with vLLM
 (``coverage.device_engines``: ``h100-sxm/trtllm`` only; ``coverage.generation_engines``: Hopper under
 ``hopper/trtllm`` only), and carries leave-out bands a = ×0.7671–1.2753, b = ×0.8284–1.4275,
-c = ×0.6842–1.3571 (each widened to contain the better classes: b ×0.7671–1.4275, c ×0.6842–1.4275;
-the refit with the MoE routing glue, moe_glue_bytes_per_element ≈ 17.84; before: a ×0.7391–1.3168,
+c = ×0.6867–1.3609 (each widened to contain the better classes: b ×0.7671–1.4275, c ×0.6867–1.4275;
+the refit with the MoE routing glue, moe_glue_bytes_per_element ≈ 17.84, and the unused override values dropped
+(session 19; c was ×0.6842–1.3571 before); before the glue: a ×0.7391–1.3168,
 b ×0.8138–1.4624, c ×0.6293–1.3012). A plan with one workload served by TensorRT-LLM and one by vLLM
 on H100 has a class-(a) and a class-(c) configuration on the same device (vLLM was never measured on
 Hopper: its host time and kernels there are as unknown as a new generation's,
@@ -13,8 +14,8 @@ must carry its own class, and sizing at a confidence level must derate each cand
 
 capacity_factor_at(band, 0.95) = exp(μ + σ·Φ⁻¹(0.05)), μ = (ln lo + ln hi)/2, σ = (ln hi − ln lo)/(2·1.281552):
 - a: ln 0.76712 = −0.26511, ln 1.27532 = 0.24320 → μ = −0.010956, σ = 0.198318 → exp(−0.33716) = 0.71379;
-- c: ln 0.68420 = −0.37950, ln 1.42750 = 0.35592 → μ = −0.011788, σ = 0.286927 → exp(−0.48374) = 0.61647.
-(At 0.9 the trtllm candidate is at its low end 0.7671 and the vLLM one at 0.6842.)
+- c: ln 0.68670 = −0.37586, ln 1.42750 = 0.35592 → μ = −0.009967, σ = 0.285506 → exp(−0.47958) = 0.61904.
+(At 0.9 the trtllm candidate is at its low end 0.7671 and the vLLM one at 0.6867.)
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from optimizer.planning.safeguards import device_fidelity, fidelity_map
 from optimizer.whatif_uncertainty import model_error_draws
 from workloads import parse_plan, resolve_catalog
 
-FACTOR_095 = {"trtllm": 0.71379, "vllm": 0.61647}  # module docstring
+FACTOR_095 = {"trtllm": 0.71379, "vllm": 0.61904}  # module docstring
 
 
 def _workload(name: str, engine: str) -> dict:
@@ -79,14 +80,14 @@ def test_each_deployment_reports_the_class_of_its_own_configuration():
     assert (fast.fidelity.low_factor, fast.fidelity.high_factor) == pytest.approx((0.76712, 1.27532), abs=5e-5)
     assert (other.engine, other.fidelity.class_) == ("vllm", "datasheet-only")
     assert "hopper measured only with trtllm, never served by vllm" in other.fidelity.basis
-    assert (other.fidelity.low_factor, other.fidelity.high_factor) == pytest.approx((0.68420, 1.42750), abs=5e-5)
+    assert (other.fidelity.low_factor, other.fidelity.high_factor) == pytest.approx((0.68670, 1.42750), abs=5e-5)
     rows = {d["workload"]: d for d in r.to_json()["deployments"]}
     assert rows["fast"]["fidelity"]["class"] == "measured" and rows["other"]["fidelity"]["class"] == "datasheet-only"
 
 
 def test_confidence_derates_each_candidate_by_its_own_band():
     """At confidence 0.95 every kept TensorRT-LLM candidate's capacity is × 0.71379 (band a) and every
-    vLLM one's × 0.61647 (band c), on the same device."""
+    vLLM one's × 0.61904 (band c), on the same device."""
     plan, cat = _plan(0.95)
     params = load_params(None)
     cset = model_candidates(plan, cat, params)
