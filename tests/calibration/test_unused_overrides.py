@@ -61,3 +61,15 @@ def test_the_shipped_parameters_hold_no_value_their_rows_never_take(cat, rows):
         params.memory_bandwidth_efficiency, rel=1e-12)
     # the devices the fit measured keep the values their rows were fitted with
     assert params.factors_for(cat.devices["l40s"]).memory_bandwidth_efficiency == pytest.approx(0.66663, abs=5e-5)
+
+
+def test_the_global_bandwidth_is_the_median_of_the_generation_values_that_remain(cat):
+    """Unused values are dropped before the typical-generation defaults (``fit._typical_generation_defaults``), so
+    the global bandwidth efficiency a new generation gets is the median of the four generation overrides the rows
+    take (Ada 0.66663, Ampere 0.65061, Blackwell 0.55298, Hopper 0.65016: (0.65016 + 0.65061)/2 = 0.65038), not of
+    five with CDNA 3's unfitted 0.479 (median 0.65016, the order before)."""
+    params = load_params(None, cat)
+    gens = sorted(o.generation for o in params.overrides
+                  if o.generation is not None and o.memory_bandwidth_efficiency is not None)
+    assert gens == ["ada", "ampere", "blackwell", "hopper"]
+    assert params.memory_bandwidth_efficiency == pytest.approx((0.65016 + 0.65061) / 2, abs=5e-5)
