@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -186,6 +187,17 @@ def test_unservable_slo_names_best_p99():
     assert "the best TTFT p99 any candidate reaches is" in msg and "against the SLO of 1 ms" in msg
     assert "__fp8__" in msg  # names the config
     assert check_plan(r, plan) == []
+
+
+def test_a_sub_millisecond_slo_is_printed_as_given():
+    """An SLO under 10 ms keeps three significant digits in the message (0.25 ms, not "0 ms"); so does the best
+    p99 (an 8B model's TPOT on H100 at fp8 is a few ms: digits after the point)."""
+    plan = small_plan(slo={"ttft_p99_ms": 1000, "tpot_p99_ms": 0.25})
+    r = optimize_plan(plan, resolve_catalog(plan, load_catalog(), "p"))
+    assert r.status == SolveStatus.INFEASIBLE
+    msg = next(d.message for d in r.diagnostics if d.code == "workload_unservable")
+    assert "against the SLO of 0.25 ms" in msg
+    assert re.search(r"the best TPOT p99 any candidate reaches is \d\.\d+ ms", msg), msg
 
 
 def test_model_too_big_names_memory():
