@@ -41,6 +41,7 @@ from cli.common import (
 )
 from cli.provenance_render import render_provenance, render_sensitivity
 from optimizer.planning.solver_options import DEFAULT_N_BUCKETS, SolverOptions
+from optimizer.results.latency_text import ms_text
 
 stderr = LazyConsole(lambda: safe_console(stderr=True, width=None if sys.stderr.isatty() else 240))
 
@@ -160,9 +161,8 @@ def cached_optimize(plan, cat, calibration, options: SolverOptions, source, capa
 
 def _ms(value: float | None, slo: float | None) -> str:
     if value is None:
-        return "—" if slo is None else f"— / {slo:,.0f}"
-    text = f"{value:,.0f}"
-    return text if slo is None else f"{text} / {slo:,.0f}"
+        return "—" if slo is None else f"— / {ms_text(slo)}"
+    return ms_text(value) if slo is None else f"{ms_text(value)} / {ms_text(slo)}"
 
 
 def _cache_text(cache: dict[str, Any] | None) -> str:

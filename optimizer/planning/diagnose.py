@@ -28,6 +28,7 @@ from optimizer.planning.milp.problem import (
 )
 from optimizer.planning.milp.resolve import cached_solve
 from optimizer.planning.milp.solve import solve_fleet
+from optimizer.results.latency_text import ms_text
 from optimizer.results.plan_result import Diagnostic, SingleDeviceBest, SolveStatus
 
 METRIC_LABEL = {"ttft_p99_ms": "TTFT p99", "tpot_p99_ms": "TPOT p99", "e2e_p99_ms": "E2E p99"}
@@ -91,8 +92,8 @@ def _why_unservable(wc: WorkloadCandidates, bucket: int) -> str:
             if v is not None and (best is None or v < best[0]):
                 best = (v, c.key)
         if best is not None and best[0] > slo:
-            parts.append(f"the best {label} any candidate reaches is {_ms_text(best[0])} ms ({best[1]}) "
-                         f"against the SLO of {_ms_text(slo)} ms")
+            parts.append(f"the best {label} any candidate reaches is {ms_text(best[0])} ms ({best[1]}) "
+                         f"against the SLO of {ms_text(slo)} ms")
     binding = sorted({c.limited_by[bucket] for c in slo_limited if c.limited_by[bucket]})
     if not parts:
         parts.append("no candidate meets the SLO at any load"
@@ -270,8 +271,3 @@ def single_device_note(best: SingleDeviceBest | None, objective_usd: float) -> D
                       f"the cheapest one-device fleet is {best.gpus} × {best.device} at ${best.objective_usd:,.0f}, "
                       f"{pct:+.1f} % vs this plan")
 
-
-def _ms_text(ms: float) -> str:
-    """A latency for a message: whole milliseconds from 10 ms up (2,000), three significant digits below
-    (6.42, 0.001), so a sub-millisecond SLO is not printed as 0."""
-    return f"{ms:,.0f}" if ms >= 10 else f"{ms:.3g}"

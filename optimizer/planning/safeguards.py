@@ -41,6 +41,7 @@ from optimizer.planning.verify import (
     remembered,
     verify_deployments,
 )
+from optimizer.results.latency_text import ms_text
 from optimizer.results.plan_result import Deployment, Diagnostic, PlanResult
 from optimizer.results.provenance import Fidelity, FidelityClass, Verification, VerifiedDeployment
 from workloads.spec import Plan
@@ -178,8 +179,8 @@ def _verify_and_resize(plan: Plan, cset: CandidateSet, sol: FleetSolution, catal
         misses = [v for v in checked if confidently_missed(v)]
         if not misses or rounds >= MAX_VERIFY_ROUNDS:
             break
-        notes.extend(f"round {rounds + 1}: {v.workload} on {v.key} simulated {v.metric} {v.simulated_ms:,.0f} ms "
-                     f"> SLO {v.slo_ms:,.0f} ms (predicted {v.predicted_ms or 0:,.0f} ms): capacity × "
+        notes.extend(f"round {rounds + 1}: {v.workload} on {v.key} simulated {v.metric} {ms_text(v.simulated_ms)} ms "
+                     f"> SLO {ms_text(v.slo_ms)} ms (predicted {ms_text(v.predicted_ms or 0)} ms): capacity × "
                      f"{derate_factor(v):.3f}, re-solved" for v in misses)
         step = {(v.workload, v.key): derate_factor(v) for v in misses}
         for k, f in step.items():
@@ -256,8 +257,8 @@ def _miss_notes(verification: Verification) -> list[Diagnostic]:
     """A warning for the deployments the simulator finds over their SLO: those beyond its noise
     (``confidently_missed``), and those whose 95 % interval straddles the SLO."""
     def text(v) -> str:
-        return (f"{v.workload} on {v.key} ({v.metric} {v.simulated_ms:,.0f} ms, 95 % CI "
-                f"{v.simulated_ci_low_ms:,.0f}-{v.simulated_ci_high_ms:,.0f} ms, SLO {v.slo_ms:,.0f} ms)")
+        return (f"{v.workload} on {v.key} ({v.metric} {ms_text(v.simulated_ms)} ms, 95 % CI "
+                f"{ms_text(v.simulated_ci_low_ms)}-{ms_text(v.simulated_ci_high_ms)} ms, SLO {ms_text(v.slo_ms)} ms)")
     missed = [text(v) for v in verification.deployments if confidently_missed(v)]
     marginal = [text(v) for v in verification.deployments if not v.met and not confidently_missed(v)]
     notes = []
