@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from cli.common import fmt, stdout, table
+from optimizer.results.latency_text import ms_text
 
 
 def _band(f: dict[str, Any] | None, bases: list[str]) -> str:
@@ -35,9 +36,9 @@ def render_provenance(data: dict[str, Any]) -> None:
     bases: list[str] = []  # each deployment's fidelity basis, once, numbered below the table
     for d in data["deployments"]:
         v = d.get("verification")
-        sim = "—" if not v else (f"{v['metric'].removesuffix('_p99_ms')} {v['simulated_ms']:,.0f} "
-                                 f"({v['simulated_ci95_ms'][0]:,.0f}–{v['simulated_ci95_ms'][1]:,.0f}) / "
-                                 f"{v['slo_ms']:,.0f}" + ("" if v["met"] else " MISSED"))
+        sim = "—" if not v else (f"{v['metric'].removesuffix('_p99_ms')} {ms_text(v['simulated_ms'])} "
+                                 f"({ms_text(v['simulated_ci95_ms'][0])}–{ms_text(v['simulated_ci95_ms'][1])}) / "
+                                 f"{ms_text(v['slo_ms'])}" + ("" if v["met"] else " MISSED"))
         dep_rows.append([d["workload"], d["key"], _band(d.get("fidelity"), bases), sim])
     if dep_rows:
         stdout.print(table("Performance fidelity of each deployment's device, engine and ep (capacity band, "

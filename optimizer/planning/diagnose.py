@@ -270,4 +270,3 @@ def single_device_note(best: SingleDeviceBest | None, objective_usd: float) -> D
     return Diagnostic("info", "single_device_best",
                       f"the cheapest one-device fleet is {best.gpus} × {best.device} at ${best.objective_usd:,.0f}, "
                       f"{pct:+.1f} % vs this plan")
-
