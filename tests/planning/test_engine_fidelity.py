@@ -70,3 +70,23 @@ def test_expert_parallel_on_a_device_never_measured_with_it_is_rated_as_its_gene
     assert fidelity_of(h100, params, cat.devices, ep=8).class_ == "measured"
     tp = fidelity_of(mi300x, params, cat.devices, engine="vllm")
     assert ep8.low_factor <= tp.low_factor and ep8.high_factor >= tp.high_factor  # nested: never narrower
+
+
+def test_expert_parallel_on_a_device_or_engine_never_measured_is_not_called_measured():
+    """The 'measured, but never with expert parallelism' basis is for a measured device/engine pair only. An ep2
+    GB300 (TensorRT-LLM: never measured, its generation is), TPU v6e (nothing of its generation) or H100 under
+    SGLang (an engine Hopper never ran) was said to be "measured, but never with expert parallelism; rated as its
+    generation", even as a datasheet-only class: the basis says what the class rests on instead."""
+    from optimizer.models.fidelity import fidelity_of
+
+    cat, params = load_catalog(), load_params(None)
+    cases = {("gb300", "trtllm"): ("same-generation", "gb300/trtllm not measured; its generation blackwell is"),
+             ("tpu-v6e", "vllm"): ("datasheet-only", "nothing of generation tpu-v6e measured"),
+             ("h100-sxm", "sglang"): ("datasheet-only", "generation hopper measured only with trtllm, never served "
+                                                        "by sglang")}
+    for (device, engine), (class_, basis) in cases.items():
+        f = fidelity_of(cat.devices[device], params, cat.devices, engine=engine, ep=2)
+        assert f.class_ == class_ and f.basis.startswith(basis), (device, engine, f)
+        assert "measured, but never with expert parallelism" not in f.basis
+        tp = fidelity_of(cat.devices[device], params, cat.devices, engine=engine)
+        assert (f.class_, f.low_factor, f.high_factor) == (tp.class_, tp.low_factor, tp.high_factor)
