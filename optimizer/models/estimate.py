@@ -72,7 +72,8 @@ def estimate_config(
     the model is off there; where it lies outside the class band the band is widened to contain it and the
     basis says so: ``optimizer.models.fidelity.with_measured_configuration``).
     With pp > 1: ``uncalibrated``, naming the pipeline terms no measurement has fitted.
-    Times are None when the configuration cannot run.
+    Times (tpot_ms, ttft_ms, output_tokens_per_s, bound) are None when the configuration cannot run: the device
+    has no peak for the precision, the weights do not fit, or not one sequence's KV does.
     """
     c = build_configs(model, [(device, precision, tp, pp)], params, engines=engine, ep=ep, max_batch=max_batch)
     seq_tokens = input_tokens + output_tokens
@@ -93,7 +94,9 @@ def estimate_config(
         "max_concurrency": max_conc,
         "tpot_bound_ms": finite_round(tpot_bound_ms(c)[0]),
     }
-    runs = bool(c.supported[0])
+    # the configuration runs at all: the device computes in the precision, the weights and one sequence's KV fit
+    # (a batch beyond max_concurrency is a reason too, but the configuration runs at a smaller one)
+    runs = bool(c.runnable[0]) and max_conc >= 1
     if batch is not None:
         ctx = input_tokens + output_tokens / 2.0
         step = float(decode_step_s(c, batch, ctx)[0]) if runs else float("nan")

@@ -80,6 +80,14 @@ def test_estimate_does_not_fit_exits_zero_with_reason(run_cli):
     out = json.loads(r.stdout)
     assert out["fits"] is False and "raise tp/pp" in out["reason"]
     assert out["max_concurrency"] == 0
+    # no step time or throughput for weights that do not fit (15.41 tok/s with a band was printed for Llama-3.1-70B
+    # BF16 on one H100, 141.2 GB of weights in 82.4 GB), as --max-throughput and the serving figures say
+    r = run_cli("estimate", "--model", "llama-3.1-70b", "--device", "h100-sxm", "--precision", "bf16",
+                "--input-tokens", "1024", "--output-tokens", "256", "--batch", "1", "--json")
+    out = json.loads(r.stdout)
+    assert r.code == 0 and out["fits"] is False and out["weights_gb_per_gpu"] == 141.2
+    assert [out[k] for k in ("tpot_ms", "ttft_ms", "output_tokens_per_s", "bound", "output_tokens_per_s_low",
+                             "output_tokens_per_s_high")] == [None] * 6
 
 
 def test_estimate_fp8_on_a100_rejected(run_cli):
