@@ -9,13 +9,23 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from catalog.architecture import ParamCounts, attention_params, parameter_counts
 
-PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-PositiveInt = Annotated[int, Field(gt=0)]
-NonNegInt = Annotated[int, Field(ge=0)]
+
+def _not_a_bool(value):
+    """``value``, refused when it is true/false: pydantic's lax mode reads YAML's ``true``/``yes``/``on`` (and a
+    config.json's ``true``) as the number 1, so ``memory_bandwidth_tb_s: true`` planned a 1 TB/s device."""
+    if isinstance(value, bool):
+        raise ValueError("a number, not a yes/no value: write the figure in the field's unit")
+    return value
+
+
+NotBool = BeforeValidator(_not_a_bool)
+PositiveFloat = Annotated[float, NotBool, Field(gt=0, allow_inf_nan=False)]
+PositiveInt = Annotated[int, NotBool, Field(gt=0)]
+NonNegInt = Annotated[int, NotBool, Field(ge=0)]
 
 ComputeDtype = Literal["bf16", "fp16", "fp8", "int8", "fp4"]
 Vendor = Literal["nvidia", "amd", "intel", "google", "other"]
@@ -184,7 +194,7 @@ class Model(Strict):
     vocab_size: PositiveInt
     total_params_b: PositiveFloat
     active_params_b: PositiveFloat
-    vision_params_b: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
+    vision_params_b: Annotated[float, NotBool, Field(ge=0, allow_inf_nan=False)] = Field(
         0.0, description="vision encoder parameters counted in total_params_b: held in memory, not read when "
         "generating text (Gemma 3: 0.42, Llama 4: 0.87)"
     )
@@ -410,10 +420,10 @@ class Platform(Strict):
     kind: PlatformKind
     devices: list[str] = Field(min_length=1, description="device keys bought on this platform")
     gpus_per_server: PositiveInt
-    server_usd: Annotated[float, Field(ge=0, allow_inf_nan=False)]
-    server_power_w: Annotated[float, Field(ge=0, allow_inf_nan=False)]
-    nic_gb_s_per_gpu: Annotated[float, Field(ge=0, allow_inf_nan=False)]
-    rack_units: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    server_usd: Annotated[float, NotBool, Field(ge=0, allow_inf_nan=False)]
+    server_power_w: Annotated[float, NotBool, Field(ge=0, allow_inf_nan=False)]
+    nic_gb_s_per_gpu: Annotated[float, NotBool, Field(ge=0, allow_inf_nan=False)]
+    rack_units: Annotated[float, NotBool, Field(ge=0, allow_inf_nan=False)]
     sources: dict[str, CitedSource]
     estimated: dict[str, str] = Field(default_factory=dict, description="figure -> basis of the estimate")
     notes: str = ""
