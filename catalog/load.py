@@ -222,6 +222,14 @@ def model_from_hf_config(path: Path | str, key: str | None = None) -> Model:
     3·hidden·intermediate; MoE layer = (experts + shared) · 3·hidden·moe_intermediate +
     router. Norms and biases are negligible. A sliding window counts only when the config
     enables it; ``layer_types`` (gpt-oss, Gemma 3) says how many layers use it.
+
+    Shared experts: ``n_shared_experts`` of width ``moe_intermediate_size`` (DeepSeek), or one of width
+    ``shared_expert_intermediate_size`` (Qwen-MoE), counted as ceil(that / moe_intermediate_size) experts;
+    Llama 4 (``intermediate_size_mlp`` or model_type llama4_text) has one shared expert per MoE layer, routed
+    experts of width ``intermediate_size``, dense layers of ``intermediate_size_mlp``, and chunked attention
+    (``attention_chunk_size``) on its RoPE layers (``no_rope_layers``; by default all but every 4th). A checkpoint
+    whose ``quantization_config.modules_to_not_convert`` keeps attention (``self_attn``) unquantized in an MoE
+    model quantizes its experts alone (``unquantized_dense``: gpt-oss).
     """
     path = Path(path)
     cfg = read_json(path, "model config", CatalogError)
@@ -244,13 +252,21 @@ def model_from_hf_config(path: Path | str, key: str | None = None) -> Model:
     inter = need("intermediate_size", "ffn_hidden_size", "n_inner")
     vocab = need("vocab_size")
     experts = cfg.get("n_routed_experts") or cfg.get("num_local_experts") or cfg.get("num_experts") or 0
-    per_tok = (cfg.get("num_experts_per_tok") or cfg.get("num_experts_per_token") or 0) if experts else 0
+    per_tok = (cfg.get("num_experts_per_tok") or cfg.get("num_experts_per_token") or cfg.get("experts_per_token")
+               or 0) if experts else 0
     moe_inter = cfg.get("moe_intermediate_size") or (inter if experts else 0)
+    # Llama 4: intermediate_size is the experts' width, intermediate_size_mlp the dense layers', one shared expert
+    llama4 = bool(experts) and (cfg.get("model_type") == "llama4_text" or "intermediate_size_mlp" in cfg)
+    if llama4 and isinstance(cfg.get("intermediate_size_mlp"), int) and cfg["intermediate_size_mlp"] > 0:
+        inter = cfg["intermediate_size_mlp"]
     dense_first = cfg.get("first_k_dense_replace") or 0
     moe_step = cfg.get("interleave_moe_layer_step") or cfg.get("decoder_sparse_step") or 1
     moe_layers = max(layers - dense_first, 0) // moe_step if experts else 0
-    shared = (cfg.get("n_shared_experts") or 0) if experts else 0
-    shared_inter = cfg.get("shared_expert_intermediate_size") or (shared * moe_inter)
+    shared = (cfg.get("n_shared_experts") or (1 if llama4 else 0)) if experts else 0
+    shared_width = cfg.get("shared_expert_intermediate_size") if experts else None
+    if not shared and isinstance(shared_width, int) and shared_width > 0 and isinstance(moe_inter, int) and moe_inter > 0:
+        shared = -(-shared_width // moe_inter)  # Qwen-MoE: one shared expert of that width, in routed experts' widths
+    shared_inter = shared_width or (shared * moe_inter)
     kv_lora = cfg.get("kv_lora_rank") or 0
     rope = cfg.get("qk_rope_head_dim") or 0
 
@@ -266,6 +282,15 @@ def model_from_hf_config(path: Path | str, key: str | None = None) -> Model:
                               moe_layers=moe_layers, moe_intermediate=moe_inter, shared_intermediate=shared_inter)
     max_context = cfg.get("max_position_embeddings") or 4096
     window, windowed_layers = _sliding_window(cfg, layers, max_context)
+    window_kind = "sliding"
+    chunk = cfg.get("attention_chunk_size")
+    if window is None and isinstance(chunk, int) and 0 < chunk < max_context:
+        window, windowed_layers, window_kind = chunk, _chunked_layers(cfg, layers), "chunked"
+        if not windowed_layers:
+            window = windowed_layers = None
+    quant = cfg.get("quantization_config")
+    keep = quant.get("modules_to_not_convert") if isinstance(quant, dict) else None
+    unquantized_dense = bool(experts) and isinstance(keep, list) and any("self_attn" in str(m) for m in keep)
     name = key or str(cfg.get("_name_or_path") or path.parent.name or "custom-model")
     key = "".join(c if c.isalnum() or c in "._-" else "-" for c in name.lower()).strip("-.") or "custom-model"
     if key[0] in "._-":
@@ -280,10 +305,26 @@ def model_from_hf_config(path: Path | str, key: str | None = None) -> Model:
         "kv_lora_rank": kv_lora, "qk_rope_head_dim": rope if kv_lora else 0,
         "q_lora_rank": q_lora if kv_lora else 0, "tied_embeddings": tied,
         "sliding_window_tokens": window, "sliding_window_layers": windowed_layers,
+        "sliding_window_kind": window_kind, "unquantized_dense": unquantized_dense,
         "max_context_tokens": max_context,
         "source": Source(source=f"local config.json {path}", as_of="local"),
     }
     return _validate(Model, data, str(path))
+
+
+def _chunked_layers(cfg: dict[str, Any], layers: int) -> int:
+    """Layers of a Llama 4 config that attend within their chunk: those ``layer_types`` calls
+    ``chunked_attention``, else those ``no_rope_layers`` marks 1 (RoPE layers), else all but every
+    ``no_rope_layer_interval``-th (default 4: transformers' Llama4TextConfig)."""
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and len(types) == layers:
+        return sum(1 for t in types if t == "chunked_attention")
+    rope = cfg.get("no_rope_layers")
+    if isinstance(rope, list) and len(rope) == layers:
+        return sum(1 for r in rope if r)
+    interval = cfg.get("no_rope_layer_interval")
+    interval = interval if isinstance(interval, int) and interval > 0 else 4
+    return layers - layers // interval
 
 
 def _sliding_window(cfg: dict[str, Any], layers: int, max_context: int) -> tuple[int | None, int | None]:

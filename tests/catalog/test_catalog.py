@@ -288,6 +288,47 @@ def test_hf_config_sliding_window_from_layer_types(tmp_path):
     assert model_from_hf_config(f, key="oss").sliding_window_tokens is None
 
 
+def test_hf_config_shared_experts_llama4_and_experts_only_quantization(tmp_path):
+    """What a config.json says beyond n_shared_experts, checked against the catalog's hand-entered copies.
+
+    Qwen1.5-MoE-A2.7B: one shared expert of width shared_expert_intermediate_size 5632 = 4 routed widths (1408), held
+    and read every step: dense params = embeddings 2·151936·2048 + 24 · (attention 4·2048² + router 60·2048 + shared
+    3·2048·5632) = 1.8593e9 (it was 1.0289e9: the shared expert was dropped from the weights and the step's reads).
+    Llama-4-Maverick's text_config: experts of intermediate_size 8192, dense layers of intermediate_size_mlp 16384,
+    one shared expert, chunked attention of 8192 on the 36 RoPE layers: the catalog entry's dense params and window
+    (it was read as 8192-wide dense layers and no shared expert, active 11.1B instead of 17B, and no window).
+    gpt-oss: quantization_config.modules_to_not_convert keeps self_attn in BF16: unquantized_dense."""
+    qwen = {"num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 16,
+            "intermediate_size": 5632, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+            "num_experts": 60, "num_experts_per_tok": 4, "vocab_size": 151936, "max_position_embeddings": 8192}
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(qwen))
+    m = model_from_hf_config(f, key="qwen-moe")
+    assert m.shared_experts == 4
+    assert m.dense_params == 2 * 151936 * 2048 + 24 * (4 * 2048**2 + 60 * 2048 + 3 * 2048 * 5632)
+    assert m.total_params_b == pytest.approx(14.32, abs=0.01)  # Qwen1.5-MoE-A2.7B's model card: 14.3B
+    assert m.active_params_b == pytest.approx(2.69, abs=0.01)  # and 2.7B activated
+    ref = load_catalog().model("llama-4-maverick")
+    text = {"model_type": "llama4_text", "num_hidden_layers": 48, "hidden_size": 5120, "num_attention_heads": 40,
+            "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+            "num_local_experts": 128, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2,
+            "vocab_size": 202048, "max_position_embeddings": 1048576, "attention_chunk_size": 8192}
+    f.write_text(json.dumps({"text_config": text}))
+    m = model_from_hf_config(f, key="maverick")
+    assert (m.intermediate_size, m.moe_intermediate_size, m.moe_layers, m.shared_experts) == (16384, 8192, 24, 1)
+    assert m.dense_params == ref.dense_params and m.routed_expert_params == ref.routed_expert_params
+    assert (m.sliding_window_tokens, m.windowed_layers, m.sliding_window_kind) == (8192, 36, "chunked")
+    assert m.active_params_b == pytest.approx(17.0, rel=0.02)
+    oss = {"num_hidden_layers": 24, "hidden_size": 2880, "num_attention_heads": 64, "num_key_value_heads": 8,
+           "head_dim": 64, "intermediate_size": 2880, "vocab_size": 201088, "num_local_experts": 32,
+           "experts_per_token": 4, "max_position_embeddings": 131072,
+           "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
+               "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}}
+    f.write_text(json.dumps(oss))
+    m = model_from_hf_config(f, key="oss")
+    assert m.unquantized_dense and m.experts_per_token == 4
+    assert m.dense_params == load_catalog().model("gpt-oss-20b").dense_params
+
 def test_every_shipped_device_is_far_below_the_unit_slip_ceilings():
     """The ceilings catch unit slips (GB/s typed as TB/s), never a real device: every shipped figure is at
     least 5x below its ceiling (the ceilings are ~10x the 2026 maxima)."""
