@@ -238,53 +238,71 @@ def model_from_hf_config(path: Path | str, key: str | None = None) -> Model:
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers (Llama 4, Gemma 3, Mistral 3)
         cfg = {**cfg, **cfg["text_config"]}
 
-    def need(*names: str) -> int:
+    def whole(*names: str, default: int = 0) -> int:
+        """The first of ``names`` the config gives a value (null and 0 count as not given): a whole number."""
         for name in names:
-            if isinstance(cfg.get(name), int) and cfg[name] > 0:
-                return cfg[name]
-        raise CatalogError(f"{path}: {names[0]}: required positive integer is missing")
+            value = cfg.get(name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise CatalogError(f"{path}: {name}: expected a whole number >= 0 (got {value!r}); fix the config")
+            if value:
+                return value
+        return default
+
+    def need(*names: str) -> int:
+        value = whole(*names)
+        if not value:
+            raise CatalogError(f"{path}: {names[0]}: required positive integer is missing")
+        return value
 
     layers = need("num_hidden_layers", "n_layer", "num_layers")
     hidden = need("hidden_size", "n_embd", "d_model")
     heads = need("num_attention_heads", "n_head")
-    kv_heads = cfg.get("num_key_value_heads") or heads
-    head_dim = cfg.get("head_dim") or hidden // heads
+    kv_heads = whole("num_key_value_heads", default=heads)
+    head_dim = whole("head_dim")
+    if not head_dim:
+        if hidden % heads:
+            raise CatalogError(f"{path}: hidden_size {hidden} is not a multiple of num_attention_heads {heads}, and "
+                               "no head_dim is given; add head_dim (the width of one attention head)")
+        head_dim = hidden // heads
     inter = need("intermediate_size", "ffn_hidden_size", "n_inner")
     vocab = need("vocab_size")
-    experts = cfg.get("n_routed_experts") or cfg.get("num_local_experts") or cfg.get("num_experts") or 0
-    per_tok = (cfg.get("num_experts_per_tok") or cfg.get("num_experts_per_token") or cfg.get("experts_per_token")
-               or 0) if experts else 0
-    moe_inter = cfg.get("moe_intermediate_size") or (inter if experts else 0)
+    experts = whole("n_routed_experts", "num_local_experts", "num_experts")
+    per_tok = whole("num_experts_per_tok", "num_experts_per_token", "experts_per_token") if experts else 0
+    moe_inter = whole("moe_intermediate_size", default=inter) if experts else 0
     # Llama 4: intermediate_size is the experts' width, intermediate_size_mlp the dense layers', one shared expert
     llama4 = bool(experts) and (cfg.get("model_type") == "llama4_text" or "intermediate_size_mlp" in cfg)
-    if llama4 and isinstance(cfg.get("intermediate_size_mlp"), int) and cfg["intermediate_size_mlp"] > 0:
-        inter = cfg["intermediate_size_mlp"]
-    dense_first = cfg.get("first_k_dense_replace") or 0
-    moe_step = cfg.get("interleave_moe_layer_step") or cfg.get("decoder_sparse_step") or 1
+    if llama4:
+        inter = whole("intermediate_size_mlp", default=inter)
+    dense_first = whole("first_k_dense_replace")
+    moe_step = whole("interleave_moe_layer_step", "decoder_sparse_step", default=1)
     moe_layers = max(layers - dense_first, 0) // moe_step if experts else 0
-    shared = (cfg.get("n_shared_experts") or (1 if llama4 else 0)) if experts else 0
-    shared_width = cfg.get("shared_expert_intermediate_size") if experts else None
-    if not shared and isinstance(shared_width, int) and shared_width > 0 and isinstance(moe_inter, int) and moe_inter > 0:
+    shared = whole("n_shared_experts", default=1 if llama4 else 0) if experts else 0
+    shared_width = whole("shared_expert_intermediate_size") if experts else 0
+    if not shared and shared_width:
         shared = -(-shared_width // moe_inter)  # Qwen-MoE: one shared expert of that width, in routed experts' widths
     shared_inter = shared_width or (shared * moe_inter)
-    kv_lora = cfg.get("kv_lora_rank") or 0
-    rope = cfg.get("qk_rope_head_dim") or 0
+    kv_lora = whole("kv_lora_rank")
+    rope = whole("qk_rope_head_dim")
 
-    q_lora = cfg.get("q_lora_rank") or 0
+    q_lora = whole("q_lora_rank")
     attn = attention_params(hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim, kv_lora_rank=kv_lora,
-                            q_lora_rank=q_lora, qk_rope_head_dim=rope, qk_nope_head_dim=cfg.get("qk_nope_head_dim"),
-                            v_head_dim=cfg.get("v_head_dim"))
+                            q_lora_rank=q_lora, qk_rope_head_dim=rope, qk_nope_head_dim=whole("qk_nope_head_dim"),
+                            v_head_dim=whole("v_head_dim"))
     if kv_lora:
-        head_dim = cfg.get("v_head_dim") or head_dim
-    tied = bool(cfg.get("tie_word_embeddings"))
+        head_dim = whole("v_head_dim", default=head_dim)
+    tied = cfg.get("tie_word_embeddings")
+    if tied is not None and not isinstance(tied, bool):
+        raise CatalogError(f"{path}: tie_word_embeddings: expected true or false (got {tied!r}); fix the config")
     counts = parameter_counts(layers=layers, hidden=hidden, vocab=vocab, attention_per_layer=attn,
-                              intermediate=inter, tied_embeddings=tied, experts=experts, experts_per_token=per_tok,
+                              intermediate=inter, tied_embeddings=bool(tied), experts=experts, experts_per_token=per_tok,
                               moe_layers=moe_layers, moe_intermediate=moe_inter, shared_intermediate=shared_inter)
-    max_context = cfg.get("max_position_embeddings") or 4096
+    max_context = whole("max_position_embeddings", default=4096)
     window, windowed_layers = _sliding_window(cfg, layers, max_context)
     window_kind = "sliding"
     chunk = cfg.get("attention_chunk_size")
-    if window is None and isinstance(chunk, int) and 0 < chunk < max_context:
+    if window is None and isinstance(chunk, int) and not isinstance(chunk, bool) and 0 < chunk < max_context:
         window, windowed_layers, window_kind = chunk, _chunked_layers(cfg, layers), "chunked"
         if not windowed_layers:
             window = windowed_layers = None
@@ -303,7 +321,7 @@ def model_from_hf_config(path: Path | str, key: str | None = None) -> Model:
         "num_experts": experts, "experts_per_token": per_tok, "shared_experts": shared,
         "moe_intermediate_size": moe_inter if experts else 0, "moe_layers": moe_layers,
         "kv_lora_rank": kv_lora, "qk_rope_head_dim": rope if kv_lora else 0,
-        "q_lora_rank": q_lora if kv_lora else 0, "tied_embeddings": tied,
+        "q_lora_rank": q_lora if kv_lora else 0, "tied_embeddings": bool(tied),
         "sliding_window_tokens": window, "sliding_window_layers": windowed_layers,
         "sliding_window_kind": window_kind, "unquantized_dense": unquantized_dense,
         "max_context_tokens": max_context,
@@ -336,7 +354,8 @@ def _sliding_window(cfg: dict[str, Any], layers: int, max_context: int) -> tuple
     use it; otherwise every layer is windowed (Mistral-7B v0.1).
     """
     window = cfg.get("sliding_window")
-    if not isinstance(window, int) or not 0 < window < max_context or cfg.get("use_sliding_window") is False:
+    if (isinstance(window, bool) or not isinstance(window, int) or not 0 < window < max_context
+            or cfg.get("use_sliding_window") is False):
         return None, None
     types = cfg.get("layer_types")
     if isinstance(types, list) and len(types) == layers:
