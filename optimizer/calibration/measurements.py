@@ -40,6 +40,7 @@ from pathlib import Path
 from catalog.errors import CatalogError, ModelError
 from catalog.files import read_text
 from catalog.load import Catalog
+from workloads.spec import MAX_QPS
 
 REQUIRED_COLUMNS = (
     "gpu_key", "source_group", "model", "precision", "scenario", "tp", "pp",
@@ -249,6 +250,10 @@ def _parse_measurements(path: Path, text: str, cat: Catalog) -> list[Measurement
             raise ModelError(f"{path}: line {line}: more fields than the header has columns")
         nums = {c: _number(rec.get(c) or "", path, line, c, allow_inf=c == "request_rate_qps")
                 for c in OPTIONAL_NUMERIC if c in header}
+        rate = nums.get("request_rate_qps")
+        if rate is not None and math.isfinite(rate) and rate > MAX_QPS:  # the serving model overflowed into warnings
+            raise ModelError(f"{path}: line {line}: column 'request_rate_qps': {rate:g} is above {MAX_QPS:,.0f} "
+                             "requests/s; give the run's rate in requests per second (INF = all at once)")
         problems: list[str] = []
         keys: dict[str, str | None] = {}
         for what, col, fn in (("device", "gpu_key", resolve_device), ("model", "model", resolve_model),
@@ -279,6 +284,9 @@ def _parse_measurements(path: Path, text: str, cat: Catalog) -> list[Measurement
         pp = int(_number(rec["pp"] or "1", path, line, "pp", integer=True, required=True))  # type: ignore[arg-type]
         if (why := _sharding_problem(cat, keys["model"], tp, pp, int(ep))) is not None:
             problems.append(why)
+        if engine == "trtllm" and keys["device"] and (vendor := cat.devices[keys["device"]].vendor) != "nvidia":
+            # as the planner and `gpuplan estimate` refuse it (optimizer.planning.candidates.engine_reason)
+            problems.append(f"engine trtllm: TensorRT-LLM runs on NVIDIA GPUs only, {keys['device']} is {vendor}")
         inp, out = (_whole_tokens(_number(rec[c], path, line, c, integer=True)) for c in ("input_len", "output_len"))
         tput = _number(rec["throughput_tok_s"], path, line, "throughput_tok_s")
         if tput is not None and basis == "total" and inp and out:

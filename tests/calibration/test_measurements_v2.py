@@ -63,6 +63,26 @@ def test_unknown_engine_is_one_line_error(tmp_path):
         load_measurements(path, CAT)
 
 
+def test_trtllm_on_amd_is_skipped_and_a_huge_rate_refused(tmp_path):
+    """A TensorRT-LLM row on an AMD device is skipped with the reason `gpuplan estimate` and the planner give (it
+    was predicted, with NVIDIA's engine factors, and entered the fit); a request rate above ten million per second is
+    a one-line error (1e12 overflowed the serving model into RuntimeWarnings on stderr)."""
+    from catalog.errors import ModelError
+
+    path = tmp_path / "m.csv"
+    head = ("row_id,gpu_key,source_group,model,precision,scenario,tp,pp,input_len,output_len,throughput_tok_s,"
+            "engine,request_rate_qps\n")
+    path.write_text(head + "1,MI300X,lab,Llama-3.1-8B,FP8,offline,1,1,128,128,9000,trtllm,\n"
+                    "2,MI300X,lab,Llama-3.1-8B,FP8,offline,1,1,128,128,9000,vllm,\n")
+    amd_trt, amd_vllm = load_measurements(path, CAT)
+    assert amd_trt.unresolved == "engine trtllm: TensorRT-LLM runs on NVIDIA GPUs only, mi300x is amd"
+    assert amd_vllm.unresolved is None
+    path.write_text(head + "1,H100-SXM,lab,Llama-3.1-8B,FP8,online,1,1,128,128,9000,trtllm,1e12\n")
+    with pytest.raises(ModelError, match=r"line 2: column 'request_rate_qps': 1e\+12 is above 10,000,000"):
+        load_measurements(path, CAT)
+    path.write_text(head + "1,H100-SXM,lab,Llama-3.1-8B,FP8,online,1,1,128,128,9000,trtllm,INF\n")
+    assert load_measurements(path, CAT)[0].request_rate_qps == float("inf")
+
 def test_shipped_2026_rows_carry_engine_ep_and_caps():
     rows = load_measurements(shipped_measurements("measurements-2026.csv"), CAT)
     by = {(m.device_key, m.engine) for m in rows}
