@@ -347,6 +347,9 @@ def test_a_figure_in_the_wrong_unit_is_refused_with_the_unit():
     d["fp8_tflops"] = 1_979_000.0  # TFLOPS typed as GFLOPS
     with pytest.raises(ValueError, match=r"fp8_tflops 1,979,000 is above 200,000.*dense TFLOPS"):
         Device.model_validate(d)
+    d["fp8_tflops"] = 1e308  # a figure far beyond the ceiling is written in powers of ten, not in 309 digits
+    with pytest.raises(ValueError, match=r"fp8_tflops 1e\+308 is above 200,000"):
+        Device.model_validate(d)
     d["fp8_tflops"] = 1_979.0
     d["purchase_usd"] = 300_000.0  # a whole 8-GPU server's price is still under the per-device ceiling
     assert Device.model_validate(d).purchase_usd == 300_000.0
