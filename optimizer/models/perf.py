@@ -302,10 +302,13 @@ def prefill_s(c: Configs, prompt_tokens, batch_prompts=1) -> np.ndarray:
 
 
 def max_sequences(c: Configs, tokens_per_sequence) -> np.ndarray:
-    """Sequences of ``tokens_per_sequence`` tokens whose KV fits in the replica (floor, >= 0)."""
+    """Sequences of ``tokens_per_sequence`` tokens whose KV fits in the replica (>= 0): e · floor(capacity/e /
+    sequence) over its e attention data-parallel ranks, each holding whole sequences of its own (an ep8 replica
+    whose ranks each hold a quarter of one sequence holds none, not floor(8/4) = 2)."""
     ndim, (tok,) = _prep(c, tokens_per_sequence)
-    cap = column(c.kv_capacity_tokens, ndim)
-    return np.floor(cap / np.maximum(effective_context(c.model, tok), 1.0)).astype(np.int64)
+    e = column(c.ep.astype(float), ndim)
+    per_rank = column(c.kv_capacity_tokens, ndim) / e
+    return (e * np.floor(per_rank / np.maximum(effective_context(c.model, tok), 1.0))).astype(np.int64)
 
 
 def tpot_bound_ms(c: Configs) -> np.ndarray:

@@ -109,6 +109,28 @@ def test_memory_fit_and_capacity():
     assert c.kv_capacity_tokens[3] > 2 * c.kv_capacity_tokens[1]
 
 
+def test_expert_parallel_ranks_hold_whole_sequences():
+    """Each of an ep replica's attention data-parallel ranks holds its own sequences' KV: Mixtral FP8 at ep8 on a
+    device whose every GPU has room for a quarter of one 32,000-token sequence (2.097 GB / 4 = 0.524 GB) holds no
+    sequence. The pooled capacity (8 · 0.524 GB = 64,000 tokens) counted floor(64,000 / 32,000) = 2 and `estimate`
+    said it fits."""
+    from optimizer.models.memory_fit import GIB_BYTES
+
+    p = load_params(None)
+    m, d = CAT.model("mixtral-8x7b"), CAT.device("h100-sxm")
+    c = build_configs(m, [(d, FP8, 1, 1)], p, ep=[8])
+    seq_bytes = 32_000 * 131_072 / 2  # 32 layers · 8 KV heads · 128 · 2 (K, V) · 1 B (FP8 KV)
+    assert c.kv_bytes_per_token[0] * 32_000 == seq_bytes
+    free = c.weight_bytes_per_gpu[0] + p.workspace_gb_per_gpu * GIB_BYTES + seq_bytes / 4
+    small = d.model_copy(update={"memory_gb": free / (GIB_BYTES * p.memory_usable_fraction)})
+    c = build_configs(m, [(small, FP8, 1, 1), (small, FP8, 1, 1)], p, ep=[8, 1])
+    assert c.kv_capacity_tokens[0] == pytest.approx(64_000)
+    assert list(max_sequences(c, 32_000)) == [0, 0]
+    assert list(max_sequences(c, 4_000)) == [8 * 2, 0]  # 8,000 tokens a rank: two 4,000-token sequences each
+    out = estimate_config(m, small, FP8, 1, 1, 31_000, 1_000, p, devices=CAT.devices, ep=8, batch=1)
+    assert out["fits"] is False and out["max_concurrency"] == 0 and out["tpot_ms"] is None
+
+
 # --- step-time behaviour ----------------------------------------------------------------
 
 def test_throughput_linear_while_memory_bound_then_flat_at_compute_roof():
