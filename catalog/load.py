@@ -257,6 +257,12 @@ def model_from_hf_config(path: Path | str, key: str | None = None) -> Model:
         return value
 
     layers = need("num_hidden_layers", "n_layer", "num_layers")
+    types = cfg.get("layer_types")
+    if types is not None and not (isinstance(types, list) and len(types) == layers
+                                  and all(isinstance(t, str) for t in types)):
+        got = f"a list of {len(types)}" if isinstance(types, list) else repr(types)
+        raise CatalogError(f"{path}: layer_types: expected one attention kind per layer, a list of {layers} "
+                           f"(num_hidden_layers), got {got}; fix the config or drop layer_types")
     hidden = need("hidden_size", "n_embd", "d_model")
     heads = need("num_attention_heads", "n_head")
     kv_heads = whole("num_key_value_heads", default=heads)

@@ -7,6 +7,7 @@ them, e.g. no ``fp8_tflops`` = no native FP8) or estimated with a stated basis.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -90,6 +91,24 @@ DEVICE_CEILINGS: dict[str, tuple[float, str]] = {
     "cloud_usd_per_gpu_hour": (1_000, "US$ per GPU-hour (an H100 rents for ~$2-4)"),
 }
 
+# Floors of the physical figures, each about 1/50 of the smallest shipped in 2026 (T4: 16 GB, 65 FP16 TFLOPS,
+# 70 W, PCIe Gen3 32 GB/s; L4: 0.3 TB/s). Below one the figure is a slip (MB/s typed as TB/s, 1e-300) that
+# would plan a device needing years per token, silently. Prices have no floor: a near-zero price is how a
+# plan says the hardware is already paid for.
+DEVICE_FLOORS: dict[str, float] = {
+    "memory_gb": 0.25,
+    "memory_bandwidth_tb_s": 0.005,
+    "bf16_tflops": 1.0,
+    "fp16_tflops": 1.0,
+    "fp8_tflops": 1.0,
+    "int8_tops": 1.0,
+    "fp4_tflops": 1.0,
+    "tdp_w": 1.0,
+    "interconnect_gb_s": 0.5,
+    "pcie_gb_s": 0.5,
+    "scaleout_nic_gbps_per_gpu": 1.0,
+}
+
 
 class Device(Strict):
     """One accelerator as its datasheet describes it (dense, not sparse, peaks)."""
@@ -149,9 +168,16 @@ class Device(Strict):
             if value is not None and value > ceiling:
                 raise ValueError(f"{field} {_figure(value)} is above {_figure(ceiling)}, far beyond any accelerator "
                                  f"made: check the unit, {unit}")
+        for field, floor in DEVICE_FLOORS.items():
+            value = getattr(self, field)
+            if value is not None and value < floor:
+                raise ValueError(f"{field} {value:g} is below {floor:g}, far below any accelerator made: check the "
+                                 f"unit, {DEVICE_CEILINGS[field][1]}")
         for field, (low, high) in self.ranges.items():
-            if not 0 < low <= high:
-                raise ValueError(f"ranges.{field}: low {low} must be > 0 and <= high {high}")
+            if field not in DEVICE_CEILINGS:
+                raise ValueError(f"ranges.{field}: not a figure of a device; use one of {', '.join(DEVICE_CEILINGS)}")
+            if not (math.isfinite(low) and math.isfinite(high) and 0 < low <= high):
+                raise ValueError(f"ranges.{field}: low {low:g} must be > 0 and <= high {high:g}, both finite")
         return self
 
     def peak_tflops(self, dtype: str) -> float | None:
