@@ -21,6 +21,7 @@ Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 
 MAX_QPS = 1e7  # ten million requests per second: beyond any real service; catches unit slips
 MAX_TOKENS = 10_000_000
+BATCH_WINDOW_HOURS = 24.0  # a batch workload's default window: the whole day
 _NORMAL = NormalDist()
 
 
@@ -196,7 +197,7 @@ class Workload(Strict):
     model: str
     qps: Annotated[float, Field(gt=0, le=MAX_QPS, allow_inf_nan=False)] | None = None
     tokens_per_day: Annotated[float, Field(gt=0, le=1e15, allow_inf_nan=False)] | None = None
-    batch_window_hours: Annotated[float, Field(gt=0, le=24)] = 24.0
+    batch_window_hours: Annotated[float, Field(gt=0, le=24)] = BATCH_WINDOW_HOURS
     prompt_tokens: LengthDist
     output_tokens: LengthDist
     slo: SLO = SLO()
@@ -259,12 +260,24 @@ class Workload(Strict):
         if self.qps is not None and self.slo.is_empty:
             raise ValueError("an online workload (qps) needs an slo with ttft_p99_ms, tpot_p99_ms or e2e_p99_ms")
         if self.tokens_per_day is not None:
-            used = [name for name, on in (("prefix_cache", self.prefix_cache is not None),
+            used = [name for name, on in (("slo", not self.slo.is_empty),
+                                          ("prefix_cache", self.prefix_cache is not None),
                                           ("speculative", self.speculative is not None),
                                           ("disaggregation", self.disaggregation == "allowed")) if on]
             if used:
                 raise ValueError(f"{', '.join(used)} apply to online workloads (qps) only; the batch throughput "
                                  "model does not use them: drop them or give qps and an slo")
+        elif self.batch_window_hours != BATCH_WINDOW_HOURS:
+            raise ValueError(f"batch_window_hours ({self.batch_window_hours:g}) applies to batch workloads "
+                             "(tokens_per_day) only; an online workload (qps) is served all day: drop it")
+        for field in ("prompt_tokens", "output_tokens"):
+            law: LengthDist = getattr(self, field)
+            if law.max is not None and law.p99 is not None and law.max < law.p99:
+                raise ValueError(
+                    f"{field}.max ({law.max:g}) is below its p99 ({law.p99:g}): the cut would leave out "
+                    f"{100 * (1 - law.lognormal_cut()[3]):.3g} % of the requests and serve a mean of "
+                    f"{law.mean_tokens:,.0f} tokens, not {law.mean:g}; give max >= p99 (it cuts the tail only), "
+                    "or state the mean and p99 of the lengths you serve")
         if self.prefix_cache is not None and self.prefix_cache.shared_prefix_tokens is not None \
                 and self.prefix_cache.shared_prefix_tokens >= self.prompt_tokens.mean_tokens:
             raise ValueError(f"prefix_cache.shared_prefix_tokens {self.prefix_cache.shared_prefix_tokens} is not below "

@@ -1,0 +1,57 @@
+"""Workload fields that the planner would otherwise ignore or silently reinterpret are errors naming the field."""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+import pytest
+from pydantic import ValidationError
+
+from optimizer.whatif_demand import scaled
+from workloads.spec import Plan, Workload
+
+ONLINE = dict(name="w", model="llama-3.1-8b", qps=2, prompt_tokens=1000, output_tokens=200,
+              slo={"ttft_p99_ms": 500})
+BATCH = dict(name="b", model="llama-3.1-8b", tokens_per_day=1e6, batch_window_hours=8, prompt_tokens=1000,
+             output_tokens=200)
+
+
+def test_an_slo_on_a_batch_workload_is_an_error():
+    # the batch throughput model sizes by tokens_per_day within the window; an slo there was silently dropped
+    with pytest.raises(ValidationError, match="slo apply to online workloads"):
+        Workload(**BATCH, slo={"ttft_p99_ms": 100})
+    assert Workload(**BATCH, slo={}).is_batch  # an empty slo says nothing: accepted
+
+
+def test_a_batch_window_on_an_online_workload_is_an_error():
+    with pytest.raises(ValidationError, match=r"batch_window_hours \(8\) applies to batch workloads"):
+        Workload(**ONLINE, batch_window_hours=8)
+    assert Workload(**ONLINE, batch_window_hours=24).qps == 2  # the default, written out: harmless
+
+
+def test_what_if_rescaling_still_validates_online_and_batch_workloads():
+    plan = Plan(workloads=[ONLINE, BATCH])
+    double = scaled(plan, 2.0)  # model_dump -> model_validate: every field written out, defaults included
+    assert double.workload("w").qps == 4 and double.workload("b").tokens_per_day == 2e6
+
+
+def test_a_cut_below_the_p99_is_an_error():
+    # {mean 1000, p99 8000}: sigma = z - sqrt(z^2 - 2 ln 8) = 1.2074, mu = ln 1000 - sigma^2/2 = 6.1789;
+    # max 500 keeps Phi((ln 500 - mu)/sigma) = Phi(0.0298) = 51.2 % (48.8 % left out), whose mean is
+    # 1000 * Phi(0.0298 - 1.2074) / 0.512 = 1000 * 0.1194 / 0.512 = 233 tokens
+    z = NormalDist().inv_cdf(0.99)
+    sigma = z - math.sqrt(z * z - 2 * math.log(8))
+    mu = math.log(1000) - sigma * sigma / 2
+    zm = (math.log(500) - mu) / sigma
+    kept = NormalDist().cdf(zm)
+    assert round(100 * (1 - kept), 1) == 48.8 and round(1000 * NormalDist().cdf(zm - sigma) / kept) == 233
+    with pytest.raises(ValidationError, match=r"prompt_tokens\.max \(500\) is below its p99 \(8000\): the cut would "
+                                              r"leave out 48\.8 % of the requests and serve a mean of 233 tokens, "
+                                              r"not 1000"):
+        Workload(**{**ONLINE, "prompt_tokens": {"mean": 1000, "p99": 8000, "max": 500}})
+    with pytest.raises(ValidationError, match=r"output_tokens\.max \(300\) is below its p99 \(800\)"):
+        Workload(**{**ONLINE, "output_tokens": {"mean": 200, "p99": 800, "max": 300}})
+    # a cut at or above the p99 cuts the tail only: accepted
+    assert Workload(**{**ONLINE, "prompt_tokens": {"mean": 1000, "p99": 8000, "max": 8000}}).prompt_tokens.max == 8000
+    assert Workload(**{**ONLINE, "prompt_tokens": {"mean": 1000, "p99": 8000, "max": 32768}}).prompt_tokens.max == 32768
