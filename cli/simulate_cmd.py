@@ -111,6 +111,17 @@ def simulate(
                        right={"simulated", "95 % CI", "analytic"}))
     stdout.print(f"mean batch: simulated {sim.mean_batch:.1f}, analytic {analytic.running_batch[0]:.1f}; "
                  f"utilization {analytic.utilization[0]:.2f}; preemptions {sim.preemptions}", markup=False)
+    if result["analytic_saturated"]:
+        stdout.print(saturation_note(qps, sim.output_tokens_per_s / output.mean_tokens, requests), markup=False)
+
+
+def saturation_note(qps: float, completed_qps: float, requests: int) -> str:
+    """The line under a saturated run's table: the analytic model has no p99 there (its column is "—"), and the
+    simulated queue grows for as long as requests arrive, so its percentiles are those of this run's length."""
+    return (f"saturated: {qps:g} req/s is beyond this replica's capacity (the simulated replica completed "
+            f"{completed_qps:,.3g} req/s); its queue grows without bound, so the simulated percentiles grow with "
+            f"--requests ({requests:,} here) and are no steady state, and the analytic column has none; "
+            "lower --qps or add replicas")
 
 
 def register(app: typer.Typer) -> None:
