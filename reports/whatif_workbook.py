@@ -104,9 +104,22 @@ def has_plan(r: Mapping[str, Any]) -> bool:
     return r.get("status") in ("optimal", "feasible")
 
 
-# the rows of ROWS that describe a fleet: empty for a scenario without one (``has_plan``)
-_FLEET_ROWS = frozenset({"objective_usd", "capex_usd", "annual_opex_usd", "tco_usd", "power_kw", "gpus_total",
-                         "demand_multiplier", "served_qps"})
+def served_known(r: Mapping[str, Any]) -> bool:
+    """True where a row's served demand is a figure: a fleet's, or a budget level's (mode ``max_demand``) that
+    buys none, whose answer is "0.00× of the demand"; a min-cost scenario without a fleet serves no known part."""
+    return has_plan(r) or r.get("mode") == "max_demand"
+
+
+# the rows of ROWS that describe a fleet: empty for a scenario without one (``has_plan``; served demand:
+# ``served_known``)
+_FLEET_ROWS = frozenset({"objective_usd", "capex_usd", "annual_opex_usd", "tco_usd", "power_kw", "gpus_total"})
+_SERVED_ROWS = frozenset({"demand_multiplier", "served_qps"})
+
+
+def _cell(r: Mapping[str, Any], key: str) -> Any:
+    if key in _FLEET_ROWS and not has_plan(r) or key in _SERVED_ROWS and not served_known(r):
+        return None
+    return r.get(key)
 
 
 def _delta(r: dict[str, Any], base: dict[str, Any]) -> tuple[float | None, float | None]:
@@ -128,7 +141,7 @@ def _scenario_columns(rows: Sequence[dict[str, Any]]) -> list[tuple[str, list[An
         ("note", [_same_as_base(r, base) for r in rows], None),
     ]
     for key, label, fmt in ROWS:
-        lines.append((label, [r.get(key) if key not in _FLEET_ROWS or has_plan(r) else None for r in rows], fmt))
+        lines.append((label, [_cell(r, key) for r in rows], fmt))
     for d in devices:
         lines.append((f"GPUs: {d}", [r["fleet"].get(d, 0) if has_plan(r) else None for r in rows], "#,##0"))
     for name in workloads:

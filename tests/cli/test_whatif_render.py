@@ -6,16 +6,18 @@ from cli.common import stdout
 from cli.whatif_cmd import _render
 
 
-def _row(name, status, objective, served_qps, power_kw, fleet):
-    return {"name": name, "group": "variant", "status": status, "objective_usd": objective, "capex_usd": objective,
-            "fleet": fleet, "demand_multiplier": 1.0, "served_qps": served_qps, "power_kw": power_kw,
+def _row(name, status, objective, served_qps, power_kw, fleet, mode="min_cost", multiplier=1.0):
+    return {"name": name, "group": "variant", "mode": mode, "status": status, "objective_usd": objective,
+            "capex_usd": objective, "fleet": fleet, "demand_multiplier": multiplier, "served_qps": served_qps,
+            "power_kw": power_kw,
             "workloads": [{"name": "chat", "met": status == "optimal", "ttft_p99_ms": 900.0 if fleet else None,
                            "slo_ttft_p99_ms": 2000.0}]}
 
 
 def test_an_infeasible_scenario_has_no_cost_demand_or_power():
     rows = [_row("base", "optimal", 471_198.0, 246.8, 14.3, {"b200": 7}),
-            _row("tight", "infeasible", 0.0, 0.0, 0.0, {})]
+            _row("tight", "infeasible", 0.0, 0.0, 0.0, {}),
+            _row("b @ $1,000", "infeasible", 0.0, 0.0, 0.0, {}, mode="max_demand", multiplier=0.0)]
     with stdout.capture() as cap:
         _render(rows, None)
     lines = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
@@ -24,3 +26,5 @@ def test_an_infeasible_scenario_has_no_cost_demand_or_power():
     assert lines["base"][-1] == "14.3"
     tight = lines["tight"]
     assert tight[:3] == ["infeasible", "—", "—"] and tight[4] == "—" and tight[-1] == "—"
+    poor = lines["b @ $1,000"]  # a budget level that buys nothing: it serves 0.00× of the demand, a figure
+    assert poor[:3] == ["infeasible", "—", "—"] and poor[4] == "0.00× (0.0 req/s)" and poor[-1] == "—"
