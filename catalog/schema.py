@@ -7,7 +7,9 @@ them, e.g. no ``fp8_tflops`` = no native FP8) or estimated with a stated basis.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import types
+from functools import cache
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -41,8 +43,42 @@ def _elementwise_min(a, b):
     return (a + b - abs(a - b)) / 2
 
 
+def _admits_bool(annotation: Any) -> bool:
+    """True when a field of this type may hold true/false (bool, a union with bool, a Literal of booleans, Any)."""
+    if annotation is bool or annotation is Any or annotation is object:
+        return True
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _admits_bool(get_args(annotation)[0])
+    if origin is Union or origin is types.UnionType:
+        return any(_admits_bool(a) for a in get_args(annotation))
+    if origin is Literal:
+        return any(isinstance(a, bool) for a in get_args(annotation))
+    return False
+
+
+@cache
+def _yes_no_fields(cls: type[BaseModel]) -> frozenset[str]:
+    """The fields of ``cls`` that hold no true/false value."""
+    return frozenset(name for name, f in cls.model_fields.items() if not _admits_bool(f.annotation))
+
+
 class Strict(BaseModel):
+    """extra="forbid", frozen, and no true/false where a number or a name is due: pydantic would read
+    ``qps: true`` (YAML ``yes``, ``on``) as 1 req/s and ``min_replicas: on`` as 1."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_yes_no_numbers(cls, data):
+        if isinstance(data, dict):
+            for name in _yes_no_fields(cls):
+                value = data.get(name)
+                if isinstance(value, bool):
+                    raise ValueError(f"{name}: {str(value).lower()} is a yes/no value, not a number or a name; "
+                                     f"write the {name} itself")
+        return data
 
 
 class Source(Strict):

@@ -55,3 +55,21 @@ def test_a_cut_below_the_p99_is_an_error():
     # a cut at or above the p99 cuts the tail only: accepted
     assert Workload(**{**ONLINE, "prompt_tokens": {"mean": 1000, "p99": 8000, "max": 8000}}).prompt_tokens.max == 8000
     assert Workload(**{**ONLINE, "prompt_tokens": {"mean": 1000, "p99": 8000, "max": 32768}}).prompt_tokens.max == 32768
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"qps": True}, "qps"),  # YAML `qps: yes` / `on` / `true` was read as 1 req/s
+    ({"min_replicas": True}, "min_replicas"),
+    ({"model": True}, "model"),
+    ({"slo": {"ttft_p99_ms": True}}, "ttft_p99_ms"),
+])
+def test_a_yes_no_value_where_a_number_is_due_is_an_error(change, field):
+    with pytest.raises(ValidationError, match=rf"{field}: true is a yes/no value, not a number or a name"):
+        Workload(**{**ONLINE, **change})
+
+
+def test_yes_no_fields_still_take_yes_no():
+    plan = Plan(workloads=[ONLINE], allow_partial_servers=False, horizon_years=2)
+    assert plan.allow_partial_servers is False and plan.horizon_years == 2
+    with pytest.raises(ValidationError, match="horizon_years: false is a yes/no value"):
+        Plan(workloads=[ONLINE], horizon_years=False)
