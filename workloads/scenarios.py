@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from catalog.errors import WorkloadError, suggest
 from catalog.files import format_validation_error, read_yaml
 from catalog.load import Catalog
-from catalog.schema import Device, Strict
+from catalog.schema import Device, Platform, Strict
 from workloads.load import parse_plan, resolve_catalog
 from workloads.spec import Plan, Workload
 
@@ -198,6 +198,19 @@ def apply_override(data: dict[str, Any], path: str, value: Any, catalog: Catalog
                                 f"valid: {', '.join(editable)}")
         data.setdefault("devices", {}).setdefault(key, {})[field] = value
         return
+    if top == "platforms":
+        split = _split_named(path, top)
+        if split is None:
+            raise WorkloadError(f"{where}: '{path}': write platforms.KEY.FIELD, e.g. platforms.pcie-8.server_usd")
+        key, field = split[0].lower(), split[1]
+        if key not in catalog.platforms:
+            raise WorkloadError(f"{where}: '{path}': unknown platform '{split[0]}'{suggest(key, catalog.platforms)}")
+        editable = [f for f in Platform.model_fields if f not in {"key", "sources", "estimated", "kind", "devices"}]
+        if field not in editable:
+            raise WorkloadError(f"{where}: '{path}': unknown platform field '{field}'{suggest(field, editable)}; "
+                                f"valid: {', '.join(editable)}")
+        data.setdefault("platforms", {}).setdefault(key, {})[field] = value
+        return
     if top not in plan_fields:
         raise WorkloadError(f"{where}: '{path}': unknown plan field '{top}'{suggest(top, plan_fields)}; "
                             f"valid: {', '.join(plan_fields)}")
@@ -205,12 +218,13 @@ def apply_override(data: dict[str, Any], path: str, value: Any, catalog: Catalog
         data[top] = value
         return
     sub = Plan.model_fields[top].annotation
-    if top == "budget" and len(parts) == 2:
-        from workloads.spec import Budget
-        if parts[1] not in Budget.model_fields:
-            raise WorkloadError(f"{where}: '{path}': unknown budget field '{parts[1]}'"
-                                f"{suggest(parts[1], Budget.model_fields)}; valid: {', '.join(Budget.model_fields)}")
-        data.setdefault("budget", {})[parts[1]] = value
+    if isinstance(sub, type) and issubclass(sub, BaseModel) and len(parts) == 2:
+        # budget.capex_usd, facility.colocation_usd_per_kw_month, finance.lease_interest_rate
+        if parts[1] not in sub.model_fields:
+            raise WorkloadError(f"{where}: '{path}': unknown {top} field '{parts[1]}'"
+                                f"{suggest(parts[1], sub.model_fields)}; valid: {', '.join(sub.model_fields)}")
+        section = data.get(top)
+        data[top] = {**(section if isinstance(section, dict) else {}), parts[1]: value}
         return
     if top == "inventory" and len(parts) == 2:
         data.setdefault("inventory", {})[parts[1]] = value
