@@ -39,7 +39,9 @@ class LengthDist(Strict):
     p99: Annotated[float, Field(gt=0, le=MAX_TOKENS, allow_inf_nan=False)] | None = None
     histogram: list[tuple[Annotated[float, Field(gt=0, le=MAX_TOKENS, allow_inf_nan=False)],
                           Annotated[float, Field(gt=0, allow_inf_nan=False)]]] | None = None
-    max: Annotated[float, Field(ge=1, le=MAX_TOKENS, allow_inf_nan=False)] | None = None
+    # a cut, not a stated length: no MAX_TOKENS bound, as the planner cuts at a model's context window
+    # (optimizer.models.lengths.fit_window), which may be above it (Llama 4 Scout: 10,485,760 tokens)
+    max: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = None
 
     @model_validator(mode="before")
     @classmethod
