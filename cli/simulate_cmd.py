@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -27,14 +28,22 @@ MAX_REQUESTS = 2_000_000  # a bound on time and memory: the simulator holds per-
 
 
 def length_dist(mean: int, p99: int | None, flag: str) -> LengthDist:
-    """Fixed length, or lognormal {mean, p99} when a p99 is given; p99 below the mean is an error."""
-    from workloads.spec import LengthDist  # pydantic: not at `gpuplan --help`
+    """Fixed length, or lognormal {mean, p99} when a p99 is given; p99 below the mean, or above the largest
+    p99/mean of a lognormal (``workloads.spec.MAX_LOGNORMAL_P99_RATIO``), is an error."""
+    from workloads.spec import (  # pydantic: not at `gpuplan --help`
+        MAX_LOGNORMAL_P99_RATIO,
+        LengthDist,
+    )
 
     if p99 is None:
         return LengthDist(mean=mean)
     if p99 < mean:
         raise ModelError(f"{flag}-p99 {p99} is below the mean {flag}-tokens {mean} by {mean - p99}; "
                          "a p99 must be >= the mean")
+    if p99 > MAX_LOGNORMAL_P99_RATIO * mean:
+        top = math.floor(MAX_LOGNORMAL_P99_RATIO * mean)
+        raise ModelError(f"{flag}-p99 {p99} is {p99 / mean:.3g}× the mean {flag}-tokens {mean}, beyond any "
+                         f"lognormal's (at most {MAX_LOGNORMAL_P99_RATIO:.2f}× the mean); give {flag}-p99 <= {top:,}")
     return LengthDist(mean=mean, p99=p99)
 
 

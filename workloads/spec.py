@@ -21,6 +21,8 @@ Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 
 MAX_QPS = 1e7  # ten million requests per second: beyond any real service; catches unit slips
 MAX_TOKENS = 10_000_000
+# p99/mean = exp(z·σ − σ²/2) of a lognormal is largest at σ = z: exp(z²/2) = 14.96 (LengthDist.lognormal_sigma)
+MAX_LOGNORMAL_P99_RATIO = math.exp(Z99 * Z99 / 2.0)
 BATCH_WINDOW_HOURS = 24.0  # a batch workload's default window: the whole day
 _NORMAL = NormalDist()
 
@@ -64,6 +66,12 @@ class LengthDist(Strict):
             raise ValueError("give a number, {mean, p99} or {histogram: [[tokens, weight], ...]}")
         elif self.p99 is not None and self.p99 < self.mean:
             raise ValueError(f"p99 ({self.p99:g}) is below the mean ({self.mean:g}); p99 must be >= mean")
+        elif self.p99 is not None and self.p99 > MAX_LOGNORMAL_P99_RATIO * self.mean:
+            top = MAX_LOGNORMAL_P99_RATIO * self.mean
+            raise ValueError(f"p99 ({self.p99:g}) is {self.p99 / self.mean:.3g}× the mean ({self.mean:g}), beyond any "
+                             f"lognormal's (at most {MAX_LOGNORMAL_P99_RATIO:.2f}× the mean: {math.floor(top):,} "
+                             "here); give the lengths as {histogram: [[tokens, weight], ...]}, or a p99 <= "
+                             f"{math.floor(top):,}")
         if self.max is not None and self.kind != "lognormal":
             raise ValueError(f"max ({self.max:g}) cuts a {{mean, p99}} law only; a fixed length or a histogram's "
                              "largest row is its own maximum: drop max")
@@ -123,8 +131,8 @@ class LengthDist(Strict):
         z = Z99
         # σ²/2 − zσ + ln(ratio) = 0 → smaller root (the larger one is an unphysical heavy tail).
         disc = z * z - 2.0 * math.log(ratio)
-        if disc < 0:
-            return z  # ratio above exp(z²/2) ≈ 15: the largest p99/mean a lognormal can have
+        if disc < 0:  # ratio above exp(z²/2) ≈ 15, the largest p99/mean a lognormal can have (refused by _check;
+            return z  # a histogram's ratio may be larger: the widest lognormal)
         return z - math.sqrt(disc)
 
 

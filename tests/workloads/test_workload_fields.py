@@ -73,3 +73,19 @@ def test_yes_no_fields_still_take_yes_no():
     assert plan.allow_partial_servers is False and plan.horizon_years == 2
     with pytest.raises(ValidationError, match="horizon_years: false is a yes/no value"):
         Plan(workloads=[ONLINE], horizon_years=False)
+
+
+def test_a_p99_beyond_any_lognormal_is_an_error():
+    # p99/mean = exp(z·σ − σ²/2) peaks at σ = z: exp(2.3263² / 2) = exp(2.7059) = 14.97. A {mean 1000, p99 32000}
+    # law was silently fitted at σ = z, a law whose p99 is 14,968 tokens, while the plan reported 32,000
+    from workloads.spec import MAX_LOGNORMAL_P99_RATIO, LengthDist
+
+    assert round(MAX_LOGNORMAL_P99_RATIO, 2) == 14.97
+    with pytest.raises(ValidationError, match=r"prompt_tokens\n  Value error, p99 \(32000\) is 32× the mean \(1000\), beyond any "
+                                              r"lognormal's \(at most 14\.97× the mean: 14,968 here\); give the "
+                                              r"lengths as \{histogram"):
+        Workload(**{**ONLINE, "prompt_tokens": {"mean": 1000, "p99": 32000}})
+    law = LengthDist(mean=1000, p99=14_968)  # at the bound: its own p99
+    assert abs(math.exp(law.lognormal_sigma() * 2.3263478740408408 - law.lognormal_sigma() ** 2 / 2) - 14.968) < 1e-3
+    # a histogram's tail is its own: no bound
+    assert LengthDist(histogram=[[100, 0.98], [32_000, 0.02]]).p99_tokens == 32_000
