@@ -42,7 +42,7 @@ from catalog.files import format_validation_error, read_yaml
 from catalog.load import Catalog
 from catalog.schema import Device, Platform, Strict
 from workloads.load import parse_plan, resolve_catalog
-from workloads.spec import Plan, Workload
+from workloads.spec import Plan, Workload, plan_key
 
 MAX_SCENARIOS = 10_000
 
@@ -164,6 +164,19 @@ def _split_named(path: str, top: str) -> tuple[str, str] | None:
     return (name, field) if name and field else None
 
 
+def _entry(data: dict[str, Any], section: str, key: str, *, device: bool = True) -> dict[str, Any]:
+    """The override mapping of ``key`` in ``data[section]`` (devices, platforms), its entries under other spellings of
+    the same key (``H200-SXM``) merged into it: the plan allows one entry per device or platform."""
+    entries = data.get(section) if isinstance(data.get(section), dict) else {}
+    merged: dict[str, Any] = {}
+    for name in [n for n in entries if plan_key(n, device=device) == key]:
+        old = entries.pop(name)
+        merged.update(old if isinstance(old, dict) else {})
+    entries[key] = merged
+    data[section] = entries
+    return merged
+
+
 def apply_override(data: dict[str, Any], path: str, value: Any, catalog: Catalog, where: str) -> None:
     """Set ``path`` (dotted) in a raw plan mapping, or raise naming the valid fields there."""
     parts = path.split(".")
@@ -196,7 +209,7 @@ def apply_override(data: dict[str, Any], path: str, value: Any, catalog: Catalog
         if field not in editable:
             raise WorkloadError(f"{where}: '{path}': unknown device field '{field}'{suggest(field, editable)}; "
                                 f"valid: {', '.join(editable)}")
-        data.setdefault("devices", {}).setdefault(key, {})[field] = value
+        _entry(data, "devices", key)[field] = value
         return
     if top == "platforms":
         split = _split_named(path, top)
@@ -209,7 +222,7 @@ def apply_override(data: dict[str, Any], path: str, value: Any, catalog: Catalog
         if field not in editable:
             raise WorkloadError(f"{where}: '{path}': unknown platform field '{field}'{suggest(field, editable)}; "
                                 f"valid: {', '.join(editable)}")
-        data.setdefault("platforms", {}).setdefault(key, {})[field] = value
+        _entry(data, "platforms", key, device=False)[field] = value
         return
     if top not in plan_fields:
         raise WorkloadError(f"{where}: '{path}': unknown plan field '{top}'{suggest(top, plan_fields)}; "
@@ -227,7 +240,9 @@ def apply_override(data: dict[str, Any], path: str, value: Any, catalog: Catalog
         data[top] = {**(section if isinstance(section, dict) else {}), parts[1]: value}
         return
     if top == "inventory" and len(parts) == 2:
-        data.setdefault("inventory", {})[parts[1]] = value
+        section = data.get("inventory") if isinstance(data.get("inventory"), dict) else {}
+        data["inventory"] = {**{k: v for k, v in section.items() if plan_key(k) != plan_key(parts[1])},
+                             plan_key(parts[1]): value}
         return
     raise WorkloadError(f"{where}: '{path}': {top} ({getattr(sub, '__name__', sub)}) has no sub-field path "
                         f"'{'.'.join(parts[1:])}'")

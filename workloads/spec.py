@@ -315,6 +315,13 @@ class Workload(Strict):
         return self.request_rate_qps / self.peak_to_average_ratio * self.output_tokens.mean_tokens * SECONDS_PER_HOUR * HOURS_PER_YEAR
 
 
+def plan_key(name: str, *, device: bool = True) -> str:
+    """A device key as ``catalog.Catalog.device`` looks it up (case, spaces and ``_`` / ``-`` do not matter), or a
+    platform key as ``Catalog.platform`` does (case and spaces)."""
+    key = str(name).strip().lower()
+    return key.replace("_", "-") if device else key
+
+
 class Budget(Strict):
     capex_usd: PositiveFloat | None = None
     annual_usd: PositiveFloat | None = Field(None, description="cap on yearly opex (tco) or rental (cloud)")
@@ -386,6 +393,22 @@ class Plan(Strict):
     demand_sigma: Annotated[float, Field(ge=0, le=2)] = Field(
         0.25, description="sigma of log(demand / stated demand) used by demand_quantile")
     workloads: list[Workload] = Field(min_length=1)
+
+    @field_validator("inventory", "devices", "platforms")
+    @classmethod
+    def _one_key_per_entry(cls, value: dict, info) -> dict:
+        """Keys as the catalog looks them up (``catalog.Catalog.device``: case and ``_`` / ``-`` do not matter;
+        platforms: case), each entry once: ``{H100-SXM: 0, h100-sxm: 16}`` kept whichever came last, and a
+        capacity table's inventory lookup by key missed ``H100-SXM`` altogether."""
+        out: dict = {}
+        for name, entry in value.items():
+            key = plan_key(name, device=info.field_name != "platforms")
+            if key in out:
+                first = next(n for n in value if plan_key(n, device=info.field_name != "platforms") == key)
+                raise ValueError(f"'{first}' and '{name}' name the same {'platform' if info.field_name == 'platforms' else 'device'} "
+                                 f"{key}; keep one entry")
+            out[key] = entry
+        return out
 
     @field_validator("workloads")
     @classmethod

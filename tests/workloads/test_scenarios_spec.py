@@ -86,3 +86,18 @@ def test_facility_finance_and_platform_fields_by_dotted_path(tmp_path):
     assert coloc.network_usd_per_server == 0.0  # the rest of the section as before
     assert by["lease"].plan.finance.lease_interest_rate == 0.15 and by["base"].plan.finance.lease_interest_rate == 0.08
     assert by["server"].plan.platforms == {"hgx-b200-8": {"server_usd": 20000}} and by["base"].plan.platforms == {}
+
+
+def test_a_variant_overrides_the_base_entry_spelled_otherwise(tmp_path):
+    # the base plan writes H200-SXM / H100-SXM; a variant's devices.h200-sxm... / inventory.h100-sxm replace those
+    # entries (one per device) instead of adding a second spelling
+    base = yaml.safe_load((EXAMPLES / "chat-fleet.yaml").read_text())
+    base["devices"] = {"H200-SXM": {"purchase_usd": 30000, "cloud_usd_per_gpu_hour": 3.0}}
+    base["inventory"] = {"H100-SXM": 4}
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+    file = tmp_path / "s.yaml"
+    file.write_text(yaml.safe_dump({"base": "base.yaml", "variants": [
+        {"name": "v", "set": {"devices.h200-sxm.purchase_usd": 24000, "inventory.h100-sxm": 16}}]}))
+    by = {s.name: s for s in load_scenarios(file, load_catalog())[2]}
+    assert by["v"].plan.devices == {"h200-sxm": {"purchase_usd": 24000, "cloud_usd_per_gpu_hour": 3.0}}
+    assert by["v"].plan.inventory == {"h100-sxm": 16} and by["base"].plan.inventory == {"h100-sxm": 4}

@@ -89,3 +89,24 @@ def test_a_p99_beyond_any_lognormal_is_an_error():
     assert abs(math.exp(law.lognormal_sigma() * 2.3263478740408408 - law.lognormal_sigma() ** 2 / 2) - 14.968) < 1e-3
     # a histogram's tail is its own: no bound
     assert LengthDist(histogram=[[100, 0.98], [32_000, 0.02]]).p99_tokens == 32_000
+
+
+@pytest.mark.parametrize(("section", "entries", "message"), [
+    # the catalog looks devices up by case and '_' / '-' alike: two spellings kept whichever came last
+    ("inventory", {"H100-SXM": 0, "h100-sxm": 16}, "'H100-SXM' and 'h100-sxm' name the same device h100-sxm"),
+    ("devices", {"h100_sxm": {"purchase_usd": 1000}, "h100-sxm": {"purchase_usd": 50000}},
+     "'h100_sxm' and 'h100-sxm' name the same device h100-sxm"),
+    ("platforms", {"PCIE-8": {"server_usd": 1}, "pcie-8": {"server_usd": 2}},
+     "'PCIE-8' and 'pcie-8' name the same platform pcie-8"),
+])
+def test_two_spellings_of_one_device_are_an_error(section, entries, message):
+    with pytest.raises(ValidationError, match=message):
+        Plan(workloads=[ONLINE], **{section: entries})
+
+
+def test_device_keys_are_stored_as_the_catalog_reads_them():
+    # a capacity table's units look the inventory up by the device key: 'H100-SXM: 8' was no limit there
+    plan = Plan(workloads=[ONLINE], inventory={"H100-SXM": 8}, devices={"H200_SXM": {"purchase_usd": 24000}},
+                platforms={"PCIE-8": {"server_usd": 1}})
+    assert plan.inventory == {"h100-sxm": 8} and plan.devices == {"h200-sxm": {"purchase_usd": 24000}}
+    assert plan.platforms == {"pcie-8": {"server_usd": 1}}
