@@ -410,6 +410,12 @@ class Plan(Strict):
             out[key] = entry
         return out
 
+    @field_validator("allowed_devices")
+    @classmethod
+    def _allowed_as_keys(cls, value: list[str] | None) -> list[str] | None:
+        """Device keys as the catalog looks them up, each once (``H100_SXM`` is ``h100-sxm``, as in inventory)."""
+        return None if value is None else list(dict.fromkeys(plan_key(d) for d in value))
+
     @field_validator("workloads")
     @classmethod
     def _unique_names(cls, workloads: list[Workload]) -> list[Workload]:

@@ -110,3 +110,9 @@ def test_device_keys_are_stored_as_the_catalog_reads_them():
                 platforms={"PCIE-8": {"server_usd": 1}})
     assert plan.inventory == {"h100-sxm": 8} and plan.devices == {"h200-sxm": {"purchase_usd": 24000}}
     assert plan.platforms == {"pcie-8": {"server_usd": 1}}
+
+
+def test_allowed_devices_are_stored_as_keys():
+    # 'H100_SXM' was refused in allowed_devices ("unknown device") though the catalog and inventory read it as h100-sxm
+    plan = Plan(workloads=[ONLINE], allowed_devices=["H100_SXM", "h100-sxm", "B200"])
+    assert plan.allowed_devices == ["h100-sxm", "b200"]
