@@ -8,25 +8,17 @@ them, e.g. no ``fp8_tflops`` = no native FP8) or estimated with a stated basis.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+import types
+from functools import cache
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from catalog.architecture import ParamCounts, attention_params, parameter_counts
 
-
-def _not_a_bool(value):
-    """``value``, refused when it is true/false: pydantic's lax mode reads YAML's ``true``/``yes``/``on`` (and a
-    config.json's ``true``) as the number 1, so ``memory_bandwidth_tb_s: true`` planned a 1 TB/s device."""
-    if isinstance(value, bool):
-        raise ValueError("a number, not a yes/no value: write the figure in the field's unit")
-    return value
-
-
-NotBool = BeforeValidator(_not_a_bool)
-PositiveFloat = Annotated[float, NotBool, Field(gt=0, allow_inf_nan=False)]
-PositiveInt = Annotated[int, NotBool, Field(gt=0)]
-NonNegInt = Annotated[int, NotBool, Field(ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+PositiveInt = Annotated[int, Field(gt=0)]
+NonNegInt = Annotated[int, Field(ge=0)]
 
 ComputeDtype = Literal["bf16", "fp16", "fp8", "int8", "fp4"]
 Vendor = Literal["nvidia", "amd", "intel", "google", "other"]
@@ -55,8 +47,42 @@ def _elementwise_min(a, b):
     return (a + b - abs(a - b)) / 2
 
 
+def _admits_bool(annotation: Any) -> bool:
+    """True when a field of this type may hold true/false (bool, a union with bool, a Literal of booleans, Any)."""
+    if annotation is bool or annotation is Any or annotation is object:
+        return True
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _admits_bool(get_args(annotation)[0])
+    if origin is Union or origin is types.UnionType:
+        return any(_admits_bool(a) for a in get_args(annotation))
+    if origin is Literal:
+        return any(isinstance(a, bool) for a in get_args(annotation))
+    return False
+
+
+@cache
+def _yes_no_fields(cls: type[BaseModel]) -> frozenset[str]:
+    """The fields of ``cls`` that hold no true/false value."""
+    return frozenset(name for name, f in cls.model_fields.items() if not _admits_bool(f.annotation))
+
+
 class Strict(BaseModel):
+    """extra="forbid", frozen, and no true/false where a number or a name is due: pydantic would read
+    ``qps: true`` (YAML ``yes``, ``on``) as 1 req/s and ``min_replicas: on`` as 1."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_yes_no_numbers(cls, data):
+        if isinstance(data, dict):
+            for name in _yes_no_fields(cls):
+                value = data.get(name)
+                if isinstance(value, bool):
+                    raise ValueError(f"{name}: {str(value).lower()} is a yes/no value, not a number or a name; "
+                                     f"write the {name} itself")
+        return data
 
 
 class Source(Strict):
@@ -223,7 +249,7 @@ class Model(Strict):
     vocab_size: PositiveInt
     total_params_b: PositiveFloat
     active_params_b: PositiveFloat
-    vision_params_b: Annotated[float, NotBool, Field(ge=0, allow_inf_nan=False)] = Field(
+    vision_params_b: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
         0.0, description="vision encoder parameters counted in total_params_b: held in memory, not read when "
         "generating text (Gemma 3: 0.42, Llama 4: 0.87)"
     )
@@ -449,10 +475,10 @@ class Platform(Strict):
     kind: PlatformKind
     devices: list[str] = Field(min_length=1, description="device keys bought on this platform")
     gpus_per_server: PositiveInt
-    server_usd: Annotated[float, NotBool, Field(ge=0, allow_inf_nan=False)]
-    server_power_w: Annotated[float, NotBool, Field(ge=0, allow_inf_nan=False)]
-    nic_gb_s_per_gpu: Annotated[float, NotBool, Field(ge=0, allow_inf_nan=False)]
-    rack_units: Annotated[float, NotBool, Field(ge=0, allow_inf_nan=False)]
+    server_usd: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    server_power_w: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    nic_gb_s_per_gpu: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    rack_units: Annotated[float, Field(ge=0, allow_inf_nan=False)]
     sources: dict[str, CitedSource]
     estimated: dict[str, str] = Field(default_factory=dict, description="figure -> basis of the estimate")
     notes: str = ""

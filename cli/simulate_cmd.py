@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -27,14 +28,22 @@ MAX_REQUESTS = 2_000_000  # a bound on time and memory: the simulator holds per-
 
 
 def length_dist(mean: int, p99: int | None, flag: str) -> LengthDist:
-    """Fixed length, or lognormal {mean, p99} when a p99 is given; p99 below the mean is an error."""
-    from workloads.spec import LengthDist  # pydantic: not at `gpuplan --help`
+    """Fixed length, or lognormal {mean, p99} when a p99 is given; p99 below the mean, or above the largest
+    p99/mean of a lognormal (``workloads.spec.MAX_LOGNORMAL_P99_RATIO``), is an error."""
+    from workloads.spec import (  # pydantic: not at `gpuplan --help`
+        MAX_LOGNORMAL_P99_RATIO,
+        LengthDist,
+    )
 
     if p99 is None:
         return LengthDist(mean=mean)
     if p99 < mean:
         raise ModelError(f"{flag}-p99 {p99} is below the mean {flag}-tokens {mean} by {mean - p99}; "
                          "a p99 must be >= the mean")
+    if p99 > MAX_LOGNORMAL_P99_RATIO * mean:
+        top = math.floor(MAX_LOGNORMAL_P99_RATIO * mean)
+        raise ModelError(f"{flag}-p99 {p99} is {p99 / mean:.3g}× the mean {flag}-tokens {mean}, beyond any "
+                         f"lognormal's (at most {MAX_LOGNORMAL_P99_RATIO:.2f}× the mean); give {flag}-p99 <= {top:,}")
     return LengthDist(mean=mean, p99=p99)
 
 
@@ -111,6 +120,17 @@ def simulate(
                        right={"simulated", "95 % CI", "analytic"}))
     stdout.print(f"mean batch: simulated {sim.mean_batch:.1f}, analytic {analytic.running_batch[0]:.1f}; "
                  f"utilization {analytic.utilization[0]:.2f}; preemptions {sim.preemptions}", markup=False)
+    if result["analytic_saturated"]:
+        stdout.print(saturation_note(qps, sim.output_tokens_per_s / output.mean_tokens, requests), markup=False)
+
+
+def saturation_note(qps: float, completed_qps: float, requests: int) -> str:
+    """The line under a saturated run's table: the analytic model has no p99 there (its column is "—"), and the
+    simulated queue grows for as long as requests arrive, so its percentiles are those of this run's length."""
+    return (f"saturated: {qps:g} req/s is beyond this replica's capacity (the simulated replica completed "
+            f"{completed_qps:,.3g} req/s); its queue grows without bound, so the simulated percentiles grow with "
+            f"--requests ({requests:,} here) and are no steady state, and the analytic column has none; "
+            "lower --qps or add replicas")
 
 
 def register(app: typer.Typer) -> None:

@@ -111,14 +111,21 @@ def whatif(
 
 
 def _render(rows: list[dict[str, Any]], u: dict[str, Any] | None) -> None:
+    from reports.whatif_workbook import (  # openpyxl: loaded by the command already
+        has_plan,
+        served_known,
+    )
+
     t_rows = []
     for r in rows:
         if r["group"] == "samples":
             continue
         fleet = ", ".join(f"{g}×{d}" for d, g in sorted(r["fleet"].items()))
-        t_rows.append([r["name"], r["status"], fmt(r["objective_usd"]), fmt(r["capex_usd"]), fleet,
-                       f"{r['demand_multiplier']:.2f}× ({r['served_qps']:,.1f} req/s)", _slo_text(r),
-                       fmt(r["power_kw"], 1)])
+        # no fleet: its zeros are not a $0 plan (nor, for a min-cost scenario, one serving nothing at 1.00×)
+        served = f"{r['demand_multiplier']:.2f}× ({r['served_qps']:,.1f} req/s)" if served_known(r) else "—"
+        money = [fmt(r["objective_usd"]), fmt(r["capex_usd"])] if has_plan(r) else ["—", "—"]
+        t_rows.append([r["name"], r["status"], *money, fleet, served, _slo_text(r),
+                       fmt(r["power_kw"], 1) if has_plan(r) else "—"])
     stdout.print(table("What-if scenarios", ["scenario", "status", "objective $", "capex $", "fleet (GPUs)",
                                              "served demand", "p99 vs SLO (ms)", "power kW"], t_rows,
                        right={"objective $", "capex $", "power kW"}))

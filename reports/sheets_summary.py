@@ -82,9 +82,12 @@ def build_summary(ctx: Ctx) -> None:
 
 
 def _risks(ctx: Ctx) -> list[tuple[str, str]]:
-    """(sentence, driving cell) for each risk: estimated prices, idle GPUs, least headroom, warnings."""
+    """(sentence, driving cell) for each risk: errors (an infeasible plan's reasons: the workload no configuration
+    serves, the binding limit and its smallest feasible value), estimated prices, idle GPUs, least headroom,
+    warnings."""
     r = ctx.result
-    out: list[tuple[str, str]] = []
+    out: list[tuple[str, str]] = [(f"Error: {diag.message}", "Method") for diag in r.diagnostics
+                                  if diag.level == "error"][:8]
     wanted = "purchase_usd" if ctx.buy else "cloud_usd_per_gpu_hour"
     fleet_devices = [f.device for f in r.fleet]
     estimated = sorted({s.device for s in r.sources if s.estimated and s.field == wanted and s.device in fleet_devices})
@@ -115,7 +118,7 @@ def _risks(ctx: Ctx) -> list[tuple[str, str]]:
         if diag.level == "warning" and diag.code != "price_estimated" and len(out) < 8:
             out.append((f"Warning: {diag.message}", "Method"))
     if not out:
-        out.append(("No estimated prices, idle GPUs or warnings in this plan.", ""))
+        out.append(("No errors, estimated prices, idle GPUs or warnings in this plan.", ""))
     return out
 
 

@@ -97,9 +97,35 @@ ROWS: list[tuple[str, str, str | None]] = [
 ]
 
 
+def has_plan(r: Mapping[str, Any]) -> bool:
+    """True for a scenario row with a fleet (status optimal or feasible). An infeasible or failed one carries
+    zeros in its money, power, GPU and served-demand fields (``docs/plan-json.md``): they are not figures of a
+    fleet, so the comparison leaves those cells empty instead of showing a $0 plan that saves 100 %."""
+    return r.get("status") in ("optimal", "feasible")
+
+
+def served_known(r: Mapping[str, Any]) -> bool:
+    """True where a row's served demand is a figure: a fleet's, or a budget level's (mode ``max_demand``) that
+    buys none, whose answer is "0.00× of the demand"; a min-cost scenario without a fleet serves no known part."""
+    return has_plan(r) or r.get("mode") == "max_demand"
+
+
+# the rows of ROWS that describe a fleet: empty for a scenario without one (``has_plan``; served demand:
+# ``served_known``)
+_FLEET_ROWS = frozenset({"objective_usd", "capex_usd", "annual_opex_usd", "tco_usd", "power_kw", "gpus_total"})
+_SERVED_ROWS = frozenset({"demand_multiplier", "served_qps"})
+
+
+def _cell(r: Mapping[str, Any], key: str) -> Any:
+    if key in _FLEET_ROWS and not has_plan(r) or key in _SERVED_ROWS and not served_known(r):
+        return None
+    return r.get(key)
+
+
 def _delta(r: dict[str, Any], base: dict[str, Any]) -> tuple[float | None, float | None]:
+    """(objective − base objective, that over the base objective); None where either has no fleet."""
     a, b = r.get("objective_usd"), base.get("objective_usd")
-    if a is None or b is None:
+    if a is None or b is None or not has_plan(r) or not has_plan(base):
         return None, None
     return a - b, ((a - b) / b if b else None)
 
@@ -115,9 +141,9 @@ def _scenario_columns(rows: Sequence[dict[str, Any]]) -> list[tuple[str, list[An
         ("note", [_same_as_base(r, base) for r in rows], None),
     ]
     for key, label, fmt in ROWS:
-        lines.append((label, [r.get(key) for r in rows], fmt))
+        lines.append((label, [_cell(r, key) for r in rows], fmt))
     for d in devices:
-        lines.append((f"GPUs: {d}", [r["fleet"].get(d, 0) for r in rows], "#,##0"))
+        lines.append((f"GPUs: {d}", [r["fleet"].get(d, 0) if has_plan(r) else None for r in rows], "#,##0"))
     for name in workloads:
         for field, label in (("met", "SLOs met"), ("ttft_p99_ms", "TTFT p99 ms"), ("tpot_p99_ms", "TPOT p99 ms"),
                              ("e2e_p99_ms", "E2E p99 ms")):
@@ -211,7 +237,7 @@ def _monte_carlo_sheet(wb: Workbook, samples: Sequence[dict[str, Any]], summary:
         sheet.put(row, 1, str(r["name"]))
         sheet.put(row, 2, r.get("demand_multiplier"), "0.00")
         sheet.put(row, 3, str(r["status"]))
-        sheet.put(row, 4, r.get("objective_usd"), MONEY)
+        sheet.put(row, 4, r.get("objective_usd") if has_plan(r) else None, MONEY)
         sheet.put(row, 5, describe_overrides(prices) if prices else "")
     costs = [r["objective_usd"] for r in samples
              if r.get("objective_usd") is not None and math.isfinite(r["objective_usd"])

@@ -40,9 +40,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from catalog.errors import WorkloadError, suggest
 from catalog.files import format_validation_error, read_yaml
 from catalog.load import Catalog
-from catalog.schema import Device, Strict
+from catalog.schema import Device, Platform, Strict
 from workloads.load import parse_plan, resolve_catalog
-from workloads.spec import Plan, Workload
+from workloads.spec import Plan, Workload, plan_key
 
 MAX_SCENARIOS = 10_000
 
@@ -164,6 +164,19 @@ def _split_named(path: str, top: str) -> tuple[str, str] | None:
     return (name, field) if name and field else None
 
 
+def _entry(data: dict[str, Any], section: str, key: str, *, device: bool = True) -> dict[str, Any]:
+    """The override mapping of ``key`` in ``data[section]`` (devices, platforms), its entries under other spellings of
+    the same key (``H200-SXM``) merged into it: the plan allows one entry per device or platform."""
+    entries = data.get(section) if isinstance(data.get(section), dict) else {}
+    merged: dict[str, Any] = {}
+    for name in [n for n in entries if plan_key(n, device=device) == key]:
+        old = entries.pop(name)
+        merged.update(old if isinstance(old, dict) else {})
+    entries[key] = merged
+    data[section] = entries
+    return merged
+
+
 def apply_override(data: dict[str, Any], path: str, value: Any, catalog: Catalog, where: str) -> None:
     """Set ``path`` (dotted) in a raw plan mapping, or raise naming the valid fields there."""
     parts = path.split(".")
@@ -196,7 +209,20 @@ def apply_override(data: dict[str, Any], path: str, value: Any, catalog: Catalog
         if field not in editable:
             raise WorkloadError(f"{where}: '{path}': unknown device field '{field}'{suggest(field, editable)}; "
                                 f"valid: {', '.join(editable)}")
-        data.setdefault("devices", {}).setdefault(key, {})[field] = value
+        _entry(data, "devices", key)[field] = value
+        return
+    if top == "platforms":
+        split = _split_named(path, top)
+        if split is None:
+            raise WorkloadError(f"{where}: '{path}': write platforms.KEY.FIELD, e.g. platforms.pcie-8.server_usd")
+        key, field = split[0].lower(), split[1]
+        if key not in catalog.platforms:
+            raise WorkloadError(f"{where}: '{path}': unknown platform '{split[0]}'{suggest(key, catalog.platforms)}")
+        editable = [f for f in Platform.model_fields if f not in {"key", "sources", "estimated", "kind", "devices"}]
+        if field not in editable:
+            raise WorkloadError(f"{where}: '{path}': unknown platform field '{field}'{suggest(field, editable)}; "
+                                f"valid: {', '.join(editable)}")
+        _entry(data, "platforms", key, device=False)[field] = value
         return
     if top not in plan_fields:
         raise WorkloadError(f"{where}: '{path}': unknown plan field '{top}'{suggest(top, plan_fields)}; "
@@ -205,15 +231,18 @@ def apply_override(data: dict[str, Any], path: str, value: Any, catalog: Catalog
         data[top] = value
         return
     sub = Plan.model_fields[top].annotation
-    if top == "budget" and len(parts) == 2:
-        from workloads.spec import Budget
-        if parts[1] not in Budget.model_fields:
-            raise WorkloadError(f"{where}: '{path}': unknown budget field '{parts[1]}'"
-                                f"{suggest(parts[1], Budget.model_fields)}; valid: {', '.join(Budget.model_fields)}")
-        data.setdefault("budget", {})[parts[1]] = value
+    if isinstance(sub, type) and issubclass(sub, BaseModel) and len(parts) == 2:
+        # budget.capex_usd, facility.colocation_usd_per_kw_month, finance.lease_interest_rate
+        if parts[1] not in sub.model_fields:
+            raise WorkloadError(f"{where}: '{path}': unknown {top} field '{parts[1]}'"
+                                f"{suggest(parts[1], sub.model_fields)}; valid: {', '.join(sub.model_fields)}")
+        section = data.get(top)
+        data[top] = {**(section if isinstance(section, dict) else {}), parts[1]: value}
         return
     if top == "inventory" and len(parts) == 2:
-        data.setdefault("inventory", {})[parts[1]] = value
+        section = data.get("inventory") if isinstance(data.get("inventory"), dict) else {}
+        data["inventory"] = {**{k: v for k, v in section.items() if plan_key(k) != plan_key(parts[1])},
+                             plan_key(parts[1]): value}
         return
     raise WorkloadError(f"{where}: '{path}': {top} ({getattr(sub, '__name__', sub)}) has no sub-field path "
                         f"'{'.'.join(parts[1:])}'")

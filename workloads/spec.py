@@ -21,6 +21,9 @@ Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 
 MAX_QPS = 1e7  # ten million requests per second: beyond any real service; catches unit slips
 MAX_TOKENS = 10_000_000
+# p99/mean = exp(z·σ − σ²/2) of a lognormal is largest at σ = z: exp(z²/2) = 14.96 (LengthDist.lognormal_sigma)
+MAX_LOGNORMAL_P99_RATIO = math.exp(Z99 * Z99 / 2.0)
+BATCH_WINDOW_HOURS = 24.0  # a batch workload's default window: the whole day
 _NORMAL = NormalDist()
 
 
@@ -38,7 +41,9 @@ class LengthDist(Strict):
     p99: Annotated[float, Field(gt=0, le=MAX_TOKENS, allow_inf_nan=False)] | None = None
     histogram: list[tuple[Annotated[float, Field(gt=0, le=MAX_TOKENS, allow_inf_nan=False)],
                           Annotated[float, Field(gt=0, allow_inf_nan=False)]]] | None = None
-    max: Annotated[float, Field(ge=1, le=MAX_TOKENS, allow_inf_nan=False)] | None = None
+    # a cut, not a stated length: no MAX_TOKENS bound, as the planner cuts at a model's context window
+    # (optimizer.models.lengths.fit_window), which may be above it (Llama 4 Scout: 10,485,760 tokens)
+    max: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -61,6 +66,12 @@ class LengthDist(Strict):
             raise ValueError("give a number, {mean, p99} or {histogram: [[tokens, weight], ...]}")
         elif self.p99 is not None and self.p99 < self.mean:
             raise ValueError(f"p99 ({self.p99:g}) is below the mean ({self.mean:g}); p99 must be >= mean")
+        elif self.p99 is not None and self.p99 > MAX_LOGNORMAL_P99_RATIO * self.mean:
+            top = MAX_LOGNORMAL_P99_RATIO * self.mean
+            raise ValueError(f"p99 ({self.p99:g}) is {self.p99 / self.mean:.3g}× the mean ({self.mean:g}), beyond any "
+                             f"lognormal's (at most {MAX_LOGNORMAL_P99_RATIO:.2f}× the mean: {math.floor(top):,} "
+                             "here); give the lengths as {histogram: [[tokens, weight], ...]}, or a p99 <= "
+                             f"{math.floor(top):,}")
         if self.max is not None and self.kind != "lognormal":
             raise ValueError(f"max ({self.max:g}) cuts a {{mean, p99}} law only; a fixed length or a histogram's "
                              "largest row is its own maximum: drop max")
@@ -120,8 +131,8 @@ class LengthDist(Strict):
         z = Z99
         # σ²/2 − zσ + ln(ratio) = 0 → smaller root (the larger one is an unphysical heavy tail).
         disc = z * z - 2.0 * math.log(ratio)
-        if disc < 0:
-            return z  # ratio above exp(z²/2) ≈ 15: the largest p99/mean a lognormal can have
+        if disc < 0:  # ratio above exp(z²/2) ≈ 15, the largest p99/mean a lognormal can have (refused by _check;
+            return z  # a histogram's ratio may be larger: the widest lognormal)
         return z - math.sqrt(disc)
 
 
@@ -196,7 +207,7 @@ class Workload(Strict):
     model: str
     qps: Annotated[float, Field(gt=0, le=MAX_QPS, allow_inf_nan=False)] | None = None
     tokens_per_day: Annotated[float, Field(gt=0, le=1e15, allow_inf_nan=False)] | None = None
-    batch_window_hours: Annotated[float, Field(gt=0, le=24)] = 24.0
+    batch_window_hours: Annotated[float, Field(gt=0, le=24)] = BATCH_WINDOW_HOURS
     prompt_tokens: LengthDist
     output_tokens: LengthDist
     slo: SLO = SLO()
@@ -259,12 +270,24 @@ class Workload(Strict):
         if self.qps is not None and self.slo.is_empty:
             raise ValueError("an online workload (qps) needs an slo with ttft_p99_ms, tpot_p99_ms or e2e_p99_ms")
         if self.tokens_per_day is not None:
-            used = [name for name, on in (("prefix_cache", self.prefix_cache is not None),
+            used = [name for name, on in (("slo", not self.slo.is_empty),
+                                          ("prefix_cache", self.prefix_cache is not None),
                                           ("speculative", self.speculative is not None),
                                           ("disaggregation", self.disaggregation == "allowed")) if on]
             if used:
                 raise ValueError(f"{', '.join(used)} apply to online workloads (qps) only; the batch throughput "
                                  "model does not use them: drop them or give qps and an slo")
+        elif self.batch_window_hours != BATCH_WINDOW_HOURS:
+            raise ValueError(f"batch_window_hours ({self.batch_window_hours:g}) applies to batch workloads "
+                             "(tokens_per_day) only; an online workload (qps) is served all day: drop it")
+        for field in ("prompt_tokens", "output_tokens"):
+            law: LengthDist = getattr(self, field)
+            if law.max is not None and law.p99 is not None and law.max < law.p99:
+                raise ValueError(
+                    f"{field}.max ({law.max:g}) is below its p99 ({law.p99:g}): the cut would leave out "
+                    f"{100 * (1 - law.lognormal_cut()[3]):.3g} % of the requests and serve a mean of "
+                    f"{law.mean_tokens:,.0f} tokens, not {law.mean:g}; give max >= p99 (it cuts the tail only), "
+                    "or state the mean and p99 of the lengths you serve")
         if self.prefix_cache is not None and self.prefix_cache.shared_prefix_tokens is not None \
                 and self.prefix_cache.shared_prefix_tokens >= self.prompt_tokens.mean_tokens:
             raise ValueError(f"prefix_cache.shared_prefix_tokens {self.prefix_cache.shared_prefix_tokens} is not below "
@@ -290,6 +313,13 @@ class Workload(Strict):
         if self.tokens_per_day is not None:
             return self.tokens_per_day * 365.0
         return self.request_rate_qps / self.peak_to_average_ratio * self.output_tokens.mean_tokens * SECONDS_PER_HOUR * HOURS_PER_YEAR
+
+
+def plan_key(name: str, *, device: bool = True) -> str:
+    """A device key as ``catalog.Catalog.device`` looks it up (case, spaces and ``_`` / ``-`` do not matter), or a
+    platform key as ``Catalog.platform`` does (case and spaces)."""
+    key = str(name).strip().lower()
+    return key.replace("_", "-") if device else key
 
 
 class Budget(Strict):
@@ -363,6 +393,28 @@ class Plan(Strict):
     demand_sigma: Annotated[float, Field(ge=0, le=2)] = Field(
         0.25, description="sigma of log(demand / stated demand) used by demand_quantile")
     workloads: list[Workload] = Field(min_length=1)
+
+    @field_validator("inventory", "devices", "platforms")
+    @classmethod
+    def _one_key_per_entry(cls, value: dict, info) -> dict:
+        """Keys as the catalog looks them up (``catalog.Catalog.device``: case and ``_`` / ``-`` do not matter;
+        platforms: case), each entry once: ``{H100-SXM: 0, h100-sxm: 16}`` kept whichever came last, and a
+        capacity table's inventory lookup by key missed ``H100-SXM`` altogether."""
+        out: dict = {}
+        for name, entry in value.items():
+            key = plan_key(name, device=info.field_name != "platforms")
+            if key in out:
+                first = next(n for n in value if plan_key(n, device=info.field_name != "platforms") == key)
+                raise ValueError(f"'{first}' and '{name}' name the same {'platform' if info.field_name == 'platforms' else 'device'} "
+                                 f"{key}; keep one entry")
+            out[key] = entry
+        return out
+
+    @field_validator("allowed_devices")
+    @classmethod
+    def _allowed_as_keys(cls, value: list[str] | None) -> list[str] | None:
+        """Device keys as the catalog looks them up, each once (``H100_SXM`` is ``h100-sxm``, as in inventory)."""
+        return None if value is None else list(dict.fromkeys(plan_key(d) for d in value))
 
     @field_validator("workloads")
     @classmethod

@@ -35,7 +35,7 @@ from statistics import NormalDist
 import numpy as np
 
 from catalog.errors import ModelError
-from workloads.spec import LengthDist
+from workloads.spec import MAX_LOGNORMAL_P99_RATIO, LengthDist
 
 _STD_NORMAL = NormalDist()
 BUCKET_SAMPLE_SIZE = 40_000
@@ -442,11 +442,15 @@ def split_buckets(prompt: LengthDist, output: LengthDist, n_buckets: int,
 def length_from_flags(mean: float, p99: float | None, what: str) -> LengthDist:
     """Fixed ``mean`` tokens, or the lognormal fitted to ``{mean, p99}`` when ``p99`` is given.
 
-    A p99 below the mean is a WorkloadError naming both flags and the gap.
+    A p99 below the mean, or above the largest p99/mean of a lognormal, is a WorkloadError naming both flags.
     """
     from catalog.errors import WorkloadError
 
     if p99 is not None and p99 < mean:
         raise WorkloadError(f"--{what}-p99 {p99:g} is below the mean --{what}-tokens {mean:g} (short by "
                             f"{mean - p99:g} tokens); a p99 must be >= the mean")
+    if p99 is not None and p99 > MAX_LOGNORMAL_P99_RATIO * mean:
+        raise WorkloadError(f"--{what}-p99 {p99:g} is {p99 / mean:.3g}× the mean --{what}-tokens {mean:g}, beyond any "
+                            f"lognormal's (at most {MAX_LOGNORMAL_P99_RATIO:.2f}× the mean); give --{what}-p99 <= "
+                            f"{math.floor(MAX_LOGNORMAL_P99_RATIO * mean):,}")
     return LengthDist(mean=mean, p99=p99)

@@ -127,9 +127,11 @@ def _excluded_by_plan(reason: str) -> bool:
 
 
 def _resource(problem: FleetProblem, sol: FleetSolution, what: Minimise) -> float:
-    """The minimised figure of a solution, recomputed at whole servers."""
+    """The minimised figure of a solution, recomputed at whole servers (a device's GPUs: those bought, idle GPUs
+    of a fixed-size server included, as its inventory counts them)."""
     if isinstance(what, tuple):
-        return float(sol.gpus.get(what[1], 0))
+        d = what[1]
+        return float(problem.units[d].installed_gpus(sol.gpus.get(d, 0), sol.nodes.get(d, 0)))
     field_name = {"objective": "objective_usd", "capex": "capex_usd", "annual_opex": "annual_opex_usd",
                   "power": "power_kw"}[what]
     return sum(getattr(problem.units[d], field_name).at(g, sol.nodes[d]) for d, g in sol.gpus.items())

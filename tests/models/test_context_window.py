@@ -37,7 +37,7 @@ from optimizer.models.params import load_params
 from optimizer.models.simulate import simulate
 from optimizer.planning.context_window import fit_plan_windows
 from workloads.load import resolve_catalog
-from workloads.spec import LengthDist, Plan
+from workloads.spec import MAX_TOKENS, LengthDist, Plan
 
 CAT = load_catalog(None)
 N = NormalDist()
@@ -242,3 +242,20 @@ def test_a_stated_cut_within_the_window_is_kept_and_not_warned():
     cut, warned = fit_plan_windows(_plan("mixtral-8x7b", {"mean": 1024, "p99": 8192}, 256), CAT)
     assert cut.workloads[0].prompt_tokens == stated.workloads[0].prompt_tokens
     assert [n.code for n in warned] == ["context_window"] and "0.0262 %" in warned[0].message
+
+
+def test_a_window_above_the_stated_length_bound_is_cut_without_error():
+    # Llama 4 Scout's 10,485,760-token window is above MAX_TOKENS (10,000,000, the bound on a stated length).
+    # Prompts {mean 500, p99 7480} (p99/mean 14.96, near a lognormal's widest): sigma = z - sqrt(z^2 - 2 ln 14.96)
+    # = 2.2927, mu = ln 500 - sigma^2/2 = 3.5864; P(X > 10.43e6) = Phi(-(ln 10.43e6 - mu)/sigma) = Phi(-5.48) = 2.1e-8
+    # > 1e-9, so the prompt law is cut near the window. That LengthDist(max=...) was refused ("less than or equal
+    # to 10000000") and optimize, simulate and estimate all ended in a traceback.
+    window = CAT.model("llama-4-scout").max_context_tokens
+    assert window == 10_485_760 > MAX_TOKENS
+    w = fit_window(LengthDist(mean=500, p99=7480), LengthDist(mean=300, p99=1500), window)
+    assert MAX_TOKENS < w.prompt.max < window
+    assert 1e-8 < w.share_cut < 1e-7
+    cut, notes = fit_plan_windows(_plan("llama-4-scout", {"mean": 500, "p99": 7480}, 300), CAT)
+    # a fixed 300-token output is kept whole: the prompt is cut at the window less 300 tokens; 2e-8 left out is
+    # below the warning's 1e-4
+    assert cut.workloads[0].prompt_tokens.max == 10_485_460 and notes == []

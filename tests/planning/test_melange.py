@@ -173,3 +173,19 @@ def test_table_must_match_plan(tmp_path):
         optimize_plan(cloud_plan("w", 5.0), load_catalog(), capacity_table=table)
     with pytest.raises(CapacityTableError, match="workload 'w' is not in plan"):
         optimize_plan(cloud_plan("v", 4.0), load_catalog(), capacity_table=table)
+
+
+def test_inventory_spelled_in_capitals_limits_the_table_units(tmp_path):
+    # units tied to catalog devices by a `device` column: the inventory is looked up by the device key, so
+    # `inventory: {A100-80GB-PCIE: 0}` was no limit and the plan bought an A100 (3 × A10G + 1 × A100 ...).
+    # Stored as the catalog key, it now keeps the A100 out: the 30 req/s go to A10Gs alone.
+    rows = list(csv.reader((EXAMPLES / "melange-example.csv").read_text().splitlines()))
+    rows = [r for r in rows if r and not r[0].startswith("#")]
+    rows = [rows[0] + ["device"]] + [r + ["a10g" if r[1] == "A10G" else "a100-80gb-pcie"] for r in rows[1:]]
+    table = tmp_path / "t.csv"
+    table.write_text("\n".join(",".join(r) for r in rows) + "\n")
+    data = load_plan(EXAMPLES / "melange-example.yaml").model_dump(mode="json")
+    data["inventory"] = {"A100-80GB-PCIE": 0}
+    result = optimize_plan(parse_plan(data, "p"), load_catalog(), capacity_table=table)
+    assert result.status.has_plan
+    assert {f.device: f.gpus for f in result.fleet} == {"A10G": 12}

@@ -274,6 +274,20 @@ def test_infeasible_inventory_names_device_and_smallest_value():
     assert "inventory.a = 1 GPUs binds" in diags["binding_inventory__a"] and "is 3 GPUs" in diags["binding_inventory__a"]
 
 
+def test_inventory_of_a_fixed_size_server_counts_the_whole_board():
+    # 2 req/s, 1 req/s per GPU, an 8-GPU board bought whole: 2 GPUs serve, 8 are bought. An inventory of 4
+    # cannot hold one board; the smallest inventory that does is 8 GPUs (was: "is 2 GPUs", the GPUs in use,
+    # which the inventory of 4 already allows)
+    board = replace(unit("h", 10, gpn=8), fixed_size=True, inventory_gpus=4)
+    p = FleetProblem((Demand("w", (2.0,)),), (Option("w", "k", "h", 1, (1.0,)),), {"h": board})
+    assert solve_fleet(p).status == SolveStatus.INFEASIBLE
+    diags = {d.code: d.message for d in binding_limits(p, time_limit_s=5, gap=1e-6)}
+    assert diags == {"binding_inventory__h": "inventory.h = 4 GPUs binds: the smallest value that makes the plan "
+                                             "feasible (other limits kept) is 8 GPUs"}
+    fits = solve_fleet(replace(p, units={"h": replace(board, inventory_gpus=8)}))
+    assert fits.status == SolveStatus.OPTIMAL and fits.gpus == {"h": 2} and fits.nodes == {"h": 1}
+
+
 def test_limits_binding_only_together():
     # 4 GPUs needed; capex ≥ 20 (all B) and power ≥ 2 kW (all B): capex 15 and power 1.5 each
     # stay infeasible when the other is dropped, so no single limit is named.

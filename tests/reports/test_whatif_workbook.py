@@ -59,3 +59,34 @@ def test_scenarios_sheet_frontiers_and_monte_carlo(tmp_path):
     assert [type(c) for c in mc._charts] == [BarChart]
     counts = [mc.cell(row=r, column=10).value for r in range(11, 21)]
     assert sum(counts) == 5
+
+
+def _infeasible(name, **kw):
+    """A scenario without a fleet as ScenarioResult.to_json writes it: zeros in every fleet figure."""
+    r = _row(name, **kw)
+    r.update(status="infeasible", objective_usd=0.0, capex_usd=0.0, annual_opex_usd=0.0, tco_usd=0.0, power_kw=0.0,
+             gpus_total=0, fleet={}, served_qps=0.0)
+    return r
+
+
+def test_a_scenario_without_a_fleet_is_not_a_zero_dollar_plan(tmp_path):
+    # an infeasible variant's zeros used to read as "Δ objective vs base -$100,000, -100 %", objective $0 and
+    # demand served 1.00×; its fleet cells are now empty, and so is its Monte Carlo cost
+    # a budget level that buys nothing (mode max_demand) does serve a known share: none, 0.00×
+    poor = _infeasible("b @ $1,000", group="b", mode="max_demand", level=1000.0, overrides={"budget.capex_usd": 1000})
+    poor["demand_multiplier"] = 0.0
+    rows = [_row("base", "base"), _infeasible("tight budget", overrides={"budget.capex_usd": 100}), poor,
+            _infeasible("sample-1", group="samples", overrides={"demand_multiplier": 1.0}, level=1.0)]
+    wb = load_workbook(write_whatif_workbook(rows, tmp_path / "w.xlsx", uncertainty={"samples": 1, "seed": 0}))
+    lines = {r[0].value: [c.value for c in r[1:]] for r in wb["Scenarios"].iter_rows(min_row=2) if r[0].value}
+    assert lines["Δ objective vs base ($)"] == [0.0, None, None] and lines["Δ objective vs base (%)"] == [0.0, None, None]
+    assert lines["status"] == ["optimal", "infeasible", "infeasible"]
+    for label in ("objective ($)", "capex ($)", "TCO ($)", "power (kW)", "GPUs", "demand multiplier served",
+                  "served demand (req/s)", "GPUs: h100-sxm"):
+        assert lines[label][1] is None, label
+    assert lines["objective ($)"][0] == 100_000.0 and lines["GPUs: h100-sxm"] == [8, None, None]
+    assert lines["demand multiplier served"] == [1.0, None, 0.0] and lines["served demand (req/s)"] == [1.0, None, 0.0]
+    assert lines["objective ($)"][2] is None
+    mc = wb["Monte Carlo"]
+    head = next(r for r in range(1, 20) if mc.cell(row=r, column=1).value == "sample")
+    assert [mc.cell(row=head + 1, column=c).value for c in (1, 3, 4)] == ["sample-1", "infeasible", None]

@@ -214,6 +214,26 @@ def test_infeasible_result_still_writes(tmp_path):
     wb.close()
 
 
+def test_infeasible_result_names_its_reasons_in_the_risks(tmp_path):
+    # `gpuplan report` of an infeasible result: the answer in words said "Nothing to buy" and, under Risks,
+    # "No estimated prices, idle GPUs or warnings in this plan" - not why there is no fleet. The error
+    # diagnostics (the binding limit and the smallest value that makes the plan feasible) are the risks now.
+    r = load_sample()
+    binding = ("budget.capex_usd = $1 binds: the smallest value that makes the plan feasible (other limits kept) "
+               "is $38,600")
+    r.update(status="infeasible", status_detail="no fleet satisfies every constraint", fleet=[], deployments=[],
+             candidates=[], single_device_best=None,
+             diagnostics=[{"level": "error", "code": "binding_capex_budget", "message": binding}])
+    for w in r["workloads"]:
+        w["met"] = False
+    wb = openpyxl.load_workbook(write_workbook(r, tmp_path / "inf.xlsx"))
+    cells = [str(c.value) for row in wb["Summary"].iter_rows() for c in row if c.value is not None]
+    risks = cells[cells.index("Risks") + 1:]
+    assert risks[0].startswith("Error: budget.capex_usd = $1 binds") and "$38,600" in " ".join(risks[:3])
+    assert not any("No errors" in c for c in cells)
+    wb.close()
+
+
 def test_sensitivity_sheet_says_why_it_was_skipped(tmp_path):
     """A plan not proven optimal has no sensitivity: the sheet quotes the warning, not --no-sensitivity."""
     r = load_sample()

@@ -50,6 +50,10 @@ def test_variants_and_sweeps_expand_in_order(tmp_path):
     ("devices.h200-sxm.purchase", r"unknown device field 'purchase' \(did you mean 'purchase_usd'"),
     ("electricity_usd_per_kw", r"unknown plan field 'electricity_usd_per_kw' \(did you mean 'electricity_usd_per_kwh'"),
     ("budget.capex", r"unknown budget field 'capex' \(did you mean 'capex_usd'"),
+    ("facility.colocation", r"unknown facility field 'colocation' \(did you mean 'colocation_usd_per_kw_month'"),
+    ("finance.lease_rate", r"unknown finance field 'lease_rate' \(did you mean 'lease_interest_rate'"),
+    ("platforms.hgx-b200-9.server_usd", r"unknown platform 'hgx-b200-9' \(did you mean 'hgx-b200-8'"),
+    ("platforms.hgx-b200-8.server", r"unknown platform field 'server' \(did you mean 'server_usd'"),
 ])
 def test_bad_paths_list_valid_fields(tmp_path, path, pattern):
     file = _write(tmp_path, {"variants": [{"name": "v", "set": {path: 1}}]})
@@ -67,3 +71,33 @@ def test_device_override_validated(tmp_path):
     file = _write(tmp_path, {"variants": [{"name": "v", "set": {"devices.h200-sxm.memory_gb": 0}}]})
     with pytest.raises(WorkloadError, match=r"devices.h200-sxm.*memory_gb"):
         load_scenarios(file, load_catalog())
+
+
+def test_facility_finance_and_platform_fields_by_dotted_path(tmp_path):
+    # 'facility.colocation_usd_per_kw_month' and 'platforms.KEY.FIELD' were refused ("facility (Facility) has no
+    # sub-field path"), though the plan takes both sections and 'devices.KEY.FIELD' / 'budget.FIELD' worked
+    file = _write(tmp_path, {"variants": [
+        {"name": "coloc", "set": {"facility.colocation_usd_per_kw_month": 200, "facility.rack_units_per_rack": 48}},
+        {"name": "lease", "set": {"finance.lease_interest_rate": 0.15}},
+        {"name": "server", "set": {"platforms.hgx-b200-8.server_usd": 20000}}]})
+    by = {s.name: s for s in load_scenarios(file, load_catalog())[2]}
+    coloc = by["coloc"].plan.facility
+    assert coloc.colocation_usd_per_kw_month == 200 and coloc.rack_units_per_rack == 48
+    assert coloc.network_usd_per_server == 0.0  # the rest of the section as before
+    assert by["lease"].plan.finance.lease_interest_rate == 0.15 and by["base"].plan.finance.lease_interest_rate == 0.08
+    assert by["server"].plan.platforms == {"hgx-b200-8": {"server_usd": 20000}} and by["base"].plan.platforms == {}
+
+
+def test_a_variant_overrides_the_base_entry_spelled_otherwise(tmp_path):
+    # the base plan writes H200-SXM / H100-SXM; a variant's devices.h200-sxm... / inventory.h100-sxm replace those
+    # entries (one per device) instead of adding a second spelling
+    base = yaml.safe_load((EXAMPLES / "chat-fleet.yaml").read_text())
+    base["devices"] = {"H200-SXM": {"purchase_usd": 30000, "cloud_usd_per_gpu_hour": 3.0}}
+    base["inventory"] = {"H100-SXM": 4}
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+    file = tmp_path / "s.yaml"
+    file.write_text(yaml.safe_dump({"base": "base.yaml", "variants": [
+        {"name": "v", "set": {"devices.h200-sxm.purchase_usd": 24000, "inventory.h100-sxm": 16}}]}))
+    by = {s.name: s for s in load_scenarios(file, load_catalog())[2]}
+    assert by["v"].plan.devices == {"h200-sxm": {"purchase_usd": 24000, "cloud_usd_per_gpu_hour": 3.0}}
+    assert by["v"].plan.inventory == {"h100-sxm": 16} and by["base"].plan.inventory == {"h100-sxm": 4}

@@ -230,15 +230,20 @@ def define_power_cap(model: FleetModel) -> None:
         model.prob += model.total("power_kw") <= cap, "max_power_kw"
 
 
+def gpus_bought(model: FleetModel, d: str) -> pulp.LpAffineExpression:
+    """GPUs of device d bought: gpus[d], or gpus_per_node[d]·m[d] on a fixed-size platform (idle GPUs of a
+    board are bought too)."""
+    unit = model.problem.units[d]
+    return unit.gpus_per_node * model.m[d] if unit.fixed_size else model.gpus[d]
+
+
 def define_inventory(model: FleetModel) -> None:
-    """GPUs bought ≤ inventory[d] for every device with a stated inventory: gpus[d], or
-    gpus_per_node[d]·m[d] on a fixed-size platform (idle GPUs of a board are bought too).
+    """GPUs bought ≤ inventory[d] for every device with a stated inventory (:func:`gpus_bought`).
     Named ``inventory__{device}``."""
     for d in model.m:
         unit = model.problem.units[d]
         if unit.inventory_gpus is not None:
-            bought = unit.gpus_per_node * model.m[d] if unit.fixed_size else model.gpus[d]
-            model.prob += bought <= unit.inventory_gpus, f"inventory__{model.d_name[d]}"
+            model.prob += gpus_bought(model, d) <= unit.inventory_gpus, f"inventory__{model.d_name[d]}"
 
 
 def define_allowed_devices(model: FleetModel) -> None:
@@ -298,12 +303,12 @@ def tie_break(model: FleetModel) -> pulp.LpAffineExpression:
 def define_objective(model: FleetModel, minimise: Minimise = "objective") -> None:
     """Minimise Σ_d c_gpu[d]·gpus[d] + c_node[d]·m[d] for the plan's objective (USD), plus :func:`tie_break`.
 
-    Diagnostics minimise another figure instead: capex, annual opex, power, or one device's GPUs;
-    ``feasible`` minimises nothing (0), so the solver stops at the first fleet that meets every
-    constraint (what-if feasibility probes).
+    Diagnostics minimise another figure instead: capex, annual opex, power, or one device's GPUs
+    bought (:func:`gpus_bought`, what its inventory limits); ``feasible`` minimises nothing (0), so the
+    solver stops at the first fleet that meets every constraint (what-if feasibility probes).
     """
     if isinstance(minimise, tuple):
-        model.prob += model.gpus[minimise[1]]
+        model.prob += gpus_bought(model, minimise[1])
     elif minimise == "feasible":
         model.prob += pulp.LpAffineExpression()
     elif minimise == "objective":

@@ -1,0 +1,30 @@
+"""The what-if table of ``gpuplan whatif`` (``cli.whatif_cmd._render``): a scenario without a fleet shows no figures
+of one. ``ScenarioResult.to_json`` writes zeros there; the table printed them as "0 | 0 | 1.00× (0.0 req/s) | 0.0",
+a $0 plan serving the base demand."""
+
+from cli.common import stdout
+from cli.whatif_cmd import _render
+
+
+def _row(name, status, objective, served_qps, power_kw, fleet, mode="min_cost", multiplier=1.0):
+    return {"name": name, "group": "variant", "mode": mode, "status": status, "objective_usd": objective,
+            "capex_usd": objective, "fleet": fleet, "demand_multiplier": multiplier, "served_qps": served_qps,
+            "power_kw": power_kw,
+            "workloads": [{"name": "chat", "met": status == "optimal", "ttft_p99_ms": 900.0 if fleet else None,
+                           "slo_ttft_p99_ms": 2000.0}]}
+
+
+def test_an_infeasible_scenario_has_no_cost_demand_or_power():
+    rows = [_row("base", "optimal", 471_198.0, 246.8, 14.3, {"b200": 7}),
+            _row("tight", "infeasible", 0.0, 0.0, 0.0, {}),
+            _row("b @ $1,000", "infeasible", 0.0, 0.0, 0.0, {}, mode="max_demand", multiplier=0.0)]
+    with stdout.capture() as cap:
+        _render(rows, None)
+    lines = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+             for line in cap.get().splitlines() if line.startswith("│")}
+    assert lines["base"][:3] == ["optimal", "471,198", "471,198"] and lines["base"][4] == "1.00× (246.8 req/s)"
+    assert lines["base"][-1] == "14.3"
+    tight = lines["tight"]
+    assert tight[:3] == ["infeasible", "—", "—"] and tight[4] == "—" and tight[-1] == "—"
+    poor = lines["b @ $1,000"]  # a budget level that buys nothing: it serves 0.00× of the demand, a figure
+    assert poor[:3] == ["infeasible", "—", "—"] and poor[4] == "0.00× (0.0 req/s)" and poor[-1] == "—"
