@@ -271,6 +271,7 @@ class Workload(Strict):
             raise ValueError("an online workload (qps) needs an slo with ttft_p99_ms, tpot_p99_ms or e2e_p99_ms")
         if self.tokens_per_day is not None:
             used = [name for name, on in (("slo", not self.slo.is_empty),
+                                          ("peak_to_average_ratio", self.peak_to_average_ratio != 1.0),
                                           ("prefix_cache", self.prefix_cache is not None),
                                           ("speculative", self.speculative is not None),
                                           ("disaggregation", self.disaggregation == "allowed")) if on]
