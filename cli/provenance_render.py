@@ -48,7 +48,10 @@ def render_provenance(data: dict[str, Any]) -> None:
             stdout.print(f"[{i}] {basis}", markup=False, highlight=False)
     ver = data.get("verification")
     if ver:
-        stdout.print(f"simulation: {'every SLO met' if ver['all_met'] else 'SLO MISSED'} after {ver['rounds']} "
+        # no deployment simulated (each one speculative, say): all_met is then vacuous, not a check that passed
+        verdict = ("no deployment simulated" if not ver.get("deployments") and ver["all_met"]
+                   else "every SLO met" if ver["all_met"] else "SLO MISSED")
+        stdout.print(f"simulation: {verdict} after {ver['rounds']} "
                      f"re-size round(s), {ver['seconds']:.1f} s" + (f"; {ver['note']}" if ver["note"] else ""),
                      markup=False, highlight=False)
 

@@ -21,7 +21,7 @@ Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 
 MAX_QPS = 1e7  # ten million requests per second: beyond any real service; catches unit slips
 MAX_TOKENS = 10_000_000
-# p99/mean = exp(z·σ − σ²/2) of a lognormal is largest at σ = z: exp(z²/2) = 14.96 (LengthDist.lognormal_sigma)
+# p99/mean = exp(z·σ − σ²/2) of a lognormal is largest at σ = z: exp(z²/2) = 14.968 (LengthDist.lognormal_sigma)
 MAX_LOGNORMAL_P99_RATIO = math.exp(Z99 * Z99 / 2.0)
 BATCH_WINDOW_HOURS = 24.0  # a batch workload's default window: the whole day
 _NORMAL = NormalDist()
@@ -271,6 +271,7 @@ class Workload(Strict):
             raise ValueError("an online workload (qps) needs an slo with ttft_p99_ms, tpot_p99_ms or e2e_p99_ms")
         if self.tokens_per_day is not None:
             used = [name for name, on in (("slo", not self.slo.is_empty),
+                                          ("peak_to_average_ratio", self.peak_to_average_ratio != 1.0),
                                           ("prefix_cache", self.prefix_cache is not None),
                                           ("speculative", self.speculative is not None),
                                           ("disaggregation", self.disaggregation == "allowed")) if on]
@@ -400,13 +401,14 @@ class Plan(Strict):
         """Keys as the catalog looks them up (``catalog.Catalog.device``: case and ``_`` / ``-`` do not matter;
         platforms: case), each entry once: ``{H100-SXM: 0, h100-sxm: 16}`` kept whichever came last, and a
         capacity table's inventory lookup by key missed ``H100-SXM`` altogether."""
+        device = info.field_name != "platforms"
         out: dict = {}
         for name, entry in value.items():
-            key = plan_key(name, device=info.field_name != "platforms")
+            key = plan_key(name, device=device)
             if key in out:
-                first = next(n for n in value if plan_key(n, device=info.field_name != "platforms") == key)
-                raise ValueError(f"'{first}' and '{name}' name the same {'platform' if info.field_name == 'platforms' else 'device'} "
-                                 f"{key}; keep one entry")
+                first = next(n for n in value if plan_key(n, device=device) == key)
+                raise ValueError(f"'{first}' and '{name}' name the same {'device' if device else 'platform'} {key}; "
+                                 "keep one entry")
             out[key] = entry
         return out
 

@@ -14,3 +14,19 @@ def test_a_sub_10_ms_simulated_p99_and_slo_keep_their_digits():
     with stdout.capture() as cap:
         render_provenance(data)
     assert "tpot 6.84 (6.5–7.12) / 7.5" in cap.get()
+
+
+def test_a_verification_that_simulated_nothing_does_not_say_every_slo_met():
+    # speculative deployments are not simulated: the line said "simulation: every SLO met after 0 re-size round(s)"
+    note = "r1 on b200__fp8__tp1__pp1__spec: not simulated (the simulator has no speculative decoding)"
+    data = {"fleet": [], "deployments": [],
+            "verification": {"all_met": True, "rounds": 0, "seconds": 0.0, "note": note, "deployments": []}}
+    with stdout.capture() as cap:
+        render_provenance(data)
+    text = " ".join(cap.get().split())
+    assert "simulation: no deployment simulated after 0 re-size round(s), 0.0 s; r1 on" in text
+    assert "every SLO met" not in text
+    data["verification"]["deployments"] = [{"workload": "w", "key": "k", "met": True}]
+    with stdout.capture() as cap:
+        render_provenance(data)
+    assert "simulation: every SLO met" in cap.get()

@@ -289,3 +289,7 @@ def test_mtp_needs_a_model_with_mtp_layers():
     with pytest.raises(WorkloadError, match=r"speculative\.method: 'llama-3.1-70b' has no multi-token-prediction"):
         resolve_catalog(Plan(workloads=[w]), CAT, "plan.yaml")
     resolve_catalog(Plan(workloads=[{**w, "model": "deepseek-v3"}]), CAT, "plan.yaml")  # DeepSeek-V3/R1: 1 MTP module
+    # DeepSeek-R1's config.json (the catalog's own source) has num_nextn_predict_layers 1 too; it was left at 0, so
+    # speculative mtp on deepseek-r1 was refused
+    assert CAT.model("deepseek-r1").mtp_layers == 1
+    resolve_catalog(Plan(workloads=[{**w, "model": "deepseek-r1"}]), CAT, "plan.yaml")

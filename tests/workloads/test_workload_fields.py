@@ -22,6 +22,10 @@ def test_an_slo_on_a_batch_workload_is_an_error():
     with pytest.raises(ValidationError, match="slo apply to online workloads"):
         Workload(**BATCH, slo={"ttft_p99_ms": 100})
     assert Workload(**BATCH, slo={}).is_batch  # an empty slo says nothing: accepted
+    # nor does the yearly volume of a batch workload read a peak-to-average ratio (tokens_per_day · 365)
+    with pytest.raises(ValidationError, match="peak_to_average_ratio apply to online workloads"):
+        Workload(**BATCH, peak_to_average_ratio=2)
+    assert Workload(**BATCH, peak_to_average_ratio=1).output_tokens_per_year == 1e6 * 365
 
 
 def test_a_batch_window_on_an_online_workload_is_an_error():
