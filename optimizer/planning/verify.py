@@ -26,8 +26,8 @@ the result does not depend on the worker count. Pools are simulated as their sta
 (``_stage_latencies``: a prefill replica's TTFT with the KV transfer, a decode replica's TPOT);
 speculative candidates are not simulated (the simulator has no speculative decoding) and say so.
 
-A deployment whose simulated p99 exceeds an SLO beyond the runs' noise (95 % CI above it:
-``optimizer.planning.safeguards.confidently_missed``) gets the capacity factor
+A deployment whose simulated p99 exceeds an SLO beyond the runs' noise (95 % CI above it, or the
+pooled p99 over 1.2× the SLO: ``optimizer.planning.safeguards.confidently_missed``) gets the capacity factor
 ``(SLO / simulated p99) · (1 − VERIFY_MARGIN)`` (worst metric) on its candidate and the
 fleet is re-solved (``optimizer.optimize``), up to ``MAX_VERIFY_ROUNDS`` times.
 """
