@@ -53,7 +53,7 @@ def optimize(
     capacity_table: Annotated[Path | None, typer.Option(
         "--capacity-table", help="Measured capacities (CSV, Mélange-style) to use instead of the models.")] = None,
     time_limit_s: TimeLimitOpt = None,
-    gap: Annotated[float, typer.Option("--gap", min=0.0, max=1.0, help="Relative MIP gap to stop at (0.001 = 0.1 %).")] = SolverOptions().gap,
+    gap: Annotated[float, typer.Option("--gap", min=0.0, help="Relative MIP gap to stop at, in [0, 1) (0.001 = 0.1 %).")] = SolverOptions().gap,
     n_buckets: Annotated[int | None, typer.Option(
         "--n-buckets", min=1, max=16, show_default=False,
         help=f"Request-size buckets per workload (used where splitting lowers its cost; otherwise one; "
