@@ -54,3 +54,25 @@ def calibrate(rows: Sequence[Measurement], cat: Catalog, *, start: CalibrationPa
 def online_rows_used(rows: Sequence[Measurement], online_weight: float) -> int:
     """How many online-serving rows the fit used (none at weight 0)."""
     return len(online_fit_rows(rows)) if online_weight > 0 else 0
+
+
+# what each class's leave-out refit needs in the data (optimizer.calibration.bands.error_bands)
+BAND_NEEDS = {"a": "rows of a device/engine from two or more source groups",
+              "b": "two or more devices of one generation",
+              "c": "two or more generations"}
+
+
+def missing_bands_note(params: CalibrationParams) -> str | None:
+    """One line naming the fidelity classes the leave-out refits gave no band (the data held nothing to hold
+    out for them) and what each needs, or None when every class has one. Without its band a class is rated by
+    the residual constants of ``optimizer.models.fidelity`` (a measured device by the fit's in-sample p90)."""
+    missing = [k for k in "abc" if k not in params.error_bands]
+    if not missing:
+        return None
+    needs = "; ".join(f"{k} needs {BAND_NEEDS[k]}" for k in missing)
+    insample = " (a measured device: by the fit's own in-sample error)" if "a" in missing else ""
+    return (f"no leave-out band for fidelity class {', '.join(missing)} ({needs}): --params rates "
+            f"{'those classes' if len(missing) > 1 else 'that class'} by the built-in residual bands{insample}; "
+            "add rows from another source group, device or generation (or calibrate with --shipped) for bands "
+            "from held-out data")
+

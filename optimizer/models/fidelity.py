@@ -173,7 +173,7 @@ def fidelity_of(device: Device, params: CalibrationParams, devices: Mapping[str,
     """
     engine = engine or default_engine(device)
     letter = fidelity_letter(device, engine, params, ep)
-    if letter is not None and all(k in params.error_bands for k in "abc"):
+    if letter is not None and all(k in params.error_bands for k in classes_up_to(letter)):
         low, high = class_envelope(params, letter)
         band = params.error_bands[letter]  # type: ignore[index]
         # the ep wording only where this device/engine was measured (fidelity_letter's "a" pair): an unmeasured
@@ -211,19 +211,23 @@ def fallback_letter(device: Device, engine: str, params: CalibrationParams, devi
 
 def _fallback_fidelity(device: Device, engine: str, params: CalibrationParams, devices: Mapping[str, Device],
                        ep: int) -> Fidelity:
-    """``fallback_letter``'s class with the residual-constant bands of the module docstring."""
+    """``fallback_letter``'s class with the residual-constant bands of the module docstring, each widened to
+    contain the leave-out bands the file does carry for the better classes (``gpuplan calibrate`` on data with
+    two source groups but one device writes class a only): a class is never trusted more than a better one."""
     measured = measured_devices(params)
     bands = {k: measured_band(p90) for k, (_, p90) in measured.items()}
     letter = fallback_letter(device, engine, params, devices, ep)
+    better = [(b.low_factor, b.high_factor) for k, b in params.error_bands.items() if k in classes_up_to(letter)[:-1]]
     if letter == "a":
         n, p90 = measured[device.key]
         low, high = bands[device.key]
         when = f" on {params.fit.fitted_on}" if params.fit and params.fit.fitted_on else ""
         return Fidelity("measured", f"calibration fitted{when} on {n} rows of {device.key} ({engine}); "
-                        f"p90 |error| {p90:.1f} %", low, high)
+                        f"in-sample p90 |error| {p90:.1f} % (the file has no leave-out band: `gpuplan calibrate` "
+                        "with bands, on rows of two or more source groups, writes one)", low, high)
     if letter == "b":
         same = sorted(k for k in measured if k in devices and devices[k].generation == device.generation)
-        low, high = _envelope(SAME_GENERATION_BAND, *(bands[k] for k in same))
+        low, high = _envelope(SAME_GENERATION_BAND, *(bands[k] for k in same), *better)
         on = f" on {', '.join(same)}" if same else ""
         if ep_unmeasured(device, engine, params, ep) and fidelity_letter(device, engine, params) == "a":
             why = f"{device.key}/{engine} measured, but never with expert parallelism (ep {ep}); rated as its generation"
@@ -235,7 +239,7 @@ def _fallback_fidelity(device: Device, engine: str, params: CalibrationParams, d
         else:
             why = f"not measured; {device.generation} measured{on}"
         return Fidelity("same-generation", f"{why}; band from out-of-sample H200 residuals", low, high)
-    low, high = _envelope(DATASHEET_ONLY_BAND, SAME_GENERATION_BAND, *bands.values())
+    low, high = _envelope(DATASHEET_ONLY_BAND, SAME_GENERATION_BAND, *bands.values(), *better)
     why = (unmeasured_engine_basis(device, engine, params) if engine_unmeasured(device, engine, params)
            else f"{GENERATION_UNMEASURED_MARK} {device.generation} measured")
     return Fidelity("datasheet-only", f"{why}; band from out-of-sample B200, B300 and MI300X residuals", low, high)

@@ -210,3 +210,42 @@ def test_estimate_rates_a_device_against_the_whole_catalog_without_bands(run_cli
     assert fid["class"] == "same-generation" and "h100-sxm, h200-sxm" in fid["basis"]
     assert fid["band_high_factor"] == pytest.approx(want.high_factor, abs=1e-4)
     assert want.high_factor > 1.417 + 0.1
+
+
+USER_ROWS = """gpu_key,source_group,model,precision,scenario,engine,tp,pp,input_len,output_len,throughput_tok_s
+H100-SXM,labA,llama-3.1-8b,BF16,offline,vllm,1,1,128,128,14000
+H100-SXM,labA,llama-3.1-8b,BF16,offline,vllm,1,1,128,2048,9000
+H100-SXM,labA,llama-3.1-8b,BF16,offline,vllm,1,1,2048,128,1700
+H100-SXM,labB,llama-3.1-8b,FP8,offline,vllm,1,1,128,128,17000
+H100-SXM,labB,llama-3.1-70b,FP8,offline,vllm,2,1,128,128,4500
+H100-SXM,labB,llama-3.1-70b,FP8,offline,vllm,4,1,2048,2048,6000
+"""
+
+
+def test_calibrate_on_one_device_says_which_bands_it_could_not_give(run_cli, tmp_path):
+    """Six H100/vLLM rows from two source groups: the leave-one-source-group-out refits give class a its
+    band, but there is no other device or generation to hold out, so b and c have none; calibrate said
+    nothing, and `--params` rated h100/vllm by the fit's in-sample p90 (a few %) although the file carried
+    the class-a band. Now calibrate names the missing classes and estimate rates h100/vllm by the a band."""
+    data = tmp_path / "mine.csv"
+    data.write_text(USER_ROWS)
+    out = tmp_path / "p.yaml"
+    r = run_cli("calibrate", str(data), "--out", str(out))
+    assert r.code == 0, r.stderr
+    assert "warning: no leave-out band for fidelity class b, c" in r.stdout
+    params = load_params(out)
+    assert set(params.error_bands) == {"a"}
+    band = params.error_bands["a"]
+    r = run_cli("estimate", "--model", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "vllm", "--precision",
+                "bf16", "--input-tokens", "128", "--output-tokens", "128", "--max-throughput", "--params", str(out),
+                "--json")
+    assert r.code == 0, r.stderr
+    fid = json.loads(r.stdout)["fidelity"]
+    assert fid["class"] == "measured" and "leave-one-source-group-out" in fid["basis"]
+    assert (fid["band_low_factor"], fid["band_high_factor"]) == pytest.approx(
+        (band.low_factor, band.high_factor), abs=1e-4)
+    one_group = tmp_path / "one.csv"
+    one_group.write_text(USER_ROWS.replace("labB", "labA"))
+    r = run_cli("calibrate", str(one_group), "--out", str(tmp_path / "q.yaml"), "--json")
+    assert r.code == 0, r.stderr
+    assert "fidelity class a, b, c" in json.loads(r.stdout)["missing_bands"]

@@ -27,12 +27,13 @@ import pytest
 
 from catalog import load_catalog
 from optimizer.models.fidelity import (
+    DATASHEET_ONLY_BAND,
     SAME_GENERATION_BAND,
     fallback_letter,
     fidelity_of,
     measured_band,
 )
-from optimizer.models.params import CalibrationParams, Coverage, FitRecord, load_params
+from optimizer.models.params import CalibrationParams, Coverage, ErrorBand, FitRecord, load_params
 from optimizer.optimize import optimize_plan
 from optimizer.planning import safeguards
 from optimizer.planning.candidates import model_candidates
@@ -224,3 +225,32 @@ def test_factors_keyed_by_device_alone_are_refused_not_ignored():
     by_device = {d: 0.5 for d, _, _ in fidelity_map(cset, params, cat)}
     with pytest.raises(KeyError, match="no capacity factor for configuration"):
         sized(cset, by_device)
+
+
+def test_a_file_with_the_class_a_band_only_rates_its_device_by_it():
+    """`gpuplan calibrate` on one device's rows from two source groups writes the leave-one-source-group-out
+    band of class a only (no other device or generation to hold out). The measured device is rated by that
+    band, ×0.70–1.60, not by the fit record's in-sample p90 3 % (×0.9709–1.0309, what it got when every class
+    had to be present); an unmeasured device's fallback band is widened to contain it: h200 (same generation)
+    [min(0.392, 0.9709, 0.70), max(1.417, 1.0309, 1.60)] = ×0.392–1.60, b200 (datasheet-only)
+    [min(0.539, 0.392, 0.70), max(1.488, 1.417, 1.60)] = ×0.392–1.60."""
+    cat = load_catalog()
+    cov = Coverage(device_engines=["h100-sxm/vllm"], generations=["hopper"], vendors=["nvidia"],
+                   expert_parallel_device_engines=[], generation_engines=["hopper/vllm"])
+    band_a = ErrorBand(low_factor=0.70, high_factor=1.60, n=6, basis="leave-one-source-group-out predictions")
+    params = CalibrationParams(coverage=cov, fit=_fit(h100_sxm=3.0), error_bands={"a": band_a})
+    h100 = fidelity_of(cat.devices["h100-sxm"], params, cat.devices, engine="vllm")
+    assert h100.class_ == "measured" and (h100.low_factor, h100.high_factor) == pytest.approx((0.70, 1.60))
+    assert "6 leave-one-source-group-out predictions" in h100.basis
+    h200 = fidelity_of(cat.devices["h200-sxm"], params, cat.devices, engine="vllm")
+    assert h200.class_ == "same-generation"
+    assert (h200.low_factor, h200.high_factor) == pytest.approx((SAME_GENERATION_BAND[0], 1.60))
+    b200 = fidelity_of(cat.devices["b200"], params, cat.devices, engine="vllm")
+    assert b200.class_ == "datasheet-only"
+    assert (b200.low_factor, b200.high_factor) == pytest.approx(
+        (min(DATASHEET_ONLY_BAND[0], SAME_GENERATION_BAND[0]), 1.60))
+    # without the band: the in-sample record, and the basis says it is one
+    bare = fidelity_of(cat.devices["h100-sxm"], params.model_copy(update={"error_bands": {}}), cat.devices,
+                       engine="vllm")
+    assert (bare.low_factor, bare.high_factor) == pytest.approx(measured_band(3.0))
+    assert "in-sample p90 |error| 3.0 %" in bare.basis and "no leave-out band" in bare.basis
