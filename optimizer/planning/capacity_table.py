@@ -179,6 +179,10 @@ def parse_capacity_table(text: str, path: str) -> CapacityTable:
             raise _err(path, i, None, f"unit '{unit.name}' differs from its definition on row "
                        f"{unit_row[unit.name]} (cost, gpus, device, precision, tp or pp); "
                        "use one name per distinct unit")
+        clash = next((n for n in units if n != unit.name and slug(n) == slug(unit.name)), None)
+        if clash is not None:  # the plan keys a unit by slug(name): two would be one MILP variable name
+            raise _err(path, i, "unit", f"unit '{unit.name}' and unit '{clash}' (row {unit_row[clash]}) differ only "
+                       f"in case or punctuation (both '{slug(unit.name)}'); spell one unit one way, or rename one")
         units.setdefault(unit.name, unit)
         unit_row.setdefault(unit.name, i)
         rows_by_workload.setdefault(rec["workload"], []).append((i, rec))

@@ -143,6 +143,9 @@ GOOD = [HEADER, "w,A,1,1.0,0,0,2,0.5,4", "w,A,1,1.0,0,1,1,0.5,4"]
         (lambda r: r[:2] + ["w,A,1,1.0,0,1,1,0.5"], "row 3: has 8 fields"),
         (lambda r: r[:1] + ["w,A,0,1.0,0,0,2,0.5,4"] + r[2:], "column gpus: must be > 0"),
         (lambda r: r[:1], "no data rows"),
+        # 'A 1' and 'a-1' are both a_1 to the MILP: overlapping constraint names, a PuLP traceback
+        (lambda r: [r[0], *(x.replace("w,A,", "w,A 1,") for x in r[1:]), *(x.replace("w,A,", "w,a-1,") for x in r[1:])],
+         "row 4, column unit: unit 'a-1' and unit 'A 1' (row 2) differ only in case or punctuation (both 'a_1')"),
         (lambda r: ["# only a comment"], "empty capacity table"),
     ],
 )
