@@ -25,6 +25,10 @@ the column is absent or empty:
   says the label is ambiguous between output and input+output (AMD's vLLM tables: vLLM's
   benchmark_throughput prints total tokens/s — prompt + output — as its headline), else
   ``output``. A ``total`` figure is converted to output tokens/s: × output/(input + output).
+
+``throughput_tok_s_per_gpu`` is informational, but when a row gives it, ``throughput_tok_s`` must equal it ×
+tp·pp·ep within ``PER_GPU_TOLERANCE`` (a per-GPU figure in the group column would be fitted as a group running
+1/(tp·pp·ep) of its speed).
 """
 
 from __future__ import annotations
@@ -46,6 +50,9 @@ REQUIRED_COLUMNS = (
     "gpu_key", "source_group", "model", "precision", "scenario", "tp", "pp",
     "input_len", "output_len", "throughput_tok_s",
 )
+# throughput_tok_s must be throughput_tok_s_per_gpu x tp·pp·ep within this share (the shipped rows: within
+# rounding of the per-GPU figure); beyond it one of them is per GPU and the other per group, or wrong
+PER_GPU_TOLERANCE = 0.02
 OPTIONAL_NUMERIC = (
     "concurrency_or_batch", "request_rate_qps", "ttft_mean_ms", "ttft_p99_ms",
     "tpot_mean_ms", "tpot_p99_ms", "e2e_latency_s",
@@ -282,13 +289,22 @@ def _parse_measurements(path: Path, text: str, cat: Catalog) -> list[Measurement
         if basis not in ("output", "total"):
             raise ModelError(f"{path}: line {line}: column 'throughput_basis': {basis!r}; use output or total")
         pp = int(_number(rec["pp"] or "1", path, line, "pp", integer=True, required=True))  # type: ignore[arg-type]
-        if (why := _sharding_problem(cat, keys["model"], tp, pp, int(ep))) is not None:
-            problems.append(why)
+        if (sharding_why := _sharding_problem(cat, keys["model"], tp, pp, int(ep))) is not None:
+            problems.append(sharding_why)
         if engine == "trtllm" and keys["device"] and (vendor := cat.devices[keys["device"]].vendor) != "nvidia":
             # as the planner and `gpuplan estimate` refuse it (optimizer.planning.candidates.engine_reason)
             problems.append(f"engine trtllm: TensorRT-LLM runs on NVIDIA GPUs only, {keys['device']} is {vendor}")
         inp, out = (_whole_tokens(_number(rec[c], path, line, c, integer=True)) for c in ("input_len", "output_len"))
         tput = _number(rec["throughput_tok_s"], path, line, "throughput_tok_s")
+        per_gpu = _number(rec.get("throughput_tok_s_per_gpu") or "", path, line, "throughput_tok_s_per_gpu")
+        gpus = tp * pp * int(ep)
+        # (a row whose tp/pp/ep cannot run is skipped with that reason instead: its GPU count is no count)
+        if tput and per_gpu and sharding_why is None and abs(tput / (per_gpu * gpus) - 1.0) > PER_GPU_TOLERANCE:
+            raise ModelError(f"{path}: line {line}: column 'throughput_tok_s': {tput:g} is not "
+                             f"throughput_tok_s_per_gpu {per_gpu:g} x {gpus} GPUs (tp {tp} x pp {pp} x ep {int(ep)}) "
+                             f"= {per_gpu * gpus:g}; throughput_tok_s is the whole group's tokens/s, "
+                             "throughput_tok_s_per_gpu that / its GPUs: fix the one that is wrong (or leave "
+                             "throughput_tok_s_per_gpu empty)")
         if tput is not None and basis == "total" and inp and out:
             tput = tput * out / (inp + out)
         rows.append(Measurement(

@@ -91,3 +91,24 @@ def test_shipped_2026_rows_carry_engine_ep_and_caps():
     amd = [m for m in rows if m.source_group.startswith("amd_") and m.throughput_tok_s]
     assert amd and all(m.max_batch and m.throughput_basis == "total" for m in amd)
     assert all(m.precision_key in ("mxfp4", "int4") for m in rows if m.model_key and m.model_key.startswith("gpt-oss"))
+
+
+def test_a_per_gpu_figure_in_the_group_column_is_refused(tmp_path):
+    """throughput_tok_s is the whole tp·pp·ep group's tokens/s. A row giving the per-GPU figure there too
+    (1500 on a tp4 row whose throughput_tok_s_per_gpu says 1500) was fitted as a group doing a quarter of its
+    real 6000 tokens/s; with both columns given they must agree (shipped rows: within rounding), a DEP4 row
+    counting its 4 GPUs through ep (tp column = group size)."""
+    from catalog.errors import ModelError
+
+    head = ("gpu_key,source_group,model,precision,scenario,tp,pp,input_len,output_len,throughput_tok_s,"
+            "throughput_tok_s_per_gpu,notes\n")
+    path = tmp_path / "m.csv"
+    path.write_text(head + "H100-SXM,lab,Llama-3.1-70B,FP8,offline,4,1,128,128,1500,1500,\n")
+    with pytest.raises(ModelError, match=r"line 2: column 'throughput_tok_s': 1500 is not throughput_tok_s_per_gpu "
+                                         r"1500 x 4 GPUs \(tp 4 x pp 1 x ep 1\) = 6000"):
+        load_measurements(path, CAT)
+    path.write_text(head + "H100-SXM,lab,Llama-3.1-70B,FP8,offline,4,1,128,128,6001,1500,\n"
+                    "B200,lab,gpt-oss-120b,FP4,offline,4,1,1024,1024,4000,1000,Parallelism 'DEP4'\n")
+    rows = load_measurements(path, CAT)
+    assert [r.throughput_tok_s for r in rows] == [6001.0, 4000.0]
+    assert (rows[1].tp, rows[1].ep) == (1, 4)
