@@ -245,6 +245,9 @@ def _parse_measurements(path: Path, text: str, cat: Catalog) -> list[Measurement
     header = reader.fieldnames or []
     if not header:
         raise ModelError(f"{path}: measurements file is empty; expected a CSV header with {', '.join(REQUIRED_COLUMNS)}")
+    if len(header) == 1 and ";" in header[0]:
+        raise ModelError(f"{path}: the header is one column holding ';' ({header[0][:60]!r}...): the file is "
+                         "semicolon-separated; save it as comma-separated CSV")
     _check_header(path, header)
     for column in REQUIRED_COLUMNS:
         if column not in header:
@@ -255,6 +258,8 @@ def _parse_measurements(path: Path, text: str, cat: Catalog) -> list[Measurement
         line = i + 2
         if None in rec:
             raise ModelError(f"{path}: line {line}: more fields than the header has columns")
+        if not any((v or "").strip() for v in rec.values()):
+            continue  # a spreadsheet's row of empty cells (,,,,) is a blank line
         nums = {c: _number(rec.get(c) or "", path, line, c, allow_inf=c == "request_rate_qps")
                 for c in OPTIONAL_NUMERIC if c in header}
         rate = nums.get("request_rate_qps")

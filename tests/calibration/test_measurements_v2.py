@@ -112,3 +112,19 @@ def test_a_per_gpu_figure_in_the_group_column_is_refused(tmp_path):
     rows = load_measurements(path, CAT)
     assert [r.throughput_tok_s for r in rows] == [6001.0, 4000.0]
     assert (rows[1].tp, rows[1].ep) == (1, 4)
+
+
+def test_semicolon_files_and_rows_of_empty_cells(tmp_path):
+    """A semicolon-separated export was refused as "required column 'gpu_key' is missing" (its header is one
+    column); a spreadsheet's trailing row of empty cells (,,,) stopped the file at "column 'tp' is empty"."""
+    from catalog.errors import ModelError
+
+    head = "gpu_key,source_group,model,precision,scenario,tp,pp,input_len,output_len,throughput_tok_s\n"
+    row = "H100-SXM,lab,Llama-3.1-8B,FP8,offline,1,1,128,128,9000\n"
+    path = tmp_path / "m.csv"
+    path.write_text(head.replace(",", ";") + row.replace(",", ";"))
+    with pytest.raises(ModelError, match="the file is semicolon-separated; save it as comma-separated CSV"):
+        load_measurements(path, CAT)
+    path.write_text(head + row + ",,,,,,,,,\n" + '"","","","","","","","","",""\n')
+    rows = load_measurements(path, CAT)
+    assert len(rows) == 1 and rows[0].throughput_tok_s == 9000.0
