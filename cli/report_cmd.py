@@ -24,7 +24,10 @@ def report(
 
     outputs = plan_outputs([Output("--out", out, (".xlsx",))], (plan_json,))
     data, _ = load_result(plan_json)
-    outputs.write({"--out": workbook_bytes(data, (plan_json,), str(plan_json))})
+    notes: list[str] = []
+    outputs.write({"--out": workbook_bytes(data, (plan_json,), str(plan_json), notes)})
+    for note in notes:
+        typer.echo(f"warning: {plan_json}: {note}", err=True)
     typer.echo(f"wrote {out}")
 
 

@@ -55,6 +55,7 @@ class Ctx:
     fleet_total_row: int = 0
     single_total_row: int = 0
     fleet_cost_usd: dict[str, float] = field(default_factory=dict)
+    fleet_capex_usd: dict[str, float] = field(default_factory=dict)
     fleet_cols: dict[str, int] = field(default_factory=dict)
     deployment_rows: list[int] = field(default_factory=list)
     deployment_cols: dict[str, int] = field(default_factory=dict)

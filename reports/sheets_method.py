@@ -104,7 +104,9 @@ def build_method(ctx: Ctx, inputs: tuple) -> None:
     pair("Solve time (s)", r.solve_seconds, styles.DEC2)
     pair("Capex budget ($)", a.capex_budget_usd if a.capex_budget_usd is not None else "none", styles.USD)
     pair("Annual budget ($)", a.annual_budget_usd if a.annual_budget_usd is not None else "none", styles.USD)
-    pair("Power cap (kW)", a.max_power_kw if a.max_power_kw is not None else "none", styles.DEC1)
+    cap = "none" if a.max_power_kw is None else (f"{a.max_power_kw:,g}, not applied (objective cloud: rented GPUs)"
+                                                 if a.objective == "cloud" else a.max_power_kw)
+    pair("Power cap (kW)", cap, styles.DEC1)
 
     section("Reconciliation: the optimizer's figures against this workbook's formulas")
     head = row

@@ -18,6 +18,8 @@ same formulas: its counts are values, its money follows every price on Assumptio
 
 from __future__ import annotations
 
+import math
+
 from openpyxl.utils import get_column_letter
 
 from reports import styles
@@ -124,6 +126,7 @@ def _block(ctx: Ctx, rows: list[FleetRow], first: int, table: str | None) -> int
         if table is not None:
             ctx.fleet_row[f.device] = row
             ctx.fleet_cost_usd[f.device] = cost
+            ctx.fleet_capex_usd[f.device] = cells["capex"].expect
         row += 1
     last = row - 1
     if table is not None:
@@ -133,6 +136,21 @@ def _block(ctx: Ctx, rows: list[FleetRow], first: int, table: str | None) -> int
         value = Formula(f"=SUM({L[key]}{first}:{L[key]}{max(last, first)})") if key in _SUMMED else None
         sheet.put(row, col[key], value, fmt or None, font=styles.BOLD, fill=styles.TOTAL_FILL)
     return row
+
+
+def _check_totals(ctx: Ctx) -> None:
+    """A note (Method sheet, and ``gpuplan report`` prints it) for each of the result's capex_usd and tco_usd that its
+    fleet rows and assumptions do not give: every figure of the workbook is a formula over the rows, so a hand-edited
+    or inconsistent JSON would otherwise give a workbook whose totals silently differ from the file's."""
+    r = ctx.result
+    if not r.fleet:
+        return
+    for key, rows_usd in (("capex_usd", sum(ctx.fleet_capex_usd.values())), ("tco_usd", sum(ctx.fleet_cost_usd.values()))):
+        stated = getattr(r, key)
+        if stated is not None and not math.isclose(stated, rows_usd, rel_tol=1e-6, abs_tol=0.01):
+            ctx.notes.append(f"the plan result's {key} (${stated:,.0f}) is not what its fleet rows and assumptions give "
+                             f"(${rows_usd:,.0f}); this workbook's formulas use the rows (a hand-edited file, or one "
+                             "from another gpuplan version?)")
 
 
 def build_fleet(ctx: Ctx) -> None:
@@ -148,6 +166,7 @@ def build_fleet(ctx: Ctx) -> None:
     ctx.fleet_total_row = _block(ctx, list(ctx.result.fleet), FIRST_ROW, "FleetTable")
     if not ctx.result.fleet:
         sheet.put(FIRST_ROW, 2, f"No fleet: plan status is {ctx.result.status}.", font=styles.NOTE_FONT)
+    _check_totals(ctx)
     best = ctx.result.single_device_best
     if best is not None and best.fleet:
         row = ctx.fleet_total_row + 3

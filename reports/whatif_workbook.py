@@ -71,8 +71,17 @@ def describe_overrides(overrides: Mapping[str, Any]) -> str:
     return "; ".join(parts) if parts else "nothing (the plan file as written)"
 
 
+def _other_objective(r: Mapping[str, Any], base: Mapping[str, Any]) -> bool:
+    """True when a scenario minimised another objective than the base (a variant ``set: {objective: capex}``):
+    its objective $ is another quantity (capex, rental, TCO) and no difference from the base's."""
+    return r.get("objective") is not None and base.get("objective") is not None and r["objective"] != base["objective"]
+
+
 def _same_as_base(r: dict[str, Any], base: dict[str, Any]) -> str:
-    """Why a scenario's answer equals the base's, or ''."""
+    """Why a scenario's answer equals the base's, or ''; for another objective, that Δ objective is left empty."""
+    if r is not base and has_plan(r) and has_plan(base) and _other_objective(r, base):
+        return (f"objective {r['objective']}, the base's {base['objective']}: the objective $ measure different "
+                "things, so no Δ; compare TCO, capex and opex")
     if r is base or r["fleet"] != base["fleet"] or r["status"] != base["status"]:
         return ""
     devices = [p.split(".")[1] for p in r["overrides"] if p.startswith("devices.")]
@@ -123,9 +132,10 @@ def _cell(r: Mapping[str, Any], key: str) -> Any:
 
 
 def _delta(r: dict[str, Any], base: dict[str, Any]) -> tuple[float | None, float | None]:
-    """(objective − base objective, that over the base objective); None where either has no fleet."""
+    """(objective − base objective, that over the base objective); None where either has no fleet or the two
+    minimised different objectives (capex against TCO is no saving)."""
     a, b = r.get("objective_usd"), base.get("objective_usd")
-    if a is None or b is None or not has_plan(r) or not has_plan(base):
+    if a is None or b is None or not has_plan(r) or not has_plan(base) or _other_objective(r, base):
         return None, None
     return a - b, ((a - b) / b if b else None)
 
@@ -317,7 +327,7 @@ def whatif_workbook_bytes(rows: Sequence[dict[str, Any]], uncertainty: Mapping[s
         fleet.put(n + 2, 1, "status")
         fleet.put(n + 2, 2, str(r["status"]))
         fleet.put(n + 3, 1, "objective ($)")
-        fleet.put(n + 3, 2, r["objective_usd"], MONEY)
+        fleet.put(n + 3, 2, r["objective_usd"] if has_plan(r) else None, MONEY)  # no $0 plan for no fleet
         fleet.finish("1:1")
     buf = io.BytesIO()
     wb.save(buf)

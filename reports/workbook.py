@@ -34,8 +34,12 @@ from reports.xl import Sheet, safe_text
 SHEETS = ("Summary", "Sensitivity", "Fleet", "Deployments", "Workloads", "Costs by year", "Assumptions", "Candidates", "Method")
 
 
-def build_workbook(result: dict[str, Any] | PlanResult, inputs: tuple = (), where: str = "plan result") -> Workbook:
-    """The workbook for a plan result, in memory. Raises PlanResultError on a bad result."""
+def build_workbook(result: dict[str, Any] | PlanResult, inputs: tuple = (), where: str = "plan result",
+                   notes: list[str] | None = None) -> Workbook:
+    """The workbook for a plan result, in memory. Raises PlanResultError on a bad result.
+
+    ``notes``, when given, receives the workbook's warnings (also on its Method sheet), e.g. a total the result
+    states that its fleet rows do not give."""
     checked = result if isinstance(result, PlanResult) else parse_result(result, where)
     wb = Workbook()
     wb.remove(wb.active)
@@ -53,6 +57,8 @@ def build_workbook(result: dict[str, Any] | PlanResult, inputs: tuple = (), wher
     build_sensitivity(ctx)
     build_candidates(ctx)
     build_method(ctx, inputs)
+    if notes is not None:
+        notes.extend(ctx.notes)
     wb.active = 0
     # openpyxl stores no computed values: ask every application to calculate on open.
     wb.calculation = CalcProperties(fullCalcOnLoad=True)
@@ -63,10 +69,11 @@ def build_workbook(result: dict[str, Any] | PlanResult, inputs: tuple = (), wher
     return wb
 
 
-def workbook_bytes(result: dict[str, Any] | PlanResult, inputs: tuple = (), where: str = "plan result") -> bytes:
-    """The .xlsx file's bytes."""
+def workbook_bytes(result: dict[str, Any] | PlanResult, inputs: tuple = (), where: str = "plan result",
+                   notes: list[str] | None = None) -> bytes:
+    """The .xlsx file's bytes (``notes``: as :func:`build_workbook`)."""
     buffer = io.BytesIO()
-    build_workbook(result, inputs, where).save(buffer)
+    build_workbook(result, inputs, where, notes).save(buffer)
     return buffer.getvalue()
 
 

@@ -293,6 +293,13 @@ def expand_scenarios(spec: ScenarioFile, base_data: dict[str, Any], catalog: Cat
         raise WorkloadError(f"{where}: {count} scenarios, over the limit of {MAX_SCENARIOS}; use fewer steps")
     base_plan = parse_plan(copy.deepcopy(base_data), base_where or f"{where}: scenario 'base'")
     resolve_catalog(base_plan, catalog, base_where or f"{where}: scenario 'base'")
+    for s in spec.sweeps:
+        if s.kind == "budget" and base_plan.objective == "cloud":
+            # a cloud plan buys nothing: capex 0 is under every level, each level's answer was the ceiling of
+            # the max-demand search (1024x the demand, a $834M rental "within" a $100,000 budget)
+            raise WorkloadError(f"{where}: sweeps.{s.name}: a budget sweep caps capex (budget.capex_usd), and the "
+                                "base plan's objective cloud rents its GPUs (capex $0), so no level limits anything; "
+                                "set objective: tco or capex in the base plan, or use a demand sweep")
     out = [Scenario(name="base", group="base", plan=base_plan)]
     for v in spec.variants:
         data = copy.deepcopy(base_data)

@@ -375,7 +375,8 @@ class Plan(Strict):
     facility: Facility = Facility()
     finance: Finance = Finance()
     budget: Budget = Budget()
-    max_power_kw: PositiveFloat | None = None
+    max_power_kw: PositiveFloat | None = Field(
+        None, description="nameplate IT power of your room (GPUs' TDP + servers); not applied under objective cloud")
     inventory: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
     allowed_devices: list[str] | None = None
     devices: dict[str, dict[str, float | str | None]] = Field(

@@ -479,5 +479,10 @@ def model_candidates(
         diagnostics.append(Diagnostic("info", "devices_missing_figures",
                                       f"{len(lacking)} devices lack a figure this plan needs and were not "
                                       f"considered: {', '.join(lacking)}"))
+    if plan.objective == "cloud" and plan.max_power_kw is not None:
+        diagnostics.append(Diagnostic("info", "power_cap_not_applied",
+                                      f"max_power_kw ({plan.max_power_kw:,g} kW) is not applied under objective "
+                                      "cloud: rented GPUs draw power in the provider's facility, not yours "
+                                      "(inventory still caps the GPUs of each device)"))
     allowed = tuple(plan.allowed_devices) if plan.allowed_devices is not None else None
     return CandidateSet(workloads, units, tuple(diagnostics), plan.objective, allowed)

@@ -229,7 +229,7 @@ def _check_limits(r: PlanResult, plan) -> list[str]:
         out.append(f"capex budget: {r.capex_usd:,.2f} > {a.capex_budget_usd:,.2f}")
     if a.annual_budget_usd is not None and not _le(r.annual_opex_usd, a.annual_budget_usd):
         out.append(f"annual budget: {r.annual_opex_usd:,.2f} > {a.annual_budget_usd:,.2f}")
-    if a.max_power_kw is not None and not _le(r.power_kw, a.max_power_kw):
+    if a.max_power_kw is not None and a.objective != "cloud" and not _le(r.power_kw, a.max_power_kw):
         out.append(f"power: {r.power_kw:,.3f} kW > {a.max_power_kw:,.3f} kW")
     if plan is not None:
         inventory = {k.lower(): v for k, v in plan.inventory.items()}

@@ -139,6 +139,20 @@ def test_power_cap_example(chat, chat_result):
     assert check_plan(r, plan) == []
 
 
+def test_a_cloud_plan_is_not_held_to_the_rooms_power_cap():
+    # rented GPUs draw power in the provider's facility: objective cloud with max_power_kw 5 was infeasible ("max_power_kw
+    # = 5.00 kW binds: the smallest value ... is 11.30 kW"); the cap is not applied and an info says so, inventory is
+    plan, catalog = load("chat-fleet.yaml")
+    params = load_params(None)
+    cloud = plan.model_copy(update={"objective": "cloud", "max_power_kw": 5.0, "inventory": {"h100-sxm": 0}})
+    r = optimize_plan(cloud, catalog, params)
+    assert r.status == SolveStatus.OPTIMAL
+    assert r.power_kw > 5.0 and r.capex_usd == 0.0
+    assert "h100-sxm" not in {f.device for f in r.fleet}  # inventory still applies: a rental quota
+    assert [d.code for d in r.diagnostics if d.code == "power_cap_not_applied"] == ["power_cap_not_applied"]
+    assert check_plan(r, cloud) == []
+
+
 def half_budget_plan(chat_result):
     """The capex-budget example with a budget of half the free optimum's capex: it binds whatever the models say."""
     plan, catalog = load("chat-fleet-capex-budget.yaml")

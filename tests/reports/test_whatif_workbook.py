@@ -90,3 +90,29 @@ def test_a_scenario_without_a_fleet_is_not_a_zero_dollar_plan(tmp_path):
     mc = wb["Monte Carlo"]
     head = next(r for r in range(1, 20) if mc.cell(row=r, column=1).value == "sample")
     assert [mc.cell(row=head + 1, column=c).value for c in (1, 3, 4)] == ["sample-1", "infeasible", None]
+
+
+def test_a_variant_with_another_objective_has_no_delta(tmp_path):
+    # set: {objective: capex} on a tco base keeps the fleet; its objective is the capex ($380,000), the base's the
+    # TCO ($471,198): the sheet showed "Δ objective vs base -$91,198 (-19.4 %)", a saving that is not one
+    base = _row("base", "base", 471_198.0)
+    base["objective"] = "tco"
+    capex = _row("capex-objective", objective=380_000.0, overrides={"objective": "capex"})
+    capex.update(objective="capex", tco_usd=471_198.0)
+    longer = _row("longer", objective=531_997.0, overrides={"horizon_years": 5})
+    longer["objective"] = "tco"
+    wb = load_workbook(write_whatif_workbook([base, capex, longer], tmp_path / "w.xlsx"))
+    lines = {r[0].value: [c.value for c in r[1:]] for r in wb["Scenarios"].iter_rows(min_row=2) if r[0].value}
+    assert lines["Δ objective vs base ($)"] == [0.0, None, 60_799.0]
+    assert lines["Δ objective vs base (%)"][1] is None
+    assert lines["note"][1].startswith("objective capex, the base's tco")
+    assert lines["TCO ($)"] == [471_198.0, 471_198.0, 531_997.0]
+
+
+def test_the_fleet_sheet_of_a_scenario_without_a_fleet_shows_no_zero_dollars(tmp_path):
+    wb = load_workbook(write_whatif_workbook([_row("base", "base"), _infeasible("tiny-power")], tmp_path / "w.xlsx"))
+    ws = wb["Fleet tiny-power"]
+    values = {ws.cell(row=r, column=1).value: ws.cell(row=r, column=2).value for r in range(2, 6)}
+    assert values["status"] == "infeasible"
+    assert "objective ($)" in values and values["objective ($)"] is None  # was 0, a $0 plan
+    assert wb["Fleet base"].cell(row=5, column=2).value == 100_000.0

@@ -361,6 +361,27 @@ def test_report_cli_writes_workbook(run_cli, tmp_path):
     assert out.is_file() and str(out) in r.stdout
 
 
+def test_report_cli_warns_when_the_jsons_totals_are_not_its_rows(run_cli, tmp_path):
+    # a hand-edited price: the workbook's formulas use the rows (8 × $17,839 + the rest = $382,712 of capex) while
+    # the file still says $462,712; the report used to say only "wrote", the difference hidden on the Method sheet
+    data = load_sample()
+    data["fleet"][0]["purchase_usd"] = 17_839.0
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(data))
+    out = tmp_path / "r.xlsx"
+    r = run_cli("report", plan, "--out", out)
+    assert r.code == 0 and out.is_file()
+    lines = r.stderr.splitlines()
+    assert lines[0] == (f"warning: {plan}: the plan result's capex_usd ($462,712) is not what its fleet rows and "
+                        "assumptions give ($382,712); this workbook's formulas use the rows (a hand-edited file, or "
+                        "one from another gpuplan version?)")
+    assert "tco_usd ($709,375)" in lines[1] and len(lines) == 2
+    method = openpyxl.load_workbook(out)["Method"]
+    assert any("capex_usd ($462,712)" in str(c.value) for row in method.iter_rows() for c in row)
+    unedited = run_cli("report", SAMPLE, "--out", tmp_path / "s.xlsx")
+    assert unedited.code == 0 and unedited.stderr == ""
+
+
 @pytest.mark.parametrize("mutate,needle", [
     (lambda d: d.pop("assumptions"), "assumptions: required field is missing"),
     (lambda d: d["fleet"][0].pop("gpus"), "fleet.0.gpus: required field is missing"),

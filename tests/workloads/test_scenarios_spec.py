@@ -101,3 +101,20 @@ def test_a_variant_overrides_the_base_entry_spelled_otherwise(tmp_path):
     by = {s.name: s for s in load_scenarios(file, load_catalog())[2]}
     assert by["v"].plan.devices == {"h200-sxm": {"purchase_usd": 24000, "cloud_usd_per_gpu_hour": 3.0}}
     assert by["v"].plan.inventory == {"h100-sxm": 16} and by["base"].plan.inventory == {"h100-sxm": 4}
+
+
+def test_a_budget_sweep_on_a_cloud_plan_is_an_error(tmp_path):
+    # objective cloud has capex 0 at any fleet size: every budget level "served" the search's ceiling, 1024x the
+    # demand with a $834M rental under a $100,000 budget
+    plan = yaml.safe_load((EXAMPLES / "chat-fleet.yaml").read_text())
+    plan["objective"] = "cloud"
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"plan": plan, "sweeps": [
+        {"name": "b", "kind": "budget", "from": 1e5, "to": 2e5, "steps": 2}]}))
+    with pytest.raises(WorkloadError, match=r"sweeps\.b: a budget sweep caps capex .* objective cloud .* "
+                                            r"set objective: tco or capex"):
+        load_scenarios(path, load_catalog())
+    plan["objective"] = "capex"
+    path.write_text(yaml.safe_dump({"plan": plan, "sweeps": [
+        {"name": "b", "kind": "budget", "from": 1e5, "to": 2e5, "steps": 2}]}))
+    assert [s.mode for s in load_scenarios(path, load_catalog())[2]] == ["min_cost", "max_demand", "max_demand"]
