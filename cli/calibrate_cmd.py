@@ -39,7 +39,7 @@ def calibrate(
     from catalog.files import read_bytes
     from cli.validate_cmd import load_all, missed_configurations, resolve_measurement_paths
     from optimizer.calibration.calibrate import calibrate as fit_and_band
-    from optimizer.calibration.calibrate import missing_bands_note, online_rows_used
+    from optimizer.calibration.calibrate import few_rows_note, missing_bands_note, online_rows_used
     from optimizer.models.params import load_params, params_to_yaml
 
     paths = resolve_measurement_paths(measurements or [], shipped)
@@ -60,9 +60,10 @@ def calibrate(
               "use with --params FILE; see optimizer/models/params.py for the meaning of each field")
     outputs.write({"--out": params_to_yaml(fitted, header)})
     bands_note = missing_bands_note(fitted) if bands else None
+    rows_note = few_rows_note(fitted, n_online)
     if json_out:
         print_json({"out": str(out), "params": fitted.model_dump(mode="json", exclude_none=True),
-                    "missing_bands": bands_note})
+                    "missing_bands": bands_note, "few_rows": rows_note})
         return
     rows_out = [[k, v] for k, v in fitted.model_dump(exclude={"overrides", "fit", "error_bands", "coverage"}).items()]
     rows_out += [[f"override {o.selector}",
@@ -83,8 +84,9 @@ def calibrate(
                  f" (absolute, on offline output tokens/s)"
                  + (f"; also fitted to {n_online} online-serving rows (weight {online_weight:g})" if n_online else "")
                  + f"; written to {out}", markup=False)
-    if bands_note:
-        stdout.print(f"warning: {bands_note}", markup=False)
+    for note in (rows_note, bands_note):
+        if note:
+            stdout.print(f"warning: {note}", markup=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -21,7 +21,7 @@ from catalog.load import Catalog
 from optimizer.calibration.bands import coverage, error_bands, leave_out, leave_out_summary
 from optimizer.calibration.fit import fit_params, online_fit_rows
 from optimizer.calibration.measurements import Measurement
-from optimizer.models.params import CalibrationParams
+from optimizer.models.params import FACTOR_FIELDS, CalibrationParams
 
 LEAVE_OUT_GROUPINGS = ("source_group", "device", "generation")
 STRUCTURE_FIELDS = ("offline_whole_prompts", "offline_prefill_chunk_tokens", "ep_allgather", "class_shrinkage",
@@ -76,3 +76,34 @@ def missing_bands_note(params: CalibrationParams) -> str | None:
             "add rows from another source group, device or generation (or calibrate with --shipped) for bands "
             "from held-out data")
 
+
+
+# Rows (offline + online) per fitted value below which `gpuplan calibrate` warns that the fit says little beyond
+# its rows: the shipped fit moves 36 values on 635 offline rows (17.6 per value); examples/measurements-example.csv
+# moves 22 on 4 offline and 2 online rows and matches them to 0.0 %.
+ROWS_PER_FITTED_VALUE = 3.0
+
+
+def fitted_value_count(params: CalibrationParams) -> int:
+    """Values the fit moved: top-level numeric fields away from their defaults, plus every factor a class
+    override sets."""
+    default = CalibrationParams()
+    top = sum(1 for k, v in params.model_dump(exclude={"overrides", "fit", "error_bands", "coverage"}).items()
+              if isinstance(v, (int, float)) and not isinstance(v, bool) and v != getattr(default, k))
+    return top + sum(1 for o in params.overrides for k in FACTOR_FIELDS if getattr(o, k, None) is not None)
+
+
+def few_rows_note(params: CalibrationParams, online_rows: int = 0) -> str | None:
+    """One line when the fit moved more values than its rows can pin down (fewer than ROWS_PER_FITTED_VALUE rows
+    per value), or None: such a fit matches its rows closely whatever the truth, and every device a plan may
+    buy — the ones the rows never measured too — takes its values."""
+    if params.fit is None:
+        return None
+    rows, values = params.fit.rows_used + online_rows, fitted_value_count(params)
+    if not values or rows >= ROWS_PER_FITTED_VALUE * values:
+        return None
+    return (f"the fit moved {values} values on {rows} rows (fewer than {ROWS_PER_FITTED_VALUE:g} rows a value): its "
+            f"{params.fit.median_abs_pct_error:g} % median error on them says little beyond them, and every device "
+            "a plan may buy takes these values, the unmeasured ones too; to add your rows to the shipped "
+            "measurements instead: `gpuplan calibrate --shipped YOURS.csv --out FILE` (--no-bands skips the slow "
+            "leave-out refits)")
