@@ -15,7 +15,8 @@ A band is the 10th–90th percentile of true / predicted capacity (true capacity
 factor × predicted), from validation residuals:
 
 - measured: the device's own fit record, p90 of |predicted/measured − 1| = e over its
-  n rows gives [1/(1 + e), 1/(1 − e)] (covers ≥ 80 % of its rows, two-sided);
+  n rows gives [1/(1 + e), 1/(1 − e)] (covers ≥ 80 % of its rows, two-sided), widened to contain
+  ``MEASURED_BAND_FLOOR`` (an in-sample error is no out-of-sample band);
 - same-generation: ``SAME_GENERATION_BAND``, out-of-sample residuals of the shipped
   calibration on 49 H200 SXM throughput rows it was not fitted on (Hopper measured on
   H100 only), widened to contain the band of every measured device of that generation;
@@ -69,6 +70,12 @@ SAME_GENERATION_BAND = (0.392, 1.417)
 # (https://www.amd.com/en/developer/resources/rocm-hub/dev-ai/performance-results.html, 2025-07-16..2025-11-03;
 # https://github.com/ROCm/vllm/blob/documentation/docs/dev-docker/README.md, 2025-01..2025-11).
 DATASHEET_ONLY_BAND = (0.539, 1.488)
+# The narrowest band a measured device gets without a leave-out band of its own (a file from `gpuplan calibrate
+# --no-bands`, or one whose data held nothing to hold out): the shipped calibration's class-a band, the 10th-90th
+# percentile of 769 leave-one-source-group-out predictions of measured devices (the shipped fit). A fit's own
+# in-sample p90 says how well it matches its rows, not how well it predicts the next run: six rows of one source
+# group fitted to a p90 of 2.7 % rated their device ×0.97-1.03.
+MEASURED_BAND_FLOOR = (0.767, 1.275)
 # Fewer rows than this in a device's fit record do not make it "measured".
 MIN_MEASURED_ROWS = 5
 # A p90 |error| of 90 % or more leaves no upper bound worth stating; cap the band there.
@@ -215,7 +222,7 @@ def _fallback_fidelity(device: Device, engine: str, params: CalibrationParams, d
     contain the leave-out bands the file does carry for the better classes (``gpuplan calibrate`` on data with
     two source groups but one device writes class a only): a class is never trusted more than a better one."""
     measured = measured_devices(params)
-    bands = {k: measured_band(p90) for k, (_, p90) in measured.items()}
+    bands = {k: _envelope(measured_band(p90), MEASURED_BAND_FLOOR) for k, (_, p90) in measured.items()}
     letter = fallback_letter(device, engine, params, devices, ep)
     better = [(b.low_factor, b.high_factor) for k, b in params.error_bands.items() if k in classes_up_to(letter)[:-1]]
     if letter == "a":

@@ -28,10 +28,10 @@ import pytest
 from catalog import load_catalog
 from optimizer.models.fidelity import (
     DATASHEET_ONLY_BAND,
+    MEASURED_BAND_FLOOR,
     SAME_GENERATION_BAND,
     fallback_letter,
     fidelity_of,
-    measured_band,
 )
 from optimizer.models.params import CalibrationParams, Coverage, ErrorBand, FitRecord, load_params
 from optimizer.optimize import optimize_plan
@@ -155,19 +155,33 @@ def _fit(**by_device: float) -> FitRecord:
 
 def test_fallback_without_coverage_rates_another_engine_as_its_generation():
     """No coverage: the fit's H100 rows count as TensorRT-LLM (its default engine). p90 20 % →
-    measured band [1/1.2, 1/0.8] = [0.8333, 1.25]; with vLLM it is same-generation, band the
-    envelope of SAME_GENERATION_BAND and that measured band."""
+    in-sample band [1/1.2, 1/0.8] = [0.8333, 1.25], widened to contain MEASURED_BAND_FLOOR (0.767, 1.275):
+    [0.767, 1.275]; with vLLM it is same-generation, band the envelope of SAME_GENERATION_BAND and that
+    measured band."""
     cat = load_catalog()
     params = CalibrationParams(fit=_fit(h100_sxm=20.0))
     h100 = cat.devices["h100-sxm"]
     trt = fidelity_of(h100, params, cat.devices)
     vllm = fidelity_of(h100, params, cat.devices, engine="vllm")
-    assert trt.class_ == "measured" and (trt.low_factor, trt.high_factor) == pytest.approx((1 / 1.2, 1.25))
+    assert trt.class_ == "measured" and (trt.low_factor, trt.high_factor) == pytest.approx((0.767, 1.275))
     assert vllm.class_ == "same-generation" and "not served by vllm" in vllm.basis
     assert (vllm.low_factor, vllm.high_factor) == pytest.approx(
-        (min(SAME_GENERATION_BAND[0], 1 / 1.2), max(SAME_GENERATION_BAND[1], 1.25)))
+        (min(SAME_GENERATION_BAND[0], 0.767), max(SAME_GENERATION_BAND[1], 1.275)))
     assert fidelity_of(h100, params, cat.devices, ep=8).class_ == "measured"  # no ep record: the device's class
     assert fallback_letter(cat.devices["mi300x"], "vllm", params, cat.devices) == "c"
+
+
+def test_an_in_sample_fit_never_rates_its_device_tighter_than_the_leave_out_floor():
+    """Six rows of one source group fitted to a p90 |error| of 2.7 % (review 2026-12-07): in-sample
+    [1/1.027, 1/0.973] = [0.9737, 1.0277], which said ±3 %; rated by MEASURED_BAND_FLOOR (0.767, 1.275) instead,
+    the shipped calibration's leave-one-source-group-out band of measured devices. A p90 of 40 % keeps its own,
+    wider band [1/1.4, 1/0.6] = [0.7143, 1.6667]."""
+    cat = load_catalog()
+    h100 = cat.devices["h100-sxm"]
+    tight = fidelity_of(h100, CalibrationParams(fit=_fit(h100_sxm=2.7)), cat.devices)
+    assert tight.class_ == "measured" and (tight.low_factor, tight.high_factor) == pytest.approx((0.767, 1.275))
+    wide = fidelity_of(h100, CalibrationParams(fit=_fit(h100_sxm=40.0)), cat.devices)
+    assert (wide.low_factor, wide.high_factor) == pytest.approx((1 / 1.4, 1 / 0.6))
 
 
 def test_fallback_with_coverage_follows_its_engine_and_ep_pairs():
@@ -181,7 +195,8 @@ def test_fallback_with_coverage_follows_its_engine_and_ep_pairs():
     assert fidelity_of(h100, params, cat.devices, ep=8).class_ == "measured"
     tp = fidelity_of(mi300x, params, cat.devices, engine="vllm")
     ep8 = fidelity_of(mi300x, params, cat.devices, engine="vllm", ep=8)
-    assert tp.class_ == "measured" and (tp.low_factor, tp.high_factor) == pytest.approx(measured_band(30.0))
+    # p90 30 %: [1/1.3, 1/0.7] = [0.7692, 1.4286], its low end widened to the floor's 0.767
+    assert tp.class_ == "measured" and (tp.low_factor, tp.high_factor) == pytest.approx((0.767, 1 / 0.7))
     assert ep8.class_ == "same-generation" and "never with expert parallelism (ep 8)" in ep8.basis
     assert ep8.low_factor <= tp.low_factor and ep8.high_factor >= tp.high_factor  # nested
     sg = fidelity_of(mi300x, params, cat.devices, engine="sglang")
@@ -249,8 +264,8 @@ def test_a_file_with_the_class_a_band_only_rates_its_device_by_it():
     assert b200.class_ == "datasheet-only"
     assert (b200.low_factor, b200.high_factor) == pytest.approx(
         (min(DATASHEET_ONLY_BAND[0], SAME_GENERATION_BAND[0]), 1.60))
-    # without the band: the in-sample record, and the basis says it is one
+    # without the band: the in-sample record (×0.9709–1.0309) widened to MEASURED_BAND_FLOOR, and the basis says so
     bare = fidelity_of(cat.devices["h100-sxm"], params.model_copy(update={"error_bands": {}}), cat.devices,
                        engine="vllm")
-    assert (bare.low_factor, bare.high_factor) == pytest.approx(measured_band(3.0))
+    assert (bare.low_factor, bare.high_factor) == pytest.approx(MEASURED_BAND_FLOOR)
     assert "in-sample p90 |error| 3.0 %" in bare.basis and "no leave-out band" in bare.basis
