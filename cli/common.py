@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from catalog import Catalog
+    from optimizer.models.params import CalibrationParams
 
 CatalogOpt = Annotated[
     Path | None,
@@ -132,6 +133,20 @@ def load(catalog: Path | None = None, model_config: Path | None = None) -> Catal
     if model_config is not None:
         cat = cat.with_model(model_from_hf_config(model_config))
     return cat
+
+
+def load_calibration(path: Path | None, cat: Catalog) -> CalibrationParams:
+    """The calibration of ``--params`` (None: the shipped one). A file without a fit record (hand-written: ``{}``,
+    or one factor) holds the built-in defaults for every field it leaves out, not the shipped calibration's
+    values: a warning on stderr says so, as nothing else would."""
+    from optimizer.models.params import load_params  # pydantic + YAML: not at `gpuplan --help`
+
+    params = load_params(path, cat)
+    if path is not None and params.fit is None:
+        sys.stderr.write(f"warning: {clean(str(path))} has no fit record (not written by `gpuplan calibrate`): every "
+                         "field it leaves out is the built-in default, not the shipped calibration's value; to change "
+                         "one factor of the shipped calibration, edit a copy of optimizer/models/data/calibration.yaml\n")
+    return params
 
 
 def print_json(obj: Any) -> None:

@@ -13,6 +13,7 @@ from cli.common import (
     ModelConfigOpt,
     ParamsOpt,
     load,
+    load_calibration,
     print_json,
     stdout,
     table,
@@ -137,7 +138,6 @@ def estimate(
     from optimizer.models.configs import build_configs
     from optimizer.models.estimate import estimate_config, estimate_serving
     from optimizer.models.lengths import fit_window, length_from_flags
-    from optimizer.models.params import load_params
     from workloads.spec import SLO
 
     check_qps(qps)
@@ -164,7 +164,7 @@ def estimate(
         if value is not None and not value > 0:
             raise ModelError(f"{flag} must be a positive number of milliseconds (got {value:g})")
     cat = load(catalog, model_config)
-    m, d, q, p = cat.model(model), cat.device(device), cat.precision(precision), load_params(params, cat)
+    m, d, q, p = cat.model(model), cat.device(device), cat.precision(precision), load_calibration(params, cat)
     check_sharding(m, d, tp, pp, ep, engine)
     check_context(m, input_tokens, output_tokens, input_p99, output_p99)
     check_batch(batch, max_batch)
@@ -193,12 +193,11 @@ def _estimate_pair(model, precision, input_tokens, output_tokens, prefill_device
         estimate_pair,  # numpy and the models: not at `gpuplan --help`
     )
     from optimizer.models.lengths import length_from_flags
-    from optimizer.models.params import load_params
     if slo.ttft_p99_ms is None or (slo.tpot_p99_ms is None and slo.e2e_p99_ms is None):
         raise ModelError("a disaggregated pair needs --ttft-p99-ms and --tpot-p99-ms (or --e2e-p99-ms) "
                          "to split between its pools")
     cat = load(catalog, model_config)
-    m, q, p = cat.model(model), cat.precision(precision), load_params(params, cat)
+    m, q, p = cat.model(model), cat.precision(precision), load_calibration(params, cat)
     dp, dd = cat.device(prefill_device), cat.device(decode_device)
     check_sharding(m, dp, prefill_tp, pp, 1, engine, "--prefill-tp")
     check_sharding(m, dd, decode_tp, pp, 1, engine, "--decode-tp")

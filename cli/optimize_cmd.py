@@ -34,6 +34,7 @@ from cli.common import (
     cache_off,
     fmt,
     load,
+    load_calibration,
     safe_console,
     stdout,
     table,
@@ -81,7 +82,6 @@ def optimize(
     # the optimizer (numpy, pulp, pydantic) loads when the command runs, not at `gpuplan --help`
     with without_gc():
         from catalog.files import read_bytes
-        from optimizer.models.params import load_params
         from optimizer.results.plan_result import Provenance
         from workloads.load import load_plan, resolve_catalog
 
@@ -97,7 +97,7 @@ def optimize(
     cat = resolve_catalog(plan, cat, str(plan_path))
     if confidence is not None:
         plan = plan.model_copy(update={"confidence": confidence})
-    calibration = load_params(params, cat) if capacity_table is None else None
+    calibration = load_calibration(params, cat) if capacity_table is None else None
     digest = hashlib.sha256(read_bytes(plan_path, "plan", WorkloadError)).hexdigest()
     result = cached_optimize(plan, cat, calibration, options, Provenance(str(plan_path), digest), capacity_table,
                              n_buckets, sensitivity, verify)

@@ -10,7 +10,7 @@ import typer
 
 from catalog.errors import ModelError
 from catalog.outputs import Output, plan_outputs
-from cli.common import CatalogOpt, ModelConfigOpt, ParamsOpt, load, stdout
+from cli.common import CatalogOpt, ModelConfigOpt, ParamsOpt, load, load_calibration, stdout
 from cli.config_check import check_context, check_sharding
 from cli.estimate_cmd import DeviceOpt, InputOpt, ModelOpt, OutputOpt, PpOpt, PrecisionOpt, TpOpt
 
@@ -53,7 +53,6 @@ def roofline(
     """Plot output tokens/s and time per token against batch with memory/compute roofs and the KV limit."""
     # the models (numpy, pydantic) load when the command runs, not at `gpuplan --help`
     from optimizer.models.configs import build_configs
-    from optimizer.models.params import load_params
     from optimizer.models.perf import max_sequences, tpot_bound_ms
 
     outputs = plan_outputs([Output("--out", out, (".png",))], (params, catalog, model_config))
@@ -61,7 +60,7 @@ def roofline(
     m, d, q = cat.model(model), cat.device(device), cat.precision(precision)
     check_sharding(m, d, tp, pp, 1, None)
     check_context(m, input_tokens, output_tokens)
-    c = build_configs(m, [(d, q, tp, pp)], load_params(params, cat))
+    c = build_configs(m, [(d, q, tp, pp)], load_calibration(params, cat))
     if not c.runnable[0]:
         raise ModelError(f"{c.keys[0]}: cannot plot, {c.reason[0]}")
     max_conc = int(max_sequences(c, input_tokens + output_tokens)[0])

@@ -14,6 +14,7 @@ from cli.common import (
     ModelConfigOpt,
     ParamsOpt,
     load,
+    load_calibration,
     print_json,
     stdout,
     table,
@@ -72,7 +73,6 @@ def simulate(
     # the models (numpy, pydantic) load when the command runs, not at `gpuplan --help`
     from optimizer.models import perf, serving
     from optimizer.models.configs import build_configs
-    from optimizer.models.params import load_params
     from optimizer.models.simulate import simulate as run_simulation
 
     if not qps > 0:
@@ -84,7 +84,7 @@ def simulate(
     m, d = cat.model(model), cat.device(device)
     check_sharding(m, d, tp, pp, ep, engine)
     check_context(m, input_tokens, output_tokens, input_p99, output_p99)
-    c = build_configs(m, [(d, cat.precision(precision), tp, pp)], load_params(params, cat), engines=engine, ep=ep,
+    c = build_configs(m, [(d, cat.precision(precision), tp, pp)], load_calibration(params, cat), engines=engine, ep=ep,
                       max_batch=max_batch)
     if not bool(c.runnable[0]):
         raise ModelError(f"{c.keys[0]} cannot run: {c.reason[0]}")

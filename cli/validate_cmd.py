@@ -7,12 +7,12 @@ import os
 from pathlib import Path
 
 from catalog.errors import GpuplanError
-from cli.common import fmt, load, print_json, stdout, table
+from cli.common import fmt, load, load_calibration, print_json, stdout, table
 from optimizer.calibration.measurements import load_measurements
 from optimizer.calibration.report import validate
 from optimizer.calibration.shipped import SHIPPED_MEASUREMENT_FILES, shipped_measurements
 from optimizer.models.fidelity import fidelity_of
-from optimizer.models.params import MIN_CONFIGURATION_ROWS, configuration_of, load_params
+from optimizer.models.params import MIN_CONFIGURATION_ROWS, configuration_of
 
 
 def resolve_measurement_paths(paths: list[Path], shipped: bool) -> list[Path]:
@@ -56,7 +56,7 @@ def load_all(paths: list[Path], cat) -> list:
 def validate_measurements(paths: list[Path], catalog: Path | None, params: Path | None, json_out: bool) -> None:
     """Predict every row of ``paths`` it can and print the errors (see ``optimizer.calibration.report``)."""
     cat = load(catalog)
-    p = load_params(params, cat)
+    p = load_calibration(params, cat)
     result = validate(load_all(paths, cat), cat, p)
     path = ", ".join(str(p) for p in paths)
     if json_out:

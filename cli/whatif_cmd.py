@@ -22,6 +22,7 @@ from cli.common import (
     cache_off,
     fmt,
     load,
+    load_calibration,
     stdout,
     table,
 )
@@ -85,6 +86,8 @@ def whatif(
     outputs = plan_outputs(specs, (path, *scenario_inputs(read_scenario_file(path), path), catalog, params))
     cat = load(catalog)
     spec, _base_data, scenarios = load_scenarios(path, cat)
+    if params is not None:
+        load_calibration(params, cat)  # its errors and its warning now, before any scenario runs
     options = ScenarioOptions(catalog_path=str(catalog) if catalog else None,
                               params_path=str(params) if params else None,
                               solver=SolverOptions(time_limit_s=aliased(
