@@ -129,7 +129,7 @@ def _render(rows: list[dict[str, Any]], u: dict[str, Any] | None) -> None:
         money = [fmt(r["objective_usd"]), fmt(r["capex_usd"])] if has_plan(r) else ["—", "—"]
         t_rows.append([r["name"], r["status"], *money, fleet, served, _slo_text(r),
                        fmt(r["power_kw"], 1) if has_plan(r) else "—"])
-    stdout.print(table("What-if scenarios", ["scenario", "status", "objective $", "capex $", "fleet (GPUs)",
+    stdout.print(table("What-if scenarios", ["scenario", "status", "objective $", "capex $", "fleet (GPUs in use)",
                                              "served demand", "p99 vs SLO (ms)", "power kW"], t_rows,
                        right={"objective $", "capex $", "power kW"}))
     if u is not None:

@@ -153,7 +153,7 @@ def _scenario_columns(rows: Sequence[dict[str, Any]]) -> list[tuple[str, list[An
     for key, label, fmt in ROWS:
         lines.append((label, [_cell(r, key) for r in rows], fmt))
     for d in devices:
-        lines.append((f"GPUs: {d}", [r["fleet"].get(d, 0) if has_plan(r) else None for r in rows], "#,##0"))
+        lines.append((f"GPUs in use: {d}", [r["fleet"].get(d, 0) if has_plan(r) else None for r in rows], "#,##0"))
     for name in workloads:
         for field, label in (("met", "SLOs met"), ("ttft_p99_ms", "TTFT p99 ms"), ("tpot_p99_ms", "TPOT p99 ms"),
                              ("e2e_p99_ms", "E2E p99 ms")):

@@ -82,9 +82,9 @@ def test_a_scenario_without_a_fleet_is_not_a_zero_dollar_plan(tmp_path):
     assert lines["Δ objective vs base ($)"] == [0.0, None, None] and lines["Δ objective vs base (%)"] == [0.0, None, None]
     assert lines["status"] == ["optimal", "infeasible", "infeasible"]
     for label in ("objective ($)", "capex ($)", "TCO ($)", "power (kW)", "GPUs", "demand multiplier served",
-                  "served demand (req/s)", "GPUs: h100-sxm"):
+                  "served demand (req/s)", "GPUs in use: h100-sxm"):
         assert lines[label][1] is None, label
-    assert lines["objective ($)"][0] == 100_000.0 and lines["GPUs: h100-sxm"] == [8, None, None]
+    assert lines["objective ($)"][0] == 100_000.0 and lines["GPUs in use: h100-sxm"] == [8, None, None]
     assert lines["demand multiplier served"] == [1.0, None, 0.0] and lines["served demand (req/s)"] == [1.0, None, 0.0]
     assert lines["objective ($)"][2] is None
     mc = wb["Monte Carlo"]
