@@ -484,5 +484,9 @@ def model_candidates(
                                       f"max_power_kw ({plan.max_power_kw:,g} kW) is not applied under objective "
                                       "cloud: rented GPUs draw power in the provider's facility, not yours "
                                       "(inventory still caps the GPUs of each device)"))
+    if plan.objective == "cloud" and plan.budget.capex_usd is not None:
+        diagnostics.append(Diagnostic("info", "capex_budget_not_applied",
+                                      f"budget.capex_usd (${plan.budget.capex_usd:,.0f}) limits nothing under "
+                                      "objective cloud: rented GPUs cost no capex; budget.annual_usd caps the rental"))
     allowed = tuple(plan.allowed_devices) if plan.allowed_devices is not None else None
     return CandidateSet(workloads, units, tuple(diagnostics), plan.objective, allowed)

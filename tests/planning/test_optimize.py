@@ -151,6 +151,17 @@ def test_a_cloud_plan_is_not_held_to_the_rooms_power_cap():
     assert "h100-sxm" not in {f.device for f in r.fleet}  # inventory still applies: a rental quota
     assert [d.code for d in r.diagnostics if d.code == "power_cap_not_applied"] == ["power_cap_not_applied"]
     assert check_plan(r, cloud) == []
+    assert not any(d.code == "capex_budget_not_applied" for d in r.diagnostics)
+
+
+def test_a_cloud_plan_says_its_capex_budget_limits_nothing():
+    plan, catalog = load("chat-fleet.yaml")
+    cloud = plan.model_copy(update={"objective": "cloud",
+                                    "budget": plan.budget.model_copy(update={"capex_usd": 1000.0})})
+    r = optimize_plan(cloud, catalog, load_params(None), verify=False, sensitivity=False)
+    assert r.status == SolveStatus.OPTIMAL and r.capex_usd == 0.0
+    note = [d.message for d in r.diagnostics if d.code == "capex_budget_not_applied"]
+    assert len(note) == 1 and "budget.capex_usd ($1,000) limits nothing under objective cloud" in note[0]
 
 
 def half_budget_plan(chat_result):
