@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from catalog.errors import CatalogError, WorkloadError, suggest
 from catalog.files import format_validation_error, read_yaml
 from catalog.load import Catalog
+from catalog.schema import Model
 from workloads.spec import LengthDist, Plan, Workload
 
 
@@ -33,6 +34,19 @@ def _longest(dist: LengthDist) -> float:
     if dist.histogram is not None:
         return max(t for t, _ in dist.histogram)
     return dist.p99_tokens
+
+
+def _check_draft(draft: Model, target: Model, where: str) -> None:
+    """A draft model proposes token ids the target verifies: it must share the target's vocabulary (same size),
+    and be smaller (fewer active parameters) to propose faster than the target decodes."""
+    if draft.vocab_size != target.vocab_size:
+        raise WorkloadError(f"{where}: {draft.key} has a vocabulary of {draft.vocab_size:,} tokens and {target.key} "
+                            f"of {target.vocab_size:,}: a draft must use its target's tokenizer; pick a smaller model "
+                            "of the target's family")
+    if draft.active_params_b >= target.active_params_b:
+        raise WorkloadError(f"{where}: {draft.key} ({draft.active_params_b:g}B active parameters) is no smaller than "
+                            f"{target.key} ({target.active_params_b:g}B): a draft must be smaller than its target to "
+                            "propose tokens faster than it decodes them")
 
 
 def _check_context(w: Workload, i: int, model: str, context: int, where: str) -> None:
@@ -70,9 +84,10 @@ def resolve_catalog(plan: Plan, catalog: Catalog, where: str) -> Catalog:
                                 "layers (mtp_layers 0, config.json num_nextn_predict_layers); use method eagle or draft")
         if w.speculative is not None and w.speculative.draft_model is not None:
             try:
-                catalog.model(w.speculative.draft_model)
+                draft = catalog.model(w.speculative.draft_model)
             except CatalogError as exc:
                 raise WorkloadError(f"{where}: workloads[{i}].speculative.draft_model: {exc}") from None
+            _check_draft(draft, model, f"{where}: workloads[{i}].speculative.draft_model")
         for j, p in enumerate(w.precisions):
             if p not in catalog.precisions:
                 raise WorkloadError(

@@ -284,6 +284,21 @@ def test_unknown_draft_model_names_the_field():
         resolve_catalog(Plan(workloads=[w]), CAT, "plan.yaml")
 
 
+def test_a_draft_must_share_the_vocabulary_and_be_smaller():
+    """DeepSeek-R1 (vocabulary 129,280) cannot draft for Llama-3.1-70B (128,256): the target verifies the draft's
+    token ids; Llama-3.1-70B cannot draft for itself or a smaller Llama (70B active >= 8B); Llama-3.1-8B for the
+    70B is accepted."""
+    def plan(draft, target="llama-3.1-70b"):
+        spec = {"method": "draft", "draft_model": draft, "tokens": 3, "acceptance_rate": 0.7}
+        return Plan(workloads=[{**BASE, "model": target, "speculative": spec}])
+    with pytest.raises(WorkloadError, match=r"draft_model: deepseek-r1 has a vocabulary of 129,280 tokens and "
+                                            r"llama-3.1-70b of 128,256"):
+        resolve_catalog(plan("deepseek-r1"), CAT, "plan.yaml")
+    with pytest.raises(WorkloadError, match=r"draft_model: llama-3.1-70b \(70.6B active parameters\) is no smaller"):
+        resolve_catalog(plan("llama-3.1-70b", "llama-3.1-8b"), CAT, "plan.yaml")
+    resolve_catalog(plan("llama-3.1-8b"), CAT, "plan.yaml")
+
+
 def test_mtp_needs_a_model_with_mtp_layers():
     w = {**BASE, "speculative": {"method": "mtp", "tokens": 1, "acceptance_rate": 0.85}}
     with pytest.raises(WorkloadError, match=r"speculative\.method: 'llama-3.1-70b' has no multi-token-prediction"):
