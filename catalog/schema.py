@@ -474,7 +474,8 @@ class Platform(Strict):
     name: str = Field(min_length=1, description="product name as an order would read, e.g. NVIDIA HGX H100 8-GPU")
     kind: PlatformKind
     devices: list[str] = Field(min_length=1, description="device keys bought on this platform")
-    gpus_per_server: PositiveInt
+    gpus_per_server: Annotated[int, Field(gt=0, le=DEVICE_CEILINGS["gpus_per_node"][0], description=(
+        "GPUs one server (board, rack, chassis) holds; at most the devices' gpus_per_node ceiling, 1,024"))]
     server_usd: Annotated[float, Field(ge=0, allow_inf_nan=False)]
     server_power_w: Annotated[float, Field(ge=0, allow_inf_nan=False)]
     nic_gb_s_per_gpu: Annotated[float, Field(ge=0, allow_inf_nan=False)]
