@@ -131,7 +131,11 @@ def load(catalog: Path | None = None, model_config: Path | None = None) -> Catal
 
     cat = load_catalog(catalog)
     if model_config is not None:
-        cat = cat.with_model(model_from_hf_config(model_config))
+        model = model_from_hf_config(model_config)
+        if model.key in cat.models:  # meant, often (a local copy of a catalog model), but never silently
+            sys.stderr.write(f"warning: --model-config {clean(str(model_config))} is read as model {model.key}, which "
+                             "replaces the catalog's model of that key for this run\n")
+        cat = cat.with_model(model)
     return cat
 
 

@@ -1,0 +1,40 @@
+"""Warnings on stderr for inputs that change more than they seem to: a hand-written --params file (no fit
+record: the fields it leaves out are the built-in defaults, not the shipped calibration's), and a --model-config
+read under a catalog model's key (it replaces that model)."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from cli.app import app
+
+ESTIMATE = ["estimate", "--model", "llama-3.1-8b", "--precision", "fp8", "--device", "h100-sxm", "--input-tokens", "128",
+            "--output-tokens", "128", "--batch", "1", "--json"]
+
+
+def test_a_params_file_without_a_fit_record_is_warned_about(tmp_path):
+    one = tmp_path / "one-factor.yaml"
+    one.write_text("memory_bandwidth_efficiency: 0.7\n")
+    r = CliRunner().invoke(app, [*ESTIMATE, "--params", str(one)])
+    assert r.exit_code == 0
+    assert "has no fit record" in r.stderr and "not the shipped calibration's value" in r.stderr
+    assert r.stdout.lstrip().startswith("{")  # the JSON on stdout stays clean
+
+
+def test_the_shipped_calibration_is_not_warned_about():
+    r = CliRunner().invoke(app, ESTIMATE)
+    assert r.exit_code == 0 and "fit record" not in r.stderr
+
+
+def test_a_model_config_that_replaces_a_catalog_model_says_so(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text('{"_name_or_path": "llama-3.1-8b", "num_hidden_layers": 32, "hidden_size": 4096, '
+                   '"num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, '
+                   '"vocab_size": 128256, "max_position_embeddings": 131072, "tie_word_embeddings": false}')
+    r = CliRunner().invoke(app, [*ESTIMATE, "--model-config", str(cfg)])
+    assert r.exit_code == 0 and "replaces the catalog's model of that key" in r.stderr
+    other = tmp_path / "other" / "config.json"
+    other.parent.mkdir()
+    other.write_text(cfg.read_text().replace('"llama-3.1-8b"', '"my-llama"'))
+    r = CliRunner().invoke(app, [*ESTIMATE, "--model-config", str(other)])
+    assert r.exit_code == 0 and "replaces" not in r.stderr
