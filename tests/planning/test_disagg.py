@@ -270,11 +270,20 @@ def test_estimate_pair_uses_the_engine_it_is_given(run_cli):
      "--max-batch and --batch apply to one"),
     (("--prefill-device", "h100-sxm", "--decode-device", "h20", "--device", "h100-sxm", "--max-throughput"),
      "--device and --max-throughput apply to one"),
+    # a pair's SLO and rate were checked only after the models ran: a pydantic traceback for a negative SLO,
+    # overflow RuntimeWarnings on stderr before the error for a negative rate
+    (("--prefill-device", "h100-sxm", "--decode-device", "h20", "--ttft-p99-ms", "-5", "--tpot-p99-ms", "50"),
+     "--ttft-p99-ms must be a positive number of milliseconds (got -5)"),
+    (("--prefill-device", "h100-sxm", "--decode-device", "h20", "--ttft-p99-ms", "1000", "--tpot-p99-ms", "0"),
+     "--tpot-p99-ms must be a positive number of milliseconds (got 0)"),
+    (("--prefill-device", "h100-sxm", "--decode-device", "h20", "--ttft-p99-ms", "1000", "--tpot-p99-ms", "50",
+      "--qps", "-1"), "request rate must be a positive number of requests per second (got -1)"),
 ])
 def test_estimate_pair_errors(run_cli, args, message):
     r = run_cli("estimate", "--model", "llama-3.1-70b", "--precision", "fp8", "--input-tokens", "1000",
                 "--output-tokens", "100", *args)
     assert r.code == 1 and message in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr  # one line: no traceback, no RuntimeWarning
 
 
 def test_infeasible_ttft_names_the_prefill_pool():
