@@ -322,3 +322,13 @@ def test_rag_example_survives_simulation(rag):
     w = plan.workloads[0].model_copy(update={"disaggregation": "never"})
     colocated = optimize_plan(plan.model_copy(update={"workloads": [w]}), CAT, PARAMS, verify=True)
     assert colocated.objective_usd > r.objective_usd
+
+
+def test_decode_pool_names_an_e2e_slo_below_the_ttft_slo():
+    """E2E p99 500 ms under a TTFT p99 of 1,000 ms leaves the decode pool E2E − TTFT = −500 ms: the pool said the SLO
+    had 'no ttft_p99_ms with a tpot_p99_ms or e2e_p99_ms to split', though it has both."""
+    pool = decode_pool_capacity(cfg("h100-sxm", 4), LengthDist(mean=2000), LengthDist(mean=300),
+                                SLO(ttft_p99_ms=1000, e2e_p99_ms=500), [400.0])
+    assert pool.limited_by == ["unservable"] and pool.max_qps[0] == 0
+    assert pool.why[0] == ("e2e_p99_ms 500 is not above ttft_p99_ms 1000: no time is left for the decode pool; "
+                           "raise e2e_p99_ms or drop it and give tpot_p99_ms")
