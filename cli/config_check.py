@@ -58,6 +58,8 @@ def check_qps(qps: float | None) -> None:
     slip; at 1e308 the queueing formulas overflowed into RuntimeWarnings on stderr."""
     from workloads.spec import MAX_QPS  # pydantic: not at `gpuplan --help`
 
+    if qps is not None and not qps > 0:  # checked here, before any model runs: a pair's queues warned on stderr first
+        raise ModelError(f"request rate must be a positive number of requests per second (got {qps:g}); give --qps > 0")
     if qps is not None and qps > MAX_QPS:
         raise ModelError(f"--qps {qps:g} is above {MAX_QPS:,.0f} requests/s; give the rate of one replica "
                          "in requests per second")

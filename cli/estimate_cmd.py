@@ -141,6 +141,9 @@ def estimate(
     from workloads.spec import SLO
 
     check_qps(qps)
+    for flag, value in (("--ttft-p99-ms", ttft_p99_ms), ("--tpot-p99-ms", tpot_p99_ms), ("--e2e-p99-ms", e2e_p99_ms)):
+        if value is not None and not value > 0:  # before the pair's SLO is built (a pydantic traceback there)
+            raise ModelError(f"{flag} must be a positive number of milliseconds (got {value:g})")
     if (prefill_device is None) != (decode_device is None):
         raise ModelError("give both --prefill-device and --decode-device for a disaggregated pair")
     if prefill_device is not None:
@@ -160,9 +163,6 @@ def estimate(
         raise ModelError("give --device (one configuration) or --prefill-device and --decode-device (a pair)")
     if batch is not None and max_throughput:
         raise ModelError("--batch and --max-throughput exclude each other; give one")
-    for flag, value in (("--ttft-p99-ms", ttft_p99_ms), ("--tpot-p99-ms", tpot_p99_ms), ("--e2e-p99-ms", e2e_p99_ms)):
-        if value is not None and not value > 0:
-            raise ModelError(f"{flag} must be a positive number of milliseconds (got {value:g})")
     cat = load(catalog, model_config)
     m, d, q, p = cat.model(model), cat.device(device), cat.precision(precision), load_calibration(params, cat)
     check_sharding(m, d, tp, pp, ep, engine)

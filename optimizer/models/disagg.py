@@ -236,9 +236,12 @@ def decode_pool_capacity(c: Configs, prompt: LengthDist, output: LengthDist, slo
     n = len(c)
     _, decode_slo = pool_slos(slo)
     if decode_slo is None:
-        return PoolCapacity("decode", np.zeros(n), ["unservable"] * n,
-                            ["the workload's SLO has no ttft_p99_ms with a tpot_p99_ms or e2e_p99_ms to split"] * n,
-                            t_kv, limit, None)
+        if slo.ttft_p99_ms is not None and slo.e2e_p99_ms is not None and slo.e2e_p99_ms <= slo.ttft_p99_ms:
+            why = (f"e2e_p99_ms {slo.e2e_p99_ms:g} is not above ttft_p99_ms {slo.ttft_p99_ms:g}: no time is left "
+                   "for the decode pool; raise e2e_p99_ms or drop it and give tpot_p99_ms")
+        else:
+            why = "the workload's SLO has no ttft_p99_ms with a tpot_p99_ms or e2e_p99_ms to split"
+        return PoolCapacity("decode", np.zeros(n), ["unservable"] * n, [why] * n, t_kv, limit, None)
     cap = capacity_at_slo(c, prompt, output, decode_slo, params, technique=decode_technique(technique))
     qps = np.minimum(cap.max_qps, limit)
     limited = ["kv_link" if limit[i] < cap.max_qps[i] else cap.limited_by[i] for i in range(n)]

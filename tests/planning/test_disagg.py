@@ -270,11 +270,20 @@ def test_estimate_pair_uses_the_engine_it_is_given(run_cli):
      "--max-batch and --batch apply to one"),
     (("--prefill-device", "h100-sxm", "--decode-device", "h20", "--device", "h100-sxm", "--max-throughput"),
      "--device and --max-throughput apply to one"),
+    # a pair's SLO and rate were checked only after the models ran: a pydantic traceback for a negative SLO,
+    # overflow RuntimeWarnings on stderr before the error for a negative rate
+    (("--prefill-device", "h100-sxm", "--decode-device", "h20", "--ttft-p99-ms", "-5", "--tpot-p99-ms", "50"),
+     "--ttft-p99-ms must be a positive number of milliseconds (got -5)"),
+    (("--prefill-device", "h100-sxm", "--decode-device", "h20", "--ttft-p99-ms", "1000", "--tpot-p99-ms", "0"),
+     "--tpot-p99-ms must be a positive number of milliseconds (got 0)"),
+    (("--prefill-device", "h100-sxm", "--decode-device", "h20", "--ttft-p99-ms", "1000", "--tpot-p99-ms", "50",
+      "--qps", "-1"), "request rate must be a positive number of requests per second (got -1)"),
 ])
 def test_estimate_pair_errors(run_cli, args, message):
     r = run_cli("estimate", "--model", "llama-3.1-70b", "--precision", "fp8", "--input-tokens", "1000",
                 "--output-tokens", "100", *args)
     assert r.code == 1 and message in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr  # one line: no traceback, no RuntimeWarning
 
 
 def test_infeasible_ttft_names_the_prefill_pool():
@@ -313,3 +322,13 @@ def test_rag_example_survives_simulation(rag):
     w = plan.workloads[0].model_copy(update={"disaggregation": "never"})
     colocated = optimize_plan(plan.model_copy(update={"workloads": [w]}), CAT, PARAMS, verify=True)
     assert colocated.objective_usd > r.objective_usd
+
+
+def test_decode_pool_names_an_e2e_slo_below_the_ttft_slo():
+    """E2E p99 500 ms under a TTFT p99 of 1,000 ms leaves the decode pool E2E − TTFT = −500 ms: the pool said the SLO
+    had 'no ttft_p99_ms with a tpot_p99_ms or e2e_p99_ms to split', though it has both."""
+    pool = decode_pool_capacity(cfg("h100-sxm", 4), LengthDist(mean=2000), LengthDist(mean=300),
+                                SLO(ttft_p99_ms=1000, e2e_p99_ms=500), [400.0])
+    assert pool.limited_by == ["unservable"] and pool.max_qps[0] == 0
+    assert pool.why[0] == ("e2e_p99_ms 500 is not above ttft_p99_ms 1000: no time is left for the decode pool; "
+                           "raise e2e_p99_ms or drop it and give tpot_p99_ms")

@@ -9,12 +9,13 @@ import numpy as np
 
 from optimizer.models import perf
 from optimizer.models.configs import Configs
-from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS, Z99
+from optimizer.models.constants import DEFAULT_PREFILL_CHUNK_TOKENS
 from optimizer.models.lengths import window_pair
 from optimizer.models.params import CalibrationParams
 from optimizer.models.serving.fixed_point import solve_state
 from optimizer.models.serving.latency import (
     SLO_LIMITS,
+    Z999,
     LoadResult,
     concave_step,
     evaluate_load,
@@ -93,7 +94,7 @@ def capacity_at_slo(
     is at the constant) × the replica's offline request rate (limited_by ``'utilization'``); None:
     no ceiling (the model's own limits, as scripts/agreement.py loads the replicas).
     Feasible(λ) = not saturated ∧ KV fits ∧ every given p99 ≤ its target, assumed monotone
-    in λ; its margin ``max(ln(p99/target), ln(kv_p999/kv_capacity), ln(b_p99/max_batch))``
+    in λ; its margin ``max(ln(p99/target), ln(kv_p999/kv_capacity), ln(b_p999/max_batch))``
     (∞ when saturated) is continuous, so the root is found by regula falsi (Illinois) in
     ln λ, with a geometric bisection step whenever the upper end is saturated or the
     previous step did not halve the bracket, until the bracket is within CAPACITY_RTOL. Unservable = infeasible at λ_lo = 1e-6·(scheduler-cap
@@ -256,7 +257,7 @@ class _Search:
         r = evaluate_load(cs, lam, ls, self.chunk, self.need, p50=False, state=st)
         with np.errstate(divide="ignore", invalid="ignore"):
             terms = [np.log(r.kv_p999_tokens / np.maximum(r.kv_capacity_tokens, 1e-300)),
-                     np.log(np.maximum(r.running_batch + Z99 * np.sqrt(r.running_batch), 1e-300)
+                     np.log(np.maximum(r.running_batch + Z999 * np.sqrt(r.running_batch), 1e-300)
                             / cs.batch_cap)]
             terms += [np.log(getattr(r, f"{k}_p99_ms") / t) for k, t in self.targets.items()]
         terms = np.nan_to_num(np.array(terms), nan=np.inf)
