@@ -20,7 +20,9 @@ A command declares its outputs and its inputs before doing any work::
 
 :meth:`Outputs.write` then writes every payload to a temporary file next to its target,
 flushed to disk, and only when all of them exist renames them over their targets: an error
-or interrupt before the renames leaves every earlier file as it was and no temp file behind.
+or interrupt before the renames leaves every earlier file as it was and no temp file behind;
+an interrupt during the renames is held until the last one is done (never half the set
+replaced), and :func:`committed_outputs` names what was written.
 New files get the permissions of any normally created file, ``0o666 & ~umask`` (0644 under
 umask 022), not ``mkstemp``'s 0600. A symlink to a regular file is written through (the
 link stays, its target is replaced). Every OSError becomes an :class:`OutputError` naming
@@ -58,8 +60,19 @@ def note_signal(signum: int) -> None:
 
 
 def forget_signals() -> None:
-    """Start a command with no signal recorded (``main`` also runs in-process, in tests)."""
+    """Start a command with no signal and no committed output recorded (``main`` also runs in-process, in tests)."""
     _SIGNALS_RECEIVED.clear()
+    _COMMITTED.clear()
+
+
+# Outputs renamed into place by this command (as the user wrote them): an interrupt that arrives after
+# :meth:`Outputs.write` committed them must not say "earlier outputs are left as they were" (cli.app).
+_COMMITTED: list[str] = []
+
+
+def committed_outputs() -> list[str]:
+    """The outputs this command has already replaced (``forget_signals`` starts a command with none)."""
+    return list(_COMMITTED)
 
 
 def raise_if_interrupted() -> None:
@@ -212,11 +225,19 @@ class Outputs:
                 blob = data.encode("utf-8") if isinstance(data, str) else data
                 staged.append((_stage(target, blob, mode), target))
             raise_if_interrupted()  # a signal while staging: no rename, the temp files go
-            for tmp, target in staged:
-                try:
-                    os.replace(tmp, target.real)  # type: ignore[arg-type]
-                except OSError as exc:
-                    raise OutputError(f"{target.option} {target.shown}: cannot write ({exc.strerror})") from None
+            # All renames or none: a signal between two of them (json replaced, workbook not) is only noted
+            # by the CLI's handler and raised once the last is done; the CLI then names them as written.
+            _DEFERRING[0] += 1
+            try:
+                for tmp, target in staged:
+                    try:
+                        os.replace(tmp, target.real)  # type: ignore[arg-type]
+                    except OSError as exc:
+                        raise OutputError(f"{target.option} {target.shown}: cannot write ({exc.strerror})") from None
+                    _COMMITTED.append(target.shown)
+            finally:
+                _DEFERRING[0] -= 1
+            raise_if_interrupted()
         finally:
             for tmp, _target in staged:
                 if os.path.lexists(tmp):

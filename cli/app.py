@@ -23,6 +23,7 @@ import typer
 from catalog.errors import GpuplanError
 from catalog.outputs import (
     Interrupted,
+    committed_outputs,
     forget_signals,
     interrupts_deferred,
     note_signal,
@@ -224,7 +225,9 @@ def main() -> None:
             raise
         _fail(str(exc))
     except (Interrupted, KeyboardInterrupt, typer.Abort):
-        sys.stderr.write("error: interrupted; earlier outputs are left as they were\n")
+        written = committed_outputs()  # a signal after the outputs were renamed into place: say so
+        sys.stderr.write(f"error: interrupted after writing {', '.join(map(clean, written))}\n" if written
+                         else "error: interrupted; earlier outputs are left as they were\n")
         sys.exit(130)
     except OSError as exc:
         if _state["debug"]:

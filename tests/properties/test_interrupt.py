@@ -21,6 +21,7 @@ import yaml
 from catalog.outputs import (
     Interrupted,
     Output,
+    committed_outputs,
     deferred_interrupts,
     forget_signals,
     note_signal,
@@ -282,3 +283,53 @@ def _signal_self_then_square(x: int) -> int:
     os.kill(os.getppid(), signal.SIGTERM)
     time.sleep(5.0)  # killed with the pool
     return x * x
+
+
+def test_a_signal_between_the_renames_replaces_every_output_or_none(tmp_path, monkeypatch):
+    """A SIGINT that arrives after the first output was renamed into place and before the second (the JSON
+    new, the workbook old: seen by signalling from os.replace) is held until the last rename is done: the
+    outputs are a consistent set, Interrupted is raised after, and the CLI is told what was written."""
+    out_json, out_xlsx = tmp_path / "result.json", tmp_path / "report.xlsx"
+    out_json.write_bytes(EARLIER)
+    out_xlsx.write_bytes(EARLIER)
+    outputs = plan_outputs([Output("--json", out_json, (".json",)), Output("--out", out_xlsx, (".xlsx",))])
+    real_replace, renames = os.replace, []
+
+    def replace_then_signal(src, dst):
+        real_replace(src, dst)
+        renames.append(dst)
+        if len(renames) == 1:
+            os.kill(os.getpid(), signal.SIGINT)  # delivered to the CLI's handler before the next bytecode
+
+    old = signal.signal(signal.SIGINT, cli_app._on_signal)
+    monkeypatch.setattr(os, "replace", replace_then_signal)
+    try:
+        with pytest.raises(Interrupted):
+            outputs.write({"--json": "{}\n", "--out": b"workbook"})
+        assert (out_json.read_bytes(), out_xlsx.read_bytes()) == (b"{}\n", b"workbook")
+        assert committed_outputs() == [str(out_json), str(out_xlsx)]
+    finally:
+        signal.signal(signal.SIGINT, old)
+        forget_signals()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.xlsx", "result.json"]
+    assert committed_outputs() == []  # forget_signals starts the next command with none
+
+
+def test_an_interrupt_after_the_outputs_were_written_says_so(tmp_path, monkeypatch, capsys):
+    """A signal that lands after the outputs were renamed into place (while the tables print) still ends the run
+    with 130, but the line names the files written instead of claiming the earlier ones were kept."""
+    target = tmp_path / "result.json"
+    target.write_bytes(EARLIER)
+
+    def schema_written_then_signal():
+        plan_outputs([Output("--json", target, (".json",))]).write({"--json": "{}\n"})
+        note_signal(signal.SIGTERM)
+        return "{}"
+
+    monkeypatch.setattr(cli_app.plan_cmd, "plan_schema", schema_written_then_signal)
+    monkeypatch.setattr(sys, "argv", ["gpuplan", "schema"])
+    with pytest.raises(SystemExit) as exc:
+        cli_app.main()
+    assert exc.value.code == 130
+    assert capsys.readouterr().err == f"error: interrupted after writing {target}\n"
+    assert target.read_bytes() == b"{}\n"
