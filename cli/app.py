@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import gc
 import math
+import os
 import signal
 import sys
 from pathlib import Path
@@ -200,8 +201,33 @@ def _fail(text: str) -> None:
     sys.exit(1)
 
 
+def _usable_streams() -> list[str]:
+    """Make stdout and stderr writable whatever the environment; returns the names of those replaced.
+
+    A closed one (``gpuplan optimize ... >&-``: Python sets it to None) becomes the null device, as
+    ``print`` treats it, instead of an AttributeError traceback from the console; one whose encoding is
+    not UTF-8 (``LC_ALL=C PYTHONUTF8=0``, ``PYTHONIOENCODING=latin-1``) writes what it cannot encode as
+    ``\\u2014`` escapes instead of raising UnicodeEncodeError at the first em dash of a table, after the
+    outputs were written."""
+    replaced = []
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 - lives as long as the process
+            replaced.append(name)
+            continue
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if encoding != "utf8" and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (OSError, ValueError):  # a closed or detached stream: nothing to print on anyway
+                pass
+    return replaced
+
+
 def main() -> None:
     forget_signals()
+    null_streams = _usable_streams()
     previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     previous_hook, sys.unraisablehook = sys.unraisablehook, _quiet_interrupt
     try:
@@ -239,6 +265,9 @@ def main() -> None:
             signal.signal(signum, handler)
         sys.unraisablehook = previous_hook
         forget_signals()
+        for name in null_streams:  # in-process callers get their (closed) stream back
+            getattr(sys, name).close()
+            setattr(sys, name, None)
 
 
 def run() -> None:
