@@ -63,6 +63,30 @@ def forget_signals() -> None:
     """Start a command with no signal and no committed output recorded (``main`` also runs in-process, in tests)."""
     _SIGNALS_RECEIVED.clear()
     _COMMITTED.clear()
+    _RAISE_NEXT[0] = True
+
+
+# Whether the next signal is raised at once. After the first Interrupted of a command is raised, a second
+# Ctrl-C (a held key, an impatient user: 20 SIGINTs 0.5 ms apart) must not raise another one inside the
+# cleanup of the first (killing the pool, main's except and finally, the executor's finalisers): that printed
+# "During handling of the above exception" tracebacks and exit 1. Later signals are only noted.
+_RAISE_NEXT = [True]
+
+
+def take_signal(signum: int) -> bool:
+    """Note ``signum``; True when the CLI's handler should raise :class:`Interrupted` now: not inside
+    :func:`deferred_interrupts`, and no Interrupted of this command raised yet (then it is only noted)."""
+    note_signal(signum)
+    if _DEFERRING[0] > 0 or not _RAISE_NEXT[0]:
+        return False
+    _RAISE_NEXT[0] = False
+    return True
+
+
+def interrupt_lost() -> None:
+    """An Interrupted was swallowed where Python ignores exceptions (``sys.unraisablehook``): the next signal
+    raises again, so a second Ctrl-C still stops a run whose first one was lost."""
+    _RAISE_NEXT[0] = True
 
 
 # Outputs renamed into place by this command (as the user wrote them): an interrupt that arrives after
@@ -78,6 +102,7 @@ def committed_outputs() -> list[str]:
 def raise_if_interrupted() -> None:
     """Raise :class:`Interrupted` if a signal was received, even one whose exception was swallowed."""
     if _SIGNALS_RECEIVED:
+        _RAISE_NEXT[0] = False
         raise Interrupted(_SIGNALS_RECEIVED[0])
 
 

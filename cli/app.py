@@ -10,6 +10,7 @@ a message are shown escaped, never sent to the terminal raw.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import math
@@ -26,9 +27,9 @@ from catalog.outputs import (
     Interrupted,
     committed_outputs,
     forget_signals,
-    interrupts_deferred,
-    note_signal,
+    interrupt_lost,
     raise_if_interrupted,
+    take_signal,
 )
 
 try:  # typer >= 0.2x carries its own copy of click
@@ -128,9 +129,21 @@ for _module in (estimate_cmd, simulate_cmd, calibrate_cmd, roofline_cmd, optimiz
 
 
 def _on_signal(signum, _frame):
-    note_signal(signum)  # kept even if the exception below is swallowed (catalog.outputs)
-    if not interrupts_deferred():  # around a fork: raised as the block ends (catalog.outputs.deferred_interrupts)
+    # noted even if the exception below is swallowed; around a fork it is raised as the block ends
+    # (catalog.outputs.deferred_interrupts); once one is raised, later signals are only noted (take_signal)
+    if take_signal(signum):
         raise Interrupted(signum)
+
+
+def _exit_quietly(signum, _frame):
+    """SIGINT/SIGTERM outside a command (before ``main`` installs its handler, or once it has given it back,
+    while the interpreter shuts down: the worker pools' manager threads, multiprocessing's finalisers):
+    leave at once with 130. Python's default handler raised KeyboardInterrupt there, printed
+    "Exception ignored in: threading._shutdown" tracebacks and died by SIGINT."""
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(130)
 
 
 def _quiet_interrupt(unraisable: Any) -> None:
@@ -140,6 +153,8 @@ def _quiet_interrupt(unraisable: Any) -> None:
     (``raise_if_interrupted``); anything else goes to the default hook."""
     if not isinstance(unraisable.exc_value, Interrupted):
         sys.__unraisablehook__(unraisable)
+    else:
+        interrupt_lost()  # the next signal raises again (catalog.outputs.take_signal)
 
 
 def _harden(command: Any) -> Any:
@@ -276,6 +291,8 @@ def run() -> None:
     process anyway; ~0.08 s of a chat-fleet ``optimize`` on the 2-core reference machine,
     docs/benchmarks.md "Session 14"). In-process callers (tests) call :func:`main`, whose objects
     stay collectable."""
+    for signum in (signal.SIGINT, signal.SIGTERM):  # main() installs its own and gives these back when it ends
+        signal.signal(signum, _exit_quietly)
     try:
         main()
     finally:
