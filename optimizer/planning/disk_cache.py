@@ -15,7 +15,8 @@ Where: ``$GPUPLAN_CACHE_DIR`` if set (empty = disabled), else ``$XDG_CACHE_HOME/
 Safety: a write goes to a temporary file in the same folder and is renamed over the entry
 (``os.replace``, atomic on POSIX and Windows), so two ``gpuplan`` processes or forked workers
 never see half an entry; an unreadable or corrupt entry (truncated, foreign, wrong digest) is
-a miss and is recomputed; a folder that cannot be created or written (read-only or missing
+a miss and is recomputed (so is an entry that is not a regular file: a FIFO there is not read, which
+would block for ever); a folder that cannot be created or written (read-only or missing
 home) turns the cache off for the process, silently. Nothing here raises.
 
 Size: the folder is bounded by ``$GPUPLAN_CACHE_MAX_MB`` (default DEFAULT_MAX_MB). A process
@@ -29,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import stat
 import sys
 import tempfile
 from collections.abc import Callable
@@ -153,7 +155,10 @@ def get(kind: str, key: object) -> Any:
     name = digest(kind, key)
     path = st.root / kind / f"{name}.pkl"
     try:
-        with open(path, "rb") as fh:
+        # O_NONBLOCK and a regular-file check: a FIFO (or device) in the folder would block the read forever
+        with open(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise ValueError("not a regular file")
             blob = fh.read()
         if not blob.startswith(_MAGIC):
             raise ValueError("not a gpuplan cache entry")

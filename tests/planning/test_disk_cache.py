@@ -7,6 +7,7 @@ import json
 import multiprocessing
 import os
 import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,30 @@ def test_corrupt_entries_are_recomputed_not_fatal(cache_dir):
     assert again == cold
     assert stats["hits"] == 0  # every entry refused, recomputed and rewritten
     assert all(p.read_bytes().startswith(disk_cache._MAGIC) and p.stat().st_size > 40 for p in _entries(cache_dir))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_an_entry_that_is_a_fifo_or_a_folder_is_a_miss_not_a_hang(tmp_path, monkeypatch):
+    """A FIFO where an entry should be made the read block for ever (`gpuplan optimize` hung); a folder there
+    is a miss too. Both are recomputed; the FIFO is replaced by the rewritten entry."""
+    monkeypatch.setattr(disk_cache, "_STATE", disk_cache.CacheState(tmp_path))
+    (tmp_path / "test").mkdir()
+    fifo = tmp_path / "test" / f"{disk_cache.digest('test', ('fifo',))}.pkl"
+    os.mkfifo(fifo)
+    (tmp_path / "test" / f"{disk_cache.digest('test', ('dir',))}.pkl").mkdir()
+    result: list[object] = []
+    reader = threading.Thread(target=lambda: result.append(disk_cache.get("test", ("fifo",))), daemon=True)
+    reader.start()
+    reader.join(10)
+    if reader.is_alive():  # unblock the read (a writer opens the FIFO and closes it) so the thread ends
+        with open(fifo, "wb"):
+            pass
+        reader.join(10)
+        pytest.fail("reading a FIFO entry blocked")
+    assert result == [disk_cache.MISSING]
+    assert disk_cache.get("test", ("dir",)) is disk_cache.MISSING
+    assert disk_cache.cached("test", ("fifo",), lambda: 42) == 42
+    assert disk_cache.get("test", ("fifo",)) == 42
 
 
 def test_a_folder_that_cannot_be_created_turns_the_cache_off(tmp_path, monkeypatch):
