@@ -208,6 +208,16 @@ def _check(spec: Output, inputs: list[Path]) -> _Target:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise OutputError(f"{spec.option} {shown}: directory {path.parent} is not writable; "
                           "choose another output path")
+    # access() answers yes where creating fails (root in /sys, an immutable folder, root-squashed NFS): create
+    # and delete a file now, so the run stops before it computes, not after
+    with deferred_interrupts():
+        try:
+            fd, probe = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=parent)
+        except OSError as exc:
+            raise OutputError(f"{spec.option} {shown}: cannot write in {path.parent} ({exc.strerror}); "
+                              "choose another output path") from None
+        os.close(fd)
+        os.unlink(probe)
     return _Target(spec.option, shown, real)
 
 
