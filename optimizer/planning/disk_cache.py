@@ -68,11 +68,17 @@ def default_dir() -> Path | None:
     if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
         return Path(os.environ["LOCALAPPDATA"]) / "gpuplan"
     xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / "gpuplan"
     try:
-        base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+        home = Path.home()
     except RuntimeError:  # no home directory
         return None
-    return base / "gpuplan"
+    # HOME= (empty) is "/" to Python: the cache went to /.cache/gpuplan; HOME=relative put it under the
+    # working directory. A home that is not an absolute path is no home (as a relative XDG_CACHE_HOME is ignored)
+    if not home.is_absolute() or not os.environ.get("HOME", str(home)).strip():
+        return None
+    return home / ".cache" / "gpuplan"
 
 
 def state() -> CacheState:

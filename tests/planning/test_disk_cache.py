@@ -113,6 +113,16 @@ def test_where_the_cache_lives(tmp_path, monkeypatch):
     assert disk_cache.default_dir() == tmp_path / "home" / ".cache" / "gpuplan"
 
 
+@pytest.mark.parametrize("home", ["", "  ", "relative/home"])
+def test_an_empty_or_relative_home_is_no_home(monkeypatch, home):
+    """HOME= is "/" to Python (the cache went to /.cache/gpuplan, as root) and HOME=relative put it under the
+    working directory: with no usable home the cache is off, as with no home at all."""
+    monkeypatch.delenv("GPUPLAN_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", home)
+    assert disk_cache.default_dir() is None
+
+
 def test_the_key_holds_the_code_fingerprint(monkeypatch):
     a = disk_cache.digest("capacity", ("same", 1.0))
     monkeypatch.setattr(disk_cache, "_FINGERPRINT", "another version of the code")
