@@ -27,12 +27,14 @@ PRUNE_TO of the bound. Clearing it by hand is always safe: ``rm -rf ~/.cache/gpu
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pickle
 import stat
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
@@ -41,6 +43,7 @@ from typing import Any
 
 DEFAULT_MAX_MB = 256
 PRUNE_TO = 0.8
+STALE_TMP_S = 3600.0  # a put() takes milliseconds: an older temporary file is a leftover
 _MAGIC = b"gpuplan-cache-1\n"
 _PACKAGES = ("optimizer", "catalog", "workloads")
 
@@ -234,8 +237,13 @@ def max_bytes() -> int:
 
 def prune(root: Path, limit_bytes: int) -> int:
     """Delete the least recently used entries under ``root`` until their total is at most
-    PRUNE_TO · ``limit_bytes``, if it is over ``limit_bytes``; returns the entries deleted."""
+    PRUNE_TO · ``limit_bytes``, if it is over ``limit_bytes``; returns the entries deleted.
+
+    Temporary files older than STALE_TMP_S go too, whatever the size: a process killed by SIGKILL
+    inside :func:`put` (a what-if worker killed on Ctrl-C) leaves its ``.<digest>.*.tmp`` behind,
+    which no ``.pkl`` count bounded and nothing removed."""
     entries = []
+    now = time.time()
     try:
         for kind in os.scandir(root):
             if not kind.is_dir(follow_symlinks=False):
@@ -247,6 +255,10 @@ def prune(root: Path, limit_bytes: int) -> int:
                     except OSError:
                         continue
                     entries.append((st.st_mtime, st.st_size, e.path))
+                elif e.name.startswith(".") and e.name.endswith(".tmp"):  # a put() cut short by SIGKILL
+                    with contextlib.suppress(OSError):
+                        if e.stat(follow_symlinks=False).st_mtime < now - STALE_TMP_S:
+                            _unlink(Path(e.path))
     except OSError:
         return 0
     total = sum(s for _, s, _ in entries)

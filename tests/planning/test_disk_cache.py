@@ -143,6 +143,20 @@ def test_the_folder_is_pruned_least_recently_used_first(tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == ["6.pkl", "7.pkl", "8.pkl", "9.pkl"]
 
 
+def test_pruning_removes_leftover_temporary_files(tmp_path):
+    """A put() killed by SIGKILL (a what-if worker on Ctrl-C) left its temporary file for ever: no bound
+    counted it and nothing removed it. An hour-old one goes at the next check; a fresh one (a put() of
+    another process under way) stays."""
+    folder = tmp_path / "capacity"
+    folder.mkdir()
+    old, fresh, entry = folder / ".abc.x1.tmp", folder / ".def.x2.tmp", folder / "abc.pkl"
+    for path in (old, fresh, entry):
+        path.write_bytes(b"x" * 100)
+    os.utime(old, (1000, 1000))
+    assert disk_cache.prune(tmp_path, 1_000_000) == 0  # under the bound: no entry goes
+    assert sorted(p.name for p in folder.iterdir()) == [".def.x2.tmp", "abc.pkl"]
+
+
 def _hammer(root: str, n: int) -> None:
     disk_cache.configure(root)
     for i in range(n):
