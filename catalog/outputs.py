@@ -130,6 +130,13 @@ def deferred_interrupts() -> Iterator[None]:
     raise_if_interrupted()
 
 STDOUT = "-"
+_STDOUT_CLOSED = [False]  # the CLI found stdout closed (``>&-``) and gave it the null device (cli.app)
+
+
+def set_stdout_closed(closed: bool) -> None:
+    """Record that stdout was closed when the command started: an output to ``-`` is then refused up front,
+    not sent to the null device with exit 0."""
+    _STDOUT_CLOSED[0] = closed
 
 
 @dataclass(frozen=True)
@@ -177,6 +184,8 @@ def _check(spec: Output, inputs: list[Path]) -> _Target:
     if shown == STDOUT:
         if not spec.stdout_ok:
             raise OutputError(f"{spec.option} -: this output cannot go to stdout; give a file name")
+        if _STDOUT_CLOSED[0]:
+            raise OutputError(f"{spec.option} -: stdout is closed; give a file name or open stdout")
         return _Target(spec.option, shown, None)
     path = Path(spec.path)  # type: ignore[arg-type]
     if not path.name or shown.endswith(os.sep):

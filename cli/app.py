@@ -29,6 +29,7 @@ from catalog.outputs import (
     forget_signals,
     interrupt_lost,
     raise_if_interrupted,
+    set_stdout_closed,
     take_signal,
 )
 
@@ -243,6 +244,7 @@ def _usable_streams() -> list[str]:
 def main() -> None:
     forget_signals()
     null_streams = _usable_streams()
+    set_stdout_closed("stdout" in null_streams)  # `--json -` is then refused, not lost
     previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     previous_hook, sys.unraisablehook = sys.unraisablehook, _quiet_interrupt
     try:
@@ -280,6 +282,7 @@ def main() -> None:
             signal.signal(signum, handler)
         sys.unraisablehook = previous_hook
         forget_signals()
+        set_stdout_closed(False)
         for name in null_streams:  # in-process callers get their (closed) stream back
             getattr(sys, name).close()
             setattr(sys, name, None)

@@ -50,3 +50,11 @@ def test_a_closed_stdout_is_the_null_device_not_a_traceback():
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
+
+
+def test_json_to_a_closed_stdout_is_refused_up_front(tmp_path):
+    """`--json -` with stdout closed: the JSON went to the null device with exit 0; now a one-line error."""
+    proc = subprocess.run(["sh", "-c", 'exec "$0" -c "$1" optimize "$2" --json - >&-', sys.executable, RUN,
+                           str(tmp_path / "missing.yaml")], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == "error: --json -: stdout is closed; give a file name or open stdout\n"
