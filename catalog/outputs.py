@@ -20,7 +20,9 @@ A command declares its outputs and its inputs before doing any work::
 
 :meth:`Outputs.write` then writes every payload to a temporary file next to its target,
 flushed to disk, and only when all of them exist renames them over their targets: an error
-or interrupt before the renames leaves every earlier file as it was and no temp file behind.
+or interrupt before the renames leaves every earlier file as it was and no temp file behind;
+an interrupt during the renames is held until the last one is done (never half the set
+replaced), and :func:`committed_outputs` names what was written.
 New files get the permissions of any normally created file, ``0o666 & ~umask`` (0644 under
 umask 022), not ``mkstemp``'s 0600. A symlink to a regular file is written through (the
 link stays, its target is replaced). Every OSError becomes an :class:`OutputError` naming
@@ -58,13 +60,49 @@ def note_signal(signum: int) -> None:
 
 
 def forget_signals() -> None:
-    """Start a command with no signal recorded (``main`` also runs in-process, in tests)."""
+    """Start a command with no signal and no committed output recorded (``main`` also runs in-process, in tests)."""
     _SIGNALS_RECEIVED.clear()
+    _COMMITTED.clear()
+    _RAISE_NEXT[0] = True
+
+
+# Whether the next signal is raised at once. After the first Interrupted of a command is raised, a second
+# Ctrl-C (a held key, an impatient user: 20 SIGINTs 0.5 ms apart) must not raise another one inside the
+# cleanup of the first (killing the pool, main's except and finally, the executor's finalisers): that printed
+# "During handling of the above exception" tracebacks and exit 1. Later signals are only noted.
+_RAISE_NEXT = [True]
+
+
+def take_signal(signum: int) -> bool:
+    """Note ``signum``; True when the CLI's handler should raise :class:`Interrupted` now: not inside
+    :func:`deferred_interrupts`, and no Interrupted of this command raised yet (then it is only noted)."""
+    note_signal(signum)
+    if _DEFERRING[0] > 0 or not _RAISE_NEXT[0]:
+        return False
+    _RAISE_NEXT[0] = False
+    return True
+
+
+def interrupt_lost() -> None:
+    """An Interrupted was swallowed where Python ignores exceptions (``sys.unraisablehook``): the next signal
+    raises again, so a second Ctrl-C still stops a run whose first one was lost."""
+    _RAISE_NEXT[0] = True
+
+
+# Outputs renamed into place by this command (as the user wrote them): an interrupt that arrives after
+# :meth:`Outputs.write` committed them must not say "earlier outputs are left as they were" (cli.app).
+_COMMITTED: list[str] = []
+
+
+def committed_outputs() -> list[str]:
+    """The outputs this command has already replaced (``forget_signals`` starts a command with none)."""
+    return list(_COMMITTED)
 
 
 def raise_if_interrupted() -> None:
     """Raise :class:`Interrupted` if a signal was received, even one whose exception was swallowed."""
     if _SIGNALS_RECEIVED:
+        _RAISE_NEXT[0] = False
         raise Interrupted(_SIGNALS_RECEIVED[0])
 
 
@@ -92,6 +130,13 @@ def deferred_interrupts() -> Iterator[None]:
     raise_if_interrupted()
 
 STDOUT = "-"
+_STDOUT_CLOSED = [False]  # the CLI found stdout closed (``>&-``) and gave it the null device (cli.app)
+
+
+def set_stdout_closed(closed: bool) -> None:
+    """Record that stdout was closed when the command started: an output to ``-`` is then refused up front,
+    not sent to the null device with exit 0."""
+    _STDOUT_CLOSED[0] = closed
 
 
 @dataclass(frozen=True)
@@ -139,6 +184,8 @@ def _check(spec: Output, inputs: list[Path]) -> _Target:
     if shown == STDOUT:
         if not spec.stdout_ok:
             raise OutputError(f"{spec.option} -: this output cannot go to stdout; give a file name")
+        if _STDOUT_CLOSED[0]:
+            raise OutputError(f"{spec.option} -: stdout is closed; give a file name or open stdout")
         return _Target(spec.option, shown, None)
     path = Path(spec.path)  # type: ignore[arg-type]
     if not path.name or shown.endswith(os.sep):
@@ -170,6 +217,16 @@ def _check(spec: Output, inputs: list[Path]) -> _Target:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise OutputError(f"{spec.option} {shown}: directory {path.parent} is not writable; "
                           "choose another output path")
+    # access() answers yes where creating fails (root in /sys, an immutable folder, root-squashed NFS): create
+    # and delete a file now, so the run stops before it computes, not after
+    with deferred_interrupts():
+        try:
+            fd, probe = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=parent)
+        except OSError as exc:
+            raise OutputError(f"{spec.option} {shown}: cannot write in {path.parent} ({exc.strerror}); "
+                              "choose another output path") from None
+        os.close(fd)
+        os.unlink(probe)
     return _Target(spec.option, shown, real)
 
 
@@ -212,11 +269,19 @@ class Outputs:
                 blob = data.encode("utf-8") if isinstance(data, str) else data
                 staged.append((_stage(target, blob, mode), target))
             raise_if_interrupted()  # a signal while staging: no rename, the temp files go
-            for tmp, target in staged:
-                try:
-                    os.replace(tmp, target.real)  # type: ignore[arg-type]
-                except OSError as exc:
-                    raise OutputError(f"{target.option} {target.shown}: cannot write ({exc.strerror})") from None
+            # All renames or none: a signal between two of them (json replaced, workbook not) is only noted
+            # by the CLI's handler and raised once the last is done; the CLI then names them as written.
+            _DEFERRING[0] += 1
+            try:
+                for tmp, target in staged:
+                    try:
+                        os.replace(tmp, target.real)  # type: ignore[arg-type]
+                    except OSError as exc:
+                        raise OutputError(f"{target.option} {target.shown}: cannot write ({exc.strerror})") from None
+                    _COMMITTED.append(target.shown)
+            finally:
+                _DEFERRING[0] -= 1
+            raise_if_interrupted()
         finally:
             for tmp, _target in staged:
                 if os.path.lexists(tmp):

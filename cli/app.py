@@ -10,9 +10,11 @@ a message are shown escaped, never sent to the terminal raw.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import math
+import os
 import signal
 import sys
 from pathlib import Path
@@ -23,10 +25,12 @@ import typer
 from catalog.errors import GpuplanError
 from catalog.outputs import (
     Interrupted,
+    committed_outputs,
     forget_signals,
-    interrupts_deferred,
-    note_signal,
+    interrupt_lost,
     raise_if_interrupted,
+    set_stdout_closed,
+    take_signal,
 )
 
 try:  # typer >= 0.2x carries its own copy of click
@@ -126,9 +130,21 @@ for _module in (estimate_cmd, simulate_cmd, calibrate_cmd, roofline_cmd, optimiz
 
 
 def _on_signal(signum, _frame):
-    note_signal(signum)  # kept even if the exception below is swallowed (catalog.outputs)
-    if not interrupts_deferred():  # around a fork: raised as the block ends (catalog.outputs.deferred_interrupts)
+    # noted even if the exception below is swallowed; around a fork it is raised as the block ends
+    # (catalog.outputs.deferred_interrupts); once one is raised, later signals are only noted (take_signal)
+    if take_signal(signum):
         raise Interrupted(signum)
+
+
+def _exit_quietly(signum, _frame):
+    """SIGINT/SIGTERM outside a command (before ``main`` installs its handler, or once it has given it back,
+    while the interpreter shuts down: the worker pools' manager threads, multiprocessing's finalisers):
+    leave at once with 130. Python's default handler raised KeyboardInterrupt there, printed
+    "Exception ignored in: threading._shutdown" tracebacks and died by SIGINT."""
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(130)
 
 
 def _quiet_interrupt(unraisable: Any) -> None:
@@ -138,6 +154,8 @@ def _quiet_interrupt(unraisable: Any) -> None:
     (``raise_if_interrupted``); anything else goes to the default hook."""
     if not isinstance(unraisable.exc_value, Interrupted):
         sys.__unraisablehook__(unraisable)
+    else:
+        interrupt_lost()  # the next signal raises again (catalog.outputs.take_signal)
 
 
 def _harden(command: Any) -> Any:
@@ -199,8 +217,34 @@ def _fail(text: str) -> None:
     sys.exit(1)
 
 
+def _usable_streams() -> list[str]:
+    """Make stdout and stderr writable whatever the environment; returns the names of those replaced.
+
+    A closed one (``gpuplan optimize ... >&-``: Python sets it to None) becomes the null device, as
+    ``print`` treats it, instead of an AttributeError traceback from the console; one whose encoding is
+    not UTF-8 (``LC_ALL=C PYTHONUTF8=0``, ``PYTHONIOENCODING=latin-1``) writes what it cannot encode as
+    ``\\u2014`` escapes instead of raising UnicodeEncodeError at the first em dash of a table, after the
+    outputs were written."""
+    replaced = []
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 - lives as long as the process
+            replaced.append(name)
+            continue
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if encoding != "utf8" and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (OSError, ValueError):  # a closed or detached stream: nothing to print on anyway
+                pass
+    return replaced
+
+
 def main() -> None:
     forget_signals()
+    null_streams = _usable_streams()
+    set_stdout_closed("stdout" in null_streams)  # `--json -` is then refused, not lost
     previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     previous_hook, sys.unraisablehook = sys.unraisablehook, _quiet_interrupt
     try:
@@ -224,7 +268,9 @@ def main() -> None:
             raise
         _fail(str(exc))
     except (Interrupted, KeyboardInterrupt, typer.Abort):
-        sys.stderr.write("error: interrupted; earlier outputs are left as they were\n")
+        written = committed_outputs()  # a signal after the outputs were renamed into place: say so
+        sys.stderr.write(f"error: interrupted after writing {', '.join(map(clean, written))}\n" if written
+                         else "error: interrupted; earlier outputs are left as they were\n")
         sys.exit(130)
     except OSError as exc:
         if _state["debug"]:
@@ -236,6 +282,10 @@ def main() -> None:
             signal.signal(signum, handler)
         sys.unraisablehook = previous_hook
         forget_signals()
+        set_stdout_closed(False)
+        for name in null_streams:  # in-process callers get their (closed) stream back
+            getattr(sys, name).close()
+            setattr(sys, name, None)
 
 
 def run() -> None:
@@ -244,6 +294,8 @@ def run() -> None:
     process anyway; ~0.08 s of a chat-fleet ``optimize`` on the 2-core reference machine,
     docs/benchmarks.md "Session 14"). In-process callers (tests) call :func:`main`, whose objects
     stay collectable."""
+    for signum in (signal.SIGINT, signal.SIGTERM):  # main() installs its own and gives these back when it ends
+        signal.signal(signum, _exit_quietly)
     try:
         main()
     finally:

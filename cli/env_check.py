@@ -18,10 +18,21 @@ from catalog.errors import GpuplanError
 # name → (what a valid value is, the check of one stripped non-empty value)
 _RULES = {
     "GPUPLAN_WORKERS": ("a whole number of worker processes >= 1 (1 = serial)",
-                        lambda v: v.isdigit() and int(v) >= 1),
+                        lambda v: _whole_number(v) and int(v) >= 1),
     "GPUPLAN_CACHE_MAX_MB": ("a size in MB, a finite number >= 0",
                              lambda v: _finite_number(v) and float(v) >= 0),
 }
+
+
+def _whole_number(text: str) -> bool:
+    """Digits only, as ``int`` reads them: ``str.isdigit`` alone lets '²' through, which ``int`` refuses."""
+    if not text.isdigit():
+        return False
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _finite_number(text: str) -> bool:

@@ -14,6 +14,9 @@ Used by the what-if scenarios (optimizer/whatif.py) and the candidate evaluation
   process group) and take SIGTERM's default action, so they print no traceback. The parent
   sees the interrupt once; on it, or on any error, it kills the workers and re-raises.
 - Results come back in the order of the items, whatever the worker count.
+- **A dead worker is one line**: a worker killed from outside (the OOM killer, ``kill PID``) stops the run
+  with :class:`WorkerDied` (a GpuplanError: "error: a worker process (pid N) was killed by SIGKILL ..."),
+  not concurrent.futures' BrokenProcessPool traceback.
 - **No interrupt inside a fork**: the workers are forked inside ``catalog.outputs.deferred_interrupts``,
   so a SIGINT/SIGTERM that arrives meanwhile is raised after the fork, not inside ``os.fork``'s
   callbacks (logging's ``_releaseLock``), where Python could only print and ignore it.
@@ -32,8 +35,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from catalog.errors import GpuplanError
 from catalog.outputs import deferred_interrupts
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -112,6 +117,27 @@ def _kill(pool: ProcessPoolExecutor) -> None:
         manager.join(timeout=2.0)
 
 
+class WorkerDied(GpuplanError):
+    """A worker process ended without its result (killed by a signal, out of memory)."""
+
+
+def _death_text(procs: Sequence[Any]) -> str:
+    """``a worker process (pid 123) was killed by SIGKILL ...``: which worker, how, and what to do."""
+    how = "ended abruptly"
+    # the executor SIGTERMs the other workers once one died: name a worker that did not end so, if any
+    for proc in sorted(procs, key=lambda p: getattr(p, "exitcode", None) == -signal.SIGTERM):
+        code = getattr(proc, "exitcode", None)
+        if code is not None and code != 0:
+            try:
+                cause = signal.Signals(-code).name if code < 0 else f"exit code {code}"
+            except ValueError:
+                cause = f"signal {-code}"
+            how = f"(pid {proc.pid}) was {'killed by ' if code < 0 else 'ended with '}{cause}"
+            break
+    return (f"a worker process {how} (the out-of-memory killer, or a kill of its pid) and the run stopped; "
+            "run again, with fewer workers (GPUPLAN_WORKERS=1, whatif --workers 1) if memory is short")
+
+
 def run_pool(fn: Callable[[Any], Any], items: Sequence[Any] | Iterable[Any], workers: int,
              progress: Callable[[int], None] | None = None, *, deadline: float | None = None,
              late: Any = None) -> list[Any]:
@@ -126,9 +152,11 @@ def run_pool(fn: Callable[[Any], Any], items: Sequence[Any] | Iterable[Any], wor
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=worker_init,
                                initargs=(os.getpid(),))
     timed_out = False
+    procs: list[Any] = []
     try:
         with deferred_interrupts():  # a fork-context executor forks every worker at the first submit
             futures = [pool.submit(fn, x) for x in items]
+        procs = list((getattr(pool, "_processes", None) or {}).values())
         out = []
         for future in futures:  # in submission order: results keep the item order
             try:
@@ -138,6 +166,9 @@ def run_pool(fn: Callable[[Any], Any], items: Sequence[Any] | Iterable[Any], wor
                 out.append(late)
             if progress is not None:
                 progress(1)
+    except BrokenProcessPool:  # a worker died (the OOM killer, a kill of its pid): one line, not a traceback
+        _kill(pool)
+        raise WorkerDied(_death_text(procs)) from None
     except BaseException:
         _kill(pool)
         raise

@@ -15,7 +15,8 @@ Where: ``$GPUPLAN_CACHE_DIR`` if set (empty = disabled), else ``$XDG_CACHE_HOME/
 Safety: a write goes to a temporary file in the same folder and is renamed over the entry
 (``os.replace``, atomic on POSIX and Windows), so two ``gpuplan`` processes or forked workers
 never see half an entry; an unreadable or corrupt entry (truncated, foreign, wrong digest) is
-a miss and is recomputed; a folder that cannot be created or written (read-only or missing
+a miss and is recomputed (so is an entry that is not a regular file: a FIFO there is not read, which
+would block for ever); a folder that cannot be created or written (read-only or missing
 home) turns the cache off for the process, silently. Nothing here raises.
 
 Size: the folder is bounded by ``$GPUPLAN_CACHE_MAX_MB`` (default DEFAULT_MAX_MB). A process
@@ -26,11 +27,14 @@ PRUNE_TO of the bound. Clearing it by hand is always safe: ``rm -rf ~/.cache/gpu
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pickle
+import stat
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
@@ -39,6 +43,7 @@ from typing import Any
 
 DEFAULT_MAX_MB = 256
 PRUNE_TO = 0.8
+STALE_TMP_S = 3600.0  # a put() takes milliseconds: an older temporary file is a leftover
 _MAGIC = b"gpuplan-cache-1\n"
 _PACKAGES = ("optimizer", "catalog", "workloads")
 
@@ -66,11 +71,17 @@ def default_dir() -> Path | None:
     if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
         return Path(os.environ["LOCALAPPDATA"]) / "gpuplan"
     xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / "gpuplan"
     try:
-        base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+        home = Path.home()
     except RuntimeError:  # no home directory
         return None
-    return base / "gpuplan"
+    # HOME= (empty) is "/" to Python: the cache went to /.cache/gpuplan; HOME=relative put it under the
+    # working directory. A home that is not an absolute path is no home (as a relative XDG_CACHE_HOME is ignored)
+    if not home.is_absolute() or not os.environ.get("HOME", str(home)).strip():
+        return None
+    return home / ".cache" / "gpuplan"
 
 
 def state() -> CacheState:
@@ -153,7 +164,10 @@ def get(kind: str, key: object) -> Any:
     name = digest(kind, key)
     path = st.root / kind / f"{name}.pkl"
     try:
-        with open(path, "rb") as fh:
+        # O_NONBLOCK and a regular-file check: a FIFO (or device) in the folder would block the read forever
+        with open(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise ValueError("not a regular file")
             blob = fh.read()
         if not blob.startswith(_MAGIC):
             raise ValueError("not a gpuplan cache entry")
@@ -223,8 +237,13 @@ def max_bytes() -> int:
 
 def prune(root: Path, limit_bytes: int) -> int:
     """Delete the least recently used entries under ``root`` until their total is at most
-    PRUNE_TO · ``limit_bytes``, if it is over ``limit_bytes``; returns the entries deleted."""
+    PRUNE_TO · ``limit_bytes``, if it is over ``limit_bytes``; returns the entries deleted.
+
+    Temporary files older than STALE_TMP_S go too, whatever the size: a process killed by SIGKILL
+    inside :func:`put` (a what-if worker killed on Ctrl-C) leaves its ``.<digest>.*.tmp`` behind,
+    which no ``.pkl`` count bounded and nothing removed."""
     entries = []
+    now = time.time()
     try:
         for kind in os.scandir(root):
             if not kind.is_dir(follow_symlinks=False):
@@ -236,6 +255,10 @@ def prune(root: Path, limit_bytes: int) -> int:
                     except OSError:
                         continue
                     entries.append((st.st_mtime, st.st_size, e.path))
+                elif e.name.startswith(".") and e.name.endswith(".tmp"):  # a put() cut short by SIGKILL
+                    with contextlib.suppress(OSError):
+                        if e.stat(follow_symlinks=False).st_mtime < now - STALE_TMP_S:
+                            _unlink(Path(e.path))
     except OSError:
         return 0
     total = sum(s for _, s, _ in entries)

@@ -10,6 +10,7 @@ from cli.env_check import check_environment
 
 @pytest.mark.parametrize(("name", "value"), [
     ("GPUPLAN_WORKERS", "abc"), ("GPUPLAN_WORKERS", "0"), ("GPUPLAN_WORKERS", "-2"), ("GPUPLAN_WORKERS", "1.5"),
+    ("GPUPLAN_WORKERS", "\u00b2"), ("GPUPLAN_WORKERS", "4\u2075"),  # isdigit() but not int(): was a ValueError traceback
     ("GPUPLAN_CACHE_MAX_MB", "abc"), ("GPUPLAN_CACHE_MAX_MB", "-1"), ("GPUPLAN_CACHE_MAX_MB", "nan"),
     ("GPUPLAN_CACHE_MAX_MB", "inf"), ("GPUPLAN_CACHE_MAX_MB", "2O0"),
 ])

@@ -7,6 +7,7 @@ import json
 import multiprocessing
 import os
 import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,30 @@ def test_corrupt_entries_are_recomputed_not_fatal(cache_dir):
     assert all(p.read_bytes().startswith(disk_cache._MAGIC) and p.stat().st_size > 40 for p in _entries(cache_dir))
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_an_entry_that_is_a_fifo_or_a_folder_is_a_miss_not_a_hang(tmp_path, monkeypatch):
+    """A FIFO where an entry should be made the read block for ever (`gpuplan optimize` hung); a folder there
+    is a miss too. Both are recomputed; the FIFO is replaced by the rewritten entry."""
+    monkeypatch.setattr(disk_cache, "_STATE", disk_cache.CacheState(tmp_path))
+    (tmp_path / "test").mkdir()
+    fifo = tmp_path / "test" / f"{disk_cache.digest('test', ('fifo',))}.pkl"
+    os.mkfifo(fifo)
+    (tmp_path / "test" / f"{disk_cache.digest('test', ('dir',))}.pkl").mkdir()
+    result: list[object] = []
+    reader = threading.Thread(target=lambda: result.append(disk_cache.get("test", ("fifo",))), daemon=True)
+    reader.start()
+    reader.join(10)
+    if reader.is_alive():  # unblock the read (a writer opens the FIFO and closes it) so the thread ends
+        with open(fifo, "wb"):
+            pass
+        reader.join(10)
+        pytest.fail("reading a FIFO entry blocked")
+    assert result == [disk_cache.MISSING]
+    assert disk_cache.get("test", ("dir",)) is disk_cache.MISSING
+    assert disk_cache.cached("test", ("fifo",), lambda: 42) == 42
+    assert disk_cache.get("test", ("fifo",)) == 42
+
+
 def test_a_folder_that_cannot_be_created_turns_the_cache_off(tmp_path, monkeypatch):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
@@ -88,6 +113,16 @@ def test_where_the_cache_lives(tmp_path, monkeypatch):
     assert disk_cache.default_dir() == tmp_path / "home" / ".cache" / "gpuplan"
 
 
+@pytest.mark.parametrize("home", ["", "  ", "relative/home"])
+def test_an_empty_or_relative_home_is_no_home(monkeypatch, home):
+    """HOME= is "/" to Python (the cache went to /.cache/gpuplan, as root) and HOME=relative put it under the
+    working directory: with no usable home the cache is off, as with no home at all."""
+    monkeypatch.delenv("GPUPLAN_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", home)
+    assert disk_cache.default_dir() is None
+
+
 def test_the_key_holds_the_code_fingerprint(monkeypatch):
     a = disk_cache.digest("capacity", ("same", 1.0))
     monkeypatch.setattr(disk_cache, "_FINGERPRINT", "another version of the code")
@@ -106,6 +141,20 @@ def test_the_folder_is_pruned_least_recently_used_first(tmp_path):
     # over a 5 kB bound: down to 0.8 · 5 kB = 4 kB, the 6 oldest go
     assert disk_cache.prune(tmp_path, 5_000) == 6
     assert sorted(p.name for p in folder.iterdir()) == ["6.pkl", "7.pkl", "8.pkl", "9.pkl"]
+
+
+def test_pruning_removes_leftover_temporary_files(tmp_path):
+    """A put() killed by SIGKILL (a what-if worker on Ctrl-C) left its temporary file for ever: no bound
+    counted it and nothing removed it. An hour-old one goes at the next check; a fresh one (a put() of
+    another process under way) stays."""
+    folder = tmp_path / "capacity"
+    folder.mkdir()
+    old, fresh, entry = folder / ".abc.x1.tmp", folder / ".def.x2.tmp", folder / "abc.pkl"
+    for path in (old, fresh, entry):
+        path.write_bytes(b"x" * 100)
+    os.utime(old, (1000, 1000))
+    assert disk_cache.prune(tmp_path, 1_000_000) == 0  # under the bound: no entry goes
+    assert sorted(p.name for p in folder.iterdir()) == [".def.x2.tmp", "abc.pkl"]
 
 
 def _hammer(root: str, n: int) -> None:

@@ -8,6 +8,7 @@ no what-if worker process outlives the runner.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -21,6 +22,7 @@ import yaml
 from catalog.outputs import (
     Interrupted,
     Output,
+    committed_outputs,
     deferred_interrupts,
     forget_signals,
     note_signal,
@@ -136,6 +138,60 @@ def test_interrupted_whatif_with_workers_stops_them_and_keeps_earlier_outputs(tm
     assert left == [], f"worker processes still running: {left}"
     assert out_json.read_bytes() == EARLIER
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chat-fleet.yaml", "whatif-budget.yaml", "whatif.json"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to see the workers")
+def test_a_held_ctrl_c_still_ends_with_one_line(tmp_path):
+    """Twenty SIGINTs 0.5 ms apart to the group (a held or repeated Ctrl-C) while the what-if workers run: the
+    second one landed in the cleanup of the first (killing the pool, main's except and finally) or, once main
+    had given Python's handler back, in threading._shutdown and multiprocessing's finalisers, and the run
+    printed "During handling of the above exception" / "Exception ignored in" tracebacks and exited 1.
+    Now: the one line, and exit 130 (or death by SIGINT in the interpreter's last C-level teardown, which
+    the shell shows as 130 too)."""
+    for name in ("whatif-budget.yaml", "chat-fleet.yaml"):
+        (tmp_path / name).write_bytes((REPO / "examples" / name).read_bytes())
+    for _attempt in range(2):
+        proc = subprocess.Popen([sys.executable, "-m", "cli.app", "whatif", str(tmp_path / "whatif-budget.yaml"),
+                                 "--workers", "2", "--no-cache"],
+                                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        try:
+            deadline = time.monotonic() + 60
+            while proc.poll() is None and len(_process_group(proc.pid)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            time.sleep(0.3)
+            assert proc.poll() is None, "finished before it could be interrupted"
+            for _ in range(20):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGINT)
+                time.sleep(0.0005)
+            _stdout, stderr = proc.communicate(timeout=90)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+            for pid in _process_group(proc.pid):
+                os.kill(pid, signal.SIGKILL)
+        assert proc.returncode in (130, -signal.SIGINT), (proc.returncode, stderr)
+        assert stderr == "error: interrupted; earlier outputs are left as they were\n"
+
+
+def test_only_the_first_signal_of_a_command_raises():
+    """Later signals are noted while the first one's Interrupted is on its way; after a swallowed one
+    (sys.unraisablehook) the next raises again, so a second Ctrl-C still stops such a run."""
+    try:
+        with pytest.raises(Interrupted):
+            cli_app._on_signal(signal.SIGINT, None)
+        cli_app._on_signal(signal.SIGINT, None)  # in the cleanup of the first: only noted
+        cli_app._on_signal(signal.SIGTERM, None)
+        cli_app._quiet_interrupt(type("Unraisable", (), {"exc_value": Interrupted(signal.SIGINT)})())
+        with pytest.raises(Interrupted):
+            cli_app._on_signal(signal.SIGINT, None)
+        forget_signals()  # the next command: its first signal raises
+        with pytest.raises(Interrupted):
+            cli_app._on_signal(signal.SIGTERM, None)
+    finally:
+        forget_signals()
 
 
 def _children(pid: int) -> list[int]:
@@ -265,6 +321,7 @@ def test_an_interrupt_during_a_fork_is_raised_after_it():
             cli_app._on_signal(signal.SIGTERM, None)  # what the signal runs, in the main thread
             reached = True
         assert reached
+        forget_signals()  # a new command (the Interrupted above was this one's: later signals are only noted)
         with pytest.raises(Interrupted):  # outside a block it raises at once
             cli_app._on_signal(signal.SIGINT, None)
     finally:
@@ -282,3 +339,53 @@ def _signal_self_then_square(x: int) -> int:
     os.kill(os.getppid(), signal.SIGTERM)
     time.sleep(5.0)  # killed with the pool
     return x * x
+
+
+def test_a_signal_between_the_renames_replaces_every_output_or_none(tmp_path, monkeypatch):
+    """A SIGINT that arrives after the first output was renamed into place and before the second (the JSON
+    new, the workbook old: seen by signalling from os.replace) is held until the last rename is done: the
+    outputs are a consistent set, Interrupted is raised after, and the CLI is told what was written."""
+    out_json, out_xlsx = tmp_path / "result.json", tmp_path / "report.xlsx"
+    out_json.write_bytes(EARLIER)
+    out_xlsx.write_bytes(EARLIER)
+    outputs = plan_outputs([Output("--json", out_json, (".json",)), Output("--out", out_xlsx, (".xlsx",))])
+    real_replace, renames = os.replace, []
+
+    def replace_then_signal(src, dst):
+        real_replace(src, dst)
+        renames.append(dst)
+        if len(renames) == 1:
+            os.kill(os.getpid(), signal.SIGINT)  # delivered to the CLI's handler before the next bytecode
+
+    old = signal.signal(signal.SIGINT, cli_app._on_signal)
+    monkeypatch.setattr(os, "replace", replace_then_signal)
+    try:
+        with pytest.raises(Interrupted):
+            outputs.write({"--json": "{}\n", "--out": b"workbook"})
+        assert (out_json.read_bytes(), out_xlsx.read_bytes()) == (b"{}\n", b"workbook")
+        assert committed_outputs() == [str(out_json), str(out_xlsx)]
+    finally:
+        signal.signal(signal.SIGINT, old)
+        forget_signals()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.xlsx", "result.json"]
+    assert committed_outputs() == []  # forget_signals starts the next command with none
+
+
+def test_an_interrupt_after_the_outputs_were_written_says_so(tmp_path, monkeypatch, capsys):
+    """A signal that lands after the outputs were renamed into place (while the tables print) still ends the run
+    with 130, but the line names the files written instead of claiming the earlier ones were kept."""
+    target = tmp_path / "result.json"
+    target.write_bytes(EARLIER)
+
+    def schema_written_then_signal():
+        plan_outputs([Output("--json", target, (".json",))]).write({"--json": "{}\n"})
+        note_signal(signal.SIGTERM)
+        return "{}"
+
+    monkeypatch.setattr(cli_app.plan_cmd, "plan_schema", schema_written_then_signal)
+    monkeypatch.setattr(sys, "argv", ["gpuplan", "schema"])
+    with pytest.raises(SystemExit) as exc:
+        cli_app.main()
+    assert exc.value.code == 130
+    assert capsys.readouterr().err == f"error: interrupted after writing {target}\n"
+    assert target.read_bytes() == b"{}\n"

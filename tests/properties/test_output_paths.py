@@ -195,3 +195,22 @@ def test_write_failure_leaves_every_output_untouched(tmp_path, monkeypatch):
         outputs.write({"--json": "{}\n", "--out": b"PK"})
     assert first.read_bytes() == SENTINEL
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/sys/kernel") or not os.access("/sys/kernel", os.W_OK | os.X_OK),
+                    reason="needs a folder access() calls writable in which no file can be created (root in /sys)")
+def test_a_folder_where_no_file_can_be_created_is_refused_before_the_run():
+    """access() says yes to root for /sys (and for an immutable folder or root-squashed NFS); the output was
+    refused only when written, after the whole computation. Now a file is created and deleted up front."""
+    from catalog.errors import OutputError
+    from catalog.outputs import Output, plan_outputs
+
+    with pytest.raises(OutputError, match=r"--json /sys/kernel/plan\.json: cannot write in /sys/kernel \("):
+        plan_outputs([Output("--json", "/sys/kernel/plan.json", (".json",))])
+
+
+def test_the_up_front_write_check_leaves_no_file(tmp_path):
+    from catalog.outputs import Output, plan_outputs
+
+    plan_outputs([Output("--json", tmp_path / "a.json", (".json",)), Output("--out", tmp_path / "b.xlsx", (".xlsx",))])
+    assert list(tmp_path.iterdir()) == []

@@ -6,6 +6,9 @@ duplicate keys refused at any depth, and the worker pool's behaviour."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 
 import pytest
 import yaml
@@ -147,3 +150,21 @@ def test_pool_keeps_order_and_reports_progress():
 def test_pool_reraises_a_worker_error_as_itself():
     with pytest.raises(WorkloadError, match="three is not allowed"):
         run_pool(_fail_on_three, range(6), 2)
+
+
+def _die_by_sigkill(x: int) -> int:
+    if x == 1:
+        os.kill(os.getpid(), signal.SIGKILL)  # what the OOM killer does to a worker
+    time.sleep(0.2)
+    return x
+
+
+def test_a_killed_worker_is_a_one_line_error_not_a_traceback():
+    """A worker killed from outside (OOM killer, `kill PID`) surfaced as concurrent.futures' BrokenProcessPool
+    traceback with exit 1; now a GpuplanError naming the worker and the signal, the other workers killed."""
+    from catalog.errors import GpuplanError
+    from optimizer.workers import WorkerDied
+
+    with pytest.raises(WorkerDied, match=r"^a worker process \(pid \d+\) was killed by SIGKILL .*GPUPLAN_WORKERS=1") as exc:
+        run_pool(_die_by_sigkill, [0, 1, 2, 3], 2)
+    assert isinstance(exc.value, GpuplanError)
