@@ -32,6 +32,7 @@ error.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -177,6 +178,25 @@ def _entry(data: dict[str, Any], section: str, key: str, *, device: bool = True)
     return merged
 
 
+def _set_keyed(data: dict[str, Any], path: str, value: Any, where: str, known: Mapping[str, Any],
+               cls: type[BaseModel], fixed: set[str], example: str) -> None:
+    """Set ``devices.KEY.FIELD`` or ``platforms.KEY.FIELD`` (``path``) in a raw plan mapping: KEY one of
+    ``known``, FIELD a field of ``cls`` outside ``fixed``; or raise naming the valid ones."""
+    top = path.split(".", 1)[0]
+    what = top[:-1]  # device, platform
+    split = _split_named(path, top)
+    if split is None:
+        raise WorkloadError(f"{where}: '{path}': write {top}.KEY.FIELD, e.g. {example}")
+    key, field = split[0].lower(), split[1]
+    if key not in known:
+        raise WorkloadError(f"{where}: '{path}': unknown {what} '{split[0]}'{suggest(key, known)}")
+    editable = [f for f in cls.model_fields if f not in fixed]
+    if field not in editable:
+        raise WorkloadError(f"{where}: '{path}': unknown {what} field '{field}'{suggest(field, editable)}; "
+                            f"valid: {', '.join(editable)}")
+    _entry(data, top, key, device=top == "devices")[field] = value
+
+
 def apply_override(data: dict[str, Any], path: str, value: Any, catalog: Catalog, where: str) -> None:
     """Set ``path`` (dotted) in a raw plan mapping, or raise naming the valid fields there."""
     parts = path.split(".")
@@ -199,30 +219,12 @@ def apply_override(data: dict[str, Any], path: str, value: Any, catalog: Catalog
                 w[field] = value
         return
     if top == "devices":
-        split = _split_named(path, top)
-        if split is None:
-            raise WorkloadError(f"{where}: '{path}': write devices.KEY.FIELD, e.g. devices.h200-sxm.purchase_usd")
-        key, field = split[0].lower(), split[1]
-        if key not in catalog.devices:
-            raise WorkloadError(f"{where}: '{path}': unknown device '{split[0]}'{suggest(key, catalog.devices)}")
-        editable = [f for f in Device.model_fields if f not in {"key", "sources", "estimated", "ranges"}]
-        if field not in editable:
-            raise WorkloadError(f"{where}: '{path}': unknown device field '{field}'{suggest(field, editable)}; "
-                                f"valid: {', '.join(editable)}")
-        _entry(data, "devices", key)[field] = value
+        _set_keyed(data, path, value, where, catalog.devices, Device, {"key", "sources", "estimated", "ranges"},
+                   "devices.h200-sxm.purchase_usd")
         return
     if top == "platforms":
-        split = _split_named(path, top)
-        if split is None:
-            raise WorkloadError(f"{where}: '{path}': write platforms.KEY.FIELD, e.g. platforms.pcie-8.server_usd")
-        key, field = split[0].lower(), split[1]
-        if key not in catalog.platforms:
-            raise WorkloadError(f"{where}: '{path}': unknown platform '{split[0]}'{suggest(key, catalog.platforms)}")
-        editable = [f for f in Platform.model_fields if f not in {"key", "sources", "estimated", "kind", "devices"}]
-        if field not in editable:
-            raise WorkloadError(f"{where}: '{path}': unknown platform field '{field}'{suggest(field, editable)}; "
-                                f"valid: {', '.join(editable)}")
-        _entry(data, "platforms", key, device=False)[field] = value
+        _set_keyed(data, path, value, where, catalog.platforms, Platform,
+                   {"key", "sources", "estimated", "kind", "devices"}, "platforms.pcie-8.server_usd")
         return
     if top not in plan_fields:
         raise WorkloadError(f"{where}: '{path}': unknown plan field '{top}'{suggest(top, plan_fields)}; "
