@@ -228,6 +228,11 @@ def _estimate_pair(model, precision, input_tokens, output_tokens, prefill_device
     for key in ("ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms"):
         if key in result:
             stdout.print(f"{key} at {qps:g} req/s per replica: {result[key]}", markup=False, highlight=False)
+    if result.get("saturated_pools"):
+        pools = result["saturated_pools"]
+        stdout.print(f"saturated: the {' and '.join(pools)} replica{'s' if len(pools) > 1 else ''} cannot keep up "
+                     f"with {qps:g} req/s (the queue grows without bound: no p99); lower --qps to the capacity above, "
+                     "or plan more replicas", markup=False, highlight=False)
     for pool in ("prefill", "decode"):
         if result[pool].get("why"):
             stdout.print(f"{pool}: {result[pool]['why']}", markup=False, highlight=False)

@@ -275,7 +275,8 @@ def estimate_pair(prefill: Configs, decode: Configs, prompt: LengthDist, output:
     --prefill-device/--decode-device``): each pool's capacity at its share of the SLO
     (:func:`pool_slos`) and what limits it, the p99 KV transfer, the KV traffic per req/s, the
     prefill replicas one decode replica needs (μ_decode/μ_prefill); with ``qps`` (req/s per
-    replica of each pool) the end-to-end p99s there."""
+    replica of each pool) the end-to-end p99s there (None where a pool is saturated, named in
+    ``saturated_pools``)."""
     pc = prefill_pool_capacity(prefill, prompt, slo, [prefill_nic_gbps or np.nan], technique, params)
     dc = decode_pool_capacity(decode, prompt, output, slo, [decode_nic_gbps or np.nan], technique, params)
     kv_bytes = float(prefill.kv_bytes_per_token[0]) * sent_tokens(prompt.mean_tokens, technique)
@@ -295,6 +296,9 @@ def estimate_pair(prefill: Configs, decode: Configs, prompt: LengthDist, output:
                                    technique, params)
         out.update(ttft_p99_ms=_round(ttft), tpot_p99_ms=_round(tpot),
                    e2e_p99_ms=_round(ttft + e2e) if ttft is not None and e2e is not None else None)
+        # a pool past its saturation has no steady state, so no p99: say which, not only None
+        out["saturated_pools"] = [pool for pool, v in (("prefill", ttft), ("decode", tpot))
+                                  if v is None or not np.isfinite(v)]
     return out
 
 

@@ -250,6 +250,19 @@ def test_estimate_pair_json(run_cli):
     # 6,000 tokens × 163,840 B × 8 bit = 7.86 Gb per request
     assert out["kv_link_gb_s_per_qps"] == pytest.approx(6000 * 163_840 * 8 / 1e9, rel=1e-3)
     assert out["ttft_p99_ms"] <= 1000 and out["tpot_p99_ms"] <= 50
+    assert out["saturated_pools"] == []
+
+
+def test_estimate_pair_past_capacity_names_the_saturated_pool(run_cli):
+    """Past saturation a replica's queue never drains: no p99, and the output says which pool, not only 'None'.
+    At 2 req/s per replica the h20 tp2 decode replica (1.36 req/s at its TPOT share) is saturated while the prefill
+    replica (1.15 at its TTFT share) still has a TTFT p99, over the SLO; at 4 req/s both are."""
+    out = json.loads(run_cli(*PAIR, "--qps", "2", "--json").stdout)
+    assert out["ttft_p99_ms"] > 1000 and out["tpot_p99_ms"] is None and out["saturated_pools"] == ["decode"]
+    out = json.loads(run_cli(*PAIR, "--qps", "4", "--json").stdout)
+    assert out["ttft_p99_ms"] is None and out["saturated_pools"] == ["prefill", "decode"]
+    text = run_cli(*PAIR, "--qps", "4")
+    assert text.code == 0 and "saturated: the prefill and decode replicas cannot keep up with 4 req/s" in text.stdout
 
 
 def test_estimate_pair_uses_the_engine_it_is_given(run_cli):
