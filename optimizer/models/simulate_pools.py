@@ -5,7 +5,7 @@ scheduler as a colocated one (``optimizer.models.simulate``) at its own per-repl
 with Poisson arrivals (requests spread over many replicas of a pool thin and superpose into
 Poisson streams, the analytic model's assumption too):
 
-- prefill replica: requests of the sampled prompt and two output tokens (the analytic
+- prefill replica: requests of the sampled prompt and one output token (``PREFILL_OUTPUT``: the analytic
   prefill pool's requests), TTFT as the colocated simulator measures it;
 - KV transfer of request i: ``(L_i − N) · kv_bytes_per_token / link`` of the prefill replica;
 - decode replica: the same requests (same seed, so the same sampled lengths) arriving with
