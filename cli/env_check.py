@@ -25,14 +25,8 @@ _RULES = {
 
 
 def _whole_number(text: str) -> bool:
-    """Digits only, as ``int`` reads them: ``str.isdigit`` alone lets '²' through, which ``int`` refuses."""
-    if not text.isdigit():
-        return False
-    try:
-        int(text)
-    except ValueError:
-        return False
-    return True
+    """ASCII digits only, as ``int`` reads them: ``str.isdigit`` alone lets '²' through, which ``int`` refuses."""
+    return text.isascii() and text.isdigit()
 
 
 def _finite_number(text: str) -> bool:

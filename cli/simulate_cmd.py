@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -22,30 +21,7 @@ from cli.common import (
 from cli.config_check import check_context, check_qps, check_sharding
 from cli.estimate_cmd import EngineOpt, EpOpt, MaxBatchOpt
 
-if TYPE_CHECKING:
-    from workloads.spec import LengthDist
-
 MAX_REQUESTS = 2_000_000  # a bound on time and memory: the simulator holds per-request arrays
-
-
-def length_dist(mean: int, p99: int | None, flag: str) -> LengthDist:
-    """Fixed length, or lognormal {mean, p99} when a p99 is given; p99 below the mean, or above the largest
-    p99/mean of a lognormal (``workloads.spec.MAX_LOGNORMAL_P99_RATIO``), is an error."""
-    from workloads.spec import (  # pydantic: not at `gpuplan --help`
-        MAX_LOGNORMAL_P99_RATIO,
-        LengthDist,
-    )
-
-    if p99 is None:
-        return LengthDist(mean=mean)
-    if p99 < mean:
-        raise ModelError(f"{flag}-p99 {p99} is below the mean {flag}-tokens {mean} by {mean - p99}; "
-                         "a p99 must be >= the mean")
-    if p99 > MAX_LOGNORMAL_P99_RATIO * mean:
-        top = math.floor(MAX_LOGNORMAL_P99_RATIO * mean)
-        raise ModelError(f"{flag}-p99 {p99} is {p99 / mean:.3g}× the mean {flag}-tokens {mean}, beyond any "
-                         f"lognormal's (at most {MAX_LOGNORMAL_P99_RATIO:.2f}× the mean); give {flag}-p99 <= {top:,}")
-    return LengthDist(mean=mean, p99=p99)
 
 
 def simulate(
@@ -73,12 +49,13 @@ def simulate(
     # the models (numpy, pydantic) load when the command runs, not at `gpuplan --help`
     from optimizer.models import perf, serving
     from optimizer.models.configs import build_configs
+    from optimizer.models.lengths import length_from_flags
     from optimizer.models.simulate import simulate as run_simulation
 
     if not qps > 0:
         raise ModelError(f"--qps must be > 0 requests/s (got {qps:g})")
-    prompt = length_dist(input_tokens, input_p99, "--input")
-    output = length_dist(output_tokens, output_p99, "--output")
+    prompt = length_from_flags(input_tokens, input_p99, "input")
+    output = length_from_flags(output_tokens, output_p99, "output")
     check_qps(qps)
     cat = load(catalog, model_config)
     m, d = cat.model(model), cat.device(device)

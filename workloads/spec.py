@@ -430,6 +430,12 @@ class Plan(Strict):
             seen.add(w.name)
         return sorted(workloads, key=lambda w: w.name)
 
+    @property
+    def room_power_cap_kw(self) -> float | None:
+        """The power cap the fleet is held to: ``max_power_kw``, none under objective cloud (rented GPUs draw
+        the provider's power, not your room's)."""
+        return None if self.objective == "cloud" else self.max_power_kw
+
     def workload(self, name: str) -> Workload:
         for w in self.workloads:
             if w.name == name:

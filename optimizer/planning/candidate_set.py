@@ -165,7 +165,7 @@ def missing_figures(device: Device, plan: Plan) -> list[str]:
     if device.tdp_w is None:
         if plan.objective == "tco":
             need.append("tdp_w (tco power cost)")
-        elif plan.max_power_kw is not None and plan.objective != "cloud":
+        elif plan.room_power_cap_kw is not None:
             need.append("tdp_w (max_power_kw)")
     return need
 
@@ -251,9 +251,7 @@ def fleet_problem(cset: CandidateSet, plan: Plan) -> FleetProblem:
         options += opts
     used = {o.device for o in options}
     units = {k: unit_terms(u, a) for k, u in cset.units.items() if k in used}
-    # max_power_kw is the power of the plan's own room: rented GPUs (objective cloud) draw the provider's
-    limits = Limits(plan.budget.capex_usd, plan.budget.annual_usd,
-                    plan.max_power_kw if plan.objective != "cloud" else None)
+    limits = Limits(plan.budget.capex_usd, plan.budget.annual_usd, plan.room_power_cap_kw)
     return FleetProblem(tuple(demands), tuple(options), units, limits)
 
 

@@ -100,23 +100,30 @@ def _process_group(pgid: int) -> list[int]:
     return _live_pids(2, pgid)
 
 
+def _whatif_with_workers(tmp_path: Path, *args: str) -> subprocess.Popen:
+    """``gpuplan whatif whatif-budget.yaml --workers 2 ARGS`` (the example and its base plan copied to
+    ``tmp_path``) in its own session, returned once its worker processes exist (or it ended, or 60 s)."""
+    for name in ("whatif-budget.yaml", "chat-fleet.yaml"):
+        (tmp_path / name).write_bytes((REPO / "examples" / name).read_bytes())
+    proc = subprocess.Popen([sys.executable, "-m", "cli.app", "whatif", str(tmp_path / "whatif-budget.yaml"),
+                             "--workers", "2", *args],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and len(_process_group(proc.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return proc
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to see the workers")
 @pytest.mark.parametrize("how", ["ctrl-c to the group", "sigterm to the parent"])
 def test_interrupted_whatif_with_workers_stops_them_and_keeps_earlier_outputs(tmp_path, how):
     """Ctrl-C reaches the runner and its worker processes; SIGTERM only the runner. Either way:
     exit 130, one line, the earlier --json output byte-identical, no worker left running."""
-    for name in ("whatif-budget.yaml", "chat-fleet.yaml"):
-        (tmp_path / name).write_bytes((REPO / "examples" / name).read_bytes())
     out_json = tmp_path / "whatif.json"
     out_json.write_bytes(EARLIER)
-    proc = subprocess.Popen([sys.executable, "-m", "cli.app", "whatif", str(tmp_path / "whatif-budget.yaml"),
-                             "--workers", "2", "--json", str(out_json)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = _whatif_with_workers(tmp_path, "--json", str(out_json))
     try:
-        deadline = time.monotonic() + 60
-        while proc.poll() is None and len(_process_group(proc.pid)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
         time.sleep(1.0)  # the workers are solving scenarios (the whole file takes tens of seconds)
         assert proc.poll() is None, "finished before it could be interrupted"
         if how == "ctrl-c to the group":
@@ -148,17 +155,9 @@ def test_a_held_ctrl_c_still_ends_with_one_line(tmp_path):
     printed "During handling of the above exception" / "Exception ignored in" tracebacks and exited 1.
     Now: the one line, and exit 130 (or death by SIGINT in the interpreter's last C-level teardown, which
     the shell shows as 130 too)."""
-    for name in ("whatif-budget.yaml", "chat-fleet.yaml"):
-        (tmp_path / name).write_bytes((REPO / "examples" / name).read_bytes())
     for _attempt in range(2):
-        proc = subprocess.Popen([sys.executable, "-m", "cli.app", "whatif", str(tmp_path / "whatif-budget.yaml"),
-                                 "--workers", "2", "--no-cache"],
-                                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+        proc = _whatif_with_workers(tmp_path, "--no-cache")
         try:
-            deadline = time.monotonic() + 60
-            while proc.poll() is None and len(_process_group(proc.pid)) < 2 and time.monotonic() < deadline:
-                time.sleep(0.02)
             time.sleep(0.3)
             assert proc.poll() is None, "finished before it could be interrupted"
             for _ in range(20):
@@ -264,17 +263,22 @@ def test_a_swallowed_signal_still_stops_the_outputs(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
 
 
+def _schema_exit_code(monkeypatch, plan_schema) -> int:
+    """The exit code of ``gpuplan schema`` run in-process with ``plan_schema`` in place of the real one."""
+    monkeypatch.setattr(cli_app.plan_cmd, "plan_schema", plan_schema)
+    monkeypatch.setattr(sys, "argv", ["gpuplan", "schema"])
+    with pytest.raises(SystemExit) as exc:
+        cli_app.main()
+    return exc.value.code
+
+
 def test_a_swallowed_signal_ends_the_command_with_130(monkeypatch, capsys):
     """The CLI re-checks after the command returns: exit 130 and the interrupted message, not 0."""
     def schema_then_signal():
         note_signal(signal.SIGINT)  # what the handler records before its exception is swallowed
         return "{}"
 
-    monkeypatch.setattr(cli_app.plan_cmd, "plan_schema", schema_then_signal)
-    monkeypatch.setattr(sys, "argv", ["gpuplan", "schema"])
-    with pytest.raises(SystemExit) as exc:
-        cli_app.main()
-    assert exc.value.code == 130
+    assert _schema_exit_code(monkeypatch, schema_then_signal) == 130
     assert "interrupted" in capsys.readouterr().err
     raise_if_interrupted()  # main() leaves no signal on record for the next command in this process
 
@@ -382,10 +386,6 @@ def test_an_interrupt_after_the_outputs_were_written_says_so(tmp_path, monkeypat
         note_signal(signal.SIGTERM)
         return "{}"
 
-    monkeypatch.setattr(cli_app.plan_cmd, "plan_schema", schema_written_then_signal)
-    monkeypatch.setattr(sys, "argv", ["gpuplan", "schema"])
-    with pytest.raises(SystemExit) as exc:
-        cli_app.main()
-    assert exc.value.code == 130
+    assert _schema_exit_code(monkeypatch, schema_written_then_signal) == 130
     assert capsys.readouterr().err == f"error: interrupted after writing {target}\n"
     assert target.read_bytes() == b"{}\n"
