@@ -183,10 +183,9 @@ def fidelity_of(device: Device, params: CalibrationParams, devices: Mapping[str,
     if letter is not None and all(k in params.error_bands for k in classes_up_to(letter)):
         low, high = class_envelope(params, letter)
         band = params.error_bands[letter]  # type: ignore[index]
-        # the ep wording only where this device/engine was measured (fidelity_letter's "a" pair): an unmeasured
-        # device or engine is rated, and described, by its generation or its engine, whatever its ep
-        measured_pair = params.coverage is not None and f"{device.key}/{engine}" in params.coverage.device_engines
-        if measured_pair and ep_unmeasured(device, engine, params, ep):
+        # the ep wording only where this device/engine was measured (class a at ep 1, as the fallback asks): an
+        # unmeasured device or engine is rated, and described, by its generation or its engine, whatever its ep
+        if ep_unmeasured(device, engine, params, ep) and fidelity_letter(device, engine, params) == "a":
             what = f"{device.key}/{engine} measured, but never with expert parallelism (ep {ep}); rated as its generation"
         elif engine_unmeasured(device, engine, params):
             what = unmeasured_engine_basis(device, engine, params)
