@@ -20,6 +20,7 @@ from optimizer.planning.milp.problem import (
     amortised_usd_per_replica,
     options_by_workload,
     spare_replicas,
+    spread_packings,
     unique_slugs,
 )
 
@@ -44,6 +45,11 @@ class FleetModel:
     u: dict[tuple[str, str], pulp.LpVariable] = field(default_factory=dict)
     s: dict[tuple[str, int], pulp.LpVariable] = field(default_factory=dict)  # share served by the pools
     gpus: dict[str, pulp.LpAffineExpression] = field(default_factory=dict)
+    z: dict[tuple[str, str, int], pulp.LpVariable] = field(default_factory=dict)  # spread q (n+1-node)
+    y: dict[tuple[str, str, int], pulp.LpVariable] = field(default_factory=dict)  # its servers of its own
+    a: dict[tuple[str, str], pulp.LpVariable] = field(default_factory=dict)  # replicas on shared servers
+    ub: dict[tuple[str, str], int] = field(default_factory=dict)  # upper bound of n
+    packings: dict[tuple[str, str], tuple[int, ...]] = field(default_factory=dict)  # spread q of an option
 
     def total(self, which: str) -> pulp.LpAffineExpression:
         """Σ_d terms[d].per_gpu·gpus[d] + terms[d].per_node·m[d] for a UnitTerms field."""
@@ -67,7 +73,9 @@ def replica_upper_bound(demand: Demand, option: Option, gpus_per_node: int = 1) 
 
 
 def define_variables(problem: FleetProblem) -> FleetModel:
-    """n[w,k] integer, x[w,b,k] ∈ [0,1] where μ[w,b,k] > 0 and λ[w,b] > 0, m[d] integer, u[w,k] binary (N+1)."""
+    """n[w,k] integer, x[w,b,k] ∈ [0,1] where μ[w,b,k] > 0 and λ[w,b] > 0, m[d] integer, u[w,k] binary (N+1);
+    for n+1-node options with spread placements (:func:`~optimizer.planning.milp.problem.spread_packings`)
+    z[w,k,q] binary, y[w,k,q] integer ≤ ⌈ub/q⌉ and a[w,k] ∈ [0, ub] (:func:`define_spread`)."""
     prob = pulp.LpProblem("gpuplan_fleet", pulp.LpMinimize)
     devices = sorted({o.device for o in problem.options})
     model = FleetModel(problem, prob, unique_slugs([d.workload for d in problem.demands]), unique_slugs(devices))
@@ -86,6 +94,7 @@ def define_variables(problem: FleetProblem) -> FleetModel:
         if unit.full_servers_only:  # room to fill the last server with replicas of this option
             ub += math.ceil((unit.gpus_per_node - 1) / o.gpus)
         model.n[idx] = prob.add_variable(f"n__{name}", 0, ub, cat=pulp.LpInteger)
+        model.ub[idx] = ub
         gpu_terms[o.device].append((o.gpus, model.n[idx]))
         gpu_ub[o.device] += o.gpus * ub
         for b, (lam, mu) in enumerate(zip(dem.bucket_qps, o.capacity_qps, strict=True)):
@@ -94,6 +103,13 @@ def define_variables(problem: FleetProblem) -> FleetModel:
                     f"x__{model.w_name[o.workload]}__b{b}__{model.k_name[idx]}", 0, 1)
         if dem.n_plus_one:
             model.u[idx] = prob.add_variable(f"u__{name}", 0, 1, cat=pulp.LpInteger)
+        packings = spread_packings(dem, o, unit)
+        for q in packings:
+            model.z[(*idx, q)] = prob.add_variable(f"z__{name}__q{q}", 0, 1, cat=pulp.LpInteger)
+            model.y[(*idx, q)] = prob.add_variable(f"y__{name}__q{q}", 0, math.ceil(ub / q), cat=pulp.LpInteger)
+        if packings:
+            model.a[idx] = prob.add_variable(f"a__{name}", 0, ub)
+            model.packings[idx] = packings
     for d in devices:
         per_node = problem.units[d].gpus_per_node
         model.m[d] = prob.add_variable(f"m__{model.d_name[d]}", 0, math.ceil(gpu_ub[d] / per_node),
@@ -141,7 +157,8 @@ def define_capacity(model: FleetModel) -> None:
     capacity 1 = Σ_b its utilisation by bucket b). u is 0 except for N+1 workloads, where
     s[w,k] spare replicas of every candidate that carries load are kept: 1 (n+1), or the
     replicas one server holds (n+1-node; :func:`~optimizer.planning.milp.problem.spare_replicas`;
-    see :func:`define_n_plus_one`). Named ``capacity__{workload}__{candidate}``.
+    see :func:`define_n_plus_one`), ⌊G/g⌋ on shared servers or q spread (:func:`define_spread`):
+    spare = ⌊G/g⌋·u − Σ_q (⌊G/g⌋ − q)·z[w,k,q]. Named ``capacity__{workload}__{candidate}``.
     """
     for o in model.problem.options:
         idx = (o.workload, o.key)
@@ -153,6 +170,9 @@ def define_capacity(model: FleetModel) -> None:
         )
         u = model.u.get(idx)
         spare = 0 if u is None else spare_replicas(dem, o, model.problem.units[o.device].gpus_per_node) * u
+        if idx in model.a:  # spread q instead: spare q, not ⌊G/g⌋ (define_spread)
+            most = model.problem.units[o.device].gpus_per_node // o.gpus
+            spare -= pulp.lpSum((most - q) * z for (w, key, q), z in spread_of(model, idx))
         model.prob += load + spare <= model.n[idx], f"capacity__{model.w_name[o.workload]}__{model.k_name[idx]}"
 
 
@@ -163,14 +183,61 @@ def define_servers(model: FleetModel) -> None:
     against whole servers is exact: replicas of power-of-two sizes pack without waste.
     A partly used server of a fixed-size platform is paid in full through its per-server
     terms (see the module docstring of :mod:`~optimizer.planning.milp.problem`).
+    With spread n+1-node options (:func:`define_spread`) the shared servers hold the GPUs of the
+    others and a[w,k] (k's replicas when not spread), the spread ones have servers of their own:
+    Σ_{k plain} g·n + Σ_{k spreadable} g·a + G·Σ y ≤ G·m[d] (it implies gpus[d] ≤ G·m[d]).
     Named ``servers__{device}``.
     """
+    spread: dict[str, list[tuple[pulp.LpVariable, float]]] = {}
+    for o in model.problem.options:
+        idx = (o.workload, o.key)
+        if idx in model.a:
+            size = model.problem.units[o.device].gpus_per_node
+            spread.setdefault(o.device, []).append((model.n[idx], -o.gpus))
+            spread[o.device].append((model.a[idx], o.gpus))
+            spread[o.device] += [(v, size) for _, v in spread_of(model, idx, model.y)]
     for d, m in model.m.items():
         unit = model.problem.units[d]
+        used = model.gpus[d] + pulp.LpAffineExpression(spread[d]) if d in spread else model.gpus[d]
         if unit.full_servers_only:
-            model.prob += model.gpus[d] == unit.gpus_per_node * m, f"servers__{model.d_name[d]}"
+            model.prob += used == unit.gpus_per_node * m, f"servers__{model.d_name[d]}"
         else:
-            model.prob += model.gpus[d] <= unit.gpus_per_node * m, f"servers__{model.d_name[d]}"
+            model.prob += used <= unit.gpus_per_node * m, f"servers__{model.d_name[d]}"
+
+
+def spread_of(model: FleetModel, idx: tuple[str, str], family: dict | None = None
+              ) -> list[tuple[tuple[str, str, int], pulp.LpVariable]]:
+    """The z (or ``family``: y) variables of option ``idx``, by q."""
+    family = model.z if family is None else family
+    return [((*idx, q), family[(*idx, q)]) for q in model.packings.get(idx, ())]
+
+
+def define_spread(model: FleetModel) -> None:
+    """n+1-node: an option's replicas on the shared servers (spare ⌊G/g⌋), or spread over servers
+    of their own at most q on each (spare q; :func:`~optimizer.planning.milp.problem.spread_packings`).
+
+    For each option k with spread placements, ub its replica bound::
+
+        Σ_q z[k,q] ≤ u[k]                        one placement, spread only when k carries load
+        n[k] ≤ Σ_q q·y[k,q] + ub·(1 − Σ_q z[k,q])   spread q: the replicas fit q per server of their own
+        y[k,q] ≤ ⌈ub/q⌉·z[k,q]                    servers of its own only when spread q
+        a[k] ≥ n[k] − ub·Σ_q z[k,q]               not spread: its replicas are on the shared servers
+
+    With the capacity rule (load ≤ n − ⌊G/g⌋·u + Σ_q (⌊G/g⌋ − q)·z, :func:`define_capacity`) and
+    the servers rule (:func:`define_servers`) this is exact for an even spread: R replicas on y
+    servers of their own lose at most ⌈R/y⌉ with any one server. Named ``spread_one__…``,
+    ``spread_fit__…__q{q}``, ``spread_servers__…__q{q}``, ``spread_shared__…`` (workload__candidate).
+    """
+    for idx, a in model.a.items():
+        name = f"{model.w_name[idx[0]]}__{model.k_name[idx]}"
+        zs = [z for _, z in spread_of(model, idx)]
+        ub = model.ub[idx]
+        model.prob += pulp.lpSum(zs) <= model.u[idx], f"spread_one__{name}"
+        model.prob += (model.n[idx] <= pulp.lpSum(q * y for (_, _, q), y in spread_of(model, idx, model.y))
+                       + ub - ub * pulp.lpSum(zs)), f"spread_fit__{name}"
+        for (w, key, q), y in spread_of(model, idx, model.y):
+            model.prob += y <= math.ceil(ub / q) * model.z[(w, key, q)], f"spread_servers__{name}__q{q}"
+        model.prob += a >= model.n[idx] - ub * pulp.lpSum(zs), f"spread_shared__{name}"
 
 
 def define_min_replicas(model: FleetModel) -> None:
@@ -327,6 +394,7 @@ def build_model(problem: FleetProblem, minimise: Minimise = "objective",
     define_servers(model)
     define_min_replicas(model)
     define_n_plus_one(model)
+    define_spread(model)
     define_capex_budget(model)
     define_annual_budget(model)
     define_power_cap(model)

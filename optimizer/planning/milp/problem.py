@@ -10,6 +10,9 @@ at the SLO), devices d (gpus_per_node G[d]). Variables::
     u[w,k] ∈ {0,1}    k carries load of w                     (only for N+1 workloads)
     s[w,b] ∈ [0,1]    share of bucket b of w served by disaggregated prefill + decode pools
                       (only where w has both; candidates k then have a stage, see ``define_demand``)
+    z[w,k,q] ∈ {0,1}  k's replicas spread over servers of their own, at most q on each
+    y[w,k,q] ∈ Z≥0    those servers                    (z, y: only n+1-node, see ``spread_packings``)
+    a[w,k] ≥ 0        k's replicas on the device's shared servers (n, or 0 when spread)
 
 and the GPUs of a device, gpus[d] = Σ_{w,k: d(k)=d} g[k]·n[w,k]. Every money and power
 figure is linear in (gpus[d], m[d]) — see :mod:`optimizer.results.money` — so the objective is
@@ -36,6 +39,7 @@ solver may stop at either, and the same input still gives the same one.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -101,18 +105,71 @@ class Demand:
     per_server: bool = False  # N+1 against the loss of a whole server, not one replica
 
 
-def spare_replicas(demand: Demand, option: Option, gpus_per_node: int) -> int:
+def spare_replicas(demand: Demand, option: Option, gpus_per_node: int, replicas_per_server: int | None = None) -> int:
     """Replicas of ``option`` an N+1 workload keeps spare: 1, or per server those one server can hold.
 
     Per server (redundancy n+1-node): a server of G GPUs holds at most ⌊G / g⌋ replicas of g
     GPUs (at least 1: a replica larger than a server is lost with any server it spans, one
-    replica when g is a multiple of G and replicas are placed on whole servers).
+    replica when g is a multiple of G and replicas are placed on whole servers) — wherever the
+    replicas are placed on the device's shared servers. ``replicas_per_server`` = q: the
+    replicas are spread over servers of their own, at most q on each (:func:`spread_packings`),
+    so losing a server loses at most q.
     """
     if not demand.n_plus_one:
         return 0
     if not demand.per_server:
         return 1
+    if replicas_per_server:
+        return replicas_per_server
     return max(1, gpus_per_node // option.gpus)
+
+
+# The largest q of a spread placement (:func:`spread_packings`): bounds the MILP's binaries per option
+# (8-GPU servers need at most 7; a 72-GPU rack of 1-GPU replicas would need 71).
+MAX_SPREAD_REPLICAS_PER_SERVER = 8
+
+
+def spread_packings(demand: Demand, option: Option, unit: UnitTerms) -> tuple[int, ...]:
+    """The spread placements an n+1-node option may take besides the shared servers: q = 1, …,
+    min(⌊G/g⌋ − 1, MAX_SPREAD_REPLICAS_PER_SERVER) replicas per server.
+
+    Spread q: the R replicas of k run on y servers of their own (no other replica on them), evenly,
+    so the busiest holds ⌈R/y⌉ ≤ q when R ≤ q·y, and losing any one server leaves R − q replicas
+    at least: the capacity rule is load ≤ R − q (instead of R − ⌊G/g⌋ on shared servers), for
+    y = ⌈R/q⌉ servers of d. Exact for an even spread: a fleet with R replicas on y servers is
+    spread q = ⌈R/y⌉. q = ⌊G/g⌋ is the shared placement itself (losing a server loses at most
+    ⌊G/g⌋ of k anywhere), so it is not repeated; none on a plan that forbids partly used servers
+    (a server of its own with q·g < G GPUs in use is partly used) or when a server holds one replica.
+    """
+    if not (demand.n_plus_one and demand.per_server) or unit.full_servers_only:
+        return ()
+    most = unit.gpus_per_node // option.gpus
+    return tuple(range(1, min(most - 1, MAX_SPREAD_REPLICAS_PER_SERVER) + 1))
+
+
+def fleet_servers(problem: FleetProblem, replicas: Mapping[tuple[str, str], int],
+                  replicas_per_server: Mapping[tuple[str, str], int] | None = None
+                  ) -> tuple[dict[str, int], dict[str, int]]:
+    """(GPUs, servers) per device of a fleet of ``replicas``: gpus[d] = Σ g[k]·n[k] and
+    m[d] = ⌈Σ_{k shared} g[k]·n[k] / G[d]⌉ + Σ_{k spread q} ⌈n[k] / q[k]⌉ — the shared replicas on
+    whole servers, each spread option (``replicas_per_server``, :func:`spread_packings`) on servers
+    of its own."""
+    spread = replicas_per_server or {}
+    options = {(o.workload, o.key): o for o in problem.options}
+    gpus: dict[str, int] = {}
+    shared: dict[str, int] = {}
+    own: dict[str, int] = {}
+    for idx, n in replicas.items():
+        if n <= 0:
+            continue
+        o = options[idx]
+        gpus[o.device] = gpus.get(o.device, 0) + n * o.gpus
+        if spread.get(idx):
+            own[o.device] = own.get(o.device, 0) + math.ceil(n / spread[idx])
+        else:
+            shared[o.device] = shared.get(o.device, 0) + n * o.gpus
+    nodes = {d: math.ceil(shared.get(d, 0) / problem.units[d].gpus_per_node) + own.get(d, 0) for d in gpus}
+    return gpus, nodes
 
 
 @dataclass(frozen=True)
@@ -163,6 +220,9 @@ class FleetSolution:
     n_constraints: int = 0
     bound_usd: float | None = None  # the solver's proven lower bound on the minimised figure
     time_limited: bool = False  # a wall-clock limit, not the work done, ended the search: a rerun may differ
+    # n+1-node options spread over servers of their own: q, the most replicas on one of them
+    # (:func:`spread_packings`); the others share their device's servers
+    replicas_per_server: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from optimizer.planning.milp.problem import (
     Option,
     UnitTerms,
     amortised_units,
+    fleet_servers,
     options_by_workload,
     uncovered_buckets,
 )
@@ -301,10 +302,12 @@ def extract(model: FleetModel, run: SolveRun, build_seconds: float, values: Any 
     ``values``: column values of an incumbent (indexed by ``LpVariable.index``, as HiGHS's
     callback gives them) instead of the solved variables' values.
     Servers are recomputed as ⌈gpus[d] / gpus_per_node[d]⌉ — what the solver picks when a
-    server costs anything, and never more than it picked.
+    server costs anything, and never more than it picked — plus ⌈n/q⌉ servers of its own for
+    each n+1-node option the solver spread at most q per server (z[w,k,q] = 1;
+    :func:`~optimizer.planning.milp.problem.fleet_servers`).
     """
     stats = dict(n_variables=len(model.prob.variables()), n_constraints=len(model.prob.constraints()),
-                 n_integer_variables=len(model.n) + len(model.m) + len(model.u))
+                 n_integer_variables=len(model.n) + len(model.m) + len(model.u) + len(model.z) + len(model.y))
     if not run.status.has_plan:
         return FleetSolution(run.status, run.detail, None, run.gap, run.solve_seconds, build_seconds, run.solver, **stats,
                              time_limited=run.time_limited)
@@ -314,16 +317,12 @@ def extract(model: FleetModel, run: SolveRun, build_seconds: float, values: Any 
     replicas = {idx: r for idx, r in replicas.items() if r > 0}
     routed = routed_loads(model.problem, replicas, {idx: value(v) for idx, v in model.x.items()},
                           {w: d.bucket_qps for w, d in model.demands.items()})
-    gpus: dict[str, int] = {}
-    for o in model.problem.options:
-        r = replicas.get((o.workload, o.key), 0)
-        if r:
-            gpus[o.device] = gpus.get(o.device, 0) + r * o.gpus
-    nodes = {d: math.ceil(g / units[d].gpus_per_node) for d, g in gpus.items()}
+    spread = {(w, key): q for (w, key, q), z in model.z.items() if value(z) > 0.5 and replicas.get((w, key), 0) > 0}
+    gpus, nodes = fleet_servers(model.problem, replicas, spread)
     objective = float(sum(units[d].objective_usd.at(g, nodes[d]) for d, g in gpus.items()))
     return FleetSolution(run.status, run.detail, objective, run.gap, run.solve_seconds, build_seconds,
                          run.solver, replicas, routed, gpus, nodes, **stats, bound_usd=run.bound,
-                         time_limited=run.time_limited)
+                         time_limited=run.time_limited, replicas_per_server=spread)
 
 
 def routed_loads(problem: FleetProblem, replicas: Mapping[tuple[str, str], int],
@@ -365,6 +364,13 @@ def start_values(model: FleetModel, start: FleetSolution) -> dict[pulp.LpVariabl
         out[v] = float(start.nodes.get(d, 0))
     for idx, v in model.u.items():
         out[v] = 1.0 if start.replicas.get(idx, 0) > 0 else 0.0
+    for idx, v in model.a.items():  # spread: z = 1 at its q and ⌈n/q⌉ servers of its own; else a = n
+        n, q = start.replicas.get(idx, 0), start.replicas_per_server.get(idx)
+        if n > 0 and q in model.packings[idx]:
+            out[model.z[(*idx, q)]] = 1.0
+            out[model.y[(*idx, q)]] = float(math.ceil(n / q))
+        else:
+            out[v] = float(n)
     return out
 
 
