@@ -195,7 +195,8 @@ def render(data: dict[str, Any]) -> None:
         w = slo[d["workload"]]
         row = [
             d["workload"], d["device"], d["precision"] or "—", f"tp{d['tp']} pp{d['pp']}" + (f" ep{d['ep']}" if d.get("ep", 1) > 1 else ""),
-            d["replicas"],
+            d["replicas"] if not d.get("replicas_per_server") else
+            f"{d['replicas']} (≤ {d['replicas_per_server']} per server, {d['dedicated_servers']} servers of their own)",
             fmt(d["qps"], 2), fmt(d["capacity_qps"], 2),
             _ms(d["ttft_p99_ms"], w["slo_ttft_p99_ms"]), _ms(d["tpot_p99_ms"], w["slo_tpot_p99_ms"]),
             _ms(d["e2e_p99_ms"], w["slo_e2e_p99_ms"]),

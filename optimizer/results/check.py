@@ -8,9 +8,11 @@ own arithmetic rather than :mod:`optimizer.results.money` — and returns the vi
   decode pools = rate: a request served by disaggregated pools passes through one of each);
 - capacity: Σ_b routed[w,b,k] / μ[w,b,k] ≤ replicas (− 1 for N+1 when loaded); nothing is
   routed where μ = 0; each deployment's capacity_qps covers its qps;
-- N+1 per server (redundancy n+1-node): losing any one server of the fleet — which holds at
-  most min(replicas, ⌊G/g⌋) replicas of each deployment on it, wherever they are placed —
-  leaves every deployment enough replicas for its routed load;
+- N+1 per server (redundancy n+1-node): the placement fits the servers (spread deployments on
+  ⌈replicas / replicas_per_server⌉ servers of their own, the others on the rest), and losing any one
+  server — a spread deployment's server holds ⌊R/y⌋ or ⌈R/y⌉ of its replicas, a shared one at most
+  min(replicas, ⌊G/g⌋) of each deployment, wherever they are placed — leaves every deployment
+  enough replicas for its routed load;
 - SLOs: every loaded deployment's predicted p99s are within its workload's SLOs, and the
   ``met`` flags agree; min_replicas holds (for each phase); a disaggregated workload end to end:
   load on both kinds of pool, TTFT predicted on the prefill pools, TPOT on the decode pools;
@@ -112,25 +114,59 @@ def _check_capacity(r: PlanResult) -> list[str]:
 
 
 def _check_server_loss(r: PlanResult) -> list[str]:
-    """Every n+1-node workload survives the loss of any one server: for each device d and each
-    deployment k of the workload on d, the replicas left after losing the server that holds the
-    most of k (min(n, ⌊G/g⌋), at least 1) still carry k's routed load."""
+    """Every n+1-node workload survives the loss of any one server, server by server.
+
+    The placement the plan states, per device d with G GPUs per server: a spread deployment
+    (``replicas_per_server`` q) runs its R replicas on y = ⌈R/q⌉ servers of its own, evenly (server i
+    holds ⌊R/y⌋ or ⌈R/y⌉, the first R mod y one more); every other deployment shares the remaining
+    servers, which must hold their GPUs: Σ y + ⌈shared GPUs / G⌉ ≤ nodes. Each server is then taken
+    away in turn: a spread deployment loses the replicas on it; a deployment on the shared servers,
+    placed anywhere, loses at most min(R, ⌊G/g⌋) (at least 1) with any one of them. What is left of
+    each loaded deployment of an n+1-node workload must still carry its routed load, Σ_b routed/μ
+    replicas' worth."""
     out = []
     per_server = {w.name for w in r.workloads if w.redundancy == "n+1-node"}
     mu = {(c.workload, c.bucket, c.key): c.capacity_qps for c in r.candidates}
     fleet = {f.device: f for f in r.fleet}
-    for d in r.deployments:
-        if d.workload not in per_server or d.device not in fleet:
-            continue
-        load = sum(x.qps / mu[(d.workload, x.bucket, d.key)] for x in r.routing
-                   if x.workload == d.workload and x.key == d.key and mu.get((d.workload, x.bucket, d.key), 0) > 0)
-        if load <= 1e-9:
-            continue
-        g = d.gpus_per_replica
-        lost = min(d.replicas, max(1, fleet[d.device].gpus_per_node // g))
-        if not _le(load, d.replicas - lost):
-            out.append(f"N+1 per server {d.workload}/{d.key}: losing one {d.device} server takes {lost} of "
-                       f"{d.replicas} replicas; the rest carry {d.replicas - lost} replicas' worth, load is {load:.6g}")
+    load: dict[tuple[str, str], float] = {}
+    for x in r.routing:
+        cap = mu.get((x.workload, x.bucket, x.key), 0.0)
+        if cap > 0:
+            load[(x.workload, x.key)] = load.get((x.workload, x.key), 0.0) + x.qps / cap
+    for dev, f in fleet.items():
+        deps = [d for d in r.deployments if d.device == dev]
+        spread = [d for d in deps if d.replicas_per_server]
+        shared_gpus = sum(d.gpus for d in deps if not d.replicas_per_server)
+        own = 0
+        for d in spread:
+            if d.workload not in per_server:
+                out.append(f"placement {d.workload}/{d.key}: spread over servers of its own, but the workload is "
+                           "not n+1-node")
+            if d.replicas_per_server * d.gpus_per_replica > f.gpus_per_node:
+                out.append(f"placement {d.workload}/{d.key}: {d.replicas_per_server} replicas of "
+                           f"{d.gpus_per_replica} GPUs do not fit a server of {f.gpus_per_node}")
+            own += d.dedicated_servers or 0
+        shared_servers = -(-shared_gpus // f.gpus_per_node)
+        if own + shared_servers > f.nodes:
+            out.append(f"placement {dev}: {own} servers of spread deployments + {shared_servers} shared for "
+                       f"{shared_gpus} GPUs > {f.nodes} servers")
+        for d in deps:
+            need = load.get((d.workload, d.key), 0.0)
+            if d.workload not in per_server or need <= 1e-9:
+                continue
+            if d.replicas_per_server:
+                y = d.dedicated_servers or 1
+                on_server = [d.replicas // y + (1 if i < d.replicas % y else 0) for i in range(y)]
+            else:
+                on_server = [min(d.replicas, max(1, f.gpus_per_node // d.gpus_per_replica))]
+            for i, lost in enumerate(on_server):
+                if not _le(need, d.replicas - lost):
+                    where = f"its server {i + 1} of {len(on_server)}" if d.replicas_per_server else \
+                        f"one shared {dev} server"
+                    out.append(f"N+1 per server {d.workload}/{d.key}: losing {where} takes {lost} of "
+                               f"{d.replicas} replicas; the rest carry {d.replicas - lost} replicas' worth, "
+                               f"load is {need:.6g}")
+                    break
     return out
 
 

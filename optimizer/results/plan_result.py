@@ -119,6 +119,15 @@ class Deployment:
     verification: VerifiedDeployment | None = None
     ep: int = 1  # expert-parallel degree: a replica has tp·pp·ep GPUs
     engine: str = ""  # serving engine the replicas run ("" = not known: a capacity-table unit)
+    # redundancy n+1-node, spread: the replicas run on dedicated_servers = ⌈replicas / q⌉ servers of their
+    # own, evenly, at most q = replicas_per_server on each (losing one server loses at most q); None: on
+    # the device's shared servers, any placement (losing one loses at most ⌊gpus_per_node / gpus_per_replica⌋)
+    replicas_per_server: int | None = None
+
+    @property
+    def dedicated_servers(self) -> int | None:
+        """Servers of their own a spread deployment runs on: ⌈replicas / replicas_per_server⌉ (None: shared)."""
+        return -(-self.replicas // self.replicas_per_server) if self.replicas_per_server else None
 
     @property
     def gpus_per_replica(self) -> int:
@@ -349,6 +358,8 @@ _WORKLOAD_KEYS = ("name", "model", "qps", "met", "ttft_p99_ms", "tpot_p99_ms", "
 
 def _deployment_json(d: Deployment) -> dict[str, Any]:
     out = record_json(d, _DEPLOYMENT_KEYS)
+    out["replicas_per_server"] = d.replicas_per_server
+    out["dedicated_servers"] = d.dedicated_servers
     out["fidelity"] = record_json(d.fidelity) if d.fidelity else None
     out["verification"] = _verified_json(d.verification) if d.verification else None
     return out

@@ -108,7 +108,8 @@ def alone_plan(demand: Demand, options: tuple[Option, ...], units: Mapping[str, 
         guarded.append(f"the one-workload MILP of {demand.workload}")
     if sol is None or not sol.status.has_plan:
         return None
-    return WorkloadPlan(demand.workload, dict(sol.replicas), dict(sol.routed_qps), bound_of(sol))
+    return WorkloadPlan(demand.workload, dict(sol.replicas), dict(sol.routed_qps), bound_of(sol),
+                        dict(sol.replicas_per_server))
 
 
 def workload_plans(problem: FleetProblem, *, time_limit_s: float, gap: float, solver: str = "highs",

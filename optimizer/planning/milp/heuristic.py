@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from optimizer.planning.milp.problem import (
     Demand,
@@ -37,6 +37,7 @@ from optimizer.planning.milp.problem import (
     Option,
     UnitTerms,
     amortised_usd_per_replica,
+    fleet_servers,
     options_by_workload,
     spare_replicas,
 )
@@ -51,6 +52,7 @@ class WorkloadPlan:
     replicas: dict[tuple[str, str], int]
     routed_qps: dict[tuple[str, int, str], float]
     bound_usd: float | None  # proven lower bound of its amortised cost (None: not proven)
+    replicas_per_server: dict[tuple[str, str], int] = field(default_factory=dict)  # spread n+1-node options
 
 
 def single_option_plan(demand: Demand, options: tuple[Option, ...], units: Mapping[str, UnitTerms]
@@ -82,22 +84,20 @@ def single_option_plan(demand: Demand, options: tuple[Option, ...], units: Mappi
 
 
 def pooled_fleet(problem: FleetProblem, plans: Mapping[str, WorkloadPlan], detail: str = "pooled") -> FleetSolution:
-    """The workloads' plans on shared servers: gpus[d] = Σ g[k]·n[w,k], m[d] = ⌈gpus[d]/G[d]⌉,
-    objective Σ_d c_gpu[d]·gpus[d] + c_node[d]·m[d] (status feasible; check :func:`fleet_violations`)."""
-    by_key = {(o.workload, o.key): o for o in problem.options}
+    """The workloads' plans on shared servers: gpus[d] = Σ g[k]·n[w,k], m[d] = ⌈gpus[d]/G[d]⌉ (spread
+    n+1-node options: ⌈n/q⌉ servers of their own, ``problem.fleet_servers``), objective
+    Σ_d c_gpu[d]·gpus[d] + c_node[d]·m[d] (status feasible; check :func:`fleet_violations`)."""
     replicas: dict[tuple[str, str], int] = {}
     routed: dict[tuple[str, int, str], float] = {}
-    gpus: dict[str, int] = {}
+    spread: dict[tuple[str, str], int] = {}
     for p in plans.values():
         replicas.update(p.replicas)
         routed.update(p.routed_qps)
-        for idx, n in p.replicas.items():
-            d = by_key[idx].device
-            gpus[d] = gpus.get(d, 0) + n * by_key[idx].gpus
-    nodes = {d: math.ceil(g / problem.units[d].gpus_per_node) for d, g in gpus.items()}
+        spread.update(p.replicas_per_server)
+    gpus, nodes = fleet_servers(problem, replicas, spread)
     objective = float(sum(problem.units[d].objective_usd.at(g, nodes[d]) for d, g in gpus.items()))
     return FleetSolution(SolveStatus.FEASIBLE, detail, objective, None, 0.0, 0.0, "heuristic",
-                         replicas, routed, gpus, nodes)
+                         replicas, routed, gpus, nodes, replicas_per_server=spread)
 
 
 def fleet_violations(problem: FleetProblem, sol: FleetSolution, tolerance: float = 1e-9) -> list[str]:

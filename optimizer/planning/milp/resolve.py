@@ -31,8 +31,10 @@ from optimizer.planning.milp.problem import (
     PRESOLVE_MIN_OPTIONS,
     FleetProblem,
     FleetSolution,
+    fleet_servers,
     options_by_workload,
     spare_replicas,
+    spread_packings,
     uncovered_buckets,
 )
 from optimizer.planning.milp.solve import (
@@ -115,9 +117,10 @@ def topped_up(problem: FleetProblem, sol: FleetSolution, fill_idle: bool = True)
     for idx, n in sol.replicas.items():
         o = options[idx]
         size = problem.units[o.device].gpus_per_node
-        carried = n - spare_replicas(demands[idx[0]], o, size)
+        carried = n - spare_replicas(demands[idx[0]], o, size, sol.replicas_per_server.get(idx))
         need = load.get(idx, 0.0)
-        if fill_idle and need > carried * (1 + FEASIBILITY_TOLERANCE) + FEASIBILITY_TOLERANCE:
+        if fill_idle and idx not in sol.replicas_per_server and \
+                need > carried * (1 + FEASIBILITY_TOLERANCE) + FEASIBILITY_TOLERANCE:
             # first the idle GPUs of the servers it has: more replicas of k at no server cost
             idle = sol.nodes.get(o.device, 0) * size - gpus.get(o.device, 0)
             extra = min(math.ceil(need - carried - 1e-9), max(idle, 0) // o.gpus)
@@ -169,7 +172,8 @@ def trimmed(problem: FleetProblem, sol: FleetSolution) -> FleetSolution | None:
         if load.get(idx, 0.0) <= 0:
             continue
         o = options[idx]
-        need = math.ceil(load[idx] - 1e-9) + spare_replicas(demands[idx[0]], o, problem.units[o.device].gpus_per_node)
+        need = math.ceil(load[idx] - 1e-9) + spare_replicas(demands[idx[0]], o, problem.units[o.device].gpus_per_node,
+                                                            sol.replicas_per_server.get(idx))
         replicas[idx] = min(n, max(need, 1))
     if replicas == sol.replicas:
         return None
@@ -194,16 +198,14 @@ def _replica_loads(options: dict, sol: FleetSolution) -> tuple[dict[tuple[str, s
 
 def _with_replicas(problem: FleetProblem, sol: FleetSolution, replicas: dict[tuple[str, str], int],
                    detail: str) -> FleetSolution:
-    """``sol`` with ``replicas``: GPUs Σ g·n per device, servers ⌈gpus / gpus_per_node⌉, the objective."""
-    options = {(o.workload, o.key): o for o in problem.options}
-    gpus: dict[str, int] = {}
-    for idx, n in replicas.items():
-        if n > 0:
-            gpus[options[idx].device] = gpus.get(options[idx].device, 0) + n * options[idx].gpus
-    nodes = {d: math.ceil(g / problem.units[d].gpus_per_node) for d, g in gpus.items()}
+    """``sol`` with ``replicas``: GPUs Σ g·n per device, servers ⌈gpus / gpus_per_node⌉ (spread
+    n+1-node options: ⌈n/q⌉ of their own, ``problem.fleet_servers``), the objective."""
+    spread = {idx: q for idx, q in sol.replicas_per_server.items() if replicas.get(idx, 0) > 0}
+    gpus, nodes = fleet_servers(problem, replicas, spread)
     objective = float(sum(problem.units[d].objective_usd.at(g, nodes[d]) for d, g in gpus.items()))
     return replace(sol, status=SolveStatus.FEASIBLE, detail=detail, objective_usd=objective,
-                   replicas={idx: n for idx, n in replicas.items() if n > 0}, gpus=gpus, nodes=nodes)
+                   replicas={idx: n for idx, n in replicas.items() if n > 0}, gpus=gpus, nodes=nodes,
+                   replicas_per_server=spread)
 
 
 def is_feasible(problem: FleetProblem, sol: FleetSolution) -> bool:
@@ -241,9 +243,14 @@ def is_feasible(problem: FleetProblem, sol: FleetSolution) -> bool:
     for idx, n in sol.replicas.items():
         o, dem = options[idx], demands[idx[0]]
         # u = 1 wherever there are replicas, as the start gives it (start_values): spares kept by all of them
-        spare = spare_replicas(dem, o, problem.units[o.device].gpus_per_node) if n > 0 else 0
+        q = sol.replicas_per_server.get(idx)
+        if q and q not in spread_packings(dem, o, problem.units[o.device]):
+            return False
+        spare = spare_replicas(dem, o, problem.units[o.device].gpus_per_node, q) if n > 0 else 0
         if load.get(idx, 0.0) > (n - spare) * (1 + FEASIBILITY_TOLERANCE) + FEASIBILITY_TOLERANCE:
             return False
+    if any(sol.nodes.get(d, 0) < m for d, m in fleet_servers(problem, sol.replicas, sol.replicas_per_server)[1].items()):
+        return False  # spread options need their servers of their own
     return _replica_minimums_met(problem, sol) and not fleet_violations(problem, sol, FEASIBILITY_TOLERANCE)
 
 
@@ -269,7 +276,7 @@ def plan_key(sol: FleetSolution | None) -> tuple | None:
     if sol is None:
         return None
     return (str(sol.status), sol.objective_usd, sorted(sol.replicas.items()), sorted(sol.routed_qps.items()),
-            sorted(sol.gpus.items()), sorted(sol.nodes.items()))
+            sorted(sol.gpus.items()), sorted(sol.nodes.items()), sorted(sol.replicas_per_server.items()))
 
 
 def solve_key(problem: FleetProblem, start_key: object, **settings: object) -> tuple:

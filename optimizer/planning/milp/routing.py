@@ -95,7 +95,8 @@ def _least_factor(problem: FleetProblem, sol: FleetSolution, factor: Callable[[O
                     shares.setdefault((w, b, o.stage), []).append(x)
                     load.append((x, lam / mu))
                     routes[(w, b, k)] = x
-            room = n - spare_replicas(dem, o, problem.units[o.device].gpus_per_node)
+            room = n - spare_replicas(dem, o, problem.units[o.device].gpus_per_node,
+                                      sol.replicas_per_server.get((w, k)))
             name = factor(o)
             if name is not None and name not in factors:
                 factors[name] = prob.add_variable(f"f_{next(names)}", 0, 1)
