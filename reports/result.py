@@ -99,6 +99,8 @@ class Deployment(_Loose):
     verification: VerifiedDeployment | None = None
     ep: Annotated[int, Field(ge=1)] = 1  # expert-parallel degree: a replica has tp·pp·ep GPUs
     engine: str = ""
+    replicas_per_server: Annotated[int, Field(ge=1)] | None = None  # n+1-node spread: at most q per server
+    dedicated_servers: Count | None = None  # ... on this many servers of their own
 
     @property
     def gpus(self) -> int:

@@ -24,6 +24,7 @@ DEPLOYMENT_COLUMNS: list[tuple[str, str, str]] = [
     ("ep", "Expert parallel", styles.INT),
     ("engine", "Engine", ""),
     ("replicas", "Replicas", styles.THOUSANDS),
+    ("placement", "Placement (n+1-node)", ""),
     ("gpus", "GPUs", styles.THOUSANDS),
     ("qps", "Load routed (req/s)", styles.DEC2),
     ("capacity", "Capacity at SLO (req/s)", styles.DEC2),
@@ -115,6 +116,8 @@ def build_deployments(ctx: Ctx) -> None:
         unused |= set(TECHNIQUE_COLUMNS)
     if all(d.ep == 1 for d in ctx.result.deployments):  # shown only when some deployment is expert-parallel
         unused.add("ep")
+    if not any(d.replicas_per_server for d in ctx.result.deployments):  # shown only when some deployment is spread
+        unused.add("placement")
     if not any(d.engine for d in ctx.result.deployments):  # a capacity table, or a result written before engines
         unused.add("engine")
     if all(d.fidelity is None for d in ctx.result.deployments):
@@ -137,6 +140,8 @@ def build_deployments(ctx: Ctx) -> None:
         cells = {
             "workload": d.workload, "device": d.device, "precision": d.precision or "",
             "tp": d.tp, "pp": d.pp, "ep": d.ep, "replicas": d.replicas,
+            "placement": (f"at most {d.replicas_per_server} per server, on {d.dedicated_servers} servers of their own"
+                          if d.replicas_per_server else ""),
             "gpus": Formula(f"={L['replicas']}{r}*{L['tp']}{r}*{L['pp']}{r}{ep_factor}", gpus),
             "qps": d.qps, "capacity": d.capacity_qps,
             "load": (Formula(f"=IF({L['capacity']}{r}>0,{L['qps']}{r}/{L['capacity']}{r},0)",

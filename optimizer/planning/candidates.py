@@ -27,7 +27,8 @@ Pruned candidates keep their reason (``pruned_reason``):
 - dominated: within one device and stage, m = ⌊g_a/g_b⌋ ≥ 1 copies of another candidate b use no
   more GPUs than a and give at least a's capacity in every bucket. Such an a is never
   needed: replacing each replica of a by m replicas of b keeps every constraint (GPUs,
-  servers, power, inventory, min_replicas, N+1) and the cost. Where m × b's capacity already
+  servers, power, inventory, min_replicas, N+1; n+1-node spread q of a: m·q of b per server, offered
+  up to ``milp.problem.MAX_SPREAD_REPLICAS_PER_SERVER``) and the cost. Where m × b's capacity already
   covers a's capacity bound, a is marked so without being evaluated
   (:mod:`optimizer.planning.screening`; capacity 0, limited_by ``'not evaluated'``).
 """

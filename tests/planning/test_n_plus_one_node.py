@@ -23,6 +23,7 @@ from optimizer.planning.milp.solve import solve_fleet
 from optimizer.results.check import check_plan
 from optimizer.results.money import LinearTerms
 from optimizer.results.plan_result import SolveStatus
+from reports.workbook import build_workbook
 from workloads import parse_plan, resolve_catalog
 
 ZERO = LinearTerms(0.0, 0.0)
@@ -133,3 +134,11 @@ def test_checker_finds_a_plan_that_does_not_survive_a_server(l40s):
     (f,) = r.fleet
     short = replace(r, fleet=(replace(f, nodes=1),))
     assert any(v.startswith("placement l40s") for v in check_plan(short, plan))
+
+
+def test_workbook_states_the_placement(l40s):
+    _, r = l40s
+    ws = build_workbook(r.to_json())["Deployments"]
+    cells = [c.value for row in ws.iter_rows() for c in row if isinstance(c.value, str)]
+    assert "Placement (n+1-node)" in cells
+    assert "at most 1 per server, on 2 servers of their own" in cells

@@ -263,7 +263,8 @@ def define_n_plus_one(model: FleetModel) -> None:
     any one server (n+1-node) down.
 
     Formulation: every candidate that carries load of an N+1 workload keeps s spare
-    replicas (1, or ⌊G/g⌋ — all the replicas of k one server can hold). u[w,k] ∈ {0,1} with
+    replicas (1, or ⌊G/g⌋ — all the replicas of k one server can hold —, or q when its replicas
+    are spread at most q per server of their own: :func:`define_spread`). u[w,k] ∈ {0,1} with
     x[w,b,k] ≤ u[w,k] (load ⇒ u = 1), and the capacity rule becomes load ≤ n − s·u.
     Whichever replica (server) fails, the others of its group carry its routed load without
     re-routing, wherever the replicas are placed; this is exact for a single-candidate

@@ -140,6 +140,11 @@ def spread_packings(demand: Demand, option: Option, unit: UnitTerms) -> tuple[in
     spread q = ⌈R/y⌉. q = ⌊G/g⌋ is the shared placement itself (losing a server loses at most
     ⌊G/g⌋ of k anywhere), so it is not repeated; none on a plan that forbids partly used servers
     (a server of its own with q·g < G GPUs in use is partly used) or when a server holds one replica.
+    Servers of their own leave their idle slots idle (another deployment sharing them would need a
+    packing check the MILP does not make), so a spread is chosen only where it is cheaper that way.
+    The cap q ≤ MAX_SPREAD_REPLICAS_PER_SERVER only binds on servers of more than 8 GPUs (a 72-GPU
+    rack): there a spread of more than 8 replicas per rack is not offered (the shared placement is),
+    which may cost more but never loses the guarantee.
     """
     if not (demand.n_plus_one and demand.per_server) or unit.full_servers_only:
         return ()
