@@ -17,7 +17,9 @@ import pytest
 
 from catalog import load_catalog
 from optimizer.optimize import optimize_plan
+from optimizer.planning.milp.heuristic import WorkloadPlan, pooled_fleet
 from optimizer.planning.milp.problem import Demand, FleetProblem, Option, UnitTerms
+from optimizer.planning.milp.resolve import is_feasible
 from optimizer.planning.milp.routing import balanced_routing
 from optimizer.planning.milp.solve import solve_fleet
 from optimizer.results.check import check_plan
@@ -142,3 +144,30 @@ def test_workbook_states_the_placement(l40s):
     cells = [c.value for row in ws.iter_rows() for c in row if isinstance(c.value, str)]
     assert "Placement (n+1-node)" in cells
     assert "at most 1 per server, on 2 servers of their own" in cells
+
+
+def test_spread_fleet_through_pooling_and_feasibility_checks():
+    # The paper fleet (2 replicas of 4 GPUs, 1 per server of their own) beside a plain workload of 1-GPU
+    # replicas. With 3 of them the shared placement is cheaper: 3 × 4 + 3 = 15 GPUs fill 2 servers,
+    # $125,000, against 8 + 3 = 11 GPUs on 2 + 1 servers, $130,000. With 5: shared 12 + 5 = 17 GPUs on
+    # 3 servers, $160,000; spread 8 + 5 = 13 GPUs on 2 + 1 servers, 13 × 5,000 + 3 × 25,000 = $140,000.
+    def problem_of(load_v: float) -> FleetProblem:
+        return FleetProblem(
+            (Demand("w", (0.1,), n_plus_one=True, per_server=True), Demand("v", (load_v,))),
+            (Option("w", "k", "pcie", 4, (1.0,)), Option("v", "j", "pcie", 1, (1.0,))), {"pcie": pcie()})
+
+    s = solve_fleet(problem_of(3.0))
+    assert s.replicas == {("w", "k"): 3, ("v", "j"): 3} and s.replicas_per_server == {}
+    assert s.objective_usd == pytest.approx(15 * GPU_USD + 2 * SERVER_USD)
+    problem = problem_of(5.0)
+    s = solve_fleet(problem)
+    assert s.replicas == {("w", "k"): 2, ("v", "j"): 5} and s.replicas_per_server == {("w", "k"): 1}
+    assert (s.gpus["pcie"], s.nodes["pcie"]) == (13, 3)
+    assert s.objective_usd == pytest.approx(13 * GPU_USD + 3 * SERVER_USD)
+    plans = {"w": WorkloadPlan("w", {("w", "k"): 2}, {("w", 0, "k"): 0.1}, None, {("w", "k"): 1}),
+             "v": WorkloadPlan("v", {("v", "j"): 5}, {("v", 0, "j"): 5.0}, None)}
+    pooled = pooled_fleet(problem, plans)
+    assert (pooled.nodes["pcie"], pooled.objective_usd) == (3, pytest.approx(s.objective_usd))
+    assert is_feasible(problem, pooled)
+    assert not is_feasible(problem, replace(pooled, replicas_per_server={}))  # shared: 2 − 2 < 0.1
+    assert not is_feasible(problem, replace(pooled, nodes={"pcie": 2}))  # the spread needs its 2 servers
