@@ -226,7 +226,7 @@ def define_spread(model: FleetModel) -> None:
     With the capacity rule (load ≤ n − ⌊G/g⌋·u + Σ_q (⌊G/g⌋ − q)·z, :func:`define_capacity`) and
     the servers rule (:func:`define_servers`) this is exact for an even spread: R replicas on y
     servers of their own lose at most ⌈R/y⌉ with any one server. Named ``spread_one__…``,
-    ``spread_fit__…__q{q}``, ``spread_servers__…__q{q}``, ``spread_shared__…`` (workload__candidate).
+    ``spread_fit__…``, ``spread_servers__…__q{q}``, ``spread_shared__…`` (… = workload__candidate).
     """
     for idx, a in model.a.items():
         name = f"{model.w_name[idx[0]]}__{model.k_name[idx]}"
