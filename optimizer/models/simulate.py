@@ -197,8 +197,8 @@ def simulate(
                          f"({cap_kv:,.0f} tokens); shorten the requests or raise tp/pp")
     cached = (prompts - shared - compute) if (prefix_hit_fraction or shared_prefix_tokens) else None
     return _run(step_time, arrivals, held, outputs, cap_kv, max_seqs, chunk, warmup_fraction,
-                float(c.request_overhead_s), cached, prompts - compute if cached is not None else None, ranks,
-                _rank_of(ranks, requests, rank_assignment, seed))
+                float(c.request_overhead_s), cached, prompts - compute if cached is not None else None,
+                ranks=ranks, rank_of=_rank_of(ranks, requests, rank_assignment, seed))
 
 
 def _rank_of(ranks: int, requests: int, assignment: str, seed: int) -> list[int]:
