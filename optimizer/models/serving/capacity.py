@@ -94,7 +94,8 @@ def capacity_at_slo(
     is at the constant) × the replica's offline request rate (limited_by ``'utilization'``); None:
     no ceiling (the model's own limits, as scripts/agreement.py loads the replicas).
     Feasible(λ) = not saturated ∧ KV fits ∧ every given p99 ≤ its target, assumed monotone
-    in λ; its margin ``max(ln(p99/target), ln(kv_p999/kv_capacity), ln(b_p999/max_batch))``
+    in λ; its margin ``max(ln(p99/target), ln(kv_p999/kv_capacity), ln(b_p999/max_batch))`` (the KV of one
+    attention rank against the rank's cache, ``latency.kv_per_rank``)
     (∞ when saturated) is continuous, so the root is found by regula falsi (Illinois) in
     ln λ, with a geometric bisection step whenever the upper end is saturated or the
     previous step did not halve the bracket, until the bracket is within CAPACITY_RTOL. Unservable = infeasible at λ_lo = 1e-6·(scheduler-cap

@@ -38,7 +38,8 @@ class LoadResult:
     """Latency percentiles (ms) and state of each configuration at one request rate (arrays (N,)).
 
     ``saturated`` configurations have no steady state (their latencies are ``inf``);
-    ``kv_fits`` is False when the p99.9 KV occupancy exceeds the cache (requests would queue
+    ``kv_fits`` is False when the p99.9 KV occupancy of an attention rank exceeds the rank's cache (``kv_per_rank``;
+    one rank, the replica's, when ep is 1; requests would queue
     for memory or be preempted, which the percentiles here do not include). p99.9, not p99: a
     cache full 1 % of the time stalls admission for about 1 % of the arrivals, which is the TTFT
     p99 itself (llama-3.1-70b fp8 on l40s pp2 with its KV p99 at the cache: simulated TTFT p99
