@@ -241,7 +241,7 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
     done_at: dict[int, list[tuple[int, int]]] = {}  # step -> [(rid, epoch)]
     multi = ranks > 1
     rank_of = rank_of if rank_of is not None else [0] * n_req
-    rank_wait: list[deque[int]] = [deque() for _ in range(ranks)]  # with ranks > 1 (request i on rank i mod ranks)
+    rank_wait: list[deque[int]] = [deque() for _ in range(ranks)]  # with ranks > 1: request i waits on rank_of[i]
     rank_kv = [0.0] * ranks
     rank_b = [0] * ranks
     rank_running: list[list[int]] = [[] for _ in range(ranks)]
