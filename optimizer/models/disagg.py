@@ -193,7 +193,8 @@ def prefill_capacity_qps(queue: PrefillQueue, budget_ms: np.ndarray) -> np.ndarr
 def prefill_pool_capacity(c: Configs, prompt: LengthDist, slo: SLO, nic_gbps_per_gpu,
                           technique: ServingTechnique | None = None, params=None) -> PoolCapacity:
     """Prefill replicas at ``slo.ttft_p99_ms`` less the p99 KV transfer (:class:`PrefillQueue`),
-    capped by the rate their NICs can send and by the KV cache holding the p99 prompt."""
+    capped by the rate their NICs can send and by the KV cache of one attention rank (kv_capacity / ep) holding
+    the p99 prompt."""
     link = kv_link_bytes_s(c, nic_gbps_per_gpu)
     l99 = float(quantile_tokens(prompt, 0.99))
     t_kv = kv_transfer_ms(c, sent_tokens(l99, technique), link)
@@ -203,7 +204,7 @@ def prefill_pool_capacity(c: Configs, prompt: LengthDist, slo: SLO, nic_gbps_per
         return PoolCapacity("prefill", np.zeros(n), ["unservable"] * n,
                             ["the workload has no ttft_p99_ms to split"] * n, t_kv, limit, None)
     budget = slo.ttft_p99_ms - t_kv
-    runnable = np.asarray(c.runnable, dtype=bool) & (c.kv_capacity_tokens >= l99)
+    runnable = np.asarray(c.runnable, dtype=bool) & (c.kv_capacity_tokens / c.ep >= l99)  # on one attention rank
     queue = prefill_queue(c, prompt, technique)
     with np.errstate(all="ignore"):
         cap = np.where(runnable & (budget > 0), prefill_capacity_qps(queue, np.where(budget > 0, budget, 0.0)), 0.0)

@@ -52,6 +52,9 @@ class SimResult:
     steady_window_s: tuple[float, float]  # (first measured arrival, last arrival): the KV statistics' window
     step_end_s: list[float] = field(repr=False)  # end time of every step
     step_kv_tokens: list[float] = field(repr=False)  # KV occupancy at the end of every step
+    ranks: int = 1  # attention data-parallel ranks (ep), each with its own KV cache
+    # with ranks > 1: every rank's occupancy at the end of every step, ``ranks`` values a step (rank 0 first)
+    step_rank_kv_tokens: list[float] = field(default_factory=list, repr=False)
 
     @cached_property
     def ttft(self) -> dict[float, Percentile]:
@@ -77,6 +80,23 @@ class SimResult:
     def kv_p99_tokens(self) -> float:
         """p99 of the KV occupancy sampled once per step (steady-state window)."""
         return float(np.percentile(self.steady_kv_tokens, 99.0))
+
+    @cached_property
+    def steady_rank_kv_tokens(self) -> np.ndarray:
+        """KV occupancy of one attention rank, every rank's at every step of the steady window (the ranks are
+        alike: the load balancer sends them requests in turn); the replica's with one rank."""
+        if self.ranks == 1:
+            return self.steady_kv_tokens
+        ts = np.asarray(self.step_end_s)
+        lo, hi = self.steady_window_s
+        steady = (ts >= lo) & (ts <= hi)
+        per = np.asarray(self.step_rank_kv_tokens).reshape(len(ts), self.ranks)
+        return (per[steady] if steady.any() else per).ravel()
+
+    @cached_property
+    def kv_rank_p99_tokens(self) -> float:
+        """p99 of one attention rank's KV occupancy (``steady_rank_kv_tokens``)."""
+        return float(np.percentile(self.steady_rank_kv_tokens, 99.0))
 
     @cached_property
     def kv_mean_tokens(self) -> float:

@@ -13,6 +13,14 @@ Scheduler (iteration-level, vLLM/TensorRT-LLM style), per step:
 3. if the running sequences' next tokens do not fit in the KV cache, the most recently
    admitted running sequence is preempted (recompute: its KV is freed and it returns to
    the front of the waiting queue with prompt + generated tokens as its new prompt);
+
+   with ep = e > 1 (attention data-parallel ranks) each rank has its own KV cache, K/e tokens, and
+   its own waiting queue: request i goes to rank i mod e (round robin in arrival order, the load
+   balancer of SGLang's data-parallel attention; deterministic, no draw; ``rank_assignment="random"``:
+   a seeded uniform draw), admission takes, of the
+   ranks whose head fits in its rank's free KV, the earliest-arrived head (so one full rank blocks only
+   its own queue), and 3 preempts on the rank whose sequences do not fit, its latest admitted one.
+   The prefill queue, the step and the cap of ``max_sequences`` stay the replica's;
 4. the step decodes one token for each of the ``b`` running sequences and spends up to
    ``prefill_chunk_tokens`` on prompts in FCFS order (chunked prefill);
 5. it lasts ``decode_step_s(b, mean context, prefill tokens, mean prefill span)``
@@ -145,13 +153,17 @@ def simulate(
     step_time: StepTime | None = None,
     prefix_hit_fraction: float = 0.0,
     shared_prefix_tokens: int = 0,
+    rank_assignment: str = "round_robin",
 ) -> SimResult:
     """Simulate ``requests`` Poisson arrivals at ``qps`` on configuration ``index`` of ``c``.
 
     Lengths are sampled from ``prompt``/``output`` (whole tokens) cut to the model's context window
     (``lengths.fit_window``, the analytic model's law: no request is longer than the window), arrival gaps are
     Exp(qps); both from ``numpy.random.default_rng(seed)`` so a seed fixes the result.
-    KV capacity is ``c.kv_capacity_tokens[index]``; the running-sequence cap is
+    KV capacity is ``c.kv_capacity_tokens[index]``, split over its e = ``c.ep[index]`` attention ranks (K/e each,
+    module doc; a shared prefix is held once per rank); ``rank_assignment`` sends request i to rank i mod e
+    (``round_robin``) or to a uniform draw (``random``, the Poisson thinning the analytic model's per-rank KV
+    takes, ``serving.latency.kv_per_rank``); the running-sequence cap is
     ``max_sequences`` (default ``c.batch_cap[index]``: the engine's cap per attention rank × ep, or ``max_batch``).
 
     Prefix caching, as the analytic model has it (``optimizer.models.techniques``): a request
@@ -166,7 +178,8 @@ def simulate(
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1.0 / qps, requests))
     prompts, outputs = sample_requests(fit_window(prompt, output, c.model.max_context_tokens), requests, rng)
-    cap_kv = float(c.kv_capacity_tokens[index]) - shared_prefix_tokens
+    ranks = int(c.ep[index])
+    cap_kv = float(c.kv_capacity_tokens[index]) / ranks - shared_prefix_tokens  # of one attention rank
     max_seqs = int(max_sequences or c.batch_cap[index])
     shared = np.minimum(shared_prefix_tokens, prompts - 1)
     compute = np.maximum(np.round(prompts * (1.0 - prefix_hit_fraction)) - shared, 1).astype(np.int64)
@@ -179,19 +192,34 @@ def simulate(
                          f"{max_seqs + chunk:,}; build it with step_time_for(c, index, max_sequences, prefill_chunk_tokens)")
     longest = int(held.max() + outputs.max())
     if longest > cap_kv:
-        raise ModelError(f"{c.keys[index]}: a request of {longest:,} tokens does not fit in the KV cache "
+        where = f"the KV cache of one of its {ranks} attention ranks" if ranks > 1 else "the KV cache"
+        raise ModelError(f"{c.keys[index]}: a request of {longest:,} tokens does not fit in {where} "
                          f"({cap_kv:,.0f} tokens); shorten the requests or raise tp/pp")
     cached = (prompts - shared - compute) if (prefix_hit_fraction or shared_prefix_tokens) else None
     return _run(step_time, arrivals, held, outputs, cap_kv, max_seqs, chunk, warmup_fraction,
-                float(c.request_overhead_s), cached, prompts - compute if cached is not None else None)
+                float(c.request_overhead_s), cached, prompts - compute if cached is not None else None,
+                ranks=ranks, rank_of=_rank_of(ranks, requests, rank_assignment, seed))
+
+
+def _rank_of(ranks: int, requests: int, assignment: str, seed: int) -> list[int]:
+    """The attention rank of each request: ``round_robin`` i mod ranks; ``random`` uniform draws of
+    ``numpy.random.default_rng([seed, 1])`` (a stream of its own: the arrivals and lengths are those of
+    round robin's run)."""
+    if assignment == "round_robin":
+        return [i % ranks for i in range(requests)]
+    if assignment == "random":
+        return np.random.default_rng([seed, 1]).integers(0, ranks, requests).tolist()
+    raise ModelError(f"rank_assignment must be round_robin or random (got {assignment!r})")
 
 
 def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: np.ndarray,
          cap_kv: float, max_seqs: int, chunk: int, warmup_fraction: float,
          request_overhead_s: float = 0.0, cached: np.ndarray | None = None,
-         span_offset: np.ndarray | None = None) -> SimResult:
+         span_offset: np.ndarray | None = None, ranks: int = 1, rank_of: list[int] | None = None) -> SimResult:
     """The scheduler loop. ``prompts``: KV tokens each request holds; ``cached``: of those, how
-    many are not computed; ``span_offset``: tokens its first prefill chunk already attends to."""
+    many are not computed; ``span_offset``: tokens its first prefill chunk already attends to;
+    ``cap_kv``: KV tokens of one of the ``ranks`` attention ranks, ``rank_of[i]`` request i's (module doc; ranks > 1 runs the
+    general step, not the decode-only fast path, and keeps each rank's KV, batch, queue and preemption order)."""
     n_req = len(arrivals)
     arr = arrivals.tolist()
     plen = prompts.tolist()
@@ -211,6 +239,14 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
     running_order: list[int] = []  # admission order of decoding sequences (for LIFO preemption)
     is_running = [False] * n_req
     done_at: dict[int, list[tuple[int, int]]] = {}  # step -> [(rid, epoch)]
+    multi = ranks > 1
+    rank_of = rank_of if rank_of is not None else [0] * n_req
+    rank_wait: list[deque[int]] = [deque() for _ in range(ranks)]  # with ranks > 1: request i waits on rank_of[i]
+    rank_kv = [0.0] * ranks
+    rank_b = [0] * ranks
+    rank_running: list[list[int]] = [[] for _ in range(ranks)]
+    rank_steps: list[float] = []  # every rank's KV at the end of every step
+    n_wait = 0  # requests in rank_wait
 
     t = 0.0
     step = 0
@@ -236,7 +272,7 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
                                                 m.sliding_window_tokens, m.num_layers)
     # a decode-only step (no prefill tokens) is A(b) + B(b) + (a_dec·b)·c + a_pre·0·0.0, and the last
     # term is 0.0 when a_pre is finite: A(b) + B(b) and a_dec·b are tabulated by b (StepTime)
-    decode_only = math.isfinite(pre)
+    decode_only = math.isfinite(pre) and not multi
     ab_tab, att_tab = step_s._ab, step_s._att_b
     floor_cap = math.floor(cap_kv)  # KV occupancies are whole tokens: kv + b > cap_kv <=> kv > floor(cap_kv) - b
     pending: list[int] = []  # the steps of done_at, a heap (each pushed once, when its entry is created)
@@ -249,26 +285,45 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
     while True:
         if t_next <= t:
             while arr_s[nxt] <= t:
-                wait_append(nxt)
+                if multi:
+                    rank_wait[rank_of[nxt]].append(nxt)
+                    n_wait += 1
+                else:
+                    wait_append(nxt)
                 nxt += 1
             t_next = arr_s[nxt]
             if backlog_at_end < 0 and nxt == n_req:
-                backlog_at_end = len(waiting) + len(prefilling) + b
-        # admission (FCFS, head of line blocks)
+                backlog_at_end = len(waiting) + n_wait + len(prefilling) + b
+        # admission (FCFS, head of line blocks; per rank with ranks > 1)
+        if multi:
+            while n_wait and n_admitted < max_seqs:
+                rid = -1
+                for r in range(ranks):
+                    q = rank_wait[r]
+                    if q and (rid < 0 or q[0] < rid) and rank_kv[r] + eff_prompt[q[0]] + 1 <= cap_kv:
+                        rid, r_in = q[0], r
+                if rid < 0:
+                    break
+                rank_wait[r_in].popleft()
+                n_wait -= 1
+                rank_kv[r_in] += eff_prompt[rid] + 1
+                kv_used += eff_prompt[rid] + 1
+                prefilling.append([rid, eff_prompt[rid] - skip[rid], offset[rid]])
+                n_admitted += 1
         while waiting and n_admitted < max_seqs and kv_used + eff_prompt[waiting[0]] + 1 <= cap_kv:
             rid = wait_pop()
             kv_used += eff_prompt[rid] + 1  # the prompt and the token its prefill emits
             prefilling.append([rid, eff_prompt[rid] - skip[rid], offset[rid]])
             n_admitted += 1
         if b == 0 and not prefilling:
-            if nxt >= n_req and not waiting:
+            if nxt >= n_req and not waiting and not n_wait:
                 break
             if nxt < n_req:
                 t = max(t, arr[nxt])
                 continue
             raise ModelError("simulator stalled: a waiting request can never be admitted")  # pragma: no cover
         # make room for this step's decode tokens: preempt the latest admitted running sequence
-        while b and kv_used + b > cap_kv:
+        while b and kv_used + b > cap_kv and not multi:
             while running_order and not is_running[running_order[-1]]:
                 running_order.pop()
             victim = running_order.pop()
@@ -283,6 +338,27 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
             eff_prompt[victim] = plen[victim] + generated[victim]
             waiting.appendleft(victim)
             preemptions += 1
+        if multi:
+            for r in range(ranks):
+                order = rank_running[r]
+                while rank_b[r] and rank_kv[r] + rank_b[r] > cap_kv:
+                    while order and not is_running[order[-1]]:
+                        order.pop()
+                    victim = order.pop()
+                    is_running[victim] = False
+                    ctx_v = ctx_entry[victim] + (step - entry_step[victim])
+                    generated[victim] += step - entry_step[victim]
+                    ctx_sum -= ctx_v
+                    kv_used -= ctx_v
+                    rank_kv[r] -= ctx_v
+                    b -= 1
+                    rank_b[r] -= 1
+                    n_admitted -= 1
+                    epoch[victim] += 1
+                    eff_prompt[victim] = plen[victim] + generated[victim]
+                    rank_wait[r].appendleft(victim)
+                    n_wait += 1
+                    preemptions += 1
         if b and not prefilling and decode_only:
             # decode-only steps until the next one sees an arrival, a completion or a preemption
             while pending[0] <= step:  # steps already done (a running sequence completes later)
@@ -360,6 +436,9 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
         ctx_sum += b
         kv_used += b
         out_tokens_done += b
+        if multi:
+            for r in range(ranks):
+                rank_kv[r] += rank_b[r]
         for rid, ep in pop_done(step, ()):
             if epoch[rid] != ep:
                 continue
@@ -371,6 +450,9 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
             kv_used -= ctx_v
             b -= 1
             n_admitted -= 1
+            if multi:
+                rank_kv[rank_of[rid]] -= ctx_v
+                rank_b[rank_of[rid]] -= 1
         # prefill completions emit a token at the end of this step
         out_tokens_done += len(completed)
         for rid in completed:
@@ -383,9 +465,15 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
                 finish[rid] = t
                 kv_used -= eff_prompt[rid] + 1
                 n_admitted -= 1
+                if multi:
+                    rank_kv[rank_of[rid]] -= eff_prompt[rid] + 1
                 continue
             is_running[rid] = True
-            running_order.append(rid)
+            if multi:
+                rank_running[rank_of[rid]].append(rid)
+                rank_b[rank_of[rid]] += 1
+            else:
+                running_order.append(rid)
             entry_step[rid] = step
             ctx_entry[rid] = held = eff_prompt[rid] + 1
             ctx_sum += held
@@ -401,6 +489,8 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
             max_kv = kv_used
         kv_append(kv_used)
         t_append(t)
+        if multi:
+            rank_steps.extend(rank_kv)
 
     warm = int(n_req * warmup_fraction)
     a = np.asarray(arr[warm:])
@@ -419,4 +509,5 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
         mean_batch=batch_time / t if t > 0 else 0.0, max_kv_tokens=max_kv, duration_s=t,
         backlog_at_end=max(backlog_at_end, 0),
         steady_window_s=(arr[warm] if warm < n_req else 0.0, arr[-1]), step_end_s=t_steps, step_kv_tokens=kv_steps,
+        ranks=ranks, step_rank_kv_tokens=rank_steps,
     )

@@ -61,8 +61,9 @@ class ServingTechnique:
         """``c`` with the speculative step cost attached and the KV capacity this technique leaves.
 
         KV capacity (tokens) = (free bytes per GPU − draft weights per GPU) / (KV bytes per token
-        per GPU · (1 + draft KV ratio)) − N, where free bytes per GPU = capacity · KV bytes per
-        token per GPU today (``configs.build_configs``).
+        per GPU · (1 + draft KV ratio)) − e·N, where free bytes per GPU = capacity · KV bytes per
+        token per GPU today (``configs.build_configs``); the shared prefix's N tokens are held once by each
+        of the e = ep attention data-parallel ranks (each rank's prefix cache is its own).
         """
         if not self.active:
             return c
@@ -73,7 +74,7 @@ class ServingTechnique:
             bytes_per_param = c.weight_bytes_total / (c.model.total_params_b * 1e9)
             free = cap * kv_per_gpu - s.held_weight_params * bytes_per_param / c.gpus
             cap = free / (kv_per_gpu * (1.0 + s.held_kv_ratio))
-        cap = np.maximum(cap - self.shared_prefix_tokens, 0.0)
+        cap = np.maximum(cap - np.asarray(c.ep, dtype=float) * self.shared_prefix_tokens, 0.0)
         return replace(c, kv_capacity_tokens=cap, speculative=self.speculative)
 
 

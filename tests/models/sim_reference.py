@@ -18,9 +18,11 @@ from optimizer.models.simulate import StepTime
 def reference_run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: np.ndarray,
          cap_kv: float, max_seqs: int, chunk: int, warmup_fraction: float,
          request_overhead_s: float = 0.0, cached: np.ndarray | None = None,
-         span_offset: np.ndarray | None = None) -> dict:
+         span_offset: np.ndarray | None = None, ranks: int = 1, rank_of: list[int] | None = None) -> dict:
     """``optimizer.models.simulate._run`` as it was before its decode-only fast path (316a2c8..1ec80eb):
-    every step through every check, the step time as ``StepTime.__call__`` computes it."""
+    every step through every check, the step time as ``StepTime.__call__`` computes it. One attention rank only
+    (``ranks`` 1; the per-rank loop of ep > 1 is checked against this one in test_simulator_mechanics)."""
+    assert ranks == 1, "the reference loop has one attention rank"
     n_req = len(arrivals)
     arr = arrivals.tolist()
     plen = prompts.tolist()

@@ -89,3 +89,30 @@ def test_statistics_are_computed_when_read_and_kept():
     assert r.ttft is r.ttft and r.kv_p99_tokens == float(np.percentile(r.steady_kv_tokens, 99.0))
     assert r.steady_kv_tokens is r.steady_kv_tokens
     assert 0 < r.kv_mean_tokens <= r.kv_p99_tokens <= r.max_kv_tokens
+
+
+@pytest.mark.parametrize("case", ["low load", "dense", "moe", "shared prefix"])
+def test_ranks_whose_kv_never_binds_run_as_one(case, monkeypatch):
+    """The per-rank loop (ep > 1: the general step for decode-only stretches too, a queue per rank, admission of the
+    earliest head that fits) with KV that never binds is the one-rank loop bit for bit: admission stays FCFS and a
+    decode-only step costs the same in either path. 4 ranks of K/4 each against one of K, the same requests."""
+    c, qps, prompt, output, kwargs = CASES[case]
+    seen = []
+    real = sim._run
+
+    def spy(*args, **kw):
+        seen.append((args, kw))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(sim, "_run", spy)
+    one = sim.simulate(c, 0, qps, prompt, output, requests=1500, seed=11, **kwargs)
+    [(args, kw)] = seen
+    args = list(args)
+    args[4] = args[4] / 4.0  # each rank's cache: a quarter of the replica's, still never full here
+    four = real(*args, **{**kw, "ranks": 4, "rank_of": [i % 4 for i in range(len(args[1]))]})
+    assert one.preemptions == four.preemptions == 0
+    assert np.array_equal(one.ttft_s, four.ttft_s) and np.array_equal(one.e2e_s, four.e2e_s)
+    assert (one.steps, one.duration_s, one.mean_batch) == (four.steps, four.duration_s, four.mean_batch)
+    assert one.step_kv_tokens == four.step_kv_tokens
+    per_rank = np.asarray(four.step_rank_kv_tokens).reshape(-1, 4)
+    assert np.array_equal(per_rank.sum(axis=1), np.asarray(four.step_kv_tokens))

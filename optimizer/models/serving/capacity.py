@@ -94,7 +94,8 @@ def capacity_at_slo(
     is at the constant) × the replica's offline request rate (limited_by ``'utilization'``); None:
     no ceiling (the model's own limits, as scripts/agreement.py loads the replicas).
     Feasible(λ) = not saturated ∧ KV fits ∧ every given p99 ≤ its target, assumed monotone
-    in λ; its margin ``max(ln(p99/target), ln(kv_p999/kv_capacity), ln(b_p999/max_batch))``
+    in λ; its margin ``max(ln(p99/target), ln(kv_p999/kv_capacity), ln(b_p999/max_batch))`` (the KV of one
+    attention rank against the rank's cache, ``latency.kv_per_rank``)
     (∞ when saturated) is continuous, so the root is found by regula falsi (Illinois) in
     ln λ, with a geometric bisection step whenever the upper end is saturated or the
     previous step did not halve the bracket, until the bracket is within CAPACITY_RTOL. Unservable = infeasible at λ_lo = 1e-6·(scheduler-cap
@@ -256,7 +257,7 @@ class _Search:
             cs, ls, lam, st = cs.take(live), ls.take(live), lam[live], take_state(st, live)
         r = evaluate_load(cs, lam, ls, self.chunk, self.need, p50=False, state=st)
         with np.errstate(divide="ignore", invalid="ignore"):
-            terms = [np.log(r.kv_p999_tokens / np.maximum(r.kv_capacity_tokens, 1e-300)),
+            terms = [np.log(r.kv_rank_p999_tokens / np.maximum(r.kv_rank_capacity_tokens, 1e-300)),
                      np.log(np.maximum(r.running_batch + Z999 * np.sqrt(r.running_batch), 1e-300)
                             / cs.batch_cap)]
             terms += [np.log(getattr(r, f"{k}_p99_ms") / t) for k, t in self.targets.items()]
@@ -394,12 +395,13 @@ def _feasible_qps_bound(c: Configs, lens: RowLengths) -> np.ndarray:
     """An upper bound on the feasible request rate (req/s), from two rooflines.
 
     - Decode: the batch is ``b = λ·E[O−1]·t̄`` with ``t̄ >= D(b)``, and feasibility needs
-      ``b <= b_max = min(max_batch, kv_capacity / c̄)`` (mean KV ``b·c̄`` under the p99);
+      ``b <= b_max = min(max_batch, kv_capacity / c̄)`` (mean KV ``b·c̄`` under the p99; over ep > 1 attention
+      ranks e·floor(kv_capacity/(e·c̄)), ``_kv_batch``);
       b/D(b) grows with b, so ``λ <= b_max / (E[O−1]·D(b_max))`` (only when E[O−1] > 0).
     - Compute: every request needs ``E[L] + E[O−1]`` token passes at no more than
       ``compute_bound_tokens_s``, so ``λ <= compute_bound_tokens_s / (E[L] + E[O−1])``.
     """
-    b_max = np.maximum(np.minimum(np.asarray(c.batch_cap, dtype=float), c.kv_capacity_tokens / np.maximum(lens.ctx, 1.0)), 1.0)
+    b_max = np.maximum(np.minimum(np.asarray(c.batch_cap, dtype=float), _kv_batch(c, lens)), 1.0)
     decodes = lens.mean_o1 > 0
     with np.errstate(divide="ignore"):
         bound = np.where(decodes, b_max / (np.where(decodes, lens.mean_o1, 1.0) * perf.decode_step_s(c, b_max, lens.ctx)),
@@ -407,6 +409,18 @@ def _feasible_qps_bound(c: Configs, lens: RowLengths) -> np.ndarray:
     roof = perf.compute_bound_tokens_s(c) / np.maximum(lens.mean_l + lens.mean_o1, 1.0)
     out = np.fmin(bound, roof) * (1.0 + 1e-6)
     return np.where(np.isfinite(out) & (out > 0), out, np.inf)
+
+
+def _kv_batch(c: Configs, lens: RowLengths) -> np.ndarray:
+    """The replica's KV-limited batch: K/c̄ for one attention rank (ep 1, the mean occupancy b·c̄ under the
+    p99.9); e·floor(K/(e·c̄)) = ``perf.max_sequences(c, c̄)`` over e > 1 attention ranks, each holding whole
+    sequences of its own, which the per-rank p99.9 hold implies (``latency.kv_per_rank``): a rank whose
+    budget holds 1.6 mean contexts runs at most 1, so ep4 at most 4 where the pooled K/c̄ said 6.4."""
+    pooled = c.kv_capacity_tokens / np.maximum(lens.ctx, 1.0)
+    ep = np.asarray(c.ep)
+    if np.all(ep == 1):
+        return pooled
+    return np.where(ep > 1, perf.max_sequences(c, np.maximum(lens.ctx, 1.0)), pooled)
 
 
 def _scatter_capacity(c: Configs, idx: np.ndarray, sub: Capacity | None) -> Capacity:
@@ -480,5 +494,8 @@ def _unservable_why(r: LoadResult, i: int, targets: dict[str, float], c: Configs
             parts.append(f"{k}_p99_ms {t:g} is below the best this configuration reaches at λ → 0, "
                          f"{best:.1f} ms (short by {best - t:.1f} ms)")
     if not r.kv_fits[i]:
-        parts.append(f"the KV cache ({r.kv_capacity_tokens[i]:,.0f} tokens) cannot hold even one request's p99 context")
+        rank = (f" ({r.kv_rank_capacity_tokens[i]:,.0f} per attention rank)"
+                if r.kv_rank_capacity_tokens[i] < r.kv_capacity_tokens[i] else "")
+        parts.append(f"the KV cache ({r.kv_capacity_tokens[i]:,.0f} tokens{rank}) cannot hold even one request's "
+                     "p99 context")
     return f"{c.keys[i]}: " + "; ".join(parts) if parts else f"{c.keys[i]}: cannot meet the SLO"

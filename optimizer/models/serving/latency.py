@@ -38,7 +38,8 @@ class LoadResult:
     """Latency percentiles (ms) and state of each configuration at one request rate (arrays (N,)).
 
     ``saturated`` configurations have no steady state (their latencies are ``inf``);
-    ``kv_fits`` is False when the p99.9 KV occupancy exceeds the cache (requests would queue
+    ``kv_fits`` is False when the p99.9 KV occupancy of an attention rank exceeds the rank's cache (``kv_per_rank``;
+    one rank, the replica's, when ep is 1; requests would queue
     for memory or be preempted, which the percentiles here do not include). p99.9, not p99: a
     cache full 1 % of the time stalls admission for about 1 % of the arrivals, which is the TTFT
     p99 itself (llama-3.1-70b fp8 on l40s pp2 with its KV p99 at the cache: simulated TTFT p99
@@ -63,9 +64,12 @@ class LoadResult:
     running_batch: np.ndarray  # mean decoding sequences (Little's law)
     step_ms: np.ndarray  # mean step duration t̄
     kv_p99_tokens: np.ndarray
-    kv_p999_tokens: np.ndarray  # p99.9 occupancy, what ``kv_fits`` holds against the cache
+    kv_p999_tokens: np.ndarray  # p99.9 occupancy of the replica
     kv_capacity_tokens: np.ndarray
     kv_fits: np.ndarray
+    kv_rank_p99_tokens: np.ndarray  # p99 occupancy of one attention rank (ep 1: the replica's)
+    kv_rank_p999_tokens: np.ndarray  # p99.9 occupancy of one attention rank, what ``kv_fits`` holds against ...
+    kv_rank_capacity_tokens: np.ndarray  # ... the rank's cache, kv_capacity_tokens / ep (``kv_per_rank``)
     output_tokens_per_s: np.ndarray  # λ·E[O]
 
 
@@ -145,11 +149,11 @@ def evaluate_load(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, nee
     # never below the normal one (Wilson–Hilferty fails at the huge skew of a nearly idle replica)
     kv_var = lam * tbar * lens.kv_tok2_steps * fb.occupancy_factor
     kv_k3 = lam * tbar * lens.kv_tok3_steps * fb.occupancy_factor**1.5
-    kv_p99, kv_p999 = (np.fmax(gamma_quantile(q, kv_mean, np.nan_to_num(kv_var), np.nan_to_num(kv_k3)),
-                               kv_mean + z * np.sqrt(kv_var)) for q, z in ((0.99, Z99), (0.999, Z999)))
+    kv_p99, kv_p999 = (_kv_quantile(q, z, kv_mean, kv_var, kv_k3) for q, z in ((0.99, Z99), (0.999, Z999)))
+    kv_rank_p99, kv_rank_p999, kv_rank_cap = kv_per_rank(c, kv_mean, kv_var, kv_k3, kv_p99, kv_p999)
     b_p999 = s.b + Z999 * np.sqrt(s.b * fb.occupancy_factor)  # p99.9 against the cap, as the KV (class doc)
     kv_cap = np.asarray(c.kv_capacity_tokens, dtype=float)
-    kv_fits = (kv_p999 <= kv_cap) & (b_p999 <= c.batch_cap) & ~sat
+    kv_fits = (kv_rank_p999 <= kv_rank_cap) & (b_p999 <= c.batch_cap) & ~sat
     util = lam * (s.eps_s + lens.mean_o1 * s.slope_s)
     util = np.where(sat, np.maximum(util, 1.0), util)
 
@@ -165,8 +169,45 @@ def evaluate_load(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, nee
         utilization=util, saturated=sat, running_batch=s.b, step_ms=ms(tbar),
         kv_p99_tokens=np.where(sat, np.inf, kv_p99), kv_p999_tokens=np.where(sat, np.inf, kv_p999),
         kv_capacity_tokens=kv_cap, kv_fits=kv_fits,
+        kv_rank_p99_tokens=np.where(sat, np.inf, kv_rank_p99), kv_rank_p999_tokens=np.where(sat, np.inf, kv_rank_p999), kv_rank_capacity_tokens=kv_rank_cap,
         output_tokens_per_s=np.where(sat, np.nan, lam * lens.mean_o),
     )
+
+
+def _kv_quantile(q: float, z: float, mean: np.ndarray, var: np.ndarray, k3: np.ndarray) -> np.ndarray:
+    """The q-quantile of a KV occupancy of these cumulants: the shifted gamma's, never below the normal
+    ``mean + z·sd`` (Wilson–Hilferty fails at the huge skew of a nearly idle replica)."""
+    return np.fmax(gamma_quantile(q, mean, np.nan_to_num(var), np.nan_to_num(k3)), mean + z * np.sqrt(var))
+
+
+def kv_per_rank(c: Configs, kv_mean: np.ndarray, kv_var: np.ndarray, kv_k3: np.ndarray, kv_p99: np.ndarray,
+                kv_p999: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(p99 and p99.9 KV occupancy of one attention rank, the rank's KV capacity), tokens, from the replica's
+    occupancy cumulants (mean, κ2, κ3) and quantiles (``kv_p99``, ``kv_p999``: the rank's where ep is 1).
+
+    A replica of e = ep attention data-parallel ranks keeps a sequence's KV on one rank, and each rank has its
+    own cache, K/e of the replica's K tokens (each GPU's HBM less its weights and activations; the shared
+    prefix of a prefix cache is held once per rank, ``techniques.configure``). The load balancer sends each
+    request to one rank (the simulator: round robin), so a rank serves λ/e of the arrivals: taken as a Poisson
+    thinning, its occupancy is the same over-dispersed shot noise with every cumulant divided by e (the ranks
+    step in lockstep, so the load feedback F is the replica's). The p99.9 hold is per rank,
+    ``Q_0.999(mean/e, κ2/e, κ3/e) <= K/e`` — one rank full stalls the requests sent to it while another has
+    room — instead of the pooled ``Q_0.999(mean, κ2, κ3) <= K``; the per-rank quantile is larger than the
+    pooled one / e by the relative spread √e·sd/mean and the skew √e·κ3/κ2^1.5 of a rank's fewer, whole
+    sequences. e = 1: the pooled hold, bit for bit.
+
+    It holds whole sequences: with sd ≥ √b_r·c̄ (var ≥ b_r·c̄², c̄ the time-weighted context), b_r·c̄ +
+    3.09·√b_r·c̄ <= K/e gives b_r < floor(K/(e·c̄)) running sequences per rank when that is ≥ 1 (b_r ≥ n needs
+    n + 3.09·√n < n + 1), and b_r < 0.07 when it is 0: the replica's KV-limited batch is at most
+    ``perf.max_sequences(c, c̄)`` = e·floor(K/(e·c̄)), as ``capacity._feasible_qps_bound`` takes it."""
+    e = np.asarray(c.ep, dtype=float)
+    cap = np.asarray(c.kv_capacity_tokens, dtype=float) / e
+    if np.all(e == 1.0):
+        return kv_p99, kv_p999, cap
+    one = e == 1.0
+    p99, p999 = (np.where(one, pooled, _kv_quantile(q, z, kv_mean / e, kv_var / e, kv_k3 / e))
+                 for q, z, pooled in ((0.99, Z99, kv_p99), (0.999, Z999, kv_p999)))
+    return p99, p999, cap
 
 
 @dataclass(frozen=True)
