@@ -22,7 +22,10 @@ A command declares its outputs and its inputs before doing any work::
 flushed to disk, and only when all of them exist renames them over their targets: an error
 or interrupt before the renames leaves every earlier file as it was and no temp file behind;
 an interrupt during the renames is held until the last one is done (never half the set
-replaced), and :func:`committed_outputs` names what was written.
+replaced), and :func:`committed_outputs` names what was written. A rename that fails after an
+earlier one succeeded (the second folder made read-only or full meanwhile) puts the earlier
+targets' previous files back (hidden ``.NAME.*.bak`` backups kept beside them during the renames,
+removed after; a new target is removed), and the error says which files are as they were.
 New files get the permissions of any normally created file, ``0o666 & ~umask`` (0644 under
 umask 022), not ``mkstemp``'s 0600. A symlink to a regular file is written through (the
 link stays, its target is replaced). Every OSError becomes an :class:`OutputError` naming
@@ -273,12 +276,7 @@ class Outputs:
             # by the CLI's handler and raised once the last is done; the CLI then names them as written.
             _DEFERRING[0] += 1
             try:
-                for tmp, target in staged:
-                    try:
-                        os.replace(tmp, target.real)  # type: ignore[arg-type]
-                    except OSError as exc:
-                        raise OutputError(f"{target.option} {target.shown}: cannot write ({exc.strerror})") from None
-                    _COMMITTED.append(target.shown)
+                _commit(staged)
             finally:
                 _DEFERRING[0] -= 1
             raise_if_interrupted()
@@ -297,6 +295,88 @@ class Outputs:
                 sys.stdout.buffer.write(data)
             sys.stdout.flush()
         return [t.shown for _tmp, t in staged]
+
+
+def _keep_previous(target: _Target) -> str | None:
+    """A hidden backup of the target's current file in its folder (``.NAME.XXXXXXXX.bak``): a hard link (no
+    copy; the old file's inode, mode and owner), or a copy where the file system has no hard links. None
+    when there is no previous file. OutputError when it cannot be made (nothing has been replaced yet)."""
+    real = target.real
+    assert real is not None
+    if not os.path.lexists(real):
+        return None
+    backup = str(real.parent / f".{real.name}.{os.urandom(4).hex()}.bak")
+    try:
+        try:
+            os.link(real, backup)
+        except OSError:  # no hard links here (FAT, some network file systems), or not allowed: a copy
+            import shutil
+
+            shutil.copy2(real, backup)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(backup)
+        raise OutputError(f"{target.option} {target.shown}: cannot keep the previous file while the outputs are "
+                          f"replaced ({exc.strerror}); nothing was written") from None
+    return backup
+
+
+def _commit(staged: list[tuple[str, _Target]]) -> None:
+    """Rename each staged temp file over its target, all or none as far as the file system allows.
+
+    A rename can fail after an earlier one succeeded (the second folder made read-only, full, or gone in
+    between): the previous file of every target but the last is kept first (:func:`_keep_previous`), and on
+    a failure the targets already replaced get it back (a new one is removed), so the error can say every
+    output is as it was. The backups are removed once all renames are done. A single output needs none:
+    one rename is atomic."""
+    backups: list[str | None] = []
+    try:
+        for _tmp, target in staged[:-1]:
+            backups.append(_keep_previous(target))
+    except OutputError:
+        for backup in backups:
+            if backup is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(backup)
+        raise
+    backups.append(None)
+    for i, (tmp, target) in enumerate(staged):
+        try:
+            os.replace(tmp, target.real)  # type: ignore[arg-type]
+        except OSError as exc:
+            state = _roll_back(staged[:i], backups[:i], [t for _tmp, t in staged[i:]])
+            raise OutputError(f"{target.option} {target.shown}: cannot write ({exc.strerror}); {state}") from None
+        _COMMITTED.append(target.shown)
+    for backup in backups:
+        if backup is not None:
+            with contextlib.suppress(OSError):  # a leftover hidden backup: the outputs themselves are all written
+                os.unlink(backup)
+
+
+def _roll_back(done: list[tuple[str, _Target]], backups: list[str | None], untouched: list[_Target]) -> str:
+    """Put back the previous file of each target in ``done`` (remove it if it is new); returns what the error
+    says about the outputs: which are as they were, and any that could not be put back."""
+    kept = [t.shown for t in untouched]
+    lost = []
+    for (_tmp, target), backup in reversed(list(zip(done, backups, strict=True))):
+        try:
+            if backup is None:
+                os.unlink(target.real)  # type: ignore[arg-type]
+            else:
+                os.replace(backup, target.real)  # type: ignore[arg-type]
+        except OSError as exc:
+            before = ("it did not exist before" if backup is None else
+                      f"its previous content is in {os.path.join(os.path.dirname(target.shown), os.path.basename(backup))}")
+            lost.append(f"{target.shown} was replaced and could not be put back ({exc.strerror}; {before})")
+        else:
+            kept.insert(0, target.shown)
+            _COMMITTED.remove(target.shown)
+    state = f"{_and(kept)} {'is as it was' if len(kept) == 1 else 'are as they were'}"  # the failed one is in kept
+    return "; ".join([state, *lost]) if lost else f"nothing was written: {state}"
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _stage(target: _Target, blob: bytes, mode: int) -> str:

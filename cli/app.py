@@ -6,6 +6,13 @@ unknown option: ``command --option: what is wrong; see `gpuplan command --help` 
 click's exit-2 box), and OSError (``file: reason``). `--debug` shows the traceback
 instead. Every float option rejects nan and inf. Control characters (ANSI escapes) in
 a message are shown escaped, never sent to the terminal raw.
+
+Anything else is a bug, not bad input: one line ``gpuplan: internal error (a bug, not your input):
+ExcType: message`` naming the file that holds the full traceback, exit code 70 (EX_SOFTWARE);
+``--debug`` or ``GPUPLAN_DEBUG=1`` shows the traceback instead. A reader that closes stdout early
+(``gpuplan optimize plan.yaml | head -1``) gets no message and no failure: the rest of the output
+goes to the null device and the command finishes (its files are written) with its own exit code.
+Ctrl-C: exit code 130 and one line, from the first import on (``cli/__init__.py``).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from catalog.outputs import (
     set_stdout_closed,
     take_signal,
 )
+from cli import INTERRUPTED_LINE, exit_interrupted, main_handles_signals
 
 try:  # typer >= 0.2x carries its own copy of click
     from typer._click import exceptions as click_errors
@@ -136,17 +144,6 @@ def _on_signal(signum, _frame):
         raise Interrupted(signum)
 
 
-def _exit_quietly(signum, _frame):
-    """SIGINT/SIGTERM outside a command (before ``main`` installs its handler, or once it has given it back,
-    while the interpreter shuts down: the worker pools' manager threads, multiprocessing's finalisers):
-    leave at once with 130. Python's default handler raised KeyboardInterrupt there, printed
-    "Exception ignored in: threading._shutdown" tracebacks and died by SIGINT."""
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()
-        sys.stderr.flush()
-    os._exit(130)
-
-
 def _quiet_interrupt(unraisable: Any) -> None:
     """``sys.unraisablehook`` while a command runs: an :class:`Interrupted` raised where Python can only
     ignore it (a signal landing in an ``os.fork`` callback such as logging's ``_releaseLock``, or in a
@@ -241,15 +238,137 @@ def _usable_streams() -> list[str]:
     return replaced
 
 
+class _ReaderGoneSafe:
+    """``sys.stdout`` or ``sys.stderr`` while a command runs: a write or flush that finds the reader gone
+    (EPIPE: ``gpuplan optimize plan.yaml | head -1``) points the file descriptor at the null device and
+    carries on, so the command still finishes (its ``--json``/``--out`` files are written whole, or not
+    at all, as ever) with its own exit code and no message. Unix tools stay silent for a reader that
+    stopped reading (the Python docs' "Note on SIGPIPE" redirects stdout to devnull); rich and click
+    exited 1 there, the run cut short. ``buffer`` (bytes to stdout: ``--json -``) is guarded likewise."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+
+    def _reader_gone(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self._stream.fileno())
+        finally:
+            os.close(devnull)
+
+    def write(self, data: Any) -> int:
+        try:
+            return self._stream.write(data)
+        except BrokenPipeError:
+            self._reader_gone()  # what the stream still holds goes to the null device at its next flush
+            return len(data)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._reader_gone()
+            self._stream.flush()
+
+    @property
+    def buffer(self) -> _ReaderGoneSafe:
+        return _ReaderGoneSafe(self._stream.buffer)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _guard_pipes() -> list[tuple[str, Any]]:
+    """Put :class:`_ReaderGoneSafe` around the process's own stdout and stderr (not a caller's capture, in
+    tests); returns (name, original) to give back."""
+    guarded = []
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and stream is getattr(sys, f"__{name}__"):
+            setattr(sys, name, _ReaderGoneSafe(stream))
+            guarded.append((name, stream))
+    return guarded
+
+
+INTERNAL_ERROR = "internal error (a bug, not your input)"
+EX_SOFTWARE = 70  # sysexits.h: an internal software error
+
+
+def _internal_error_folder() -> Path:
+    """Where a bug's traceback is saved: ``internal-errors/`` in the disk cache's folder (README "Cache";
+    kept across reboots, never pruned: the pruning deletes only cache entries), or the temp folder when the
+    cache is off (``GPUPLAN_CACHE_DIR=``, ``--no-cache``) or its folder cannot be found."""
+    import tempfile
+
+    try:
+        from optimizer.planning import disk_cache
+
+        folder = disk_cache.default_dir()
+    except Exception:  # the bug may be in the import itself: the temp folder then
+        folder = None
+    return Path(tempfile.gettempdir()) if folder is None else folder / "internal-errors"
+
+
+def _save_traceback(exc: BaseException) -> Path | None:
+    """Write the traceback of ``exc`` (with the command line and versions) to a new file, atomically (a temp
+    file renamed into place, mode 0600: it holds paths of the user's files); None if no folder takes it."""
+    import tempfile
+    import time
+    import traceback
+
+    text = (f"gpuplan {_version()} on Python {sys.version.split()[0]} ({sys.platform})\n"
+            f"command: {' '.join(sys.argv)}\n\n" + "".join(traceback.format_exception(exc)))
+    name = f"gpuplan-internal-error-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}.txt"
+    folders = [_internal_error_folder(), Path(tempfile.gettempdir())]
+    for folder in dict.fromkeys(folders):
+        tmp = None
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+            with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:
+                fh.write(text)
+            os.replace(tmp, folder / name)
+            return folder / name
+        except OSError:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+    return None
+
+
+def _internal_error(exc: Exception) -> None:
+    """One line for a bug (any exception that is not bad input), the saved traceback's path, exit 70."""
+    saved = _save_traceback(exc)
+    message = " ".join(str(exc).split())
+    where = (f"full traceback in {saved}" if saved is not None
+             else "the traceback could not be saved (no writable cache or temp folder)")
+    sys.stderr.write(clean(f"gpuplan: {INTERNAL_ERROR}: {type(exc).__name__}{': ' + message if message else ''}; "
+                           f"{where}; please report it to the gpuplan maintainers with that file "
+                           "(GPUPLAN_DEBUG=1 shows the traceback here)") + "\n")
+    sys.exit(EX_SOFTWARE)
+
+
+def _debugging() -> bool:
+    """``--debug`` or ``GPUPLAN_DEBUG`` set to anything but empty or 0: tracebacks instead of one-line errors."""
+    return _state["debug"] or os.environ.get("GPUPLAN_DEBUG", "").strip() not in ("", "0")
+
+
 def main() -> None:
     forget_signals()
     null_streams = _usable_streams()
     set_stdout_closed("stdout" in null_streams)  # `--json -` is then refused, not lost
-    previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    previous_hook, sys.unraisablehook = sys.unraisablehook, _quiet_interrupt
+    guarded = _guard_pipes()
+    previous: dict[int, Any] = {}
+    previous_hook = sys.unraisablehook
     try:
+        # inside the try: a signal that lands between the two is the interrupted line below, not a traceback
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous[signum] = signal.signal(signum, _on_signal)
+        main_handles_signals()
+        sys.unraisablehook = _quiet_interrupt
         code = _harden(typer.main.get_command(app)).main(prog_name="gpuplan", standalone_mode=False)
         raise_if_interrupted()  # a signal whose exception was swallowed still ends the run with 130
+        sys.stdout.flush()  # here, not at exit: a full disk under `> out.txt` is the OSError line below
         if isinstance(code, int) and code:
             sys.exit(code)
     except click_errors.NoArgsIsHelpError as exc:  # `gpuplan` alone: the help it asked for
@@ -270,19 +389,27 @@ def main() -> None:
     except (Interrupted, KeyboardInterrupt, typer.Abort):
         written = committed_outputs()  # a signal after the outputs were renamed into place: say so
         sys.stderr.write(f"error: interrupted after writing {', '.join(map(clean, written))}\n" if written
-                         else "error: interrupted; earlier outputs are left as they were\n")
+                         else INTERRUPTED_LINE)
         sys.exit(130)
     except OSError as exc:
         if _state["debug"]:
             raise
         name = exc.filename if exc.filename is not None else "gpuplan"
         _fail(f"{name}: {exc.strerror or exc}; check the path and its permissions")
+    except Exception as exc:  # a bug, not bad input
+        if _debugging():
+            raise
+        _internal_error(exc)
     finally:  # main() also runs in-process (tests): give the caller its handlers back, and no signal on record
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         sys.unraisablehook = previous_hook
         forget_signals()
         set_stdout_closed(False)
+        for name, stream in guarded:  # what is still buffered (after an error), through the guard
+            with contextlib.suppress(OSError, ValueError):
+                getattr(sys, name).flush()
+            setattr(sys, name, stream)
         for name in null_streams:  # in-process callers get their (closed) stream back
             getattr(sys, name).close()
             setattr(sys, name, None)
@@ -293,11 +420,14 @@ def run() -> None:
     garbage collection over every object the run made (``gc.freeze``: they are all freed with the
     process anyway; ~0.08 s of a chat-fleet ``optimize`` on the 2-core reference machine,
     docs/benchmarks.md "Session 14"). In-process callers (tests) call :func:`main`, whose objects
-    stay collectable."""
+    stay collectable. Outside main (before it installs its handler, and once it has given it back, while
+    the interpreter shuts down) a signal is :func:`cli.exit_interrupted`: exit 130 at once."""
     for signum in (signal.SIGINT, signal.SIGTERM):  # main() installs its own and gives these back when it ends
-        signal.signal(signum, _exit_quietly)
+        signal.signal(signum, exit_interrupted)
     try:
         main()
+    except (Interrupted, KeyboardInterrupt):  # a signal inside main's own cleanup, before it gave its handler back
+        exit_interrupted(signal.SIGINT, None)
     finally:
         gc.freeze()
 

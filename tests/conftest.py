@@ -22,6 +22,10 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 # No test reads or writes the user's cache (~/.cache/gpuplan): off for the suite and its
 # subprocesses; tests of the cache point GPUPLAN_CACHE_DIR at their tmp_path.
 os.environ["GPUPLAN_CACHE_DIR"] = ""
+# A bug in a command raises in the test (in-process) or prints its traceback (subprocesses) instead
+# of the CLI's one-line internal-error report and exit 70 (cli.app): no test can mistake a bug for a
+# handled error. Tests of that report take GPUPLAN_DEBUG out of their environment.
+os.environ["GPUPLAN_DEBUG"] = "1"
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / "tests" / "data" / "reference"  # gpus.csv, models.csv: what the catalog was built from
@@ -31,6 +35,18 @@ MEASUREMENTS_2026_CSV = shipped_measurements("measurements-2026.csv")
 EXAMPLES = REPO / "examples"
 CORPUS = REPO / "tests" / "corpus"
 TEST_DATA = REPO / "tests" / "data"
+
+
+# The CLI's line for a bug (cli.app.INTERNAL_ERROR), not for bad input.
+INTERNAL_ERROR = "internal error (a bug, not your input)"
+
+
+def assert_no_traceback(stderr: str) -> None:
+    """A CLI run's stderr shows neither a traceback nor the catch-all's internal-error line: either
+    means a bug, which the one-line report (exit 70, traceback saved to a file) must not hide from a
+    test that expects a handled error."""
+    assert "Traceback" not in stderr, stderr
+    assert INTERNAL_ERROR not in stderr, stderr
 
 
 @dataclass

@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, assert_no_traceback
 
 CHAT = EXAMPLES / "chat-fleet.yaml"
 
@@ -122,7 +122,7 @@ def test_bad_plan(run_cli, tmp_path, case):
     path = _plan(tmp_path, mutate)
     r = run_cli("validate", str(path))
     assert r.code == 1, r.stdout
-    assert "Traceback" not in r.stderr
+    assert_no_traceback(r.stderr)
     assert len(r.stderr.strip().splitlines()) == 1
     assert str(path) in r.stderr
     import re
@@ -141,7 +141,8 @@ def test_unreadable_plan(run_cli, tmp_path, content, pattern):
     path = tmp_path / "plan.yaml"
     path.write_bytes(content)
     r = run_cli("validate", str(path))
-    assert r.code == 1 and pattern in r.stderr and "Traceback" not in r.stderr
+    assert r.code == 1 and pattern in r.stderr
+    assert_no_traceback(r.stderr)
 
 
 def test_missing_file(run_cli, tmp_path):

@@ -31,7 +31,7 @@ from catalog.outputs import (
 )
 from cli import app as cli_app
 from optimizer.workers import run_pool
-from tests.conftest import REPO
+from tests.conftest import REPO, assert_no_traceback
 
 EARLIER = b"earlier output\n"
 
@@ -75,7 +75,7 @@ def test_interrupted_optimize_keeps_earlier_outputs(tmp_path, signum):
             proc.communicate()  # reap it and close its pipes (no ResourceWarning in a later test)
     assert proc.returncode == 130, (proc.returncode, stderr)
     assert stderr.strip() == "error: interrupted; earlier outputs are left as they were"
-    assert "Traceback" not in stdout
+    assert_no_traceback(stdout)
     assert out_json.read_bytes() == EARLIER and out_xlsx.read_bytes() == EARLIER
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.xlsx", "result.json", "slow.yaml"]
 
@@ -389,3 +389,53 @@ def test_an_interrupt_after_the_outputs_were_written_says_so(tmp_path, monkeypat
     assert _schema_exit_code(monkeypatch, schema_written_then_signal) == 130
     assert capsys.readouterr().err == f"error: interrupted after writing {target}\n"
     assert target.read_bytes() == b"{}\n"
+
+
+# Imported by a test's subprocess at start-up (sitecustomize, on PYTHONPATH): sends SIGINT to its own process
+# when the module named in GPUPLAN_TEST_SIGINT_AT is about to be imported — a Ctrl-C at that point of the
+# CLI's start-up, without timing luck.
+SIGINT_AT_IMPORT = """
+import os, signal, sys
+
+class _SigintAt:
+    def find_spec(self, name, path=None, target=None):
+        if name == os.environ.get("GPUPLAN_TEST_SIGINT_AT"):
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, _SigintAt())
+"""
+
+# What pip writes for the console script `gpuplan = "cli.app:run"` (pyproject.toml).
+CONSOLE_SCRIPT = """import re
+import sys
+from cli.app import run
+if __name__ == '__main__':
+    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
+    sys.exit(run())
+"""
+
+
+@pytest.mark.parametrize("form", ["console script", "python -m cli.app"])
+@pytest.mark.parametrize("module", ["cli.app", "typer", "catalog.outputs", "cli.whatif_cmd", "cli.env_check"])
+def test_a_ctrl_c_while_the_cli_imports_is_one_line_and_130(tmp_path, form, module):
+    """The ~70 ms in which cli.app imports typer, click and the command modules (cli.env_check is the last):
+    a SIGINT there printed a KeyboardInterrupt traceback and the process died by SIGINT. Now the line an
+    interrupted command prints, and exit 130 (cli/__init__.py)."""
+    (tmp_path / "sitecustomize.py").write_text(SIGINT_AT_IMPORT)
+    script = tmp_path / "gpuplan"
+    script.write_text(CONSOLE_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]),
+           "GPUPLAN_TEST_SIGINT_AT": module}
+    cmd = [sys.executable, str(script)] if form == "console script" else [sys.executable, "-m", "cli.app"]
+    proc = subprocess.run([*cmd, "--help"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (130, "error: interrupted; earlier outputs are left as they were\n")
+    assert proc.stdout == ""  # interrupted before the help was printed
+
+
+def test_importing_the_cli_from_other_code_keeps_its_signal_handlers():
+    """The tests (and any library user) import cli.app: Ctrl-C must stay theirs (pytest's KeyboardInterrupt)."""
+    import cli
+
+    assert signal.getsignal(signal.SIGINT) is not cli.exit_interrupted
+    assert signal.getsignal(signal.SIGTERM) is not cli.exit_interrupted
