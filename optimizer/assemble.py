@@ -168,7 +168,8 @@ def deployment_rows(wc: WorkloadCandidates, sol: FleetSolution) -> list[Deployme
 
 def end_to_end(deps: list[Deployment]) -> list[Deployment]:
     """Decode pools' E2E from the request's arrival: their own (from the KV's arrival) plus the
-    worst TTFT p99 of the workload's prefill pools (a sum of p99s, an upper bound)."""
+    worst TTFT p99 of the workload's prefill pools (a sum of p99s, an upper bound; the wait for a decode
+    step is in both, so counted twice: at most one decode step more)."""
     ttft = max((d.ttft_p99_ms for d in deps if d.stage == "prefill" and d.qps > 0 and d.ttft_p99_ms is not None),
                default=None)
     if ttft is None:

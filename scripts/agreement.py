@@ -16,7 +16,7 @@ Then capacity at an SLO: the analytic bisection vs a bisection on the simulator.
 the model's own limits, without the planning ceiling (``offline_ceiling=None``; see
 ``serving.capacity.SERVER_OFFLINE_CEILING``).
 Then disaggregated pairs (``optimizer.models.disagg`` vs ``simulate_pools``): end-to-end p99
-TTFT (prefill pool + KV transfer) and TPOT (decode pool) at 30 %-90 % of each pool's capacity
+TTFT (prefill pool + KV transfer at the slower side + the decode wait) and TPOT (decode pool) at 30 %-90 % of each pool's capacity
 at the pair's SLO.
 """
 
@@ -36,7 +36,9 @@ from optimizer.models import serving  # noqa: E402
 from optimizer.models.configs import build_configs  # noqa: E402
 from optimizer.models.disagg import (  # noqa: E402
     decode_pool_capacity,
+    decode_side,
     decode_technique,
+    decode_wait_ms,
     prefill_pool_capacity,
     prefill_queue,
 )
@@ -173,21 +175,25 @@ def main(argv=None) -> int:
 
 def pool_agreement(cat, params, requests: int) -> None:
     """Two-pool mode: analytic end-to-end p99s vs ``simulate_pools`` on POOL_PAIRS at POOL_LOADS."""
-    print("\ndisaggregated pairs: TTFT p99 = prefill pool + KV transfer, TPOT p99 = decode pool, analytic vs simulator")
+    print("\ndisaggregated pairs: TTFT p99 = prefill pool + KV transfer (the slower side) + decode wait (one decode "
+          "step), TPOT p99 = decode pool, analytic vs simulator")
     d_ttft, d_tpot = [], []
     for mk, pk, (dp, tp_p), (dd, tp_d), p, o, slo in POOL_PAIRS:
         m, q = cat.model(mk), cat.precision(pk)
         cp = build_configs(m, [(cat.device(dp), q, tp_p, 1)], params)
         cd = build_configs(m, [(cat.device(dd), q, tp_d, 1)], params)
         nic_p, nic_d = cat.device(dp).scaleout_nic_gbps_per_gpu, cat.device(dd).scaleout_nic_gbps_per_gpu
-        pc = prefill_pool_capacity(cp, p, slo, [nic_p])
+        pc = prefill_pool_capacity(cp, p, slo, [nic_p], decode=decode_side(cd, [nic_d]), output=o)
         dc = decode_pool_capacity(cd, p, o, slo, [nic_d])
         label = f"{mk} {pk} prefill {dp} tp{tp_p} / decode {dd} tp{tp_d} L={_d(p)} O={_d(o)}"
         for f in POOL_LOADS:
             lp, ld = f * float(pc.max_qps[0]), f * float(dc.max_qps[0])
-            sim = simulate_pools(cp, 0, cd, 0, lp, ld, p, o, nic_p, requests=requests, seed=1)
-            at = float(prefill_queue(cp, p).ttft_p99_ms(np.array([lp]))[0] + pc.kv_transfer_p99_ms[0])
-            ap_ = float(serving.serve_at_rate(cd, ld, p, o, technique=decode_technique(None)).tpot_p99_ms[0])
+            sim = simulate_pools(cp, 0, cd, 0, lp, ld, p, o, nic_p, requests=requests, seed=1,
+                                 decode_nic_gbps_per_gpu=nic_d)
+            dec = serving.serve_at_rate(cd, ld, p, o, technique=decode_technique(None))
+            wait_p99 = float(decode_wait_ms(dec.step_ms)[1][0])
+            at = float(prefill_queue(cp, p).ttft_p99_ms(np.array([lp]))[0] + pc.kv_transfer_p99_ms[0]) + wait_p99
+            ap_ = float(dec.tpot_p99_ms[0])
             st, sp = sim.ttft[99.0].value_ms, sim.tpot[99.0].value_ms
             d_ttft.append(rel(at, st))
             d_tpot.append(rel(ap_, sp))

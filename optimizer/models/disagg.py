@@ -7,21 +7,35 @@ first token, its KV cache goes over the scale-out network to a decode replica, w
 generates the rest without prefill chunks in its steps.
 
 - **KV transfer** of a prompt of L tokens (L − N with a shared prefix held on both sides):
-  ``t_kv = L · kv_bytes_per_token / link``, ``link = g_kv · nic_gbps · 1e9/8 · NIC_EFFICIENCY``
-  with g_kv = kv_shards · pp the GPUs that hold distinct KV (each sends its shard on its own
-  NIC). The p99 transfer uses the p99 prompt.
+  ``t_kv = L · kv_bytes_per_token / min(link_send, link_receive)``, each side's
+  ``link = g_kv · nic_gbps · 1e9/8 · NIC_EFFICIENCY`` with g_kv = kv_shards · pp the GPUs that
+  hold distinct KV (each sends or receives its shard on its own NIC): the transfer runs at the
+  slower side (a tp8 prefill replica sending 12,000 tokens of 70B KV to a tp2 decode replica:
+  23.1 ms at the decode side's 2 NICs, not 5.8 ms at the prefill side's 8). The p99 transfer
+  uses the p99 prompt.
+- **Decode wait**: a request whose KV has arrived joins the decode replica's running batch at
+  its next step boundary: a residual of the step in progress, uniform over it, so
+  ``E[wait] = t̄/2`` and ``wait_p99 ≈ t̄`` (t̄ the decode replica's mean step). It delays the first
+  token the user sees from the decode replica, so it is part of TTFT.
+- **Pairing**: the MILP chooses each pool's mix independently (``define_demand``: any prefill
+  replica may feed any decode replica), so the prefill pool budgets for the decode pools
+  conservatively, without knowing them (:class:`DecodeSide`): the slowest receive link among the
+  workload's decode candidates, and a decode step of at most ``A · tpot_p99_ms`` (a decode pool
+  at its TPOT SLO steps no longer on average; A tokens per step with speculation, else 1;
+  without a TPOT target ``A · (e2e_p99_ms − ttft_p99_ms)/(O_p99 − 1)``).
 - **Prefill pool** capacity (req/s per replica) at the TTFT SLO: a replica that only prefills
   serves prompt work first come first served, an M/G/1 queue (:class:`PrefillQueue`: service
   S(L) = its chunked prefill steps, waiting time by Pollaczek–Khinchine/Takács moments and a
-  gamma tail), against ``ttft_p99_ms − t_kv(L_p99)``, and at most the rate its NICs can send:
+  gamma tail), against ``ttft_p99_ms − t_kv(L_p99) − wait_p99`` (:class:`DecodeSide`), and at most the rate its NICs can send:
   ``link / (E[L] · kv_bytes_per_token)``. (The colocated serving model's TTFT assumes a
   decoding batch whose steps the prompts ride in; with no decode it under-states the queue.)
 - **Decode pool** capacity at the TPOT SLO (and E2E − TTFT when both are given): the serving
   model of a replica whose prompts arrive cached (prefill work one token; context and KV of
   the whole prompt), so its steps carry no prefill chunks; at most the rate its NICs can
   receive. Both pools' memory fit is that of the serving model (KV at p99 within capacity).
-- **End to end**: TTFT = prefill pool TTFT + t_kv; TPOT = decode pool TPOT; E2E ≤ TTFT p99 +
-  the decode pool's E2E p99 (a sum of p99s: an upper bound).
+- **End to end**: TTFT = prefill pool TTFT + t_kv + decode wait (p99: the sum of the three
+  p99s, an upper bound); TPOT = decode pool TPOT; E2E ≤ TTFT p99 + the decode pool's E2E p99
+  (a sum of p99s: an upper bound; the decode pool's E2E already holds its wait and first step).
 
 Pure: no I/O. ``NIC_EFFICIENCY`` is an assumption (RDMA writes of multi-MB KV blocks run near
 line rate; NIXL/UCX and Mooncake report 80-95 % of it), not a fitted figure.
@@ -53,6 +67,46 @@ def kv_link_bytes_s(c: Configs, nic_gbps_per_gpu) -> np.ndarray:
     """Scale-out bytes/s a replica sends or receives KV at: kv_shards · pp · nic · 1e9/8 · η (0 without a NIC)."""
     nic = np.nan_to_num(np.asarray(nic_gbps_per_gpu, dtype=float), nan=0.0)
     return c.kv_shards * c.pp * nic * 1e9 / 8.0 * NIC_EFFICIENCY
+
+
+def pair_link_bytes_s(send_bytes_s, receive_bytes_s) -> np.ndarray:
+    """Bytes/s the KV of a disaggregated pair crosses at: the slower side, min(link_send, link_receive)."""
+    return np.minimum(np.asarray(send_bytes_s, dtype=float), np.asarray(receive_bytes_s, dtype=float))
+
+
+@dataclass(frozen=True)
+class DecodeSide:
+    """What a prefill pool budgets for the decode pools it feeds, pair-independent (the MILP pairs
+    any prefill replica with any decode replica): ``receive_link_bytes_s``, the slowest receive link
+    (:func:`kv_link_bytes_s`) among the workload's decode candidates, and ``tokens_per_step`` A, the
+    most tokens a decode step emits (speculative decoding; 1 without)."""
+
+    receive_link_bytes_s: float
+    tokens_per_step: float = 1.0
+
+    def wait_p99_ms(self, slo: SLO, output: LengthDist) -> float:
+        """p99 wait for the decode replica's next step boundary ≈ one step t̄ ≤ A · tpot_p99_ms (a
+        decode pool at its TPOT SLO); without a TPOT target A · (e2e_p99_ms − ttft_p99_ms)/(O_p99 − 1)
+        (the p99 answer's decode steps within the decode pool's E2E share); 0 without either."""
+        if slo.tpot_p99_ms is not None:
+            return self.tokens_per_step * float(slo.tpot_p99_ms)
+        if slo.e2e_p99_ms is not None and slo.ttft_p99_ms is not None:
+            steps = max(float(quantile_tokens(output, 0.99)) - 1.0, 1.0)
+            return self.tokens_per_step * max(float(slo.e2e_p99_ms - slo.ttft_p99_ms), 0.0) / steps
+        return 0.0
+
+
+def decode_side(c: Configs, nic_gbps_per_gpu, tokens_per_step: float = 1.0) -> DecodeSide:
+    """The :class:`DecodeSide` of decode candidates ``c`` (their NICs): the slowest receive link of them all."""
+    links = kv_link_bytes_s(c, nic_gbps_per_gpu)
+    return DecodeSide(float(np.min(links)) if len(links) else 0.0, float(tokens_per_step))
+
+
+def decode_wait_ms(step_ms) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, p99) wait (ms) of a request at a decode replica of mean step t̄ for its next step boundary:
+    a uniform residual of the step in progress, t̄/2 and 0.99·t̄ ≈ t̄ (taken as t̄)."""
+    t = np.asarray(step_ms, dtype=float)
+    return t / 2.0, t
 
 
 def sent_tokens(prompt_tokens: float, technique: ServingTechnique | None) -> float:
@@ -191,19 +245,23 @@ def prefill_capacity_qps(queue: PrefillQueue, budget_ms: np.ndarray) -> np.ndarr
 
 
 def prefill_pool_capacity(c: Configs, prompt: LengthDist, slo: SLO, nic_gbps_per_gpu,
-                          technique: ServingTechnique | None = None, params=None) -> PoolCapacity:
-    """Prefill replicas at ``slo.ttft_p99_ms`` less the p99 KV transfer (:class:`PrefillQueue`),
-    capped by the rate their NICs can send and by the KV cache of one attention rank (kv_capacity / ep) holding
-    the p99 prompt."""
+                          technique: ServingTechnique | None = None, params=None, *, decode: DecodeSide,
+                          output: LengthDist | None = None) -> PoolCapacity:
+    """Prefill replicas at ``slo.ttft_p99_ms`` less the p99 KV transfer at the slower side
+    (:func:`pair_link_bytes_s` with ``decode.receive_link_bytes_s``) and the decode wait
+    (``decode.wait_p99_ms``; ``output``: the answers, needed only without a TPOT target)
+    (:class:`PrefillQueue`), capped by the rate their NICs can send and by the KV cache of one attention rank
+    (kv_capacity / ep) holding the p99 prompt."""
     link = kv_link_bytes_s(c, nic_gbps_per_gpu)
     l99 = float(quantile_tokens(prompt, 0.99))
-    t_kv = kv_transfer_ms(c, sent_tokens(l99, technique), link)
+    t_kv = kv_transfer_ms(c, sent_tokens(l99, technique), pair_link_bytes_s(link, decode.receive_link_bytes_s))
     limit = link_limit_qps(c, prompt, link, technique)
     n = len(c)
     if slo.ttft_p99_ms is None:
         return PoolCapacity("prefill", np.zeros(n), ["unservable"] * n,
                             ["the workload has no ttft_p99_ms to split"] * n, t_kv, limit, None)
-    budget = slo.ttft_p99_ms - t_kv
+    wait = decode.wait_p99_ms(slo, output if output is not None else PREFILL_OUTPUT)
+    budget = slo.ttft_p99_ms - t_kv - wait
     runnable = np.asarray(c.runnable, dtype=bool) & (c.kv_capacity_tokens / c.ep >= l99)  # on one attention rank
     queue = prefill_queue(c, prompt, technique)
     with np.errstate(all="ignore"):
@@ -221,7 +279,8 @@ def prefill_pool_capacity(c: Configs, prompt: LengthDist, slo: SLO, nic_gbps_per
         elif cap[i] <= 0:
             limited.append("unservable")
             why.append(f"{c.keys[i]}: prefill pool ttft_p99_ms {slo.ttft_p99_ms:g} is below the best it reaches, "
-                       f"{floor_ms[i] + t_kv[i]:.1f} ms ({t_kv[i]:.1f} ms of it KV transfer)")
+                       f"{floor_ms[i] + t_kv[i] + wait:.1f} ms ({t_kv[i]:.1f} ms of it KV transfer, {wait:.1f} ms "
+                       "the wait for a decode step)")
         else:
             limited.append("kv_link" if limit[i] < cap[i] else "ttft")
             why.append(None)
@@ -254,17 +313,23 @@ def decode_pool_capacity(c: Configs, prompt: LengthDist, output: LengthDist, slo
 
 
 def pool_p99_ms(stage: str, c: Configs, qps: float, prompt: LengthDist, output: LengthDist, nic_gbps_per_gpu: float,
-                technique: ServingTechnique | None = None, params=None) -> tuple[float | None, float | None, float | None]:
+                technique: ServingTechnique | None = None, params=None, *, slo: SLO | None = None,
+                decode: DecodeSide | None = None) -> tuple[float | None, float | None, float | None]:
     """(TTFT, TPOT, E2E) p99s (ms) of a one-configuration pool replica at ``qps`` req/s.
 
-    Prefill: TTFT = the :class:`PrefillQueue` p99 + the p99 KV transfer (TPOT, E2E: None).
+    Prefill: TTFT = the :class:`PrefillQueue` p99 + the p99 KV transfer at the slower side + the
+    p99 decode wait, both as budgeted by ``decode`` (:class:`DecodeSide`, its wait bound from
+    ``slo``; required for a prefill pool) (TPOT, E2E: None).
     Decode: TPOT and E2E of the decode replica (its E2E counts from the KV's arrival; the
     request's E2E adds the prefill pool's TTFT to it).
     """
     if stage == "prefill":
-        link = kv_link_bytes_s(c, [nic_gbps_per_gpu])
+        if decode is None or slo is None:
+            raise ValueError("a prefill pool's TTFT needs the decode side it feeds (decode=, slo=)")
+        link = pair_link_bytes_s(kv_link_bytes_s(c, [nic_gbps_per_gpu]), decode.receive_link_bytes_s)
         t_kv = kv_transfer_ms(c, sent_tokens(float(quantile_tokens(prompt, 0.99)), technique), link)
-        return float(prefill_queue(c, prompt, technique).ttft_p99_ms(np.array([qps]))[0] + t_kv[0]), None, None
+        wait = decode.wait_p99_ms(slo, output)
+        return float(prefill_queue(c, prompt, technique).ttft_p99_ms(np.array([qps]))[0] + t_kv[0] + wait), None, None
     r = serve_at_rate(c, qps, prompt, output, params, technique=decode_technique(technique))
     return None, float(r.tpot_p99_ms[0]), float(r.e2e_p99_ms[0])
 
@@ -277,8 +342,16 @@ def estimate_pair(prefill: Configs, decode: Configs, prompt: LengthDist, output:
     (:func:`pool_slos`) and what limits it, the p99 KV transfer, the KV traffic per req/s, the
     prefill replicas one decode replica needs (μ_decode/μ_prefill); with ``qps`` (req/s per
     replica of each pool) the end-to-end p99s there (None where a pool is saturated, named in
-    ``saturated_pools``)."""
-    pc = prefill_pool_capacity(prefill, prompt, slo, [prefill_nic_gbps or np.nan], technique, params)
+    ``saturated_pools``).
+
+    The pair is known, so the KV transfer runs at min(prefill send, this decode replica's receive
+    link); the prefill pool's capacity budgets the decode wait as the optimizer does
+    (``DecodeSide.wait_p99_ms``, the step a decode pool at its SLO may take), while the TTFT at
+    ``qps`` adds the wait at this decode replica's own mean step there (``decode_wait_ms``)."""
+    side = decode_side(decode, [decode_nic_gbps or np.nan],
+                       technique.tokens_per_step if technique is not None else 1.0)
+    pc = prefill_pool_capacity(prefill, prompt, slo, [prefill_nic_gbps or np.nan], technique, params,
+                               decode=side, output=output)
     dc = decode_pool_capacity(decode, prompt, output, slo, [decode_nic_gbps or np.nan], technique, params)
     kv_bytes = float(prefill.kv_bytes_per_token[0]) * sent_tokens(prompt.mean_tokens, technique)
     mu_p, mu_d = float(pc.max_qps[0]), float(dc.max_qps[0])
@@ -291,14 +364,19 @@ def estimate_pair(prefill: Configs, decode: Configs, prompt: LengthDist, output:
         "prefill_replicas_per_decode_replica": round(mu_d / mu_p, 3) if mu_p > 0 else None,
     }
     if qps is not None:
-        nic_p = prefill_nic_gbps or float("nan")
-        ttft, _, _ = pool_p99_ms("prefill", prefill, qps, prompt, output, nic_p, technique, params)
+        with np.errstate(all="ignore"):
+            queue_ms = float(prefill_queue(prefill, prompt, technique).ttft_p99_ms(np.array([qps]))[0])
+            step_ms = float(serve_at_rate(decode, qps, prompt, output, params,
+                                          technique=decode_technique(technique)).step_ms[0])
+        handoff = queue_ms + float(pc.kv_transfer_p99_ms[0])
+        ttft = handoff + float(decode_wait_ms(step_ms)[1])
         _, tpot, e2e = pool_p99_ms("decode", decode, qps, prompt, output, decode_nic_gbps or float("nan"),
                                    technique, params)
+        # the decode replica's E2E counts from the KV's arrival: its wait and first step are in it already
         out.update(ttft_p99_ms=_round(ttft), tpot_p99_ms=_round(tpot),
-                   e2e_p99_ms=_round(ttft + e2e) if ttft is not None and e2e is not None else None)
+                   e2e_p99_ms=_round(handoff + e2e) if e2e is not None else None)
         # a pool past its saturation has no steady state, so no p99: say which, not only None
-        out["saturated_pools"] = [pool for pool, v in (("prefill", ttft), ("decode", tpot))
+        out["saturated_pools"] = [pool for pool, v in (("prefill", queue_ms), ("decode", tpot))
                                   if v is None or not np.isfinite(v)]
     return out
 

@@ -204,6 +204,11 @@ def _decode_step(c: Configs, batch, context_tokens, prefill_tokens, prefill_cont
     attn_comp = (decode_ctx + verify * seq_ctx) * k.attn_s_per_ctx_token
     attn_s = smooth_max(kv_mem, attn_comp, n)
     prefill_attn_s = micro_n * effective_context(c.model, pctx) * k.prefill_attn_s_per_ctx_token
+    if spec is not None and (spec.layer_fraction > 0 or spec.prefill_active_params > 0):
+        draft_gemm, draft_attn = draft_prefill_s(c, micro_n, prefill_attn_s, ndim)
+        gemm_s, prefill_attn_s = gemm_s + draft_gemm, prefill_attn_s + draft_attn
+        if sides:
+            gemm_comp = gemm_comp + draft_gemm
     comm_s = _comm_s(c, tokens, ndim)
     host_s = k.step_overhead_s + b * k.sequence_overhead_s
     stage_s = gemm_s + attn_s + prefill_attn_s + comm_s
@@ -241,6 +246,31 @@ def draft_s(c: Configs, batch, context_tokens, ndim: int = 1) -> np.ndarray:
     extra = smooth_max(spec.extra_weight_params * bytes_per_param / k.tp_pp / k.memory_bytes_s,
                        2.0 * spec.extra_active_params * micro_b / k.tp_pp / k.gemm_flops_s, n)
     return spec.draft_tokens * k.pp * (spec.layer_fraction * gemm + attn + extra)
+
+
+def draft_prefill_s(c: Configs, prefill_tokens, prefill_attn_s, ndim: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """(GEMM, attention) time (s) per pipeline stage the draft adds to a step that prefills
+    ``prefill_tokens`` n prompt tokens per stage (0 without ``c.speculative``): the draft holds the
+    prompt's KV too, so it prefills it (``optimizer.models.speculative``)::
+
+        GEMM = n·(f·(φ_dense/F_gemm + φ_expert/F_moe) + 2·P_p/G/F_gemm),   attention = r_a·t_prefill_attn
+
+    with f the target's layer fraction (MTP/EAGLE: one layer), P_p the draft model's body
+    parameters per token, r_a its prefill attention FLOPs per context token over the target's;
+    FLOPs only (the step's draft passes read the draft's weights, ``draft_s``).
+    """
+    spec = c.speculative
+    n = np.asarray(prefill_tokens, dtype=float)
+    if spec is None:
+        return np.zeros(np.shape(n)), np.zeros(np.shape(prefill_attn_s))
+    k = c.stage.shaped(ndim)
+    per_token = 2.0 * spec.prefill_active_params / k.gpus / k.gemm_flops_s
+    if spec.layer_fraction > 0:
+        layer = k.gemm_flops_per_token / k.gemm_flops_s
+        if c.model.is_moe:
+            layer = layer + k.expert_flops_per_token / k.moe_flops_s
+        per_token = per_token + spec.layer_fraction * layer
+    return n * per_token, spec.prefill_attn_ratio * prefill_attn_s
 
 
 def decode_parts(c: Configs, batch, context_tokens, prefill_tokens=0.0,

@@ -27,6 +27,22 @@ the draft's share; as the batch grows the verify step turns compute-bound and co
 (k+1)× an ordinary step, so the gain shrinks and can turn into a loss (``acceptance 0`` never
 helps: A = 1 for a strictly larger step).
 
+Prefill: the draft must hold the prompt's KV too, so it prefills every prompt token the
+target prefills (:func:`optimizer.models.perf.draft_prefill_s`, added to any step that carries
+prefill tokens n at mean span s̄)::
+
+    t_draft_prefill = p·( n·(f·(φ_dense/F_gemm + φ_expert/F_moe) + 2·P_p/G/F_gemm)
+                          + r_a·n·s̄·F_pre/G/(peak·e) )
+
+(φ the target's GEMM FLOPs per token per GPU, F the achieved FLOP/s per GPU, G = e·t·p).
+
+MTP and EAGLE: one extra layer of the target (f = 1/layers of its GEMMs, r_a = f of its prefill
+attention; the LM head runs on the last token only, P_p = 0); a separate draft model: f = 0,
+P_p its active parameters less its embedding and LM head (as the target's GEMMs count them)
+and r_a = its prefill attention FLOPs per context token / the target's (Llama-3.1-8B drafting
+for Llama-3.1-70B: (8.03 − 1.05)/(70.6 − 2.10) = 10.2 % more GEMM FLOPs, 32·32/(80·64) = 20 %
+more attention). FLOPs only: the step's draft passes already read the draft's weights.
+
 Memory: a draft model's weights and KV (and the MTP/EAGLE layer's) are held next to the
 target's, which lowers the KV capacity (:func:`with_speculative`).
 
@@ -38,6 +54,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from catalog.schema import Model
+from optimizer.models.attention import attention_flops_per_context_token
 
 
 def accepted_tokens_per_step(tokens: int, acceptance_rate: float) -> float:
@@ -58,7 +75,9 @@ class SpeculativeCost:
     ``extra_weight_params`` and ``extra_active_params`` read and computed per pass on top
     (the LM head, or a whole draft model); ``extra_kv_ratio`` = the draft model's KV bytes
     per token / the target's; ``held_weight_params`` and ``held_kv_ratio``: the memory the
-    draft occupies next to the target; ``tokens_per_step`` = A(k, a).
+    draft occupies next to the target; ``tokens_per_step`` = A(k, a); ``prefill_active_params``
+    P_p computed per prompt token on top of f of the target's when the draft prefills the prompt
+    and ``prefill_attn_ratio`` r_a, its prefill attention FLOPs per context token / the target's.
     """
 
     method: str
@@ -71,6 +90,8 @@ class SpeculativeCost:
     extra_kv_ratio: float
     held_weight_params: float
     held_kv_ratio: float
+    prefill_active_params: float = 0.0
+    prefill_attn_ratio: float = 0.0
 
 
 def speculative_cost(method: str, tokens: int, acceptance_rate: float, target: Model,
@@ -80,7 +101,9 @@ def speculative_cost(method: str, tokens: int, acceptance_rate: float, target: M
     MTP/EAGLE: f = 1/layers, plus the LM head (vocab·hidden params, shared with the target
     so not held twice); the draft layer holds f of the target's weights and KV per token.
     Draft model: its total params read per pass (active params for the FLOPs), its own KV
-    per token, all held in memory.
+    per token, all held in memory. Prefill of the prompt: MTP/EAGLE one layer (f of the target's
+    GEMMs and prefill attention, no LM head per token); a draft model its active params per token
+    and r_a = its prefill attention FLOPs per context token / the target's.
     """
     a_tok = accepted_tokens_per_step(tokens, acceptance_rate)
     if method == "draft":
@@ -88,9 +111,12 @@ def speculative_cost(method: str, tokens: int, acceptance_rate: float, target: M
             raise ValueError("method 'draft' needs a draft model")
         ratio = draft.kv_bytes_per_token(1.0) / target.kv_bytes_per_token(1.0)
         params = draft.total_params_b * 1e9
+        attn = attention_flops_per_context_token(draft) / attention_flops_per_context_token(target)
         return SpeculativeCost(method, tokens, acceptance_rate, a_tok, 0.0, params, draft.active_params_b * 1e9,
-                               ratio, params, ratio)
+                               ratio, params, ratio,
+                               prefill_active_params=draft.active_params_b * 1e9 - draft.embedding_params,
+                               prefill_attn_ratio=attn)
     f = 1.0 / target.num_layers
     head = float(target.vocab_size) * target.hidden_size
     return SpeculativeCost(method, tokens, acceptance_rate, a_tok, f, head, head, 0.0,
-                           f * target.total_params_b * 1e9, f)
+                           f * target.total_params_b * 1e9, f, prefill_active_params=0.0, prefill_attn_ratio=f)

@@ -101,6 +101,10 @@ class Candidate:
     kv_bytes_per_request: float | None = None  # pools: mean KV bytes a request sends over the scale-out link
     ep: int = 1  # expert-parallel degree (gpus = tp·pp·ep)
     engine: str = ""  # serving engine it was evaluated with ("" = not known: a capacity-table unit)
+    # prefill pools: the slowest KV receive link (B/s) of the workload's decode candidates and the most tokens a
+    # decode step emits, which its TTFT budgets for (``optimizer.models.disagg.DecodeSide``); None otherwise
+    decode_receive_bytes_s: float | None = None
+    decode_tokens_per_step: float = 1.0
 
     @property
     def kept(self) -> bool:

@@ -45,7 +45,7 @@ from catalog.load import Catalog
 from catalog.schema import Device, Model
 from optimizer.models import serving
 from optimizer.models.configs import Configs, config_key
-from optimizer.models.disagg import pool_p99_ms, sent_tokens
+from optimizer.models.disagg import DecodeSide, decode_side, pool_p99_ms, sent_tokens
 from optimizer.models.lengths import split_buckets
 from optimizer.models.params import CalibrationParams, load_params
 from optimizer.models.techniques import ServingTechnique, workload_technique
@@ -73,7 +73,7 @@ from optimizer.planning.solver_options import DEFAULT_N_BUCKETS
 from optimizer.planning.technique_savings import technique_note
 from optimizer.results.money import MoneyAssumptions
 from optimizer.results.plan_result import Diagnostic
-from workloads.spec import Plan, Workload
+from workloads.spec import SLO, Plan, Workload
 
 # Workload shapes (``shape_key``) whose configs are built and evaluated together (memory stays bounded
 # for large plans).
@@ -207,6 +207,7 @@ class _Variant:
     rows: tuple[int, ...]
     configs: Configs
     nic_gbps_per_gpu: tuple[float, ...] | None = None
+    decode_side: DecodeSide | None = None  # prefill pools: what they budget for the decode pools they feed
 
     @property
     def label(self) -> str:
@@ -245,7 +246,9 @@ def _variants(w: Workload, model: Model, catalog: Catalog, chosen: list[Combo], 
         if rows:
             sub = configs.take(list(rows))
             nic = tuple(float(chosen[i].device.scaleout_nic_gbps_per_gpu) for i in rows)
-            out.append(_Variant("prefill", base, "prefill__", "", rows, sub, nic))
+            # any prefill replica may feed any decode replica (the MILP pairs no pools): the slowest receiver
+            side = decode_side(sub, nic, spec.tokens_per_step if spec is not None else 1.0)
+            out.append(_Variant("prefill", base, "prefill__", "", rows, sub, nic, side))
             out.append(_Variant("decode", base, "decode__", "", rows, sub, nic))
             if spec is not None:
                 out.append(_Variant("decode", spec, "decode__", "__spec", rows, sub, nic))
@@ -304,7 +307,7 @@ def _finish(w: Workload, prep: _Prepared, units: dict[str, UnitSpec], params: Ca
         kept += _variant_candidates(w, prep, v, units, params, a, evaluated)
     if prune and kept:
         kept = prune_dominated(kept)
-    predictor = _predictor(prep, params) if prep.chosen else None
+    predictor = _predictor(prep, params, w.slo) if prep.chosen else None
     return WorkloadCandidates(w, prep.model.key, prep.buckets, tuple(kept + prep.pruned), predictor)
 
 
@@ -339,6 +342,8 @@ def _variant_candidates(w: Workload, prep: _Prepared, v: _Variant, units: dict[s
             w.name, v.prefix + v.configs.keys[i] + v.suffix, d.key, q.key, t, p, combo.gpus, capacity, tuple(limited[i]),
             _cost(costs, units[d.key], combo.gpus, a), pruned_reason=reason, floor_p99_ms=tuple(floors[i]),
             stage=v.stage, technique=v.label, ep=e, engine=v.configs.engines[i],
+            decode_receive_bytes_s=v.decode_side.receive_link_bytes_s if v.decode_side is not None else None,
+            decode_tokens_per_step=v.decode_side.tokens_per_step if v.decode_side is not None else 1.0,
             kv_bytes_per_request=(float(v.configs.kv_bytes_per_token[i]) * sent_tokens(w.prompt_tokens.mean_tokens,
                                                                                        v.technique)
                                   if v.stage != "colocated" else None),
@@ -354,9 +359,10 @@ def _cost(memo: dict[tuple[str, int], float], unit: UnitSpec, gpus: int, a: Mone
     return memo[key]
 
 
-def _predictor(prep: _Prepared, params: CalibrationParams) -> Predictor:
+def _predictor(prep: _Prepared, params: CalibrationParams, slo: SLO) -> Predictor:
     """p99s (ms) of one candidate on one bucket at a rate per replica: ``serve_at_rate`` (colocated),
-    ``disagg.pool_p99_ms`` (a pool's share: prefill TTFT with the KV transfer; decode TPOT and E2E)."""
+    ``disagg.pool_p99_ms`` (a pool's share: prefill TTFT with the KV transfer and the decode wait its
+    ``DecodeSide`` budgets under ``slo``; decode TPOT and E2E)."""
     variants: dict[str, tuple[_Variant, int]] = {}
     for v in prep.variants:
         for j in range(len(v.rows)):  # v.configs holds the variant's rows in order, engine included
@@ -383,7 +389,8 @@ def _predictor(prep: _Prepared, params: CalibrationParams) -> Predictor:
                 r = serving.serve_at_rate(cache[key], qps, b.prompt, b.output, params, technique=v.technique)
                 return tuple(_finite(getattr(r, f"{m}_p99_ms")[0]) for m in ("ttft", "tpot", "e2e"))  # type: ignore[return-value]
             nic = float(combo.device.scaleout_nic_gbps_per_gpu)
-            got = pool_p99_ms(v.stage, cache[key], qps, b.prompt, b.output, nic, v.technique, params)
+            got = pool_p99_ms(v.stage, cache[key], qps, b.prompt, b.output, nic, v.technique, params,
+                              slo=slo, decode=v.decode_side)
         return tuple(_finite(x) if x is not None else None for x in got)  # type: ignore[return-value]
 
     return predict

@@ -61,6 +61,7 @@ class BucketJob:
     stage: str = "colocated"
     technique: ServingTechnique | None = None
     nic_gbps_per_gpu: tuple[float, ...] | None = None
+    decode_side: disagg.DecodeSide | None = None  # prefill pools: the decode pools they budget for
 
     @cached_property
     def cache_key(self) -> tuple:
@@ -73,6 +74,8 @@ class BucketJob:
                 w.is_batch, tuple(self.configs.engines), _json(params))
         if self.stage != "colocated" or self.technique is not None:  # plain jobs keep today's keys
             full += (self.stage, repr(self.technique), self.nic_gbps_per_gpu)
+        if self.decode_side is not None:
+            full += (repr(self.decode_side),)
         return (len(self.chosen), hashlib.blake2b(repr(full).encode(), digest_size=20).hexdigest())
 
     @cached_property
@@ -97,7 +100,7 @@ def variant_job(chosen: Sequence[Combo], v, bucket: BucketSpec, workload: Worklo
     of ``chosen``, stage, technique, NIC figures) on ``bucket``; candidates and screening build
     their jobs here, so that both give the same ``cache_key``."""
     return BucketJob(v.configs, tuple(chosen[i] for i in v.rows), bucket, workload, params, v.stage, v.technique,
-                     v.nic_gbps_per_gpu)
+                     v.nic_gbps_per_gpu, v.decode_side)
 
 
 _CAPACITY_CACHE: dict[tuple, BucketEvaluation] = {}
@@ -191,7 +194,8 @@ def _evaluate_pool(job: BucketJob) -> BucketEvaluation:
     b, w = job.bucket, job.workload
     nic = np.array(job.nic_gbps_per_gpu, dtype=float)
     if job.stage == "prefill":
-        pool = disagg.prefill_pool_capacity(job.configs, b.prompt, w.slo, nic, job.technique, job.params)
+        pool = disagg.prefill_pool_capacity(job.configs, b.prompt, w.slo, nic, job.technique, job.params,
+                                            decode=job.decode_side, output=b.output)
     else:
         pool = disagg.decode_pool_capacity(job.configs, b.prompt, b.output, w.slo, nic, job.technique, job.params)
     n = len(job.chosen)

@@ -142,7 +142,8 @@ def _checks(cset: CandidateSet, sol: FleetSolution, catalog: Catalog, params: Ca
             buckets = [_Bucket(b, u * c.capacity_qps[b.index]) for b in wc.buckets if routed[b.index] > 0]
             sim_key = (model.model_dump_json(), unit.device.model_dump_json(), q.model_dump_json(), c.tp, c.pp,
                        params.model_dump_json(), c.stage, w.model_dump_json()) + ((c.ep,) if c.ep > 1 else ()) + (
-                           (engine,) if isinstance(w.engine, list) else ())
+                           (engine,) if isinstance(w.engine, list) else ()) + (
+                           (c.decode_receive_bytes_s, c.decode_tokens_per_step) if c.stage == "prefill" else ())
             out.append(_Check(wc, c, r, routed, unit.device, configs, buckets, sim_key))
     return out, notes
 
@@ -155,7 +156,7 @@ def _sim_task(i: int) -> dict[str, np.ndarray] | str:
     check, bucket, requests, seed = _SIM_TASKS[i]
     try:
         return _stage_latencies(check.configs, check.c.stage, check.wc.workload, check.device, bucket.rate,
-                                bucket.bucket, requests, seed, check.step_time)
+                                bucket.bucket, requests, seed, check.step_time, check.c)
     except ModelError as exc:
         return str(exc)
 
@@ -287,10 +288,12 @@ def verify_deployments(cset: CandidateSet, sol: FleetSolution, catalog: Catalog,
 
 
 def _stage_latencies(configs, stage: str, w, device, rate: float, b, requests: int, seed: int,
-                     step_time: StepTime | None = None) -> dict[str, np.ndarray]:
+                     step_time: StepTime | None = None, candidate=None) -> dict[str, np.ndarray]:
     """Per-request latencies (s) of one simulated replica, as its stage measures them: colocated
     (with the workload's prefix cache), a prefill pool's TTFT plus the p99 KV transfer of the
-    bucket, or a decode pool's TPOT (its requests arrive with their KV; ``optimizer.models.disagg``)."""
+    bucket and the decode wait its candidate budgets (``disagg.DecodeSide`` from ``candidate``'s
+    decode figures: the transfer at the slower side, one decode step), or a decode pool's TPOT
+    (its requests arrive with their KV; ``optimizer.models.disagg``)."""
     pc = w.prefix_cache
     cache = {"prefix_hit_fraction": float(pc.hit_fraction or 0.0) if pc else 0.0,
              "shared_prefix_tokens": int(pc.shared_prefix_tokens or 0) if pc else 0}
@@ -298,9 +301,14 @@ def _stage_latencies(configs, stage: str, w, device, rate: float, b, requests: i
         run = simulate(configs, 0, rate, b.prompt, disagg.PREFILL_OUTPUT, requests=requests, seed=seed,
                        step_time=step_time, **cache)
         link = disagg.kv_link_bytes_s(configs, [device.scaleout_nic_gbps_per_gpu or np.nan])
+        side = None
+        if candidate is not None and candidate.decode_receive_bytes_s is not None:
+            side = disagg.DecodeSide(candidate.decode_receive_bytes_s, candidate.decode_tokens_per_step)
+            link = disagg.pair_link_bytes_s(link, side.receive_link_bytes_s)
         sent = disagg.sent_tokens(float(quantile_tokens(b.prompt, 0.99)), None) - cache["shared_prefix_tokens"]
         t_kv = float(disagg.kv_transfer_ms(configs, max(sent, 1.0), link)[0]) / 1e3
-        return {"ttft_s": run.ttft_s + t_kv}
+        wait = side.wait_p99_ms(w.slo, b.output) / 1e3 if side is not None else 0.0
+        return {"ttft_s": run.ttft_s + t_kv + wait}
     if stage == "decode":
         run = simulate(configs, 0, rate, b.prompt, b.output, requests=requests, seed=seed, step_time=step_time,
                        prefix_hit_fraction=1.0, shared_prefix_tokens=cache["shared_prefix_tokens"])

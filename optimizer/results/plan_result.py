@@ -111,7 +111,8 @@ class Deployment:
     tpot_p99_ms: float | None = None
     e2e_p99_ms: float | None = None
     # "colocated", or the pool of a disaggregated workload: "prefill" (its TTFT includes the KV
-    # transfer) or "decode" (its E2E counts from arrival, the prefill pools' worst TTFT included)
+    # transfer and the wait for a decode step, ``optimizer.models.disagg.DecodeSide``) or "decode" (its E2E
+    # counts from arrival, the prefill pools' worst TTFT included: the wait twice, an upper bound)
     stage: str = "colocated"
     technique: str = ""  # prefix cache / speculative decoding it uses ("" = none)
     kv_link_gb_s: float | None = None  # pools: KV-cache traffic the replicas send or receive, Gb/s

@@ -170,6 +170,54 @@ def test_draft_model_memory_lowers_kv_capacity():
     assert got == pytest.approx(free / (kv_gpu * (1 + 32 / 80)), rel=1e-9)
 
 
+def _prefill_increment_s(c, n=2048, span=1024.0):
+    """Time a step spends on n prompt tokens at mean span ``span``: step(b=0, n) − step(b=0, 0)."""
+    return perf.decode_step_s(c, 0, 0, n, span)[0] - perf.decode_step_s(c, 0, 0, 0, 0)[0]
+
+
+def test_draft_model_prefills_the_prompt_too():
+    """A draft model holds the prompt's KV, so it prefills every prompt token the target does.
+    Llama-3.1-8B drafting for Llama-3.1-70B fp8 on one H200 (tp1: no all-reduce in either), 2,048
+    prompt tokens at mean span 1,024. On paper: GEMMs 2·(8.03e9 − 2·128,256·4,096)·n = 2·6.979e9·n
+    FLOPs at the GPU's achieved dense rate (the draft's weights are read by the step's draft
+    passes anyway: FLOPs only), 10.2 % of the target's 2·(70.6e9 − 2·128,256·8,192)·n; attention
+    4·32·32·128 FLOPs per query and context token, 20 % of the target's 4·80·64·128. The added time
+    matches that within 1e-9; as a share of the target's own prefill increment it is 10-13 % (the
+    target's increment is its compute less the part the weight read already overlapped). Without the
+    draft's prefill the increment did not change at all (TTFT optimistic)."""
+    c = cfg(device="h200-sxm", tp=1)
+    t = spec(3, 0.8, "draft", draft="llama-3.1-8b")
+    cs = t.configure(c)
+    added = _prefill_increment_s(cs) - _prefill_increment_s(c)
+    k = c.stage
+    draft_body = 8.03e9 - 2 * 128_256 * 4_096
+    gemm = 2.0 * draft_body * 2048 / k.gemm_flops_s[0]
+    attn = 0.2 * 2048 * 1024 * k.prefill_attn_s_per_ctx_token[0]
+    assert 4 * 32 * 32 * 128 / attention_flops_per_context_token(CAT.model("llama-3.1-70b")) == pytest.approx(0.2)
+    assert added == pytest.approx(gemm + attn, rel=1e-9)
+    assert 0.10 < added / _prefill_increment_s(c) < 0.13
+    # and the serving model's TTFT of a lone 8,192-token prompt grows with it: by the ~10-11 % of its
+    # prefill above plus the k draft passes of its four chunk steps (~3-4 %; alone they gave 1.036)
+    lone = [serving.serve_at_rate(x, 1e-3, LONG_P, SHORT_O, technique=tt).ttft_mean_ms[0] for x, tt in ((c, None), (c, t))]
+    assert 1.12 < lone[1] / lone[0] < 1.17
+
+
+def test_mtp_layer_prefills_the_prompt_too():
+    """MTP: the extra layer runs over every prompt token (one layer: f = 1/61 of DeepSeek-V3's GEMM
+    FLOPs per token, dense and routed, and of its prefill attention); the LM head only on the last
+    token (not per prompt token). fp8 on 8 × H200, 2,048 tokens at span 1,024: the added time is
+    f·(n·(φ_dense/F_gemm + φ_expert/F_moe) + t_prefill_attn), within 1e-9 (0 before)."""
+    m = CAT.model("deepseek-v3")
+    c = build_configs(m, [(CAT.device("h200-sxm"), CAT.precision("fp8"), 8, 1)], PARAMS)
+    cs = ServingTechnique(speculative=speculative_cost("mtp", 1, 0.875, m)).configure(c)
+    added = _prefill_increment_s(cs) - _prefill_increment_s(c)
+    k = c.stage
+    layer = 2048 * (k.gemm_flops_per_token[0] / k.gemm_flops_s[0] + k.expert_flops_per_token[0] / k.moe_flops_s[0])
+    attn = 2048 * float(m.effective_kv_tokens(1024.0)) * k.prefill_attn_s_per_ctx_token[0]
+    assert added == pytest.approx((layer + attn) / 61, rel=1e-9)
+    assert added > 0
+
+
 @pytest.mark.xfail(strict=True, reason=(
     "MTP gain 1.60 at tp8 batch 128 with fit-v11 (1.68 with fit-v10): the MoE routing glue charges each verified draft "
     "token its routing bytes, g = 17.8 B per routed pair and hidden element on every tensor-parallel rank, 3.5 of the "

@@ -14,10 +14,15 @@ from optimizer.models.attention import attention_flops_per_context_token
 from optimizer.models.configs import build_configs
 from optimizer.models.disagg import (
     NIC_EFFICIENCY,
+    DecodeSide,
     decode_pool_capacity,
+    decode_side,
     decode_technique,
+    decode_wait_ms,
     kv_link_bytes_s,
     kv_transfer_ms,
+    pair_link_bytes_s,
+    pool_p99_ms,
     prefill_pool_capacity,
     prefill_queue,
 )
@@ -62,6 +67,74 @@ def test_kv_transfer_time_on_paper():
     assert kv_transfer_ms(c, 12_000, link)[0] == pytest.approx(12_000 * 163_840 / (8 * 50e9 * NIC_EFFICIENCY) * 1e3)
 
 
+def test_kv_transfer_runs_at_the_slower_side():
+    """A tp8 H100 prefill replica sends 12,000 tokens of 70B fp8 KV (1.966 GB) to a tp2 MI300X decode
+    replica: 8 NICs send, 2 receive (400 Gb/s each, η = 0.85), so it takes 1.966e9/(2·50e9·0.85) =
+    23.13 ms, not the sender's 1.966e9/(8·50e9·0.85) = 5.78 ms. The prefill pool budgets it (its
+    kv_transfer_p99_ms, at the p99 prompt of 12,000), and the pools simulator times each request's
+    transfer the same way: its p99 within 6 % of 23.13 ms (the sampled p99 prompt of 6,000 requests
+    wanders by a few %). Before, both said 5.8 ms."""
+    cp, cd = cfg("h100-sxm", 8), cfg("mi300x", 2)
+    send, receive = kv_link_bytes_s(cp, [400.0]), kv_link_bytes_s(cd, [400.0])
+    on_paper = 12_000 * 163_840 / (2 * 50e9 * NIC_EFFICIENCY) * 1e3
+    assert on_paper == pytest.approx(23.13, abs=0.01)
+    assert kv_transfer_ms(cp, 12_000, pair_link_bytes_s(send, receive))[0] == pytest.approx(on_paper, rel=1e-12)
+    pr, out = LengthDist(mean=6000, p99=12000), LengthDist(mean=800, p99=2000)
+    slo = SLO(ttft_p99_ms=1000, tpot_p99_ms=50)
+    pc = prefill_pool_capacity(cp, pr, slo, [400.0], decode=decode_side(cd, [400.0]), output=out)
+    assert pc.kv_transfer_p99_ms[0] == pytest.approx(on_paper, rel=1e-9)
+    sim = simulate_pools(cp, 0, cd, 0, 0.3, 0.3, pr, out, 400.0, requests=6000, decode_nic_gbps_per_gpu=400.0)
+    assert sim.kv_transfer_p99_ms == pytest.approx(on_paper, rel=0.06)
+
+
+def test_prefill_pool_budgets_the_slowest_receiver_and_one_decode_step():
+    """Pair-independent (the MILP mixes any prefill with any decode replicas): the prefill pool's TTFT
+    adds the transfer at the slowest decode candidate's receive link and the p99 wait for a decode step,
+    at most A·tpot_p99_ms. H100 tp8 sending to decode candidates H100 tp1..tp8: the slowest, tp1,
+    receives at 1·50e9·0.85 B/s, so 12,000 tokens take 1.966e9/42.5e9 = 46.26 ms; with the 50 ms TPOT
+    target the TTFT is the prefill queue's p99 + 46.26 + 50 ms; with EAGLE k = 3 at a = 0.8 (A = 2.952)
+    the step may last 147.6 ms. The budget costs the pool capacity (it was TTFT − 5.78 ms)."""
+    cp = cfg("h100-sxm", 8)
+    decodes = build_configs(M70, [(CAT.device("h100-sxm"), CAT.precision("fp8"), t, 1) for t in (1, 2, 4, 8)], PARAMS)
+    side = decode_side(decodes, [400.0] * 4)
+    assert side.receive_link_bytes_s == pytest.approx(50e9 * NIC_EFFICIENCY)
+    pr, out = LengthDist(mean=6000, p99=12000), LengthDist(mean=800, p99=2000)
+    slo = SLO(ttft_p99_ms=1000, tpot_p99_ms=50)
+    queue = prefill_queue(cp, pr).ttft_p99_ms(np.array([0.5]))[0]
+    ttft, _, _ = pool_p99_ms("prefill", cp, 0.5, pr, out, 400.0, slo=slo, decode=side)
+    assert ttft - queue == pytest.approx(1.966e9 / 42.5e9 * 1e3 + 50.0, rel=1e-3)
+    spec_side = DecodeSide(side.receive_link_bytes_s, tokens_per_step=(1 - 0.8**4) / (1 - 0.8))
+    ttft_spec, _, _ = pool_p99_ms("prefill", cp, 0.5, pr, out, 400.0, slo=slo, decode=spec_side)
+    assert ttft_spec - queue == pytest.approx(1.966e9 / 42.5e9 * 1e3 + 2.952 * 50.0, rel=1e-3)
+    # without a TPOT target: A·(e2e − ttft)/(O_p99 − 1) = (30,000 − 1,000)/1,999 = 14.5 ms
+    e2e_only = SLO(ttft_p99_ms=1000, e2e_p99_ms=30_000)
+    assert side.wait_p99_ms(e2e_only, out) == pytest.approx(29_000 / 1_999, rel=1e-3)
+    budgeted = prefill_pool_capacity(cp, pr, slo, [400.0], decode=side, output=out).max_qps[0]
+    optimistic = prefill_pool_capacity(cp, pr, slo, [400.0], decode=DecodeSide(np.inf, 0.0), output=out).max_qps[0]
+    assert budgeted < optimistic
+
+
+def test_decode_wait_is_half_a_step_on_average_and_about_one_at_the_tail():
+    """A request whose KV arrives joins the decode batch at the next step boundary: the residual of
+    the step in progress, uniform over it, so E[wait] ≈ t̄/2 and its p99 ≈ t̄ (the analytic
+    ``decode_wait_ms``). The pools simulator measures each request's wait (arrival to the start of its
+    first step) and adds it to TTFT: H100 tp8 → MI300X tp2 (70B fp8) at 60 % of the decode pool's
+    capacity, mean within 10 % of t̄/2, p99 within 12 % of t̄ (a step in progress is length-biased:
+    slightly longer than t̄); and the TTFT p99 grows by about that (the wait was left out before)."""
+    cp, cd = cfg("h100-sxm", 8), cfg("mi300x", 2)
+    pr, out = LengthDist(mean=6000, p99=12000), LengthDist(mean=800, p99=2000)
+    slo = SLO(ttft_p99_ms=1000, tpot_p99_ms=50)
+    ld = 0.6 * decode_pool_capacity(cd, pr, out, slo, [400.0]).max_qps[0]
+    step_ms = serving.serve_at_rate(cd, ld, pr, out, PARAMS, technique=decode_technique(None)).step_ms[0]
+    mean_ms, p99_ms = decode_wait_ms(step_ms)
+    assert mean_ms == pytest.approx(step_ms / 2) and p99_ms == pytest.approx(step_ms)
+    sim = simulate_pools(cp, 0, cd, 0, 0.3, ld, pr, out, 400.0, requests=6000, decode_nic_gbps_per_gpu=400.0)
+    assert sim.decode_wait_mean_ms == pytest.approx(mean_ms, rel=0.10)
+    assert sim.decode_wait_p99_ms == pytest.approx(p99_ms, rel=0.12)
+    handoff = np.percentile(sim.prefill.ttft_s + 0.0, 99.0) * 1e3
+    assert sim.ttft[99.0].value_ms > handoff + 0.5 * mean_ms
+
+
 def test_prefill_bottleneck_moves_to_the_compute_rich_device():
     """A prompt of 8,192 tokens in 4 chunks of 2,048, compute-bound: the two devices differ only in
     FP8 peak (H20 296, H100 1,979 TFLOPS; same NVLink, so the same all-reduces), so the service times
@@ -83,8 +156,9 @@ def test_prefill_bottleneck_moves_to_the_compute_rich_device():
     assert s_h20 > 3 * s_h100
     slo = SLO(ttft_p99_ms=1000, tpot_p99_ms=50)
     out = LengthDist(mean=200)
-    h100 = prefill_pool_capacity(cfg("h100-sxm", 8), p, slo, [400.0])
-    h20 = prefill_pool_capacity(cfg("h20", 8), p, slo, [400.0])
+    side = decode_side(cfg("h20", 8), [400.0])  # a receiver as fast as the sender
+    h100 = prefill_pool_capacity(cfg("h100-sxm", 8), p, slo, [400.0], decode=side)
+    h20 = prefill_pool_capacity(cfg("h20", 8), p, slo, [400.0], decode=side)
     assert h100.max_qps[0] > 0 and h20.max_qps[0] == 0  # 8 × H20 needs > 1 s for 8,192 tokens
     assert decode_pool_capacity(cfg("h20", 8), p, out, slo, [400.0]).max_qps[0] > 0
 
@@ -114,7 +188,7 @@ def test_decode_bottleneck_moves_to_the_bandwidth_rich_device():
 def test_no_nic_figure_means_no_pool():
     c = cfg("l40s", 4)
     slo = SLO(ttft_p99_ms=2000, tpot_p99_ms=100)
-    pc = prefill_pool_capacity(c, LengthDist(mean=1000), slo, [np.nan])
+    pc = prefill_pool_capacity(c, LengthDist(mean=1000), slo, [np.nan], decode=DecodeSide(np.inf))
     assert pc.max_qps[0] == 0 and "scaleout_nic_gbps_per_gpu" in pc.why[0]
 
 
@@ -215,20 +289,22 @@ def test_existing_examples_unchanged(name, objective_usd, fleet):
 
 @pytest.mark.parametrize(("prefill", "decode"), [(("b200", 2), ("h20", 2)), (("h100-sxm", 8), ("mi300x", 2))])
 def test_two_pool_analytic_agrees_with_simulator(prefill, decode):
-    """TTFT (prefill pool + KV transfer) and TPOT (decode pool) p99 within 10 % of the simulator
-    at 30 % and 60 % of each pool's capacity."""
+    """TTFT (prefill pool + KV transfer at the slower side + the decode wait, one mean decode step)
+    and TPOT (decode pool) p99 within 10 % of the simulator at 30 % and 60 % of each pool's capacity."""
     pr, out = LengthDist(mean=4000, p99=12000), LengthDist(mean=300, p99=1000)
     slo = SLO(ttft_p99_ms=1000, tpot_p99_ms=50)
     cp, cd = cfg(*prefill), cfg(*decode)
-    nic_p = CAT.device(prefill[0]).scaleout_nic_gbps_per_gpu
-    pc = prefill_pool_capacity(cp, pr, slo, [nic_p])
-    dc = decode_pool_capacity(cd, pr, out, slo, [CAT.device(decode[0]).scaleout_nic_gbps_per_gpu])
+    nic_p, nic_d = CAT.device(prefill[0]).scaleout_nic_gbps_per_gpu, CAT.device(decode[0]).scaleout_nic_gbps_per_gpu
+    pc = prefill_pool_capacity(cp, pr, slo, [nic_p], decode=decode_side(cd, [nic_d]), output=out)
+    dc = decode_pool_capacity(cd, pr, out, slo, [nic_d])
     errors = []
     for f in (0.3, 0.6):
         lp, ld = f * pc.max_qps[0], f * dc.max_qps[0]
-        sim = simulate_pools(cp, 0, cd, 0, lp, ld, pr, out, nic_p, requests=6000)
-        ttft = prefill_queue(cp, pr).ttft_p99_ms(np.array([lp]))[0] + pc.kv_transfer_p99_ms[0]
-        tpot = serving.serve_at_rate(cd, ld, pr, out, PARAMS, technique=decode_technique(None)).tpot_p99_ms[0]
+        sim = simulate_pools(cp, 0, cd, 0, lp, ld, pr, out, nic_p, requests=6000, decode_nic_gbps_per_gpu=nic_d)
+        dec = serving.serve_at_rate(cd, ld, pr, out, PARAMS, technique=decode_technique(None))
+        ttft = (prefill_queue(cp, pr).ttft_p99_ms(np.array([lp]))[0] + pc.kv_transfer_p99_ms[0]
+                + decode_wait_ms(dec.step_ms)[1][0])
+        tpot = dec.tpot_p99_ms[0]
         errors += [ttft / sim.ttft[99.0].value_ms - 1, tpot / sim.tpot[99.0].value_ms - 1]
     assert np.median(np.abs(errors)) <= 0.10
     assert np.max(np.abs(errors)) <= 0.15
@@ -256,9 +332,10 @@ def test_estimate_pair_json(run_cli):
 def test_estimate_pair_past_capacity_names_the_saturated_pool(run_cli):
     """Past saturation a replica's queue never drains: no p99, and the output says which pool, not only 'None'.
     At 2 req/s per replica the h20 tp2 decode replica (1.36 req/s at its TPOT share) is saturated while the prefill
-    replica (1.15 at its TTFT share) still has a TTFT p99, over the SLO; at 4 req/s both are."""
+    replica is not (its queue has a p99); the TTFT holds the wait for a decode step, which a saturated decode
+    replica never gives, so it has no p99 either; at 4 req/s both pools are saturated."""
     out = json.loads(run_cli(*PAIR, "--qps", "2", "--json").stdout)
-    assert out["ttft_p99_ms"] > 1000 and out["tpot_p99_ms"] is None and out["saturated_pools"] == ["decode"]
+    assert out["ttft_p99_ms"] is None and out["tpot_p99_ms"] is None and out["saturated_pools"] == ["decode"]
     out = json.loads(run_cli(*PAIR, "--qps", "4", "--json").stdout)
     assert out["ttft_p99_ms"] is None and out["saturated_pools"] == ["prefill", "decode"]
     text = run_cli(*PAIR, "--qps", "4")
@@ -330,6 +407,11 @@ def test_rag_example_survives_simulation(rag):
     plan, _ = rag
     r = optimize_plan(plan, CAT, PARAMS, verify=True)
     assert check_plan(r, plan) == []
+    # `gpuplan optimize examples/rag-disaggregated.yaml`: $6,460,236.732 (session 21, docs/benchmarks.md) before the
+    # KV hand-off terms; the prefill pools now budget the transfer at the slowest decode candidate's receive link
+    # (one NIC: 46.3 ms for the 12,000-token p99 prompt, was 5.8 ms at the sender's 8) and a decode step of up to
+    # tpot_p99_ms (50 ms): 3 × tp4 + 16 × tp8 H100 prefill replicas → 1 × tp4 + 21 × tp8 (docs/techniques.md)
+    assert r.objective_usd == pytest.approx(7_812_284.316, rel=1e-9)
     assert {d.stage: d.device for d in r.deployments if d.stage != "colocated"} == {"prefill": "h100-sxm",
                                                                                    "decode": "mi300x"}
     w = plan.workloads[0].model_copy(update={"disaggregation": "never"})
