@@ -57,6 +57,16 @@ def _path(name: str) -> str:
     return name.replace("[]", "").strip()
 
 
+def _closing_brace(text: str, start: int) -> int:
+    """Index of the brace that closes the one at ``start``."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += (text[i] == "{") - (text[i] == "}")
+        if depth == 0:
+            return i
+    raise AssertionError(f"unclosed brace in {text[start:start + 60]!r}")
+
+
 def parse_key_block(block: str) -> dict[str, set[str]]:
     """{path: keys} of a plan-json style block (see the module docstring)."""
     out: dict[str, set[str]] = defaultdict(set)
@@ -75,11 +85,7 @@ def parse_key_block(block: str) -> dict[str, set[str]]:
         if "{" in line and len(names) == 1:  # name {keys...}, over as many lines as the braces take
             rest = "\n".join(lines[k:])
             start = rest.index("{")
-            depth = 0
-            for end, ch in enumerate(rest[start:], start):
-                depth += (ch == "{") - (ch == "}")
-                if depth == 0:
-                    break
+            end = _closing_brace(rest, start)
             out[_path(names[0])] |= set(_names(rest[start + 1:end]))
             k += rest[:end].count("\n")
         k += 1

@@ -140,7 +140,11 @@ def test_measurements_columns_are_the_loaders():
     """The README's measurements table: its required columns are the loader's, every column it names is one the
     loader knows (or reads), and the example file loads with every row resolved."""
     from catalog import load_catalog
-    from optimizer.calibration.measurements import KNOWN_COLUMNS, REQUIRED_COLUMNS, load_measurements
+    from optimizer.calibration.measurements import (
+        KNOWN_COLUMNS,
+        REQUIRED_COLUMNS,
+        load_measurements,
+    )
 
     columns = _readme_measurement_columns()
     assert {c for c, required in columns.items() if required} == set(REQUIRED_COLUMNS)
