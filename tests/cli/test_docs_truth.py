@@ -173,3 +173,12 @@ def test_validate_table_shows_expert_parallelism(run_cli):
     assert r.code == 0, r.stderr
     gpt_oss = [line for line in r.stdout.splitlines() if "gpt-oss-120b" in line]
     assert len(gpt_oss) == 2 and all("tp1 ep2" in line for line in gpt_oss), gpt_oss
+
+
+def test_readme_tree_names_every_optimizer_module():
+    """'Where things are' names every module of optimizer/ (a new module gets its line)."""
+    tree = next(b for b in code_blocks(README) if b.startswith("catalog/"))
+    words = set(re.findall(r"[a-z_0-9]+", tree))
+    modules = [f for f in (REPO / "optimizer").rglob("*.py") if f.stem != "__init__"]
+    missing = sorted(str(f.relative_to(REPO)) for f in modules if f.stem not in words)
+    assert not missing, f"README 'Where things are' lacks: {missing}"
