@@ -182,3 +182,10 @@ def test_readme_tree_names_every_optimizer_module():
     modules = [f for f in (REPO / "optimizer").rglob("*.py") if f.stem != "__init__"]
     missing = sorted(str(f.relative_to(REPO)) for f in modules if f.stem not in words)
     assert not missing, f"README 'Where things are' lacks: {missing}"
+
+
+def test_readme_names_every_script():
+    """Each script of scripts/ is named in the README (what it is for, where it is run from)."""
+    missing = sorted(f.name for f in (REPO / "scripts").glob("*.py") if f"`{f.name}`" not in README
+                     and f"scripts/{f.name}" not in README)
+    assert not missing, f"README does not name: {missing}"
