@@ -189,3 +189,29 @@ def test_readme_names_every_script():
     missing = sorted(f.name for f in (REPO / "scripts").glob("*.py") if f"`{f.name}`" not in README
                      and f"scripts/{f.name}" not in README)
     assert not missing, f"README does not name: {missing}"
+
+
+def test_readme_catalog_counts():
+    """'a sourced catalog of 28 accelerators and 23 LLMs' (and the same again under 'Where the numbers come from')."""
+    from catalog import load_catalog
+
+    cat = load_catalog()
+    said = re.findall(r"(\d+) accelerators and (\d+) (?:LLMs|models)", README)
+    assert said and all((int(d), int(m)) == (len(cat.devices), len(cat.models)) for d, m in said), said
+
+
+def test_readme_validate_shipped_figures(run_cli):
+    """The in-sample figures the README quotes are what `gpuplan validate --shipped` prints today."""
+    found = re.search(r"offline median \|error\| ([\d.]+) % over (\d+) rows, every device/engine group ≤ ([\d.]+) %,"
+                      r"\s+online rows \(mean TTFT, mean ITL, throughput; (\d+) predictions\) ([\d.]+) %", README)
+    assert found, "the README's validate --shipped sentence moved; update this test with it"
+    r = run_cli("validate", "--shipped", "--json")
+    assert r.code == 0, r.stderr
+    data = json.loads(r.stdout)
+    offline, online = data["by_kind"]["offline"], data["by_kind"]["online"]
+    worst = max(g["median_abs_pct_error"] for g in data["by_device_engine"].values())
+    assert float(found.group(1)) == round(offline["median_abs_pct_error"], 1)
+    assert int(found.group(2)) == offline["n"]
+    assert float(found.group(3)) == round(worst, 1)
+    assert int(found.group(4)) == online["n"]
+    assert float(found.group(5)) == round(online["median_abs_pct_error"], 1)
