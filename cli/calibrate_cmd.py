@@ -10,7 +10,7 @@ import typer
 
 from catalog.errors import ModelError
 from catalog.outputs import Output, plan_outputs
-from cli.common import CatalogOpt, JsonOpt, ParamsOpt, fmt, load, print_json, stdout, table
+from cli.common import CatalogOpt, JsonOpt, fmt, load, print_json, stdout, table
 from optimizer.models.constants import SHIPPED_ONLINE_WEIGHT
 
 
@@ -23,7 +23,11 @@ def calibrate(
     bands: Annotated[bool, typer.Option(
         "--bands/--no-bands", help="Also refit without each source group, device and generation in turn and "
         "store the error bands of each fidelity class (slow: one refit per group).")] = True,
-    params: ParamsOpt = None,
+    params: Annotated[Path | None, typer.Option(
+        "--params", help="Start the fit from these parameters instead of the built-in defaults (an earlier fit, "
+        "which the fit resumes; its loss and structure fields, e.g. fit_loss, are kept for every refit). The "
+        "shipped fit started from fit_loss: soft_l1 (header of optimizer/models/data/calibration.yaml); without "
+        "--params the loss is squared.")] = None,
     catalog: CatalogOpt = None,
     json_out: JsonOpt = False,
     online_weight: Annotated[float, typer.Option(

@@ -41,7 +41,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JS
 # The old name stays as a hidden alias, so scripts written for it keep working.
 TimeLimitOpt = Annotated[float | None, typer.Option(
     "--time-limit-s", min=0.1, show_default=False,
-    help=f"Solver time limit per solve, seconds (default {SolverOptions().time_limit_s:g}).")]
+    help=f"Time limit of each solve stage, seconds (default {SolverOptions().time_limit_s:g}): the one-device "
+    "fleets and the fleet MILP together, stopped with the best plan found (docs/plan-json.md 'Time limit').")]
 TimeLimitAliasOpt = Annotated[float | None, typer.Option("--time-limit", min=0.1, hidden=True,
                                                          help="Old name of --time-limit-s.")]
 

@@ -110,7 +110,7 @@ def estimate(
     max_throughput: Annotated[bool, typer.Option(
         "--max-throughput", help="Offline throughput: all requests at once, batch limited by memory.")] = False,
     qps: Annotated[float | None, typer.Option(
-        "--qps", help="Request rate (req/s, Poisson): p50/p99 TTFT, TPOT, E2E under load.")] = None,
+        "--qps", help="Request rate (req/s, Poisson): p50/p99 TTFT and TPOT, p99 E2E under load.")] = None,
     ttft_p99_ms: MsOpt = None,
     tpot_p99_ms: MsOpt = None,
     e2e_p99_ms: MsOpt = None,

@@ -62,7 +62,8 @@ def optimize(
     out: Annotated[Path | None, typer.Option("--out", help="Also write the finance workbook (.xlsx).")] = None,
     sensitivity: Annotated[bool, typer.Option(
         "--sensitivity/--no-sensitivity", help="Runner-up, break-even prices and capacity factors, tornado swings "
-        "(20-30 re-solves on the same candidates; --no-sensitivity skips them; skipped with a warning when the "
+        "(re-solves of the MILP on the same candidates, a dozen on the shipped chat fleet; --no-sensitivity skips "
+        "them; skipped with a warning when the "
         "plan is not proven optimal).")] = True,
     verify: Annotated[bool | None, typer.Option(
         "--verify/--no-verify", help="Re-check online deployments by simulation and re-size misses "

@@ -35,7 +35,7 @@ def simulate(
     pp: Annotated[int, typer.Option("--pp", min=1, help="Pipeline-parallel degree.")] = 1,
     input_p99: Annotated[int | None, typer.Option("--input-p99", min=1, help="p99 prompt length: lognormal prompts.")] = None,
     output_p99: Annotated[int | None, typer.Option("--output-p99", min=1, help="p99 output length: lognormal outputs.")] = None,
-    requests: Annotated[int, typer.Option("--requests", min=100, max=MAX_REQUESTS, help="Requests to simulate (at most 2,000,000).")] = 20_000,
+    requests: Annotated[int, typer.Option("--requests", min=100, max=MAX_REQUESTS, help="Requests to simulate (at most 2,000,000); the first 5 % warm the replica up and are not measured (JSON requests: those measured).")] = 20_000,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Random seed (same seed, same result).")] = 0,
     engine: EngineOpt = None,
     ep: EpOpt = 1,

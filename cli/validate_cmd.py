@@ -48,6 +48,11 @@ def missed_configurations(by_configuration: dict, cat, params) -> list[list]:
     return [row for _, row in sorted(out, key=lambda t: -t[0])]
 
 
+def parallelism_label(tp: int, pp: int, ep: int) -> str:
+    """The table's parallelism cell: tp always, pp and ep when above 1 (a DEP2 row is 'tp1 ep2', not 'tp1')."""
+    return " ".join([f"tp{tp}"] + [f"{name}{n}" for name, n in (("pp", pp), ("ep", ep)) if n > 1])
+
+
 def load_all(paths: list[Path], cat) -> list:
     """The rows of every measurements file, in order."""
     return [m for p in paths for m in load_measurements(p, cat)]
@@ -62,7 +67,7 @@ def validate_measurements(paths: list[Path], catalog: Path | None, params: Path 
     if json_out:
         print_json(result)
         return
-    rows = [[r["device"], r["model"], r["precision"], f"tp{r['tp']}" + (f"pp{r['pp']}" if r["pp"] > 1 else ""),
+    rows = [[r["device"], r["model"], r["precision"], parallelism_label(r["tp"], r["pp"], r["ep"]),
              f"{fmt(r['input_tokens'])}/{fmt(r['output_tokens'])}", r["source_group"], r["metric"],
              fmt(r["measured"]), fmt(r["predicted"]), f"{r['pct_error']:+.1f}%"] for r in result["rows"]]
     stdout.print(table(f"{path}: predicted vs measured", ["device", "model", "prec", "par", "in/out", "source",

@@ -1,6 +1,6 @@
 """Benchmark: evaluate 100,000 replica configurations with the vectorised performance model.
 
-Run: /tmp/venv/bin/python scripts/bench_perf.py [N]
+Run: python scripts/bench_perf.py [N]
 Prints the time to build the configuration arrays and to evaluate decode step time,
 prefill time, memory fit and offline throughput for all of them at once.
 """

@@ -1,7 +1,7 @@
 """Scale benchmark: 500 workloads on a catalog of 200 devices, end to end through the CLI.
 
-    /tmp/venv/bin/python scripts/bench_scale.py [--workloads 500] [--devices 200] [--time-limit 120]
-                                                [--dir /tmp/gpuplan-scale] [--no-run]
+    python scripts/bench_scale.py [--workloads 500] [--devices 200] [--time-limit 120]
+                                    [--dir /tmp/gpuplan-scale] [--no-run]
     python scripts/bench_scale.py --workloads 60 --dump-problem /tmp/p60.pkl   # candidates once, pickled
     python scripts/bench_scale.py --solve-only /tmp/p60.pkl [--time-limit 120]  # the solve stage alone
     python scripts/bench_scale.py --step1 /tmp/p60.pkl [--first 20] [--runs 3] [--time-limit 120]  # step 1, 1 vs N workers

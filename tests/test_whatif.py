@@ -212,3 +212,26 @@ def test_round_down_and_bisection_agree_with_the_milp():
     served = 7.0  # the first case above, as a multiplier of 1 req/s: feasible up to 7
     found = bisect(lambda m: m <= served)
     assert served * (1 - 0.02) <= found <= served
+
+
+def test_whatif_json_keys_are_the_documented_ones():
+    """docs/plan-json.md "What-if JSON" lists exactly the keys `gpuplan whatif --json` writes (the top level, a
+    scenario row, its workloads, the uncertainty summary); ``plan`` is the plan result, documented above it."""
+    from optimizer.whatif import ScenarioResult, WhatifStudy
+    from optimizer.whatif_uncertainty import UncertaintySummary
+    from tests.conftest import REPO
+    from tests.doc_keys import block_starting, json_keys, parse_key_block
+
+    _, _, scenarios = load_scenarios(EXAMPLES / "whatif-budget.yaml", load_catalog())
+    workload = WorkloadResult("chat", "llama-3.1-70b", 40.0, True, "online", 600.0, 50.0, None, 2000.0, 200.0, None,
+                              0.0, 0.0, None)
+    result = PlanResult(SolveStatus.OPTIMAL, "", "tco", workloads=(workload,),
+                        deployments=(Deployment("chat", "k", "b200", "fp8", 1, 1, 4, 40.0, 47.0),))
+    summary = UncertaintySummary(samples=2, seed=0, cost_p50_usd=1.0, cost_p90_usd=1.0, infeasible_samples=0,
+                                 base_fleet_meets_slo_probability=1.0,
+                                 base_fleet_meets_slo_probability_without_model_error=1.0)
+    data = json.loads(json.dumps(WhatifStudy("w.yaml", (ScenarioResult(scenarios[0], result),), summary).to_json()))
+    documented = parse_key_block(block_starting((REPO / "docs" / "plan-json.md").read_text(encoding="utf-8"), "file"))
+    written = json_keys(data)
+    for path in ("", "scenarios", "scenarios.workloads", "uncertainty"):
+        assert written[path] == documented[path], path

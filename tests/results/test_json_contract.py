@@ -36,8 +36,10 @@ def documented_keys() -> set[str]:
 
 @pytest.fixture(scope="module")
 def chat_json() -> dict:
+    """The chat fleet as `gpuplan optimize` writes it: with the sensitivity and the verification."""
     plan = load_plan(EXAMPLES / "chat-fleet.yaml")
-    return optimize_plan(plan, resolve_catalog(plan, load_catalog(), "chat"), load_params(None)).to_json()
+    return optimize_plan(plan, resolve_catalog(plan, load_catalog(), "chat"), load_params(None), sensitivity=True,
+                         verify=True).to_json()
 
 
 def _keys(data: dict) -> set[str]:
@@ -111,3 +113,44 @@ def test_one_money_assumptions_type(chat_json):
     stated = {k: v for k, v in chat_json["assumptions"].items() if k != "pue"}
     with pytest.raises(report_schema.PlanResultError, match=r"assumptions\.pue: required field is missing"):
         report_schema.parse_result({**chat_json, "assumptions": stated})
+
+
+def _documented_paths() -> dict[str, set[str]]:
+    """{path: keys} of the doc's key blocks: the top-level keys, the rows added to them, the sensitivity."""
+    import textwrap
+
+    from tests.doc_keys import block_starting, parse_key_block
+
+    text = DOC.read_text(encoding="utf-8")
+    out: dict[str, set[str]] = {}
+    for block in (block_starting(text, "status"), block_starting(text, "fleet[].price_basis")):
+        for path, keys in parse_key_block(block).items():
+            out[path] = out.get(path, set()) | keys
+    sensitivity = block_starting(text, "sensitivity {").splitlines()
+    inner = parse_key_block(textwrap.dedent("\n".join(sensitivity[1:-1])))
+    out |= {".".join(p for p in ("sensitivity", path) if p): keys for path, keys in inner.items()}
+    return out
+
+
+# Documented keys the chat fleet cannot show: its workload is not disaggregated (no pools) and its objective is
+# tco (the sensitivity's device rows carry the purchase pair; under cloud the hourly pair instead).
+NOT_IN_THE_CHAT_FLEET = {"sensitivity.devices": {"cloud_usd_per_gpu_hour", "break_even_cloud_usd_per_gpu_hour"}}
+SKIPPED_PATHS = {"disaggregated", "single_device_best.fleet", "sensitivity.runner_up.fleet"}  # no rows / "as fleet[]"
+
+
+def test_every_documented_key_is_written(chat_json):
+    """The other direction of test_every_written_key_is_documented, path by path: each key block of the doc
+    (the top level, each row list and mapping) lists exactly the keys the chat fleet's JSON has there."""
+    from tests.doc_keys import json_keys
+
+    documented, written = _documented_paths(), json_keys(chat_json)
+    assert written[""] == documented[""]
+    checked = 0
+    for path, keys in documented.items():
+        if path in SKIPPED_PATHS or not keys:
+            continue
+        allowed_missing = NOT_IN_THE_CHAT_FLEET.get(path, set())
+        assert written[path] <= keys, f"{path}: written, not documented: {sorted(written[path] - keys)}"
+        assert keys - allowed_missing <= written[path], f"{path}: documented, not written: {sorted(keys - written[path])}"
+        checked += 1
+    assert checked >= 20  # every block was read (a parser that finds nothing passes nothing)
