@@ -25,9 +25,9 @@ def calibrate(
         "store the error bands of each fidelity class (slow: one refit per group).")] = True,
     params: Annotated[Path | None, typer.Option(
         "--params", help="Start the fit from these parameters instead of the built-in defaults (an earlier fit, "
-        "which the fit resumes; its loss and structure fields, e.g. fit_loss, are kept for every refit). The "
-        "shipped fit started from fit_loss: soft_l1 (header of optimizer/models/data/calibration.yaml); without "
-        "--params the loss is squared.")] = None,
+        "which the fit resumes; its loss and structure fields, e.g. fit_loss, are kept for every refit). Without it "
+        "the fit starts where the shipped one did (the defaults, fit_loss: soft_l1 at 0.1): `gpuplan calibrate "
+        "--shipped` reproduces optimizer/models/data/calibration.yaml.")] = None,
     catalog: CatalogOpt = None,
     json_out: JsonOpt = False,
     online_weight: Annotated[float, typer.Option(

@@ -105,6 +105,5 @@ def few_rows_note(params: CalibrationParams, online_rows: int = 0) -> str | None
     return (f"the fit moved {values} values on {rows} rows (fewer than {ROWS_PER_FITTED_VALUE:g} rows a value): its "
             f"{params.fit.median_abs_pct_error:g} % median error on them says little beyond them, and every device "
             "a plan may buy takes these values, the unmeasured ones too; to add your rows to the shipped "
-            "measurements instead: `gpuplan calibrate --shipped YOURS.csv --params START --out FILE`, START a "
-            "parameters file with fit_loss: soft_l1 and fit_loss_scale_log: 0.1 as the shipped fit started from "
-            "(without --params the loss is squared; --no-bands skips the slow leave-out refits)")
+            "measurements instead: `gpuplan calibrate --shipped YOURS.csv --out FILE` (the shipped fit's start and "
+            "loss; --no-bands skips the slow leave-out refits)")

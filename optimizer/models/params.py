@@ -260,11 +260,12 @@ class CalibrationParams(Strict):
         "each restarting its grid span from the current values, so a fit (and every leave-out refit) leaves a "
         "narrow basin a single shrinking search stops in; 1 = one search (the fit before model-v8)")
     fit_loss: Literal["squared", "soft_l1", "huber", "cauchy"] = Field(
-        "squared", description="fit only (optimizer.calibration.lsq.robust_loss): the loss ρ of each row's log error "
+        "soft_l1", description="fit only (optimizer.calibration.lsq.robust_loss): the loss ρ of each row's log error "
         "e = log(pred/meas) (offline, one-batch latency and online rows; the class prior stays squared), summed "
         "with the row weights w: Σ w·C²·ρ((e/C)²) with C = fit_loss_scale_log and ρ(z) = z (squared, the fits before "
         "fit-v10), 2(√(1+z) − 1) (soft_l1), z if z ≤ 1 else 2√z − 1 (huber), ln(1 + z) (cauchy): quadratic for |e| ≪ C, "
-        "so a robust loss weighs typical rows as the squared one does and the worst rows less")
+        "so a robust loss weighs typical rows as the squared one does and the worst rows less; soft_l1 at 0.1, the "
+        "shipped fit's (fit-v10), so `gpuplan calibrate --shipped` without --params starts where the shipped fit did")
     fit_loss_scale_log: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)] = Field(
         0.1, description="fit only: the scale C of fit_loss, in log units (0.1 = a 10.5 % error); unused by 'squared'")
     step_overhead_ms: NonNeg = Field(

@@ -82,7 +82,7 @@ def small_rows():
 SHIPPED_SQUARED = load_params().model_copy(update={"fit_loss": "squared"})  # the shipped factors, the fit-v9 loss
 
 
-@pytest.mark.parametrize("params", [SHIPPED_SQUARED, CalibrationParams()], ids=["shipped", "defaults"])
+@pytest.mark.parametrize("params", [SHIPPED_SQUARED, CalibrationParams(fit_loss="squared")], ids=["shipped", "defaults"])
 def test_residuals_square_to_the_loss(small_rows, params):
     usable, latency, online = small_rows
     for weight in (0.0, 1.0, 2.5):
@@ -197,7 +197,7 @@ def test_robust_residuals_square_to_the_weighted_robust_loss():
     # a tiny error is the squared loss's residual to O(e³): sqrt(w)·e
     assert robust_residuals(np.array([1e-4]), 0.5, p)[0] == pytest.approx(0.5e-4, rel=1e-6)
     # squared: exactly sqrt(w)·e whatever the scale
-    assert robust_residuals(np.array([0.3]), 0.5, CalibrationParams(fit_loss_scale_log=0.01))[0] == 0.15
+    assert robust_residuals(np.array([0.3]), 0.5, CalibrationParams(fit_loss="squared", fit_loss_scale_log=0.01))[0] == 0.15
 
 
 @pytest.mark.parametrize("loss", ["soft_l1", "huber", "cauchy"])
@@ -235,7 +235,7 @@ def test_a_robust_fit_ignores_an_outlier_the_squared_fit_follows():
     knobs = [_field_knob("memory_bandwidth_efficiency", 0.3, 1.0), _field_knob("compute_efficiency", 0.1, 1.0),
              _field_knob("step_overhead_ms", 0.02, 30.0)]
     residuals = residual_fn(synthetic, [], [], [], 0.0, CAT)
-    squared, _ = polish(CalibrationParams(), knobs, residuals)
+    squared, _ = polish(CalibrationParams(fit_loss="squared"), knobs, residuals)
     robust, _ = polish(CalibrationParams(fit_loss="soft_l1", fit_loss_scale_log=0.05), knobs, residuals)
     err = lambda p: max(abs(p.memory_bandwidth_efficiency / 0.55 - 1), abs(p.compute_efficiency / 0.45 - 1),  # noqa: E731
                         abs(p.step_overhead_ms / 2.5 - 1))
