@@ -194,6 +194,18 @@ def read_text(path: Path | str, what: str, error: type[GpuplanError]) -> str:
         ) from None
 
 
+def has_separator(text: str) -> bool:
+    """A number written with ',' or '_' separators (``28,837``, ``28836,77``, ``1_0``): a number once they
+    are removed. A word such as ``not_measured`` has none: it is not a number at all."""
+    if "," not in text and "_" not in text:
+        return False
+    try:
+        float(text.replace(",", "").replace("_", ""))
+    except ValueError:
+        return False
+    return True
+
+
 def read_yaml(path: Path | str, what: str, error: type[GpuplanError]) -> dict[str, Any]:
     """Parse a YAML (or JSON) file whose top level must be a mapping."""
     text = read_text(path, what, error)

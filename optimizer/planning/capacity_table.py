@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from catalog.errors import GpuplanError, suggest
-from catalog.files import read_text
+from catalog.files import has_separator, read_text
 from catalog.load import Catalog
 from catalog.names import slug
 from optimizer.planning.candidate_set import (
@@ -115,7 +115,7 @@ def _err(path: str, row: int | None, column: str | None, msg: str) -> CapacityTa
 
 
 def _number(path: str, row: int, col: str, text: str, *, positive: bool = False) -> float:
-    if "_" in text or "," in text:  # float() would take 1_000; a separator is never silently dropped
+    if has_separator(text):  # float() would take 1_000; a separator is never silently dropped
         raise _err(path, row, col, f"{text!r} has a separator; write a plain decimal number with a dot "
                                    "for decimals and no thousands separators")
     try:
