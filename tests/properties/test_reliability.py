@@ -182,3 +182,16 @@ def test_a_killed_worker_is_a_one_line_error_not_a_traceback():
     with pytest.raises(WorkerDied, match=r"^a worker process \(pid \d+\) was killed by SIGKILL .*GPUPLAN_WORKERS=1") as exc:
         run_pool(_die_by_sigkill, [0, 1, 2, 3], 2)
     assert isinstance(exc.value, GpuplanError)
+
+
+@pytest.mark.parametrize(("exitcode", "how"), [
+    (-signal.SIGKILL, "was killed by SIGKILL (the out-of-memory killer, or a kill of its pid)"),
+    (-signal.SIGTERM, "was killed by SIGTERM (a kill of its pid)"),  # the OOM killer never sends SIGTERM
+    (3, "ended with exit code 3 (it exited without its result)"),
+])
+def test_a_dead_worker_is_blamed_on_what_could_have_killed_it(exitcode, how):
+    from types import SimpleNamespace
+
+    from optimizer.workers import _death_text
+
+    assert _death_text([SimpleNamespace(pid=7, exitcode=exitcode)]).startswith(f"a worker process (pid 7) {how} and")
