@@ -132,7 +132,7 @@ def _death_text(procs: Sequence[Any]) -> str:
                 cause = signal.Signals(-code).name if code < 0 else f"exit code {code}"
             except ValueError:
                 cause = f"signal {-code}"
-            how = f"(pid {proc.pid}) was {'killed by ' if code < 0 else 'ended with '}{cause}"
+            how = f"(pid {proc.pid}) " + (f"was killed by {cause}" if code < 0 else f"ended with {cause}")
             if code > 0:
                 who = "it exited without its result"
             elif code != -signal.SIGKILL:  # the out-of-memory killer sends SIGKILL; SIGTERM, SIGINT ... are a kill
