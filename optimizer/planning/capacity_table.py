@@ -13,7 +13,8 @@ Required columns
 
 - ``workload``: a workload name of the plan.
 - ``unit``: what one replica runs on — a device or a multi-GPU unit (``2xA100``).
-- ``cost_usd_per_hour``: rental price of one unit (the plan's objective must be ``cloud``).
+- ``cost_usd_per_hour``: rental price of one unit, > 0 (the plan's objective must be ``cloud``; a free
+  unit would make every fleet of it cost $0, an arbitrary answer).
 - ``input_bucket``, ``output_bucket``: labels of the request-size bucket (e.g. ``0`` or
   ``1-25``); the pair identifies the bucket.
 - ``max_request_rate_qps``: the largest request rate (req/s) one unit sustains *within the
@@ -204,7 +205,7 @@ def _unit_of(path: str, i: int, rec: dict[str, str]) -> TableUnit:
         raise _err(path, i, "gpus_per_node", f"{per_node} GPUs per server cannot hold units of {gpus} GPUs "
                    "without waste; use a multiple or a divisor of gpus")
     return TableUnit(
-        name=rec["unit"], cost_usd_per_hour=_number(path, i, "cost_usd_per_hour", rec["cost_usd_per_hour"]),
+        name=rec["unit"], cost_usd_per_hour=_number(path, i, "cost_usd_per_hour", rec["cost_usd_per_hour"], positive=True),
         gpus=gpus, gpus_per_node=max(per_node, gpus), device=rec.get("device") or None,
         precision=rec.get("precision") or "", tp=tp, pp=pp,
     )
