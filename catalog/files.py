@@ -214,8 +214,7 @@ def read_yaml(path: Path | str, what: str, error: type[GpuplanError]) -> dict[st
     try:
         data = yaml.load(text, Loader=StrictLoader)  # noqa: S506 - SafeLoader subclass
     except yaml.YAMLError as exc:
-        detail = " ".join(str(exc).split())
-        raise error(f"{path}: not valid YAML: {detail}") from None
+        raise error(f"{path}: not valid YAML: {_yaml_error_text(exc)}") from None
     except RecursionError:
         raise error(f"{path}: YAML nesting too deep") from None
     if not isinstance(data, dict):
@@ -229,7 +228,16 @@ def parse_yaml_text(text: str, where: str, error: type[GpuplanError], *, shipped
     try:
         return yaml.load(text, Loader=ShippedLoader if shipped else StrictLoader)  # noqa: S506 - safe constructors
     except yaml.YAMLError as exc:
-        raise error(f"{where}: not valid YAML: {' '.join(str(exc).split())}") from None
+        raise error(f"{where}: not valid YAML: {_yaml_error_text(exc)}") from None
+
+
+def _yaml_error_text(exc: yaml.YAMLError) -> str:
+    """PyYAML's message on one line, without its ``in "<unicode string>",`` (the file is named
+    already), and with the fix for a tab, which YAML never takes as indentation."""
+    detail = " ".join(str(exc).split()).replace(' in "<unicode string>",', " at")
+    if "'\\t'" in detail:
+        detail += "; YAML indents with spaces, not tabs: replace the tab"
+    return detail
 
 
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
