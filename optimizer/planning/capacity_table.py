@@ -154,8 +154,8 @@ def parse_capacity_table(text: str, path: str) -> CapacityTable:
         if h not in REQUIRED and h not in OPTIONAL:
             raise _err(path, header_row, h, f"unknown column{suggest(h, REQUIRED + OPTIONAL)}; "
                        f"columns are {', '.join(REQUIRED + OPTIONAL)}")
-    if len(set(header)) != len(header):
-        raise _err(path, header_row, None, "a column name appears twice; keep one")
+    if twice := next((h for i, h in enumerate(header) if h in header[:i]), None):
+        raise _err(path, header_row, twice, "appears twice in the header; keep one")
     missing = [c for c in REQUIRED if c not in header]
     if missing:
         raise _err(path, header_row, missing[0], "required column is missing; add it "
