@@ -292,6 +292,9 @@ def format_validation_error(
         return f"{where}: {path}: {msg.lower()} (got {_value_repr(value)}); use a value in range"
     if kind == "finite_number" or (isinstance(value, float) and not math.isfinite(value)):
         return f"{where}: {path}: must be a finite number (got {_value_repr(value)})"
+    if kind == "string_type" and isinstance(value, bool):  # `precisions: [on]`: YAML 1.1 reads on/off/yes/no as booleans
+        return (f"{where}: {path}: {str(value).lower()} is a yes/no value, not a name (YAML reads unquoted "
+                "yes/no/on/off/true/false so); write the name, in quotes if it is one of those words")
     if kind == "string_pattern_mismatch":
         pattern = (err.get("ctx") or {}).get("pattern", "")
         return f"{where}: {path}: {_pattern_fix(str(value), pattern)}"
