@@ -8,6 +8,7 @@ line and exits with code 1; anything else is a bug and shows a traceback.
 from __future__ import annotations
 
 import difflib
+import unicodedata
 from collections.abc import Iterable
 
 
@@ -42,6 +43,10 @@ def suggest(name: str, known: Iterable[str], n: int = 3) -> str:
     if not close:
         lowered = name.lower()
         close = [k for k in known if lowered in k.lower() or k.lower() in lowered][:n]
-    if not close:
+    # a look-alike letter (Cyrillic 'х' in 'h100-sхm') prints the same as the key it misses: name it
+    foreign = next(((i, ch) for i, ch in enumerate(name) if not ch.isascii()), None)
+    note = (f"{'; ' if close else ''}its character {foreign[0] + 1} is U+{ord(foreign[1]):04X} "
+            f"{unicodedata.name(foreign[1], 'unnamed')}, not ASCII" if foreign else "")
+    if not close and not note:
         return ""
-    return " (did you mean " + ", ".join(f"'{c}'" for c in close) + "?)"
+    return " (" + ("did you mean " + ", ".join(f"'{c}'" for c in close) + "?" if close else "") + note + ")"

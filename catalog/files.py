@@ -4,8 +4,10 @@ Shared by every loader (catalog overrides, plans, scenarios, measurements, capac
 tables, model configs, plan results): a file must be a regular file (not a directory,
 device or FIFO: ``/dev/zero`` would never end, a FIFO would block), is read whole with a
 size cap, decoded as strict UTF-8 and parsed with a YAML loader that refuses aliases (no
-"billion laughs") and duplicate keys at any depth (``qps: 5`` then ``qps: 5000`` is an
-error, not "the last one wins"); JSON objects refuse duplicate keys too. Pydantic errors
+"billion laughs"), duplicate keys at any depth (``qps: 5`` then ``qps: 5000`` is an
+error, not "the last one wins"), merge keys (``<<:``, whose keys the mapping's own silently
+override) and the YAML 1.1 numbers that do not read as written (``017`` is octal 15, ``1:30``
+base-60 90); a date reads as text. JSON objects refuse duplicate keys too. Pydantic errors
 become ``FILE: field.path: what is wrong (got VALUE); fix``.
 
 Writing is in :mod:`catalog.outputs`.
@@ -46,7 +48,58 @@ class StrictLoader(yaml.SafeLoader):
 
     def construct_mapping(self, node, deep=False):  # type: ignore[override]
         _refuse_duplicate_keys(self, node)
+        _refuse_merge_keys(node)
         return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node):  # type: ignore[override]
+        _refuse_yaml11_number(node, self)
+        return super().construct_yaml_int(node)
+
+    def construct_yaml_float(self, node):  # type: ignore[override]
+        _refuse_yaml11_number(node, self)
+        return super().construct_yaml_float(node)
+
+    def construct_yaml_timestamp(self, node):  # type: ignore[override]
+        """A date is text: no plan, catalog or scenario field is a date, and ``name: 2026-01-01``
+        means the name '2026-01-01', not ``datetime.date(2026, 1, 1)``."""
+        return self.construct_scalar(node)
+
+
+# YAML 1.1 (PyYAML) reads a plain 017 as octal 15 and 1:30 as base-60 90: numbers that do not
+# follow from what was written. Both are refused; 0x10, 1_000 and 1e3-style numbers read as written.
+_LEADING_ZERO = re.compile(r"[-+]?0[0-9_]+$")
+_BASE_60 = re.compile(r"[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$")
+
+
+def _refuse_yaml11_number(node: yaml.ScalarNode, loader: yaml.constructor.SafeConstructor) -> None:
+    """Raise on a plain scalar that YAML 1.1 reads as an octal or base-60 (sexagesimal) number."""
+    text = str(node.value)
+    line = node.start_mark.line + 1
+    if _LEADING_ZERO.match(text):
+        value = yaml.constructor.SafeConstructor.construct_yaml_int(loader, node)
+        plain = text.lstrip("+-").lstrip("0_") or "0"
+        raise yaml.YAMLError(f"'{text}' at line {line} has a leading zero, which YAML 1.1 reads as the octal "
+                             f"number {value}; write {text[:1] if text[:1] == '-' else ''}{plain} "
+                             f"(or quote it, '{text}', for text)")
+    if _BASE_60.match(text):
+        kind = "construct_yaml_float" if "." in text else "construct_yaml_int"
+        value = getattr(yaml.constructor.SafeConstructor, kind)(loader, node)
+        raise yaml.YAMLError(f"'{text}' at line {line} is a YAML 1.1 base-60 number, read as {value:g}; "
+                             f"write the number itself (or quote it, '{text}', for text)")
+
+
+def _refuse_merge_keys(node: yaml.MappingNode) -> None:
+    """Raise on a ``<<:`` merge key: keys it brings in are silently overridden by the mapping's own
+    (``{<<: {qps: 500}, qps: 3}`` is qps 3), the duplicate the loader refuses everywhere else."""
+    for key_node, _value in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            raise yaml.YAMLError(f"YAML merge keys (<<) are not supported at line {key_node.start_mark.line + 1}; "
+                                 "write the fields out")
+
+
+StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
+StrictLoader.add_constructor("tag:yaml.org,2002:float", StrictLoader.construct_yaml_float)
+StrictLoader.add_constructor("tag:yaml.org,2002:timestamp", StrictLoader.construct_yaml_timestamp)
 
 
 def _refuse_duplicate_keys(loader: yaml.constructor.SafeConstructor, node: yaml.Node) -> None:
@@ -141,6 +194,18 @@ def read_text(path: Path | str, what: str, error: type[GpuplanError]) -> str:
         ) from None
 
 
+def has_separator(text: str) -> bool:
+    """A number written with ',' or '_' separators (``28,837``, ``28836,77``, ``1_0``): a number once they
+    are removed. A word such as ``not_measured`` has none: it is not a number at all."""
+    if "," not in text and "_" not in text:
+        return False
+    try:
+        float(text.replace(",", "").replace("_", ""))
+    except ValueError:
+        return False
+    return True
+
+
 def read_yaml(path: Path | str, what: str, error: type[GpuplanError]) -> dict[str, Any]:
     """Parse a YAML (or JSON) file whose top level must be a mapping."""
     text = read_text(path, what, error)
@@ -149,8 +214,7 @@ def read_yaml(path: Path | str, what: str, error: type[GpuplanError]) -> dict[st
     try:
         data = yaml.load(text, Loader=StrictLoader)  # noqa: S506 - SafeLoader subclass
     except yaml.YAMLError as exc:
-        detail = " ".join(str(exc).split())
-        raise error(f"{path}: not valid YAML: {detail}") from None
+        raise error(f"{path}: not valid YAML: {_yaml_error_text(exc)}") from None
     except RecursionError:
         raise error(f"{path}: YAML nesting too deep") from None
     if not isinstance(data, dict):
@@ -164,7 +228,16 @@ def parse_yaml_text(text: str, where: str, error: type[GpuplanError], *, shipped
     try:
         return yaml.load(text, Loader=ShippedLoader if shipped else StrictLoader)  # noqa: S506 - safe constructors
     except yaml.YAMLError as exc:
-        raise error(f"{where}: not valid YAML: {' '.join(str(exc).split())}") from None
+        raise error(f"{where}: not valid YAML: {_yaml_error_text(exc)}") from None
+
+
+def _yaml_error_text(exc: yaml.YAMLError) -> str:
+    """PyYAML's message on one line, without its ``in "<unicode string>",`` (the file is named
+    already), and with the fix for a tab, which YAML never takes as indentation."""
+    detail = " ".join(str(exc).split()).replace(' in "<unicode string>",', " at")
+    if "'\\t'" in detail:
+        detail += "; YAML indents with spaces, not tabs: replace the tab"
+    return detail
 
 
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -219,6 +292,9 @@ def format_validation_error(
         return f"{where}: {path}: {msg.lower()} (got {_value_repr(value)}); use a value in range"
     if kind == "finite_number" or (isinstance(value, float) and not math.isfinite(value)):
         return f"{where}: {path}: must be a finite number (got {_value_repr(value)})"
+    if kind == "string_type" and isinstance(value, bool):  # `precisions: [on]`: YAML 1.1 reads on/off/yes/no as booleans
+        return (f"{where}: {path}: {str(value).lower()} is a yes/no value, not a name (YAML reads unquoted "
+                "yes/no/on/off/true/false so); write the name, in quotes if it is one of those words")
     if kind == "string_pattern_mismatch":
         pattern = (err.get("ctx") or {}).get("pattern", "")
         return f"{where}: {path}: {_pattern_fix(str(value), pattern)}"

@@ -216,6 +216,9 @@ def _check(spec: Output, inputs: list[Path]) -> _Target:
                           f"e.g. {spec.option} {example}")
     parent = real.parent
     if not parent.is_dir():
+        if parent.exists():  # 'plan.yaml/out.json': the 'directory' is a file; 'create it first' would not do
+            raise OutputError(f"{spec.option} {shown}: {path.parent} is a file, not a directory; "
+                              "give a path in a directory")
         raise OutputError(f"{spec.option} {shown}: directory {path.parent} does not exist; create it first")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise OutputError(f"{spec.option} {shown}: directory {path.parent} is not writable; "

@@ -43,13 +43,19 @@ def calibrate(
     from catalog.files import read_bytes
     from cli.validate_cmd import load_all, missed_configurations, resolve_measurement_paths
     from optimizer.calibration.calibrate import calibrate as fit_and_band
-    from optimizer.calibration.calibrate import few_rows_note, missing_bands_note, online_rows_used
+    from optimizer.calibration.calibrate import (
+        few_rows_note,
+        missing_bands_note,
+        online_rows_used,
+        unused_rows_note,
+    )
     from optimizer.models.params import load_params, params_to_yaml
 
     paths = resolve_measurement_paths(measurements or [], shipped)
     outputs = plan_outputs([Output("--out", out, (".yaml", ".yml"))], (*paths, params, catalog))
     cat = load(catalog)
-    rows = load_all(paths, cat)
+    rows_by_file = [(p.name, load_all([p], cat)) for p in paths]
+    rows = [m for _, file_rows in rows_by_file for m in file_rows]
     names = ", ".join(p.name for p in paths)
     digest = hashlib.sha256(b"".join(read_bytes(p, "measurements", ModelError) for p in paths)).hexdigest()
     fitted = fit_and_band(rows, cat, start=load_params(params, cat) if params is not None else None, data_file=names,
@@ -65,9 +71,10 @@ def calibrate(
     outputs.write({"--out": params_to_yaml(fitted, header)})
     bands_note = missing_bands_note(fitted) if bands else None
     rows_note = few_rows_note(fitted, n_online)
+    unused_note = unused_rows_note(rows_by_file)
     if json_out:
         print_json({"out": str(out), "params": fitted.model_dump(mode="json", exclude_none=True),
-                    "missing_bands": bands_note, "few_rows": rows_note})
+                    "missing_bands": bands_note, "few_rows": rows_note, "unused_rows": unused_note})
         return
     rows_out = [[k, v] for k, v in fitted.model_dump(exclude={"overrides", "fit", "error_bands", "coverage"}).items()]
     rows_out += [[f"override {o.selector}",
@@ -88,7 +95,7 @@ def calibrate(
                  f" (absolute, on offline output tokens/s)"
                  + (f"; also fitted to {n_online} online-serving rows (weight {online_weight:g})" if n_online else "")
                  + f"; written to {out}", markup=False)
-    for note in (rows_note, bands_note):
+    for note in (unused_note, rows_note, bands_note):
         if note:
             stdout.print(f"warning: {note}", markup=False)
 

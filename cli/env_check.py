@@ -9,6 +9,7 @@ fix instead of a run that silently ignores it.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 from collections.abc import Mapping
@@ -22,6 +23,9 @@ _RULES = {
     "GPUPLAN_CACHE_MAX_MB": ("a size in MB, a finite number >= 0",
                              lambda v: _finite_number(v) and float(v) >= 0),
 }
+
+
+KNOWN = (*_RULES, "GPUPLAN_CACHE_DIR")  # every variable gpuplan reads (GPUPLAN_CACHE_DIR: any path, empty = off)
 
 
 def _whole_number(text: str) -> bool:
@@ -39,8 +43,15 @@ def _finite_number(text: str) -> bool:
 def check_environment(env: Mapping[str, str] | None = None) -> None:
     """Raise a one-line GpuplanError for the first ``GPUPLAN_*`` variable whose value is unreadable.
 
-    Unset or empty means the default and is never an error."""
+    Unset or empty means the default and is never an error. A near miss of a known name
+    (``GPUPLAN_WORKRES``, which would be ignored) is an error too, as a near-miss column of a
+    measurements file is; an unrelated ``GPUPLAN_*`` name is left alone."""
     env = os.environ if env is None else env
+    for name in sorted(env):
+        if name.startswith("GPUPLAN_") and name not in KNOWN and (
+                close := difflib.get_close_matches(name, KNOWN, n=1, cutoff=0.8)):
+            raise GpuplanError(f"environment variable {name} is not one gpuplan reads (did you mean {close[0]}?); "
+                               f"rename it to {close[0]}, or unset it")
     for name, (valid, ok) in _RULES.items():
         value = env.get(name)
         if value is None or not value.strip():

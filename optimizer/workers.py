@@ -123,7 +123,7 @@ class WorkerDied(GpuplanError):
 
 def _death_text(procs: Sequence[Any]) -> str:
     """``a worker process (pid 123) was killed by SIGKILL ...``: which worker, how, and what to do."""
-    how = "ended abruptly"
+    how, who = "ended abruptly", "the out-of-memory killer, or a kill of its pid"
     # the executor SIGTERMs the other workers once one died: name a worker that did not end so, if any
     for proc in sorted(procs, key=lambda p: getattr(p, "exitcode", None) == -signal.SIGTERM):
         code = getattr(proc, "exitcode", None)
@@ -132,9 +132,13 @@ def _death_text(procs: Sequence[Any]) -> str:
                 cause = signal.Signals(-code).name if code < 0 else f"exit code {code}"
             except ValueError:
                 cause = f"signal {-code}"
-            how = f"(pid {proc.pid}) was {'killed by ' if code < 0 else 'ended with '}{cause}"
+            how = f"(pid {proc.pid}) " + (f"was killed by {cause}" if code < 0 else f"ended with {cause}")
+            if code > 0:
+                who = "it exited without its result"
+            elif code != -signal.SIGKILL:  # the out-of-memory killer sends SIGKILL; SIGTERM, SIGINT ... are a kill
+                who = "a kill of its pid"
             break
-    return (f"a worker process {how} (the out-of-memory killer, or a kill of its pid) and the run stopped; "
+    return (f"a worker process {how} ({who}) and the run stopped; "
             "run again, with fewer workers (GPUPLAN_WORKERS=1, whatif --workers 1) if memory is short")
 
 

@@ -286,6 +286,11 @@ def parse_result(data: Any, where: str = "plan result") -> PlanResult:
     return result
 
 
+def _ascii(name: str) -> str:
+    """``name`` with non-ASCII characters as ``\\uXXXX``: a fleet row 'a1о' (Cyrillic о) printed as 'a10'."""
+    return name.encode("ascii", "backslashreplace").decode("ascii")
+
+
 def _cross_check(result: PlanResult, where: str) -> None:
     """One fleet row per device; every deployment on a fleet device, for a known workload,
     and within the fleet's GPUs (Σ replicas · tp · pp per device ≤ its GPUs)."""
@@ -299,8 +304,9 @@ def _cross_check(result: PlanResult, where: str) -> None:
     used: dict[str, int] = {}
     for i, d in enumerate(result.deployments):
         if d.device not in fleet:
-            raise PlanResultError(f"{where}: deployments[{i}].device: '{d.device}' is not in the fleet "
-                                  f"({', '.join(sorted(fleet)) or 'empty'}); add its fleet row or remove the deployment")
+            raise PlanResultError(f"{where}: deployments[{i}].device: '{_ascii(d.device)}' is not in the fleet "
+                                  f"({', '.join(_ascii(k) for k in sorted(fleet)) or 'empty'}); add its fleet row or "
+                                  "remove the deployment")
         if names and d.workload not in names:
             raise PlanResultError(f"{where}: deployments[{i}].workload: '{d.workload}' is not one of the "
                                   f"workloads ({', '.join(sorted(names))})")

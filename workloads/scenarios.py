@@ -211,9 +211,13 @@ def apply_override(data: dict[str, Any], path: str, value: Any, catalog: Catalog
         if name not in names:
             raise WorkloadError(f"{where}: '{path}': no workload '{name}'{suggest(name, names)}; "
                                 f"workloads: {', '.join(map(str, names))}")
-        if field not in Workload.model_fields or field == "name":
+        settable = [f for f in Workload.model_fields if f != "name"]
+        if field == "name":  # 'unknown field 'name' (did you mean 'name'?)' said nothing
+            raise WorkloadError(f"{where}: '{path}': a variant cannot rename a workload (scenarios and their results "
+                                f"address it by name); set another field: {', '.join(settable)}")
+        if field not in settable:
             raise WorkloadError(f"{where}: '{path}': unknown workload field '{field}'"
-                                f"{suggest(field, Workload.model_fields)}; valid: {', '.join(Workload.model_fields)}")
+                                f"{suggest(field, settable)}; valid: {', '.join(settable)}")
         for w in data["workloads"]:
             if isinstance(w, dict) and w.get("name") == name:
                 w[field] = value

@@ -51,6 +51,19 @@ def calibrate(rows: Sequence[Measurement], cat: Catalog, *, start: CalibrationPa
                                       "fit": fitted.fit.model_copy(update={"leave_out": summary})})
 
 
+def unused_rows_note(rows_by_file: Sequence[tuple[str, Sequence[Measurement]]]) -> str | None:
+    """One line naming the rows no fit can use because a name or the sharding is unknown to the catalog
+    (``Measurement.unresolved``), or None: a typo such as gpu_key ``H100-SMX`` drops its row, which the
+    fit's row count alone never said (``gpuplan validate`` lists every row it does not predict)."""
+    bad = [(name, m) for name, rows in rows_by_file for m in rows if m.unresolved]
+    if not bad:
+        return None
+    shown = "; ".join(f"{name} line {m.line}: {m.unresolved}" for name, m in bad[:3])
+    more = f"; and {len(bad) - 3} more (`gpuplan validate` lists them)" if len(bad) > 3 else ""
+    return (f"{len(bad)} row{'s' if len(bad) > 1 else ''} not used in the fit: {shown}{more}; "
+            "fix the name or the sharding, or drop the row")
+
+
 def online_rows_used(rows: Sequence[Measurement], online_weight: float) -> int:
     """How many online-serving rows the fit used (none at weight 0)."""
     return len(online_fit_rows(rows)) if online_weight > 0 else 0

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from catalog.errors import CatalogError, ModelError
-from catalog.files import read_text
+from catalog.files import has_separator, read_text
 from catalog.load import Catalog
 from workloads.spec import MAX_QPS
 
@@ -179,7 +179,7 @@ def _number(value: str, path: Path, line: int, column: str, *, integer: bool = F
         if required:
             raise ModelError(f"{path}: line {line}: column '{column}' is empty; give a number")
         return None
-    if "," in text or "_" in text:  # 28836,77 is 28836.77 in one locale and 2,883,677 in another
+    if has_separator(text):  # 28836,77 is 28836.77 in one locale and 2,883,677 in another
         raise ModelError(f"{path}: line {line}: column '{column}': {value!r} has a separator; write a plain "
                          "decimal number with a dot for decimals and no thousands separators, e.g. 28836.77")
     try:
@@ -260,6 +260,9 @@ def _parse_measurements(path: Path, text: str, cat: Catalog) -> list[Measurement
             raise ModelError(f"{path}: line {line}: more fields than the header has columns")
         if not any((v or "").strip() for v in rec.values()):
             continue  # a spreadsheet's row of empty cells (,,,,) is a blank line
+        if [(rec[c] or "").strip() for c in header] == [c.strip() for c in header]:
+            raise ModelError(f"{path}: line {line} repeats the header row (two CSV files pasted together?); "
+                             "delete that line, or give each file to the command on its own")
         nums = {c: _number(rec.get(c) or "", path, line, c, allow_inf=c == "request_rate_qps")
                 for c in OPTIONAL_NUMERIC if c in header}
         rate = nums.get("request_rate_qps")

@@ -484,6 +484,9 @@ def load_params(path: Path | str | None = None, catalog: Catalog | None = None) 
                                             shipped=True),
                             f"built-in {PARAMS_FILE}")
     data = read_yaml(path, "calibration parameters", ModelError)
+    if "workloads" in data:  # 'name: unknown field; known fields: ...' did not say what the file was
+        raise ModelError(f"{path}: is a plan file (it has workloads:), not calibration parameters; give --params "
+                         "the YAML that `gpuplan calibrate` writes")
     params = parse_params(data, str(path))
     if catalog is not None:
         dtypes = {q.compute_dtype for q in catalog.precisions.values()}

@@ -13,7 +13,8 @@ Required columns
 
 - ``workload``: a workload name of the plan.
 - ``unit``: what one replica runs on — a device or a multi-GPU unit (``2xA100``).
-- ``cost_usd_per_hour``: rental price of one unit (the plan's objective must be ``cloud``).
+- ``cost_usd_per_hour``: rental price of one unit, > 0 (the plan's objective must be ``cloud``; a free
+  unit would make every fleet of it cost $0, an arbitrary answer).
 - ``input_bucket``, ``output_bucket``: labels of the request-size bucket (e.g. ``0`` or
   ``1-25``); the pair identifies the bucket.
 - ``max_request_rate_qps``: the largest request rate (req/s) one unit sustains *within the
@@ -46,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from catalog.errors import GpuplanError, suggest
-from catalog.files import read_text
+from catalog.files import has_separator, read_text
 from catalog.load import Catalog
 from catalog.names import slug
 from optimizer.planning.candidate_set import (
@@ -115,7 +116,7 @@ def _err(path: str, row: int | None, column: str | None, msg: str) -> CapacityTa
 
 
 def _number(path: str, row: int, col: str, text: str, *, positive: bool = False) -> float:
-    if "_" in text or "," in text:  # float() would take 1_000; a separator is never silently dropped
+    if has_separator(text):  # float() would take 1_000; a separator is never silently dropped
         raise _err(path, row, col, f"{text!r} has a separator; write a plain decimal number with a dot "
                                    "for decimals and no thousands separators")
     try:
@@ -153,8 +154,8 @@ def parse_capacity_table(text: str, path: str) -> CapacityTable:
         if h not in REQUIRED and h not in OPTIONAL:
             raise _err(path, header_row, h, f"unknown column{suggest(h, REQUIRED + OPTIONAL)}; "
                        f"columns are {', '.join(REQUIRED + OPTIONAL)}")
-    if len(set(header)) != len(header):
-        raise _err(path, header_row, None, "a column name appears twice; keep one")
+    if twice := next((h for i, h in enumerate(header) if h in header[:i]), None):
+        raise _err(path, header_row, twice, "appears twice in the header; keep one")
     missing = [c for c in REQUIRED if c not in header]
     if missing:
         raise _err(path, header_row, missing[0], "required column is missing; add it "
@@ -204,7 +205,7 @@ def _unit_of(path: str, i: int, rec: dict[str, str]) -> TableUnit:
         raise _err(path, i, "gpus_per_node", f"{per_node} GPUs per server cannot hold units of {gpus} GPUs "
                    "without waste; use a multiple or a divisor of gpus")
     return TableUnit(
-        name=rec["unit"], cost_usd_per_hour=_number(path, i, "cost_usd_per_hour", rec["cost_usd_per_hour"]),
+        name=rec["unit"], cost_usd_per_hour=_number(path, i, "cost_usd_per_hour", rec["cost_usd_per_hour"], positive=True),
         gpus=gpus, gpus_per_node=max(per_node, gpus), device=rec.get("device") or None,
         precision=rec.get("precision") or "", tp=tp, pp=pp,
     )

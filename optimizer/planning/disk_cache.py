@@ -31,6 +31,7 @@ import contextlib
 import hashlib
 import os
 import pickle
+import re
 import stat
 import sys
 import tempfile
@@ -45,6 +46,8 @@ DEFAULT_MAX_MB = 256
 PRUNE_TO = 0.8
 STALE_TMP_S = 3600.0  # a put() takes milliseconds: an older temporary file is a leftover
 _MAGIC = b"gpuplan-cache-1\n"
+_ENTRY = re.compile(r"[0-9a-f]{40}\.pkl")  # digest() is 20 bytes of blake2b in hex
+_TMP = re.compile(r"\.[0-9a-f]{40}\..*\.tmp")  # put()'s mkstemp(prefix=".<digest>.", suffix=".tmp")
 _PACKAGES = ("optimizer", "catalog", "workloads")
 
 
@@ -241,7 +244,11 @@ def prune(root: Path, limit_bytes: int) -> int:
 
     Temporary files older than STALE_TMP_S go too, whatever the size: a process killed by SIGKILL
     inside :func:`put` (a what-if worker killed on Ctrl-C) leaves its ``.<digest>.*.tmp`` behind,
-    which no ``.pkl`` count bounded and nothing removed."""
+    which no ``.pkl`` count bounded and nothing removed.
+
+    Only the cache's own files are counted and deleted (``<40 hex digits>.pkl`` and their
+    temporary files): ``$GPUPLAN_CACHE_DIR`` may point at a folder that holds other files, and a
+    ``models/weights.pkl`` of the user's is not an entry."""
     entries = []
     now = time.time()
     try:
@@ -249,13 +256,13 @@ def prune(root: Path, limit_bytes: int) -> int:
             if not kind.is_dir(follow_symlinks=False):
                 continue
             for e in os.scandir(kind.path):
-                if e.name.endswith(".pkl"):
+                if _ENTRY.fullmatch(e.name):
                     try:
                         st = e.stat(follow_symlinks=False)
                     except OSError:
                         continue
                     entries.append((st.st_mtime, st.st_size, e.path))
-                elif e.name.startswith(".") and e.name.endswith(".tmp"):  # a put() cut short by SIGKILL
+                elif _TMP.fullmatch(e.name):  # a put() cut short by SIGKILL
                     with contextlib.suppress(OSError):
                         if e.stat(follow_symlinks=False).st_mtime < now - STALE_TMP_S:
                             _unlink(Path(e.path))

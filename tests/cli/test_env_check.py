@@ -33,3 +33,19 @@ def test_unset_empty_or_valid_values_pass(env):
 def test_the_first_bad_variable_is_named():
     with pytest.raises(GpuplanError, match="GPUPLAN_CACHE_MAX_MB='x'"):
         check_environment({"GPUPLAN_WORKERS": "1", "GPUPLAN_CACHE_MAX_MB": "x"})
+
+
+@pytest.mark.parametrize(("name", "known"), [("GPUPLAN_WORKRES", "GPUPLAN_WORKERS"), ("GPUPLAN_WORKER", "GPUPLAN_WORKERS"),
+                                             ("GPUPLAN_CACHE_MAX_MiB", "GPUPLAN_CACHE_MAX_MB"),
+                                             ("GPUPLAN_CACHEDIR", "GPUPLAN_CACHE_DIR")])
+def test_a_misspelt_variable_is_named_not_ignored(run_cli, monkeypatch, name, known):
+    """GPUPLAN_WORKRES=2 ran with the default worker count and said nothing."""
+    monkeypatch.setenv(name, "2")
+    r = run_cli("catalog", "devices")
+    assert r.code == 1 and r.stdout == ""
+    assert r.stderr.strip() == (f"error: environment variable {name} is not one gpuplan reads (did you mean {known}?); "
+                                f"rename it to {known}, or unset it")
+
+
+def test_an_unrelated_gpuplan_variable_is_left_alone():
+    check_environment({"GPUPLAN_HOME": "/srv/plans", "GPUPLAN_CACHE_DIR": "/tmp/x"})

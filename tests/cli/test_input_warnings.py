@@ -21,6 +21,24 @@ def test_a_params_file_without_a_fit_record_is_warned_about(tmp_path):
     assert r.stdout.lstrip().startswith("{")  # the JSON on stdout stays clean
 
 
+def test_a_fitted_params_file_missing_a_factor_is_warned_about(tmp_path):
+    """A calibrate output without memory_bandwidth_efficiency (another version's, or trimmed) silently took the
+    built-in 0.8 for it: no warning, since the file has a fit record. A whole copy is not warned about."""
+    from optimizer.models.params import shipped_params_path
+
+    shipped = shipped_params_path().read_text()
+    whole, trimmed = tmp_path / "whole.yaml", tmp_path / "trimmed.yaml"
+    whole.write_text(shipped)
+    trimmed.write_text("".join(line for line in shipped.splitlines(keepends=True)
+                               if not line.startswith("memory_bandwidth_efficiency:")))
+    r = CliRunner().invoke(app, [*ESTIMATE, "--params", str(whole)])
+    assert r.exit_code == 0 and "warning" not in r.stderr
+    r = CliRunner().invoke(app, [*ESTIMATE, "--params", str(trimmed)])
+    assert r.exit_code == 0
+    assert (f"warning: {trimmed} has a fit record but no memory_bandwidth_efficiency" in r.stderr
+            and "memory_bandwidth_efficiency is the built-in default 0.8, not a fitted value" in r.stderr)
+
+
 def test_the_shipped_calibration_is_not_warned_about():
     r = CliRunner().invoke(app, ESTIMATE)
     assert r.exit_code == 0 and "fit record" not in r.stderr

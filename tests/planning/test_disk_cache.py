@@ -134,13 +134,28 @@ def test_the_folder_is_pruned_least_recently_used_first(tmp_path):
     folder = tmp_path / "capacity"
     folder.mkdir()
     for i in range(10):  # 10 entries of 1 kB, entry i last used at t = 1000 + i
-        p = folder / f"{i}.pkl"
+        p = folder / f"{i:040x}.pkl"  # an entry's name: digest(), 40 hex digits
         p.write_bytes(b"x" * 1000)
         os.utime(p, (1000 + i, 1000 + i))
     assert disk_cache.prune(tmp_path, 20_000) == 0  # under the bound: nothing
     # over a 5 kB bound: down to 0.8 · 5 kB = 4 kB, the 6 oldest go
     assert disk_cache.prune(tmp_path, 5_000) == 6
-    assert sorted(p.name for p in folder.iterdir()) == ["6.pkl", "7.pkl", "8.pkl", "9.pkl"]
+    assert sorted(p.name for p in folder.iterdir()) == [f"{i:040x}.pkl" for i in (6, 7, 8, 9)]
+
+
+def test_pruning_deletes_only_the_caches_own_files(tmp_path):
+    """$GPUPLAN_CACHE_DIR may name a folder that holds other files: a user's models/weights.pkl (older
+    and larger than any entry) and an hour-old .notes.tmp are not entries and stay, whatever the bound."""
+    (tmp_path / "models").mkdir()
+    weights, notes = tmp_path / "models" / "weights.pkl", tmp_path / "models" / ".notes.tmp"
+    entry = tmp_path / "capacity" / f"{1:040x}.pkl"
+    entry.parent.mkdir()
+    for path, size in ((weights, 3000), (notes, 10), (entry, 1000)):
+        path.write_bytes(b"x" * size)
+        os.utime(path, (1000, 1000))
+    # over a 500-byte bound: the one entry (1 kB) goes; 3 kB of the user's files are neither counted nor deleted
+    assert disk_cache.prune(tmp_path, 500) == 1
+    assert weights.stat().st_size == 3000 and notes.exists() and not entry.exists()
 
 
 def test_pruning_removes_leftover_temporary_files(tmp_path):
@@ -149,12 +164,13 @@ def test_pruning_removes_leftover_temporary_files(tmp_path):
     another process under way) stays."""
     folder = tmp_path / "capacity"
     folder.mkdir()
-    old, fresh, entry = folder / ".abc.x1.tmp", folder / ".def.x2.tmp", folder / "abc.pkl"
+    a, b = "a" * 40, "b" * 40  # digests
+    old, fresh, entry = folder / f".{a}.x1.tmp", folder / f".{b}.x2.tmp", folder / f"{a}.pkl"
     for path in (old, fresh, entry):
         path.write_bytes(b"x" * 100)
     os.utime(old, (1000, 1000))
     assert disk_cache.prune(tmp_path, 1_000_000) == 0  # under the bound: no entry goes
-    assert sorted(p.name for p in folder.iterdir()) == [".def.x2.tmp", "abc.pkl"]
+    assert sorted(p.name for p in folder.iterdir()) == [f".{b}.x2.tmp", f"{a}.pkl"]
 
 
 def _hammer(root: str, n: int) -> None:

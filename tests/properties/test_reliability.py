@@ -108,6 +108,20 @@ def test_duplicate_keys_are_refused_at_any_depth(text):
         yaml.load(text, Loader=StrictLoader)  # noqa: S506 - SafeLoader subclass
 
 
+@pytest.mark.parametrize("text", ["a: {<<: {b: 1}, b: 2}\n", "a: 017\n", "a: -017\n", "a: 1:30\n", "a: 1:30.5\n"])
+def test_yaml_11_readings_that_change_the_value_are_refused(text):
+    """A merge key hides the value it brings in; 017 is octal 15 and 1:30 base-60 90 in YAML 1.1."""
+    with pytest.raises(yaml.YAMLError, match="merge keys|leading zero|base-60"):
+        yaml.load(text, Loader=StrictLoader)  # noqa: S506 - SafeLoader subclass
+
+
+def test_numbers_and_dates_read_as_written():
+    """0x10, 1_000, 0, 0.5 and 1.0e+3 mean what they say; a date is text (no field is a date)."""
+    text = "a: 0x10\nb: 1_000\nc: 0\nd: 0.5\ne: 1.0e+3\nf: 2026-01-01\n"
+    assert yaml.load(text, Loader=StrictLoader) == {  # noqa: S506
+        "a": 16, "b": 1000, "c": 0, "d": 0.5, "e": 1000.0, "f": "2026-01-01"}
+
+
 def test_distinct_keys_still_load():
     assert yaml.load("a: 1\nb: {a: 2}\nc: [{a: 3}, {a: 4}]\n", Loader=StrictLoader) == {  # noqa: S506
         "a": 1, "b": {"a": 2}, "c": [{"a": 3}, {"a": 4}]}
@@ -168,3 +182,16 @@ def test_a_killed_worker_is_a_one_line_error_not_a_traceback():
     with pytest.raises(WorkerDied, match=r"^a worker process \(pid \d+\) was killed by SIGKILL .*GPUPLAN_WORKERS=1") as exc:
         run_pool(_die_by_sigkill, [0, 1, 2, 3], 2)
     assert isinstance(exc.value, GpuplanError)
+
+
+@pytest.mark.parametrize(("exitcode", "how"), [
+    (-signal.SIGKILL, "was killed by SIGKILL (the out-of-memory killer, or a kill of its pid)"),
+    (-signal.SIGTERM, "was killed by SIGTERM (a kill of its pid)"),  # the OOM killer never sends SIGTERM
+    (3, "ended with exit code 3 (it exited without its result)"),
+])
+def test_a_dead_worker_is_blamed_on_what_could_have_killed_it(exitcode, how):
+    from types import SimpleNamespace
+
+    from optimizer.workers import _death_text
+
+    assert _death_text([SimpleNamespace(pid=7, exitcode=exitcode)]).startswith(f"a worker process (pid 7) {how} and")
