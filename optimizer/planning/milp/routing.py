@@ -31,7 +31,13 @@ from dataclasses import replace
 
 import pulp
 
-from optimizer.planning.milp.problem import FleetProblem, FleetSolution, Option, pairing_rows, spare_replicas
+from optimizer.planning.milp.problem import (
+    FleetProblem,
+    FleetSolution,
+    Option,
+    pairing_rows,
+    spare_replicas,
+)
 from optimizer.planning.milp.solve import routed_loads, solve_lp
 
 # The factor is rounded up to this grid, after adding FACTOR_SLACK.
