@@ -30,7 +30,12 @@ from optimizer.models.disagg import (
 from optimizer.models.params import load_params
 from optimizer.models.simulate_pools import simulate_pools
 from optimizer.optimize import optimize_plan
+from optimizer.planning.bucketing import undominated_options
+from optimizer.planning.candidate_set import Candidate
+from optimizer.planning.candidates import prune_dominated, prune_unpaired
 from optimizer.planning.milp.problem import Demand, FleetProblem, Option, UnitTerms, pairing_rows
+from optimizer.planning.milp.resolve import is_feasible
+from optimizer.planning.milp.routing import balanced_routing
 from optimizer.planning.milp.solve import solve_fleet
 from optimizer.results.check import check_plan
 from optimizer.results.money import LinearTerms
@@ -227,6 +232,17 @@ def test_milp_pairs_a_prefill_tier_only_with_decode_replicas_that_fast():
     q = {k: s.routed_qps.get(("w", 0, k), 0.0) for k in ("fast", "slow", "d1", "d2")}
     assert 4.6 - 1e-6 <= q["fast"] <= q["d2"] + 1e-6 and q["d2"] <= 6.0 + 1e-6
     assert q["fast"] + q["slow"] == pytest.approx(9.0) and q["d1"] + q["d2"] == pytest.approx(9.0)
+    # the routing LP that spreads a plan's load by capacity keeps the rule. With 2 × fast, slow, d1, d2, blind to
+    # pairing the least largest utilisation is f = 0.625 (x_fast/10 = (9 − x_fast)/4.4: x_fast = 6.25 > d2's 6);
+    # paired, 9 − 4.4·f ≤ x_fast ≤ x_d2 ≤ 6·f gives f = 9/10.4 = 0.865. The start check rejects a blind routing.
+    problem = FleetProblem((Demand("w", (9.0,)),), opts, {"p": unit("p", 10), "d": unit("d", 1)})
+    more = replace(s, replicas={("w", "fast"): 2, ("w", "slow"): 1, ("w", "d1"): 1, ("w", "d2"): 1})
+    spread = balanced_routing(problem, more).routed_qps
+    assert spread[("w", 0, "fast")] <= spread[("w", 0, "d2")] + 1e-6
+    assert spread[("w", 0, "slow")] == pytest.approx(4.4 * 9 / 10.4, rel=1e-4)
+    assert is_feasible(problem, s)
+    blind = {("w", 0, "fast"): 5.0, ("w", 0, "slow"): 4.0, ("w", 0, "d1"): 5.625, ("w", 0, "d2"): 3.375}
+    assert not is_feasible(problem, replace(s, routed_qps=blind))
 
 
 def test_pairing_rows_are_hall_conditions_on_nested_tiers():
@@ -248,6 +264,41 @@ def test_prefill_variants_per_receive_tier():
     assert prefill_tiers(3200.0, tiers) == tiers
     assert prefill_tiers(1000.0, tiers) == (400.0, 800.0, 1600.0)
     assert prefill_tiers(9000.0, tiers) == tiers and prefill_tiers(100.0, tiers) == (400.0,)
+
+
+def _pool(key, stage, gpus, qps, link):
+    extra = {"decode_receive_bytes_s": link} if stage == "prefill" else {"receive_link_bytes_s": link}
+    return Candidate("w", key, "h100-sxm", "fp8", gpus, 1, gpus, (qps,), ("tpot",), 1.0, stage=stage, **extra)
+
+
+def test_pruning_keeps_what_pairs_more_widely():
+    """Two tp1 decode replicas (1 NIC each, 1.2 req/s each) out-carry one tp2 (2 NICs, 2 req/s) on the same GPUs,
+    but only the tp2 can take the KV of a prefill pool of tier 2 NICs: it is kept (before, 'dominated by 2 ×').
+    A tier-2 prefill variant of no more capacity than its tier-1 sibling is dominated by it (the tier-1 one may feed
+    every receiver); a tier-4 variant no decode candidate receives at is pruned, and so is a tier-1 one when no
+    decode candidate receives below the next tier (2) of the same configuration."""
+    kept = {c.key for c in prune_dominated([_pool("d1", "decode", 1, 1.2, 1.0), _pool("d2", "decode", 2, 2.0, 2.0)])
+            if c.kept}
+    assert kept == {"d1", "d2"}
+    pre = prune_dominated([_pool("p__rx1", "prefill", 8, 1.0, 1.0), _pool("p__rx2", "prefill", 8, 1.0, 2.0)])
+    assert {c.key for c in pre if c.kept} == {"p__rx1"}
+    cands = [_pool("p__rx1", "prefill", 8, 0.9, 1.0), _pool("p__rx2", "prefill", 8, 1.0, 2.0),
+             _pool("p__rx4", "prefill", 8, 1.1, 4.0), _pool("d2", "decode", 2, 2.0, 2.0)]
+    why = {c.key: c.pruned_reason for c in prune_unpaired(cands)}
+    assert why["p__rx2"] is None and why["d2"] is None
+    assert why["p__rx4"].startswith("no decode candidate receives KV at")
+    assert why["p__rx1"].startswith("dominated by p__rx2")
+
+
+def test_alone_solve_drops_only_options_that_pair_as_widely():
+    """The one-workload solve's pruning (``undominated_options``): two decode options of equal cost and capacity
+    that receive at 1 and 2 keep the faster receiver (it may take every KV the other may; before, the first of
+    equals, the slower one, was kept); two prefill ones of tiers 1 and 2 keep tier 1 (it may feed every receiver)."""
+    units = {"d": unit("d", 1)}
+    dec = (Option("w", "d1", "d", 1, (10.0,), "decode", 1.0), Option("w", "d2", "d", 1, (10.0,), "decode", 2.0))
+    assert [o.key for o in undominated_options(Demand("w", (9.0,)), dec, units)] == ["d2"]
+    pre = (Option("w", "p2", "d", 1, (5.0,), "prefill", 2.0), Option("w", "p1", "d", 1, (5.0,), "prefill", 1.0))
+    assert [o.key for o in undominated_options(Demand("w", (9.0,)), pre, units)] == ["p1"]
 
 
 def test_a_prefill_pool_alone_serves_nothing():
