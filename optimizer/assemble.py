@@ -161,6 +161,7 @@ def deployment_rows(wc: WorkloadCandidates, sol: FleetSolution) -> list[Deployme
             qps=qps, capacity_qps=capacity, ttft_p99_ms=p99[0], tpot_p99_ms=p99[1], e2e_p99_ms=p99[2],
             stage=c.stage, technique=c.technique, ep=c.ep, engine=c.engine,
             kv_link_gb_s=qps * c.kv_bytes_per_request * 8.0 / 1e9 if c.kv_bytes_per_request is not None else None,
+            pair_link_gb_s=c.pair_link_bytes_s * 8.0 / 1e9 if c.pair_link_bytes_s is not None else None,
             replicas_per_server=sol.replicas_per_server.get((w, c.key)),
         ))
     return out

@@ -95,6 +95,7 @@ class Deployment(_Loose):
     stage: Literal["colocated", "prefill", "decode"] = "colocated"
     technique: str = ""
     kv_link_gb_s: NonNeg | None = None
+    pair_link_gb_s: NonNeg | None = None
     fidelity: Fidelity | None = None
     verification: VerifiedDeployment | None = None
     ep: Annotated[int, Field(ge=1)] = 1  # expert-parallel degree: a replica has tp·pp·ep GPUs

@@ -17,12 +17,15 @@ generates the rest without prefill chunks in its steps.
   its next step boundary: a residual of the step in progress, uniform over it, so
   ``E[wait] = t̄/2`` and ``wait_p99 ≈ t̄`` (t̄ the decode replica's mean step). It delays the first
   token the user sees from the decode replica, so it is part of TTFT.
-- **Pairing**: the MILP chooses each pool's mix independently (``define_demand``: any prefill
-  replica may feed any decode replica), so the prefill pool budgets for the decode pools
-  conservatively, without knowing them (:class:`DecodeSide`): the slowest receive link among the
-  workload's decode candidates, and a decode step of at most ``A · tpot_p99_ms`` (a decode pool
-  at its TPOT SLO steps no longer on average; A tokens per step with speculation, else 1;
-  without a TPOT target ``A · (e2e_p99_ms − ttft_p99_ms)/(O_p99 − 1)``).
+- **Pairing** by receive-link tier: the workload's decode candidates receive at a few distinct
+  links r_1 < … < r_T (:func:`receive_tiers`). A prefill candidate of send link s is offered once
+  per tier r it can use (:func:`prefill_tiers`: every r < s, and the smallest r ≥ s — the faster
+  ones would budget the same min(s, r) = s and feed fewer receivers), its TTFT budgeting the
+  transfer at min(s, r) (:class:`DecodeSide`); the MILP lets a tier-r prefill replica feed only
+  decode replicas receiving at ≥ r (``milp.problem.pairing_rows``). The wait budgets a decode step
+  of at most ``A · tpot_p99_ms`` (a decode pool at its TPOT SLO steps no longer on average; A
+  tokens per step with speculation, else 1; without a TPOT target
+  ``A · (e2e_p99_ms − ttft_p99_ms)/(O_p99 − 1)``), whatever the tier.
 - **Prefill pool** capacity (req/s per replica) at the TTFT SLO: a replica that only prefills
   serves prompt work first come first served, an M/G/1 queue (:class:`PrefillQueue`: service
   S(L) = its chunked prefill steps, waiting time by Pollaczek–Khinchine/Takács moments and a
@@ -76,10 +79,10 @@ def pair_link_bytes_s(send_bytes_s, receive_bytes_s) -> np.ndarray:
 
 @dataclass(frozen=True)
 class DecodeSide:
-    """What a prefill pool budgets for the decode pools it feeds, pair-independent (the MILP pairs
-    any prefill replica with any decode replica): ``receive_link_bytes_s``, the slowest receive link
-    (:func:`kv_link_bytes_s`) among the workload's decode candidates, and ``tokens_per_step`` A, the
-    most tokens a decode step emits (speculative decoding; 1 without)."""
+    """What a prefill pool budgets for the decode pools it feeds: ``receive_link_bytes_s``, the slowest
+    receive link (:func:`kv_link_bytes_s`) of the decode replicas it may feed (its tier: the MILP pairs it
+    only with decode replicas receiving at least that fast), and ``tokens_per_step`` A, the most tokens
+    a decode step emits (speculative decoding; 1 without)."""
 
     receive_link_bytes_s: float
     tokens_per_step: float = 1.0
@@ -100,6 +103,26 @@ def decode_side(c: Configs, nic_gbps_per_gpu, tokens_per_step: float = 1.0) -> D
     """The :class:`DecodeSide` of decode candidates ``c`` (their NICs): the slowest receive link of them all."""
     links = kv_link_bytes_s(c, nic_gbps_per_gpu)
     return DecodeSide(float(np.min(links)) if len(links) else 0.0, float(tokens_per_step))
+
+
+def receive_tiers(c: Configs, nic_gbps_per_gpu) -> tuple[float, ...]:
+    """The distinct receive links (B/s, ascending, > 0) of decode candidates ``c``: :func:`kv_link_bytes_s`."""
+    links = kv_link_bytes_s(c, nic_gbps_per_gpu)
+    return tuple(sorted({float(x) for x in links if x > 0}))
+
+
+def prefill_tiers(send_bytes_s: float, tiers: tuple[float, ...]) -> tuple[float, ...]:
+    """The tiers a prefill replica of send link s budgets a variant for: every r < s, and the smallest
+    r ≥ s. A faster tier r' > that one gives the same transfer time (min(s, r') = s) and may feed
+    fewer decode replicas (those at ≥ r'), so it is dominated and left out."""
+    below = tuple(r for r in tiers if r < send_bytes_s)
+    above = [r for r in tiers if r >= send_bytes_s]
+    return below + ((above[0],) if above else ())
+
+
+def tier_label(link_bytes_s: float) -> str:
+    """A receive tier as its line rate in a candidate key: ``rx{kv_shards·pp·nic_gbps}gbps`` (link / η)."""
+    return f"rx{round(link_bytes_s * 8.0 / 1e9 / NIC_EFFICIENCY):d}gbps"
 
 
 def decode_wait_ms(step_ms) -> tuple[np.ndarray, np.ndarray]:

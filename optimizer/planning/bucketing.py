@@ -49,7 +49,7 @@ def problem_parts(wc) -> tuple[Demand, tuple[Option, ...]]:
     w = wc.workload
     demand = Demand(w.name, tuple(b.qps for b in wc.buckets), w.min_replicas, w.redundancy != "none",
                     per_server=w.redundancy == "n+1-node")
-    options = tuple(Option(w.name, c.key, c.device, c.gpus, c.capacity_qps, c.stage)
+    options = tuple(Option(w.name, c.key, c.device, c.gpus, c.capacity_qps, c.stage, c.pair_link_bytes_s)
                     for c in wc.kept if any(mu > 0 for mu in c.capacity_qps))
     return demand, options
 
@@ -57,7 +57,8 @@ def problem_parts(wc) -> tuple[Demand, tuple[Option, ...]]:
 def undominated_options(demand: Demand, options: tuple[Option, ...], units: dict[str, UnitTerms]) -> tuple[Option, ...]:
     """``options`` without those the workload's problem alone never needs: k is left out when an option j
     of the same stage costs no more per replica (a = g·(c_gpu + c_node/G), the amortised $ ``solve_alone``
-    minimises), carries at least k's capacity in every bucket and keeps no more N+1 spares, both on
+    minimises), carries at least k's capacity in every bucket, keeps no more N+1 spares and pairs as widely
+    (pools: ``candidates.pairs_as_widely``), both on
     devices with no server, inventory or allowed-device rule (only their GPUs count, linearly). Moving
     k's replicas and load to j then keeps every constraint (load/μ_j ≤ load/μ_k, the replica counts, the
     spares) at no more cost, so the optimum is the same; of equal options the first is kept.
@@ -75,11 +76,17 @@ def undominated_options(demand: Demand, options: tuple[Option, ...], units: dict
     spare = np.array([spare_replicas(demand, o, units[o.device].gpus_per_node) for o in options])
     stage = np.array([o.stage for o in options])
     ok = np.array([free(o.device) for o in options])
+    link = np.array([o.pair_link_bytes_s or 0.0 for o in options])
+    # pairing (milp.problem.pairing_rows): j pairs as widely as k — a prefill j of a tier no faster, a decode j
+    # receiving no slower
+    pairs = np.where((stage == "prefill")[:, None], link[None, :] <= link[:, None],
+                     np.where((stage == "decode")[:, None], link[None, :] >= link[:, None], True))
     # [k, j]: j dominates k weakly
     weak = ((cost[None, :] <= cost[:, None]) & np.all(mu[None, :, :] >= mu[:, None, :], axis=2)
-            & (spare[None, :] <= spare[:, None]) & (stage[None, :] == stage[:, None]) & ok[None, :] & ok[:, None])
+            & (spare[None, :] <= spare[:, None]) & (stage[None, :] == stage[:, None]) & ok[None, :] & ok[:, None]
+            & pairs)
     equal = ((cost[None, :] == cost[:, None]) & np.all(mu[None, :, :] == mu[:, None, :], axis=2)
-             & (spare[None, :] == spare[:, None]))
+             & (spare[None, :] == spare[:, None]) & (link[None, :] == link[:, None]))
     n = len(options)
     earlier = np.arange(n)[None, :] < np.arange(n)[:, None]
     beaten = weak & (~equal | earlier)

@@ -101,10 +101,17 @@ class Candidate:
     kv_bytes_per_request: float | None = None  # pools: mean KV bytes a request sends over the scale-out link
     ep: int = 1  # expert-parallel degree (gpus = tp·pp·ep)
     engine: str = ""  # serving engine it was evaluated with ("" = not known: a capacity-table unit)
-    # prefill pools: the slowest KV receive link (B/s) of the workload's decode candidates and the most tokens a
-    # decode step emits, which its TTFT budgets for (``optimizer.models.disagg.DecodeSide``); None otherwise
+    # prefill pools: the receive tier (B/s: the slowest decode replica it may feed) and the most tokens a decode
+    # step emits, which its TTFT budgets for (``optimizer.models.disagg.DecodeSide``); None otherwise
     decode_receive_bytes_s: float | None = None
     decode_tokens_per_step: float = 1.0
+    receive_link_bytes_s: float | None = None  # decode pools: the link (B/s) they receive KV at
+
+    @property
+    def pair_link_bytes_s(self) -> float | None:
+        """The pairing rule's link (``milp.problem.pairing_rows``): a prefill pool's receive tier (the
+        slowest receiver it may feed), a decode pool's own receive link; None when colocated."""
+        return {"prefill": self.decode_receive_bytes_s, "decode": self.receive_link_bytes_s}.get(self.stage)
 
     @property
     def kept(self) -> bool:

@@ -25,7 +25,8 @@ Pruned candidates keep their reason (``pruned_reason``):
 - precision not run natively, model does not fit (the perf model's reason);
 - no capacity at the SLO in any bucket (``limited_by`` says which p99 binds);
 - dominated: within one device and stage, m = ⌊g_a/g_b⌋ ≥ 1 copies of another candidate b use no
-  more GPUs than a and give at least a's capacity in every bucket. Such an a is never
+  more GPUs than a and give at least a's capacity in every bucket (pools: and b pairs as widely,
+  ``pairs_as_widely``). Such an a is never
   needed: replacing each replica of a by m replicas of b keeps every constraint (GPUs,
   servers, power, inventory, min_replicas, N+1; n+1-node spread q of a: m·q of b per server, offered
   up to ``milp.problem.MAX_SPREAD_REPLICAS_PER_SERVER``) and the cost. Where m × b's capacity already
@@ -45,7 +46,15 @@ from catalog.load import Catalog
 from catalog.schema import Device, Model
 from optimizer.models import serving
 from optimizer.models.configs import Configs, config_key
-from optimizer.models.disagg import DecodeSide, decode_side, pool_p99_ms, sent_tokens
+from optimizer.models.disagg import (
+    DecodeSide,
+    kv_link_bytes_s,
+    pool_p99_ms,
+    prefill_tiers,
+    receive_tiers,
+    sent_tokens,
+    tier_label,
+)
 from optimizer.models.lengths import split_buckets
 from optimizer.models.params import CalibrationParams, load_params
 from optimizer.models.techniques import ServingTechnique, workload_technique
@@ -88,10 +97,23 @@ def dominated_by(a: Candidate, b: Candidate) -> int:
     """m ≥ 1 when m = ⌊g_a/g_b⌋ copies of b give at least a's capacity in every bucket, else 0."""
     if a.device != b.device or a.stage != b.stage or a.key == b.key or b.gpus > a.gpus:
         return 0
+    if not pairs_as_widely(b, a):
+        return 0
     m = a.gpus // b.gpus
     if all(m * cb >= ca for ca, cb in zip(a.capacity_qps, b.capacity_qps, strict=True)):
         return m
     return 0
+
+
+def pairs_as_widely(b: Candidate, a: Candidate) -> bool:
+    """b may stand in for a under the pairing rule (``milp.problem.pairing_rows``): a prefill b of a
+    receive tier no faster than a's (it may feed every decode replica a may), a decode b receiving at
+    least as fast as a (it may take every prefill replica's KV a may); always for colocated ones."""
+    if a.stage == "prefill":
+        return (b.pair_link_bytes_s or 0.0) <= (a.pair_link_bytes_s or 0.0)
+    if a.stage == "decode":
+        return (b.pair_link_bytes_s or 0.0) >= (a.pair_link_bytes_s or 0.0)
+    return True
 
 
 def prune_dominated(candidates: Sequence[Candidate]) -> list[Candidate]:
@@ -114,6 +136,32 @@ def prune_dominated(candidates: Sequence[Candidate]) -> list[Candidate]:
                 if m and not (dominated_by(b, a) and j > i):
                     reasons[a.key] = dominated_reason(m, b.key, b.gpus)
                     break
+    return [replace(c, pruned_reason=reasons[c.key]) if c.key in reasons else c for c in candidates]
+
+
+def prune_unpaired(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """Mark kept prefill candidates of a receive tier r no kept decode candidate needs.
+
+    With no kept decode candidate receiving at ≥ r, a tier-r prefill replica can feed none. With
+    none receiving in [r, r'), r' the next tier kept for the same configuration, the tier-r' variant
+    feeds the same decode replicas at no less capacity (its transfer budget min(s, r') is the faster),
+    so replacing each tier-r replica by a tier-r' one keeps every constraint and the cost.
+    """
+    links = sorted(c.pair_link_bytes_s or 0.0 for c in candidates if c.kept and c.stage == "decode")
+    pre = [c for c in candidates if c.kept and c.stage == "prefill"]
+    reasons: dict[str, str] = {}
+    for a in pre:
+        r = a.pair_link_bytes_s or 0.0
+        if not any(x >= r for x in links):
+            reasons[a.key] = f"no decode candidate receives KV at >= {tier_label(r)} (its pairing tier)"
+            continue
+        base = a.key.rsplit("__rx", 1)[0]
+        up = sorted((c for c in pre if c.key.rsplit("__rx", 1)[0] == base and (c.pair_link_bytes_s or 0.0) > r
+                     and all(cb >= ca for ca, cb in zip(a.capacity_qps, c.capacity_qps, strict=True))),
+                    key=lambda c: c.pair_link_bytes_s or 0.0)
+        if up and not any(r <= x < (up[0].pair_link_bytes_s or 0.0) for x in links):
+            reasons[a.key] = (f"dominated by {up[0].key}: no decode candidate receives between its tier and that "
+                              "one's, so it feeds the same decode replicas with at least this capacity")
     return [replace(c, pruned_reason=reasons[c.key]) if c.key in reasons else c for c in candidates]
 
 
@@ -246,9 +294,17 @@ def _variants(w: Workload, model: Model, catalog: Catalog, chosen: list[Combo], 
         if rows:
             sub = configs.take(list(rows))
             nic = tuple(float(chosen[i].device.scaleout_nic_gbps_per_gpu) for i in rows)
-            # any prefill replica may feed any decode replica (the MILP pairs no pools): the slowest receiver
-            side = decode_side(sub, nic, spec.tokens_per_step if spec is not None else 1.0)
-            out.append(_Variant("prefill", base, "prefill__", "", rows, sub, nic, side))
+            # one prefill variant per receive tier r of the decode candidates, budgeting the transfer at
+            # min(send, r); the MILP pairs it only with decode replicas receiving at >= r (pairing_rows)
+            tiers = receive_tiers(sub, nic)
+            send = kv_link_bytes_s(sub, nic)
+            steps = spec.tokens_per_step if spec is not None else 1.0
+            for r in tiers:
+                at = [j for j in range(len(rows)) if r in prefill_tiers(float(send[j]), tiers)]
+                if at:
+                    out.append(_Variant("prefill", base, "prefill__", "__" + tier_label(r),
+                                        tuple(rows[j] for j in at), sub.take(at), tuple(nic[j] for j in at),
+                                        DecodeSide(r, float(steps))))
             out.append(_Variant("decode", base, "decode__", "", rows, sub, nic))
             if spec is not None:
                 out.append(_Variant("decode", spec, "decode__", "__spec", rows, sub, nic))
@@ -306,7 +362,7 @@ def _finish(w: Workload, prep: _Prepared, units: dict[str, UnitSpec], params: Ca
     for v in prep.variants:
         kept += _variant_candidates(w, prep, v, units, params, a, evaluated)
     if prune and kept:
-        kept = prune_dominated(kept)
+        kept = prune_unpaired(prune_dominated(kept))
     predictor = _predictor(prep, params, w.slo) if prep.chosen else None
     return WorkloadCandidates(w, prep.model.key, prep.buckets, tuple(kept + prep.pruned), predictor)
 
@@ -330,6 +386,7 @@ def _variant_candidates(w: Workload, prep: _Prepared, v: _Variant, units: dict[s
             whys[i] = whys[i] or ev.why[i]
     screened = evaluated.reasons if evaluated is not None else {}
     costs: dict[tuple[str, int], float] = {}  # by (device, GPUs): the same few figures for every row
+    links = kv_link_bytes_s(v.configs, v.nic_gbps_per_gpu) if v.stage == "decode" else None
     out = []
     for i, combo in enumerate(chosen):
         d, q, t, p, e = combo.device, combo.precision, combo.tp, combo.pp, combo.ep
@@ -344,6 +401,7 @@ def _variant_candidates(w: Workload, prep: _Prepared, v: _Variant, units: dict[s
             stage=v.stage, technique=v.label, ep=e, engine=v.configs.engines[i],
             decode_receive_bytes_s=v.decode_side.receive_link_bytes_s if v.decode_side is not None else None,
             decode_tokens_per_step=v.decode_side.tokens_per_step if v.decode_side is not None else 1.0,
+            receive_link_bytes_s=float(links[i]) if v.stage == "decode" else None,
             kv_bytes_per_request=(float(v.configs.kv_bytes_per_token[i]) * sent_tokens(w.prompt_tokens.mean_tokens,
                                                                                        v.technique)
                                   if v.stage != "colocated" else None),

@@ -6,6 +6,10 @@ own arithmetic rather than :mod:`optimizer.results.money` — and returns the vi
 
 - demand: every bucket's routed load adds up to its rate (colocated + prefill pools = colocated +
   decode pools = rate: a request served by disaggregated pools passes through one of each);
+- pairing: a prefill pool budgets the KV transfer at its receive tier (``pair_link_gb_s``), so per
+  bucket and tier r the load through prefill pools of tier ≥ r is at most the load through decode
+  pools receiving at ≥ r (with equal totals, these are exactly the conditions for every request's
+  prefill load to be matched by decode load at least as fast: Hall's theorem on nested sets);
 - capacity: Σ_b routed[w,b,k] / μ[w,b,k] ≤ replicas (− 1 for N+1 when loaded); nothing is
   routed where μ = 0; each deployment's capacity_qps covers its qps;
 - N+1 per server (redundancy n+1-node): the placement fits the servers (spread deployments on
@@ -51,6 +55,7 @@ def check_plan(result: PlanResult, plan=None) -> list[str]:
         return [] if not result.fleet and not result.deployments else ["a result without a plan lists a fleet"]
     out: list[str] = []
     out += _check_demand(result)
+    out += _check_pairing(result)
     out += _check_capacity(result)
     out += _check_server_loss(result)
     out += _check_slos(result)
@@ -80,6 +85,25 @@ def _check_demand(r: PlanResult) -> list[str]:
         total = sum(b.qps for b in r.buckets if b.workload == w.name)
         if not _close(total, w.qps):
             out.append(f"workload {w.name}: buckets add up to {total:.6g} req/s, not {w.qps:.6g}")
+    return out
+
+
+def _check_pairing(r: PlanResult) -> list[str]:
+    """Every bucket's prefill load can be paired with decode load receiving at least its tier's link."""
+    link = {(d.workload, d.key): d.pair_link_gb_s for d in r.deployments if d.stage in ("prefill", "decode")}
+    loads: dict[tuple[str, int], dict[str, list[tuple[float, float]]]] = {}
+    for x in r.routing:
+        if x.stage in ("prefill", "decode") and x.qps > 0:
+            at = loads.setdefault((x.workload, x.bucket), {"prefill": [], "decode": []})
+            at[x.stage].append((link.get((x.workload, x.key)) or 0.0, x.qps))
+    out = []
+    for (w, b), at in sorted(loads.items()):
+        for tier in sorted({t for t, _ in at["prefill"]}, reverse=True):
+            need = sum(q for t, q in at["prefill"] if t >= tier * (1 - REL_TOL))
+            have = sum(q for t, q in at["decode"] if t >= tier * (1 - REL_TOL))
+            if not _le(need, have):
+                out.append(f"pairing {w}/b{b}: {need:.6g} req/s through prefill pools of receive tier >= "
+                           f"{tier:.6g} Gb/s but only {have:.6g} through decode pools receiving that fast")
     return out
 
 

@@ -116,6 +116,10 @@ class Deployment:
     stage: str = "colocated"
     technique: str = ""  # prefix cache / speculative decoding it uses ("" = none)
     kv_link_gb_s: float | None = None  # pools: KV-cache traffic the replicas send or receive, Gb/s
+    # pools: the pairing rule's link, Gb/s (``milp.problem.pairing_rows``): a prefill pool's receive tier (the
+    # slowest decode receive link it may feed; its TTFT budgets the KV transfer at min(its send link, this)), a
+    # decode pool's own receive link; every request's decode pool receives at least its prefill pool's tier
+    pair_link_gb_s: float | None = None
     fidelity: Fidelity | None = None
     verification: VerifiedDeployment | None = None
     ep: int = 1  # expert-parallel degree: a replica has tp·pp·ep GPUs
@@ -329,9 +333,10 @@ class PlanResult:
 
 
 _DEPLOYMENT_KEYS = ("workload", "device", "precision", "tp", "pp", "ep", "engine", "replicas", "qps", "capacity_qps",
-                    "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms", "key", "stage", "technique", "kv_link_gb_s")
+                    "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms", "key", "stage", "technique", "kv_link_gb_s",
+                    "pair_link_gb_s")
 _POOL_KEYS = ("device", "precision", "tp", "pp", "ep", "engine", "replicas", "qps", "capacity_qps", "key", "technique",
-              "kv_link_gb_s")
+              "kv_link_gb_s", "pair_link_gb_s")
 
 
 def disaggregated_json(deployments: tuple[Deployment, ...]) -> list[dict[str, Any]]:

@@ -25,11 +25,17 @@ from optimizer.models.disagg import (
     pool_p99_ms,
     prefill_pool_capacity,
     prefill_queue,
+    prefill_tiers,
 )
 from optimizer.models.params import load_params
 from optimizer.models.simulate_pools import simulate_pools
 from optimizer.optimize import optimize_plan
-from optimizer.planning.milp.problem import Demand, FleetProblem, Option, UnitTerms
+from optimizer.planning.bucketing import undominated_options
+from optimizer.planning.candidate_set import Candidate
+from optimizer.planning.candidates import prune_dominated, prune_unpaired
+from optimizer.planning.milp.problem import Demand, FleetProblem, Option, UnitTerms, pairing_rows
+from optimizer.planning.milp.resolve import is_feasible
+from optimizer.planning.milp.routing import balanced_routing
 from optimizer.planning.milp.solve import solve_fleet
 from optimizer.results.check import check_plan
 from optimizer.results.money import LinearTerms
@@ -211,6 +217,90 @@ def test_milp_routes_through_both_pools_when_cheaper():
     assert s.replicas == {("w", "col"): 10}
 
 
+def test_milp_pairs_a_prefill_tier_only_with_decode_replicas_that_fast():
+    """Two devices, 9 req/s. Device p ($10/GPU): prefill 'fast' (5 req/s, its TTFT budgets the KV transfer at a
+    receive link of 2) and 'slow' (4.4 req/s, budgeted at link 1). Device d ($1/GPU): decode 'd1' (1 GPU, 10 req/s,
+    receives at 1) and 'd2' (2 GPUs, 6 req/s, receives at 2). Blind to pairing the cheapest is 2 × fast + d1 =
+    $21 (what the MILP chose before), which sends fast's KV to a receiver slower than it budgeted. Paired: 2 × slow carry 8.8 < 9; fast +
+    slow (9.4) puts x_fast ≥ 9 − 4.4 = 4.6 through fast, which d2 must take (its 6 ≥ 4.6) and d1 the rest:
+    $20 + $2 + $1 = $23; 2 × fast + 2 × d2 = $24, 3 × slow + d1 = $31. So $23, a mix of both tiers."""
+    opts = (Option("w", "fast", "p", 1, (5.0,), "prefill", 2.0), Option("w", "slow", "p", 1, (4.4,), "prefill", 1.0),
+            Option("w", "d1", "d", 1, (10.0,), "decode", 1.0), Option("w", "d2", "d", 2, (6.0,), "decode", 2.0))
+    s = solve_fleet(FleetProblem((Demand("w", (9.0,)),), opts, {"p": unit("p", 10), "d": unit("d", 1)}))
+    assert s.objective_usd == pytest.approx(23.0)
+    assert s.replicas == {("w", "fast"): 1, ("w", "slow"): 1, ("w", "d1"): 1, ("w", "d2"): 1}
+    q = {k: s.routed_qps.get(("w", 0, k), 0.0) for k in ("fast", "slow", "d1", "d2")}
+    assert 4.6 - 1e-6 <= q["fast"] <= q["d2"] + 1e-6 and q["d2"] <= 6.0 + 1e-6
+    assert q["fast"] + q["slow"] == pytest.approx(9.0) and q["d1"] + q["d2"] == pytest.approx(9.0)
+    # the routing LP that spreads a plan's load by capacity keeps the rule. With 2 × fast, slow, d1, d2, blind to
+    # pairing the least largest utilisation is f = 0.625 (x_fast/10 = (9 − x_fast)/4.4: x_fast = 6.25 > d2's 6);
+    # paired, 9 − 4.4·f ≤ x_fast ≤ x_d2 ≤ 6·f gives f = 9/10.4 = 0.865. The start check rejects a blind routing.
+    problem = FleetProblem((Demand("w", (9.0,)),), opts, {"p": unit("p", 10), "d": unit("d", 1)})
+    more = replace(s, replicas={("w", "fast"): 2, ("w", "slow"): 1, ("w", "d1"): 1, ("w", "d2"): 1})
+    spread = balanced_routing(problem, more).routed_qps
+    assert spread[("w", 0, "fast")] <= spread[("w", 0, "d2")] + 1e-6
+    assert spread[("w", 0, "slow")] == pytest.approx(4.4 * 9 / 10.4, rel=1e-4)
+    assert is_feasible(problem, s)
+    blind = {("w", 0, "fast"): 5.0, ("w", 0, "slow"): 4.0, ("w", 0, "d1"): 5.625, ("w", 0, "d2"): 3.375}
+    assert not is_feasible(problem, replace(s, routed_qps=blind))
+
+
+def test_pairing_rows_are_hall_conditions_on_nested_tiers():
+    """Prefill shares 0.2 at tier 3, 0.3 at tier 2, 0.5 at tier 1; decode 0.25 receiving at 3, 0.2 at 2, 0.55 at 1.
+    Tier ≥ 3: 0.2 ≤ 0.25 holds; tier ≥ 2: 0.5 > 0.45, so 0.05 of tier-2 prefill load has no receiver fast enough
+    (no pairing exists). Tier 1's row holds every decode option: implied by the equal totals, left out."""
+    rows = pairing_rows([(3.0, 0.2), (2.0, 0.3), (1.0, 0.5)], [(3.0, 0.25), (2.0, 0.2), (1.0, 0.55)])
+    assert [(r, sum(lhs), sum(rhs)) for r, lhs, rhs in rows] == [
+        (3.0, pytest.approx(0.2), pytest.approx(0.25)), (2.0, pytest.approx(0.5), pytest.approx(0.45))]
+    assert pairing_rows([(1.0, 1.0)], [(1.0, 0.5), (2.0, 0.5)]) == []  # one tier every receiver meets: no row
+
+
+def test_prefill_variants_per_receive_tier():
+    """Decode receive tiers 400, 800, 1,600, 3,200 (1, 2, 4, 8 NICs): a tp4 prefill replica (send 1,600) gets
+    variants at 400, 800 and 1,600 (3,200 would budget the same min(1,600, r) and feed fewer receivers), a tp8
+    (send 3,200) all four, a sender faster than every receiver the fastest only as its top one."""
+    tiers = (400.0, 800.0, 1600.0, 3200.0)
+    assert prefill_tiers(1600.0, tiers) == (400.0, 800.0, 1600.0)
+    assert prefill_tiers(3200.0, tiers) == tiers
+    assert prefill_tiers(1000.0, tiers) == (400.0, 800.0, 1600.0)
+    assert prefill_tiers(9000.0, tiers) == tiers and prefill_tiers(100.0, tiers) == (400.0,)
+
+
+def _pool(key, stage, gpus, qps, link):
+    extra = {"decode_receive_bytes_s": link} if stage == "prefill" else {"receive_link_bytes_s": link}
+    return Candidate("w", key, "h100-sxm", "fp8", gpus, 1, gpus, (qps,), ("tpot",), 1.0, stage=stage, **extra)
+
+
+def test_pruning_keeps_what_pairs_more_widely():
+    """Two tp1 decode replicas (1 NIC each, 1.2 req/s each) out-carry one tp2 (2 NICs, 2 req/s) on the same GPUs,
+    but only the tp2 can take the KV of a prefill pool of tier 2 NICs: it is kept (before, 'dominated by 2 ×').
+    A tier-2 prefill variant of no more capacity than its tier-1 sibling is dominated by it (the tier-1 one may feed
+    every receiver); a tier-4 variant no decode candidate receives at is pruned, and so is a tier-1 one when no
+    decode candidate receives below the next tier (2) of the same configuration."""
+    kept = {c.key for c in prune_dominated([_pool("d1", "decode", 1, 1.2, 1.0), _pool("d2", "decode", 2, 2.0, 2.0)])
+            if c.kept}
+    assert kept == {"d1", "d2"}
+    pre = prune_dominated([_pool("p__rx1", "prefill", 8, 1.0, 1.0), _pool("p__rx2", "prefill", 8, 1.0, 2.0)])
+    assert {c.key for c in pre if c.kept} == {"p__rx1"}
+    cands = [_pool("p__rx1", "prefill", 8, 0.9, 1.0), _pool("p__rx2", "prefill", 8, 1.0, 2.0),
+             _pool("p__rx4", "prefill", 8, 1.1, 4.0), _pool("d2", "decode", 2, 2.0, 2.0)]
+    why = {c.key: c.pruned_reason for c in prune_unpaired(cands)}
+    assert why["p__rx2"] is None and why["d2"] is None
+    assert why["p__rx4"].startswith("no decode candidate receives KV at")
+    assert why["p__rx1"].startswith("dominated by p__rx2")
+
+
+def test_alone_solve_drops_only_options_that_pair_as_widely():
+    """The one-workload solve's pruning (``undominated_options``): two decode options of equal cost and capacity
+    that receive at 1 and 2 keep the faster receiver (it may take every KV the other may; before, the first of
+    equals, the slower one, was kept); two prefill ones of tiers 1 and 2 keep tier 1 (it may feed every receiver)."""
+    units = {"d": unit("d", 1)}
+    dec = (Option("w", "d1", "d", 1, (10.0,), "decode", 1.0), Option("w", "d2", "d", 1, (10.0,), "decode", 2.0))
+    assert [o.key for o in undominated_options(Demand("w", (9.0,)), dec, units)] == ["d2"]
+    pre = (Option("w", "p2", "d", 1, (5.0,), "prefill", 2.0), Option("w", "p1", "d", 1, (5.0,), "prefill", 1.0))
+    assert [o.key for o in undominated_options(Demand("w", (9.0,)), pre, units)] == ["p1"]
+
+
 def test_a_prefill_pool_alone_serves_nothing():
     opts = (Option("w", "col", "a", 1, (1.0,)), Option("w", "pre", "b", 1, (100.0,), "prefill"))
     s = solve_fleet(FleetProblem((Demand("w", (3.0,)),), opts, {"a": unit("a", 10), "b": unit("b", 0.1)}))
@@ -389,7 +479,8 @@ def test_infeasible_ttft_names_the_prefill_pool():
 
 def test_check_plan_catches_a_broken_pair(rag):
     """check_plan on the example with the decode pool's load halved: demand (prefill ≠ decode load) and
-    capacity no longer add up; with the decode pool removed the workload is served by half a pair."""
+    capacity no longer add up; with the decode pool removed the workload is served by half a pair; with the
+    decode pools receiving at half the prefill pools' tier the pairing rule fails."""
     plan, r = rag
     routes = tuple(replace(x, qps=x.qps / 2) if x.stage == "decode" else x for x in r.routing)
     deps = tuple(replace(d, qps=d.qps / 2) if d.stage == "decode" else d for d in r.deployments)
@@ -398,25 +489,32 @@ def test_check_plan_catches_a_broken_pair(rag):
     no_decode = replace(r, routing=tuple(x for x in r.routing if x.stage != "decode"),
                         deployments=tuple(d for d in r.deployments if d.stage != "decode"))
     assert any("a request needs both" in v for v in check_plan(no_decode, plan))
+    # pairing: the decode pool said to receive slower than the prefill pool's tier budgets
+    tier = max(d.pair_link_gb_s for d in r.deployments if d.stage == "prefill")
+    slow = replace(r, deployments=tuple(replace(d, pair_link_gb_s=tier / 2) if d.stage == "decode" else d
+                                        for d in r.deployments))
+    assert any(v.startswith("pairing rag/b") and "receiving that fast" in v for v in check_plan(slow, plan))
 
 
 def test_rag_example_survives_simulation(rag):
     """Verified by the simulator (as `gpuplan optimize` does): pools simulated as their stage runs;
-    the plan keeps H100 prefill pools and H100, H20 and MI300X decode pools (each stage's devices, not the last
-    deployment's) and
-    still costs less than colocated-only, verified alike."""
+    the plan keeps an H100 prefill pool and an MI300X decode pool (each stage's keys, not the last
+    deployment's) and still costs less than colocated-only, verified alike."""
     plan, _ = rag
     r = optimize_plan(plan, CAT, PARAMS, verify=True)
     assert check_plan(r, plan) == []
     # `gpuplan optimize examples/rag-disaggregated.yaml`: $6,460,236.732 (session 21, docs/benchmarks.md) before the
-    # KV hand-off terms; the prefill pools now budget the transfer at the slowest decode candidate's receive link
-    # (one NIC: 46.3 ms for the 12,000-token p99 prompt, was 5.8 ms at the sender's 8) and a decode step of up to
-    # tpot_p99_ms (50 ms): 3 × tp4 + 16 × tp8 H100 prefill replicas → 1 × tp4 + 21 × tp8 (docs/techniques.md)
-    assert r.objective_usd == pytest.approx(7_812_284.316, rel=1e-9)
+    # KV hand-off terms; $7,812,284.316 when every prefill pool budgeted the transfer at the slowest decode
+    # candidate's receive link (one NIC: 46.3 ms for the 12,000-token p99 prompt) and a decode step of up to
+    # tpot_p99_ms (50 ms). Paired by receive tier, the prefill pool budgets the receiver it is paired with: 20 × H100
+    # tp8 prefill replicas of tier 1,600 Gb/s (4 NICs: 11.6 ms) feed 4 × MI300X tp4 decode replicas receiving at
+    # 1,600 Gb/s (docs/techniques.md). Still above $6.46M: the 50 ms wait and the transfer stay in the budget.
+    assert r.objective_usd == pytest.approx(7_139_176.04, rel=1e-9)
     pools: dict[str, set[str]] = {}
     for d in r.deployments:
-        pools.setdefault(d.stage, set()).add(d.device)
-    assert pools == {"prefill": {"h100-sxm"}, "decode": {"h100-sxm", "h20", "mi300x"}}
+        pools.setdefault(d.stage, set()).add(d.key)
+    assert pools == {"prefill": {"prefill__h100_sxm__fp8__tp8__pp1__rx1600gbps"},
+                     "decode": {"decode__mi300x__fp8__tp4__pp1"}}
     w = plan.workloads[0].model_copy(update={"disaggregation": "never"})
     colocated = optimize_plan(plan.model_copy(update={"workloads": [w]}), CAT, PARAMS, verify=True)
     assert colocated.objective_usd > r.objective_usd

@@ -19,6 +19,7 @@ from optimizer.planning.milp.problem import (
     Option,
     amortised_usd_per_replica,
     options_by_workload,
+    pairing_rows,
     spare_replicas,
     spread_packings,
     unique_slugs,
@@ -128,11 +129,18 @@ def define_demand(model: FleetModel) -> None:
         Σ_{k colocated} x[w,b,k] + s[w,b] = 1,   Σ_{k prefill} x[w,b,k] = s[w,b],   Σ_{k decode} x[w,b,k] = s[w,b]
 
     (``demand_prefill__…``, ``demand_decode__…``). Without pools the rule is the first one with s = 0.
+    A prefill option budgets the KV transfer at its receive tier, so its load may go only to decode
+    replicas receiving at least that fast: per prefill tier r (fastest first, ``pairing_rows``, which
+    proves them exact), Σ_{prefill i: r_i ≥ r} x[w,b,i] ≤ Σ_{decode k: link_k ≥ r} x[w,b,k]
+    (``pairing__{workload}__b{bucket}__t{j}``; none when every decode option receives at ≥ every tier).
     """
-    stage = {(o.workload, o.key): o.stage for o in model.problem.options}
+    options = {(o.workload, o.key): o for o in model.problem.options}
+    stage = {idx: o.stage for idx, o in options.items()}
     shares: dict[tuple[str, int, str], list[pulp.LpVariable]] = {}
+    linked: dict[tuple[str, int, str], list[tuple[float | None, pulp.LpVariable]]] = {}
     for (w, b, key), v in model.x.items():
         shares.setdefault((w, b, stage[(w, key)]), []).append(v)
+        linked.setdefault((w, b, stage[(w, key)]), []).append((options[(w, key)].pair_link_bytes_s, v))
     for dem in model.problem.demands:
         wn = model.w_name[dem.workload]
         for b, lam in enumerate(dem.bucket_qps):
@@ -145,6 +153,9 @@ def define_demand(model: FleetModel) -> None:
                 model.prob += together + s == 1, f"demand__{wn}__b{b}"
                 model.prob += pulp.lpSum(pre) == s, f"demand_prefill__{wn}__b{b}"
                 model.prob += pulp.lpSum(dec) == s, f"demand_decode__{wn}__b{b}"
+                rows = pairing_rows(linked[(dem.workload, b, "prefill")], linked[(dem.workload, b, "decode")])
+                for j, (_, lhs, rhs) in enumerate(rows):
+                    model.prob += pulp.lpSum(lhs) <= pulp.lpSum(rhs), f"pairing__{wn}__b{b}__t{j}"
             else:
                 model.prob += together == 1, f"demand__{wn}__b{b}"
 

@@ -40,9 +40,9 @@ solver may stop at either, and the same input still gives the same one.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, TypeVar
 
 from catalog.names import slug
 from optimizer.planning.solver_options import SolverOptions  # noqa: F401 (re-exported)
@@ -52,6 +52,8 @@ from optimizer.results.plan_result import SolveStatus
 # ---------------------------------------------------------------------------------------
 # Problem data (solver-independent)
 # ---------------------------------------------------------------------------------------
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,8 @@ class Option:
 
     ``stage``: a colocated replica serves whole requests; a ``prefill`` replica only their
     prompts and a ``decode`` replica only their outputs (disaggregated pools: a request
-    routed to the pools needs both, see ``define_demand``).
+    routed to the pools needs both, see ``define_demand``, and its decode replica must receive
+    at least as fast as its prefill replica's tier, :func:`pairing_rows`).
     """
 
     workload: str
@@ -92,6 +95,9 @@ class Option:
     gpus: int
     capacity_qps: tuple[float, ...]
     stage: Stage = "colocated"
+    # pools: the pairing rule's link (B/s, :func:`pairing_rows`): a prefill option's receive tier (the slowest
+    # decode replica it may feed, its TTFT budgeted the KV transfer at it), a decode option's own receive link
+    pair_link_bytes_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -288,6 +294,33 @@ def uncovered_buckets(problem: FleetProblem) -> list[tuple[str, int]]:
             if lam > 0 and not any(o.capacity_qps[b] > 0 for o in opts if o.stage == "colocated") \
                     and not pools_cover(opts, b):
                 out.append((dem.workload, b))
+    return out
+
+
+def pairing_rows(prefill: Sequence[tuple[float | None, T]], decode: Sequence[tuple[float | None, T]]
+                 ) -> list[tuple[float, list[T], list[T]]]:
+    """The pairing rule of one bucket as rows (r, lhs, rhs) meaning Σ lhs ≤ Σ rhs.
+
+    ``prefill``: (receive tier r_i, routed share) of each prefill option — its TTFT budgets the KV
+    transfer at r_i, so it may feed only decode replicas receiving at ≥ r_i; ``decode``: (receive
+    link l_k, share) of each decode option. With Σ prefill = Σ decode (``define_demand``), the load
+    can be paired, prefill load i to decode load k only where l_k ≥ r_i, if and only if for every
+    prefill tier r::
+
+        Σ_{i: r_i ≥ r} x_i  ≤  Σ_{k: l_k ≥ r} x_k
+
+    Necessary: the load of the prefill options at tier ≥ r may only go to decode options at ≥ r.
+    Sufficient (for any fractional mix; a transportation problem): by Hall's theorem (max-flow
+    min-cut) a matching exists iff every set S of prefill options has Σ_S x ≤ Σ_{N(S)} x, N(S) its
+    allowed decode options; N(S) = {k: l_k ≥ min_{i∈S} r_i} depends only on S's slowest tier r, and
+    the largest S with that N(S) is {i: r_i ≥ r}: the rows above are the binding ones. Rows whose rhs
+    holds every decode option are implied by the equal totals and left out (one tier: no row).
+    """
+    out = []
+    for r in sorted({t or 0.0 for t, _ in prefill}, reverse=True):
+        rhs = [x for link, x in decode if (link or 0.0) >= r]
+        if len(rhs) < len(decode):
+            out.append((r, [x for t, x in prefill if (t or 0.0) >= r], rhs))
     return out
 
 

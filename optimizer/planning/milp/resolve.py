@@ -33,6 +33,7 @@ from optimizer.planning.milp.problem import (
     FleetSolution,
     fleet_servers,
     options_by_workload,
+    pairing_rows,
     spare_replicas,
     spread_packings,
     uncovered_buckets,
@@ -213,7 +214,7 @@ def is_feasible(problem: FleetProblem, sol: FleetSolution) -> bool:
 
     Checked: every replica and routed share belongs to an option of ``problem`` with capacity in
     that bucket; each bucket fully routed (shares sum to 1, pools: colocated + prefill and
-    colocated + decode); capacity Σ_b routed[b,k] / μ[b,k] ≤ n[k] − spare (N+1, with u = 1 wherever
+    colocated + decode, the pairing rows of ``problem.pairing_rows``); capacity Σ_b routed[b,k] / μ[b,k] ≤ n[k] − spare (N+1, with u = 1 wherever
     n > 0, the start :func:`~optimizer.planning.milp.solve.start_values` gives); replica
     minimums; servers ⌈gpus / gpus_per_node⌉ (full servers where required); allowed devices,
     inventories, capex / annual / power limits.
@@ -224,6 +225,7 @@ def is_feasible(problem: FleetProblem, sol: FleetSolution) -> bool:
         return False
     load: dict[tuple[str, str], float] = {}
     routed_sum: dict[tuple[str, int, str], float] = {}
+    linked: dict[tuple[str, int, str], list[tuple[float | None, float]]] = {}
     for (w, b, k), q in sol.routed_qps.items():
         o = options.get((w, k))
         if o is None or (q > 0 and (o.capacity_qps[b] <= 0 or sol.replicas.get((w, k), 0) <= 0)):
@@ -232,6 +234,7 @@ def is_feasible(problem: FleetProblem, sol: FleetSolution) -> bool:
             load[(w, k)] = load.get((w, k), 0.0) + q / o.capacity_qps[b]
             stage = o.stage
             routed_sum[(w, b, stage)] = routed_sum.get((w, b, stage), 0.0) + q
+            linked.setdefault((w, b, stage), []).append((o.pair_link_bytes_s, q))
     for dem in problem.demands:
         for b, lam in enumerate(dem.bucket_qps):
             if lam <= 0:
@@ -239,6 +242,9 @@ def is_feasible(problem: FleetProblem, sol: FleetSolution) -> bool:
             together = routed_sum.get((dem.workload, b, "colocated"), 0.0)
             pools = [routed_sum.get((dem.workload, b, s), 0.0) for s in ("prefill", "decode")]
             if not all(math.isclose(together + p, lam, rel_tol=1e-6) for p in pools):
+                return False
+            pairs = pairing_rows(linked.get((dem.workload, b, "prefill"), []), linked.get((dem.workload, b, "decode"), []))
+            if any(sum(lhs) > sum(rhs) + 1e-6 * lam for _, lhs, rhs in pairs):
                 return False
     for idx, n in sol.replicas.items():
         o, dem = options[idx], demands[idx[0]]

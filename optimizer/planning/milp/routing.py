@@ -7,7 +7,8 @@ With the replicas n[w,k] of a plan held fixed, what is left of the fleet MILP
 device d's options by f turns their capacity rows Σ_b λ[w,b]·x[w,b,k] / (f·μ[w,b,k]) ≤ n − spare
 into Σ_b λ·x / μ ≤ f·(n − spare): linear in (x, f). The least such f is one LP::
 
-    minimise f  s.t.  every bucket fully routed (pools: colocated + s = 1, prefill = decode = s),
+    minimise f  s.t.  every bucket fully routed (pools: colocated + s = 1, prefill = decode = s,
+                      and the pairing rows of ``problem.pairing_rows``),
                       Σ_b λ·x / μ ≤ f·(n[k] − spare[k])   for the replicas on d,
                       Σ_b λ·x / μ ≤ n[k] − spare[k]       for the others,   0 ≤ f ≤ 1, 0 ≤ x ≤ 1.
 
@@ -30,7 +31,13 @@ from dataclasses import replace
 
 import pulp
 
-from optimizer.planning.milp.problem import FleetProblem, FleetSolution, Option, spare_replicas
+from optimizer.planning.milp.problem import (
+    FleetProblem,
+    FleetSolution,
+    Option,
+    pairing_rows,
+    spare_replicas,
+)
 from optimizer.planning.milp.solve import routed_loads, solve_lp
 
 # The factor is rounded up to this grid, after adding FACTOR_SLACK.
@@ -83,6 +90,7 @@ def _least_factor(problem: FleetProblem, sol: FleetSolution, factor: Callable[[O
     for (w, k), n in reps.items():
         by_workload.setdefault(w, []).append((k, n))
     shares: dict[tuple[str, int, str], list[pulp.LpVariable]] = {}
+    linked: dict[tuple[str, int, str], list[tuple[float | None, pulp.LpVariable]]] = {}  # pairing_rows
     routes: dict[tuple[str, int, str], pulp.LpVariable] = {}
     for dem in problem.demands:
         w = dem.workload
@@ -93,6 +101,7 @@ def _least_factor(problem: FleetProblem, sol: FleetSolution, factor: Callable[[O
                 if lam > 0 and mu > 0:
                     x = prob.add_variable(f"x_{next(names)}", 0, 1)
                     shares.setdefault((w, b, o.stage), []).append(x)
+                    linked.setdefault((w, b, o.stage), []).append((o.pair_link_bytes_s, x))
                     load.append((x, lam / mu))
                     routes[(w, b, k)] = x
             room = n - spare_replicas(dem, o, problem.units[o.device].gpus_per_node,
@@ -112,6 +121,9 @@ def _least_factor(problem: FleetProblem, sol: FleetSolution, factor: Callable[[O
                 prob += together + s == 1
                 prob += pulp.lpSum(pre) == s
                 prob += pulp.lpSum(dec) == s
+                for _, lhs, rhs in pairing_rows(linked[(dem.workload, b, "prefill")],
+                                                linked[(dem.workload, b, "decode")]):
+                    prob += pulp.lpSum(lhs) <= pulp.lpSum(rhs)
             else:
                 prob += together == 1
     prob += pulp.lpSum(factors.values())
