@@ -150,7 +150,8 @@ def evaluate_load(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, nee
     kv_var = lam * tbar * lens.kv_tok2_steps * fb.occupancy_factor
     kv_k3 = lam * tbar * lens.kv_tok3_steps * fb.occupancy_factor**1.5
     kv_p99, kv_p999 = (_kv_quantile(q, z, kv_mean, kv_var, kv_k3) for q, z in ((0.99, Z99), (0.999, Z999)))
-    kv_rank_p99, kv_rank_p999, kv_rank_cap = kv_per_rank(c, kv_mean, kv_var, kv_k3, kv_p99, kv_p999)
+    kv_var_even = lam * tbar * lens.kv_mean2_steps * fb.occupancy_factor  # ∫m², what even spacing takes off κ2
+    kv_rank_p99, kv_rank_p999, kv_rank_cap = kv_per_rank(c, kv_mean, kv_var, kv_k3, kv_p99, kv_p999, kv_var_even, s.b)
     b_p999 = s.b + Z999 * np.sqrt(s.b * fb.occupancy_factor)  # p99.9 against the cap, as the KV (class doc)
     kv_cap = np.asarray(c.kv_capacity_tokens, dtype=float)
     kv_fits = (kv_rank_p999 <= kv_rank_cap) & (b_p999 <= c.batch_cap) & ~sat
@@ -181,33 +182,69 @@ def _kv_quantile(q: float, z: float, mean: np.ndarray, var: np.ndarray, k3: np.n
 
 
 def kv_per_rank(c: Configs, kv_mean: np.ndarray, kv_var: np.ndarray, kv_k3: np.ndarray, kv_p99: np.ndarray,
-                kv_p999: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                kv_p999: np.ndarray, kv_var_even: np.ndarray | float = 0.0,
+                batch: np.ndarray | float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(p99 and p99.9 KV occupancy of one attention rank, the rank's KV capacity), tokens, from the replica's
     occupancy cumulants (mean, κ2, κ3) and quantiles (``kv_p99``, ``kv_p999``: the rank's where ep is 1).
 
     A replica of e = ep attention data-parallel ranks keeps a sequence's KV on one rank, and each rank has its
     own cache, K/e of the replica's K tokens (each GPU's HBM less its weights and activations; the shared
     prefix of a prefix cache is held once per rank, ``techniques.configure``). The load balancer sends each
-    request to one rank (the simulator: round robin), so a rank serves λ/e of the arrivals: taken as a Poisson
-    thinning, its occupancy is the same over-dispersed shot noise with every cumulant divided by e (the ranks
-    step in lockstep, so the load feedback F is the replica's). The p99.9 hold is per rank,
-    ``Q_0.999(mean/e, κ2/e, κ3/e) <= K/e`` — one rank full stalls the requests sent to it while another has
-    room — instead of the pooled ``Q_0.999(mean, κ2, κ3) <= K``; the per-rank quantile is larger than the
-    pooled one / e by the relative spread √e·sd/mean and the skew √e·κ3/κ2^1.5 of a rank's fewer, whole
-    sequences. e = 1: the pooled hold, bit for bit.
+    request to one rank, round robin (SGLang's data-parallel default; vLLM's DP coordinator and TensorRT-LLM's
+    attention DP send it to the rank with the fewest waiting/running requests, at least as even in count), so a
+    rank serves λ/e of the arrivals, every e-th one: a renewal process whose gaps are Erlang-e (the sum of e
+    exponential gaps), squared coefficient of variation c_a² = 1/e. Its occupancy is a shot noise
+    X = Σ_i f_i(t − A_i) (f_i a request's KV over its life, m = E[f] the mean profile) with
+
+        κ2 = (λ/e)·[∫E[f²] − (1 − c_a²)·η·∫m²]
+
+    η = 1: the GI/G/∞ variance with the arrivals' Bartlett spectrum taken at frequency 0, right when a request's
+    life is many gaps long (Whitt's peakedness z = 1 + (c_a² − 1)·μ∫G_c², for f a 0/1 pulse of survival G_c; a
+    Poisson thinning, c_a² = 1, gives the replica's κ2/e). A rank running n = b/e sequences sees about n
+    arrivals in a life; where n is small the gaps are not short against the life and less variance goes: η(n)
+    is that of an exponential life of the same mean, whose GI/M/∞ peakedness is exact, z = 1/(1 − φ) − n with
+    φ = (e·n/(e·n + 1))^e the Laplace transform of the Erlang-e gap at the life's rate: η = (1 − z)/((1 − c_a²)/2),
+    → 1 as n → ∞, ≈ 2n/(1 − 1/e) as n → 0 (at n = 0.22, e = 4: 0.45; n = 2: 0.89). Here ∫E[f²] = t̄·E[Σ(L+j)²] and
+    ∫m² = t̄·Σ_j m(j)², ``kv_var_even`` (= λ·t̄·``Lengths.kv_mean2_steps``·F, the load feedback F kept: the
+    ranks step in lockstep, so F is the replica's); κ3 is the thinning's κ3/e scaled by (κ2/(κ2_thinning))^1.5,
+    the skewness of the thinning kept (a stated approximation; the count of an Erlang renewal process is less
+    skewed still). The mean is the replica's / e. Checked against the simulator's round robin
+    (``tests/models/test_ep_kv_per_rank.py``). The p99.9 hold is per rank, ``Q_0.999(rank cumulants) <= K/e`` —
+    one rank full stalls the requests sent to it while another has room — instead of the pooled
+    ``Q_0.999(mean, κ2, κ3) <= K``. e = 1: the pooled hold, bit for bit.
 
     It holds whole sequences: with sd ≥ √b_r·c̄ (var ≥ b_r·c̄², c̄ the time-weighted context), b_r·c̄ +
     3.09·√b_r·c̄ <= K/e gives b_r < floor(K/(e·c̄)) running sequences per rank when that is ≥ 1 (b_r ≥ n needs
     n + 3.09·√n < n + 1), and b_r < 0.07 when it is 0: the replica's KV-limited batch is at most
-    ``perf.max_sequences(c, c̄)`` = e·floor(K/(e·c̄)), as ``capacity._feasible_qps_bound`` takes it."""
+    ``perf.max_sequences(c, c̄)`` = e·floor(K/(e·c̄)), as ``capacity._feasible_qps_bound`` takes it. (The
+    variance bound is the thinning's; round robin's κ2 is smaller, by at most (1 − 1/e)·∫m², so a rank near one
+    sequence is held to about the same.)"""
     e = np.asarray(c.ep, dtype=float)
     cap = np.asarray(c.kv_capacity_tokens, dtype=float) / e
     if np.all(e == 1.0):
         return kv_p99, kv_p999, cap
     one = e == 1.0
-    p99, p999 = (np.where(one, pooled, _kv_quantile(q, z, kv_mean / e, kv_var / e, kv_k3 / e))
+    thin_var = kv_var / e
+    var = np.maximum(thin_var - (1.0 - 1.0 / e) * erlang_eta(np.asarray(batch, dtype=float) / e, e) * kv_var_even / e,
+                     0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(thin_var > 0, var / thin_var, 1.0)
+    k3 = kv_k3 / e * ratio**1.5
+    p99, p999 = (np.where(one, pooled, _kv_quantile(q, z, kv_mean / e, var, k3))
                  for q, z, pooled in ((0.99, Z99, kv_p99), (0.999, Z999, kv_p999)))
     return p99, p999, cap
+
+
+def erlang_eta(n: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """The share η ∈ [0, 1] of the low-frequency variance reduction (1 − c_a²)·∫m² that Erlang-e arrivals (c_a² =
+    1/e) reach when n arrivals fall in a mean life (``kv_per_rank``): the exact GI/M/∞ peakedness of an exponential
+    life, z = 1/(1 − φ) − n, φ = (e·n/(e·n + 1))^e, as η = (1 − z)/((1 − 1/e)/2); 0 where e = 1 or n = 0."""
+    n = np.maximum(np.asarray(n, dtype=float), 0.0)
+    e = np.asarray(e, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        z = 1.0 / -np.expm1(e * (np.log(e * n) - np.log1p(e * n))) - n  # 1 − φ = −expm1(ln φ)
+        eta = (1.0 - z) / ((1.0 - 1.0 / e) / 2.0)
+    return np.where((e > 1.0) & (n > 0) & np.isfinite(eta), np.clip(eta, 0.0, 1.0), 0.0)
 
 
 @dataclass(frozen=True)
