@@ -47,6 +47,8 @@ class LoadResult:
     scheduler cap the same way, ``b + Z999·√(b·F) <= batch_cap``: at the p99 a full batch queued
     about 1 % of the arrivals for a slot (llama-3.1-70b fp8 on h100-sxm tp4, --max-batch 32, prompts
     1,000/p99 3,000, answers 1,000/p99 3,000 at 1.41 req/s: simulated TTFT p99 1.41 s, analytic 0.22 s).
+    Per attention rank at ep > 1, as the KV: each rank's scheduler runs at most batch_cap/ep sequences (the
+    engine's per-rank cap, ``configs.build_configs``), held against one rank's batch p99.9 (``batch_per_rank``).
     """
 
     qps: np.ndarray
@@ -70,6 +72,8 @@ class LoadResult:
     kv_rank_p99_tokens: np.ndarray  # p99 occupancy of one attention rank (ep 1: the replica's)
     kv_rank_p999_tokens: np.ndarray  # p99.9 occupancy of one attention rank, what ``kv_fits`` holds against ...
     kv_rank_capacity_tokens: np.ndarray  # ... the rank's cache, kv_capacity_tokens / ep (``kv_per_rank``)
+    batch_rank_p999: np.ndarray  # p99.9 running batch of one attention rank (ep 1: b + Z999·√(b·F)), held against ...
+    batch_rank_cap: np.ndarray  # ... the rank's scheduler cap, batch_cap / ep (``batch_per_rank``)
     output_tokens_per_s: np.ndarray  # λ·E[O]
 
 
@@ -153,8 +157,9 @@ def evaluate_load(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, nee
     kv_var_even = lam * tbar * lens.kv_mean2_steps * fb.occupancy_factor  # ∫m², what even spacing takes off κ2
     kv_rank_p99, kv_rank_p999, kv_rank_cap = kv_per_rank(c, kv_mean, kv_var, kv_k3, kv_p99, kv_p999, kv_var_even, s.b)
     b_p999 = s.b + Z999 * np.sqrt(s.b * fb.occupancy_factor)  # p99.9 against the cap, as the KV (class doc)
+    b_rank_p999, b_rank_cap = batch_per_rank(c, s.b, fb.occupancy_factor, b_p999, lens)
     kv_cap = np.asarray(c.kv_capacity_tokens, dtype=float)
-    kv_fits = (kv_rank_p999 <= kv_rank_cap) & (b_p999 <= c.batch_cap) & ~sat
+    kv_fits = (kv_rank_p999 <= kv_rank_cap) & (b_rank_p999 <= b_rank_cap) & ~sat
     util = lam * (s.eps_s + lens.mean_o1 * s.slope_s)
     util = np.where(sat, np.maximum(util, 1.0), util)
 
@@ -171,6 +176,7 @@ def evaluate_load(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, nee
         kv_p99_tokens=np.where(sat, np.inf, kv_p99), kv_p999_tokens=np.where(sat, np.inf, kv_p999),
         kv_capacity_tokens=kv_cap, kv_fits=kv_fits,
         kv_rank_p99_tokens=np.where(sat, np.inf, kv_rank_p99), kv_rank_p999_tokens=np.where(sat, np.inf, kv_rank_p999), kv_rank_capacity_tokens=kv_rank_cap,
+        batch_rank_p999=np.where(sat, np.inf, b_rank_p999), batch_rank_cap=b_rank_cap,
         output_tokens_per_s=np.where(sat, np.nan, lam * lens.mean_o),
     )
 
@@ -233,6 +239,29 @@ def kv_per_rank(c: Configs, kv_mean: np.ndarray, kv_var: np.ndarray, kv_k3: np.n
     p99, p999 = (np.where(one, pooled, _kv_quantile(q, z, kv_mean / e, var, k3))
                  for q, z, pooled in ((0.99, Z99, kv_p99), (0.999, Z999, kv_p999)))
     return p99, p999, cap
+
+
+def batch_per_rank(c: Configs, b: np.ndarray, occupancy_factor: np.ndarray, b_p999: np.ndarray, lens: RowLengths
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(p99.9 running batch of one attention rank, the rank's scheduler cap), sequences.
+
+    ``c.batch_cap`` is the replica's: e = ep times the engine's per-rank cap (vLLM ``max_num_seqs`` and
+    TensorRT-LLM ``max_batch_size`` apply to each data-parallel rank's scheduler, ``configs.build_configs``), and one
+    rank at its cap queues the requests sent to it while another has slots. A rank runs b_r = b/e sequences on
+    average; its count is the shot noise of ``kv_per_rank`` with a 0/1 pulse over a request's S decode steps
+    (∫E[f²] = E[S]·t̄, ∫m² = E[min(S, S')]·t̄), so with round robin its variance is
+    b_r·F·(1 − (1 − 1/e)·η(b_r)·E[min(S, S')]/E[S]) (F the replica's load feedback), and the hold is
+    ``b_r + Z999·sd <= batch_cap/e``. As the variance factor is at least 1/e, this is at least as strict as the
+    pooled ``b + Z999·√(b·F) <= batch_cap``; e = 1: that, bit for bit (``b_p999``)."""
+    e = np.asarray(c.ep, dtype=float)
+    cap = np.asarray(c.batch_cap, dtype=float)
+    if np.all(e == 1.0):
+        return b_p999, cap
+    b_r = b / e
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(lens.mean_o1 > 0, lens.mean_min_steps / np.maximum(lens.mean_o1, 1e-300), 0.0)
+    v = 1.0 - (1.0 - 1.0 / e) * erlang_eta(b_r, e) * share
+    return np.where(e == 1.0, b_p999, b_r + Z999 * np.sqrt(b_r * occupancy_factor * v)), cap / e
 
 
 def erlang_eta(n: np.ndarray, e: np.ndarray) -> np.ndarray:

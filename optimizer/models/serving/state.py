@@ -57,6 +57,7 @@ class Lengths:
     # E[Σ_{j=1}^{min(O, O')−1} (E[L] + j)²] over independent O, O' (what evenly spaced arrivals take off the
     # occupancy's variance, ``latency.kv_per_rank``)
     kv_mean2_steps: float = 0.0
+    mean_min_steps: float = 0.0  # E[min(S, S')] of two independent requests' decode steps (``latency.batch_per_rank``)
     # E[(L − node)^j | stratum], j = 1..8, the prompt censored at the queue-tail quantile (``lengths.stratum_deviations``),
     # (QL, 8): what the prefill queue's E[S^k] of a service quadratic in L needs (``latency.service_moments``)
     l_dev: np.ndarray | None = None
@@ -84,7 +85,8 @@ def lengths_for(prompt: LengthDist, output: LengthDist, technique: ServingTechni
     var_l = float(lw @ (ln - el) ** 2)
     kv3 = _sum_cubes(float(lw @ ln), el2, float(lw @ ln**3), n, 1.0, ow)
     return Lengths(ln, lw, on, ow, lv, ov, el, var_l, eo1, float(ow @ on), ctx, kv1, kv2, kv_prompt_tokens=el,
-                   kv_tok3_steps=kv3, l_dev=dev, kv_mean2_steps=_sum_mean_squares(el, n, 1.0, ow))
+                   kv_tok3_steps=kv3, l_dev=dev, kv_mean2_steps=_sum_mean_squares(el, n, 1.0, ow),
+                   mean_min_steps=float(ow @ np.minimum.outer(n, n) @ ow))
 
 
 def _sum_mean_squares(ek: float, steps: np.ndarray, a: float, o_w: np.ndarray) -> float:
@@ -132,7 +134,8 @@ def _technique_lengths(ln, lw, lv, on, ow, ov, t: ServingTechnique, dev: np.ndar
     return Lengths(pre, lw, 1.0 + steps, ow, lv * (1.0 - h) ** 2, ov / (a * a), el, var_l, es, float(ow @ on), ctx,
                    kv1, kv2, kv_prompt_tokens=ek, span_offset=el_full - el, tokens_per_step=a, kv_tok3_steps=kv3,
                    l_dev=dev * (1.0 - h) ** np.arange(1, dev.shape[1] + 1),
-                   kv_mean2_steps=_sum_mean_squares(ek, steps, a, ow))
+                   kv_mean2_steps=_sum_mean_squares(ek, steps, a, ow),
+                   mean_min_steps=float(ow @ np.minimum.outer(steps, steps) @ ow))
 
 
 # ---------------------------------------------------------------------------------------
