@@ -219,12 +219,11 @@ def kv_per_rank(c: Configs, kv_mean: np.ndarray, kv_var: np.ndarray, kv_k3: np.n
     one rank full stalls the requests sent to it while another has room — instead of the pooled
     ``Q_0.999(mean, κ2, κ3) <= K``. e = 1: the pooled hold, bit for bit.
 
-    It holds whole sequences: with sd ≥ √b_r·c̄ (var ≥ b_r·c̄², c̄ the time-weighted context), b_r·c̄ +
-    3.09·√b_r·c̄ <= K/e gives b_r < floor(K/(e·c̄)) running sequences per rank when that is ≥ 1 (b_r ≥ n needs
-    n + 3.09·√n < n + 1), and b_r < 0.07 when it is 0: the replica's KV-limited batch is at most
-    ``perf.max_sequences(c, c̄)`` = e·floor(K/(e·c̄)), as ``capacity._feasible_qps_bound`` takes it. (The
-    variance bound is the thinning's; round robin's κ2 is smaller, by at most (1 − 1/e)·∫m², so a rank near one
-    sequence is held to about the same.)"""
+    It holds whole sequences: the thinning's κ2 is at least b_r·c̄² (c̄ the time-weighted context) and round robin
+    takes off at most (1 − 1/e) of it (η <= 1, ∫m² <= ∫E[f²]), so sd ≥ √(b_r/e)·c̄ and b_r·c̄ + 3.09·√(b_r/e)·c̄ <= K/e;
+    b_r ≥ n would need n + 3.09·√(n/e) < n + 1, i.e. n < 0.105·e, impossible for n ≥ 1 at e <= 9: b_r <
+    floor(K/(e·c̄)) running sequences per rank when that is ≥ 1, and the replica's KV-limited batch is at most
+    ``perf.max_sequences(c, c̄)`` = e·floor(K/(e·c̄)), as ``capacity._feasible_qps_bound`` takes it."""
     e = np.asarray(c.ep, dtype=float)
     cap = np.asarray(c.kv_capacity_tokens, dtype=float) / e
     if np.all(e == 1.0):
