@@ -145,6 +145,22 @@ def test_random_assignment_spreads_worse_than_round_robin():
     assert 0.92 * sim <= analytic <= 1.05 * sim, (analytic, sim)
 
 
+def test_least_loaded_spreads_better_still():
+    """vLLM's data-parallel client and TensorRT-LLM's attention DP send a request to the rank with the fewest
+    (waiting·4 +) running requests (``rank_assignment="least_loaded"``): more even than round robin, so the analytic
+    (round robin) hold is conservative for them. Measured at 20 req/s: 118,828 tokens against round robin's 122,070,
+    analytic/simulated 1.10 (1.12 at 8, 1.14 at 2). Held: the analytic at or over it, by at most 15 %."""
+    analytic, sim = _rank_p99(20.0, "least_loaded")
+    assert sim <= analytic <= 1.15 * sim, (analytic, sim)
+
+
+def test_an_unknown_rank_assignment_is_refused():
+    from catalog.errors import ModelError
+
+    with pytest.raises(ModelError, match="rank_assignment must be round_robin, random or least_loaded"):
+        simulate(_qwen(4, 6400), 0, 1.0, PROMPT, OUTPUT, requests=10, rank_assignment="shortest")
+
+
 def test_a_shared_prefix_is_held_once_per_rank():
     """Each attention rank's prefix cache is its own: ep4 with a 2,000-token shared prefix leaves K − 4·2,000."""
     c = _qwen(4, 100_000)
