@@ -210,7 +210,7 @@ def kv_per_rank(c: Configs, kv_mean: np.ndarray, kv_var: np.ndarray, kv_k3: np.n
     arrivals in a life; where n is small the gaps are not short against the life and less variance goes: η(n)
     is that of an exponential life of the same mean, whose GI/M/∞ peakedness is exact, z = 1/(1 − φ) − n with
     φ = (e·n/(e·n + 1))^e the Laplace transform of the Erlang-e gap at the life's rate: η = (1 − z)/((1 − c_a²)/2),
-    → 1 as n → ∞, ≈ 2n/(1 − 1/e) as n → 0 (at n = 0.22, e = 4: 0.45; n = 2: 0.89). Here ∫E[f²] = t̄·E[Σ(L+j)²] and
+    → 1 as n → ∞, ≈ 2n/(1 − 1/e) as n → 0 (at n = 0.22, e = 4: 0.45; n = 2: 0.90). Here ∫E[f²] = t̄·E[Σ(L+j)²] and
     ∫m² = t̄·Σ_j m(j)², ``kv_var_even`` (= λ·t̄·``Lengths.kv_mean2_steps``·F, the load feedback F kept: the
     ranks step in lockstep, so F is the replica's); κ3 is the thinning's κ3/e scaled by (κ2/(κ2_thinning))^1.5,
     the skewness of the thinning kept (a stated approximation; the count of an Erlang renewal process is less
