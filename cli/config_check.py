@@ -46,11 +46,18 @@ def check_context(model: Model, input_tokens: float, output_tokens: float, input
                          "choose a model with a longer context")
 
 
-def check_batch(batch: int | None, max_batch: int | None) -> None:
-    """``--batch`` above ``--max-batch`` asks for more running sequences than the scheduler admits."""
-    if batch is not None and max_batch is not None and batch > max_batch:
+def check_batch(batch: int | None, max_batch: int | None, ep: int = 1) -> None:
+    """``--batch`` (the replica's running sequences) above ``--max-batch`` × ``--ep`` asks for more running
+    sequences than the schedulers admit: ``--max-batch`` is each attention data-parallel rank's cap
+    (``configs.build_configs``), so an ep = e replica runs up to e of them."""
+    if batch is None or max_batch is None or batch <= max_batch * ep:
+        return
+    if ep == 1:
         raise ModelError(f"--batch {batch} is above --max-batch {max_batch} (the scheduler runs at most "
                          f"{max_batch} sequences); lower --batch or raise --max-batch")
+    raise ModelError(f"--batch {batch} is above --max-batch {max_batch} × --ep {ep} (each of the {ep} attention "
+                     f"ranks' schedulers runs at most {max_batch} sequences, the replica {max_batch * ep}); lower "
+                     "--batch or raise --max-batch")
 
 
 def check_qps(qps: float | None) -> None:

@@ -51,7 +51,8 @@ EpOpt = Annotated[int, typer.Option(
     "all-to-all over the link; the replica has tp·pp·ep GPUs.")]
 MaxBatchOpt = Annotated[int | None, typer.Option(
     "--max-batch", min=1, help="Scheduler cap on running sequences (vLLM max_num_seqs, TensorRT-LLM "
-    "max_batch_size); default: the engine's calibrated cap.")]
+    "max_batch_size); with --ep N, of each attention rank (the replica runs N times it); default: the engine's "
+    "calibrated cap.")]
 
 
 def _window_share_warned() -> float:
@@ -167,7 +168,7 @@ def estimate(
     m, d, q, p = cat.model(model), cat.device(device), cat.precision(precision), load_calibration(params, cat)
     check_sharding(m, d, tp, pp, ep, engine)
     check_context(m, input_tokens, output_tokens, input_p99, output_p99)
-    check_batch(batch, max_batch)
+    check_batch(batch, max_batch, ep)
     prompt = length_from_flags(input_tokens, input_p99, "input")
     output = length_from_flags(output_tokens, output_p99, "output")
     result = estimate_config(m, d, q, tp, pp, input_tokens, output_tokens, p, batch=batch,

@@ -16,11 +16,13 @@ Scheduler (iteration-level, vLLM/TensorRT-LLM style), per step:
 
    with ep = e > 1 (attention data-parallel ranks) each rank has its own KV cache, K/e tokens, and
    its own waiting queue: request i goes to rank i mod e (round robin in arrival order, the load
-   balancer of SGLang's data-parallel attention; deterministic, no draw; ``rank_assignment="random"``:
-   a seeded uniform draw), admission takes, of the
-   ranks whose head fits in its rank's free KV, the earliest-arrived head (so one full rank blocks only
-   its own queue), and 3 preempts on the rank whose sequences do not fit, its latest admitted one.
-   The prefill queue, the step and the cap of ``max_sequences`` stay the replica's;
+   balancer of SGLang's data-parallel attention, what the analytic model takes; deterministic, no draw;
+   ``rank_assignment="random"``: a seeded uniform draw; ``"least_loaded"``: at arrival, the rank with the fewest
+   4·waiting + admitted requests, lowest index on ties, as vLLM's data-parallel client scores engines), admission
+   takes, of the ranks whose head fits in its rank's free KV and whose admitted sequences are under the rank's cap
+   ``max_sequences``/e (the engine's scheduler cap is per rank), the earliest-arrived head (so one full rank
+   blocks only its own queue), and 3 preempts on the rank whose sequences do not fit, its latest admitted one.
+   The prefill queue and the step stay the replica's;
 4. the step decodes one token for each of the ``b`` running sequences and spends up to
    ``prefill_chunk_tokens`` on prompts in FCFS order (chunked prefill);
 5. it lasts ``decode_step_s(b, mean context, prefill tokens, mean prefill span)``
@@ -162,9 +164,10 @@ def simulate(
     Exp(qps); both from ``numpy.random.default_rng(seed)`` so a seed fixes the result.
     KV capacity is ``c.kv_capacity_tokens[index]``, split over its e = ``c.ep[index]`` attention ranks (K/e each,
     module doc; a shared prefix is held once per rank); ``rank_assignment`` sends request i to rank i mod e
-    (``round_robin``) or to a uniform draw (``random``, the Poisson thinning the analytic model's per-rank KV
-    takes, ``serving.latency.kv_per_rank``); the running-sequence cap is
-    ``max_sequences`` (default ``c.batch_cap[index]``: the engine's cap per attention rank × ep, or ``max_batch``).
+    (``round_robin``, what the analytic model's per-rank KV takes, ``serving.latency.kv_per_rank``), to a uniform
+    draw (``random``, a Poisson thinning) or to the least loaded rank at its arrival (``least_loaded``); the
+    running-sequence cap is the replica's ``max_sequences`` (default ``c.batch_cap[index]``: the engine's cap per
+    attention rank × ep, or ``max_batch``), held per attention rank as max(⌊max_sequences/e⌋, 1).
 
     Prefix caching, as the analytic model has it (``optimizer.models.techniques``): a request
     prefills P = max(round(L·(1 − h)) − N', 1) tokens whose attention starts after the L − P
@@ -204,12 +207,14 @@ def simulate(
 def _rank_of(ranks: int, requests: int, assignment: str, seed: int) -> list[int]:
     """The attention rank of each request: ``round_robin`` i mod ranks; ``random`` uniform draws of
     ``numpy.random.default_rng([seed, 1])`` (a stream of its own: the arrivals and lengths are those of
-    round robin's run)."""
+    round robin's run); ``least_loaded`` −1, chosen at arrival in ``_run``."""
     if assignment == "round_robin":
         return [i % ranks for i in range(requests)]
     if assignment == "random":
         return np.random.default_rng([seed, 1]).integers(0, ranks, requests).tolist()
-    raise ModelError(f"rank_assignment must be round_robin or random (got {assignment!r})")
+    if assignment == "least_loaded":
+        return [-1] * requests  # chosen at arrival (``_run``)
+    raise ModelError(f"rank_assignment must be round_robin, random or least_loaded (got {assignment!r})")
 
 
 def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: np.ndarray,
@@ -245,6 +250,9 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
     rank_kv = [0.0] * ranks
     rank_b = [0] * ranks
     rank_running: list[list[int]] = [[] for _ in range(ranks)]
+    rank_adm = [0] * ranks  # admitted (prefilling or decoding) sequences of each rank, at most rank_cap
+    rank_cap = max(max_seqs // ranks, 1)  # the engine's cap is per attention rank's scheduler (max_seqs: the replica's)
+    least_loaded = multi and rank_of[0] < 0  # rank chosen at arrival: fewest 4·waiting + admitted (vLLM's DP balance)
     rank_steps: list[float] = []  # every rank's KV at the end of every step
     n_wait = 0  # requests in rank_wait
 
@@ -286,6 +294,8 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
         if t_next <= t:
             while arr_s[nxt] <= t:
                 if multi:
+                    if least_loaded:
+                        rank_of[nxt] = min(range(ranks), key=lambda r: 4 * len(rank_wait[r]) + rank_adm[r])
                     rank_wait[rank_of[nxt]].append(nxt)
                     n_wait += 1
                 else:
@@ -296,17 +306,19 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
                 backlog_at_end = len(waiting) + n_wait + len(prefilling) + b
         # admission (FCFS, head of line blocks; per rank with ranks > 1)
         if multi:
-            while n_wait and n_admitted < max_seqs:
+            while n_wait:
                 rid = -1
                 for r in range(ranks):
                     q = rank_wait[r]
-                    if q and (rid < 0 or q[0] < rid) and rank_kv[r] + eff_prompt[q[0]] + 1 <= cap_kv:
+                    if (q and (rid < 0 or q[0] < rid) and rank_adm[r] < rank_cap
+                            and rank_kv[r] + eff_prompt[q[0]] + 1 <= cap_kv):
                         rid, r_in = q[0], r
                 if rid < 0:
                     break
                 rank_wait[r_in].popleft()
                 n_wait -= 1
                 rank_kv[r_in] += eff_prompt[rid] + 1
+                rank_adm[r_in] += 1
                 kv_used += eff_prompt[rid] + 1
                 prefilling.append([rid, eff_prompt[rid] - skip[rid], offset[rid]])
                 n_admitted += 1
@@ -353,6 +365,7 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
                     rank_kv[r] -= ctx_v
                     b -= 1
                     rank_b[r] -= 1
+                    rank_adm[r] -= 1
                     n_admitted -= 1
                     epoch[victim] += 1
                     eff_prompt[victim] = plen[victim] + generated[victim]
@@ -453,6 +466,7 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
             if multi:
                 rank_kv[rank_of[rid]] -= ctx_v
                 rank_b[rank_of[rid]] -= 1
+                rank_adm[rank_of[rid]] -= 1
         # prefill completions emit a token at the end of this step
         out_tokens_done += len(completed)
         for rid in completed:
@@ -467,6 +481,7 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
                 n_admitted -= 1
                 if multi:
                     rank_kv[rank_of[rid]] -= eff_prompt[rid] + 1
+                    rank_adm[rank_of[rid]] -= 1
                 continue
             is_running[rid] = True
             if multi:

@@ -79,8 +79,10 @@ over quadrature nodes of the length distributions and inverted by bisection):
   the p99 was 13-30 % under the simulator's at 90 % load and memory-limited capacities
   5-10 % too high (the simulator preempted thousands of times at them). The hold is per attention
   rank (``latency.kv_per_rank``): an ep = e > 1 replica (attention data-parallel) keeps each sequence
-  on one of e ranks, each with K/e tokens of KV and λ/e of the requests, so its p99.9 is that of the
-  shot noise with every cumulant / e, held against K/e (e = 1: the replica's, unchanged).
+  on one of e ranks, each with K/e tokens of KV and every e-th request (round robin: Erlang-e gaps), so its
+  p99.9 is that of a shot noise of mean / e and κ2 (λ/e)·[∫E f² − (1 − 1/e)·η·∫m²], held against K/e; the running
+  batch of one rank likewise against the scheduler cap / e (``latency.batch_per_rank``; e = 1: the replica's,
+  unchanged).
 - **Capacity** (``capacity.capacity_at_slo``; ``capacity_at_slo_sets`` for several length sets, a
   workload's buckets, in one search over per-row lengths, ``rows.RowLengths``): the largest λ with every p99 met and the KV p99
   and batch p99 fitting, and at most ``SERVER_OFFLINE_CEILING`` (0.88) of the replica's offline

@@ -94,8 +94,9 @@ def capacity_at_slo(
     is at the constant) × the replica's offline request rate (limited_by ``'utilization'``); None:
     no ceiling (the model's own limits, as scripts/agreement.py loads the replicas).
     Feasible(λ) = not saturated ∧ KV fits ∧ every given p99 ≤ its target, assumed monotone
-    in λ; its margin ``max(ln(p99/target), ln(kv_p999/kv_capacity), ln(b_p999/max_batch))`` (the KV of one
-    attention rank against the rank's cache, ``latency.kv_per_rank``)
+    in λ; its margin ``max(ln(p99/target), ln(kv_p999/kv_capacity), ln(b_p999/max_batch))`` (the KV and, at ep > 1,
+    the running batch of one attention rank against the rank's cache and scheduler cap, ``latency.kv_per_rank``,
+    ``latency.batch_per_rank``)
     (∞ when saturated) is continuous, so the root is found by regula falsi (Illinois) in
     ln λ, with a geometric bisection step whenever the upper end is saturated or the
     previous step did not halve the bracket, until the bracket is within CAPACITY_RTOL. Unservable = infeasible at λ_lo = 1e-6·(scheduler-cap
@@ -258,8 +259,9 @@ class _Search:
         r = evaluate_load(cs, lam, ls, self.chunk, self.need, p50=False, state=st)
         with np.errstate(divide="ignore", invalid="ignore"):
             terms = [np.log(r.kv_rank_p999_tokens / np.maximum(r.kv_rank_capacity_tokens, 1e-300)),
-                     np.log(np.maximum(r.running_batch + Z999 * np.sqrt(r.running_batch), 1e-300)
-                            / cs.batch_cap)]
+                     np.where(cs.ep == 1, np.log(np.maximum(r.running_batch + Z999 * np.sqrt(r.running_batch), 1e-300)
+                                                 / cs.batch_cap),
+                              np.log(np.maximum(r.batch_rank_p999, 1e-300) / r.batch_rank_cap))]
             terms += [np.log(getattr(r, f"{k}_p99_ms") / t) for k, t in self.targets.items()]
         terms = np.nan_to_num(np.array(terms), nan=np.inf)
         f_live = np.max(terms, axis=0)
@@ -369,7 +371,8 @@ def _limits(search: _Search, at_cap: LoadResult, max_qps: np.ndarray, hi: np.nda
             why.append(_unservable_why(at_cap, i, targets, c))
         elif ok_hi[i]:
             limited_by.append("memory")
-            why.append(f"scheduler cap of {c.batch_cap[i]:,.0f} running sequences")
+            per_rank = f" ({c.batch_cap[i] / c.ep[i]:,.0f} per attention rank)" if c.ep[i] > 1 else ""
+            why.append(f"scheduler cap of {c.batch_cap[i]:,.0f} running sequences{per_rank}")
         else:
             limited_by.append(search.names[bind_hi[i]] if bind_hi[i] >= 0
                               else _binding(above, where_unknown[i], targets))  # type: ignore[arg-type]

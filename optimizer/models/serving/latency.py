@@ -47,6 +47,8 @@ class LoadResult:
     scheduler cap the same way, ``b + Z999·√(b·F) <= batch_cap``: at the p99 a full batch queued
     about 1 % of the arrivals for a slot (llama-3.1-70b fp8 on h100-sxm tp4, --max-batch 32, prompts
     1,000/p99 3,000, answers 1,000/p99 3,000 at 1.41 req/s: simulated TTFT p99 1.41 s, analytic 0.22 s).
+    Per attention rank at ep > 1, as the KV: each rank's scheduler runs at most batch_cap/ep sequences (the
+    engine's per-rank cap, ``configs.build_configs``), held against one rank's batch p99.9 (``batch_per_rank``).
     """
 
     qps: np.ndarray
@@ -70,6 +72,8 @@ class LoadResult:
     kv_rank_p99_tokens: np.ndarray  # p99 occupancy of one attention rank (ep 1: the replica's)
     kv_rank_p999_tokens: np.ndarray  # p99.9 occupancy of one attention rank, what ``kv_fits`` holds against ...
     kv_rank_capacity_tokens: np.ndarray  # ... the rank's cache, kv_capacity_tokens / ep (``kv_per_rank``)
+    batch_rank_p999: np.ndarray  # p99.9 running batch of one attention rank (ep 1: b + Z999·√(b·F)), held against ...
+    batch_rank_cap: np.ndarray  # ... the rank's scheduler cap, batch_cap / ep (``batch_per_rank``)
     output_tokens_per_s: np.ndarray  # λ·E[O]
 
 
@@ -150,10 +154,12 @@ def evaluate_load(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, nee
     kv_var = lam * tbar * lens.kv_tok2_steps * fb.occupancy_factor
     kv_k3 = lam * tbar * lens.kv_tok3_steps * fb.occupancy_factor**1.5
     kv_p99, kv_p999 = (_kv_quantile(q, z, kv_mean, kv_var, kv_k3) for q, z in ((0.99, Z99), (0.999, Z999)))
-    kv_rank_p99, kv_rank_p999, kv_rank_cap = kv_per_rank(c, kv_mean, kv_var, kv_k3, kv_p99, kv_p999)
+    kv_var_even = lam * tbar * lens.kv_mean2_steps * fb.occupancy_factor  # ∫m², what even spacing takes off κ2
+    kv_rank_p99, kv_rank_p999, kv_rank_cap = kv_per_rank(c, kv_mean, kv_var, kv_k3, kv_p99, kv_p999, kv_var_even, s.b)
     b_p999 = s.b + Z999 * np.sqrt(s.b * fb.occupancy_factor)  # p99.9 against the cap, as the KV (class doc)
+    b_rank_p999, b_rank_cap = batch_per_rank(c, s.b, fb.occupancy_factor, b_p999, lens)
     kv_cap = np.asarray(c.kv_capacity_tokens, dtype=float)
-    kv_fits = (kv_rank_p999 <= kv_rank_cap) & (b_p999 <= c.batch_cap) & ~sat
+    kv_fits = (kv_rank_p999 <= kv_rank_cap) & (b_rank_p999 <= b_rank_cap) & ~sat
     util = lam * (s.eps_s + lens.mean_o1 * s.slope_s)
     util = np.where(sat, np.maximum(util, 1.0), util)
 
@@ -170,6 +176,7 @@ def evaluate_load(c: Configs, lam: np.ndarray, lens: RowLengths, chunk: int, nee
         kv_p99_tokens=np.where(sat, np.inf, kv_p99), kv_p999_tokens=np.where(sat, np.inf, kv_p999),
         kv_capacity_tokens=kv_cap, kv_fits=kv_fits,
         kv_rank_p99_tokens=np.where(sat, np.inf, kv_rank_p99), kv_rank_p999_tokens=np.where(sat, np.inf, kv_rank_p999), kv_rank_capacity_tokens=kv_rank_cap,
+        batch_rank_p999=np.where(sat, np.inf, b_rank_p999), batch_rank_cap=b_rank_cap,
         output_tokens_per_s=np.where(sat, np.nan, lam * lens.mean_o),
     )
 
@@ -181,33 +188,91 @@ def _kv_quantile(q: float, z: float, mean: np.ndarray, var: np.ndarray, k3: np.n
 
 
 def kv_per_rank(c: Configs, kv_mean: np.ndarray, kv_var: np.ndarray, kv_k3: np.ndarray, kv_p99: np.ndarray,
-                kv_p999: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                kv_p999: np.ndarray, kv_var_even: np.ndarray | float = 0.0,
+                batch: np.ndarray | float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(p99 and p99.9 KV occupancy of one attention rank, the rank's KV capacity), tokens, from the replica's
     occupancy cumulants (mean, κ2, κ3) and quantiles (``kv_p99``, ``kv_p999``: the rank's where ep is 1).
 
     A replica of e = ep attention data-parallel ranks keeps a sequence's KV on one rank, and each rank has its
     own cache, K/e of the replica's K tokens (each GPU's HBM less its weights and activations; the shared
     prefix of a prefix cache is held once per rank, ``techniques.configure``). The load balancer sends each
-    request to one rank (the simulator: round robin), so a rank serves λ/e of the arrivals: taken as a Poisson
-    thinning, its occupancy is the same over-dispersed shot noise with every cumulant divided by e (the ranks
-    step in lockstep, so the load feedback F is the replica's). The p99.9 hold is per rank,
-    ``Q_0.999(mean/e, κ2/e, κ3/e) <= K/e`` — one rank full stalls the requests sent to it while another has
-    room — instead of the pooled ``Q_0.999(mean, κ2, κ3) <= K``; the per-rank quantile is larger than the
-    pooled one / e by the relative spread √e·sd/mean and the skew √e·κ3/κ2^1.5 of a rank's fewer, whole
-    sequences. e = 1: the pooled hold, bit for bit.
+    request to one rank, round robin (SGLang's data-parallel default; vLLM's DP coordinator and TensorRT-LLM's
+    attention DP send it to the rank with the fewest waiting/running requests, at least as even in count), so a
+    rank serves λ/e of the arrivals, every e-th one: a renewal process whose gaps are Erlang-e (the sum of e
+    exponential gaps), squared coefficient of variation c_a² = 1/e. Its occupancy is a shot noise
+    X = Σ_i f_i(t − A_i) (f_i a request's KV over its life, m = E[f] the mean profile) with
 
-    It holds whole sequences: with sd ≥ √b_r·c̄ (var ≥ b_r·c̄², c̄ the time-weighted context), b_r·c̄ +
-    3.09·√b_r·c̄ <= K/e gives b_r < floor(K/(e·c̄)) running sequences per rank when that is ≥ 1 (b_r ≥ n needs
-    n + 3.09·√n < n + 1), and b_r < 0.07 when it is 0: the replica's KV-limited batch is at most
+        κ2 = (λ/e)·[∫E[f²] − (1 − c_a²)·η·∫m²]
+
+    η = 1: the GI/G/∞ variance with the arrivals' Bartlett spectrum taken at frequency 0, right when a request's
+    life is many gaps long (Whitt's peakedness z = 1 + (c_a² − 1)·μ∫G_c², for f a 0/1 pulse of survival G_c; a
+    Poisson thinning, c_a² = 1, gives the replica's κ2/e). A rank running n = b/e sequences sees about n
+    arrivals in a life; where n is small the gaps are not short against the life and less variance goes: η(n)
+    is that of an exponential life of the same mean, whose GI/M/∞ peakedness is exact, z = 1/(1 − φ) − n with
+    φ = (e·n/(e·n + 1))^e the Laplace transform of the Erlang-e gap at the life's rate: η = (1 − z)/((1 − c_a²)/2),
+    → 1 as n → ∞, ≈ 2n/(1 − 1/e) as n → 0 (at n = 0.22, e = 4: 0.45; n = 2: 0.90). Here ∫E[f²] = t̄·E[Σ(L+j)²] and
+    ∫m² = t̄·Σ_j m(j)², ``kv_var_even`` (= λ·t̄·``Lengths.kv_mean2_steps``·F, the load feedback F kept: the
+    ranks step in lockstep, so F is the replica's); κ3 is the thinning's κ3/e scaled by (κ2/(κ2_thinning))^1.5,
+    the skewness of the thinning kept (a stated approximation; the count of an Erlang renewal process is less
+    skewed still). The mean is the replica's / e. Checked against the simulator's round robin
+    (``tests/models/test_ep_kv_per_rank.py``). The p99.9 hold is per rank, ``Q_0.999(rank cumulants) <= K/e`` —
+    one rank full stalls the requests sent to it while another has room — instead of the pooled
+    ``Q_0.999(mean, κ2, κ3) <= K``. e = 1: the pooled hold, bit for bit.
+
+    It holds whole sequences: the thinning's κ2 is at least b_r·c̄² (c̄ the time-weighted context) and round robin
+    takes off at most (1 − 1/e) of it (η <= 1, ∫m² <= ∫E[f²]), so sd ≥ √(b_r/e)·c̄ and b_r·c̄ + 3.09·√(b_r/e)·c̄ <= K/e;
+    b_r ≥ n would need n + 3.09·√(n/e) < n + 1, i.e. n < 0.105·e, impossible for n ≥ 1 at e <= 9: b_r <
+    floor(K/(e·c̄)) running sequences per rank when that is ≥ 1, and the replica's KV-limited batch is at most
     ``perf.max_sequences(c, c̄)`` = e·floor(K/(e·c̄)), as ``capacity._feasible_qps_bound`` takes it."""
     e = np.asarray(c.ep, dtype=float)
     cap = np.asarray(c.kv_capacity_tokens, dtype=float) / e
     if np.all(e == 1.0):
         return kv_p99, kv_p999, cap
     one = e == 1.0
-    p99, p999 = (np.where(one, pooled, _kv_quantile(q, z, kv_mean / e, kv_var / e, kv_k3 / e))
+    thin_var = kv_var / e
+    var = np.maximum(thin_var - (1.0 - 1.0 / e) * erlang_eta(np.asarray(batch, dtype=float) / e, e) * kv_var_even / e,
+                     0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(thin_var > 0, var / thin_var, 1.0)
+    k3 = kv_k3 / e * ratio**1.5
+    p99, p999 = (np.where(one, pooled, _kv_quantile(q, z, kv_mean / e, var, k3))
                  for q, z, pooled in ((0.99, Z99, kv_p99), (0.999, Z999, kv_p999)))
     return p99, p999, cap
+
+
+def batch_per_rank(c: Configs, b: np.ndarray, occupancy_factor: np.ndarray, b_p999: np.ndarray, lens: RowLengths
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(p99.9 running batch of one attention rank, the rank's scheduler cap), sequences.
+
+    ``c.batch_cap`` is the replica's: e = ep times the engine's per-rank cap (vLLM ``max_num_seqs`` and
+    TensorRT-LLM ``max_batch_size`` apply to each data-parallel rank's scheduler, ``configs.build_configs``), and one
+    rank at its cap queues the requests sent to it while another has slots. A rank runs b_r = b/e sequences on
+    average; its count is the shot noise of ``kv_per_rank`` with a 0/1 pulse over a request's S decode steps
+    (∫E[f²] = E[S]·t̄, ∫m² = E[min(S, S')]·t̄), so with round robin its variance is
+    b_r·F·(1 − (1 − 1/e)·η(b_r)·E[min(S, S')]/E[S]) (F the replica's load feedback), and the hold is
+    ``b_r + Z999·sd <= batch_cap/e``. As the variance factor is at least 1/e, this is at least as strict as the
+    pooled ``b + Z999·√(b·F) <= batch_cap``; e = 1: that, bit for bit (``b_p999``)."""
+    e = np.asarray(c.ep, dtype=float)
+    cap = np.asarray(c.batch_cap, dtype=float)
+    if np.all(e == 1.0):
+        return b_p999, cap
+    b_r = b / e
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(lens.mean_o1 > 0, lens.mean_min_steps / np.maximum(lens.mean_o1, 1e-300), 0.0)
+    v = 1.0 - (1.0 - 1.0 / e) * erlang_eta(b_r, e) * share
+    return np.where(e == 1.0, b_p999, b_r + Z999 * np.sqrt(b_r * occupancy_factor * v)), cap / e
+
+
+def erlang_eta(n: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """The share η ∈ [0, 1] of the low-frequency variance reduction (1 − c_a²)·∫m² that Erlang-e arrivals (c_a² =
+    1/e) reach when n arrivals fall in a mean life (``kv_per_rank``): the exact GI/M/∞ peakedness of an exponential
+    life, z = 1/(1 − φ) − n, φ = (e·n/(e·n + 1))^e, as η = (1 − z)/((1 − 1/e)/2); 0 where e = 1 or n = 0."""
+    n = np.maximum(np.asarray(n, dtype=float), 0.0)
+    e = np.asarray(e, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        z = 1.0 / -np.expm1(e * (np.log(e * n) - np.log1p(e * n))) - n  # 1 − φ = −expm1(ln φ)
+        eta = (1.0 - z) / ((1.0 - 1.0 / e) / 2.0)
+    return np.where((e > 1.0) & (n > 0) & np.isfinite(eta), np.clip(eta, 0.0, 1.0), 0.0)
 
 
 @dataclass(frozen=True)

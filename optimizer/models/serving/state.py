@@ -53,6 +53,11 @@ class Lengths:
     span_offset: float = 0.0  # cached tokens a prefill chunk attends to before its own (prefix caching)
     tokens_per_step: float = 1.0  # tokens a decoding sequence emits per step (speculative decoding)
     kv_tok3_steps: float = 0.0  # E[Σ_{j=1}^{O−1} (L + j)³] (the skew of the KV occupancy)
+    # Σ_j m(j)², m(j) = (E[L] + j)·P(O − 1 >= j) the mean KV profile of a request j steps into its decode:
+    # E[Σ_{j=1}^{min(O, O')−1} (E[L] + j)²] over independent O, O' (what evenly spaced arrivals take off the
+    # occupancy's variance, ``latency.kv_per_rank``)
+    kv_mean2_steps: float = 0.0
+    mean_min_steps: float = 0.0  # E[min(S, S')] of two independent requests' decode steps (``latency.batch_per_rank``)
     # E[(L − node)^j | stratum], j = 1..8, the prompt censored at the queue-tail quantile (``lengths.stratum_deviations``),
     # (QL, 8): what the prefill queue's E[S^k] of a service quadratic in L needs (``latency.service_moments``)
     l_dev: np.ndarray | None = None
@@ -80,7 +85,17 @@ def lengths_for(prompt: LengthDist, output: LengthDist, technique: ServingTechni
     var_l = float(lw @ (ln - el) ** 2)
     kv3 = _sum_cubes(float(lw @ ln), el2, float(lw @ ln**3), n, 1.0, ow)
     return Lengths(ln, lw, on, ow, lv, ov, el, var_l, eo1, float(ow @ on), ctx, kv1, kv2, kv_prompt_tokens=el,
-                   kv_tok3_steps=kv3, l_dev=dev)
+                   kv_tok3_steps=kv3, l_dev=dev, kv_mean2_steps=_sum_mean_squares(el, n, 1.0, ow),
+                   mean_min_steps=float(ow @ np.minimum.outer(n, n) @ ow))
+
+
+def _sum_mean_squares(ek: float, steps: np.ndarray, a: float, o_w: np.ndarray) -> float:
+    """Σ_j m(j)² of the mean KV profile m(j) = (E[K] + a·j)·P(S >= j) over the step nodes S (weights ``o_w``):
+    P(S >= j)² is the probability that two independent requests both still decode at step j, so the sum is
+    E[g(min(S, S'))], g(s) = Σ_{j=1}^{s} (E[K] + a·j)² = s·E[K]² + 2a·E[K]·Σj + a²·Σj²."""
+    s = np.minimum.outer(steps, steps)
+    g = s * ek * ek + 2 * a * ek * s * (s + 1) / 2.0 + a * a * s * (s + 1) * (2 * s + 1) / 6.0
+    return float(o_w @ g @ o_w)
 
 
 def _sum_cubes(e1: float, e2: float, e3: float, steps: np.ndarray, a: float, o_w: np.ndarray) -> float:
@@ -118,7 +133,9 @@ def _technique_lengths(ln, lw, lv, on, ow, ov, t: ServingTechnique, dev: np.ndar
     kv3 = _sum_cubes(ek, ek2, float(lw @ held**3), steps, a, ow)
     return Lengths(pre, lw, 1.0 + steps, ow, lv * (1.0 - h) ** 2, ov / (a * a), el, var_l, es, float(ow @ on), ctx,
                    kv1, kv2, kv_prompt_tokens=ek, span_offset=el_full - el, tokens_per_step=a, kv_tok3_steps=kv3,
-                   l_dev=dev * (1.0 - h) ** np.arange(1, dev.shape[1] + 1))
+                   l_dev=dev * (1.0 - h) ** np.arange(1, dev.shape[1] + 1),
+                   kv_mean2_steps=_sum_mean_squares(ek, steps, a, ow),
+                   mean_min_steps=float(ow @ np.minimum.outer(steps, steps) @ ow))
 
 
 # ---------------------------------------------------------------------------------------
