@@ -33,6 +33,19 @@ MELANGE = REPO / "tests" / "data" / "melange"  # Mélange's published example in
 CALIBRATION_CSV = shipped_measurements("calibration.csv")  # the copy shipped in optimizer/calibration/data
 MEASUREMENTS_2026_CSV = shipped_measurements("measurements-2026.csv")
 EXAMPLES = REPO / "examples"
+
+# A small plan (one device, one precision: the optimizer's quick path) whose optimum exists.
+SMALL_PLAN = """name: small
+allowed_devices: [l4]
+workloads:
+  - name: chat
+    model: llama-3.1-8b
+    qps: 2
+    prompt_tokens: 256
+    output_tokens: 64
+    precisions: [fp8]
+    slo: {ttft_p99_ms: 3000}
+"""
 CORPUS = REPO / "tests" / "corpus"
 TEST_DATA = REPO / "tests" / "data"
 

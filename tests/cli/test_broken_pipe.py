@@ -15,20 +15,9 @@ import sys
 
 import pytest
 
-from tests.conftest import EXAMPLES, REPO
+from tests.conftest import EXAMPLES, REPO, SMALL_PLAN
 
-# One device, one precision: the optimizer's quick path (tests/properties/test_output_paths.py).
-PLAN = """name: small
-allowed_devices: [l4]
-workloads:
-  - name: chat
-    model: llama-3.1-8b
-    qps: 2
-    prompt_tokens: 256
-    output_tokens: 64
-    precisions: [fp8]
-    slo: {ttft_p99_ms: 3000}
-"""
+PLAN = SMALL_PLAN
 
 
 def _run_with_reader_gone(*args: str) -> subprocess.CompletedProcess:

@@ -16,20 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import REPO, assert_no_traceback
+from tests.conftest import REPO, SMALL_PLAN, assert_no_traceback
 
-# A small plan (one device, one precision: quick candidates) whose optimum exists.
-PLAN = """name: small
-allowed_devices: [l4]
-workloads:
-  - name: chat
-    model: llama-3.1-8b
-    qps: 2
-    prompt_tokens: 256
-    output_tokens: 64
-    precisions: [fp8]
-    slo: {ttft_p99_ms: 3000}
-"""
+PLAN = SMALL_PLAN
 CATALOG = "devices:\n  - key: l4\n    purchase_usd: 2500\n"
 SENTINEL = b"earlier output\n"
 
