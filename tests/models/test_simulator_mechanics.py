@@ -11,6 +11,8 @@ running-sequence cap, one-token outputs and no warm-up.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -48,9 +50,9 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_simulate_equals_the_step_by_step_loop(case, monkeypatch):
-    c, qps, prompt, output, kwargs = CASES[case]
+def _spy_on_run(monkeypatch) -> tuple[list, Callable]:
+    """Record the (args, kwargs) of every ``simulate._run`` call (the step loop's inputs), running it as before;
+    returns (the record, the real ``_run``)."""
     seen = []
     real = sim._run
 
@@ -59,6 +61,13 @@ def test_simulate_equals_the_step_by_step_loop(case, monkeypatch):
         return real(*args, **kw)
 
     monkeypatch.setattr(sim, "_run", spy)
+    return seen, real
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_simulate_equals_the_step_by_step_loop(case, monkeypatch):
+    c, qps, prompt, output, kwargs = CASES[case]
+    seen, real = _spy_on_run(monkeypatch)
     got = sim.simulate(c, 0, qps, prompt, output, requests=1500, seed=11, **kwargs)
     [(args, kw)] = seen
     want = reference_run(*args, **kw)
@@ -97,14 +106,7 @@ def test_ranks_whose_kv_never_binds_run_as_one(case, monkeypatch):
     earliest head that fits) with KV that never binds is the one-rank loop bit for bit: admission stays FCFS and a
     decode-only step costs the same in either path. 4 ranks of K/4 each against one of K, the same requests."""
     c, qps, prompt, output, kwargs = CASES[case]
-    seen = []
-    real = sim._run
-
-    def spy(*args, **kw):
-        seen.append((args, kw))
-        return real(*args, **kw)
-
-    monkeypatch.setattr(sim, "_run", spy)
+    seen, real = _spy_on_run(monkeypatch)
     one = sim.simulate(c, 0, qps, prompt, output, requests=1500, seed=11, **kwargs)
     [(args, kw)] = seen
     args = list(args)
