@@ -171,3 +171,18 @@ def test_spread_fleet_through_pooling_and_feasibility_checks():
     assert is_feasible(problem, pooled)
     assert not is_feasible(problem, replace(pooled, replicas_per_server={}))  # shared: 2 − 2 < 0.1
     assert not is_feasible(problem, replace(pooled, nodes={"pcie": 2}))  # the spread needs its 2 servers
+
+
+def test_spread_needs_more_servers_than_the_shared_placement():
+    # w: 1-GPU replicas, load 0.1: shared needs 1 + ⌊8/1⌋ = 9 replicas; v: 2 plain 1-GPU replicas.
+    # Shared: 11 GPUs on 2 servers, 11 × 5,000 + 2 × 25,000 = $105,000. Spread 1 per server: w on
+    # 2 servers of its own, v on a third: 4 × 5,000 + 3 × 25,000 = $95,000. The servers' upper bound
+    # ⌈Σ g·ub / G⌉ = ⌈11/8⌉ = 2 ruled the spread's 3 servers out (it returned $105,000 as optimal).
+    problem = FleetProblem(
+        (Demand("w", (0.1,), n_plus_one=True, per_server=True), Demand("v", (0.5,), 2)),
+        (Option("w", "k", "pcie", 1, (1.0,)), Option("v", "j", "pcie", 1, (1.0,))), {"pcie": pcie()})
+    s = solve_fleet(problem)
+    assert s.status == SolveStatus.OPTIMAL
+    assert s.replicas == {("w", "k"): 2, ("v", "j"): 2} and s.replicas_per_server == {("w", "k"): 1}
+    assert (s.gpus["pcie"], s.nodes["pcie"]) == (4, 3)
+    assert s.objective_usd == pytest.approx(4 * GPU_USD + 3 * SERVER_USD)  # $95,000
