@@ -810,3 +810,22 @@ def test_estimated_price_is_one_risk_line_not_two(tmp_path):
         wb.close()
     assert sum(t.startswith("Estimated price, not a quote") and device in t for t in texts) == 1
     assert not any(t.startswith("Warning:") and "is an estimate" in t for t in texts)
+
+
+def test_deployments_state_the_kv_pairing_link():
+    """A prefill pool's receive tier (pair_link_gb_s: it may feed only decode pools receiving at least this
+    fast) and a decode pool's link were in the JSON only: the workbook showed the tier inside the key. Now a
+    column states each pool's figure as the JSON does."""
+    data = load_sample()
+    first, second = data["deployments"][:2]  # chat: h100-sxm tp2 as the prefill pool, l40s as the decode pool
+    pre = {**first, "stage": "prefill", "key": "prefill__" + first["key"] + "__rx1600gbps",
+           "kv_link_gb_s": 157.3, "pair_link_gb_s": 1360.0}
+    dec = {**second, "stage": "decode", "key": "decode__" + second["key"], "kv_link_gb_s": 157.3,
+           "pair_link_gb_s": 1700.0}
+    data["deployments"] = [pre, dec, *data["deployments"][2:]]
+    ws = build_workbook(data)["Deployments"]
+    header = [c.value for c in ws[HEADER_ROW]]
+    col = header.index("KV pairing link (Gb/s; a prefill pool feeds decode pools at or above it)")
+    by_key = {row[header.index("Configuration key")]: row[col]
+              for row in ws.iter_rows(min_row=HEADER_ROW + 1, values_only=True)}
+    assert by_key[pre["key"]] == 1360.0 and by_key[dec["key"]] == 1700.0
