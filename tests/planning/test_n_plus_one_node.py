@@ -89,6 +89,32 @@ def test_one_option_optimum_equals_enumeration(load, g, size):
     assert s.objective_usd == pytest.approx(cheapest_by_enumeration(load, g, size), rel=1e-9)
 
 
+def cheapest_beside_plain_by_enumeration(load: float, g: int, size: int, plain: int) -> float:
+    """The cheapest fleet of one n+1-node option (as :func:`cheapest_by_enumeration`) beside ``plain``
+    1-GPU replicas of another workload on the same PCIe device: shared, the plain GPUs share the
+    n+1-node replicas' servers (⌈(R·g + plain)/G⌉); spread, the n+1-node replicas' y servers are their
+    own and the plain GPUs fill ⌈plain/G⌉ others."""
+    most = size // g
+    best = math.inf
+    for r in range(1, 40):
+        if r - min(r, most) >= load - 1e-9:
+            best = min(best, (r * g + plain) * GPU_USD + math.ceil((r * g + plain) / size) * SERVER_USD)
+        for y in range(1, r + 1):
+            if r <= most * y and r - math.ceil(r / y) >= load - 1e-9:
+                best = min(best, (r * g + plain) * GPU_USD + (y + math.ceil(plain / size)) * SERVER_USD)
+    return best
+
+
+@pytest.mark.parametrize(("load", "g", "plain"), list(itertools.product((0.3, 2.5), (1, 2, 4), (1, 2, 5))))
+def test_optimum_beside_a_plain_workload_equals_enumeration(load, g, plain):
+    # the servers' upper bound once ruled out a spread needing more servers than the shared placement
+    problem = FleetProblem(
+        (Demand("w", (load,), n_plus_one=True, per_server=True), Demand("v", (plain - 0.5,), plain)),
+        (Option("w", "k", "pcie", g, (1.0,)), Option("v", "j", "pcie", 1, (1.0,))), {"pcie": pcie()})
+    s = solve_fleet(problem, gap=0.0)
+    assert s.objective_usd == pytest.approx(cheapest_beside_plain_by_enumeration(load, g, 8, plain), rel=1e-9)
+
+
 # ---------------------------------------------------------------- end to end, checked without the solver
 
 
