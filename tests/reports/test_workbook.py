@@ -388,6 +388,10 @@ def test_report_cli_warns_when_the_jsons_totals_are_not_its_rows(run_cli, tmp_pa
     (lambda d: d["assumptions"].update(horizon_years="three"), "assumptions.horizon_years"),
     (lambda d: d.update(status="done"), "status"),
     (lambda d: d["deployments"][1].update(replicas=-1), "deployments.1.replicas"),
+    # an n+1-node placement half stated: the workbook read 'at most 2 per server, on None servers of their own'
+    (lambda d: d["deployments"][0].update(replicas_per_server=2), "deployments[0]: replicas_per_server 2 and "
+     "dedicated_servers None do not state a placement of its 4 replicas"),
+    (lambda d: d["deployments"][0].update(replicas_per_server=2, dedicated_servers=5), "dedicated_servers 5"),
 ])
 def test_report_cli_bad_key_is_one_line(run_cli, tmp_path, mutate, needle):
     data = load_sample()
