@@ -295,6 +295,9 @@ def format_validation_error(
     if kind == "string_type" and isinstance(value, bool):  # `precisions: [on]`: YAML 1.1 reads on/off/yes/no as booleans
         return (f"{where}: {path}: {str(value).lower()} is a yes/no value, not a name (YAML reads unquoted "
                 "yes/no/on/off/true/false so); write the name, in quotes if it is one of those words")
+    if kind == "string_type" and isinstance(value, int | float):  # `name: 2026`: YAML reads digits as a number
+        return (f"{where}: {path}: {_value_repr(value)} is a number, not text (YAML reads an unquoted "
+                "number so); write it in quotes, as you want it read")
     if kind == "string_pattern_mismatch":
         pattern = (err.get("ctx") or {}).get("pattern", "")
         return f"{where}: {path}: {_pattern_fix(str(value), pattern)}"

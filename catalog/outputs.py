@@ -347,6 +347,10 @@ def _commit(staged: list[tuple[str, _Target]]) -> None:
         try:
             os.replace(tmp, target.real)  # type: ignore[arg-type]
         except OSError as exc:
+            for backup in backups[i:]:  # the failed and later targets were never replaced: drop their backups
+                if backup is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(backup)
             state = _roll_back(staged[:i], backups[:i], [t for _tmp, t in staged[i:]])
             raise OutputError(f"{target.option} {target.shown}: cannot write ({exc.strerror}); {state}") from None
         _COMMITTED.append(target.shown)

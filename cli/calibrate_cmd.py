@@ -58,8 +58,15 @@ def calibrate(
     rows = [m for _, file_rows in rows_by_file for m in file_rows]
     names = ", ".join(p.name for p in paths)
     digest = hashlib.sha256(b"".join(read_bytes(p, "measurements", ModelError) for p in paths)).hexdigest()
-    fitted = fit_and_band(rows, cat, start=load_params(params, cat) if params is not None else None, data_file=names,
-                          data_sha256=digest, online_weight=online_weight, bands=bands)
+    unused_note = unused_rows_note(rows_by_file)
+    start = load_params(params, cat) if params is not None else None
+    try:
+        fitted = fit_and_band(rows, cat, start=start, data_file=names, data_sha256=digest,
+                              online_weight=online_weight, bands=bands)
+    except ModelError as exc:  # no rows left to fit: the unusable rows may be why
+        if unused_note is None:
+            raise
+        raise ModelError(f"{exc}; {unused_note}") from None
     n_online = online_rows_used(rows, online_weight)
     fit = fitted.fit
     header = (f"gpuplan calibration parameters, fitted by `gpuplan calibrate {names}`\n"
@@ -71,7 +78,6 @@ def calibrate(
     outputs.write({"--out": params_to_yaml(fitted, header)})
     bands_note = missing_bands_note(fitted) if bands else None
     rows_note = few_rows_note(fitted, n_online)
-    unused_note = unused_rows_note(rows_by_file)
     if json_out:
         print_json({"out": str(out), "params": fitted.model_dump(mode="json", exclude_none=True),
                     "missing_bands": bands_note, "few_rows": rows_note, "unused_rows": unused_note})

@@ -7,6 +7,7 @@ grow) and turn a missing or wrong key into one line naming the file and the key.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -294,7 +295,8 @@ def _ascii(name: str) -> str:
 
 def _cross_check(result: PlanResult, where: str) -> None:
     """One fleet row per device; every deployment on a fleet device, for a known workload,
-    and within the fleet's GPUs (Σ replicas · tp · pp per device ≤ its GPUs)."""
+    and within the fleet's GPUs (Σ replicas · tp · pp per device ≤ its GPUs); an n+1-node placement
+    both stated or neither, dedicated_servers = ⌈replicas / replicas_per_server⌉."""
     fleet: dict[str, int] = {}
     for i, row in enumerate(result.fleet):
         if row.device in fleet:
@@ -311,6 +313,12 @@ def _cross_check(result: PlanResult, where: str) -> None:
         if names and d.workload not in names:
             raise PlanResultError(f"{where}: deployments[{i}].workload: '{d.workload}' is not one of the "
                                   f"workloads ({', '.join(sorted(names))})")
+        if (d.replicas_per_server is None) != (d.dedicated_servers is None) or (
+                d.replicas_per_server and d.dedicated_servers != math.ceil(d.replicas / d.replicas_per_server)):
+            raise PlanResultError(
+                f"{where}: deployments[{i}]: replicas_per_server {d.replicas_per_server} and dedicated_servers "
+                f"{d.dedicated_servers} do not state a placement of its {d.replicas} replicas (both null, or "
+                "dedicated_servers = ⌈replicas / replicas_per_server⌉); fix them")
         used[d.device] = used.get(d.device, 0) + d.gpus
     for device, gpus in used.items():
         if gpus > fleet[device]:

@@ -39,13 +39,14 @@ DEPLOYMENT_COLUMNS: list[tuple[str, str, str]] = [
     ("stage", "Serving (colocated, prefill or decode pool)", ""),
     ("technique", "Technique", ""),
     ("kv_link", "KV link load (Gb/s)", styles.DEC2),
+    ("pair_link", "KV pairing link (Gb/s; a prefill pool feeds decode pools at or above it)", styles.DEC2),
     ("key", "Configuration key", ""),
     ("fidelity", "Fidelity class", ""),
     ("band_low", "Capacity band low (× predicted)", styles.RATIO),
     ("band_high", "Capacity band high (× predicted)", styles.RATIO),
     ("fidelity_basis", "Fidelity basis", ""),
 ]
-TECHNIQUE_COLUMNS = ("stage", "technique", "kv_link")  # shown only when some deployment uses one
+TECHNIQUE_COLUMNS = ("stage", "technique", "kv_link", "pair_link")  # shown only when some deployment uses one
 # The deployment's own fidelity (its device, engine and ep): shown when some deployment carries one.
 FIDELITY_COLUMNS = ("fidelity", "band_low", "band_high", "fidelity_basis")
 BASIS_WIDTH_CHARS = 60  # the basis is wrapped at this width, so it never widens the page
@@ -151,7 +152,8 @@ def build_deployments(ctx: Ctx) -> None:
             "slo_tpot": w.slo_tpot_p99_ms if w else None,
             "slo_e2e": w.slo_e2e_p99_ms if w else None,
             "cost": None, "key": d.key,
-            "stage": d.stage, "technique": d.technique or "", "kv_link": d.kv_link_gb_s, "engine": d.engine,
+            "stage": d.stage, "technique": d.technique or "", "kv_link": d.kv_link_gb_s,
+            "pair_link": d.pair_link_gb_s, "engine": d.engine,
             "fidelity": d.fidelity.class_ if d.fidelity else "",
             "band_low": d.fidelity.low_factor if d.fidelity else None,
             "band_high": d.fidelity.high_factor if d.fidelity else None,

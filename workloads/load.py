@@ -15,7 +15,13 @@ from workloads.spec import LengthDist, Plan, Workload
 
 
 def parse_plan(data: dict[str, Any], where: str) -> Plan:
-    """Validate a plan mapping, or raise WorkloadError naming ``where`` and the field."""
+    """Validate a plan mapping, or raise WorkloadError naming ``where`` and the field. A what-if file
+    (``base:``/``variants:``/``sweeps:``/``uncertainty:`` and no ``workloads:``) is named as such."""
+    if isinstance(data, dict) and "workloads" not in data:
+        found = [k for k in ("base", "variants", "sweeps", "uncertainty") if k in data]
+        if found:
+            raise WorkloadError(f"{where}: is a what-if file (it has {found[0]}:), not a plan; "
+                                "run it with `gpuplan whatif`, or give a plan file")
     try:
         return Plan.model_validate(data)
     except ValidationError as exc:

@@ -264,3 +264,15 @@ def test_calibrate_names_the_rows_it_could_not_use(run_cli, tmp_path):
                                          "unknown device 'h100-smx' (did you mean 'h100-sxm'")
     r = run_cli("calibrate", str(tmp_path / "mine.csv"), "--out", str(tmp_path / "q.yaml"), "--no-bands")
     assert r.code == 0 and "warning: 1 row not used in the fit: mine.csv line 8" in r.stdout
+
+
+def test_calibrate_with_no_usable_row_says_why(run_cli, tmp_path):
+    """Every row a typo: the error said only 'no offline max-throughput rows to fit' of a file of offline
+    max-throughput rows. Now it names the rows it could not use and why; exit 1, no output written."""
+    data = tmp_path / "mine.csv"
+    header = USER_ROWS.splitlines()[0]
+    data.write_text(header + "\nH100-SMX,labB,llama-3.1-8b,BF16,offline,vllm,1,1,128,128,14500\n")
+    r = run_cli("calibrate", str(data), "--out", str(tmp_path / "p.yaml"), "--no-bands")
+    assert r.code == 1 and not (tmp_path / "p.yaml").exists()
+    assert "no offline max-throughput rows to fit" in r.stderr
+    assert "1 row not used in the fit: mine.csv line 2: gpu_key 'H100-SMX': unknown device 'h100-smx'" in r.stderr

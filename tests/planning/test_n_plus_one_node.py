@@ -89,6 +89,32 @@ def test_one_option_optimum_equals_enumeration(load, g, size):
     assert s.objective_usd == pytest.approx(cheapest_by_enumeration(load, g, size), rel=1e-9)
 
 
+def cheapest_beside_plain_by_enumeration(load: float, g: int, size: int, plain: int) -> float:
+    """The cheapest fleet of one n+1-node option (as :func:`cheapest_by_enumeration`) beside ``plain``
+    1-GPU replicas of another workload on the same PCIe device: shared, the plain GPUs share the
+    n+1-node replicas' servers (⌈(R·g + plain)/G⌉); spread, the n+1-node replicas' y servers are their
+    own and the plain GPUs fill ⌈plain/G⌉ others."""
+    most = size // g
+    best = math.inf
+    for r in range(1, 40):
+        if r - min(r, most) >= load - 1e-9:
+            best = min(best, (r * g + plain) * GPU_USD + math.ceil((r * g + plain) / size) * SERVER_USD)
+        for y in range(1, r + 1):
+            if r <= most * y and r - math.ceil(r / y) >= load - 1e-9:
+                best = min(best, (r * g + plain) * GPU_USD + (y + math.ceil(plain / size)) * SERVER_USD)
+    return best
+
+
+@pytest.mark.parametrize(("load", "g", "plain"), list(itertools.product((0.3, 2.5), (1, 2, 4), (1, 2, 5))))
+def test_optimum_beside_a_plain_workload_equals_enumeration(load, g, plain):
+    # the servers' upper bound once ruled out a spread needing more servers than the shared placement
+    problem = FleetProblem(
+        (Demand("w", (load,), n_plus_one=True, per_server=True), Demand("v", (plain - 0.5,), plain)),
+        (Option("w", "k", "pcie", g, (1.0,)), Option("v", "j", "pcie", 1, (1.0,))), {"pcie": pcie()})
+    s = solve_fleet(problem, gap=0.0)
+    assert s.objective_usd == pytest.approx(cheapest_beside_plain_by_enumeration(load, g, 8, plain), rel=1e-9)
+
+
 # ---------------------------------------------------------------- end to end, checked without the solver
 
 
@@ -171,3 +197,18 @@ def test_spread_fleet_through_pooling_and_feasibility_checks():
     assert is_feasible(problem, pooled)
     assert not is_feasible(problem, replace(pooled, replicas_per_server={}))  # shared: 2 − 2 < 0.1
     assert not is_feasible(problem, replace(pooled, nodes={"pcie": 2}))  # the spread needs its 2 servers
+
+
+def test_spread_needs_more_servers_than_the_shared_placement():
+    # w: 1-GPU replicas, load 0.1: shared needs 1 + ⌊8/1⌋ = 9 replicas; v: 2 plain 1-GPU replicas.
+    # Shared: 11 GPUs on 2 servers, 11 × 5,000 + 2 × 25,000 = $105,000. Spread 1 per server: w on
+    # 2 servers of its own, v on a third: 4 × 5,000 + 3 × 25,000 = $95,000. The servers' upper bound
+    # ⌈Σ g·ub / G⌉ = ⌈11/8⌉ = 2 ruled the spread's 3 servers out (it returned $105,000 as optimal).
+    problem = FleetProblem(
+        (Demand("w", (0.1,), n_plus_one=True, per_server=True), Demand("v", (0.5,), 2)),
+        (Option("w", "k", "pcie", 1, (1.0,)), Option("v", "j", "pcie", 1, (1.0,))), {"pcie": pcie()})
+    s = solve_fleet(problem)
+    assert s.status == SolveStatus.OPTIMAL
+    assert s.replicas == {("w", "k"): 2, ("v", "j"): 2} and s.replicas_per_server == {("w", "k"): 1}
+    assert (s.gpus["pcie"], s.nodes["pcie"]) == (4, 3)
+    assert s.objective_usd == pytest.approx(4 * GPU_USD + 3 * SERVER_USD)  # $95,000

@@ -290,3 +290,25 @@ def test_optimize_whose_workbook_cannot_be_renamed_leaves_both_outputs(run_cli, 
                         f"{out_json} and {out_xlsx} are as they were\n")
     assert out_json.read_bytes() == SENTINEL and out_xlsx.read_bytes() == SENTINEL
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.yaml", "r.json", "r.xlsx"]
+
+
+@pytest.mark.parametrize("failing", [0, 1])
+def test_a_failed_rename_leaves_no_backup_of_its_own_target(tmp_path, monkeypatch, failing):
+    """Three outputs that all existed (what-if: --json, --out, --plot), the rename of the first or second
+    fails: that target's own hidden backup (kept before the renames) was left behind as ``.NAME.*.bak``
+    although the error says every output is as it was. Now no backup or temp file is left."""
+    from catalog.errors import OutputError
+    from catalog.outputs import Output, committed_outputs, plan_outputs
+
+    paths = [tmp_path / "a.json", tmp_path / "b.xlsx", tmp_path / "c.png"]
+    for p in paths:
+        p.write_bytes(SENTINEL)
+    outputs = plan_outputs([Output("--json", paths[0], (".json",)), Output("--out", paths[1], (".xlsx",)),
+                            Output("--plot", paths[2], (".png",))])
+    _replace_failing_for(monkeypatch, {paths[failing]})
+    with pytest.raises(OutputError) as exc:
+        outputs.write({"--json": "{}\n", "--out": b"PK", "--plot": b"PNG"})
+    assert "nothing was written" in str(exc.value)
+    assert all(p.read_bytes() == SENTINEL for p in paths)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.xlsx", "c.png"]
+    assert committed_outputs() == []

@@ -388,6 +388,10 @@ def test_report_cli_warns_when_the_jsons_totals_are_not_its_rows(run_cli, tmp_pa
     (lambda d: d["assumptions"].update(horizon_years="three"), "assumptions.horizon_years"),
     (lambda d: d.update(status="done"), "status"),
     (lambda d: d["deployments"][1].update(replicas=-1), "deployments.1.replicas"),
+    # an n+1-node placement half stated: the workbook read 'at most 2 per server, on None servers of their own'
+    (lambda d: d["deployments"][0].update(replicas_per_server=2), "deployments[0]: replicas_per_server 2 and "
+     "dedicated_servers None do not state a placement of its 4 replicas"),
+    (lambda d: d["deployments"][0].update(replicas_per_server=2, dedicated_servers=5), "dedicated_servers 5"),
 ])
 def test_report_cli_bad_key_is_one_line(run_cli, tmp_path, mutate, needle):
     data = load_sample()
@@ -810,3 +814,22 @@ def test_estimated_price_is_one_risk_line_not_two(tmp_path):
         wb.close()
     assert sum(t.startswith("Estimated price, not a quote") and device in t for t in texts) == 1
     assert not any(t.startswith("Warning:") and "is an estimate" in t for t in texts)
+
+
+def test_deployments_state_the_kv_pairing_link():
+    """A prefill pool's receive tier (pair_link_gb_s: it may feed only decode pools receiving at least this
+    fast) and a decode pool's link were in the JSON only: the workbook showed the tier inside the key. Now a
+    column states each pool's figure as the JSON does."""
+    data = load_sample()
+    first, second = data["deployments"][:2]  # chat: h100-sxm tp2 as the prefill pool, l40s as the decode pool
+    pre = {**first, "stage": "prefill", "key": "prefill__" + first["key"] + "__rx1600gbps",
+           "kv_link_gb_s": 157.3, "pair_link_gb_s": 1360.0}
+    dec = {**second, "stage": "decode", "key": "decode__" + second["key"], "kv_link_gb_s": 157.3,
+           "pair_link_gb_s": 1700.0}
+    data["deployments"] = [pre, dec, *data["deployments"][2:]]
+    ws = build_workbook(data)["Deployments"]
+    header = [c.value for c in ws[HEADER_ROW]]
+    col = header.index("KV pairing link (Gb/s; a prefill pool feeds decode pools at or above it)")
+    by_key = {row[header.index("Configuration key")]: row[col]
+              for row in ws.iter_rows(min_row=HEADER_ROW + 1, values_only=True)}
+    assert by_key[pre["key"]] == 1360.0 and by_key[dec["key"]] == 1700.0

@@ -76,7 +76,10 @@ def replica_upper_bound(demand: Demand, option: Option, gpus_per_node: int = 1) 
 def define_variables(problem: FleetProblem) -> FleetModel:
     """n[w,k] integer, x[w,b,k] ∈ [0,1] where μ[w,b,k] > 0 and λ[w,b] > 0, m[d] integer, u[w,k] binary (N+1);
     for n+1-node options with spread placements (:func:`~optimizer.planning.milp.problem.spread_packings`)
-    z[w,k,q] binary, y[w,k,q] integer ≤ ⌈ub/q⌉ and a[w,k] ∈ [0, ub] (:func:`define_spread`)."""
+    z[w,k,q] binary, y[w,k,q] integer ≤ ⌈ub/q⌉ and a[w,k] ∈ [0, ub] (:func:`define_spread`).
+    m[d] ≤ ⌈Σ_k g[k]·ub[k] / G⌉, a spreadable option counted at max(g·ub, G·(ub − ⌊G/g⌋ + 1)): spread 1 per
+    server it needs up to ub − ⌊G/g⌋ + 1 servers of its own (more replicas than it needs never lower the
+    cost), and the servers' bound must not rule the spread out."""
     prob = pulp.LpProblem("gpuplan_fleet", pulp.LpMinimize)
     devices = sorted({o.device for o in problem.options})
     model = FleetModel(problem, prob, unique_slugs([d.workload for d in problem.demands]), unique_slugs(devices))
@@ -111,6 +114,10 @@ def define_variables(problem: FleetProblem) -> FleetModel:
         if packings:
             model.a[idx] = prob.add_variable(f"a__{name}", 0, ub)
             model.packings[idx] = packings
+            # spread q: at most ⌈(ub − ⌊G/g⌋ + q)/q⌉ ≤ ub − ⌊G/g⌋ + 1 servers of its own (the replicas it needs,
+            # with q spare instead of ⌊G/g⌋), G GPU slots each in the servers row, instead of g·ub shared
+            spread_servers = ub - unit.gpus_per_node // o.gpus + 1
+            gpu_ub[o.device] += max(unit.gpus_per_node * spread_servers - o.gpus * ub, 0)
     for d in devices:
         per_node = problem.units[d].gpus_per_node
         model.m[d] = prob.add_variable(f"m__{model.d_name[d]}", 0, math.ceil(gpu_ub[d] / per_node),
