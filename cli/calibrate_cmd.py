@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -10,7 +11,7 @@ import typer
 
 from catalog.errors import ModelError
 from catalog.outputs import Output, plan_outputs
-from cli.common import CatalogOpt, JsonOpt, fmt, load, print_json, stdout, table
+from cli.common import CatalogOpt, JsonOpt, clean, fmt, load, print_json, stdout, table
 from optimizer.models.constants import SHIPPED_ONLINE_WEIGHT
 
 
@@ -101,9 +102,9 @@ def calibrate(
                  f" (absolute, on offline output tokens/s)"
                  + (f"; also fitted to {n_online} online-serving rows (weight {online_weight:g})" if n_online else "")
                  + f"; written to {out}", markup=False)
-    for note in (unused_note, rows_note, bands_note):
+    for note in (unused_note, rows_note, bands_note):  # on stderr, as every command's warnings
         if note:
-            stdout.print(f"warning: {note}", markup=False)
+            sys.stderr.write(clean(f"warning: {note}") + "\n")
 
 
 def register(app: typer.Typer) -> None:

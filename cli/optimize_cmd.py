@@ -211,7 +211,7 @@ def render(data: dict[str, Any]) -> None:
             "TTFT p99 / SLO ms", "TPOT p99 / SLO ms", "E2E p99 / SLO ms"]
     if techniques:
         cols[1:1] = ["serving"]
-        cols.append("KV link Gb/s")
+        cols.append("KV link load Gb/s")  # the KV traffic (workbook: "KV link load"), not the link's speed
     stdout.print(table("Deployments", cols, dep_rows, right=set(cols[5 if techniques else 4:])))
     w_rows = [[w["name"], w["model"], w["kind"], fmt(w["qps"], 2), "yes" if w["met"] else "NO",
                fmt(w["cost_per_million_output_tokens_usd"], 3)] for w in data["workloads"]]

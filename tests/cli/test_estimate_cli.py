@@ -232,7 +232,7 @@ def test_calibrate_on_one_device_says_which_bands_it_could_not_give(run_cli, tmp
     out = tmp_path / "p.yaml"
     r = run_cli("calibrate", str(data), "--out", str(out))
     assert r.code == 0, r.stderr
-    assert "warning: no leave-out band for fidelity class b, c" in r.stdout
+    assert "warning: no leave-out band for fidelity class b, c" in r.stderr
     params = load_params(out)
     assert set(params.error_bands) == {"a"}
     band = params.error_bands["a"]
@@ -263,7 +263,7 @@ def test_calibrate_names_the_rows_it_could_not_use(run_cli, tmp_path):
     assert out["unused_rows"].startswith("1 row not used in the fit: mine.csv line 8: gpu_key 'H100-SMX': "
                                          "unknown device 'h100-smx' (did you mean 'h100-sxm'")
     r = run_cli("calibrate", str(tmp_path / "mine.csv"), "--out", str(tmp_path / "q.yaml"), "--no-bands")
-    assert r.code == 0 and "warning: 1 row not used in the fit: mine.csv line 8" in r.stdout
+    assert r.code == 0 and "warning: 1 row not used in the fit: mine.csv line 8" in r.stderr
 
 
 def test_calibrate_with_no_usable_row_says_why(run_cli, tmp_path):

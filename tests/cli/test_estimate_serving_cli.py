@@ -33,7 +33,7 @@ def test_slo_flags_give_capacity_that_meets_the_slo(run_cli):
     assert r.code == 0, r.stderr
     out = json.loads(r.stdout)
     assert SLO_KEYS <= set(out) and not LOAD_KEYS & set(out)
-    assert out["max_qps_at_slo"] > 0 and out["limited_by"] in {"ttft", "tpot", "memory"}
+    assert out["max_qps_at_slo"] > 0 and out["limited_by"] in {"ttft", "tpot", "memory", "batch_cap"}
     assert out["output_tokens_per_s_at_slo"] == pytest.approx(out["max_qps_at_slo"] * 200, rel=1e-3)
     at = json.loads(run_cli(*BASE, "--qps", str(out["max_qps_at_slo"])).stdout)
     assert at["tpot_p99_ms"] <= 40 * 1.002 and at["ttft_p99_ms"] <= 1500 * 1.002

@@ -68,7 +68,7 @@ def test_capacity_at_a_binding_cap_meets_the_ttft_slo_in_the_simulator():
                       max_batch=32)
     prompt, output = LengthDist(mean=1000, p99=3000), LengthDist(mean=1000, p99=3000)
     cap = capacity_at_slo(c, prompt, output, SLO(ttft_p99_ms=1000))
-    assert cap.limited_by[0] == "memory"
+    assert cap.limited_by[0] == "batch_cap"
     mu = float(cap.max_qps[0])
     b = float(serve_at_rate(c, mu, prompt, output).running_batch[0])
     assert b + 3.0902 * np.sqrt(b) <= 32 * 1.001

@@ -42,7 +42,7 @@ def cap_bound():
     c = _qwen(4, 8)
     assert float(c.batch_cap[0]) == 32  # 4 ranks × 8
     cap = capacity_at_slo(c, PROMPT, OUTPUT, SLO(ttft_p99_ms=1e7), offline_ceiling=None)
-    assert cap.limited_by[0] == "memory"
+    assert cap.limited_by[0] == "batch_cap"
     return c, cap
 
 

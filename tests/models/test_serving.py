@@ -82,7 +82,7 @@ def test_capacity_is_monotone_in_the_slo_and_vectorised():
     for a, b in zip(caps, caps[1:], strict=False):  # to the solver's bracket, CAPACITY_RTOL
         assert np.all(b >= a * (1 - serving.CAPACITY_RTOL))
     cap = serving.capacity_at_slo(c, FIXED_P, FIXED_O, SLO(tpot_p99_ms=30, ttft_p99_ms=500))
-    assert set(cap.limited_by) <= {"ttft", "tpot", "e2e", "memory", "utilization", "unservable"}
+    assert set(cap.limited_by) <= {"ttft", "tpot", "e2e", "memory", "batch_cap", "utilization", "unservable"}
     ok = cap.max_qps > 0
     at = serving.serve_at_rate(c, np.where(ok, cap.max_qps, 1.0), FIXED_P, FIXED_O)
     assert np.all(at.tpot_p99_ms[ok] <= 30 * 1.001) and np.all(at.ttft_p99_ms[ok] <= 500 * 1.001)

@@ -47,8 +47,9 @@ SERVER_OFFLINE_CEILING = 0.88
 class Capacity:
     """Largest request rate per configuration at which every given p99 SLO holds and KV fits.
 
-    ``limited_by[i]`` is ``'ttft'``, ``'tpot'``, ``'e2e'`` or ``'memory'`` (the limit that
-    binds just above ``max_qps``), ``'utilization'`` (capped at ``SERVER_OFFLINE_CEILING`` of the
+    ``limited_by[i]`` is ``'ttft'``, ``'tpot'``, ``'e2e'``, ``'memory'`` (the KV cache) or ``'batch_cap'`` (the
+    scheduler's cap on running sequences: ``--max-batch``, an engine's default) — the limit that binds just above
+    ``max_qps`` —, ``'utilization'`` (capped at ``SERVER_OFFLINE_CEILING`` of the
     offline throughput), or ``'unservable'`` when even λ → 0 misses the SLO (then
     ``why[i]`` says which bound and by how much, and the p99 arrays hold the best
     achievable values). ``e2e_p99_ms`` (and ``at_capacity``'s E2E percentiles) are NaN
@@ -238,7 +239,7 @@ class _Search:
     @property
     def names(self) -> list[str]:
         """The terms of the margin, in order."""
-        return ["memory", "memory", *self.targets]
+        return ["memory", "batch_cap", *self.targets]
 
     def margin(self, rows: np.ndarray, lam: np.ndarray, t0: np.ndarray | None = None
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -265,7 +266,8 @@ class _Search:
             terms += [np.log(getattr(r, f"{k}_p99_ms") / t) for k, t in self.targets.items()]
         terms = np.nan_to_num(np.array(terms), nan=np.inf)
         f_live = np.max(terms, axis=0)
-        bind[live] = np.where(r.saturated, -1, np.where(r.kv_fits, np.argmax(terms, axis=0), 0))
+        # not kv_fits: the KV cache (term 0) if it overflows, else the scheduler cap (term 1)
+        bind[live] = np.where(r.saturated, -1, np.where(r.kv_fits, np.argmax(terms, axis=0), np.where(terms[0] > 0, 0, 1)))
         f[live] = np.where(r.saturated | ~r.kv_fits & (f_live <= 0), np.inf, f_live)  # kv_fits is the authority
         step_s[live] = r.step_ms / 1e3
         return f, step_s, bind
@@ -370,7 +372,7 @@ def _limits(search: _Search, at_cap: LoadResult, max_qps: np.ndarray, hi: np.nda
             limited_by.append("unservable")
             why.append(_unservable_why(at_cap, i, targets, c))
         elif ok_hi[i]:
-            limited_by.append("memory")
+            limited_by.append("batch_cap")
             per_rank = f" ({c.batch_cap[i] / c.ep[i]:,.0f} per attention rank)" if c.ep[i] > 1 else ""
             why.append(f"scheduler cap of {c.batch_cap[i]:,.0f} running sequences{per_rank}")
         else:
@@ -478,11 +480,12 @@ def _expand_capacity(c: Configs, inverse: np.ndarray, sub: Capacity, targets: di
 
 
 def _binding(r: LoadResult, i: int, targets: dict[str, float]) -> str:
-    """The limit violated (or closest to it) just above capacity: memory first, then the worst SLO ratio."""
+    """The limit violated (or closest to it) just above capacity: the KV cache ('memory') or the scheduler cap
+    ('batch_cap') first, then the worst SLO ratio."""
     if r.saturated[i] and not targets:
         return "memory"
     if not r.kv_fits[i] and not r.saturated[i]:
-        return "memory"
+        return "memory" if r.kv_rank_p999_tokens[i] > r.kv_rank_capacity_tokens[i] else "batch_cap"
     ratios = {k: float(getattr(r, f"{k}_p99_ms")[i]) / t for k, t in targets.items()}
     if not ratios:
         return "memory"
