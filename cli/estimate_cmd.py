@@ -29,7 +29,7 @@ _LABELS = {
     "ttft_p50_ms": "TTFT p50 at --qps (ms)", "ttft_p99_ms": "TTFT p99 at --qps (ms)",
     "tpot_p50_ms": "TPOT p50 at --qps (ms)", "tpot_p99_ms": "TPOT p99 at --qps (ms)",
     "e2e_p99_ms": "E2E p99 at --qps (ms)", "utilization": "utilization", "saturated": "saturated",
-    "kv_fits": "KV cache holds the p99 occupancy",
+    "kv_fits": "KV cache holds the p99.9 occupancy", "batch_fits": "scheduler cap holds the p99.9 batch",
     "max_qps_at_slo": "max req/s at the SLO", "output_tokens_per_s_at_slo": "output tokens/s at the SLO",
     "limited_by": "limited by", "why": "why",
     "output_tokens_per_s_low": "output tokens/s, 80 % band low", "output_tokens_per_s_high": "output tokens/s, 80 % band high",
@@ -85,6 +85,12 @@ def render(result: dict, json_out: bool) -> None:
         stdout.print(f"uncalibrated: {result['uncalibrated']}", markup=False)
     if result.get("reason"):
         stdout.print(f"does not fit / cannot run: {result['reason']}", markup=False)
+    full = [what for key, what in (("kv_fits", "the KV cache"), ("batch_fits", "the scheduler cap (--max-batch)"))
+            if result.get(key) is False and not result.get("saturated")]
+    if full:
+        stdout.print(f"slots: at --qps {' and '.join(full)} is full more than 0.1 % of the time, so requests wait for "
+                     "a slot or are preempted, which the p99s above leave out (the capacity at an SLO counts it: give "
+                     "--ttft-p99-ms; `gpuplan simulate` shows the wait)", markup=False)
     if result.get("tpot_p99_optimistic_up_to_pct"):
         # loaded already: the estimate ran
         from optimizer.planning.known_limits import LONG_TAIL_PROMPT_RATIO

@@ -75,7 +75,8 @@ def simulate(
                     "analytic_running_batch": perf.finite_round(analytic.running_batch[0], 3),
                     "analytic_utilization": perf.finite_round(analytic.utilization[0], 3),
                     "analytic_saturated": bool(analytic.saturated[0]),
-                    "analytic_kv_fits": bool(analytic.kv_fits[0]),
+                    "analytic_kv_fits": bool(analytic.kv_rank_p999_tokens[0] <= analytic.kv_rank_capacity_tokens[0]),
+                    "analytic_batch_fits": bool(analytic.batch_rank_p999[0] <= analytic.batch_rank_cap[0]),
                     "simulated_output_tokens_per_s": round(sim.output_tokens_per_s, 1)}
     for metric, sim_pct in (("ttft", sim.ttft), ("tpot", sim.tpot), ("e2e", sim.e2e)):
         for q in (50.0, 90.0, 99.0):
@@ -99,6 +100,13 @@ def simulate(
                  f"utilization {analytic.utilization[0]:.2f}; preemptions {sim.preemptions}", markup=False)
     if result["analytic_saturated"]:
         stdout.print(saturation_note(qps, sim.output_tokens_per_s / output.mean_tokens, requests), markup=False)
+    else:
+        full = [what for key, what in (("analytic_kv_fits", "the KV cache"),
+                                       ("analytic_batch_fits", "the scheduler cap (--max-batch)")) if not result[key]]
+        if full:
+            stdout.print(f"slots: at {qps:g} req/s {' and '.join(full)} is full more than 0.1 % of the time in the "
+                         "analytic model, whose p99s leave out the wait for a slot (the simulated ones include it; "
+                         "the capacity at an SLO counts it)", markup=False)
 
 
 def saturation_note(qps: float, completed_qps: float, requests: int) -> str:

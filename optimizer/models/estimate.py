@@ -159,9 +159,10 @@ def estimate_serving(
     """JSON-ready serving figures of configuration 0 (what `gpuplan estimate --qps/--*-p99-ms` adds).
 
     With ``qps`` (req/s, > 0): ``ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, tpot_p99_ms,
-    e2e_p99_ms, utilization, saturated, kv_fits`` from ``serve_at_rate`` (``kv_fits`` False:
-    the p99 KV occupancy exceeds the cache, so requests would queue for memory or be
-    preempted, which the percentiles do not include). With a non-empty ``slo``:
+    e2e_p99_ms, utilization, saturated, kv_fits, batch_fits`` from ``serve_at_rate`` (``kv_fits`` False:
+    the p99.9 KV occupancy of an attention rank exceeds its cache; ``batch_fits`` False: the p99.9 running
+    batch of a rank exceeds the scheduler cap; either way requests would wait for a slot or be preempted,
+    which the percentiles do not include — the capacity at an SLO counts both). With a non-empty ``slo``:
     ``max_qps_at_slo`` (req/s), ``output_tokens_per_s_at_slo`` (= max_qps·E[O]) and
     ``limited_by`` from ``capacity_at_slo`` (plus ``why`` when unservable). An SLO below
     the physical floor (``slo_floor_ms``) raises ModelError. A configuration that cannot
@@ -174,14 +175,15 @@ def estimate_serving(
     if qps is not None:
         lam = float(check_rate(qps))
         keys = ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "e2e_p99_ms", "utilization", "saturated",
-                "kv_fits")
+                "kv_fits", "batch_fits")
         if runs:
             r = serve_at_rate(c, lam, prompt, output, prefill_chunk_tokens=prefill_chunk_tokens)
             for k in keys[:5]:
                 out[k] = finite_round(getattr(r, k)[0], 3)
             out["utilization"] = finite_round(r.utilization[0], 4)
             out["saturated"] = bool(r.saturated[0])
-            out["kv_fits"] = bool(r.kv_fits[0])
+            out["kv_fits"] = bool(r.kv_rank_p999_tokens[0] <= r.kv_rank_capacity_tokens[0])
+            out["batch_fits"] = bool(r.batch_rank_p999[0] <= r.batch_rank_cap[0])
         else:
             out.update(dict.fromkeys(keys))
     if slo is not None and not slo.is_empty:
