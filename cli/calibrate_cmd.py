@@ -45,6 +45,7 @@ def calibrate(
     from cli.validate_cmd import load_all, missed_configurations, resolve_measurement_paths
     from optimizer.calibration.calibrate import calibrate as fit_and_band
     from optimizer.calibration.calibrate import (
+        duplicate_rows_note,
         few_rows_note,
         missing_bands_note,
         online_rows_used,
@@ -60,6 +61,7 @@ def calibrate(
     names = ", ".join(p.name for p in paths)
     digest = hashlib.sha256(b"".join(read_bytes(p, "measurements", ModelError) for p in paths)).hexdigest()
     unused_note = unused_rows_note(rows_by_file)
+    repeated_note = duplicate_rows_note(rows_by_file)
     start = load_params(params, cat) if params is not None else None
     try:
         fitted = fit_and_band(rows, cat, start=start, data_file=names, data_sha256=digest,
@@ -81,7 +83,8 @@ def calibrate(
     rows_note = few_rows_note(fitted, n_online)
     if json_out:
         print_json({"out": str(out), "params": fitted.model_dump(mode="json", exclude_none=True),
-                    "missing_bands": bands_note, "few_rows": rows_note, "unused_rows": unused_note})
+                    "missing_bands": bands_note, "few_rows": rows_note, "unused_rows": unused_note,
+                    "duplicate_rows": repeated_note})
         return
     rows_out = [[k, v] for k, v in fitted.model_dump(exclude={"overrides", "fit", "error_bands", "coverage"}).items()]
     rows_out += [[f"override {o.selector}",
@@ -102,7 +105,7 @@ def calibrate(
                  f" (absolute, on offline output tokens/s)"
                  + (f"; also fitted to {n_online} online-serving rows (weight {online_weight:g})" if n_online else "")
                  + f"; written to {out}", markup=False)
-    for note in (unused_note, rows_note, bands_note):  # on stderr, as every command's warnings
+    for note in (unused_note, repeated_note, rows_note, bands_note):  # on stderr, as every command's warnings
         if note:
             sys.stderr.write(clean(f"warning: {note}") + "\n")
 

@@ -15,6 +15,7 @@ full fit's ``online_weight``, so the refits fit the same model the same way (eac
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from catalog.load import Catalog
@@ -62,6 +63,31 @@ def unused_rows_note(rows_by_file: Sequence[tuple[str, Sequence[Measurement]]]) 
     more = f"; and {len(bad) - 3} more (`gpuplan validate` lists them)" if len(bad) > 3 else ""
     return (f"{len(bad)} row{'s' if len(bad) > 1 else ''} not used in the fit: {shown}{more}; "
             "fix the name or the sharding, or drop the row")
+
+
+def duplicate_rows_note(rows_by_file: Sequence[tuple[str, Sequence[Measurement]]]) -> str | None:
+    """One line naming rows that repeat an earlier one in every column but ``row_id`` (a measurement pasted twice,
+    or the shipped file given again beside ``--shipped``), or None: the fit weighs each copy as a measurement of
+    its own, so a repeated row counts twice without a word."""
+    first: dict[tuple, tuple[str, int]] = {}
+    repeats = []
+    for name, rows in rows_by_file:
+        for m in rows:
+            fields = dataclasses.asdict(m)
+            fields.pop("row_id")
+            fields.pop("line")
+            key = tuple(sorted((k, repr(v)) for k, v in fields.items()))
+            if key in first:
+                repeats.append(((name, m.line), first[key]))
+            else:
+                first[key] = (name, m.line)
+    if not repeats:
+        return None
+    shown = "; ".join(f"{n} line {line} repeats {n0} line {line0}" for (n, line), (n0, line0) in repeats[:3])
+    more = f"; and {len(repeats) - 3} more" if len(repeats) > 3 else ""
+    return (f"{len(repeats)} row{'s' if len(repeats) > 1 else ''} repeat{'' if len(repeats) > 1 else 's'} another "
+            f"in every column, so the fit counts it twice: {shown}{more}; drop the copies (the shipped measurements "
+            "are in the fit already with --shipped)")
 
 
 def online_rows_used(rows: Sequence[Measurement], online_weight: float) -> int:

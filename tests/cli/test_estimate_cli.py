@@ -266,6 +266,27 @@ def test_calibrate_names_the_rows_it_could_not_use(run_cli, tmp_path):
     assert r.code == 0 and "warning: 1 row not used in the fit: mine.csv line 8" in r.stderr
 
 
+def test_calibrate_names_a_row_given_twice(run_cli, tmp_path):
+    """A measurement pasted twice (line 8 = line 2 in every column) was fitted as two measurements without a word;
+    the file beside it repeating line 4 counts as well. Now calibrate names each copy and the line it repeats, in the
+    JSON (duplicate_rows) and as a warning on stderr; a file without copies gets no note."""
+    data = tmp_path / "mine.csv"
+    data.write_text(USER_ROWS + USER_ROWS.splitlines()[1] + "\n")
+    other = tmp_path / "more.csv"
+    other.write_text(USER_ROWS.splitlines()[0] + "\n" + USER_ROWS.splitlines()[3] + "\n")
+    r = run_cli("calibrate", str(data), str(other), "--out", str(tmp_path / "p.yaml"), "--no-bands", "--json")
+    assert r.code == 0, r.stderr
+    note = json.loads(r.stdout)["duplicate_rows"]
+    assert note.startswith("2 rows repeat another in every column, so the fit counts it twice: "
+                           "mine.csv line 8 repeats mine.csv line 2; more.csv line 2 repeats mine.csv line 4")
+    r = run_cli("calibrate", str(data), "--out", str(tmp_path / "q.yaml"), "--no-bands")
+    assert r.code == 0 and "warning: 1 row repeats another in every column" in r.stderr
+    plain = tmp_path / "plain.csv"
+    plain.write_text(USER_ROWS)
+    r = run_cli("calibrate", str(plain), "--out", str(tmp_path / "r.yaml"), "--no-bands", "--json")
+    assert json.loads(r.stdout)["duplicate_rows"] is None
+
+
 def test_calibrate_with_no_usable_row_says_why(run_cli, tmp_path):
     """Every row a typo: the error said only 'no offline max-throughput rows to fit' of a file of offline
     max-throughput rows. Now it names the rows it could not use and why; exit 1, no output written."""
