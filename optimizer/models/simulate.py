@@ -217,6 +217,23 @@ def _rank_of(ranks: int, requests: int, assignment: str, seed: int) -> list[int]
     raise ModelError(f"rank_assignment must be round_robin, random or least_loaded (got {assignment!r})")
 
 
+def _preempt_latest(order: list[int], step: int, is_running: list[bool], ctx_entry: list, entry_step: list[int],
+                    generated: list[int], epoch: list[int], eff_prompt: list, plen) -> tuple[int, float]:
+    """Preempt the latest admitted sequence still running in ``order`` (a replica's or one rank's admission
+    order, popped in place): it stops, keeps the tokens it generated (its prompt to recompute is now
+    prompt + generated; ``epoch`` voids its pending completion) and frees its context. Returns (the request,
+    its context tokens, which the caller takes off its KV and context counters)."""
+    while order and not is_running[order[-1]]:
+        order.pop()
+    victim = order.pop()
+    is_running[victim] = False
+    ctx_v = ctx_entry[victim] + (step - entry_step[victim])
+    generated[victim] += step - entry_step[victim]
+    epoch[victim] += 1
+    eff_prompt[victim] = plen[victim] + generated[victim]
+    return victim, ctx_v
+
+
 def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: np.ndarray,
          cap_kv: float, max_seqs: int, chunk: int, warmup_fraction: float,
          request_overhead_s: float = 0.0, cached: np.ndarray | None = None,
@@ -336,30 +353,20 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
             raise ModelError("simulator stalled: a waiting request can never be admitted")  # pragma: no cover
         # make room for this step's decode tokens: preempt the latest admitted running sequence
         while b and kv_used + b > cap_kv and not multi:
-            while running_order and not is_running[running_order[-1]]:
-                running_order.pop()
-            victim = running_order.pop()
-            is_running[victim] = False
-            ctx_v = ctx_entry[victim] + (step - entry_step[victim])
-            generated[victim] += step - entry_step[victim]
+            victim, ctx_v = _preempt_latest(running_order, step, is_running, ctx_entry, entry_step, generated,
+                                            epoch, eff_prompt, plen)
             ctx_sum -= ctx_v
             kv_used -= ctx_v
             b -= 1
             n_admitted -= 1
-            epoch[victim] += 1
-            eff_prompt[victim] = plen[victim] + generated[victim]
             waiting.appendleft(victim)
             preemptions += 1
         if multi:
             for r in range(ranks):
                 order = rank_running[r]
                 while rank_b[r] and rank_kv[r] + rank_b[r] > cap_kv:
-                    while order and not is_running[order[-1]]:
-                        order.pop()
-                    victim = order.pop()
-                    is_running[victim] = False
-                    ctx_v = ctx_entry[victim] + (step - entry_step[victim])
-                    generated[victim] += step - entry_step[victim]
+                    victim, ctx_v = _preempt_latest(order, step, is_running, ctx_entry, entry_step, generated,
+                                                    epoch, eff_prompt, plen)
                     ctx_sum -= ctx_v
                     kv_used -= ctx_v
                     rank_kv[r] -= ctx_v
@@ -367,8 +374,6 @@ def _run(step_s: StepTime, arrivals: np.ndarray, prompts: np.ndarray, outputs: n
                     rank_b[r] -= 1
                     rank_adm[r] -= 1
                     n_admitted -= 1
-                    epoch[victim] += 1
-                    eff_prompt[victim] = plen[victim] + generated[victim]
                     rank_wait[r].appendleft(victim)
                     n_wait += 1
                     preemptions += 1
