@@ -337,26 +337,26 @@ def _commit(staged: list[tuple[str, _Target]]) -> None:
         for _tmp, target in staged[:-1]:
             backups.append(_keep_previous(target))
     except OutputError:
-        for backup in backups:
-            if backup is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(backup)
+        _drop(backups)
         raise
     backups.append(None)
     for i, (tmp, target) in enumerate(staged):
         try:
             os.replace(tmp, target.real)  # type: ignore[arg-type]
         except OSError as exc:
-            for backup in backups[i:]:  # the failed and later targets were never replaced: drop their backups
-                if backup is not None:
-                    with contextlib.suppress(OSError):
-                        os.unlink(backup)
+            _drop(backups[i:])  # the failed and later targets were never replaced
             state = _roll_back(staged[:i], backups[:i], [t for _tmp, t in staged[i:]])
             raise OutputError(f"{target.option} {target.shown}: cannot write ({exc.strerror}); {state}") from None
         _COMMITTED.append(target.shown)
+    _drop(backups)  # the outputs themselves are all written
+
+
+def _drop(backups: list[str | None]) -> None:
+    """Remove these hidden backups (None: a target that had no previous file); one that cannot be removed is
+    left behind, hidden: it is never an output's content."""
     for backup in backups:
         if backup is not None:
-            with contextlib.suppress(OSError):  # a leftover hidden backup: the outputs themselves are all written
+            with contextlib.suppress(OSError):
                 os.unlink(backup)
 
 
