@@ -38,7 +38,7 @@ def render_provenance(data: dict[str, Any]) -> None:
         v = d.get("verification")
         sim = "—" if not v else (f"{v['metric'].removesuffix('_p99_ms')} {ms_text(v['simulated_ms'])} "
                                  f"({ms_text(v['simulated_ci95_ms'][0])}–{ms_text(v['simulated_ci95_ms'][1])}) / "
-                                 f"{ms_text(v['slo_ms'])}" + ("" if v["met"] else " MISSED"))
+                                 f"{ms_text(v['slo_ms'])}" + _VERDICT_SUFFIX[_verdict(v)])
         dep_rows.append([d["workload"], d["key"], _band(d.get("fidelity"), bases), sim])
     if dep_rows:
         stdout.print(table("Performance fidelity of each deployment's device, engine and ep (capacity band, "
@@ -49,11 +49,25 @@ def render_provenance(data: dict[str, Any]) -> None:
     ver = data.get("verification")
     if ver:
         # no deployment simulated (each one speculative, say): all_met is then vacuous, not a check that passed
-        verdict = ("no deployment simulated" if not ver.get("deployments") and ver["all_met"]
-                   else "every SLO met" if ver["all_met"] else "SLO MISSED")
-        stdout.print(f"simulation: {verdict} after {ver['rounds']} "
+        verdicts = [_verdict(v) for v in ver.get("deployments", ())]
+        at_slo, missed = verdicts.count("at_slo"), verdicts.count("missed")
+        verdict = ("no deployment simulated" if not verdicts and ver["all_met"]
+                   else "every SLO met" if ver["all_met"]
+                   else f"SLO MISSED by {missed} of {len(verdicts)} deployment(s) beyond the simulation's noise"
+                   + (f", {at_slo} more at the SLO within it" if at_slo else "") if missed
+                   else f"{at_slo} of {len(verdicts)} deployment(s) at the SLO (simulated over it, within the "
+                        "simulation's noise: not re-sized, see the simulation_at_slo warning)")
+        stdout.print(f"simulation: {verdict}; {ver['rounds']} "
                      f"re-size round(s), {ver['seconds']:.1f} s" + (f"; {ver['note']}" if ver["note"] else ""),
                      markup=False, highlight=False)
+
+
+_VERDICT_SUFFIX = {"met": "", "at_slo": " AT SLO (within noise)", "missed": " MISSED"}
+
+
+def _verdict(v: dict[str, Any]) -> str:
+    """A verified deployment's verdict (met, at_slo, missed); a result written before verdicts: met or missed."""
+    return v.get("verdict") or ("met" if v.get("met") else "missed")
 
 
 def render_sensitivity(data: dict[str, Any]) -> None:

@@ -78,6 +78,12 @@ class VerifiedDeployment(_Loose):
     simulated_ms: NonNeg
     simulated_ci95_ms: list[NonNeg | None] = []
     met: bool
+    verdict: Literal["met", "at_slo", "missed"] | None = None  # None: a result written before verdicts
+
+    @property
+    def outcome(self) -> str:
+        """``verdict``; for a result written before verdicts, ``met`` or ``missed``."""
+        return self.verdict or ("met" if self.met else "missed")
 
 
 class Deployment(_Loose):

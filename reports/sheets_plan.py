@@ -45,10 +45,19 @@ DEPLOYMENT_COLUMNS: list[tuple[str, str, str]] = [
     ("band_low", "Capacity band low (× predicted)", styles.RATIO),
     ("band_high", "Capacity band high (× predicted)", styles.RATIO),
     ("fidelity_basis", "Fidelity basis", ""),
+    ("sim_metric", "Simulated p99 of", ""),
+    ("sim_p99", "Simulated p99 (ms)", styles.MS),
+    ("sim_low", "Simulated p99 95 % CI low (ms)", styles.MS),
+    ("sim_high", "Simulated p99 95 % CI high (ms)", styles.MS),
+    ("sim_check", "Simulator check", ""),
 ]
 TECHNIQUE_COLUMNS = ("stage", "technique", "kv_link", "pair_link")  # shown only when some deployment uses one
 # The deployment's own fidelity (its device, engine and ep): shown when some deployment carries one.
 FIDELITY_COLUMNS = ("fidelity", "band_low", "band_high", "fidelity_basis")
+# The discrete-event simulator's re-check of each online deployment: shown when some deployment was simulated.
+SIMULATION_COLUMNS = ("sim_metric", "sim_p99", "sim_low", "sim_high", "sim_check")
+SIMULATOR_CHECK = {"met": "met", "at_slo": "at the SLO, within the simulation's noise (not re-sized)",
+                   "missed": "MISSED beyond the simulation's noise"}
 BASIS_WIDTH_CHARS = 60  # the basis is wrapped at this width, so it never widens the page
 
 WORKLOAD_COLUMNS: list[tuple[str, str, str]] = [
@@ -104,6 +113,15 @@ def _slo_rules(ws, pairs: list[tuple[int, int]], first: int, last: int) -> None:
             formula=[f"AND({both},{p}{first}<={s}{first})"], fill=styles.GOOD_FILL, font=styles.GOOD_FONT))
 
 
+def _simulated_cells(v) -> dict:
+    """The simulator's figures of one deployment (blank when not simulated: batch, speculative, or skipped)."""
+    if v is None:
+        return dict.fromkeys(SIMULATION_COLUMNS)
+    low, high = (list(v.simulated_ci95_ms) + [None, None])[:2]
+    return {"sim_metric": v.metric.removesuffix("_p99_ms").upper(), "sim_p99": v.simulated_ms, "sim_low": low,
+            "sim_high": high, "sim_check": SIMULATOR_CHECK[v.outcome]}
+
+
 def build_deployments(ctx: Ctx) -> None:
     """One row per (workload, configuration): replicas, load, capacity, p99s next to the SLOs."""
     sheet = ctx.sheets["Deployments"]
@@ -111,7 +129,8 @@ def build_deployments(ctx: Ctx) -> None:
           "Each workload's chosen configurations. Predicted p99 latencies are green where they meet the "
           "SLO and red where they miss it; the cost share is the GPUs' share of their device's cost. The fidelity "
           "is that of the deployment's own device, engine and expert-parallel degree: the true capacity is "
-          "predicted × a factor between the band's ends about 8 times in 10.")
+          "predicted × a factor between the band's ends about 8 times in 10. The simulator re-checks each online "
+          "deployment at its routed load: its p99 and 95 % interval, and whether it meets the SLO.")
     unused = _unused_metrics(ctx)
     if all(d.stage == "colocated" and not d.technique for d in ctx.result.deployments):
         unused |= set(TECHNIQUE_COLUMNS)
@@ -123,6 +142,8 @@ def build_deployments(ctx: Ctx) -> None:
         unused.add("engine")
     if all(d.fidelity is None for d in ctx.result.deployments):
         unused |= set(FIDELITY_COLUMNS)
+    if all(d.verification is None for d in ctx.result.deployments):
+        unused |= set(SIMULATION_COLUMNS)
     columns = [c for c in DEPLOYMENT_COLUMNS if c[0] not in unused]
     col = {key: i for i, (key, _, _) in enumerate(columns, start=1)}
     ctx.deployment_cols = col
@@ -158,6 +179,7 @@ def build_deployments(ctx: Ctx) -> None:
             "band_low": d.fidelity.low_factor if d.fidelity else None,
             "band_high": d.fidelity.high_factor if d.fidelity else None,
             "fidelity_basis": d.fidelity.basis if d.fidelity else "",
+            **_simulated_cells(d.verification),
         }
         frow = ctx.fleet_row.get(d.device)
         if frow is not None:
@@ -171,8 +193,10 @@ def build_deployments(ctx: Ctx) -> None:
             ctx.notes.append(f"deployment {d.workload}/{d.key}: device {d.device} is not in the fleet; "
                              "its cost share is left blank")
         for key, _, fmt in columns:
+            missed = key == "sim_check" and d.verification is not None and d.verification.outcome == "missed"
             sheet.put(row, col[key], cells[key], fmt or None, align="left" if key == "key" else None,
-                      wrap=key == "fidelity_basis" and bool(cells[key]))
+                      wrap=key == "fidelity_basis" and bool(cells[key]),
+                      font=styles.BAD_FONT if missed else None, fill=styles.BAD_FILL if missed else None)
         ctx.deployment_rows.append(row)
         row += 1
     last = row - 1

@@ -57,6 +57,23 @@ def order_text(fleet: list[FleetRow], rent: bool = False) -> str:
     return f"{verb} " + "; ".join(parts) + "." if parts else "Nothing to buy: the plan has no fleet."
 
 
+def _simulator_check(r) -> tuple[str, str, None, str]:
+    """(value, unit, format, note) of the Summary's simulator line: how many simulated deployments met their
+    SLO, sat at it within the simulation's noise, or missed it beyond that noise."""
+    outcomes = [d.verification.outcome for d in r.deployments if d.verification is not None]
+    if not outcomes:
+        return ("not simulated", "", None, "the p99s are the analytic model's alone (batch or speculative "
+                "deployments, or --no-verify / more deployments than the default check covers)")
+    n = _n(len(outcomes), "deployment")
+    at_slo, missed = outcomes.count("at_slo"), outcomes.count("missed")
+    value = (f"{missed} of {n} missed" if missed else f"{at_slo} of {n} at the SLO" if at_slo
+             else f"every SLO met ({n})")
+    note = ("the discrete-event simulator's p99 at each deployment's routed load (see Deployments)"
+            + (f"; {at_slo} over the SLO within the simulation's noise, not re-sized" if at_slo else "")
+            + (f"; {missed} over it beyond that noise" if missed else ""))
+    return value, "", None, note
+
+
 def build_summary(ctx: Ctx) -> None:
     """The answer in words, key figures (named cells), status, comparisons, finance, charts."""
     sheet = ctx.sheets["Summary"]
@@ -287,6 +304,8 @@ def _figures(ctx: Ctx, header: int) -> None:
     missed = [w.name for w in r.workloads if w.met is False]
     line("SLOs met", f"{met} of {_n(len(r.workloads), 'workload')}", "", None,
          ("missed: " + ", ".join(missed)) if missed else "see Deployments and Workloads")
+    if r.status in ("optimal", "feasible"):
+        line("Simulator check", *_simulator_check(r))
 
     row += 1
     sheet.put(row, 1, "Best one-device fleet", font=styles.SECTION_FONT, size=False)

@@ -142,29 +142,16 @@ def verify_by_default(cset: CandidateSet, sol: FleetSolution) -> bool:
     return online_deployments(cset, sol) <= MAX_VERIFIED_DEPLOYMENTS
 
 
-# A pooled simulated p99 this far over its SLO is re-sized even when the runs' 95 % interval reaches below the
-# SLO. Deployments planned at their SLO scatter around it by the runs' noise: their pooled p99s reached 1.036× the
-# SLO on the shipped examples and the 20-workload benchmark (2026-12-07), the scatter the interval rule leaves
-# alone. A Llama 4 Scout deployment at 0.98 of its capacity simulated 1,605 ms against an 800 ms TTFT SLO, its
-# runs 474-1,820 ms (interval 467-1,794): near saturation the runs differ by factors, so the interval straddled
-# the SLO and a 2× miss was planned as it stood.
-SIMULATED_MISS_RATIO = 1.2
-
-
 def confidently_missed(v: VerifiedDeployment) -> bool:
-    """A missed SLO to re-size for: the simulated p99 is over the SLO, and either its 95 % confidence
-    interval lies above the SLO (``simulated_ci_low_ms`` > ``slo_ms``), or the pooled p99 is more than
-    SIMULATED_MISS_RATIO × the SLO, or the analytic model's own p99 at that load is over it too. A
-    deployment the model puts within its SLO whose simulated p99 is near the SLO with an interval that
-    straddles it is not re-sized — its p99 cannot be told from the SLO at the simulated request count,
-    and re-sizing such deployments on the point estimate alone flips about half of them each round
-    (planned at their SLO), so the rounds never settle; ``annotate`` names them in a
+    """A missed SLO to re-size for (``VerifiedDeployment.verdict`` ``missed``): the simulated p99 is over the
+    SLO, and either its 95 % confidence interval lies above the SLO (``simulated_ci_low_ms`` > ``slo_ms``), or
+    the pooled p99 is more than ``results.provenance.SIMULATED_MISS_RATIO`` × the SLO, or the analytic model's own p99 at that load is
+    over it too. A deployment the model puts within its SLO whose simulated p99 is near the SLO with an interval
+    that straddles it (``at_slo``) is not re-sized — its p99 cannot be told from the SLO at the simulated
+    request count, and re-sizing such deployments on the point estimate alone flips about half of them each
+    round (planned at their SLO), so the rounds never settle; ``annotate`` names them in a
     ``simulation_at_slo`` warning."""
-    if v.met:
-        return False
-    within_model = v.predicted_ms is not None and v.predicted_ms <= v.slo_ms * (1.0 + 1e-6)
-    far_over = v.simulated_ms > v.slo_ms * SIMULATED_MISS_RATIO
-    return v.simulated_ci_low_ms > v.slo_ms or far_over or not within_model
+    return v.verdict == "missed"
 
 
 def verify_and_resize(plan: Plan, cset: CandidateSet, sol: FleetSolution, catalog: Catalog,

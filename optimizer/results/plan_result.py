@@ -376,7 +376,7 @@ def _verified_json(v: VerifiedDeployment) -> dict[str, Any]:
             "simulated_ms": _num(v.simulated_ms),
             "simulated_ci95_ms": [_num(v.simulated_ci_low_ms), _num(v.simulated_ci_high_ms)],
             "qps_per_replica": _num(v.qps_per_replica), "requests": v.requests, "seed": v.seed, "met": v.met,
-            "derate_factor": _num(v.derate_factor)}
+            "verdict": v.verdict, "derate_factor": _num(v.derate_factor)}
 
 
 def _headroom_json(h: HeadroomPolicy) -> dict[str, Any]:
@@ -413,7 +413,7 @@ def _sensitivity_json(s: Sensitivity) -> dict[str, Any]:
 
 
 def _verification_json(v: Verification) -> dict[str, Any]:
-    return {"all_met": v.all_met, "rounds": v.rounds, "seconds": _num(v.seconds), "note": v.note,
+    return {"all_met": v.all_met, "verdict": v.verdict, "rounds": v.rounds, "seconds": _num(v.seconds), "note": v.note,
             "deployments": [{"workload": d.workload, "key": d.key, **_verified_json(d)} for d in v.deployments]}
 
 

@@ -3,6 +3,8 @@ more than 1.2× the SLO (``SIMULATED_MISS_RATIO``), or the analytic model misses
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from optimizer.planning.safeguards import _miss_notes, confidently_missed
 from optimizer.results.provenance import Verification, VerifiedDeployment
 
@@ -53,3 +55,13 @@ def test_notes_name_each_kind_once():
     assert "541 ms, 95 % CI 510-572 ms, SLO 500 ms" in notes["simulation_misses_slo"]
     assert "501 ms" in notes["simulation_at_slo"] and "501 ms" not in notes["simulation_misses_slo"]
     assert "480 ms" not in notes["simulation_misses_slo"] + notes["simulation_at_slo"]
+
+
+def test_verdicts_name_the_three_outcomes_and_the_plan_takes_the_worst():
+    met, at_slo, missed = _v(480, 430, 530), _v(1033.5, 977.3, 1101.4, slo=1000, predicted=999.6), _v(541, 510, 572)
+    met = replace(met, met=True)
+    assert [v.verdict for v in (met, at_slo, missed)] == ["met", "at_slo", "missed"]
+    assert [confidently_missed(v) for v in (met, at_slo, missed)] == [False, False, True]
+    assert Verification((met, at_slo), 0, 0.0, False).verdict == "at_slo"
+    assert Verification((at_slo, missed, met), 1, 0.0, False).verdict == "missed"
+    assert Verification((), 0, 0.0, True).verdict == "met"
