@@ -29,7 +29,8 @@ generates the rest without prefill chunks in its steps.
 - **Prefill pool** capacity (req/s per replica) at the TTFT SLO: a replica that only prefills
   serves prompt work first come first served, an M/G/1 queue (:class:`PrefillQueue`: service
   S(L) = its chunked prefill steps, waiting time by Pollaczek–Khinchine/Takács moments and a
-  gamma tail), against ``ttft_p99_ms − t_kv(L_p99) − wait_p99`` (:class:`DecodeSide`), and at most the rate its NICs can send:
+  shifted-gamma tail), plus the fill of a prompt's last step by the next prompt's first tokens
+  (the scheduler fills a step's C-token budget in order, :meth:`PrefillQueue.mixture`), against ``ttft_p99_ms − t_kv(L_p99) − wait_p99`` (:class:`DecodeSide`), and at most the rate its NICs can send:
   ``link / (E[L] · kv_bytes_per_token)``. (The colocated serving model's TTFT assumes a
   decoding batch whose steps the prompts ride in; with no decode it under-states the queue.)
 - **Decode pool** capacity at the TPOT SLO (and E2E − TTFT when both are given): the serving
@@ -265,8 +266,9 @@ class PrefillQueue:
         E[W] = λE[S²]/(2(1−ρ)), E[W²] = 2E[W]² + λE[S³]/(3(1−ρ)),
         E[W³] = λ/(1−ρ)·(3/2·E[S²]E[W²] + E[S³]E[W] + E[S⁴]/4); W = 0 with probability 1 − ρ, else the
         shifted gamma of its conditional mean, variance and third cumulant (moments E[W^k]/ρ); W independent of
-        the request's own S(L). (With the gamma of the first two moments only, the p99 of a 70B H100 tp8 prefill
-        replica at 0.6-0.9 of its capacity was 0-1.4 % under an exact M/G/1 of 2,000,000 requests.)
+        the request's own S(L). (With the gamma of the first two moments only, the p99 of the four prefill replicas
+        of ``scripts/agreement.py`` at 0.6-0.9 of their capacity was −3.1 … +0.2 % off an exact M/G/1 of 2,000,000
+        requests; with the third, −2.0 … +0.3 %.)
 
         F, the fill of its last step: the scheduler spends a step's whole budget of C tokens on the
         prompts in order, so when a prompt's last p tokens leave room and another prompt is waiting,
