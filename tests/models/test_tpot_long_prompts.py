@@ -55,11 +55,15 @@ def test_fixed_prompts_tpot_p99_agrees(load):
     assert _ratio(LengthDist(mean=1024), load, 3) == pytest.approx(1.0, abs=0.03)
 
 
-@pytest.mark.xfail(strict=True, reason=(
+_TAIL = pytest.mark.xfail(strict=True, reason=(
     "dense TPOT p99 optimistic under long-tailed prompts (docs/model-accuracy.md, tpottail): analytic / simulated "
-    "0.893 / 0.839 / 0.770 at 0.3 / 0.5 / 0.7 of saturation (20 seeds, prompts cut to the context window, ctxwin; "
-    "0.885 / 0.826 / 0.757 before the MoE routing glue refit, 0.867 / 0.779 / 0.649 uncut); XPASS (a failure) once a "
-    "change brings it within 10 %"))
-@pytest.mark.parametrize("load", [0.3, 0.5, 0.7])
+    "0.900 / 0.845 / 0.774 at 0.3 / 0.5 / 0.7 of saturation (20 seeds, prompts cut to the context window, ctxwin; "
+    "0.893 / 0.839 / 0.770 before the contexts' drift, latency._context_drift_var; 0.885 / 0.826 / 0.757 before the "
+    "MoE routing glue refit, 0.867 / 0.779 / 0.649 uncut); XPASS (a failure) once a change brings it within 10 %"))
+
+
+# 0.3 of saturation: 0.9003 since the dense drift's third cumulant and the contexts' drift (within the 10 %, by 0.0003;
+# 0.893 before them): a pass, not a strict xfail, so a change that takes it back under 0.90 is seen
+@pytest.mark.parametrize("load", [0.3, pytest.param(0.5, marks=_TAIL), pytest.param(0.7, marks=_TAIL)])
 def test_long_tailed_prompts_tpot_p99_agrees(load):
     assert _ratio(LengthDist(mean=1024, p99=8192), load, 20) == pytest.approx(1.0, abs=0.10)

@@ -22,7 +22,7 @@ from optimizer.models.lazy_subset import LazySubset
 _NODE_FIELDS = ("l_nodes", "l_w", "l_var", "l_dev", "o_nodes", "o_w", "o_var")
 _SCALAR_FIELDS = ("mean_l", "var_l", "mean_o1", "mean_o", "ctx", "kv_tok_steps", "kv_tok2_steps", "kv_prompt_tokens",
                   "span_offset", "tokens_per_step", "kv_tok3_steps", "kv_mean2_steps",
-                  "mean_min_steps")
+                  "mean_min_steps", "ctx_var_tokens2")
 _ROW_FIELDS = _NODE_FIELDS + _SCALAR_FIELDS + ("group", "l_count")
 
 
@@ -56,6 +56,7 @@ class RowLengths(LazySubset):
     kv_tok3_steps: np.ndarray
     kv_mean2_steps: np.ndarray
     mean_min_steps: np.ndarray
+    ctx_var_tokens2: np.ndarray
     group: np.ndarray
     l_count: np.ndarray
     n_groups: int

@@ -58,6 +58,9 @@ class Lengths:
     # occupancy's variance, ``latency.kv_per_rank``)
     kv_mean2_steps: float = 0.0
     mean_min_steps: float = 0.0  # E[min(S, S')] of two independent requests' decode steps (``latency.batch_per_rank``)
+    # Var(L) of the prompt context a decoding sequence reads, across sequences: Σ w·((L − E[L])² + stratum variance)
+    # (the whole prompt, cached or not; ``latency._tpot_moments``' context drift)
+    ctx_var_tokens2: float = 0.0
     # E[(L − node)^j | stratum], j = 1..8, the prompt censored at the queue-tail quantile (``lengths.stratum_deviations``),
     # (QL, 8): what the prefill queue's E[S^k] of a service quadratic in L needs (``latency.service_moments``)
     l_dev: np.ndarray | None = None
@@ -86,7 +89,7 @@ def lengths_for(prompt: LengthDist, output: LengthDist, technique: ServingTechni
     kv3 = _sum_cubes(float(lw @ ln), el2, float(lw @ ln**3), n, 1.0, ow)
     return Lengths(ln, lw, on, ow, lv, ov, el, var_l, eo1, float(ow @ on), ctx, kv1, kv2, kv_prompt_tokens=el,
                    kv_tok3_steps=kv3, l_dev=dev, kv_mean2_steps=_sum_mean_squares(el, n, 1.0, ow),
-                   mean_min_steps=float(ow @ np.minimum.outer(n, n) @ ow))
+                   mean_min_steps=float(ow @ np.minimum.outer(n, n) @ ow), ctx_var_tokens2=var_l + float(lw @ lv))
 
 
 def _sum_mean_squares(ek: float, steps: np.ndarray, a: float, o_w: np.ndarray) -> float:
@@ -135,7 +138,8 @@ def _technique_lengths(ln, lw, lv, on, ow, ov, t: ServingTechnique, dev: np.ndar
                    kv1, kv2, kv_prompt_tokens=ek, span_offset=el_full - el, tokens_per_step=a, kv_tok3_steps=kv3,
                    l_dev=dev * (1.0 - h) ** np.arange(1, dev.shape[1] + 1),
                    kv_mean2_steps=_sum_mean_squares(ek, steps, a, ow),
-                   mean_min_steps=float(ow @ np.minimum.outer(steps, steps) @ ow))
+                   mean_min_steps=float(ow @ np.minimum.outer(steps, steps) @ ow),
+                   ctx_var_tokens2=float(lw @ ((ln - el_full) ** 2 + lv)))
 
 
 # ---------------------------------------------------------------------------------------
