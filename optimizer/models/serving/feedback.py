@@ -152,8 +152,9 @@ def batch_average_cumulants(lam, tbar, window, o1, o_w) -> tuple[np.ndarray, np.
         m = np.minimum(s, w)
         flat = np.abs(s - w)
         m2 = m * m
-        both = np.stack([m2 * (flat + 2.0 * m / 3.0), m2 * m * (flat + m / 2.0)], axis=-2)  # (rows, QO, 2, QO')
-        integral[rows] = (both @ o_w[rows, None, :, None])[..., 0]
+        ow = o_w[rows, :, None]  # (rows, QO', 1): two (rows, QO, QO') products, not one stacked (2× the time)
+        integral[rows, :, 0] = (m2 * (flat + 2.0 * m / 3.0) @ ow)[:, :, 0]
+        integral[rows, :, 1] = (m2 * m * (flat + m / 2.0) @ ow)[:, :, 0]
     with np.errstate(invalid="ignore", divide="ignore"):
         w = np.maximum(window, 1e-300)
         var = lam[:, None] * integral[..., 0] / w**2
