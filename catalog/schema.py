@@ -71,7 +71,7 @@ class Strict(BaseModel):
     """extra="forbid", frozen, and no true/false where a number or a name is due: pydantic would read
     ``qps: true`` (YAML ``yes``, ``on``) as 1 req/s and ``min_replicas: on`` as 1."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     @model_validator(mode="before")
     @classmethod
