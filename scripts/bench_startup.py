@@ -163,7 +163,9 @@ def main() -> int:
         stages(args.runs, args.compare, args.cache)
         return 0
     gpuplan = shutil.which("gpuplan") or str(Path(sys.executable).with_name("gpuplan"))
-    trees = {"this": ([gpuplan], REPO, None)}
+    # this tree first on the path: the console script imports the installed (editable) package otherwise,
+    # which in a git worktree is another checkout
+    trees = {"this": ([gpuplan], REPO, {**os.environ, "PYTHONPATH": str(REPO)})}
     if args.compare is not None:
         other = args.compare.resolve()
         trees["other"] = ([sys.executable, "-m", "cli.app"], other, {**os.environ, "PYTHONPATH": str(other)})
