@@ -28,7 +28,8 @@ SMALL = {
 
 
 def _strip(result):
-    """A scenario result's JSON row without its timings, the only figures allowed to differ between runs.
+    """A scenario result's JSON row without its timings (the simulator check's too), the only figures allowed to
+    differ between runs.
 
     Every scenario's candidate set comes from the first scenario with the same candidate key
     in every process and on every backend (``optimizer.whatif.candidate_sources``), so the
@@ -39,6 +40,8 @@ def _strip(result):
     for r in [row, row.get("plan", {})]:
         for key in ("solve_seconds", "created_utc", "timings_s"):
             r.pop(key, None)
+    if row.get("plan", {}).get("verification"):
+        row["plan"]["verification"].pop("seconds")  # the simulator check's wall time
     return row
 
 
@@ -60,7 +63,7 @@ def test_base_equals_plain_optimize(small):
     from workloads import resolve_catalog
 
     plan = scenarios[0].plan
-    direct = optimize_plan(plan, resolve_catalog(plan, load_catalog(), "x"), load_params()).to_json()
+    direct = optimize_plan(plan, resolve_catalog(plan, load_catalog(), "x"), load_params(), verify=None).to_json()
     assert rows[0]["name"] == "base"
     assert rows[0]["objective_usd"] == pytest.approx(direct["objective_usd"], rel=1e-9)
     assert rows[0]["fleet"] == {r["device"]: r["gpus"] for r in direct["fleet"]}
@@ -235,3 +238,44 @@ def test_whatif_json_keys_are_the_documented_ones():
     written = json_keys(data)
     for path in ("", "scenarios", "scenarios.workloads", "uncertainty"):
         assert written[path] == documented[path], path
+
+
+# Long RAG prompts on one B200 per replica: the analytic TPOT p99 is ~30 % under the simulator's here (24k-token
+# prompts, p99/mean 1.33; docs/planner-review-23.md S05), so `gpuplan optimize` re-sizes the analytic fleet of 6
+# replicas (simulated TPOT p99 56 ms > 50 ms at 0.5 req/s each) to 7. A what-if scenario at the same inputs is the
+# same plan: before planner-23 whatif never simulated, and reported the 6-replica fleet as meeting its SLOs.
+RAG_LONG = {
+    "name": "rag-long", "objective": "tco", "horizon_years": 3, "allowed_devices": ["b200"],
+    "workloads": [{"name": "rag-long", "model": "qwen3-32b", "qps": 3,
+                   "prompt_tokens": {"mean": 24000, "p99": 32000, "max": 32768},
+                   "output_tokens": {"mean": 400, "p99": 800},
+                   "slo": {"ttft_p99_ms": 6000, "tpot_p99_ms": 50}, "precisions": ["fp8"]}],
+}
+
+
+def test_whatif_scenarios_are_simulated_as_optimize_plans_them(tmp_path):
+    from optimizer.models.params import load_params
+    from optimizer.optimize import optimize_plan
+    from optimizer.whatif import ScenarioOptions, run_scenarios
+    from workloads import resolve_catalog
+
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump({"plan": RAG_LONG,
+                                    "sweeps": [{"name": "budget", "kind": "budget", "from": 400000, "to": 800000,
+                                                "steps": 2}]}))
+    _, _, scenarios = load_scenarios(path, load_catalog())
+    rows = [r.to_json() for r in run_scenarios(scenarios, ScenarioOptions(), workers=1)]
+    plan = scenarios[0].plan
+    catalog = resolve_catalog(plan, load_catalog(), "x")
+    checked = optimize_plan(plan, catalog, load_params(), verify=None).to_json()  # what `gpuplan optimize` plans
+    unchecked = optimize_plan(plan, catalog, load_params(), verify=False).to_json()
+    assert unchecked["fleet"][0]["gpus"] == 6 and checked["fleet"][0]["gpus"] == 7  # the simulator re-sizes
+    base = rows[0]
+    assert base["fleet"] == {"b200": 7}
+    assert base["simulated"] and base["plan"]["verification"] is not None
+    assert [d["replicas"] for d in base["plan"]["deployments"]] == [d["replicas"] for d in checked["deployments"]]
+    assert base["objective_usd"] == pytest.approx(checked["objective_usd"], rel=1e-9)
+    # a budget level's most served demand rests on the analytic capacities: it says so
+    levels = [r for r in rows if r["mode"] == "max_demand"]
+    assert levels and all(not r["simulated"] for r in levels)
+    assert all(any(d["code"] == "scenario_not_simulated" for d in r["plan"]["diagnostics"]) for r in levels)
