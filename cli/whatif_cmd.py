@@ -139,7 +139,8 @@ def _render(rows: list[dict[str, Any]], u: dict[str, Any] | None) -> None:
         stdout.print(f"not simulated (p99s of the analytic model alone; `gpuplan optimize` on the scenario's plan "
                      f"simulates it and re-sizes misses): {', '.join(unsimulated)}")
     if u is not None:
-        stdout.print(f"Uncertainty over {u['samples']} samples (seed {u['seed']}): cost p50 {fmt(u['cost_p50_usd'])} $, "
+        stdout.print(f"Uncertainty over {u['samples']} samples (seed {u['seed']}; their fleets not simulated): cost p50 "
+                     f"{fmt(u['cost_p50_usd'])} $, "
                      f"p90 {fmt(u['cost_p90_usd'])} $; the base fleet meets every SLO in "
                      f"{u['base_fleet_meets_slo_probability']:.0%} of samples with model error by fidelity class "
                      f"({u['base_fleet_meets_slo_probability_without_model_error']:.0%} on the point model).")
