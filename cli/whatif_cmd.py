@@ -134,8 +134,13 @@ def _render(rows: list[dict[str, Any]], u: dict[str, Any] | None) -> None:
     stdout.print(table("What-if scenarios", ["scenario", "status", "objective $", "capex $", "fleet (GPUs in use)",
                                              "served demand", "p99 vs SLO (ms)", "power kW"], t_rows,
                        right={"objective $", "capex $", "power kW"}))
+    unsimulated = [r["name"] for r in rows if has_plan(r) and not r.get("simulated", True) and r["group"] != "samples"]
+    if unsimulated:
+        stdout.print(f"not simulated (p99s of the analytic model alone; `gpuplan optimize` on the scenario's plan "
+                     f"simulates it and re-sizes misses): {', '.join(unsimulated)}")
     if u is not None:
-        stdout.print(f"Uncertainty over {u['samples']} samples (seed {u['seed']}): cost p50 {fmt(u['cost_p50_usd'])} $, "
+        stdout.print(f"Uncertainty over {u['samples']} samples (seed {u['seed']}; their fleets not simulated): cost p50 "
+                     f"{fmt(u['cost_p50_usd'])} $, "
                      f"p90 {fmt(u['cost_p90_usd'])} $; the base fleet meets every SLO in "
                      f"{u['base_fleet_meets_slo_probability']:.0%} of samples with model error by fidelity class "
                      f"({u['base_fleet_meets_slo_probability_without_model_error']:.0%} on the point model).")

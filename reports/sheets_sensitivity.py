@@ -20,7 +20,8 @@ OUTPUT_NOTE = ("Optimizer outputs (values): each figure re-solves the fleet on t
 
 
 def build_summary_warnings(ctx: Ctx) -> None:
-    """Row 3 of Summary: a plain-language warning when the answer rests on an estimate."""
+    """Row 3 of Summary: a plain-language warning when the answer rests on an estimate: an estimated price, a
+    datasheet-only or same-generation performance figure (the fidelity classes below measured)."""
     r = ctx.result
     notes = []
     for f in r.fleet:
@@ -36,6 +37,13 @@ def build_summary_warnings(ctx: Ctx) -> None:
     if other:
         notes.append(f"Performance of {', '.join(f'{x.upper()} served by {e}' for x, e in other)} rests on "
                      "measurements of other configurations (this engine, model type or precision never measured there); see Risks.")
+    same_gen = [d for d in r.deployments if d.fidelity is not None and d.fidelity.class_ == "same-generation"]
+    if same_gen:
+        low = min(d.fidelity.low_factor for d in same_gen)
+        high = max(d.fidelity.high_factor for d in same_gen)
+        notes.append(f"Performance of {', '.join(sorted({d.device.upper() for d in same_gen}))} is inferred from "
+                     f"measurements of its generation, not of the device itself (80 % capacity band ×{low:.2f}–"
+                     f"{high:.2f}); see Deployments.")
     if r.headroom is not None:
         notes.append(f"Sized for the {r.headroom.sized_for}.")
     if notes:

@@ -34,8 +34,10 @@ The analytic TPOT p99 of a replica whose prompts are long-tailed is optimistic: 
 thousands of tokens stalls every sequence decoding beside it for seconds, and the model's per-step noise does
 not carry such stalls (docs/model-accuracy.md, "Dense TPOT p99 under long-tailed prompts (tpottail)").
 Measured: llama-3.1-8b fp8 on h100-sxm, prompts lognormal mean 1,024 / p99 8,192 (p99/mean = 8), cut to the
-context window, 20 simulator seeds pooled: analytic / simulated TPOT p99 0.885 / 0.826 / 0.757 at 0.3 / 0.5 /
-0.7 of saturation (−12 … −24 %), −32 % at 0.8 (``tests/models/test_tpot_long_prompts.py``); at p99/mean ≈ 4
+context window, 20 simulator seeds pooled: analytic / simulated TPOT p99 0.926 / 0.880 / 0.824 / 0.753 at 0.3 /
+0.5 / 0.7 / 0.8 of saturation (−7 … −25 %; −9 … −25 % before the decode contexts' drift and the dense drift's third
+cumulant, poolbias; −12 … −32 % before a long prompt's chunks past the 4th were charged their own attention span,
+planner-23: TPOT_OPTIMISM keeps the older, wider figure) (``tests/models/test_tpot_long_prompts.py``); at p99/mean ≈ 4
 (``scripts/agreement.py``'s lognormal rows) within its ±15 % targets. The simulator's own p99 under such
 prompts needs ~20 seeds of 20,000 requests to settle; the plan's verification runs 2-5 of 8,000.
 """

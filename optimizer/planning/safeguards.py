@@ -194,7 +194,8 @@ def _verify_and_resize(plan: Plan, cset: CandidateSet, sol: FleetSolution, catal
     checked = [replace(v, derate_factor=factors.get((v.workload, v.key), 1.0)) for v in checked]
     all_met = all(v.met for v in checked)
     note = "; ".join(notes + unsimulated)
-    return cset, problem, sol, Verification(tuple(checked), rounds, time.perf_counter() - start, all_met, note)
+    return cset, problem, sol, Verification(tuple(checked), rounds, time.perf_counter() - start, all_met, note,
+                                            tuple(unsimulated))
 
 
 def dtype_bound_note(d: Deployment, cset: CandidateSet, params: CalibrationParams | None, catalog: Catalog | None) -> str:
@@ -247,6 +248,11 @@ def annotate(result: PlanResult, plan: Plan, cset: CandidateSet, fidelity: Mappi
                         for d in result.deployments)
     if verification is not None and not verification.all_met:
         notes += _miss_notes(verification)
+    if verification is not None and verification.unsimulated:
+        notes.append(Diagnostic("warning", "not_simulated",
+                                "deployments the simulator could not check; their p99s are the analytic model's "
+                                "alone (plan with confidence or target_utilization for headroom): "
+                                + "; ".join(verification.unsimulated)))
     return replace(result, fleet=tuple(fleet), deployments=deployments,
                    diagnostics=result.diagnostics + tuple(notes))
 

@@ -142,8 +142,9 @@ class Verification:
     deployments: tuple[VerifiedDeployment, ...]
     rounds: int
     seconds: float
-    all_met: bool
+    all_met: bool  # every simulated deployment met its SLOs (those in ``unsimulated`` are not among them)
     note: str = ""
+    unsimulated: tuple[str, ...] = ()  # "<workload> on <key>: not simulated (why)", one per deployment left out
 
     @property
     def verdict(self) -> str:

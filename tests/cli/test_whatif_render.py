@@ -28,3 +28,17 @@ def test_an_infeasible_scenario_has_no_cost_demand_or_power():
     assert tight[:3] == ["infeasible", "—", "—"] and tight[4] == "—" and tight[-1] == "—"
     poor = lines["b @ $1,000"]  # a budget level that buys nothing: it serves 0.00× of the demand, a figure
     assert poor[:3] == ["infeasible", "—", "—"] and poor[4] == "0.00× (0.0 req/s)" and poor[-1] == "—"
+
+
+def test_scenarios_not_simulated_are_named_under_the_table():
+    """A budget level's fleet rests on the analytic capacities (``simulated`` false): the table names it, and not a
+    min-cost scenario the simulator checked, nor an infeasible level (no fleet to check)."""
+    rows = [{**_row("base", "optimal", 471_198.0, 246.8, 14.3, {"b200": 7}), "simulated": True},
+            {**_row("b @ $400,000", "optimal", 471_198.0, 292.7, 14.3, {"b200": 8}, mode="max_demand"),
+             "simulated": False},
+            {**_row("b @ $1,000", "infeasible", 0.0, 0.0, 0.0, {}, mode="max_demand", multiplier=0.0),
+             "simulated": False}]
+    with stdout.capture() as cap:
+        _render(rows, None)
+    (line,) = [x for x in cap.get().splitlines() if x.startswith("not simulated")]
+    assert line.endswith(": b @ $400,000")

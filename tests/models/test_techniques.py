@@ -279,6 +279,18 @@ def test_optimizer_uses_speculation_only_where_it_pays(plain_chat):
     assert not any(d.key.endswith("__spec") for d in zero.deployments)
 
 
+def test_unsimulated_speculative_deployment_is_a_warning():
+    """The simulator has no speculative decoding: a plan served by speculative replicas only was reported as
+    verification all_met with nothing simulated and no warning (only a note in the verification record), so
+    its p99s, the analytic model's alone, read as checked. Now a not_simulated warning names each one."""
+    plan = _chat_plan(speculative={"method": "eagle", "tokens": 3, "acceptance_rate": 0.8})
+    r = optimize_plan(plan, CAT, PARAMS, compare_single_device=False, verify=None)
+    spec_keys = [d.key for d in r.deployments if d.key.endswith("__spec")]
+    assert spec_keys and r.verification is not None and r.verification.deployments == ()
+    warning = next(d for d in r.diagnostics if d.code == "not_simulated")
+    assert warning.level == "warning" and all(f"chat on {k}: not simulated" in warning.message for k in spec_keys)
+
+
 def test_prefix_cache_analytic_agrees_with_simulator():
     """The simulator's prefix cache (``simulate(prefix_hit_fraction=…, shared_prefix_tokens=…)``) against
     the analytic model at 40 % and 80 % of capacity: the cache adds at most 10 points of TTFT/TPOT p99

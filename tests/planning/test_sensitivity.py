@@ -209,11 +209,18 @@ def test_rag_on_mi300x_now_meets_the_slo_without_resizing():
     """Issue 15's case (8B RAG on MI300X, TTFT SLO 800 ms: predicted 648 ms, simulated 874 ms) after
     issue 14's serving fixes (full M/G/1 prefill queue, p99.9 KV fit): the analytic plan simulates
     within its SLO, so verification changes nothing, and the prediction is within 10 % of the
-    simulated p99 (measured 729 vs 703 ms)."""
+    simulated p99 (measured 729 vs 703 ms).
+
+    Since planner-23 (a prompt's chunks past the 4th charged at their own attention span) the MILP's first fleet is
+    another of the same cost (two MI300X boards either way), whose tp1 replicas run at their SLO (799 ms predicted,
+    804 simulated, the interval above 800): one re-size round of × 0.975 moves them to the fleet of before
+    (5 × tp2 + 2 × tp4, 771 / 739 ms predicted, 707 / 697 simulated) at the same cost."""
     plan, cat = _plan(["mi300x"], RAG)
     verified = optimize_plan(plan, cat, compare_single_device=False, verify=True)
+    unverified = optimize_plan(plan, cat, compare_single_device=False, verify=False)
     v = verified.verification
-    assert v is not None and v.rounds == 0 and v.all_met
+    assert v is not None and v.rounds <= 1 and v.all_met
+    assert verified.objective_usd == pytest.approx(unverified.objective_usd, rel=1e-12)
     for d in verified.deployments:
         assert d.verification is not None
         assert d.verification.simulated_ms <= d.verification.slo_ms

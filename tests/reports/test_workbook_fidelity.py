@@ -73,3 +73,24 @@ def test_results_without_fidelity_or_engine_leave_those_columns_out(two_engines)
         d["engine"] = ""
     headers = [c.value for c in build_workbook(data)["Deployments"][HEADER_ROW]]
     assert "Engine" not in headers and "Fidelity class" not in headers and "Fidelity basis" not in headers
+
+
+def test_summary_says_a_plan_rests_on_a_same_generation_device():
+    """H100 NVL was never measured (its generation, Hopper, was): a plan buying only H100 NVLs is sized on a
+    same-generation capacity (80 % band ×0.77–1.43 in the shipped fit), which the Summary's first lines left unsaid
+    (only datasheet-only figures were named there)."""
+    from catalog import load_catalog
+    from workloads import resolve_catalog
+    from workloads.spec import Plan
+
+    plan = Plan(name="nvl", objective="capex", allowed_devices=["h100-nvl"],
+                workloads=[{"name": "chat", "model": "llama-3.1-8b", "qps": 2, "prompt_tokens": 512,
+                            "output_tokens": 128, "slo": {"ttft_p99_ms": 2000, "tpot_p99_ms": 100},
+                            "precisions": ["bf16"]}])
+    data = optimize_plan(plan, resolve_catalog(plan, load_catalog(), "x"), compare_single_device=False,
+                         verify=False).to_json()
+    (f,) = {d["device"]: d["fidelity"] for d in data["deployments"]}.items()
+    assert f[0] == "h100-nvl" and f[1]["class"] == "same-generation"
+    text = build_workbook(data)["Summary"].cell(3, 1).value
+    assert (f"Performance of H100-NVL is inferred from measurements of its generation, not of the device itself "
+            f"(80 % capacity band ×{f[1]['low_factor']:.2f}–{f[1]['high_factor']:.2f})") in text
