@@ -93,9 +93,10 @@ def render(result: dict, json_out: bool) -> None:
                      "--ttft-p99-ms; `gpuplan simulate` shows the wait)", markup=False)
     if result.get("tpot_p99_optimistic_up_to_pct"):
         # loaded already: the estimate ran
-        from optimizer.planning.known_limits import LONG_TAIL_PROMPT_RATIO
-        stdout.print("long-tailed prompts: the TPOT p99 is known optimistic under prompts of p99 ≥ "
-                     f"{LONG_TAIL_PROMPT_RATIO:g}× their mean, by up to {result['tpot_p99_optimistic_up_to_pct']:.0f} % near saturation "
+        from optimizer.planning.known_limits import LONG_PROMPT_TOKENS, LONG_TAIL_PROMPT_RATIO
+        stdout.print("long prompts: the TPOT p99 is known optimistic under prompts of p99 ≥ "
+                     f"{LONG_TAIL_PROMPT_RATIO:g}× their mean or ≥ {LONG_PROMPT_TOKENS:,} tokens, by up to "
+                     f"{result['tpot_p99_optimistic_up_to_pct']:.0f} % near saturation "
                      "(docs/model-accuracy.md, tpottail); check with `gpuplan simulate` over several seeds",
                      markup=False)
     share_cut = result.get("context_window_share_cut", 0.0)

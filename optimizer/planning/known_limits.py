@@ -74,16 +74,38 @@ def prompt_mean_p99(prompt: LengthDist) -> tuple[float, float]:
     return prompt.mean_tokens, prompt.p99_tokens
 
 
-def tpot_optimism_pct(prompt: LengthDist) -> float | None:
-    """The known optimism (%) of the analytic TPOT p99 under ``prompt``: 100·TPOT_OPTIMISM where its p99 is at
-    least LONG_TAIL_PROMPT_RATIO × its mean, None (none known) otherwise."""
+# prompts this long (p99, tokens: 8 prefill chunks of 2,048) stall every decoding sequence for L/C steps, which the
+# per-step noise law misses even at a fixed length (tpottail's cause (1)). Measured, llama-3.1-8b fp8 on h100-sxm,
+# fixed prompts, outputs 400, 3 seeds of 16,000 requests pooled, analytic / simulated TPOT p99 at 0.3 / 0.6 of
+# saturation: 16,384 tokens 0.892 / 0.895, 32,768 tokens 0.838 / 0.806 (2026-12-07; docs/planner-review-23.md N2:
+# −17 … −23 % at 32k on other seeds and loads); qwen3-32b fp8 on b200 at 24,000 tokens 0.892 / 0.932
+LONG_PROMPT_TOKENS = 16_384
+# the worst of those, rounded up: a prediction above (1 − LONG_PROMPT_OPTIMISM) × its SLO may in fact miss it
+LONG_PROMPT_OPTIMISM = 0.25
+
+
+def tpot_optimism(prompt: LengthDist) -> tuple[float, str] | None:
+    """The known optimism (a fraction) of the analytic TPOT p99 under ``prompt`` and why, None where none is known:
+    TPOT_OPTIMISM where its p99 is at least LONG_TAIL_PROMPT_RATIO × its mean (long-tailed), else
+    LONG_PROMPT_OPTIMISM where its p99 is at least LONG_PROMPT_TOKENS (long, whatever the spread)."""
     mean, p99 = prompt_mean_p99(prompt)
-    return 100.0 * TPOT_OPTIMISM if p99 >= LONG_TAIL_PROMPT_RATIO * mean else None
+    if p99 >= LONG_TAIL_PROMPT_RATIO * mean:
+        return TPOT_OPTIMISM, f"prompts with p99 {p99 / mean:.1f}× their mean ({mean:,.0f} / {p99:,.0f} tokens)"
+    if p99 >= LONG_PROMPT_TOKENS:
+        return LONG_PROMPT_OPTIMISM, (f"prompts of {p99:,.0f} tokens at p99 (≥ {LONG_PROMPT_TOKENS:,}: many prefill "
+                                      "chunks each)")
+    return None
+
+
+def tpot_optimism_pct(prompt: LengthDist) -> float | None:
+    """``tpot_optimism`` in %, None where none is known."""
+    known = tpot_optimism(prompt)
+    return 100.0 * known[0] if known is not None else None
 
 
 def long_prompt_tpot_notes(plan: Plan, deployments: Sequence[Deployment]) -> list[Diagnostic]:
-    """A ``tpot_long_prompts`` warning per online workload whose prompts have p99 ≥ LONG_TAIL_PROMPT_RATIO × their
-    mean, with a TPOT SLO, and a deployment whose predicted TPOT p99 is above (1 − TPOT_OPTIMISM) × that SLO:
+    """A ``tpot_long_prompts`` warning per online workload whose prompts are long-tailed or long (``tpot_optimism``),
+    with a TPOT SLO, and a deployment whose predicted TPOT p99 is above (1 − the known optimism) × that SLO:
     within the model's known error of it. Names the prompt law, the deployment, its predicted (and simulated,
     where the plan's verification ran it) p99, and the fixes."""
     notes: list[Diagnostic] = []
@@ -92,22 +114,23 @@ def long_prompt_tpot_notes(plan: Plan, deployments: Sequence[Deployment]) -> lis
         by_workload.setdefault(d.workload, []).append(d)
     for w in plan.workloads:
         slo_ms = w.slo.tpot_p99_ms
-        if w.is_batch or slo_ms is None or tpot_optimism_pct(w.prompt_tokens) is None:
+        known = tpot_optimism(w.prompt_tokens) if not w.is_batch and slo_ms is not None else None
+        if known is None:
             continue
+        optimism, why = known
         near = [d for d in by_workload.get(w.name, ()) if d.tpot_p99_ms is not None
-                and d.tpot_p99_ms > (1.0 - TPOT_OPTIMISM) * slo_ms]
+                and d.tpot_p99_ms > (1.0 - optimism) * slo_ms]
         if not near:
             continue
         d = max(near, key=lambda x: x.tpot_p99_ms or 0.0)
         v = d.verification
         simulated = (f", simulated {v.simulated_ms:.1f} ms" if v is not None and v.metric == "tpot_p99_ms"
                      and v.simulated_ms is not None else "")
-        mean, p99 = prompt_mean_p99(w.prompt_tokens)
         notes.append(Diagnostic(
             "warning", "tpot_long_prompts",
-            f"{w.name}: prompts with p99 {p99 / mean:.1f}× their mean ({mean:,.0f} / {p99:,.0f} tokens) "
+            f"{w.name}: {why} "
             "stall the decoding batch in a way the model's TPOT p99 "
-            f"misses: up to {100 * TPOT_OPTIMISM:.0f} % optimistic near saturation (docs/model-accuracy.md, "
+            f"misses: up to {100 * optimism:.0f} % optimistic near saturation (docs/model-accuracy.md, "
             f"tpottail). {d.key} is predicted at {d.tpot_p99_ms:.1f} ms{simulated} against the {slo_ms:g} ms SLO. "
             "Check it with `gpuplan simulate` at its routed rate and several seeds, or plan with a tighter "
             "tpot_p99_ms or target_utilization"))

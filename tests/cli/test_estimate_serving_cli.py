@@ -119,6 +119,19 @@ def test_long_tailed_prompts_say_the_tpot_p99_is_known_optimistic(run_cli):
     assert "known optimistic" not in run_cli(*args, "--input-p99", "4096").stdout
 
 
+def test_long_fixed_prompts_say_the_tpot_p99_is_known_optimistic(run_cli):
+    """Fixed prompts of 32,768 tokens (16 prefill chunks) on llama-3.1-8b fp8 / h100: the analytic TPOT p99 was 0.838 /
+    0.806 of the simulator's at 0.3 / 0.6 of saturation (3 seeds of 16,000 requests, 2026-12-07), and estimate said
+    nothing (docs/planner-review-23.md N2). Now 25 % and the line; 8,192 fixed tokens stay silent."""
+    args = ("estimate", "--model", "llama-3.1-8b", "--device", "h100-sxm", "--precision", "fp8",
+            "--output-tokens", "400", "--tpot-p99-ms", "40")
+    long = json.loads(run_cli(*args, "--input-tokens", "32768", "--json").stdout)
+    assert long["tpot_p99_optimistic_up_to_pct"] == pytest.approx(25.0)
+    assert "TPOT p99 is known optimistic" in run_cli(*args, "--input-tokens", "32768").stdout
+    short = json.loads(run_cli(*args, "--input-tokens", "8192", "--json").stdout)
+    assert short["tpot_p99_optimistic_up_to_pct"] is None
+
+
 def test_a_binding_scheduler_cap_is_named_not_the_kv_cache(run_cli):
     """Mixtral fp8 on 4 × H100 with --max-batch 1 at 1 req/s of 512 + 256 tokens: the KV cache holds 5,453 sequences,
     but the running batch (λ·E[O−1]·t̄ ≈ 1 · 255 · 4.7 ms ≈ 1.2 sequences on average) is over a cap of one sequence far

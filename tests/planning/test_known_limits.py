@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 
 from optimizer.planning.known_limits import (
+    LONG_PROMPT_OPTIMISM,
+    LONG_PROMPT_TOKENS,
     LONG_TAIL_PROMPT_RATIO,
     TPOT_OPTIMISM,
     long_prompt_tpot_notes,
@@ -54,3 +56,21 @@ def test_thresholds_are_the_measured_case():
     # a prediction at 0.69 × the SLO is warned, at 0.67 × it is not
     assert long_prompt_tpot_notes(_plan(8192), [_deployment(0.69 * 20.0)])
     assert not long_prompt_tpot_notes(_plan(8192), [_deployment(0.67 * 20.0)])
+
+
+def _fixed_plan(prompt_tokens: int, tpot_slo_ms: float = 20.0):
+    return parse_plan({"name": "p", "workloads": [{
+        "name": "assistant", "model": "llama-3.1-8b", "qps": 3, "prompt_tokens": prompt_tokens,
+        "output_tokens": 400, "slo": {"ttft_p99_ms": 30000, "tpot_p99_ms": tpot_slo_ms}}]}, "test")
+
+
+def test_long_fixed_prompts_near_the_tpot_slo_are_warned():
+    """32,768 fixed tokens: the analytic TPOT p99 0.838 / 0.806 of the simulator's at 0.3 / 0.6 of saturation
+    (module constants); a prediction within 25 % of the SLO is warned, one further under it and 8,192 tokens are not."""
+    notes = long_prompt_tpot_notes(_fixed_plan(32768), [_deployment(16.0)])
+    assert [n.code for n in notes] == ["tpot_long_prompts"]
+    for part in ("32,768 tokens at p99", "up to 25 %", "16.0 ms"):
+        assert part in notes[0].message, part
+    assert not long_prompt_tpot_notes(_fixed_plan(32768), [_deployment(14.0)])  # 30 % under the SLO
+    assert not long_prompt_tpot_notes(_fixed_plan(8192), [_deployment(19.0)])
+    assert 1.0 - 0.806 <= LONG_PROMPT_OPTIMISM <= 0.3 and LONG_PROMPT_TOKENS == 8 * 2048
