@@ -190,7 +190,15 @@ def _check(spec: Output, inputs: list[Path]) -> _Target:
         if _STDOUT_CLOSED[0]:
             raise OutputError(f"{spec.option} -: stdout is closed; give a file name or open stdout")
         return _Target(spec.option, shown, None)
+    if not shown.strip():
+        raise OutputError(f"{spec.option} {shown!r}: is an empty path; give a file name, e.g. {spec.option} "
+                          f"out{spec.suffixes[0] if spec.suffixes else ''}")
     path = Path(spec.path)  # type: ignore[arg-type]
+    if shown.endswith(os.sep) and not os.path.isdir(shown):
+        # 'out.json/' names a directory (POSIX: a trailing slash resolves as one); writing 'out.json' would not
+        # be what was typed, and `cp x out.json/` refuses it too
+        raise OutputError(f"{spec.option} {shown}: ends with '{os.sep}', which names a directory; "
+                          f"drop the '{os.sep}' to write the file {shown.rstrip(os.sep) or os.sep}")
     if not path.name or shown.endswith(os.sep):
         raise OutputError(f"{spec.option} {shown}: is a directory; give a file name")
     real = Path(os.path.realpath(path))

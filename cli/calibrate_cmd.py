@@ -16,7 +16,7 @@ from optimizer.models.constants import SHIPPED_ONLINE_WEIGHT
 
 
 def calibrate(
-    out: Annotated[Path, typer.Option("--out", help="Where to write the fitted parameters (YAML).")],
+    out: Annotated[str, typer.Option("--out", help="Where to write the fitted parameters (YAML).")],
     measurements: Annotated[list[Path], typer.Argument(
         help="Measurements CSVs with the columns of calibration.csv.", show_default=False)] = None,
     shipped: Annotated[bool, typer.Option(
