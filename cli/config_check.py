@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from catalog.errors import ModelError
+from catalog.errors import ModelError, suggest
 
 if TYPE_CHECKING:
     from catalog.schema import Device, Model
@@ -25,6 +25,11 @@ def check_sharding(model: Model, device: Device, tp: int, pp: int, ep: int, engi
         degree, value, why = problem
         raise ModelError(f"{tp_flag if degree == 'tp' else '--' + degree} {value}: {why}")
     if engine is not None:
+        from optimizer.models.params import ENGINES
+
+        if engine not in ENGINES:
+            raise ModelError(f"--engine {engine!r}: unknown engine{suggest(engine, ENGINES)}; use "
+                             f"{', '.join(ENGINES[:-1])} or {ENGINES[-1]}")
         # the planner's rule, imported only when an engine is named (the planning package loads in ~0.5 s)
         from optimizer.planning.candidates import engine_reason
 

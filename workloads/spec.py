@@ -13,6 +13,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import Field, field_validator, model_validator
 
 from catalog.constants import HOURS_PER_YEAR, SECONDS_PER_HOUR, Z99
+from catalog.errors import suggest
 from catalog.schema import Strict
 
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -25,6 +26,17 @@ MAX_TOKENS = 10_000_000
 MAX_LOGNORMAL_P99_RATIO = math.exp(Z99 * Z99 / 2.0)
 BATCH_WINDOW_HOURS = 24.0  # a batch workload's default window: the whole day
 _NORMAL = NormalDist()
+
+
+def lower_names(value):
+    """Names of closed sets (precisions, engines, objective, redundancy) are case-insensitive, as device keys and
+    model names are (``plan_key``, ``Catalog.model``): ``FP8`` is ``fp8``, ``TRTLLM`` is ``trtllm``; anything
+    but text (a list's text entries) is left for the field's own check to name."""
+    if isinstance(value, str):
+        return value.strip().lower()
+    if isinstance(value, list):
+        return [v.strip().lower() if isinstance(v, str) else v for v in value]
+    return value
 
 
 class LengthDist(Strict):
@@ -231,6 +243,12 @@ class Workload(Strict):
         "never", description="'allowed': the optimizer may serve the workload from separate prefill and "
                              "decode pools (KV sent over the scale-out network) where that is cheaper")
 
+    @field_validator("precisions", "redundancy", "disaggregation", mode="before")
+    @classmethod
+    def _names_any_case(cls, value):
+        """``precisions: [FP8]`` is fp8 (:func:`lower_names`)."""
+        return lower_names(value)
+
     @field_validator("precisions")
     @classmethod
     def _precisions_once(cls, value: list[str]) -> list[str]:
@@ -246,10 +264,12 @@ class Workload(Strict):
         """One engine, a non-empty list of distinct engines, or None; anything else names the field and the fix."""
         if value is None:
             return None
+        value = lower_names(value)  # TRTLLM is trtllm
         values = value if isinstance(value, list) else [value]
         bad = [v for v in values if v not in ENGINES]
         if bad or not values:
-            raise ValueError(f"{value!r} is not one of {', '.join(ENGINES)} (or a list of them); "
+            hint = suggest(str(bad[0]), ENGINES) if bad else ""
+            raise ValueError(f"{value!r} is not one of {', '.join(ENGINES)} (or a list of them){hint}; "
                              "write e.g. engine: vllm or engine: [vllm, sglang], or drop it for the device's default")
         if len(set(values)) != len(values):
             raise ValueError(f"{value!r} lists an engine twice; list each once")
@@ -412,6 +432,12 @@ class Plan(Strict):
                                  "keep one entry")
             out[key] = entry
         return out
+
+    @field_validator("objective", mode="before")
+    @classmethod
+    def _objective_any_case(cls, value):
+        """``objective: TCO`` is tco (:func:`lower_names`)."""
+        return lower_names(value)
 
     @field_validator("allowed_devices")
     @classmethod

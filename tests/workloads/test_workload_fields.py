@@ -120,3 +120,19 @@ def test_allowed_devices_are_stored_as_keys():
     # 'H100_SXM' was refused in allowed_devices ("unknown device") though the catalog and inventory read it as h100-sxm
     plan = Plan(workloads=[ONLINE], allowed_devices=["H100_SXM", "h100-sxm", "B200"])
     assert plan.allowed_devices == ["h100-sxm", "b200"]
+
+
+def test_names_of_closed_sets_are_read_in_any_case():
+    # hostile round 23: device keys and model names were case-insensitive, yet `precisions: [FP8]` was an error
+    # with a did-you-mean, `engine: TRTLLM` an error without one, and `gpuplan estimate --precision FP8` accepted:
+    # one rule now, any case, stored as the catalog spells it
+    w = Workload(**ONLINE, precisions=["FP8", " Bf16"], engine=["VLLM", "SGLang"], redundancy="N+1",
+                 disaggregation="Allowed")
+    assert w.precisions == ["fp8", "bf16"] and w.engines == ("vllm", "sglang")
+    assert (w.redundancy, w.disaggregation) == ("n+1", "allowed")
+    assert Workload(**ONLINE, engine="TRTLLM").engines == ("trtllm",)
+    assert Plan(workloads=[ONLINE], objective="CAPEX").objective == "capex"
+    with pytest.raises(ValidationError, match="lists 'fp8' twice"):
+        Workload(**ONLINE, precisions=["FP8", "fp8"])  # one precision in two spellings is still a repeat
+    with pytest.raises(ValidationError, match=r"\(did you mean 'trtllm'"):
+        Workload(**ONLINE, engine="trt-llm")
