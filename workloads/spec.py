@@ -12,7 +12,7 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
-from catalog.constants import HOURS_PER_YEAR, SECONDS_PER_HOUR, Z99
+from catalog.constants import HOURS_PER_YEAR, MAX_WORKLOADS, SECONDS_PER_HOUR, Z99
 from catalog.errors import suggest
 from catalog.schema import Strict
 
@@ -414,7 +414,7 @@ class Plan(Strict):
         "rates and sigma demand_sigma (0.5 = the stated rates)")
     demand_sigma: Annotated[float, Field(ge=0, le=2)] = Field(
         0.25, description="sigma of log(demand / stated demand) used by demand_quantile")
-    workloads: list[Workload] = Field(min_length=1)
+    workloads: list[Workload] = Field(min_length=1, max_length=MAX_WORKLOADS)
 
     @field_validator("inventory", "devices", "platforms")
     @classmethod

@@ -8,7 +8,9 @@ from statistics import NormalDist
 import pytest
 from pydantic import ValidationError
 
+from catalog.errors import WorkloadError
 from optimizer.whatif_demand import scaled
+from workloads.load import load_plan, parse_plan
 from workloads.spec import Plan, Workload
 
 ONLINE = dict(name="w", model="llama-3.1-8b", qps=2, prompt_tokens=1000, output_tokens=200,
@@ -136,3 +138,22 @@ def test_names_of_closed_sets_are_read_in_any_case():
         Workload(**ONLINE, precisions=["FP8", "fp8"])  # one precision in two spellings is still a repeat
     with pytest.raises(ValidationError, match=r"\(did you mean 'trtllm'"):
         Workload(**ONLINE, engine="trt-llm")
+
+
+def test_a_plan_of_too_many_workloads_fails_fast():
+    # hostile round 23: a 10 MB plan (57,000 workloads) took 150 s and 1.2 GB only to be validated, and would have
+    # taken far longer to plan (10,000 workloads: 300 s, 2.3 GB). The count is refused before any validation, and
+    # a file over 4.5 MB (2.5x a 10,000-workload plan) before it is parsed
+    workloads = [{**ONLINE, "name": f"w{i}"} for i in range(10_001)]
+    with pytest.raises(WorkloadError, match="workloads: 10,001 workloads, over the limit of 10,000; split the plan"):
+        parse_plan({"workloads": workloads}, "p.yaml")
+    with pytest.raises(ValidationError, match="at most 10000 items"):
+        Plan(workloads=workloads)  # the library's door too
+
+
+def test_a_plan_file_over_its_size_limit_fails_before_it_is_parsed(tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_text("# padding\n" * 450_001 + "workloads: []\n")  # 4,500,024 bytes
+    with pytest.raises(WorkloadError, match=r"plan file is 4,500,024 bytes, over the 4,500,000-byte limit; a plan "
+                                            r"holds at most 10,000 workloads: split it into several plans"):
+        load_plan(path)
