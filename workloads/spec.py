@@ -77,7 +77,11 @@ class LengthDist(Strict):
         elif self.mean is None:
             raise ValueError("give a number, {mean, p99} or {histogram: [[tokens, weight], ...]}")
         elif self.p99 is not None and self.p99 < self.mean:
-            raise ValueError(f"p99 ({self.p99:g}) is below the mean ({self.mean:g}); p99 must be >= mean")
+            # enough digits to tell them apart (511.9999 against 512 printed as 'p99 (512) is below the mean (512)')
+            p99, mean = f"{self.p99:g}", f"{self.mean:g}"
+            if p99 == mean:
+                p99, mean = repr(self.p99), repr(self.mean)
+            raise ValueError(f"p99 ({p99}) is below the mean ({mean}); p99 must be >= mean")
         elif self.p99 is not None and self.p99 > MAX_LOGNORMAL_P99_RATIO * self.mean:
             top = MAX_LOGNORMAL_P99_RATIO * self.mean
             raise ValueError(f"p99 ({self.p99:g}) is {self.p99 / self.mean:.3g}× the mean ({self.mean:g}), beyond any "
@@ -242,6 +246,19 @@ class Workload(Strict):
     disaggregation: Literal["allowed", "never"] = Field(
         "never", description="'allowed': the optimizer may serve the workload from separate prefill and "
                              "decode pools (KV sent over the scale-out network) where that is cheaper")
+
+    @field_validator("prompt_tokens", "output_tokens")
+    @classmethod
+    def _whole_tokens(cls, value: LengthDist) -> LengthDist:
+        """A request has at least one prompt token and produces at least one output token: a length (a fixed one, a
+        mean, a histogram row) below 1 is not a length in tokens (`prompt_tokens: 0.5` planned half-token
+        requests; 0.5 meaning '0.5k' was planned 1,000 times too short). Fractional means of 1 and up are fine."""
+        lengths = [t for t, _ in value.histogram] if value.histogram is not None else [value.mean]
+        short = min(x for x in lengths if x is not None)
+        if short < 1:
+            raise ValueError(f"{short:g} tokens is less than one token; write lengths in tokens, not thousands "
+                             "(512, not 0.5)")
+        return value
 
     @field_validator("precisions", "redundancy", "disaggregation", mode="before")
     @classmethod
