@@ -35,6 +35,7 @@ the file.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import sys
@@ -209,15 +210,20 @@ def _check(spec: Output, inputs: list[Path]) -> _Target:
     if os.path.lexists(path):
         try:
             st = os.stat(path)
-        except OSError:
-            raise OutputError(f"{spec.option} {shown}: is a symlink to a missing file; "
-                              "remove it or give another path") from None
+        except OSError as exc:
+            what = "a loop of symlinks" if exc.errno == errno.ELOOP else "a symlink to a missing file"
+            raise OutputError(f"{spec.option} {shown}: is {what}; remove it or give another path") from None
         if stat.S_ISDIR(st.st_mode):
             raise OutputError(f"{spec.option} {shown}: is a directory; give a file name")
         if not stat.S_ISREG(st.st_mode):
             kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
             raise OutputError(f"{spec.option} {shown}: is {kind}, not a regular file; give a file path"
                               + (" (or - for stdout)" if spec.stdout_ok else ""))
+        if not os.access(path, os.W_OK):
+            # the rename would replace it all the same (it needs only the folder): a file made read-only, or
+            # immutable, is one its owner protected; `>` and `cp` refuse it too
+            raise OutputError(f"{spec.option} {shown}: is a read-only file; make it writable (chmod u+w) or "
+                              "choose another output path")
     if spec.suffixes and path.suffix.lower() not in spec.suffixes:
         example = f"out{spec.suffixes[0]}"
         raise OutputError(f"{spec.option} {shown}: needs the {' or '.join(spec.suffixes)} extension; "

@@ -312,3 +312,28 @@ def test_a_failed_rename_leaves_no_backup_of_its_own_target(tmp_path, monkeypatc
     assert all(p.read_bytes() == SENTINEL for p in paths)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.xlsx", "c.png"]
     assert committed_outputs() == []
+
+
+def test_a_read_only_output_file_is_refused_before_the_run(tmp_path, monkeypatch):
+    """Hostile round 23: an existing output made read-only (chmod 444) was replaced, as the rename needs only the
+    folder's permission; `>` and `cp` refuse such a file. Root passes access() on any mode, so the check is shown
+    as a user sees it: access() answers from the mode bits for this file."""
+    from catalog.errors import OutputError
+    from catalog.outputs import Output, plan_outputs
+
+    out = tmp_path / "r.json"
+    out.write_bytes(SENTINEL)
+    out.chmod(0o444)
+    real_access = os.access
+
+    def access(path, mode, *args, **kwargs):
+        if Path(path) == out and mode & os.W_OK:
+            return bool(out.stat().st_mode & stat.S_IWUSR)
+        return real_access(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr("catalog.outputs.os.access", access)
+    with pytest.raises(OutputError, match=r"--json .*r\.json: is a read-only file; make it writable \(chmod u\+w\)"):
+        plan_outputs([Output("--json", str(out), (".json",))])
+    assert out.read_bytes() == SENTINEL and sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+    out.chmod(0o644)
+    plan_outputs([Output("--json", str(out), (".json",))])  # writable again: accepted
