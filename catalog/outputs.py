@@ -291,11 +291,13 @@ class Outputs:
             raise_if_interrupted()  # a signal while staging: no rename, the temp files go
             # All renames or none: a signal between two of them (json replaced, workbook not) is only noted
             # by the CLI's handler and raised once the last is done; the CLI then names them as written.
-            _DEFERRING[0] += 1
-            try:
-                _commit(staged)
-            finally:
-                _DEFERRING[0] -= 1
+            with _folders_locked(staged):  # waited for with interrupts live: Ctrl-C still ends a stuck wait
+                raise_if_interrupted()
+                _DEFERRING[0] += 1
+                try:
+                    _commit(staged)
+                finally:
+                    _DEFERRING[0] -= 1
             raise_if_interrupted()
         finally:
             for tmp, _target in staged:
@@ -336,6 +338,39 @@ def _keep_previous(target: _Target) -> str | None:
         raise OutputError(f"{target.option} {target.shown}: cannot keep the previous file while the outputs are "
                           f"replaced ({exc.strerror}); nothing was written") from None
     return backup
+
+
+@contextlib.contextmanager
+def _folders_locked(staged: list[tuple[str, _Target]]) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on each output's folder (in path order: no two runs wait on each other)
+    while a set of two or more outputs is renamed, so that two runs writing the same ``--json`` and ``--out``
+    at once leave one run's pair, never the JSON of one beside the workbook of the other (renames A-json,
+    B-json, B-xlsx, A-xlsx). Best effort: a folder that cannot be opened or locked (no flock on the file
+    system) is renamed into unlocked, as before. One output needs no lock: one rename is atomic."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        fcntl = None
+    if len(staged) < 2 or fcntl is None:
+        yield
+        return
+
+    fds: list[int] = []
+    try:
+        for folder in sorted({str(t.real.parent) for _tmp, t in staged if t.real is not None}):
+            try:
+                fd = os.open(folder, os.O_RDONLY)
+            except OSError:
+                continue
+            fds.append(fd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:
+                pass
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)  # closing the last descriptor of an open file releases its lock
 
 
 def _commit(staged: list[tuple[str, _Target]]) -> None:

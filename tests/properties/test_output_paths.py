@@ -337,3 +337,32 @@ def test_a_read_only_output_file_is_refused_before_the_run(tmp_path, monkeypatch
     assert out.read_bytes() == SENTINEL and sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
     out.chmod(0o644)
     plan_outputs([Output("--json", str(out), (".json",))])  # writable again: accepted
+
+
+def test_two_runs_writing_the_same_outputs_leave_one_runs_pair(tmp_path):
+    """Hostile round 23: two runs writing the same --json and --out could interleave their renames (A-json, B-json,
+    B-xlsx, A-xlsx) and leave the JSON of one beside the workbook of the other. A set of outputs is renamed under
+    an exclusive flock of its folder: while another holder has it (the test, standing in for run A in the middle
+    of its renames), a write waits and replaces nothing; released, it writes both."""
+    import fcntl
+    import threading
+
+    from catalog.outputs import Output, plan_outputs
+
+    json_out, xlsx_out = tmp_path / "r.json", tmp_path / "r.xlsx"
+    json_out.write_bytes(b"A json")
+    xlsx_out.write_bytes(b"A xlsx")
+    outputs = plan_outputs([Output("--json", str(json_out), (".json",)), Output("--out", str(xlsx_out), (".xlsx",))])
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        run_b = threading.Thread(target=outputs.write, args=({"--json": "B json", "--out": b"B xlsx"},))
+        run_b.start()
+        run_b.join(timeout=2.0)  # not a timing claim: without the lock the two renames take microseconds
+        assert run_b.is_alive()
+        assert (json_out.read_bytes(), xlsx_out.read_bytes()) == (b"A json", b"A xlsx")
+    finally:
+        os.close(fd)
+    run_b.join()
+    assert (json_out.read_bytes(), xlsx_out.read_bytes()) == (b"B json", b"B xlsx")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "r.xlsx"]
