@@ -53,7 +53,7 @@ def calibrate(
     )
     from optimizer.models.params import load_params, params_to_yaml
 
-    paths = resolve_measurement_paths(measurements or [], shipped)
+    paths = resolve_measurement_paths(measurements or [], shipped, plan_ok=False)
     outputs = plan_outputs([Output("--out", out, (".yaml", ".yml"))], (*paths, params, catalog))
     cat = load(catalog)
     rows_by_file = [(p.name, load_all([p], cat)) for p in paths]
