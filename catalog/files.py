@@ -26,10 +26,18 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from catalog.constants import MAX_WORKLOADS
 from catalog.errors import GpuplanError, suggest
 from catalog.outputs import write_atomic  # noqa: F401 - re-exported: the one writing path
 
 MAX_FILE_BYTES = 20_000_000
+# A plan of MAX_WORKLOADS workloads is ~1.8 MB of YAML (180 bytes each, the README's annotated workload without
+# comments), and PyYAML reads ~0.1 MB/s of it: a 20 MB plan took 150 s only to be read (57,000 workloads, 10 MB),
+# so plans are held to 2.5x that size and fail at once beyond it
+MAX_PLAN_BYTES = 4_500_000
+# A plan result carries ~3.2 kB per workload (32,263,261 bytes at 10,000 workloads, --no-sensitivity): `report`
+# must read back what `optimize` writes
+MAX_RESULT_BYTES = 200_000_000
 
 
 class StrictLoader(yaml.SafeLoader):
@@ -146,8 +154,8 @@ def is_regular_file(path: Path | str) -> bool:
         return False
 
 
-def read_bytes(path: Path | str, what: str, error: type[GpuplanError]) -> bytes:
-    """The bytes of a regular file of at most MAX_FILE_BYTES, or raise ``error`` naming it.
+def read_bytes(path: Path | str, what: str, error: type[GpuplanError], limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, or raise ``error`` naming it.
 
     Directories, devices (``/dev/zero``), FIFOs and sockets are refused before they are
     opened; the read itself is bounded too (a file that grows while read).
@@ -164,25 +172,32 @@ def read_bytes(path: Path | str, what: str, error: type[GpuplanError]) -> bytes:
     if not stat.S_ISREG(st.st_mode):
         kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
         raise error(f"{path}: is {kind}, not a regular file; give the path of a {what} file")
-    if st.st_size > MAX_FILE_BYTES:
-        raise error(f"{path}: {what} file is {st.st_size:,} bytes, over the {MAX_FILE_BYTES:,}-byte limit")
+    if st.st_size > limit:
+        raise error(f"{path}: {what} file is {st.st_size:,} bytes, over the {limit:,}-byte limit{_too_big_fix(what)}")
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         with os.fdopen(fd, "rb") as fh:
             if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):  # swapped between stat and open
                 raise error(f"{path}: is not a regular file; give the path of a {what} file")
-            data = fh.read(MAX_FILE_BYTES + 1)
+            data = fh.read(limit + 1)
     except OSError as exc:
         raise error(f"{path}: cannot read {what} file ({exc.strerror})") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise error(f"{path}: {what} file is over the {MAX_FILE_BYTES:,}-byte limit")
+    if len(data) > limit:
+        raise error(f"{path}: {what} file is over the {limit:,}-byte limit{_too_big_fix(what)}")
     return data
 
 
-def read_text(path: Path | str, what: str, error: type[GpuplanError]) -> str:
+def _too_big_fix(what: str) -> str:
+    """The fix for an input over its size limit."""
+    if what == "plan":
+        return f"; a plan holds at most {MAX_WORKLOADS:,} workloads: split it into several plans"
+    return "; give a smaller file"
+
+
+def read_text(path: Path | str, what: str, error: type[GpuplanError], limit: int = MAX_FILE_BYTES) -> str:
     """Read a UTF-8 text file, or raise ``error`` naming the file and the problem."""
     path = Path(path)
-    data = read_bytes(path, what, error)
+    data = read_bytes(path, what, error, limit)
     if b"\x00" in data:
         raise error(f"{path}: is a binary file, expected a {what} file in UTF-8 text")
     try:
@@ -207,8 +222,8 @@ def has_separator(text: str) -> bool:
 
 
 def read_yaml(path: Path | str, what: str, error: type[GpuplanError]) -> dict[str, Any]:
-    """Parse a YAML (or JSON) file whose top level must be a mapping."""
-    text = read_text(path, what, error)
+    """Parse a YAML (or JSON) file whose top level must be a mapping (a plan: of at most MAX_PLAN_BYTES)."""
+    text = read_text(path, what, error, MAX_PLAN_BYTES if what == "plan" else MAX_FILE_BYTES)
     if not text.strip():
         raise error(f"{path}: {what} file is empty")
     try:
@@ -253,9 +268,9 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON; write a finite number or null")
 
 
-def read_json(path: Path | str, what: str, error: type[GpuplanError]) -> Any:
+def read_json(path: Path | str, what: str, error: type[GpuplanError], limit: int = MAX_FILE_BYTES) -> Any:
     """Parse a JSON file strictly: duplicate keys, NaN and Infinity are errors naming the file."""
-    text = read_text(path, what, error)
+    text = read_text(path, what, error, limit)
     try:
         return json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:

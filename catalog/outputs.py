@@ -35,6 +35,7 @@ the file.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import sys
@@ -190,7 +191,15 @@ def _check(spec: Output, inputs: list[Path]) -> _Target:
         if _STDOUT_CLOSED[0]:
             raise OutputError(f"{spec.option} -: stdout is closed; give a file name or open stdout")
         return _Target(spec.option, shown, None)
+    if not shown.strip():
+        raise OutputError(f"{spec.option} {shown!r}: is an empty path; give a file name, e.g. {spec.option} "
+                          f"out{spec.suffixes[0] if spec.suffixes else ''}")
     path = Path(spec.path)  # type: ignore[arg-type]
+    if shown.endswith(os.sep) and not os.path.isdir(shown):
+        # 'out.json/' names a directory (POSIX: a trailing slash resolves as one); writing 'out.json' would not
+        # be what was typed, and `cp x out.json/` refuses it too
+        raise OutputError(f"{spec.option} {shown}: ends with '{os.sep}', which names a directory; "
+                          f"drop the '{os.sep}' to write the file {shown.rstrip(os.sep) or os.sep}")
     if not path.name or shown.endswith(os.sep):
         raise OutputError(f"{spec.option} {shown}: is a directory; give a file name")
     real = Path(os.path.realpath(path))
@@ -201,15 +210,20 @@ def _check(spec: Output, inputs: list[Path]) -> _Target:
     if os.path.lexists(path):
         try:
             st = os.stat(path)
-        except OSError:
-            raise OutputError(f"{spec.option} {shown}: is a symlink to a missing file; "
-                              "remove it or give another path") from None
+        except OSError as exc:
+            what = "a loop of symlinks" if exc.errno == errno.ELOOP else "a symlink to a missing file"
+            raise OutputError(f"{spec.option} {shown}: is {what}; remove it or give another path") from None
         if stat.S_ISDIR(st.st_mode):
             raise OutputError(f"{spec.option} {shown}: is a directory; give a file name")
         if not stat.S_ISREG(st.st_mode):
             kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
             raise OutputError(f"{spec.option} {shown}: is {kind}, not a regular file; give a file path"
                               + (" (or - for stdout)" if spec.stdout_ok else ""))
+        if not os.access(path, os.W_OK):
+            # the rename would replace it all the same (it needs only the folder): a file made read-only, or
+            # immutable, is one its owner protected; `>` and `cp` refuse it too
+            raise OutputError(f"{spec.option} {shown}: is a read-only file; make it writable (chmod u+w) or "
+                              "choose another output path")
     if spec.suffixes and path.suffix.lower() not in spec.suffixes:
         example = f"out{spec.suffixes[0]}"
         raise OutputError(f"{spec.option} {shown}: needs the {' or '.join(spec.suffixes)} extension; "
@@ -277,11 +291,13 @@ class Outputs:
             raise_if_interrupted()  # a signal while staging: no rename, the temp files go
             # All renames or none: a signal between two of them (json replaced, workbook not) is only noted
             # by the CLI's handler and raised once the last is done; the CLI then names them as written.
-            _DEFERRING[0] += 1
-            try:
-                _commit(staged)
-            finally:
-                _DEFERRING[0] -= 1
+            with _folders_locked(staged):  # waited for with interrupts live: Ctrl-C still ends a stuck wait
+                raise_if_interrupted()
+                _DEFERRING[0] += 1
+                try:
+                    _commit(staged)
+                finally:
+                    _DEFERRING[0] -= 1
             raise_if_interrupted()
         finally:
             for tmp, _target in staged:
@@ -322,6 +338,39 @@ def _keep_previous(target: _Target) -> str | None:
         raise OutputError(f"{target.option} {target.shown}: cannot keep the previous file while the outputs are "
                           f"replaced ({exc.strerror}); nothing was written") from None
     return backup
+
+
+@contextlib.contextmanager
+def _folders_locked(staged: list[tuple[str, _Target]]) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on each output's folder (in path order: no two runs wait on each other)
+    while a set of two or more outputs is renamed, so that two runs writing the same ``--json`` and ``--out``
+    at once leave one run's pair, never the JSON of one beside the workbook of the other (renames A-json,
+    B-json, B-xlsx, A-xlsx). Best effort: a folder that cannot be opened or locked (no flock on the file
+    system) is renamed into unlocked, as before. One output needs no lock: one rename is atomic."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        fcntl = None
+    if len(staged) < 2 or fcntl is None:
+        yield
+        return
+
+    fds: list[int] = []
+    try:
+        for folder in sorted({str(t.real.parent) for _tmp, t in staged if t.real is not None}):
+            try:
+                fd = os.open(folder, os.O_RDONLY)
+            except OSError:
+                continue
+            fds.append(fd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:
+                pass
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)  # closing the last descriptor of an open file releases its lock
 
 
 def _commit(staged: list[tuple[str, _Target]]) -> None:

@@ -16,7 +16,7 @@ from optimizer.models.constants import SHIPPED_ONLINE_WEIGHT
 
 
 def calibrate(
-    out: Annotated[Path, typer.Option("--out", help="Where to write the fitted parameters (YAML).")],
+    out: Annotated[str, typer.Option("--out", help="Where to write the fitted parameters (YAML).")],
     measurements: Annotated[list[Path], typer.Argument(
         help="Measurements CSVs with the columns of calibration.csv.", show_default=False)] = None,
     shipped: Annotated[bool, typer.Option(
@@ -53,7 +53,7 @@ def calibrate(
     )
     from optimizer.models.params import load_params, params_to_yaml
 
-    paths = resolve_measurement_paths(measurements or [], shipped)
+    paths = resolve_measurement_paths(measurements or [], shipped, plan_ok=False)
     outputs = plan_outputs([Output("--out", out, (".yaml", ".yml"))], (*paths, params, catalog))
     cat = load(catalog)
     rows_by_file = [(p.name, load_all([p], cat)) for p in paths]

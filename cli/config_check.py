@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from catalog.errors import ModelError
+from catalog.errors import ModelError, suggest
 
 if TYPE_CHECKING:
     from catalog.schema import Device, Model
@@ -18,13 +18,28 @@ if TYPE_CHECKING:
 
 def check_sharding(model: Model, device: Device, tp: int, pp: int, ep: int, engine: str | None,
                    tp_flag: str = "--tp") -> None:
-    """Refuse a sharding (``Model.sharding_problem``: tp dividing the heads, pp ≤ layers, ep ≤ experts) or
+    """Refuse a sharding (``Model.sharding_problem``: tp dividing the heads, pp ≤ layers, ep ≤ experts; tp
+    within one server or its scale-up domain, ``Device.gpus_per_node``, ``interconnect_domain_gpus``) or
     an engine (``--engine trtllm`` runs on NVIDIA GPUs only: ``candidates.engine_reason``, the planner's
     rule) the model or device cannot run, naming the flag and the fix."""
     if problem := model.sharding_problem(tp, pp, ep):
         degree, value, why = problem
         raise ModelError(f"{tp_flag if degree == 'tp' else '--' + degree} {value}: {why}")
+    reach = max(device.gpus_per_node, device.interconnect_domain_gpus)
+    if tp > reach:
+        # beyond one server and its scale-up domain (a GB200 NVL72 rack: 72) the all-reduce would cross the
+        # scale-out network, which the model does not carry (it would take host PCIe, pcie_gb_s); the planner's
+        # tensor parallelism stays within one server (candidates.tp_degrees)
+        where = (f"one {device.key} server holds {device.gpus_per_node} GPUs" if reach == device.gpus_per_node
+                 else f"{device.key}'s scale-up domain holds {reach} GPUs")
+        raise ModelError(f"{tp_flag} {tp}: {where}, and tensor parallelism across servers is not modelled; use "
+                         f"{tp_flag} <= {reach}, and --pp to spread the model over more GPUs")
     if engine is not None:
+        from optimizer.models.params import ENGINES
+
+        if engine not in ENGINES:
+            raise ModelError(f"--engine {engine!r}: unknown engine{suggest(engine, ENGINES)}; use "
+                             f"{', '.join(ENGINES[:-1])} or {ENGINES[-1]}")
         # the planner's rule, imported only when an engine is named (the planning package loads in ~0.5 s)
         from optimizer.planning.candidates import engine_reason
 

@@ -45,7 +45,8 @@ InputOpt = Annotated[int, typer.Option("--input-tokens", min=1, help="Prompt len
 OutputOpt = Annotated[int, typer.Option("--output-tokens", min=1, help="Output length (tokens).")]
 MsOpt = Annotated[float | None, typer.Option(help="p99 SLO (ms): report the max request rate that meets it.")]
 EngineOpt = Annotated[str | None, typer.Option(
-    "--engine", help="Serving engine: trtllm, vllm or sglang (default: trtllm on NVIDIA, vllm elsewhere).")]
+    "--engine", help="Serving engine: trtllm, vllm or sglang, any case (default: trtllm on NVIDIA, vllm elsewhere).",
+    callback=lambda value: None if value is None else value.strip().lower())]  # TRTLLM is trtllm, as in a plan
 EpOpt = Annotated[int, typer.Option(
     "--ep", min=1, help="Expert parallelism (MoE): attention data-parallel over N GPUs, experts split N ways, "
     "all-to-all over the link; the replica has tp·pp·ep GPUs.")]

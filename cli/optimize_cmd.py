@@ -49,7 +49,7 @@ stderr = LazyConsole(lambda: safe_console(stderr=True, width=None if sys.stderr.
 
 def optimize(
     plan_path: Annotated[Path, typer.Argument(metavar="PLAN.yaml", help="The plan file (workloads, money, limits).")],
-    json_path: Annotated[Path | None, typer.Option(
+    json_path: Annotated[str | None, typer.Option(
         "--json", help="Write the result as JSON to this file (docs/plan-json.md); '-' prints it instead of tables.")] = None,
     capacity_table: Annotated[Path | None, typer.Option(
         "--capacity-table", help="Measured capacities (CSV, Mélange-style) to use instead of the models.")] = None,
@@ -59,7 +59,7 @@ def optimize(
         "--n-buckets", min=1, max=16, show_default=False,
         help=f"Request-size buckets per workload (used where splitting lowers its cost; otherwise one; "
              f"default {DEFAULT_N_BUCKETS}).")] = None,
-    out: Annotated[Path | None, typer.Option("--out", help="Also write the finance workbook (.xlsx).")] = None,
+    out: Annotated[str | None, typer.Option("--out", help="Also write the finance workbook (.xlsx).")] = None,
     sensitivity: Annotated[bool, typer.Option(
         "--sensitivity/--no-sensitivity", help="Runner-up, break-even prices and capacity factors, tornado swings "
         "(re-solves of the MILP on the same candidates, a dozen on the shipped chat fleet; --no-sensitivity skips "

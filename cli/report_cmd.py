@@ -16,7 +16,7 @@ from catalog.outputs import Output, plan_outputs
 
 def report(
     plan_json: Annotated[Path, typer.Argument(help="A plan result JSON written by `gpuplan optimize --json`.")],
-    out: Annotated[Path, typer.Option("--out", help="The workbook to write (.xlsx).")],
+    out: Annotated[str, typer.Option("--out", help="The workbook to write (.xlsx).")],
 ) -> None:
     """Write the finance workbook (live formulas over named assumptions) from a saved plan result."""
     from reports.result import load_result

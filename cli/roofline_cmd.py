@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -43,7 +42,7 @@ def roofline(
     precision: PrecisionOpt,
     input_tokens: InputOpt,
     output_tokens: OutputOpt,
-    out: Annotated[Path, typer.Option("--out", help="PNG file to write.")],
+    out: Annotated[str, typer.Option("--out", help="PNG file to write.")],
     tp: TpOpt = 1,
     pp: PpOpt = 1,
     params: ParamsOpt = None,

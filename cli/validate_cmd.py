@@ -15,12 +15,15 @@ from optimizer.models.fidelity import fidelity_of
 from optimizer.models.params import MIN_CONFIGURATION_ROWS, configuration_of
 
 
-def resolve_measurement_paths(paths: list[Path], shipped: bool) -> list[Path]:
-    """``paths``, plus the shipped measurement CSVs with ``--shipped``; an error when there are none."""
+def resolve_measurement_paths(paths: list[Path], shipped: bool, plan_ok: bool = True) -> list[Path]:
+    """``paths``, plus the shipped measurement CSVs with ``--shipped``; an error when there are none (``plan_ok``:
+    the command also takes a plan, as validate does and calibrate does not)."""
     out = list(paths) + ([shipped_measurements(n) for n in SHIPPED_MEASUREMENT_FILES] if shipped else [])
     if not out:
-        raise GpuplanError("give a plan .yaml file or measurements .csv files, or --shipped for the shipped "
-                           "calibration data")
+        raise GpuplanError(f"give {'a plan .yaml file or ' if plan_ok else ''}measurements .csv files, or --shipped "
+                           "for the shipped calibration data")
+    if plan_ok and len(out) > 1 and not all(p.suffix.lower() == ".csv" for p in out):
+        raise GpuplanError("validate takes one plan .yaml file, or one or more measurements .csv files")
     seen: dict[Path, Path] = {}
     for p in out:  # the same file twice (or a link to it) would count, and weigh in a fit, every row twice
         real = Path(os.path.realpath(p))

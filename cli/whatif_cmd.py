@@ -56,11 +56,11 @@ def _slo_text(row: dict[str, Any]) -> str:
 
 def whatif(
     path: Annotated[Path, typer.Argument(help="Scenario file: a base plan, variants, sweeps.")],
-    out: Annotated[Path | None, typer.Option("--out", help="Write the comparison workbook (.xlsx).")] = None,
-    json_path: Annotated[Path | None, typer.Option(
+    out: Annotated[str | None, typer.Option("--out", help="Write the comparison workbook (.xlsx).")] = None,
+    json_path: Annotated[str | None, typer.Option(
         "--json", help="Write every scenario's result as JSON (docs/plan-json.md 'What-if JSON'); '-' prints it "
         "instead of the table.")] = None,
-    plot: Annotated[Path | None, typer.Option("--plot", help="Write the two frontiers as a PNG.")] = None,
+    plot: Annotated[str | None, typer.Option("--plot", help="Write the two frontiers as a PNG.")] = None,
     workers: Annotated[int | None, typer.Option(min=1, help="Worker processes (default: cores).")] = None,
     backend: Annotated[str, typer.Option(help="local (process pool) or ray.")] = "local",
     address: Annotated[str | None, typer.Option(help="Ray address: auto or ray://host:port.")] = None,

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from catalog.errors import GpuplanError
-from catalog.files import format_validation_error, read_json
+from catalog.files import MAX_RESULT_BYTES, format_validation_error, read_json
 from optimizer.results.money import MoneyAssumptions
 from optimizer.results.plan_result import InstalledGpus
 
@@ -334,5 +334,5 @@ def _cross_check(result: PlanResult, where: str) -> None:
 
 def load_result(path: Path | str) -> tuple[dict[str, Any], PlanResult]:
     """Read a plan result JSON file (strictly: no duplicate keys, no NaN): the raw dict and its checked form."""
-    data = read_json(path, "plan result JSON", PlanResultError)
+    data = read_json(path, "plan result JSON", PlanResultError, MAX_RESULT_BYTES)
     return data, parse_result(data, str(path))

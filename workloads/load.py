@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from catalog.constants import MAX_WORKLOADS
 from catalog.errors import CatalogError, WorkloadError, suggest
 from catalog.files import format_validation_error, read_yaml
 from catalog.load import Catalog
@@ -22,6 +23,10 @@ def parse_plan(data: dict[str, Any], where: str) -> Plan:
         if found:
             raise WorkloadError(f"{where}: is a what-if file (it has {found[0]}:), not a plan; "
                                 "run it with `gpuplan whatif`, or give a plan file")
+    if isinstance(data, dict) and isinstance(data.get("workloads"), list) and len(data["workloads"]) > MAX_WORKLOADS:
+        # before validating them: validation alone takes ~2 ms a workload
+        raise WorkloadError(f"{where}: workloads: {len(data['workloads']):,} workloads, over the limit of "
+                            f"{MAX_WORKLOADS:,}; split the plan into several")
     try:
         return Plan.model_validate(data)
     except ValidationError as exc:

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from catalog.errors import WorkloadError, suggest
 from catalog.files import format_validation_error, read_yaml
@@ -50,7 +50,15 @@ MAX_SCENARIOS = 10_000
 
 class Variant(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", max_length=64)
-    set: dict[str, Any] = Field(min_length=1)
+    set: dict[str, Any]
+
+    @field_validator("set")
+    @classmethod
+    def _changes_something(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """A variant changes at least one field (an empty one is the base again, under another name)."""
+        if not value:
+            raise ValueError("changes nothing; give the fields to change, e.g. set: {workloads.chat.qps: 80}")
+        return value
 
 
 class Sweep(Strict):

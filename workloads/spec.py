@@ -12,7 +12,8 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
-from catalog.constants import HOURS_PER_YEAR, SECONDS_PER_HOUR, Z99
+from catalog.constants import HOURS_PER_YEAR, MAX_WORKLOADS, SECONDS_PER_HOUR, Z99
+from catalog.errors import suggest
 from catalog.schema import Strict
 
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -25,6 +26,17 @@ MAX_TOKENS = 10_000_000
 MAX_LOGNORMAL_P99_RATIO = math.exp(Z99 * Z99 / 2.0)
 BATCH_WINDOW_HOURS = 24.0  # a batch workload's default window: the whole day
 _NORMAL = NormalDist()
+
+
+def lower_names(value):
+    """Names of closed sets (precisions, engines, objective, redundancy) are case-insensitive, as device keys and
+    model names are (``plan_key``, ``Catalog.model``): ``FP8`` is ``fp8``, ``TRTLLM`` is ``trtllm``; anything
+    but text (a list's text entries) is left for the field's own check to name."""
+    if isinstance(value, str):
+        return value.strip().lower()
+    if isinstance(value, list):
+        return [v.strip().lower() if isinstance(v, str) else v for v in value]
+    return value
 
 
 class LengthDist(Strict):
@@ -65,7 +77,11 @@ class LengthDist(Strict):
         elif self.mean is None:
             raise ValueError("give a number, {mean, p99} or {histogram: [[tokens, weight], ...]}")
         elif self.p99 is not None and self.p99 < self.mean:
-            raise ValueError(f"p99 ({self.p99:g}) is below the mean ({self.mean:g}); p99 must be >= mean")
+            # enough digits to tell them apart (511.9999 against 512 printed as 'p99 (512) is below the mean (512)')
+            p99, mean = f"{self.p99:g}", f"{self.mean:g}"
+            if p99 == mean:
+                p99, mean = repr(self.p99), repr(self.mean)
+            raise ValueError(f"p99 ({p99}) is below the mean ({mean}); p99 must be >= mean")
         elif self.p99 is not None and self.p99 > MAX_LOGNORMAL_P99_RATIO * self.mean:
             top = MAX_LOGNORMAL_P99_RATIO * self.mean
             raise ValueError(f"p99 ({self.p99:g}) is {self.p99 / self.mean:.3g}× the mean ({self.mean:g}), beyond any "
@@ -231,6 +247,25 @@ class Workload(Strict):
         "never", description="'allowed': the optimizer may serve the workload from separate prefill and "
                              "decode pools (KV sent over the scale-out network) where that is cheaper")
 
+    @field_validator("prompt_tokens", "output_tokens")
+    @classmethod
+    def _whole_tokens(cls, value: LengthDist) -> LengthDist:
+        """A request has at least one prompt token and produces at least one output token: a length (a fixed one, a
+        mean, a histogram row) below 1 is not a length in tokens (`prompt_tokens: 0.5` planned half-token
+        requests; 0.5 meaning '0.5k' was planned 1,000 times too short). Fractional means of 1 and up are fine."""
+        lengths = [t for t, _ in value.histogram] if value.histogram is not None else [value.mean]
+        short = min(x for x in lengths if x is not None)
+        if short < 1:
+            raise ValueError(f"{short:g} tokens is less than one token; write lengths in tokens, not thousands "
+                             "(512, not 0.5)")
+        return value
+
+    @field_validator("precisions", "redundancy", "disaggregation", mode="before")
+    @classmethod
+    def _names_any_case(cls, value):
+        """``precisions: [FP8]`` is fp8 (:func:`lower_names`)."""
+        return lower_names(value)
+
     @field_validator("precisions")
     @classmethod
     def _precisions_once(cls, value: list[str]) -> list[str]:
@@ -246,10 +281,12 @@ class Workload(Strict):
         """One engine, a non-empty list of distinct engines, or None; anything else names the field and the fix."""
         if value is None:
             return None
+        value = lower_names(value)  # TRTLLM is trtllm
         values = value if isinstance(value, list) else [value]
         bad = [v for v in values if v not in ENGINES]
         if bad or not values:
-            raise ValueError(f"{value!r} is not one of {', '.join(ENGINES)} (or a list of them); "
+            hint = suggest(str(bad[0]), ENGINES) if bad else ""
+            raise ValueError(f"{value!r} is not one of {', '.join(ENGINES)} (or a list of them){hint}; "
                              "write e.g. engine: vllm or engine: [vllm, sglang], or drop it for the device's default")
         if len(set(values)) != len(values):
             raise ValueError(f"{value!r} lists an engine twice; list each once")
@@ -394,7 +431,7 @@ class Plan(Strict):
         "rates and sigma demand_sigma (0.5 = the stated rates)")
     demand_sigma: Annotated[float, Field(ge=0, le=2)] = Field(
         0.25, description="sigma of log(demand / stated demand) used by demand_quantile")
-    workloads: list[Workload] = Field(min_length=1)
+    workloads: list[Workload] = Field(min_length=1, max_length=MAX_WORKLOADS)
 
     @field_validator("inventory", "devices", "platforms")
     @classmethod
@@ -412,6 +449,12 @@ class Plan(Strict):
                                  "keep one entry")
             out[key] = entry
         return out
+
+    @field_validator("objective", mode="before")
+    @classmethod
+    def _objective_any_case(cls, value):
+        """``objective: TCO`` is tco (:func:`lower_names`)."""
+        return lower_names(value)
 
     @field_validator("allowed_devices")
     @classmethod

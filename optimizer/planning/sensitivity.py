@@ -57,6 +57,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
+from catalog.load import builtin_devices
 from optimizer.planning import disk_cache
 from optimizer.planning.candidate_set import CandidateSet, unit_terms
 from optimizer.planning.evaluate import parallel_workers
@@ -73,6 +74,7 @@ from optimizer.planning.milp.resolve import (
     trimmed,
 )
 from optimizer.planning.milp.routing import lowest_capacity_factor
+from optimizer.planning.provenance import price_basis
 from optimizer.planning.solver_options import SolverOptions
 from optimizer.results.money import MoneyAssumptions
 from optimizer.results.provenance import (
@@ -468,10 +470,17 @@ def tornado_rows(plan: Plan, cset: CandidateSet, problem: FleetProblem, a: Money
         price = getattr(unit.price, field)
         if dev is None or price is None:
             continue
-        if field in dev.ranges:
+        # a price the user set (plan devices: section, --catalog) is not the catalog's figure: the shipped range
+        # and estimate were about that figure, and swung around the quote they put both ends off the base
+        # (h100-sxm quoted at $5,000 swung over the catalog's $25,000-30,678, both ends +81 %); a range the
+        # user gave with the quote is still theirs
+        quoted = price_basis(dev, field)[0] == "quoted"
+        shipped = builtin_devices().get(d)
+        own_range = shipped is None or shipped.ranges.get(field) != dev.ranges.get(field)
+        if field in dev.ranges and (own_range or not quoted):
             low, high = dev.ranges[field]
             what = "catalog range"
-        elif d in fleet and field in dev.estimated:
+        elif d in fleet and field in dev.estimated and not quoted:
             low, high = price * (1 - ESTIMATE_SWING), price * (1 + ESTIMATE_SWING)
             what = f"estimate ±{ESTIMATE_SWING:.0%}"
         else:

@@ -70,7 +70,8 @@ def test_estimate_engine_ep_max_batch_and_band(run_cli):
     pp = json.loads(run_cli(*BASE, "--pp", "2", "--batch", "8", "--json").stdout)
     assert "pipeline" in pp["uncalibrated"]
     r = run_cli(*BASE, "--engine", "tgi", "--batch", "8")
-    assert r.code == 1 and "unknown engine 'tgi'" in r.stderr
+    assert r.code == 1 and "--engine 'tgi': unknown engine; use trtllm, vllm or sglang" in r.stderr
+    assert json.loads(run_cli(*moe, "--engine", "VLLM").stdout) == vllm  # any case, as a plan's engine: TRTLLM
 
 
 def test_estimate_does_not_fit_exits_zero_with_reason(run_cli):

@@ -286,3 +286,23 @@ def test_estimated_price_warns():
     assert [f.price_basis for f in r.fleet] == ["estimated"]
     warn = [d.message for d in r.diagnostics if d.code == "price_estimated"]
     assert warn and "is an estimate" in warn[0] and "Assumptions" in warn[0]
+
+
+def test_a_quoted_price_is_not_swung_over_the_catalog_range():
+    """Hostile round 23: h100-sxm quoted at $5,000 (plan devices: section) was swung over the shipped catalog range
+    $25,000-30,678, which is about the catalog's figure, not the quote: both tornado ends came out far above the
+    base (the chosen fleet re-priced at ~$25k a GPU). A quoted price keeps no shipped range or estimate row;
+    every row then brackets the base."""
+    plan = parse_plan({"name": "t", "allowed_devices": ["h100-sxm", "mi300x"], "workloads": [CHAT8B],
+                       "devices": {"h100-sxm": {"purchase_usd": 5000}}}, "t")
+    cat = resolve_catalog(plan, load_catalog(), "t")
+    assert cat.devices["h100-sxm"].ranges["purchase_usd"] == (25000.0, 30678.0)  # the shipped range is still there
+    r = optimize_plan(plan, cat, compare_single_device=False, sensitivity=True, verify=False)
+    assert {f.device: f.price_basis for f in r.fleet} == {"h100-sxm": "quoted"}
+    s = r.sensitivity
+    assert not [t.input for t in s.tornado if t.input.startswith("h100-sxm")]
+    for t in s.tornado:
+        lo, hi = t.low_usd, t.high_usd
+        if lo is not None and hi is not None:
+            assert min(lo, hi) <= s.base_objective_usd * (1 + 1e-9) <= max(lo, hi) * (1 + 1e-9) + 1e-6, t
+    assert any(t.input.startswith("mi300x purchase_usd (catalog range)") for t in s.tornado)  # unquoted: kept

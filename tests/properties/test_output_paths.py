@@ -312,3 +312,57 @@ def test_a_failed_rename_leaves_no_backup_of_its_own_target(tmp_path, monkeypatc
     assert all(p.read_bytes() == SENTINEL for p in paths)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.xlsx", "c.png"]
     assert committed_outputs() == []
+
+
+def test_a_read_only_output_file_is_refused_before_the_run(tmp_path, monkeypatch):
+    """Hostile round 23: an existing output made read-only (chmod 444) was replaced, as the rename needs only the
+    folder's permission; `>` and `cp` refuse such a file. Root passes access() on any mode, so the check is shown
+    as a user sees it: access() answers from the mode bits for this file."""
+    from catalog.errors import OutputError
+    from catalog.outputs import Output, plan_outputs
+
+    out = tmp_path / "r.json"
+    out.write_bytes(SENTINEL)
+    out.chmod(0o444)
+    real_access = os.access
+
+    def access(path, mode, *args, **kwargs):
+        if Path(path) == out and mode & os.W_OK:
+            return bool(out.stat().st_mode & stat.S_IWUSR)
+        return real_access(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr("catalog.outputs.os.access", access)
+    with pytest.raises(OutputError, match=r"--json .*r\.json: is a read-only file; make it writable \(chmod u\+w\)"):
+        plan_outputs([Output("--json", str(out), (".json",))])
+    assert out.read_bytes() == SENTINEL and sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+    out.chmod(0o644)
+    plan_outputs([Output("--json", str(out), (".json",))])  # writable again: accepted
+
+
+def test_two_runs_writing_the_same_outputs_leave_one_runs_pair(tmp_path):
+    """Hostile round 23: two runs writing the same --json and --out could interleave their renames (A-json, B-json,
+    B-xlsx, A-xlsx) and leave the JSON of one beside the workbook of the other. A set of outputs is renamed under
+    an exclusive flock of its folder: while another holder has it (the test, standing in for run A in the middle
+    of its renames), a write waits and replaces nothing; released, it writes both."""
+    import fcntl
+    import threading
+
+    from catalog.outputs import Output, plan_outputs
+
+    json_out, xlsx_out = tmp_path / "r.json", tmp_path / "r.xlsx"
+    json_out.write_bytes(b"A json")
+    xlsx_out.write_bytes(b"A xlsx")
+    outputs = plan_outputs([Output("--json", str(json_out), (".json",)), Output("--out", str(xlsx_out), (".xlsx",))])
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        run_b = threading.Thread(target=outputs.write, args=({"--json": "B json", "--out": b"B xlsx"},))
+        run_b.start()
+        run_b.join(timeout=2.0)  # not a timing claim: without the lock the two renames take microseconds
+        assert run_b.is_alive()
+        assert (json_out.read_bytes(), xlsx_out.read_bytes()) == (b"A json", b"A xlsx")
+    finally:
+        os.close(fd)
+    run_b.join()
+    assert (json_out.read_bytes(), xlsx_out.read_bytes()) == (b"B json", b"B xlsx")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "r.xlsx"]

@@ -361,6 +361,17 @@ def test_report_cli_writes_workbook(run_cli, tmp_path):
     assert out.is_file() and str(out) in r.stdout
 
 
+def test_report_reads_a_result_beyond_the_input_limit_of_hand_written_files(run_cli, tmp_path):
+    # hostile round 23: `optimize` wrote a 32,263,261-byte result for 10,000 workloads that `report` refused (over
+    # the 20,000,000-byte limit of every input); a result is held to MAX_RESULT_BYTES (200 MB) instead. The sample
+    # result padded with trailing whitespace (valid JSON) to just past 20 MB stands in for it
+    big = tmp_path / "big.json"
+    big.write_bytes(SAMPLE.read_bytes() + b" " * (20_000_001 - SAMPLE.stat().st_size))
+    r = run_cli("report", big, "--out", tmp_path / "r.xlsx")
+    assert r.code == 0, r.stderr
+    assert (tmp_path / "r.xlsx").is_file()
+
+
 def test_report_cli_warns_when_the_jsons_totals_are_not_its_rows(run_cli, tmp_path):
     # a hand-edited price: the workbook's formulas use the rows (8 × $17,839 + the rest = $382,712 of capex) while
     # the file still says $462,712; the report used to say only "wrote", the difference hidden on the Method sheet

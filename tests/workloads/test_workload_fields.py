@@ -8,7 +8,9 @@ from statistics import NormalDist
 import pytest
 from pydantic import ValidationError
 
+from catalog.errors import WorkloadError
 from optimizer.whatif_demand import scaled
+from workloads.load import load_plan, parse_plan
 from workloads.spec import Plan, Workload
 
 ONLINE = dict(name="w", model="llama-3.1-8b", qps=2, prompt_tokens=1000, output_tokens=200,
@@ -120,3 +122,38 @@ def test_allowed_devices_are_stored_as_keys():
     # 'H100_SXM' was refused in allowed_devices ("unknown device") though the catalog and inventory read it as h100-sxm
     plan = Plan(workloads=[ONLINE], allowed_devices=["H100_SXM", "h100-sxm", "B200"])
     assert plan.allowed_devices == ["h100-sxm", "b200"]
+
+
+def test_names_of_closed_sets_are_read_in_any_case():
+    # hostile round 23: device keys and model names were case-insensitive, yet `precisions: [FP8]` was an error
+    # with a did-you-mean, `engine: TRTLLM` an error without one, and `gpuplan estimate --precision FP8` accepted:
+    # one rule now, any case, stored as the catalog spells it
+    w = Workload(**ONLINE, precisions=["FP8", " Bf16"], engine=["VLLM", "SGLang"], redundancy="N+1",
+                 disaggregation="Allowed")
+    assert w.precisions == ["fp8", "bf16"] and w.engines == ("vllm", "sglang")
+    assert (w.redundancy, w.disaggregation) == ("n+1", "allowed")
+    assert Workload(**ONLINE, engine="TRTLLM").engines == ("trtllm",)
+    assert Plan(workloads=[ONLINE], objective="CAPEX").objective == "capex"
+    with pytest.raises(ValidationError, match="lists 'fp8' twice"):
+        Workload(**ONLINE, precisions=["FP8", "fp8"])  # one precision in two spellings is still a repeat
+    with pytest.raises(ValidationError, match=r"\(did you mean 'trtllm'"):
+        Workload(**ONLINE, engine="trt-llm")
+
+
+def test_a_plan_of_too_many_workloads_fails_fast():
+    # hostile round 23: a 10 MB plan (57,000 workloads) took 150 s and 1.2 GB only to be validated, and would have
+    # taken far longer to plan (10,000 workloads: 300 s, 2.3 GB). The count is refused before any validation, and
+    # a file over 4.5 MB (2.5x a 10,000-workload plan) before it is parsed
+    workloads = [{**ONLINE, "name": f"w{i}"} for i in range(10_001)]
+    with pytest.raises(WorkloadError, match="workloads: 10,001 workloads, over the limit of 10,000; split the plan"):
+        parse_plan({"workloads": workloads}, "p.yaml")
+    with pytest.raises(ValidationError, match="at most 10000 items"):
+        Plan(workloads=workloads)  # the library's door too
+
+
+def test_a_plan_file_over_its_size_limit_fails_before_it_is_parsed(tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_text("# padding\n" * 450_001 + "workloads: []\n")  # 4,500,024 bytes
+    with pytest.raises(WorkloadError, match=r"plan file is 4,500,024 bytes, over the 4,500,000-byte limit; a plan "
+                                            r"holds at most 10,000 workloads: split it into several plans"):
+        load_plan(path)
