@@ -513,12 +513,16 @@ def test_rag_example_survives_simulation(rag):
     # (disagg.PrefillQueue.mixture): an H100 tp8 replica of tier 1,600 Gb/s holds 0.971 req/s, not 1.022, so 21
     # replicas at 0.952 req/s, not 20 at 1.0 (20 at 1.0: simulated queue p99 943 ms over 6 seeds of 40,000 requests
     # + 61.6 ms of transfer and wait = 1,005 ms against the 1,000 ms SLO; 21: 922 + 61.6 = 984 ms).
+    # Long prompts' chunks past the 4th charged their own attention span (planner-23) slowed the decode pools
+    # (prompts 4,000 / p99 12,000): the same cost now comes as 20 H100 tp8 + 1 tp4 prefill replicas, 2 × MI300X tp8
+    # decode and one H100 tp4 decode replica on the 4 GPUs the tp4 prefill frees (the same 21 + 2 servers). Plans of
+    # equal cost are the solver's choice between them, so the fleet and cost are pinned, not the keys.
     assert r.objective_usd == pytest.approx(7_477_187.936, rel=1e-9)
     pools: dict[str, set[str]] = {}
     for d in r.deployments:
-        pools.setdefault(d.stage, set()).add(d.key)
-    assert pools == {"prefill": {"prefill__h100_sxm__fp8__tp8__pp1__rx1600gbps"},
-                     "decode": {"decode__mi300x__fp8__tp4__pp1"}}
+        pools.setdefault(d.stage, set()).add(d.device)
+    assert pools["prefill"] == {"h100-sxm"} and "mi300x" in pools["decode"]
+    assert {f.device: f.gpus for f in r.fleet} == {"h100-sxm": 168, "mi300x": 16}
     w = plan.workloads[0].model_copy(update={"disaggregation": "never"})
     colocated = optimize_plan(plan.model_copy(update={"workloads": [w]}), CAT, PARAMS, verify=True)
     assert colocated.objective_usd > r.objective_usd
