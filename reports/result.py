@@ -17,6 +17,7 @@ from catalog.errors import GpuplanError
 from catalog.files import MAX_RESULT_BYTES, format_validation_error, read_json
 from optimizer.results.money import MoneyAssumptions
 from optimizer.results.plan_result import InstalledGpus
+from optimizer.results.provenance import simulated_verdict
 
 Num = Annotated[float, Field(allow_inf_nan=False)]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -82,8 +83,9 @@ class VerifiedDeployment(_Loose):
 
     @property
     def outcome(self) -> str:
-        """``verdict``; for a result written before verdicts, ``met`` or ``missed``."""
-        return self.verdict or ("met" if self.met else "missed")
+        """``verdict``; for a result written before verdicts, the same rule on its figures (``simulated_verdict``)."""
+        low = self.simulated_ci95_ms[0] if self.simulated_ci95_ms else None
+        return self.verdict or simulated_verdict(self.met, self.slo_ms, self.predicted_ms, self.simulated_ms, low)
 
 
 class Deployment(_Loose):

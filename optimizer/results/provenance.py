@@ -128,11 +128,19 @@ class VerifiedDeployment:
         CI's lower end above the SLO, or the pooled p99 over SIMULATED_MISS_RATIO × the SLO, or the analytic
         p99 at that load over it too: ``optimizer.planning.safeguards.confidently_missed``); else ``at_slo``:
         over the SLO, but the interval straddles it, so the p99 cannot be told from the SLO."""
-        if self.met:
-            return "met"
-        within_model = self.predicted_ms is not None and self.predicted_ms <= self.slo_ms * (1.0 + 1e-6)
-        far_over = self.simulated_ms > self.slo_ms * SIMULATED_MISS_RATIO
-        return "missed" if self.simulated_ci_low_ms > self.slo_ms or far_over or not within_model else "at_slo"
+        return simulated_verdict(self.met, self.slo_ms, self.predicted_ms, self.simulated_ms, self.simulated_ci_low_ms)
+
+
+def simulated_verdict(met: bool, slo_ms: float, predicted_ms: float | None, simulated_ms: float,
+                      ci_low_ms: float | None) -> str:
+    """``VerifiedDeployment.verdict`` from its figures (also for a result JSON written before verdicts, whose
+    ``met: false`` stood for both ``at_slo`` and ``missed``); an unknown interval low end counts as straddling."""
+    if met:
+        return "met"
+    within_model = predicted_ms is not None and predicted_ms <= slo_ms * (1.0 + 1e-6)
+    far_over = simulated_ms > slo_ms * SIMULATED_MISS_RATIO
+    above = ci_low_ms is not None and ci_low_ms > slo_ms
+    return "missed" if above or far_over or not within_model else "at_slo"
 
 
 @dataclass(frozen=True)

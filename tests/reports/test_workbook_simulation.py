@@ -59,3 +59,23 @@ def test_a_result_without_simulation_says_so_and_has_no_empty_columns(two_engine
         del d["verification"]["verdict"]
         d["verification"]["met"] = met
     assert _summary_line(build_workbook(data), "Simulator check")[1] == "every SLO met (2 deployments)"
+
+
+def test_a_result_written_before_verdicts_gets_its_verdict_from_its_figures(two_engines):  # noqa: F811
+    """A result JSON of before verdicts carries `met: false` for a deployment over its SLO within the simulation's
+    noise too (not re-sized): its figures, not `met` alone, tell it from a miss. fast: simulated 1,022.6 ms, CI
+    980.2-1,071.1 (low end under the 1,000 ms SLO), 1.023× the SLO (under SIMULATED_MISS_RATIO 1.2), predicted
+    990.7 ≤ 1,000: at the SLO. other: 1,300 ms, CI 1,200-1,400, all above a 1,000 ms SLO: missed. Before: both
+    "MISSED beyond the simulation's noise", "2 of 2 deployments missed"."""
+    data = copy.deepcopy(two_engines)
+    fast, other = sorted(data["deployments"], key=lambda d: d["workload"])
+    _verified(fast, 1022.6, 980.2, 1071.1, 1000.0, "at_slo")
+    _verified(other, 1300.0, 1200.0, 1400.0, 1000.0, "missed")
+    for d in (fast, other):
+        del d["verification"]["verdict"]
+    wb = build_workbook(data)
+    rows = {r["Workload"]: r for r in _rows(wb["Deployments"])}
+    assert rows["fast"]["Simulator check"] == "at the SLO, within the simulation's noise (not re-sized)"
+    assert rows["other"]["Simulator check"] == "MISSED beyond the simulation's noise"
+    assert _summary_line(wb, "Simulator check")[1] == "1 of 2 deployments missed"
+    assert "1 over the SLO within the simulation's noise" in _summary_line(wb, "Simulator check")[3]
