@@ -473,14 +473,15 @@ def tornado_rows(plan: Plan, cset: CandidateSet, problem: FleetProblem, a: Money
         # a price the user set (plan devices: section, --catalog) is not the catalog's figure: the shipped range
         # and estimate were about that figure, and swung around the quote they put both ends off the base
         # (h100-sxm quoted at $5,000 swung over the catalog's $25,000-30,678, both ends +81 %); a range the
-        # user gave with the quote is still theirs
+        # user gave with the quote is still theirs, and so is an estimate they marked (estimated: {field: basis})
         quoted = price_basis(dev, field)[0] == "quoted"
         shipped = builtin_devices().get(d)
         own_range = shipped is None or shipped.ranges.get(field) != dev.ranges.get(field)
+        own_estimate = shipped is None or shipped.estimated.get(field) != dev.estimated.get(field)
         if field in dev.ranges and (own_range or not quoted):
             low, high = dev.ranges[field]
             what = "catalog range"
-        elif d in fleet and field in dev.estimated and not quoted:
+        elif d in fleet and field in dev.estimated and (own_estimate or not quoted):
             low, high = price * (1 - ESTIMATE_SWING), price * (1 + ESTIMATE_SWING)
             what = f"estimate ±{ESTIMATE_SWING:.0%}"
         else:

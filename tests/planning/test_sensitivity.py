@@ -306,3 +306,20 @@ def test_a_quoted_price_is_not_swung_over_the_catalog_range():
         if lo is not None and hi is not None:
             assert min(lo, hi) <= s.base_objective_usd * (1 + 1e-9) <= max(lo, hi) * (1 + 1e-9) + 1e-6, t
     assert any(t.input.startswith("mi300x purchase_usd (catalog range)") for t in s.tornado)  # unquoted: kept
+
+
+def test_an_estimate_the_user_gives_with_the_price_is_still_swung(tmp_path):
+    """A --catalog entry that sets a price and marks it estimated (``estimated: {purchase_usd: <basis>}``) is the
+    user's own estimate: its tornado row swings it ±ESTIMATE_SWING (25 %), as a shipped estimate is (after the quoted-price
+    change it had no row at all: a quote's price basis, and the estimate skipped for any quoted price). The shipped
+    range (about the catalog's figure, inherited by the override) stays out. 21,000 × (1 ∓ 0.25) = 15,750 / 26,250."""
+    f = tmp_path / "mine.yaml"
+    f.write_text("devices:\n  - key: h100-sxm\n    purchase_usd: 21000\n"
+                 "    estimated: {purchase_usd: budgetary quote}\n")
+    plan = parse_plan({"name": "t", "allowed_devices": ["h100-sxm"], "workloads": [CHAT8B]}, "t")
+    cat = resolve_catalog(plan, load_catalog(f), "t")
+    r = optimize_plan(plan, cat, compare_single_device=False, sensitivity=True, verify=False)
+    assert [f.device for f in r.fleet] == ["h100-sxm"]
+    rows = [t for t in r.sensitivity.tornado if t.input.startswith("h100-sxm purchase_usd")]
+    assert [t.input for t in rows] == ["h100-sxm purchase_usd (estimate ±25%)"]
+    assert (rows[0].low_label, rows[0].high_label) == ("$15,750", "$26,250")
