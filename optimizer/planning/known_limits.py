@@ -105,7 +105,7 @@ def tpot_optimism_pct(prompt: LengthDist) -> float | None:
 
 def long_prompt_tpot_notes(plan: Plan, deployments: Sequence[Deployment]) -> list[Diagnostic]:
     """A ``tpot_long_prompts`` warning per online workload whose prompts are long-tailed or long (``tpot_optimism``),
-    with a TPOT SLO, and a deployment whose predicted TPOT p99 is above (1 − the known optimism) × that SLO:
+    with a TPOT SLO, and a colocated deployment whose predicted TPOT p99 is above (1 − the known optimism) × that SLO:
     within the model's known error of it. Names the prompt law, the deployment, its predicted (and simulated,
     where the plan's verification ran it) p99, and the fixes."""
     notes: list[Diagnostic] = []
@@ -118,7 +118,8 @@ def long_prompt_tpot_notes(plan: Plan, deployments: Sequence[Deployment]) -> lis
         if known is None:
             continue
         optimism, why = known
-        near = [d for d in by_workload.get(w.name, ()) if d.tpot_p99_ms is not None
+        # colocated replicas only: a disaggregated decode pool runs no prefill chunks, so it has no such stall
+        near = [d for d in by_workload.get(w.name, ()) if d.stage == "colocated" and d.tpot_p99_ms is not None
                 and d.tpot_p99_ms > (1.0 - optimism) * slo_ms]
         if not near:
             continue

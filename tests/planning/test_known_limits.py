@@ -6,6 +6,8 @@ saturation, −32 % at 0.8; docs/model-accuracy.md, tpottail).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from optimizer.planning.known_limits import (
@@ -74,3 +76,15 @@ def test_long_fixed_prompts_near_the_tpot_slo_are_warned():
     assert not long_prompt_tpot_notes(_fixed_plan(32768), [_deployment(14.0)])  # 30 % under the SLO
     assert not long_prompt_tpot_notes(_fixed_plan(8192), [_deployment(19.0)])
     assert 1.0 - 0.806 <= LONG_PROMPT_OPTIMISM <= 0.3 and LONG_PROMPT_TOKENS == 8 * 2048
+
+
+def test_a_decode_pool_is_not_warned_of_prefill_stalls():
+    """A disaggregated decode pool runs no prefill chunks in its steps (optimizer.models.disagg): the stall the
+    warning names cannot happen there, and the optimism it quotes was measured on colocated replicas. Before, a
+    decode pool of 32,768-token prompts at 16 ms against 20 was warned "up to 25 % optimistic"; a colocated
+    deployment of the same workload still is."""
+    decode = replace(_deployment(16.0), key="h100_sxm__fp8__tp1__pp1__decode", stage="decode")
+    assert long_prompt_tpot_notes(_fixed_plan(32768), [decode]) == []
+    assert long_prompt_tpot_notes(_plan(8192), [replace(_deployment(19.1), stage="decode")]) == []
+    assert [n.code for n in long_prompt_tpot_notes(_fixed_plan(32768), [decode, _deployment(16.0)])] == [
+        "tpot_long_prompts"]
