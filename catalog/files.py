@@ -190,7 +190,8 @@ def read_bytes(path: Path | str, what: str, error: type[GpuplanError], limit: in
 def _too_big_fix(what: str) -> str:
     """The fix for an input over its size limit."""
     if what == "plan":
-        return f"; a plan holds at most {MAX_WORKLOADS:,} workloads: split it into several plans"
+        return (f"; a plan holds at most {MAX_WORKLOADS:,} workloads: split it into several plans, or bin long "
+                "histograms coarser (a few hundred rows each)")
     return "; give a smaller file"
 
 

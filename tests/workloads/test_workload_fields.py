@@ -157,3 +157,16 @@ def test_a_plan_file_over_its_size_limit_fails_before_it_is_parsed(tmp_path):
     with pytest.raises(WorkloadError, match=r"plan file is 4,500,024 bytes, over the 4,500,000-byte limit; a plan "
                                             r"holds at most 10,000 workloads: split it into several plans"):
         load_plan(path)
+
+
+def test_a_plan_over_its_size_limit_by_its_histograms_is_told_so(tmp_path):
+    # one workload whose prompt histogram has 400,000 rows (a trace's every length) is 5.4 MB: the fix is not only
+    # "split it into several plans" (it has one workload), it is also coarser histograms
+    rows = ",".join(f"[{i + 1},0.5]" for i in range(400_000))
+    path = tmp_path / "trace.yaml"
+    path.write_text(f"workloads:\n  - {{name: w, model: llama-3.1-8b, qps: 1, output_tokens: 100, "
+                    f"prompt_tokens: {{histogram: [{rows}]}}}}\n")
+    assert path.stat().st_size > 4_500_000
+    with pytest.raises(WorkloadError, match=r"over the 4,500,000-byte limit; .*split it into several plans, or bin "
+                                            r"long histograms coarser"):
+        load_plan(path)
