@@ -389,7 +389,12 @@ def load_scenarios(path: Path | str, catalog: Catalog) -> tuple[ScenarioFile, di
                                 f"point base: in {path} at a plan file")
     else:
         base_data = dict(spec.plan or {})
+    seen: dict[str, str] = {}
     for name in (spec.uncertainty.prices if spec.uncertainty else {}):
         if name.lower() not in catalog.devices:
             raise WorkloadError(f"{path}: uncertainty.prices: unknown device '{name}'{suggest(name.lower(), catalog.devices)}")
+        if name.lower() in seen:  # each spelling would draw its own multiplier, applied one over the other
+            raise WorkloadError(f"{path}: uncertainty.prices: '{seen[name.lower()]}' and '{name}' name the same device "
+                                f"{name.lower()}; keep one entry")
+        seen[name.lower()] = name
     return spec, base_data, expand_scenarios(spec, base_data, catalog, str(path), base_where)

@@ -118,3 +118,14 @@ def test_a_budget_sweep_on_a_cloud_plan_is_an_error(tmp_path):
     path.write_text(yaml.safe_dump({"plan": plan, "sweeps": [
         {"name": "b", "kind": "budget", "from": 1e5, "to": 2e5, "steps": 2}]}))
     assert [s.mode for s in load_scenarios(path, load_catalog())[2]] == ["min_cost", "max_demand", "max_demand"]
+
+
+def test_uncertainty_prices_name_each_device_once(tmp_path):
+    # two spellings of one device passed the existence check (each lower-cased is a key) and then each drew its own
+    # multiplier, applied one over the other (optimizer.whatif_uncertainty._with_prices): h100-sxm's price drawn
+    # as the product of two uniforms, not one (H100-SXM at 0.85-1.15 and h100-sxm at 0.85-1.15: 0.72-1.32)
+    path = _write(tmp_path, {"uncertainty": {"prices": {"H100-SXM": {"low": 0.85, "high": 1.15},
+                                                        "h100-sxm": {"low": 0.85, "high": 1.15}}}})
+    with pytest.raises(WorkloadError, match=r"uncertainty.prices: 'H100-SXM' and 'h100-sxm' name the same device "
+                                            r"h100-sxm; keep one entry"):
+        load_scenarios(path, load_catalog())
