@@ -138,6 +138,11 @@ def _render(rows: list[dict[str, Any]], u: dict[str, Any] | None) -> None:
     if unsimulated:
         stdout.print(f"not simulated (p99s of the analytic model alone; `gpuplan optimize` on the scenario's plan "
                      f"simulates it and re-sizes misses): {', '.join(unsimulated)}")
+    over = [r["name"] for r in rows if has_plan(r) and r.get("simulation_verdict") == "missed"]
+    if over:
+        stdout.print("simulated over an SLO beyond the simulation's noise (the p99s above are the analytic model's; "
+                     "the re-size could not clear it: see the scenario's simulation_misses_slo warning): "
+                     f"{', '.join(over)}")
     if u is not None:
         stdout.print(f"Uncertainty over {u['samples']} samples (seed {u['seed']}; their fleets not simulated): cost p50 "
                      f"{fmt(u['cost_p50_usd'])} $, "

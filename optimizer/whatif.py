@@ -113,6 +113,9 @@ class ScenarioResult:
             "demand_multiplier": self.demand_multiplier,
             "served_qps": self.served_qps,
             "simulated": r.verification is not None,
+            # the simulator's verdict on the fleet (``Verification.verdict``): "missed" where a re-size could not
+            # clear a miss (a budget or inventory bound, or the rounds spent), which the workloads' analytic met hides
+            "simulation_verdict": r.verification.verdict if r.verification is not None else None,
             "workloads": [record_json(w, _ROW_WORKLOAD_KEYS) for w in r.workloads],
         }
         if with_plan:

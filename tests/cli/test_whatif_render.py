@@ -42,3 +42,19 @@ def test_scenarios_not_simulated_are_named_under_the_table():
         _render(rows, None)
     (line,) = [x for x in cap.get().splitlines() if x.startswith("not simulated")]
     assert line.endswith(": b @ $400,000")
+
+
+
+def test_a_scenario_the_simulator_finds_over_an_slo_is_named_under_the_table():
+    """A min-cost scenario is simulated and re-sized as `gpuplan optimize` does, but a re-size can end with a miss
+    (``tests/test_whatif.py``: the re-sized fleet over the scenario's budget, 'the plan is kept as solved'). Its
+    workloads' `met` is the analytic model's, so the table said "ok" only; the row's verdict names it under the
+    table, and not a scenario within the simulation's noise (which optimize does not call a miss either)."""
+    rows = [{**_row("base", "optimal", 471_198.0, 246.8, 14.3, {"b200": 7}), "simulated": True,
+             "simulation_verdict": "at_slo"},
+            {**_row("capped", "optimal", 300_000.0, 246.8, 10.0, {"b200": 5}), "simulated": True,
+             "simulation_verdict": "missed"}]
+    with stdout.capture() as cap:
+        _render(rows, None)
+    (line,) = [x for x in cap.get().splitlines() if x.startswith("simulated over an SLO")]
+    assert line.endswith(": capped")
