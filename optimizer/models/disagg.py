@@ -205,17 +205,20 @@ def prefill_service_s(c: Configs, prompt_nodes: np.ndarray, chunk: int, span_off
 FILL_NODES = 32  # midpoints of the uniform position of a prompt's last token in its step (``step_fill_moments``)
 
 
-def step_fill_s(c: Configs, last_tokens: np.ndarray, chunk: int) -> np.ndarray:
+def step_fill_s(c: Configs, last_tokens: np.ndarray, chunk: int, span_offset: float = 0.0) -> np.ndarray:
     """R(p) (s), (N, K): how much longer a step carrying a prompt's last p tokens lasts when the next prompt
-    fills its other C − p tokens than when it carries the p alone: ``t(C, 0) − t(p, 0) + a_pre·(C − p)²/2``
-    (tokens-only steps, b = 0; the filler's first piece attends to (C − p)/2 tokens on average; the p tokens'
-    own attention is in both and cancels, the attention term being linear in n·span)."""
+    fills its other C − p tokens than when it carries the p alone:
+    ``t(C, 0) − t(p, 0) + a_pre·((C − p)²/2 + (C − p)·offset)`` (tokens-only steps, b = 0; the filler's first piece
+    attends to offset + (C − p)/2 tokens on average, offset = its cached tokens, ``span_offset``, as in
+    ``prefill_service_s``; the p tokens' own attention is in both and cancels, the attention term being linear
+    in n·span)."""
     p = np.asarray(last_tokens, dtype=float)[None, :]
     zero = np.zeros_like(p)
     fill = float(chunk) - p
     full = perf.decode_step_s(c, 0.0, 0.0, np.full_like(p, float(chunk)), zero)
     own = perf.decode_step_s(c, 0.0, 0.0, p, zero)
-    attn = perf.decode_step_s(c, 0.0, 0.0, np.ones_like(p), fill**2 / 2.0) - perf.decode_step_s(c, 0.0, 0.0, np.ones_like(p), zero)
+    attn = (perf.decode_step_s(c, 0.0, 0.0, np.ones_like(p), fill**2 / 2.0 + fill * span_offset)
+            - perf.decode_step_s(c, 0.0, 0.0, np.ones_like(p), zero))
     return np.where(fill > 0, full - own + attn, 0.0)
 
 
@@ -330,9 +333,9 @@ def prefill_queue(c: Configs, prompt: LengthDist, technique: ServingTechnique | 
     gh_w = gh_w / gh_w.sum()
     ls = np.maximum(lens.l_nodes[:, None] + np.sqrt(np.maximum(lens.l_var, 0.0))[:, None] * gh_x[None, :], 1.0)
     last = np.mod(np.round(ls) - 1.0, chunk) + 1.0  # (QL, 5)
-    fill_own = _moments3(step_fill_s(c, last.ravel(), chunk).reshape(len(c), *last.shape), gh_w)
+    fill_own = _moments3(step_fill_s(c, last.ravel(), chunk, lens.span_offset).reshape(len(c), *last.shape), gh_w)
     uniform = (np.arange(FILL_NODES) + 0.5) / FILL_NODES * chunk
-    fill_busy = _moments3(step_fill_s(c, uniform, chunk), np.full(FILL_NODES, 1.0 / FILL_NODES))
+    fill_busy = _moments3(step_fill_s(c, uniform, chunk, lens.span_offset), np.full(FILL_NODES, 1.0 / FILL_NODES))
     last_node = np.mod(np.round(lens.l_nodes) - 1.0, chunk) + 1.0
     last_step = perf.decode_step_s(c, 0.0, 0.0, last_node[None, :],
                                    (lens.l_nodes - last_node / 2.0 + lens.span_offset)[None, :])
