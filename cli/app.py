@@ -194,6 +194,14 @@ def _given(opts: list[str], argv: list[str]) -> str | None:
     return value
 
 
+def _not_finite(text: str) -> bool:
+    """True for a command-line number that parses as nan or ±inf (``--confidence nan``)."""
+    try:
+        return not math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
 def _usage_line(exc: Any, argv: list[str]) -> str:
     """``gpuplan estimate --input-tokens: input should be greater than or equal to 1 (got '0');
     see `gpuplan estimate --help```: option, value and where the fix is."""
@@ -205,6 +213,10 @@ def _usage_line(exc: Any, argv: list[str]) -> str:
         message = message.split(": ", 1)[-1] if message.startswith("Invalid value") else message
         value = _given(opts, argv)
         got = f" (got {value!r})" if value is not None else ""
+        if value is not None and _not_finite(value) and " than " in message:
+            # a float range's bound check caught nan or inf ("less than or equal to 0.99 (got 'nan')": nan fails
+            # both bounds): say what is wrong, as the options without a range do (``_harden``)
+            message = "must be a finite number"
         message = f"{opts[0]}: {message[:1].lower()}{message[1:]}{got}"
     return f"{where}: {message}; see `{where} --help`"
 

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from catalog import Catalog, Device
 from catalog.errors import CatalogError, suggest
 from cli.common import CatalogOpt, JsonOpt, ModelConfigOpt, fmt, load, print_json, stdout, table
+from cli.config_check import catalog_model, catalog_precision
 
 app = typer.Typer(help="List and inspect devices, models and precisions.", no_args_is_help=True,
                   rich_markup_mode=None)  # plain help, as the main app (start-up time)
@@ -60,9 +61,9 @@ def devices(
     """List devices with their figures, prices, and what the physics says to buy by."""
     cat = load(catalog, model_config)
     weight_bytes = None
-    q = cat.precision(precision)  # checked without --model too: a typo must not pass silently
+    q = catalog_precision(cat, precision)  # checked without --model too: a typo must not pass silently
     if model is not None:
-        m = cat.model(model)
+        m = catalog_model(cat, model)
         weight_bytes = m.total_params_b * 1e9 * q.weight_bytes_per_param
     if sort not in DEVICE_SORTS:
         raise CatalogError(f"--sort: unknown key '{sort}'{suggest(sort, DEVICE_SORTS)}; one of {', '.join(DEVICE_SORTS)}")

@@ -10,10 +10,46 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from catalog.errors import ModelError, suggest
+from catalog.errors import CatalogError, ModelError, suggest
 
 if TYPE_CHECKING:
-    from catalog.schema import Device, Model
+    from catalog.load import Catalog
+    from catalog.schema import Device, Model, Precision
+
+# the key a refusal of an empty --model / --device / --precision gives as an example, where the catalog has it
+_EXAMPLE_KEYS = {"model": "llama-3.1-8b", "device": "h100-sxm", "precision": "fp8"}
+
+
+def catalog_model(cat: Catalog, name: str, flag: str = "--model") -> Model:
+    """``catalog_entry`` of a model."""
+    return catalog_entry(cat, "model", name, flag)  # type: ignore[return-value]
+
+
+def catalog_device(cat: Catalog, name: str, flag: str = "--device") -> Device:
+    """``catalog_entry`` of a device."""
+    return catalog_entry(cat, "device", name, flag)  # type: ignore[return-value]
+
+
+def catalog_precision(cat: Catalog, name: str, flag: str = "--precision") -> Precision:
+    """``catalog_entry`` of a precision."""
+    return catalog_entry(cat, "precision", name, flag)  # type: ignore[return-value]
+
+
+def catalog_entry(cat: Catalog, kind: str, name: str, flag: str) -> Model | Device | Precision:
+    """The catalog's ``kind`` ("model", "device" or "precision") named by ``flag``'s value ``name``.
+
+    An empty (or blank) value is refused naming the flag, an example key and the listing command
+    (`--model ''` read "unknown model ''" with three unrelated suggestions); an unknown one keeps the catalog's
+    message (did-you-mean and the fix), prefixed with the flag."""
+    if not name.strip():
+        known = {"model": cat.models, "device": cat.devices, "precision": cat.precisions}[kind]
+        example = _EXAMPLE_KEYS[kind] if _EXAMPLE_KEYS[kind] in known else next(iter(known), "")
+        raise CatalogError(f"{flag} {name!r}: empty; give a {kind} key, e.g. {flag} {example} "
+                           f"(`gpuplan catalog {kind}s` lists them)")
+    try:
+        return getattr(cat, kind)(name)
+    except CatalogError as e:
+        raise CatalogError(f"{flag}: {e}") from None
 
 
 def check_sharding(model: Model, device: Device, tp: int, pp: int, ep: int, engine: str | None,

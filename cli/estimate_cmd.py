@@ -18,7 +18,15 @@ from cli.common import (
     stdout,
     table,
 )
-from cli.config_check import check_batch, check_context, check_qps, check_sharding
+from cli.config_check import (
+    catalog_device,
+    catalog_model,
+    catalog_precision,
+    check_batch,
+    check_context,
+    check_qps,
+    check_sharding,
+)
 
 # Row labels of the readable table, in order; keys absent from the result are skipped.
 _LABELS = {
@@ -173,7 +181,8 @@ def estimate(
     if batch is not None and max_throughput:
         raise ModelError("--batch and --max-throughput exclude each other; give one")
     cat = load(catalog, model_config)
-    m, d, q, p = cat.model(model), cat.device(device), cat.precision(precision), load_calibration(params, cat)
+    m, d, q = catalog_model(cat, model), catalog_device(cat, device), catalog_precision(cat, precision)
+    p = load_calibration(params, cat)
     check_sharding(m, d, tp, pp, ep, engine)
     check_context(m, input_tokens, output_tokens, input_p99, output_p99)
     check_batch(batch, max_batch, ep)
@@ -206,8 +215,8 @@ def _estimate_pair(model, precision, input_tokens, output_tokens, prefill_device
         raise ModelError("a disaggregated pair needs --ttft-p99-ms and --tpot-p99-ms (or --e2e-p99-ms) "
                          "to split between its pools")
     cat = load(catalog, model_config)
-    m, q, p = cat.model(model), cat.precision(precision), load_calibration(params, cat)
-    dp, dd = cat.device(prefill_device), cat.device(decode_device)
+    m, q, p = catalog_model(cat, model), catalog_precision(cat, precision), load_calibration(params, cat)
+    dp, dd = catalog_device(cat, prefill_device, "--prefill-device"), catalog_device(cat, decode_device, "--decode-device")
     check_sharding(m, dp, prefill_tp, pp, 1, engine, "--prefill-tp")
     check_sharding(m, dd, decode_tp, pp, 1, engine, "--decode-tp")
     check_context(m, input_tokens, output_tokens, input_p99, output_p99)

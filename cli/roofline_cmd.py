@@ -10,7 +10,13 @@ import typer
 from catalog.errors import ModelError
 from catalog.outputs import Output, plan_outputs
 from cli.common import CatalogOpt, ModelConfigOpt, ParamsOpt, load, load_calibration, stdout
-from cli.config_check import check_context, check_sharding
+from cli.config_check import (
+    catalog_device,
+    catalog_model,
+    catalog_precision,
+    check_context,
+    check_sharding,
+)
 from cli.estimate_cmd import DeviceOpt, InputOpt, ModelOpt, OutputOpt, PpOpt, PrecisionOpt, TpOpt
 
 if TYPE_CHECKING:
@@ -56,7 +62,7 @@ def roofline(
 
     outputs = plan_outputs([Output("--out", out, (".png",))], (params, catalog, model_config))
     cat = load(catalog, model_config)
-    m, d, q = cat.model(model), cat.device(device), cat.precision(precision)
+    m, d, q = catalog_model(cat, model), catalog_device(cat, device), catalog_precision(cat, precision)
     check_sharding(m, d, tp, pp, 1, None)
     check_context(m, input_tokens, output_tokens)
     c = build_configs(m, [(d, q, tp, pp)], load_calibration(params, cat))

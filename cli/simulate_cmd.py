@@ -18,7 +18,14 @@ from cli.common import (
     stdout,
     table,
 )
-from cli.config_check import check_context, check_qps, check_sharding
+from cli.config_check import (
+    catalog_device,
+    catalog_model,
+    catalog_precision,
+    check_context,
+    check_qps,
+    check_sharding,
+)
 from cli.estimate_cmd import EngineOpt, EpOpt, MaxBatchOpt
 
 MAX_REQUESTS = 2_000_000  # a bound on time and memory: the simulator holds per-request arrays
@@ -58,10 +65,10 @@ def simulate(
     output = length_from_flags(output_tokens, output_p99, "output")
     check_qps(qps)
     cat = load(catalog, model_config)
-    m, d = cat.model(model), cat.device(device)
+    m, d = catalog_model(cat, model), catalog_device(cat, device)
     check_sharding(m, d, tp, pp, ep, engine)
     check_context(m, input_tokens, output_tokens, input_p99, output_p99)
-    c = build_configs(m, [(d, cat.precision(precision), tp, pp)], load_calibration(params, cat), engines=engine, ep=ep,
+    c = build_configs(m, [(d, catalog_precision(cat, precision), tp, pp)], load_calibration(params, cat), engines=engine, ep=ep,
                       max_batch=max_batch)
     if not bool(c.runnable[0]):
         raise ModelError(f"{c.keys[0]} cannot run: {c.reason[0]}")

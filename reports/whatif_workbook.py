@@ -2,7 +2,7 @@
 
 Sheets: **Scenarios** (one column per scenario: what it changed, in words; its cost and the
 difference from the base in $ and %; cells that differ from the base highlighted; a note
-where a scenario's fleet is the base's), **Budget frontier** (served demand vs capex budget)
+where a scenario's fleet is the base's; the simulator's check of its fleet, or "not simulated"), **Budget frontier** (served demand vs capex budget)
 and **Demand frontier** (cheapest cost vs demand multiplier), each with a scatter chart on a
 numeric x axis, **Monte Carlo** (with ``--samples``: cost p50/p90, the probability that the
 base fleet still meets its SLOs, every draw, a histogram of the cost) and one **fleet sheet
@@ -24,6 +24,7 @@ from openpyxl.styles import PatternFill
 
 from catalog.outputs import write_atomic
 from reports import styles
+from reports.sheets_plan import SIMULATOR_CHECK
 from reports.xl import Sheet
 from workloads.scenarios import level_text
 
@@ -131,6 +132,18 @@ def _cell(r: Mapping[str, Any], key: str) -> Any:
     return r.get(key)
 
 
+def simulator_check(r: Mapping[str, Any]) -> str | None:
+    """The simulator's verdict on a scenario's fleet in the plan workbook's words (``SIMULATOR_CHECK``):
+    "met", "at the SLO, within the simulation's noise …", "MISSED beyond the simulation's noise", or
+    "not simulated" (a budget level, a Monte Carlo draw, or a fleet beyond the default check); None for a
+    scenario without a fleet, and for a row of older what-if JSON without the ``simulated`` key."""
+    if "simulated" not in r or not has_plan(r):
+        return None
+    if not r["simulated"]:
+        return "not simulated"
+    return SIMULATOR_CHECK.get(r.get("simulation_verdict") or "", "simulated")
+
+
 def _delta(r: dict[str, Any], base: dict[str, Any]) -> tuple[float | None, float | None]:
     """(objective − base objective, that over the base objective); None where either has no fleet or the two
     minimised different objectives (capex against TCO is no saving)."""
@@ -152,6 +165,8 @@ def _scenario_columns(rows: Sequence[dict[str, Any]]) -> list[tuple[str, list[An
     ]
     for key, label, fmt in ROWS:
         lines.append((label, [_cell(r, key) for r in rows], fmt))
+    if any("simulated" in r for r in rows):  # what-if JSON written before the simulator check has no such key
+        lines.append(("Simulator check", [simulator_check(r) for r in rows], None))
     for d in devices:
         lines.append((f"GPUs in use: {d}", [r["fleet"].get(d, 0) if has_plan(r) else None for r in rows], "#,##0"))
     for name in workloads:

@@ -129,6 +129,10 @@ def test_cli_outputs(run_cli, tmp_path):
     wb = load_workbook(out)
     assert wb.sheetnames[:3] == ["Scenarios", "Budget frontier", "Demand frontier"]
     assert wb["Scenarios"]["B1"].value == "base"
+    # the rows the command writes carry `simulated`: the Scenarios sheet words the simulator's check of each fleet
+    checks = next([c.value for c in r[1:]] for r in wb["Scenarios"].iter_rows(min_row=2) if r[0].value == "Simulator check")
+    assert checks[0] in ("met", "at the SLO, within the simulation's noise (not re-sized)",
+                         "MISSED beyond the simulation's noise")  # the base is a min-cost scenario: simulated
 
 
 def test_comparison_workbook_keeps_text_as_text(tmp_path):

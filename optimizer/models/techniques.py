@@ -78,6 +78,13 @@ class ServingTechnique:
         return replace(c, kv_capacity_tokens=cap, speculative=self.speculative)
 
 
+def uncached_prompt_tokens(prompt_tokens: float, hit_fraction: float = 0.0, shared_prefix_tokens: float = 0.0) -> float:
+    """The prompt tokens prefill computes under a prefix cache: ``P = max(L·(1 − h) − N', 1)``, N' = min(N, L − 1)
+    (h = hit fraction, N = shared prefix; the prompt nodes of ``serving.state._technique_lengths``)."""
+    shared = min(shared_prefix_tokens, prompt_tokens - 1.0)
+    return max(prompt_tokens * (1.0 - hit_fraction) - shared, 1.0)
+
+
 def workload_technique(w: Workload, target: Model, draft: Model | None = None,
                        speculative: bool = True) -> ServingTechnique:
     """The technique a workload states: its prefix cache, and its speculative decoding when

@@ -54,10 +54,11 @@ from optimizer.models.fidelity import (
     unmeasured_kernels,
 )
 from optimizer.models.params import CalibrationParams, configuration_key
+from optimizer.models.techniques import uncached_prompt_tokens
 from optimizer.planning.headroom import FidelityKey, fidelity_key
 from optimizer.results.plan_result import Deployment, Diagnostic
 from optimizer.results.provenance import Fidelity
-from workloads.spec import LengthDist, Plan
+from workloads.spec import LengthDist, Plan, PrefixCache
 
 # prompt p99 / mean from which the TPOT p99 is known optimistic (the measured case above; 4 agrees)
 LONG_TAIL_PROMPT_RATIO = 8.0
@@ -84,22 +85,29 @@ LONG_PROMPT_TOKENS = 16_384
 LONG_PROMPT_OPTIMISM = 0.25
 
 
-def tpot_optimism(prompt: LengthDist) -> tuple[float, str] | None:
+def tpot_optimism(prompt: LengthDist, prefix_cache: PrefixCache | None = None) -> tuple[float, str] | None:
     """The known optimism (a fraction) of the analytic TPOT p99 under ``prompt`` and why, None where none is known:
     TPOT_OPTIMISM where its p99 is at least LONG_TAIL_PROMPT_RATIO × its mean (long-tailed), else
-    LONG_PROMPT_OPTIMISM where its p99 is at least LONG_PROMPT_TOKENS (long, whatever the spread)."""
+    LONG_PROMPT_OPTIMISM where its p99's uncached tokens are at least LONG_PROMPT_TOKENS (long, whatever the spread).
+
+    The uncached tokens P = max(L·(1 − h) − min(N, L − 1), 1) of the p99 prompt L under ``prefix_cache``
+    (``techniques.uncached_prompt_tokens``; L without one): only they run as prefill chunks, so a 32,768-token
+    prompt with 30,000 tokens cached runs 2 chunks of 2,048 and stalls no decoding batch for long."""
     mean, p99 = prompt_mean_p99(prompt)
     if p99 >= LONG_TAIL_PROMPT_RATIO * mean:
         return TPOT_OPTIMISM, f"prompts with p99 {p99 / mean:.1f}× their mean ({mean:,.0f} / {p99:,.0f} tokens)"
-    if p99 >= LONG_PROMPT_TOKENS:
-        return LONG_PROMPT_OPTIMISM, (f"prompts of {p99:,.0f} tokens at p99 (≥ {LONG_PROMPT_TOKENS:,}: many prefill "
-                                      "chunks each)")
+    uncached = p99 if prefix_cache is None else uncached_prompt_tokens(
+        p99, prefix_cache.hit_fraction or 0.0, prefix_cache.shared_prefix_tokens or 0.0)
+    if uncached >= LONG_PROMPT_TOKENS:
+        cached = f", {uncached:,.0f} of them not in the prefix cache" if uncached < p99 else ""
+        return LONG_PROMPT_OPTIMISM, (f"prompts of {p99:,.0f} tokens at p99{cached} (≥ {LONG_PROMPT_TOKENS:,}: many "
+                                      "prefill chunks each)")
     return None
 
 
-def tpot_optimism_pct(prompt: LengthDist) -> float | None:
+def tpot_optimism_pct(prompt: LengthDist, prefix_cache: PrefixCache | None = None) -> float | None:
     """``tpot_optimism`` in %, None where none is known."""
-    known = tpot_optimism(prompt)
+    known = tpot_optimism(prompt, prefix_cache)
     return 100.0 * known[0] if known is not None else None
 
 
@@ -114,7 +122,7 @@ def long_prompt_tpot_notes(plan: Plan, deployments: Sequence[Deployment]) -> lis
         by_workload.setdefault(d.workload, []).append(d)
     for w in plan.workloads:
         slo_ms = w.slo.tpot_p99_ms
-        known = tpot_optimism(w.prompt_tokens) if not w.is_batch and slo_ms is not None else None
+        known = tpot_optimism(w.prompt_tokens, w.prefix_cache) if not w.is_batch and slo_ms is not None else None
         if known is None:
             continue
         optimism, why = known

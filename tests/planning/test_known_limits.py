@@ -88,3 +88,22 @@ def test_a_decode_pool_is_not_warned_of_prefill_stalls():
     assert long_prompt_tpot_notes(_plan(8192), [replace(_deployment(19.1), stage="decode")]) == []
     assert [n.code for n in long_prompt_tpot_notes(_fixed_plan(32768), [decode, _deployment(16.0)])] == [
         "tpot_long_prompts"]
+
+
+def _cached_plan(prefix_cache: dict | None):
+    data = {"name": "p", "workloads": [{
+        "name": "assistant", "model": "llama-3.1-8b", "qps": 3, "prompt_tokens": 32768, "output_tokens": 400,
+        "slo": {"ttft_p99_ms": 30000, "tpot_p99_ms": 20.0}} | ({"prefix_cache": prefix_cache} if prefix_cache else {})]}
+    return parse_plan(data, "test")
+
+
+def test_prompts_served_from_the_prefix_cache_run_few_prefill_chunks_and_are_not_warned():
+    """32,768-token prompts with 30,000 tokens of shared prefix run P = 32,768 − 30,000 = 2,768 uncached tokens (2
+    chunks of 2,048; optimizer.models.techniques): no stall of L/C = 16 steps, so no warning; without the cache, or
+    with one leaving 32,768·(1 − 0.4) = 19,661 ≥ 16,384 tokens uncached, the same prediction is warned."""
+    assert long_prompt_tpot_notes(_cached_plan({"shared_prefix_tokens": 30000}), [_deployment(16.0)]) == []
+    assert long_prompt_tpot_notes(_cached_plan({"hit_fraction": 0.9}), [_deployment(16.0)]) == []  # 3,277 uncached
+    assert [n.code for n in long_prompt_tpot_notes(_cached_plan(None), [_deployment(16.0)])] == ["tpot_long_prompts"]
+    notes = long_prompt_tpot_notes(_cached_plan({"hit_fraction": 0.4}), [_deployment(16.0)])
+    assert [n.code for n in notes] == ["tpot_long_prompts"]
+    assert "32,768 tokens at p99, 19,661 of them not in the prefix cache" in notes[0].message

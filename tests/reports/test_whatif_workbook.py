@@ -116,3 +116,29 @@ def test_the_fleet_sheet_of_a_scenario_without_a_fleet_shows_no_zero_dollars(tmp
     assert values["status"] == "infeasible"
     assert "objective ($)" in values and values["objective ($)"] is None  # was 0, a $0 plan
     assert wb["Fleet base"].cell(row=5, column=2).value == 100_000.0
+
+
+def test_the_scenarios_sheet_shows_the_simulator_check(tmp_path):
+    # the what-if rows carry `simulated` and `simulation_verdict` (optimizer/whatif.py); the Scenarios sheet
+    # words them as the plan workbook's Deployments sheet does, and a budget level reads "not simulated"
+    rows = [_row("base", "base"), _row("at the edge"), _row("missed"),
+            _row("b @ $3M", "b", mode="max_demand", level=3e6, overrides={"budget.capex_usd": 3e6})]
+    for r, simulated, verdict in zip(rows, (True, True, True, False), ("met", "at_slo", "missed", None), strict=True):
+        r.update(simulated=simulated, simulation_verdict=verdict)
+    wb = load_workbook(write_whatif_workbook(rows, tmp_path / "w.xlsx"))
+    lines = {r[0].value: [c.value for c in r[1:]] for r in wb["Scenarios"].iter_rows(min_row=2) if r[0].value}
+    assert lines["Simulator check"] == ["met", "at the SLO, within the simulation's noise (not re-sized)",
+                                        "MISSED beyond the simulation's noise", "not simulated"]
+
+
+def test_older_whatif_rows_without_the_simulator_keys_still_make_a_workbook(tmp_path):
+    # rows written before `simulated` existed: no line claims a check that was never recorded
+    wb = load_workbook(write_whatif_workbook([_row("base", "base"), _row("v")], tmp_path / "w.xlsx"))
+    labels = [r[0].value for r in wb["Scenarios"].iter_rows(min_row=2)]
+    assert "objective ($)" in labels and "Simulator check" not in labels
+    # a mix (an older row next to a newer one): the older one's cell is empty, not "not simulated"
+    newer = _row("v")
+    newer.update(simulated=True, simulation_verdict="met")
+    wb = load_workbook(write_whatif_workbook([_row("base", "base"), newer], tmp_path / "w2.xlsx"))
+    lines = {r[0].value: [c.value for c in r[1:]] for r in wb["Scenarios"].iter_rows(min_row=2) if r[0].value}
+    assert lines["Simulator check"] == [None, "met"]
