@@ -216,6 +216,9 @@ def _combos(w: Workload, model: Model, catalog: Catalog, units: dict[str, UnitSp
                    if plan.allowed_devices is None else f"{key} is not in the plan's allowed_devices")
         elif unit.inventory_gpus == 0:
             why = f"inventory of {key} is 0"
+        elif below_one_server(unit):
+            why = (f"inventory of {key} ({unit.inventory_gpus} GPUs) is less than one server of "
+                   f"{unit.gpus_per_node}, which is bought whole")
         elif missing := missing_figures(dev, plan):
             why = f"{key} has no {', '.join(missing)}; add it with --catalog or the plan's devices section"
         shardings = [(t, 1) for t in tp_degrees(dev, unit.gpus_per_node)]
@@ -232,6 +235,14 @@ def _combos(w: Workload, model: Model, catalog: Catalog, units: dict[str, UnitSp
                         pruned.append(Candidate(w.name, config_key(dev, q, t, 1, engine, e), key, q.key, t, 1, t * e,
                                                 zeros, nones, pruned_reason=e_why, ep=e, engine=engine or ""))
     return todo, pruned
+
+
+def below_one_server(unit: UnitSpec) -> bool:
+    """True when the unit's inventory (GPUs available) is short of one server that must be bought whole
+    (a fixed-size board or rack, or any server under allow_partial_servers: false): the MILP's
+    GPUs bought = servers · gpus_per_node ≤ inventory then forces 0 servers."""
+    n = unit.inventory_gpus
+    return n is not None and 0 < n < unit.gpus_per_node and (unit.price.fixed_size or unit.full_servers_only)
 
 
 def engine_reason(device: Device, engine: str | None) -> str | None:
@@ -545,6 +556,13 @@ def model_candidates(
         diagnostics.append(Diagnostic("info", "devices_missing_figures",
                                       f"{len(lacking)} devices lack a figure this plan needs and were not "
                                       f"considered: {', '.join(lacking)}"))
+    if short := sorted(k for k, u in units.items() if u.device is not None and u.allowed and below_one_server(u)):
+        diagnostics.append(Diagnostic(
+            "warning", "inventory_below_server",
+            "inventory less than one server, which is bought whole (a fixed-size board or rack, or "
+            "allow_partial_servers: false), so not considered: "
+            + ", ".join(f"{k} ({units[k].inventory_gpus} of {units[k].gpus_per_node} GPUs)" for k in short)
+            + "; raise the inventory to a whole server or allow partial servers"))
     if plan.objective == "cloud" and plan.max_power_kw is not None:
         diagnostics.append(Diagnostic("info", "power_cap_not_applied",
                                       f"max_power_kw ({plan.max_power_kw:,g} kW) is not applied under objective "

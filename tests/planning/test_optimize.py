@@ -306,3 +306,28 @@ def test_bad_solver_options(chat, kwargs, message):
         if "options" in kwargs:
             kwargs = {"options": SolverOptions(**kwargs["options"])}
         optimize_plan(plan, catalog, params, candidates=cset, **kwargs)
+
+
+def test_an_inventory_short_of_one_whole_server_is_named_not_silent():
+    # Planner review 23b: inventory h100-sxm 4 (an 8-GPU HGX board, bought whole) made H100 SXM unusable (GPUs bought =
+    # 8 · servers ≤ 4 forces 0 servers) and the plan moved to B200 at +39 % with no word on why. Same under
+    # allow_partial_servers: false for an 8-slot PCIe chassis with inventory 1 (filled whole or not at all).
+    text = """
+name: short-inventory
+allow_partial_servers: false
+allowed_devices: [h100-sxm, l40s, b200]
+inventory: {h100-sxm: 4, l40s: 1, b200: 8}
+workloads:
+  - {name: chat, model: llama-3.1-8b, qps: 5, prompt_tokens: 512, output_tokens: 128,
+     slo: {tpot_p99_ms: 50}, precisions: [fp8]}
+"""
+    plan = parse_plan(yaml.safe_load(text), "short-inventory")
+    catalog = resolve_catalog(plan, load_catalog(), "short-inventory")
+    cset = model_candidates(plan, catalog, load_params(None))
+    notes = [d for d in cset.diagnostics if d.code == "inventory_below_server"]
+    assert len(notes) == 1 and notes[0].level == "warning"
+    assert "h100-sxm (4 of 8 GPUs), l40s (1 of 8 GPUs)" in notes[0].message and "b200" not in notes[0].message
+    reasons = {c.device: c.pruned_reason for c in cset.workloads[0].candidates if c.tp == 1}
+    assert reasons["h100-sxm"] == "inventory of h100-sxm (4 GPUs) is less than one server of 8, which is bought whole"
+    assert reasons["l40s"].startswith("inventory of l40s (1 GPUs)")
+    assert not (reasons["b200"] or "").startswith("inventory")
