@@ -18,6 +18,7 @@ import textwrap
 from openpyxl.chart import BarChart, LineChart, Reference
 from openpyxl.utils import get_column_letter
 
+from optimizer.planning.safeguards import TABLE_FIDELITY
 from reports import styles
 from reports.context import FIRST_ROW, HEADER_ROW, Ctx, title
 from reports.result import FleetRow
@@ -61,6 +62,10 @@ def _simulator_check(r) -> tuple[str, str, None, str]:
     """(value, unit, format, note) of the Summary's simulator line: how many simulated deployments met their
     SLO, sat at it within the simulation's noise, or missed it beyond that noise."""
     outcomes = [d.verification.outcome for d in r.deployments if d.verification is not None]
+    if not outcomes and r.deployments and all(d.fidelity is not None and d.fidelity.basis == TABLE_FIDELITY.basis
+                                              for d in r.deployments):
+        return ("not simulated", "", None, "capacities from the user's capacity table (--capacity-table), "
+                "taken as measured at the SLO: no p99 is predicted or simulated")
     if not outcomes:
         return ("not simulated", "", None, "the p99s are the analytic model's alone (batch or speculative "
                 "deployments, or --no-verify / more deployments than the default check covers)")

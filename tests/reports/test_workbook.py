@@ -844,3 +844,16 @@ def test_deployments_state_the_kv_pairing_link():
     by_key = {row[header.index("Configuration key")]: row[col]
               for row in ws.iter_rows(min_row=HEADER_ROW + 1, values_only=True)}
     assert by_key[pre["key"]] == 1360.0 and by_key[dec["key"]] == 1700.0
+
+
+def test_melange_summary_says_its_capacities_are_the_users_table(melange_json):
+    # Planner review 23b: a capacity-table plan's Summary said "the p99s are the analytic model's alone (batch or
+    # speculative deployments, or --no-verify ...)": the plan has no analytic p99 at all; its capacities are the
+    # user's measured table.
+    from reports.workbook import build_workbook
+
+    wb = build_workbook(json.loads(melange_json.read_text()))
+    row = next(r for r in wb["Summary"].iter_rows(values_only=True) if r[0] == "Simulator check")
+    assert row[1] == "not simulated"
+    note = next(v for v in row[2:] if v)
+    assert "capacity table" in note and "analytic" not in note
