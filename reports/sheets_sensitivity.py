@@ -45,7 +45,7 @@ def build_summary_warnings(ctx: Ctx) -> None:
                      f"measurements of its generation, not of the device itself (80 % capacity band ×{low:.2f}–"
                      f"{high:.2f}); see Deployments.")
     if r.headroom is not None:
-        notes.append(f"Sized for the {r.headroom.sized_for}.")
+        notes.append(f"Sized for the {r.headroom.sized_for}{_sizing_extras(r.headroom)}.")
     if notes:
         ctx.sheets["Summary"].put(3, 1, "  ".join(notes), font=styles.BAD_FONT, size=False)
 
@@ -163,3 +163,14 @@ def _tornado_chart(sheet, head: int, first: int, last: int, anchor_row: int) -> 
     chart.x_axis.delete = False
     chart.y_axis.delete = False
     sheet.ws.add_chart(chart, f"A{anchor_row}")
+
+
+def _sizing_extras(h) -> str:
+    """The sizing policy beyond the performance band, as the terminal's ``sized for:`` line states it: a
+    target_utilization below 1 (every capacity × it) and a demand quantile other than the median (rates × factor)."""
+    extras = []
+    if h.target_utilization != 1:
+        extras.append(f"target_utilization {h.target_utilization:g} (every capacity × {h.target_utilization:g})")
+    if h.demand_factor != 1:
+        extras.append(f"demand_quantile {h.demand_quantile:g} (every rate × {h.demand_factor:.3f})")
+    return "; " + "; ".join(extras) if extras else ""

@@ -133,8 +133,10 @@ def _risks(ctx: Ctx) -> list[tuple[str, str]]:
         share, i, d = max(loads, key=lambda t: (t[0], -t[1]))
         col = ctx.deployment_cols.get("load")
         cell = f"Deployments!{get_column_letter(col)}{ctx.deployment_rows[i]}" if col and i < len(ctx.deployment_rows) else "Deployments"
-        out.append((f"Least headroom: {d.workload} on {d.device} runs at {share:.0%} of its SLO-safe capacity; "
-                    "growth beyond it needs more replicas.", cell))
+        derated = r.headroom is not None and (r.headroom.confidence is not None or r.headroom.target_utilization < 1)
+        out.append((f"Least headroom: {d.workload} on {d.device} runs at {share:.0%} of its SLO-safe capacity"
+                    + (" as sized (already derated by the sizing policy in row 3)" if derated else "")
+                    + "; growth beyond it needs more replicas.", cell))
     for diag in r.diagnostics:
         # an estimated price of the fleet has its own line above ("Estimated price, not a quote")
         if diag.level == "warning" and diag.code != "price_estimated" and len(out) < 8:

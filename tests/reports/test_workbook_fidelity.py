@@ -94,3 +94,22 @@ def test_summary_says_a_plan_rests_on_a_same_generation_device():
     text = build_workbook(data)["Summary"].cell(3, 1).value
     assert (f"Performance of H100-NVL is inferred from measurements of its generation, not of the device itself "
             f"(80 % capacity band ×{f[1]['low_factor']:.2f}–{f[1]['high_factor']:.2f})") in text
+
+
+def test_summary_states_the_target_utilization_the_fleet_was_sized_with(two_engines):
+    # Planner review 23b: a plan with confidence 0.9 and target_utilization 0.8 said "Sized for the confidence 0.9 of
+    # the performance band." only; target_utilization (every capacity × 0.8) appeared nowhere in the workbook, and
+    # "Least headroom: ... runs at 95% of its SLO-safe capacity" read as 5 % spare where 42 % of the point capacity is.
+    data = copy.deepcopy(two_engines)
+    data["headroom"] = {"confidence": 0.9, "sized_for": "confidence 0.9 of the performance band",
+                        "target_utilization": 0.8, "demand_quantile": 0.5, "demand_sigma": 0.25, "demand_factor": 1.0}
+    wb = build_workbook(data)
+    a3 = wb["Summary"]["A3"].value
+    assert "Sized for the confidence 0.9 of the performance band; target_utilization 0.8 (every capacity × 0.8)." in a3
+    words = " ".join(str(r[0]) for r in wb["Summary"].iter_rows(values_only=True) if r[0])
+    assert "SLO-safe capacity as sized (already derated" in words
+    data["headroom"] = {"confidence": None, "sized_for": "point estimate", "target_utilization": 1.0,
+                        "demand_quantile": 0.5, "demand_sigma": 0.25, "demand_factor": 1.0}
+    wb = build_workbook(data)
+    assert "Sized for the point estimate." in wb["Summary"]["A3"].value
+    assert "already derated" not in " ".join(str(r[0]) for r in wb["Summary"].iter_rows(values_only=True) if r[0])
