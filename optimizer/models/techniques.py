@@ -78,11 +78,18 @@ class ServingTechnique:
         return replace(c, kv_capacity_tokens=cap, speculative=self.speculative)
 
 
-def uncached_prompt_tokens(prompt_tokens: float, hit_fraction: float = 0.0, shared_prefix_tokens: float = 0.0) -> float:
+def cached_prefix_tokens(prompt_tokens, shared_prefix_tokens: float = 0.0):
+    """N' = min(N, L − 1): the shared prefix a prompt of L tokens reads from the cache (at least one token is its
+    own); scalars or arrays."""
+    return np.minimum(shared_prefix_tokens, np.asarray(prompt_tokens, dtype=float) - 1.0)
+
+
+def uncached_prompt_tokens(prompt_tokens, hit_fraction: float = 0.0, shared_prefix_tokens: float = 0.0):
     """The prompt tokens prefill computes under a prefix cache: ``P = max(L·(1 − h) − N', 1)``, N' = min(N, L − 1)
-    (h = hit fraction, N = shared prefix; the prompt nodes of ``serving.state._technique_lengths``)."""
-    shared = min(shared_prefix_tokens, prompt_tokens - 1.0)
-    return max(prompt_tokens * (1.0 - hit_fraction) - shared, 1.0)
+    (h = hit fraction, N = shared prefix): the serving model's prompt nodes (``serving.state._technique_lengths``)
+    and the long-prompt warning's length (``planning.known_limits``); scalars or arrays."""
+    ln = np.asarray(prompt_tokens, dtype=float)
+    return np.maximum(ln * (1.0 - hit_fraction) - cached_prefix_tokens(ln, shared_prefix_tokens), 1.0)
 
 
 def workload_technique(w: Workload, target: Model, draft: Model | None = None,

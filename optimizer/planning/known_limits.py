@@ -96,8 +96,8 @@ def tpot_optimism(prompt: LengthDist, prefix_cache: PrefixCache | None = None) -
     mean, p99 = prompt_mean_p99(prompt)
     if p99 >= LONG_TAIL_PROMPT_RATIO * mean:
         return TPOT_OPTIMISM, f"prompts with p99 {p99 / mean:.1f}× their mean ({mean:,.0f} / {p99:,.0f} tokens)"
-    uncached = p99 if prefix_cache is None else uncached_prompt_tokens(
-        p99, prefix_cache.hit_fraction or 0.0, prefix_cache.shared_prefix_tokens or 0.0)
+    uncached = p99 if prefix_cache is None else float(uncached_prompt_tokens(
+        p99, prefix_cache.hit_fraction or 0.0, prefix_cache.shared_prefix_tokens or 0.0))
     if uncached >= LONG_PROMPT_TOKENS:
         cached = f", {uncached:,.0f} of them not in the prefix cache" if uncached < p99 else ""
         return LONG_PROMPT_OPTIMISM, (f"prompts of {p99:,.0f} tokens at p99{cached} (≥ {LONG_PROMPT_TOKENS:,}: many "

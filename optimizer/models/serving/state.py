@@ -16,7 +16,11 @@ from optimizer.models import perf
 from optimizer.models.configs import Configs
 from optimizer.models.lengths import quadrature_spread, stratum_deviations
 from optimizer.models.serving.rows import RowLengths
-from optimizer.models.techniques import ServingTechnique
+from optimizer.models.techniques import (
+    ServingTechnique,
+    cached_prefix_tokens,
+    uncached_prompt_tokens,
+)
 from workloads.spec import LengthDist
 
 QUAD_NODES = 12
@@ -119,8 +123,8 @@ def _technique_lengths(ln, lw, lv, on, ow, ov, t: ServingTechnique, dev: np.ndar
     L̄ + A·E[S(S + 1)]/(2·E[S]).
     """
     h, a = t.prefix_hit_fraction, t.tokens_per_step
-    shared = np.minimum(t.shared_prefix_tokens, ln - 1.0)
-    pre = np.maximum(ln * (1.0 - h) - shared, 1.0)
+    shared = cached_prefix_tokens(ln, t.shared_prefix_tokens)
+    pre = uncached_prompt_tokens(ln, h, t.shared_prefix_tokens)
     held = ln - shared
     el_full = float(lw @ ln)
     el = float(lw @ pre)
