@@ -222,9 +222,10 @@ def has_separator(text: str) -> bool:
     return True
 
 
-def read_yaml(path: Path | str, what: str, error: type[GpuplanError]) -> dict[str, Any]:
-    """Parse a YAML (or JSON) file whose top level must be a mapping (a plan: of at most MAX_PLAN_BYTES)."""
-    text = read_text(path, what, error, MAX_PLAN_BYTES if what == "plan" else MAX_FILE_BYTES)
+def read_yaml(path: Path | str, what: str, error: type[GpuplanError], limit: int = MAX_FILE_BYTES) -> dict[str, Any]:
+    """Parse a YAML (or JSON) file of at most ``limit`` bytes whose top level must be a mapping (a plan's
+    readers give MAX_PLAN_BYTES)."""
+    text = read_text(path, what, error, limit)
     if not text.strip():
         raise error(f"{path}: {what} file is empty")
     try:

@@ -67,8 +67,10 @@ _VERDICT_SUFFIX = {"met": "", "at_slo": " AT SLO (within noise)", "missed": " MI
 
 def _verdict(v: dict[str, Any]) -> str:
     """A verified deployment's verdict (met, at_slo, missed); a result written before verdicts: from its figures."""
-    if v.get("verdict") or v.get("met"):
-        return v.get("verdict") or "met"
+    if v.get("verdict"):
+        return v["verdict"]
+    if v.get("met"):
+        return "met"
     from optimizer.results.provenance import simulated_verdict
     low = (v.get("simulated_ci95_ms") or [None])[0]
     return simulated_verdict(False, v["slo_ms"], v.get("predicted_ms"), v["simulated_ms"], low)

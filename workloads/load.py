@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from catalog.constants import MAX_WORKLOADS
 from catalog.errors import CatalogError, WorkloadError, suggest
-from catalog.files import format_validation_error, read_yaml
+from catalog.files import MAX_PLAN_BYTES, format_validation_error, read_yaml
 from catalog.load import Catalog
 from catalog.schema import Model
 from workloads.spec import LengthDist, Plan, Workload
@@ -37,7 +37,7 @@ def parse_plan(data: dict[str, Any], where: str) -> Plan:
 
 def load_plan(path: Path | str) -> Plan:
     path = Path(path)
-    return parse_plan(read_yaml(path, "plan", WorkloadError), str(path))
+    return parse_plan(read_yaml(path, "plan", WorkloadError, MAX_PLAN_BYTES), str(path))
 
 
 def _longest(dist: LengthDist) -> float:

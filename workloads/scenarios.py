@@ -39,7 +39,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from catalog.errors import WorkloadError, suggest
-from catalog.files import format_validation_error, read_yaml
+from catalog.files import MAX_PLAN_BYTES, format_validation_error, read_yaml
 from catalog.load import Catalog
 from catalog.schema import Device, Platform, Strict
 from workloads.load import parse_plan, resolve_catalog
@@ -383,7 +383,7 @@ def load_scenarios(path: Path | str, catalog: Catalog) -> tuple[ScenarioFile, di
     base_where = None
     if base_path is not None:
         base_where = f"{base_path} (the base plan of {path})"
-        base_data = read_yaml(base_path, "plan", WorkloadError)
+        base_data = read_yaml(base_path, "plan", WorkloadError, MAX_PLAN_BYTES)
         if found := [k for k in _SCENARIO_ONLY if k in base_data]:
             raise WorkloadError(f"{base_path}: is a scenario file (it has {found[0]}:), not a plan; "
                                 f"point base: in {path} at a plan file")
