@@ -51,6 +51,7 @@ from optimizer.planning.milp.resolve import cached_solve
 from optimizer.planning.milp.restrict import RESTRICT_MIN_OPTIONS, solve_restricted
 from optimizer.planning.milp.routing import balanced_routing
 from optimizer.planning.milp.solve import solve_fleet
+from optimizer.planning.milp.tiebreak import fewest_configurations
 from optimizer.planning.safeguards import (
     annotate,
     candidate_fidelity,
@@ -201,10 +202,13 @@ def solve_stage(problem: FleetProblem, options: SolverOptions, *, compare_single
        workload's best options, ``solve_restricted``, with its gap against the full problem;
        from BOUNDS_MIN_OPTIONS options and two workloads on, ``solve_decomposed``: each
        workload alone, pooled, then the MILP started from that fleet).
-    3. A time-limited plan dearer than the one-device fleet, or none at all, gives way to it
+    3. A proven-optimal plan gives way to the equally cheap one with the fewest configurations
+       (``milp.tiebreak.fewest_configurations``) in what is left of the limit (skipped, with a
+       warning, when nothing is left).
+    4. A time-limited plan dearer than the one-device fleet, or none at all, gives way to it
        (:func:`one_device_fallback`); an infeasible plan is explained (``binding_limits``) in
        what is left of the limit.
-    4. The plan's load is spread by capacity (``milp.routing.balanced_routing``).
+    5. The plan's load is spread by capacity (``milp.routing.balanced_routing``).
 
     ``solved``: the main solve's answer already (a fleet re-sized by the simulator's check, its
     load already spread): only the one-device comparison and the notes are made. ``start``: a feasible fleet, the
@@ -226,6 +230,9 @@ def solve_stage(problem: FleetProblem, options: SolverOptions, *, compare_single
         sol = solved
     else:
         sol = main_solve(problem, options, main_s, start, single_sol)
+        tie = fewest_configurations(problem, sol, time_limit_s=deadline - time.perf_counter(), solver=options.solver)
+        sol = tie.solution
+        notes += [tie.note] if tie.note else []
     if sol.status == SolveStatus.INFEASIBLE and diagnose:
         notes += binding_limits(problem, **options.solve_kwargs, total_s=max(deadline - time.perf_counter(), 0.0))
     elif compare_single_device and (sol.status.has_plan or single_sol is not None):

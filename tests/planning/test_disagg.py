@@ -515,9 +515,13 @@ def test_rag_example_survives_simulation(rag):
     # + 61.6 ms of transfer and wait = 1,005 ms against the 1,000 ms SLO; 21: 922 + 61.6 = 984 ms).
     # Long prompts' chunks past the 4th charged their own attention span (planner-23) slowed the decode pools
     # (prompts 4,000 / p99 12,000): the same cost now comes as 20 H100 tp8 + 1 tp4 prefill replicas, 2 × MI300X tp8
-    # decode and one H100 tp4 decode replica on the 4 GPUs the tp4 prefill frees (the same 21 + 2 servers). Plans of
-    # equal cost are the solver's choice between them, so the fleet and cost are pinned, not the keys.
+    # decode and one H100 tp4 decode replica on the 4 GPUs the tp4 prefill frees (the same 21 + 2 servers): 6
+    # configurations, the solver's choice among plans of equal cost. The tie-break (milp.tiebreak) takes the equally
+    # cheap plan with the fewest: 21 × H100 tp8 prefill replicas of one tier (1,600 Gb/s, the first key of the tiers)
+    # feeding 4 × MI300X tp4 decode replicas (4 × 400 Gb/s), the same 21 + 2 servers and cost, 2 configurations.
     assert r.objective_usd == pytest.approx(7_477_187.936, rel=1e-9)
+    assert {(d.key, d.replicas) for d in r.deployments} == {("prefill__h100_sxm__fp8__tp8__pp1__rx1600gbps", 21),
+                                                            ("decode__mi300x__fp8__tp4__pp1", 4)}
     pools: dict[str, set[str]] = {}
     for d in r.deployments:
         pools.setdefault(d.stage, set()).add(d.device)

@@ -1,0 +1,143 @@
+"""The tie-break among optimal fleets (``milp.tiebreak``): the equally cheap plan with the fewest
+configurations, then the one whose configurations sort first; never a dearer plan. Optima worked out on paper."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from optimizer.planning.milp.problem import (
+    Demand,
+    FleetProblem,
+    FleetSolution,
+    Option,
+    fleet_servers,
+)
+from optimizer.planning.milp.resolve import is_feasible
+from optimizer.planning.milp.solve import solve_fleet
+from optimizer.planning.milp.tiebreak import (
+    TIE_BREAK_MIN_S,
+    TIE_BREAK_TOLERANCE_USD,
+    fewest_configurations,
+)
+from optimizer.results.plan_result import SolveStatus
+from tests.conftest import EXAMPLES, REPO
+from tests.planning.test_disk_cache import VARYING
+from tests.planning.test_milp import unit
+
+
+def server_problem(bucket_qps: tuple[float, ...], a_qps: tuple[float, ...]) -> FleetProblem:
+    """One device d: $10 a GPU, $100 a server of 8 GPUs. Option a: 1 GPU serving ``a_qps``; option b: 2 GPUs,
+    2 req/s in every bucket. Both cost $10 per GPU, so every plan of 8 GPUs costs 8·$10 + $100 = $180."""
+    return FleetProblem(
+        (Demand("w", bucket_qps),),
+        (Option("w", "a", "d", 1, a_qps), Option("w", "b", "d", 2, (2.0,) * len(bucket_qps))),
+        {"d": unit("d", 10, gpn=8, obj_node=100)},
+    )
+
+
+def plan_of(problem: FleetProblem, replicas: dict[tuple[str, str], int], routed: dict[tuple[str, int, str], float]
+            ) -> FleetSolution:
+    """A proven-optimal first plan given by hand (what a degenerate solve may return)."""
+    gpus, nodes = fleet_servers(problem, replicas, {})
+    cost = sum(problem.units[d].objective_usd.at(g, nodes[d]) for d, g in gpus.items())
+    sol = FleetSolution(SolveStatus.OPTIMAL, "proven optimal", cost, 0.0, 0.01, 0.0, "highs", replicas, routed,
+                        gpus, nodes, bound_usd=cost)
+    assert is_feasible(problem, sol)
+    return sol
+
+
+def test_fewest_configurations_wins_over_the_first_key():
+    """Buckets 4 + 4 req/s; a serves only bucket 0 (1 req/s a GPU). The first plan: 4 × a on bucket 0 and 2 × b on
+    bucket 1 = 8 GPUs, $180, 2 configurations. Alone, b needs 4/2 + 4/2 = 4 replicas = 8 GPUs, $180: 1 configuration.
+    a sorts first, but cannot serve bucket 1 alone, so the tie-break takes 4 × b (objective 1 + 1/2² = 1.25 against
+    {a, b}: 2 + (0 + 1)/2² = 2.25)."""
+    p = server_problem((4.0, 4.0), (1.0, 0.0))
+    first = plan_of(p, {("w", "a"): 4, ("w", "b"): 2}, {("w", 0, "a"): 4.0, ("w", 1, "b"): 4.0})
+    assert first.objective_usd == pytest.approx(180.0)
+    out = fewest_configurations(p, first, time_limit_s=10.0)
+    assert out.solution.replicas == {("w", "b"): 4}
+    assert out.solution.objective_usd == pytest.approx(180.0, abs=TIE_BREAK_TOLERANCE_USD)
+    assert (out.solution.gpus, out.solution.nodes) == ({"d": 8}, {"d": 1})
+    assert out.solution.status == SolveStatus.OPTIMAL and out.solution.bound_usd == first.bound_usd
+    assert is_feasible(p, out.solution)
+    assert out.note is not None and out.note.code == "tie_break" and "2 configurations" in out.note.message
+
+
+def test_among_the_fewest_the_first_key_wins():
+    """One bucket of 8 req/s that a (1 req/s a GPU) and b (2 req/s on 2 GPUs) both serve: 8 × a and 4 × b both cost
+    $180 with one configuration; from a mix of 2 × a + 3 × b the tie-break takes 8 × a, the first key."""
+    p = server_problem((8.0,), (1.0,))
+    first = plan_of(p, {("w", "a"): 2, ("w", "b"): 3}, {("w", 0, "a"): 2.0, ("w", 0, "b"): 6.0})
+    out = fewest_configurations(p, first, time_limit_s=10.0)
+    assert out.solution.replicas == {("w", "a"): 8}
+    assert out.solution.objective_usd == pytest.approx(180.0, abs=TIE_BREAK_TOLERANCE_USD)
+
+
+def test_a_mix_that_is_cheaper_stays_a_mix():
+    """Buckets 2 + 2 req/s on 1-GPU options at $10: a serves (2, 0.5) req/s, b (0.5, 2). 1 × a + 1 × b = $20; a alone
+    needs 2/2 + 2/0.5 = 5 replicas ($50), b alone as many: fewer configurations would cost more, so the plan stays."""
+    p = FleetProblem((Demand("w", (2.0, 2.0)),),
+                     (Option("w", "a", "c", 1, (2.0, 0.5)), Option("w", "b", "c", 1, (0.5, 2.0))),
+                     {"c": unit("c", 10)})
+    first = solve_fleet(p)
+    assert first.replicas == {("w", "a"): 1, ("w", "b"): 1} and first.objective_usd == pytest.approx(20.0)
+    out = fewest_configurations(p, first, time_limit_s=10.0)
+    assert out.solution.replicas == first.replicas and out.note is None
+    assert out.solution.objective_usd == pytest.approx(20.0)
+
+
+def test_no_time_left_keeps_the_first_plan_and_says_so():
+    p = server_problem((4.0, 4.0), (1.0, 0.0))
+    first = plan_of(p, {("w", "a"): 4, ("w", "b"): 2}, {("w", 0, "a"): 4.0, ("w", 1, "b"): 4.0})
+    out = fewest_configurations(p, first, time_limit_s=TIE_BREAK_MIN_S / 2)
+    assert out.solution is first
+    assert out.note is not None and out.note.code == "tie_break_skipped" and "2 configurations" in out.note.message
+
+
+def test_a_plan_not_proven_optimal_is_left_alone():
+    """A time-limited plan has no optimum to hold the cost to: no tie-break, an info note says so."""
+    p = server_problem((4.0, 4.0), (1.0, 0.0))
+    first = replace(plan_of(p, {("w", "a"): 4, ("w", "b"): 2}, {("w", 0, "a"): 4.0, ("w", 1, "b"): 4.0}),
+                    status=SolveStatus.FEASIBLE, time_limited=True)
+    out = fewest_configurations(p, first, time_limit_s=10.0)
+    assert out.solution is first
+    assert out.note is not None and (out.note.level, out.note.code) == ("info", "tie_break_skipped")
+
+
+def test_tie_break_never_returns_a_dearer_plan():
+    """The cost band is the optimum ± one cent. Beside the $20 mix of 1 × a + 1 × b above, option c (1 GPU of
+    device e at $5.005) serves 1 req/s in both buckets: alone, 4 × c = $20.02, two cents dearer: the mix stays."""
+    p = FleetProblem((Demand("w", (2.0, 2.0)),),
+                     (Option("w", "a", "c", 1, (2.0, 0.5)), Option("w", "b", "c", 1, (0.5, 2.0)),
+                      Option("w", "c", "e", 1, (1.0, 1.0))),
+                     {"c": unit("c", 10), "e": unit("e", 5.005)})
+    first = solve_fleet(p)
+    assert first.replicas == {("w", "a"): 1, ("w", "b"): 1} and first.objective_usd == pytest.approx(20.0)
+    out = fewest_configurations(p, first, time_limit_s=10.0)
+    assert out.solution.replicas == first.replicas and out.note is None
+    cheaper = replace(p, units={"c": unit("c", 10), "e": unit("e", 4.999)})  # 4 × c = $19.996: the optimum itself
+    assert solve_fleet(cheaper).replicas == {("w", "c"): 4}
+
+
+def test_the_rag_example_gives_byte_identical_json_twice(tmp_path):
+    """`gpuplan optimize examples/rag-disaggregated.yaml` in two processes (different hash seeds): the same JSON bytes
+    apart from the figures that vary between runs (docs/plan-json.md "Determinism and ties"), and 2 configurations
+    (6 before the tie-break)."""
+    texts = []
+    for seed in ("1", "2"):
+        out = tmp_path / f"rag-{seed}.json"
+        subprocess.run([sys.executable, "-m", "cli.app", "optimize", str(EXAMPLES / "rag-disaggregated.yaml"),
+                        "--no-sensitivity", "--no-verify", "--no-cache", "--json", str(out)],
+                       check=True, capture_output=True, cwd=REPO, env={**os.environ, "PYTHONHASHSEED": seed})
+        texts.append(VARYING.sub("null", out.read_text()))
+    assert texts[0] == texts[1]
+    result = json.loads(out.read_text())
+    assert result["objective_usd"] == pytest.approx(7_477_187.936, rel=1e-9)
+    assert len(result["deployments"]) == 2
+    assert [d["code"] for d in result["diagnostics"]].count("tie_break") == 1
