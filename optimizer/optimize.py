@@ -129,14 +129,14 @@ def optimize_plan(
     clock.lap("solve")
     verification = None
     if sol.status.has_plan and model_params is not None and (verify or (verify is None and verify_by_default(cset, sol))):
-        cset, resized, sol, verification = verify_and_resize(
-            plan, cset, sol, catalog, model_params,
-            lambda p: balanced_routing(p, cached_solve("decomposed", p, lambda: solve_decomposed(p, **options.solve_kwargs),
-                                                       gap=options.gap, solver=options.solver)))
+        resolved: list[tuple[FleetSolution, Diagnostic | None]] = []  # each re-size solve's plan and tie-break note
+        cset, resized, sol, verification = verify_and_resize(plan, cset, sol, catalog, model_params,
+                                                             lambda p: resize_solve(p, options, resolved))
         if resized is not None:  # the one-device comparison was made on the fleet before re-sizing
             problem = resized
             sol, single, notes = solve_stage(problem, options, compare_single_device=compare_single_device,
                                              diagnose=diagnose, solved=sol, found=one_device)
+            notes += [note for plan_sol, note in resolved if plan_sol is sol and note is not None]
     elif sol.status.has_plan and model_params is not None and verify is None:
         notes = [*notes, verification_skipped(online_deployments(cset, sol))]
     diagnostics += notes
@@ -158,6 +158,20 @@ def optimize_plan(
     elif sensitivity and sol.status.has_plan:
         result = replace(result, diagnostics=(*result.diagnostics, sensitivity_skipped(sol)))
     return clock.stamp(result)
+
+
+def resize_solve(problem: FleetProblem, options: SolverOptions,
+                 resolved: list[tuple[FleetSolution, Diagnostic | None]]) -> FleetSolution:
+    """A re-size round's solve (``safeguards.verify_and_resize``): the decomposed MILP, the tie-break to the fewest
+    configurations in what is left of ``options.time_limit_s`` (as the main solve), the load spread by capacity;
+    the plan and the tie-break's note are appended to ``resolved``."""
+    deadline = time.perf_counter() + options.time_limit_s
+    sol = cached_solve("decomposed", problem, lambda: solve_decomposed(problem, **options.solve_kwargs),
+                       gap=options.gap, solver=options.solver)
+    tie = fewest_configurations(problem, sol, time_limit_s=deadline - time.perf_counter(), solver=options.solver)
+    out = balanced_routing(problem, tie.solution)
+    resolved.append((out, tie.note))
+    return out
 
 
 def verification_skipped(n_online: int) -> Diagnostic:

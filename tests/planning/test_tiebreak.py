@@ -11,6 +11,8 @@ from dataclasses import replace
 
 import pytest
 
+from optimizer.optimize import resize_solve
+from optimizer.planning.milp import tiebreak
 from optimizer.planning.milp.problem import (
     Demand,
     FleetProblem,
@@ -25,6 +27,7 @@ from optimizer.planning.milp.tiebreak import (
     TIE_BREAK_TOLERANCE_USD,
     fewest_configurations,
 )
+from optimizer.planning.solver_options import SolverOptions
 from optimizer.results.plan_result import SolveStatus
 from tests.conftest import EXAMPLES, REPO
 from tests.planning.test_disk_cache import VARYING
@@ -141,3 +144,28 @@ def test_the_rag_example_gives_byte_identical_json_twice(tmp_path):
     assert result["objective_usd"] == pytest.approx(7_477_187.936, rel=1e-9)
     assert len(result["deployments"]) == 2
     assert [d["code"] for d in result["diagnostics"]].count("tie_break") == 1
+
+
+def test_a_re_size_solve_is_tie_broken_too():
+    """The simulator's re-size rounds re-solve the MILP (``optimize.resize_solve``): their plan goes through the
+    tie-break as the main solve's does. Devices p and q at $10 a GPU (1-GPU servers): a (on p) serves 1 req/s of
+    bucket 0 only, b (on q) 2 req/s of either bucket on 2 GPUs. Every plan of buckets 4 + 4 costs 8 · $10 = $80; the
+    main solve's term for devices that sort first (``build.tie_break``) puts 4 GPUs on p: 4 × a + 2 × b, 2
+    configurations; the tie-break gives 4 × b, 1 configuration."""
+    p = FleetProblem((Demand("w", (4.0, 4.0)),),
+                     (Option("w", "a", "p", 1, (1.0, 0.0)), Option("w", "b", "q", 2, (2.0, 2.0))),
+                     {"p": unit("p", 10), "q": unit("q", 10)})
+    assert solve_fleet(p).replicas == {("w", "a"): 4, ("w", "b"): 2}
+    resolved: list = []
+    out = resize_solve(p, SolverOptions(), resolved)
+    assert out.replicas == {("w", "b"): 4} and out.objective_usd == pytest.approx(80.0)
+    assert len(resolved) == 1 and resolved[0][0] is out and resolved[0][1].code == "tie_break"
+
+
+def test_in_a_child_process_the_same_plan(monkeypatch):
+    """From CHILD_MIN_OPTIONS options on the tie-break runs in a forked child with a hard deadline (as the main solve):
+    the same answer as in this process."""
+    monkeypatch.setattr(tiebreak, "CHILD_MIN_OPTIONS", 0)
+    p = server_problem((4.0, 4.0), (1.0, 0.0))
+    first = plan_of(p, {("w", "a"): 4, ("w", "b"): 2}, {("w", 0, "a"): 4.0, ("w", 1, "b"): 4.0})
+    assert fewest_configurations(p, first, time_limit_s=10.0).solution.replicas == {("w", "b"): 4}
