@@ -1,13 +1,13 @@
 """The tie-break among optimal fleets: of the plans that cost what the optimum costs, the one with the
 fewest configurations (deployments: options with replicas), then the one whose configurations sort first.
 
-A fleet MILP is highly degenerate: options that differ only in something the objective does not price
-(a prefill pool's receive tier, tp4 against tp8 on the same servers) have the same $ per unit of
-capacity, and the solver stops at whichever split it met first (the RAG example: 20 H100 tp8 prefill
-replicas over three receive tiers). A second, lexicographic solve fixes the cost and minimises the
-configurations::
+A fleet MILP is highly degenerate: options that differ in something the objective does not price (a
+prefill pool's receive tier, tp4 against tp8 on the same servers) often make fleets of the same GPUs and
+servers, and the solver stops at whichever split it met first (the RAG example: 20 H100 tp8 prefill
+replicas over three receive tiers + 1 tp4, six configurations where two do). A second, lexicographic
+solve holds the cost and minimises the configurations::
 
-    C* − τ ≤ Σ_d c_gpu[d]·gpus[d] + c_node[d]·m[d] ≤ C* + τ        cost band (``tie_break_cost``)
+    C* − τ ≤ Σ_d c_gpu[d]·gpus[d] + c_node[d]·m[d] ≤ C* + τ        ``tie_break_cost_low`` / ``_high``
     n[k] ≤ ub[k]·v[k],  v[k] ∈ {0,1}                               v[k] = 1 where k has replicas
     minimise Σ_k (1 + r[k] / K²)·v[k]                              fewest configurations, then the first keys
 
