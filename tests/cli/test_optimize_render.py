@@ -29,3 +29,12 @@ def test_costs_table_counts_the_gpus_bought_beside_those_in_use(run_cli, tmp_pat
     assert data["capex_usd"] == 8 * fleet["purchase_usd"] + fleet["server_usd"]
     line = next(x for x in r.stdout.splitlines() if "GPUs in use / bought / servers" in x)
     assert re.search(r"\b1 / 8 / 1\b", line), line
+
+
+def test_costs_table_says_one_year_for_a_one_year_horizon(run_cli, tmp_path):
+    """The Mélange example plans one year: the cost table printed 'TCO over 1 years' (the workbook says 'year')."""
+    plan = tmp_path / "p.yaml"
+    plan.write_text(yaml.safe_dump({**ONE_GPU_ON_AN_OAM_BOARD, "horizon_years": 1}))
+    r = run_cli("optimize", plan, "--no-sensitivity", "--no-verify", "--no-cache")
+    assert r.code == 0, r.stderr
+    assert re.search(r"TCO over 1 year\b", r.stdout) and "1 years" not in r.stdout, r.stdout
