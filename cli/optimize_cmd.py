@@ -206,12 +206,14 @@ def render(data: dict[str, Any]) -> None:
             pool = {"prefill": "prefill pool", "decode": "decode pool"}.get(d.get("stage"), "colocated")
             row[1:1] = [pool + (f", {d['technique']}" if d.get("technique") else "")]
             row.append(fmt(d.get("kv_link_gb_s"), 1) if d.get("kv_link_gb_s") is not None else "—")
+            row.append(fmt(d.get("pair_link_gb_s")))
         dep_rows.append(row)
     cols = ["workload", "device", "precision", "sharding", "replicas", "req/s", "capacity req/s",
             "TTFT p99 / SLO ms", "TPOT p99 / SLO ms", "E2E p99 / SLO ms"]
     if techniques:
         cols[1:1] = ["serving"]
         cols.append("KV link load Gb/s")  # the KV traffic (workbook: "KV link load"), not the link's speed
+        cols.append("KV pairing link Gb/s")  # a prefill pool's receive tier, a decode pool's link (workbook alike)
     stdout.print(table("Deployments", cols, dep_rows, right=set(cols[5 if techniques else 4:])))
     w_rows = [[w["name"], w["model"], w["kind"], fmt(w["qps"], 2), "yes" if w["met"] else "NO",
                fmt(w["cost_per_million_output_tokens_usd"], 3)] for w in data["workloads"]]
