@@ -35,6 +35,7 @@ from cli.common import (
     fmt,
     load,
     load_calibration,
+    plural,
     safe_console,
     stdout,
     table,
@@ -219,7 +220,6 @@ def render(data: dict[str, Any]) -> None:
                fmt(w["cost_per_million_output_tokens_usd"], 3)] for w in data["workloads"]]
     stdout.print(table("Workloads", ["workload", "model", "kind", "req/s", "SLOs met", "$ / M output tokens"],
                        w_rows, right={"req/s", "$ / M output tokens"}))
-    years = data["assumptions"]["horizon_years"]
     money = [
         ["objective (" + data["objective"] + ")", fmt(data["objective_usd"])],
         ["capex", fmt(data["capex_usd"])],
@@ -229,7 +229,7 @@ def render(data: dict[str, Any]) -> None:
         ["  colocation per year", fmt(data.get("annual_facility_usd", 0.0))],
         ["  cloud rental per year", fmt(data["annual_cloud_usd"])
          + (f" ({data['annual_cloud_usd'] / HOURS_PER_YEAR:,.2f} / h)" if data["objective"] == "cloud" else "")],
-        [f"TCO over {years} year{'' if years == 1 else 's'}", fmt(data["tco_usd"])],
+        [f"TCO over {plural(data['assumptions']['horizon_years'], 'year')}", fmt(data["tco_usd"])],
         ["NPV of costs", fmt(data["npv_usd"])],
         ["power (nameplate)", fmt(data["power_kw"], 1) + " kW"],
         ["GPUs in use / bought / servers",

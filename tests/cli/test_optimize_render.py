@@ -7,6 +7,8 @@ import re
 
 import yaml
 
+from tests.conftest import EXAMPLES
+
 ONE_GPU_ON_AN_OAM_BOARD = {
     "name": "one-gpu", "objective": "capex", "allowed_devices": ["mi300x"],
     "workloads": [{"name": "chat", "model": "llama-3.1-8b", "qps": 1, "prompt_tokens": 512, "output_tokens": 128,
@@ -71,3 +73,14 @@ def test_prefill_pools_of_different_receive_tiers_are_told_apart():
     assert "pairing" in text, text
     rows = [line for line in text.splitlines() if "prefill pool" in line or "decode pool" in line]
     assert len(rows) == 3 and rows[0].rstrip(" │").endswith("680") and rows[1].rstrip(" │").endswith("2,720"), rows
+
+
+def test_validate_counts_one_year_and_one_workload_in_the_singular(run_cli, tmp_path):
+    """`gpuplan validate` on a one-workload, one-year plan printed 'horizon 1 years, 1 workloads'."""
+    plan = tmp_path / "p.yaml"
+    plan.write_text(yaml.safe_dump({**ONE_GPU_ON_AN_OAM_BOARD, "horizon_years": 1}))
+    r = run_cli("validate", plan)
+    assert r.code == 0, r.stderr
+    assert "horizon 1 year, 1 workload" in " ".join(r.stdout.split()), r.stdout
+    r = run_cli("validate", EXAMPLES / "chat-fleet.yaml")
+    assert "horizon 3 years, 3 workloads" in " ".join(r.stdout.split()), r.stdout
