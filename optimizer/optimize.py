@@ -144,9 +144,9 @@ def optimize_plan(
     result = replace(result, headroom=policy_of(plan), verification=verification)
     if known := [*long_prompt_tpot_notes(plan, result.deployments),
                  *measured_configuration_notes(plan, result.deployments, model_params, catalog, fidelity),
-                 *unmeasured_engine_notes(result.deployments, model_params, catalog),
+                 *unmeasured_engine_notes(result.deployments, model_params, catalog, plan.confidence),
                  *unmeasured_kernel_notes(plan, result.deployments, model_params, catalog),
-                 *pipeline_notes(result.deployments, model_params),
+                 *pipeline_notes(result.deployments, model_params, plan.confidence),
                  *cross_stack_notes(result.deployments, catalog)]:
         result = replace(result, diagnostics=(*result.diagnostics, *known))
     clock.lap("verification")
