@@ -233,7 +233,8 @@ def read_yaml(path: Path | str, what: str, error: type[GpuplanError], limit: int
     except yaml.YAMLError as exc:
         raise error(f"{path}: not valid YAML: {_yaml_error_text(exc)}") from None
     except RecursionError:
-        raise error(f"{path}: YAML nesting too deep") from None
+        raise error(f"{path}: YAML nesting too deep (over Python's recursion limit); a {what} file needs only a "
+                    "few levels: flatten it") from None
     if not isinstance(data, dict):
         raise error(f"{path}: expected a mapping of fields at the top level, got {type(data).__name__}")
     return data
@@ -280,7 +281,8 @@ def read_json(path: Path | str, what: str, error: type[GpuplanError], limit: int
     except ValueError as exc:
         raise error(f"{path}: {exc}") from None
     except RecursionError:
-        raise error(f"{path}: JSON nesting too deep") from None
+        raise error(f"{path}: JSON nesting too deep (over Python's recursion limit); a {what} file needs only a "
+                    "few levels: flatten it") from None
 
 
 def _value_repr(value: Any) -> str:

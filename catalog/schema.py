@@ -332,14 +332,17 @@ class Model(Strict):
     def is_mla(self) -> bool:
         return self.kv_lora_rank > 0
 
-    def sharding_problem(self, tp: int, pp: int, ep: int) -> tuple[str, int, str] | None:
+    def sharding_problem(self, tp: int, pp: int, ep: int, max_tp: int | None = None) -> tuple[str, int, str] | None:
         """(degree, its value, why and the fix) when this model cannot be split so, else None:
         every GPU holds num_attention_heads / tp whole heads (vLLM and TensorRT-LLM refuse any other tp),
         each pipeline stage whole layers (pp ≤ num_layers), each expert-parallel GPU whole routed experts
-        (ep ≤ num_experts; ep on a dense model is ``optimizer.models.combo_lookup``'s to refuse)."""
+        (ep ≤ num_experts; ep on a dense model is ``optimizer.models.combo_lookup``'s to refuse).
+        ``max_tp``: the largest tp the device can run (its server or scale-up domain); the fix lists only the
+        divisors up to it."""
         heads = self.num_attention_heads
         if heads % tp:
-            divisors = ", ".join(str(k) for k in range(1, heads + 1) if heads % k == 0)
+            top = heads if max_tp is None else min(heads, max_tp)
+            divisors = ", ".join(str(k) for k in range(1, top + 1) if heads % k == 0)
             return "tp", tp, (f"{self.key} has {heads} attention heads, which do not split {tp} ways; "
                               f"use a tp that divides {heads} ({divisors})")
         if pp > self.num_layers:

@@ -189,6 +189,11 @@ def table(title: str | None, columns: list[str], rows: list[list[Any]], right: s
     return t
 
 
+def plural(count: float, noun: str) -> str:
+    """``1 year``, ``3 years``, ``1 workload``."""
+    return f"{count:,g} {noun}{'' if count == 1 else 's'}"
+
+
 def fmt(value: float | None, digits: int = 0, none: str = "—") -> str:
     if value is None:
         return none

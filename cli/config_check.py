@@ -58,10 +58,10 @@ def check_sharding(model: Model, device: Device, tp: int, pp: int, ep: int, engi
     within one server or its scale-up domain, ``Device.gpus_per_node``, ``interconnect_domain_gpus``) or
     an engine (``--engine trtllm`` runs on NVIDIA GPUs only: ``candidates.engine_reason``, the planner's
     rule) the model or device cannot run, naming the flag and the fix."""
-    if problem := model.sharding_problem(tp, pp, ep):
+    reach = max(device.gpus_per_node, device.interconnect_domain_gpus)
+    if problem := model.sharding_problem(tp, pp, ep, max_tp=reach):
         degree, value, why = problem
         raise ModelError(f"{tp_flag if degree == 'tp' else '--' + degree} {value}: {why}")
-    reach = max(device.gpus_per_node, device.interconnect_domain_gpus)
     if tp > reach:
         # beyond one server and its scale-up domain (a GB200 NVL72 rack: 72) the all-reduce would cross the
         # scale-out network, which the model does not carry (it would take host PCIe, pcie_gb_s); the planner's

@@ -35,6 +35,7 @@ from cli.common import (
     fmt,
     load,
     load_calibration,
+    plural,
     safe_console,
     stdout,
     table,
@@ -206,12 +207,14 @@ def render(data: dict[str, Any]) -> None:
             pool = {"prefill": "prefill pool", "decode": "decode pool"}.get(d.get("stage"), "colocated")
             row[1:1] = [pool + (f", {d['technique']}" if d.get("technique") else "")]
             row.append(fmt(d.get("kv_link_gb_s"), 1) if d.get("kv_link_gb_s") is not None else "—")
+            row.append(fmt(d.get("pair_link_gb_s")))
         dep_rows.append(row)
     cols = ["workload", "device", "precision", "sharding", "replicas", "req/s", "capacity req/s",
             "TTFT p99 / SLO ms", "TPOT p99 / SLO ms", "E2E p99 / SLO ms"]
     if techniques:
         cols[1:1] = ["serving"]
         cols.append("KV link load Gb/s")  # the KV traffic (workbook: "KV link load"), not the link's speed
+        cols.append("KV pairing link Gb/s")  # a prefill pool's receive tier, a decode pool's link (workbook alike)
     stdout.print(table("Deployments", cols, dep_rows, right=set(cols[5 if techniques else 4:])))
     w_rows = [[w["name"], w["model"], w["kind"], fmt(w["qps"], 2), "yes" if w["met"] else "NO",
                fmt(w["cost_per_million_output_tokens_usd"], 3)] for w in data["workloads"]]
@@ -226,7 +229,7 @@ def render(data: dict[str, Any]) -> None:
         ["  colocation per year", fmt(data.get("annual_facility_usd", 0.0))],
         ["  cloud rental per year", fmt(data["annual_cloud_usd"])
          + (f" ({data['annual_cloud_usd'] / HOURS_PER_YEAR:,.2f} / h)" if data["objective"] == "cloud" else "")],
-        [f"TCO over {data['assumptions']['horizon_years']} years", fmt(data["tco_usd"])],
+        [f"TCO over {plural(data['assumptions']['horizon_years'], 'year')}", fmt(data["tco_usd"])],
         ["NPV of costs", fmt(data["npv_usd"])],
         ["power (nameplate)", fmt(data["power_kw"], 1) + " kW"],
         ["GPUs in use / bought / servers",

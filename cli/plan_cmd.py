@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from catalog.errors import WorkloadError
-from cli.common import fmt, load, print_json, stdout, table
+from cli.common import fmt, load, plural, print_json, stdout, table
 
 
 def validate_plan(path: Path, catalog_path: Path | None, model_config: Path | None, json_out: bool) -> None:
@@ -31,7 +31,7 @@ def validate_plan(path: Path, catalog_path: Path | None, model_config: Path | No
         print_json({"file": str(path), "valid": True, "objective": plan.objective, "workloads": rows})
         return
     stdout.print(f"[green]OK[/green] {path}: plan '{plan.name}', objective {plan.objective}, "
-                 f"horizon {plan.horizon_years:g} years, {len(plan.workloads)} workloads")
+                 f"horizon {plural(plan.horizon_years, 'year')}, {plural(len(plan.workloads), 'workload')}")
     cols = ["workload", "model", "kind", "req/s", "prompt mean/p99", "output mean/p99",
             "TTFT p99 ms", "TPOT p99 ms", "E2E p99 ms", "precisions", "min replicas"]
     out = [[r["name"], r["model"], r["kind"], fmt(r["qps"], 2),

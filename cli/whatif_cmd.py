@@ -40,6 +40,9 @@ def _progress_bar(total: int):
 
 
 def _slo_text(row: dict[str, Any]) -> str:
+    if row["status"] not in ("optimal", "feasible"):
+        # no fleet: its workloads' met = false is no SLO missed; say why instead (the limit that binds)
+        return f"no fleet: {row.get('no_fleet_reason') or row.get('status_detail') or row['status']}"
     parts = []
     for w in row["workloads"]:
         if w.get("met") is None:

@@ -107,7 +107,7 @@ def optimize_plan(
     fleet), the main solve's first incumbent.
     """
     if n_buckets < 1:
-        raise SolverError(f"n_buckets must be >= 1 (got {n_buckets}); e.g. --buckets 4")
+        raise SolverError(f"n_buckets must be >= 1 (got {n_buckets}); e.g. --n-buckets 4")
     clock = StageClock()
     plan, window_notes = fit_plan_windows(plan, catalog)
     cset = plan_candidates(plan, catalog, params, capacity_table, n_buckets, candidates)
@@ -145,9 +145,9 @@ def optimize_plan(
     result = replace(result, headroom=policy_of(plan), verification=verification)
     if known := [*long_prompt_tpot_notes(plan, result.deployments),
                  *measured_configuration_notes(plan, result.deployments, model_params, catalog, fidelity),
-                 *unmeasured_engine_notes(result.deployments, model_params, catalog),
+                 *unmeasured_engine_notes(result.deployments, model_params, catalog, plan.confidence),
                  *unmeasured_kernel_notes(plan, result.deployments, model_params, catalog),
-                 *pipeline_notes(result.deployments, model_params),
+                 *pipeline_notes(result.deployments, model_params, plan.confidence),
                  *cross_stack_notes(result.deployments, catalog)]:
         result = replace(result, diagnostics=(*result.diagnostics, *known))
     clock.lap("verification")
@@ -187,13 +187,13 @@ def sensitivity_skipped(sol: FleetSolution) -> Diagnostic:
 
     A break-even or tornado swing is the difference between two optimal objectives; against a base
     plan that is only within ``gap`` of its bound, the difference is solver noise up to that gap, and
-    each of its re-solves (18 on the chat fleet since solve-v8, 29 before: `python scripts/bench_startup.py --stages`) would run to
+    each of its re-solves (12 on the chat fleet: `python scripts/bench_sensitivity.py`) would run to
     the time limit as well.
     """
     gap = f"{100 * sol.gap:.1f} %" if sol.gap is not None else "unknown"
     return Diagnostic("warning", "sensitivity_skipped",
                       f"sensitivity not computed: the plan is not proven optimal (gap {gap} to its lower bound), "
-                      "so break-evens and swings would measure solver noise; a longer --time-limit may prove it")
+                      "so break-evens and swings would measure solver noise; a longer --time-limit-s may prove it")
 
 
 # Share of --time-limit-s the one-device fleets may take before the main solve (they are its

@@ -31,6 +31,7 @@ import pulp
 from catalog.load import Catalog
 from optimizer.models.params import CalibrationParams
 from optimizer.planning.candidate_set import CandidateSet, fleet_problem, rebase_candidates
+from optimizer.planning.context_window import fit_plan_windows
 from optimizer.planning.diagnose import unservable
 from optimizer.planning.headroom import (
     candidate_capacity_factors,
@@ -85,6 +86,8 @@ def max_share(plan: Plan, cset: CandidateSet, catalog: Catalog, params: Calibrat
               options: SolverOptions) -> tuple[SolveStatus, float, FleetSolution | None]:
     """(status, s, fleet): the MILP of the module docstring on ``cset``; s = t·S (0 unless status
     has a plan); the fleet serving s (routed loads at rates S·λ: :func:`fleet_at`)."""
+    # the lengths the candidates were computed on: cut to the model's context window (model_candidates does)
+    plan, _ = fit_plan_windows(plan, catalog)
     top = sized_candidates(scaled(plan, MAX_DEMAND_MULTIPLIER), cset, catalog, params)
     if unservable(top):
         return SolveStatus.INFEASIBLE, 0.0, None

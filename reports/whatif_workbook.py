@@ -165,6 +165,8 @@ def _scenario_columns(rows: Sequence[dict[str, Any]]) -> list[tuple[str, list[An
     ]
     for key, label, fmt in ROWS:
         lines.append((label, [_cell(r, key) for r in rows], fmt))
+    if any(r.get("no_fleet_reason") for r in rows):
+        lines.append(("why no fleet", [r.get("no_fleet_reason") for r in rows], None))
     if any("simulated" in r for r in rows):  # what-if JSON written before the simulator check has no such key
         lines.append(("Simulator check", [simulator_check(r) for r in rows], None))
     for d in devices:
@@ -175,7 +177,8 @@ def _scenario_columns(rows: Sequence[dict[str, Any]]) -> list[tuple[str, list[An
             values = []
             for r in rows:
                 w = next((x for x in r["workloads"] if x["name"] == name), None)
-                v = w.get(field) if w else None
+                # without a fleet nothing was served: its met = false is no SLO missed (see "why no fleet")
+                v = w.get(field) if w and has_plan(r) else None
                 values.append(("yes" if v else "no") if field == "met" and v is not None else v)
             if any(v is not None for v in values):
                 lines.append((f"{name}: {label}", values, "#,##0" if field != "met" else None))

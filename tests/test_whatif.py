@@ -305,3 +305,46 @@ def test_a_scenario_whose_simulated_miss_cannot_be_re_sized_says_so(tmp_path):
     with stdout.capture() as cap:
         _render([row], None)
     assert any(x.startswith("simulated over an SLO") and x.endswith(": base") for x in cap.get().splitlines())
+
+
+def test_a_scenario_without_a_fleet_carries_the_binding_limit(tmp_path):
+    """Planner review 24: DeepSeek-R1 under max_power_kw 14 (one B200 board draws 14.3 kW, one MI355X 14.7): the
+    what-if row said only "no fleet satisfies every constraint"; `gpuplan optimize` adds the limit that binds and the
+    smallest value that makes the plan feasible. Here one L40S card in an 8-slot PCIe server at 1 req/s: the
+    cheapest fleet is also the least power, so the smallest feasible cap is the base fleet's power."""
+    from optimizer.whatif import ScenarioOptions, run_scenarios
+
+    plan = {"name": "small", "allowed_devices": ["l40s"],
+            "workloads": [{"name": "chat", "model": "llama-3.1-8b", "qps": 1, "prompt_tokens": 512,
+                           "output_tokens": 128, "slo": {"tpot_p99_ms": 100}, "precisions": ["fp8"]}]}
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump({"plan": plan, "variants": [{"name": "cap", "set": {"max_power_kw": 0.1}}]}))
+    _, _, scenarios = load_scenarios(path, load_catalog())
+    base, cap = [r.to_json(with_plan=False) for r in run_scenarios(scenarios, ScenarioOptions(), workers=1)]
+    assert base["no_fleet_reason"] is None and base["fleet"] == {"l40s": 1}
+    assert cap["status"] == "infeasible"
+    assert cap["no_fleet_reason"] == (
+        "no fleet satisfies every constraint; max_power_kw = 0.10 kW binds: the smallest value that makes the plan "
+        f"feasible (other limits kept) is {base['power_kw']:.2f} kW")
+
+
+def test_a_budget_sweep_serves_a_workload_whose_length_tail_the_context_window_cuts(tmp_path):
+    """Planner review 24: a budget sweep on qwen3-235b-a22b (context 40,960 tokens) with prompts {2000, p99 6000} and
+    outputs {500, p99 2000} ended in "internal error … workload 'qwen' changed its model, lengths, …" (exit 70): the
+    candidates are computed on the lengths cut to the context window (``fit_plan_windows``: a lognormal's far tail),
+    the budget level's MILP rebased them on the plan's uncut lengths. Here qwen3-8b (context 40,960 too) on L40S."""
+    from optimizer.whatif import ScenarioOptions, run_scenarios
+
+    plan = {"name": "tail", "allowed_devices": ["l40s"],
+            "workloads": [{"name": "qwen", "model": "qwen3-8b", "qps": 2, "prompt_tokens": {"mean": 2000, "p99": 6000},
+                           "output_tokens": {"mean": 500, "p99": 2000}, "slo": {"tpot_p99_ms": 100},
+                           "precisions": ["fp8"]}]}
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump({"plan": plan, "sweeps": [{"name": "budget", "kind": "budget",
+                                                              "from": 50000, "to": 100000, "steps": 2}]}))
+    _, _, scenarios = load_scenarios(path, load_catalog())
+    assert scenarios[0].plan.workloads[0].prompt_tokens.max is None  # the plan as written: no cut of its own
+    base, *levels = [r.to_json(with_plan=False) for r in run_scenarios(scenarios, ScenarioOptions(), workers=1)]
+    assert base["status"] == "optimal" and len(levels) == 2
+    assert all(r["status"] == "optimal" and r["demand_multiplier"] > 0 for r in levels)
+    assert levels[0]["demand_multiplier"] < levels[1]["demand_multiplier"]

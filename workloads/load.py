@@ -32,7 +32,8 @@ def parse_plan(data: dict[str, Any], where: str) -> Plan:
     except ValidationError as exc:
         raise WorkloadError(format_validation_error(where, exc, Plan)) from None
     except RecursionError:
-        raise WorkloadError(f"{where}: nesting too deep") from None
+        raise WorkloadError(f"{where}: nesting too deep (over Python's recursion limit); a plan needs only a few "
+                            "levels: flatten it") from None
 
 
 def load_plan(path: Path | str) -> Plan:

@@ -252,6 +252,24 @@ def unit_terms(unit: UnitSpec, a: MoneyAssumptions) -> UnitTerms:
     )
 
 
+def cloud_limit_notes(plan: Plan) -> tuple[Diagnostic, ...]:
+    """Info lines for the plan limits objective cloud does not apply (``Plan.room_power_cap_kw``; rented GPUs
+    cost no capex), whichever way the candidates were made (models or a capacity table)."""
+    if plan.objective != "cloud":
+        return ()
+    notes = []
+    if plan.max_power_kw is not None:
+        notes.append(Diagnostic("info", "power_cap_not_applied",
+                                f"max_power_kw ({plan.max_power_kw:,g} kW) is not applied under objective "
+                                "cloud: rented GPUs draw power in the provider's facility, not yours "
+                                "(inventory still caps the GPUs of each device)"))
+    if plan.budget.capex_usd is not None:
+        notes.append(Diagnostic("info", "capex_budget_not_applied",
+                                f"budget.capex_usd (${plan.budget.capex_usd:,.0f}) limits nothing under "
+                                "objective cloud: rented GPUs cost no capex; budget.annual_usd caps the rental"))
+    return tuple(notes)
+
+
 def fleet_problem(cset: CandidateSet, plan: Plan) -> FleetProblem:
     """The MILP data: demands per bucket, kept candidates with capacity, unit terms, limits."""
     a = MoneyAssumptions.from_plan(plan)

@@ -70,6 +70,7 @@ from optimizer.planning.candidate_set import (
     UnitSpec,
     WorkloadCandidates,
     catalog_units,
+    cloud_limit_notes,
     combo_configs,
     cost_per_replica_usd,
     missing_figures,
@@ -563,14 +564,6 @@ def model_candidates(
             "allow_partial_servers: false), so not considered: "
             + ", ".join(f"{k} ({units[k].inventory_gpus} of {units[k].gpus_per_node} GPUs)" for k in short)
             + "; raise the inventory to a whole server or allow partial servers"))
-    if plan.objective == "cloud" and plan.max_power_kw is not None:
-        diagnostics.append(Diagnostic("info", "power_cap_not_applied",
-                                      f"max_power_kw ({plan.max_power_kw:,g} kW) is not applied under objective "
-                                      "cloud: rented GPUs draw power in the provider's facility, not yours "
-                                      "(inventory still caps the GPUs of each device)"))
-    if plan.objective == "cloud" and plan.budget.capex_usd is not None:
-        diagnostics.append(Diagnostic("info", "capex_budget_not_applied",
-                                      f"budget.capex_usd (${plan.budget.capex_usd:,.0f}) limits nothing under "
-                                      "objective cloud: rented GPUs cost no capex; budget.annual_usd caps the rental"))
+    diagnostics += cloud_limit_notes(plan)
     allowed = tuple(plan.allowed_devices) if plan.allowed_devices is not None else None
     return CandidateSet(workloads, units, tuple(diagnostics), plan.objective, allowed)

@@ -56,6 +56,7 @@ from optimizer.planning.candidate_set import (
     CandidateSet,
     UnitSpec,
     WorkloadCandidates,
+    cloud_limit_notes,
     cost_per_replica_usd,
 )
 from optimizer.results.money import MoneyAssumptions, UnitPrice
@@ -328,4 +329,4 @@ def table_candidates(table: CapacityTable, plan: Plan, catalog: Catalog | None =
             ))
         workloads.append(WorkloadCandidates(w, w.model, buckets, tuple(cands)))
     allowed_list = tuple(plan.allowed_devices) if plan.allowed_devices is not None else None
-    return CandidateSet(tuple(workloads), units, (), plan.objective, allowed_list)
+    return CandidateSet(tuple(workloads), units, cloud_limit_notes(plan), plan.objective, allowed_list)

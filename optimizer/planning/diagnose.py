@@ -269,6 +269,9 @@ def single_device_note(best: SingleDeviceBest | None, objective_usd: float) -> D
         return Diagnostic("info", "single_device_best", "no single device type can serve every workload alone")
     extra = best.objective_usd - objective_usd
     pct = 100.0 * extra / objective_usd if objective_usd > 0 else 0.0
+    # the GPUs bought (what its cost pays for and what one orders), not those in use
+    bought = best.gpus if best.gpus_installed is None else best.gpus_installed
+    in_use = f" ({best.gpus} in use)" if bought != best.gpus else ""
     return Diagnostic("info", "single_device_best",
-                      f"the cheapest one-device fleet is {best.gpus} × {best.device} at ${best.objective_usd:,.0f}, "
-                      f"{pct:+.1f} % vs this plan")
+                      f"the cheapest one-device fleet is {bought} × {best.device}{in_use} at "
+                      f"${best.objective_usd:,.0f}, {pct:+.1f} % vs this plan")

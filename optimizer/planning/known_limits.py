@@ -185,8 +185,15 @@ def measured_configuration_notes(plan: Plan, deployments: Sequence[Deployment], 
     return notes
 
 
+def _size_by_band(confidence: float | None, band: str = "that band") -> str:
+    """The first fix a rated-down deployment's warning offers: size by its band, or the plan's confidence that does."""
+    if confidence is None:
+        return f"plan with --confidence 0.9 to size by {band}"
+    return f"keep the plan's confidence ({confidence:g}), which sizes it by {band}"
+
+
 def unmeasured_engine_notes(deployments: Sequence[Deployment], params: CalibrationParams | None,
-                            catalog: Catalog) -> list[Diagnostic]:
+                            catalog: Catalog, confidence: float | None = None) -> list[Diagnostic]:
     """An ``engine_unmeasured`` warning per (device, engine) of ``deployments`` whose engine was never measured on
     the device's generation (``engine_unmeasured``): the host times the prediction assumes (the fitted step and
     per-sequence overheads of ``params.factors_for(device, engine)``), those the fit gave the engine where it was
@@ -215,7 +222,7 @@ def unmeasured_engine_notes(deployments: Sequence[Deployment], params: Calibrati
             f"times ({here.step_overhead_ms:.2f} ms per step, {here.sequence_overhead_us:.1f} µs per running sequence)"
             + (f"; {measured}" if measured else "") +
             _rated_datasheet_only(band) +
-            f": plan with --confidence 0.9 to size by that band, serve it with {', '.join(served)}, or measure {engine} "
+            f": {_size_by_band(confidence)}, serve it with {', '.join(served)}, or measure {engine} "
             "on this device, fit the rows with `gpuplan calibrate` and plan with --params (docs/model-accuracy.md, "
             "'Finite benchmark runs')"))
     return notes
@@ -246,12 +253,13 @@ def unmeasured_kernel_notes(plan: Plan, deployments: Sequence[Deployment], param
             f"{_named(ds)}: "
             f"{unmeasured_kernel_basis(family, catalog.devices[device_key], engine, params)}"
             + _rated_datasheet_only(band)
-            + f": plan with --confidence 0.9 to size by that band, or measure {what} on this device, fit the rows "
+            + f": {_size_by_band(plan.confidence)}, or measure {what} on this device, fit the rows "
             "with `gpuplan calibrate` and plan with --params"))
     return notes
 
 
-def pipeline_notes(deployments: Sequence[Deployment], params: CalibrationParams | None) -> list[Diagnostic]:
+def pipeline_notes(deployments: Sequence[Deployment], params: CalibrationParams | None,
+                   confidence: float | None = None) -> list[Diagnostic]:
     """One ``pipeline_uncalibrated`` warning naming the pipeline-parallel deployments (pp > 1) and the default
     pipeline terms their capacity rests on."""
     pp = [d for d in deployments if d.pp > 1]
@@ -262,7 +270,7 @@ def pipeline_notes(deployments: Sequence[Deployment], params: CalibrationParams 
         f"{_named(pp)}: pipeline-parallel; the stage hop "
         f"({params.pp_hop_latency_us:g} µs) and the host time per micro-batch ({params.pp_microbatch_overhead_us:g} µs "
         "per step) are defaults that no measurement fitted (gpuplan calibrate does not fit them), so the capacity is "
-        "rated same-generation at best: plan with --confidence 0.9 to size by its band, or allow a device or "
+        f"rated same-generation at best: {_size_by_band(confidence, 'its band')}, or allow a device or "
         "precision on which the model fits one pipeline stage (pp 1)")]
 
 

@@ -3,8 +3,8 @@
 For every workload with candidates that use disaggregated pools, speculative decoding or
 (only as part of every candidate) a prefix cache, the workload is planned alone twice —
 with all its candidates, and with only colocated candidates without speculation
-(:func:`optimizer.planning.bucketing.alone_usd`: integer replicas, servers amortised per GPU) —
-and an info diagnostic ``technique`` states both costs. The fleet MILP may still pick
+(:func:`own_fleet_usd`: its own fleet, whole servers as the plan buys them, so a fixed-size board or
+rack is paid whole) — and an info diagnostic ``technique`` states both costs: figures one could buy. The fleet MILP may still pick
 otherwise when servers are shared with other workloads; the note is the workload's own case.
 """
 
@@ -12,9 +12,27 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from optimizer.planning.bucketing import alone_usd
-from optimizer.planning.milp.problem import UnitTerms
+from optimizer.planning.bucketing import ALONE_GAP, ALONE_TIME_LIMIT_S, problem_parts
+from optimizer.planning.milp.problem import FleetProblem, UnitTerms, uncovered_buckets
+from optimizer.planning.milp.resolve import cached_solve
+from optimizer.planning.milp.solve import solve_fleet
 from optimizer.results.plan_result import Diagnostic
+
+
+def own_fleet_usd(wc, units: dict[str, UnitTerms]) -> float | None:
+    """The objective $ of the workload's cheapest fleet of its own: whole servers (a board or rack bought whole
+    pays for its idle GPUs), inventories and allowed devices as planned, no budget or power cap; None if
+    nothing serves it. Not ``bucketing.alone_usd``, whose servers are amortised per GPU (a share of a
+    server, the right figure for splitting buckets within a fleet, not a price one can pay)."""
+    demand, options = problem_parts(wc)
+    if not options:
+        return None
+    own = FleetProblem((demand,), options, {o.device: units[o.device] for o in options})
+    if uncovered_buckets(own):
+        return None
+    sol = cached_solve("own_fleet", own, lambda: solve_fleet(
+        own, time_limit_s=ALONE_TIME_LIMIT_S, gap=ALONE_GAP, bounds=False), gap=ALONE_GAP)
+    return sol.objective_usd if sol.status.has_plan else None
 
 
 def technique_note(wc, units: dict[str, UnitTerms]) -> Diagnostic | None:
@@ -26,7 +44,7 @@ def technique_note(wc, units: dict[str, UnitTerms]) -> Diagnostic | None:
     plain = replace(wc, candidates=tuple(
         replace(c, pruned_reason=None) if (c.pruned_reason or "").startswith("dominated by") else c
         for c in wc.candidates if c.stage == "colocated" and not c.key.endswith("__spec")))
-    with_all, without = alone_usd(wc, units), alone_usd(plain, units)
+    with_all, without = own_fleet_usd(wc, units), own_fleet_usd(plain, units)
     kinds = []
     if any(c.stage != "colocated" for c in special):
         kinds.append("disaggregated prefill/decode pools")

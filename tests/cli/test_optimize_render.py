@@ -7,6 +7,8 @@ import re
 
 import yaml
 
+from tests.conftest import EXAMPLES
+
 ONE_GPU_ON_AN_OAM_BOARD = {
     "name": "one-gpu", "objective": "capex", "allowed_devices": ["mi300x"],
     "workloads": [{"name": "chat", "model": "llama-3.1-8b", "qps": 1, "prompt_tokens": 512, "output_tokens": 128,
@@ -29,3 +31,56 @@ def test_costs_table_counts_the_gpus_bought_beside_those_in_use(run_cli, tmp_pat
     assert data["capex_usd"] == 8 * fleet["purchase_usd"] + fleet["server_usd"]
     line = next(x for x in r.stdout.splitlines() if "GPUs in use / bought / servers" in x)
     assert re.search(r"\b1 / 8 / 1\b", line), line
+
+
+def test_costs_table_says_one_year_for_a_one_year_horizon(run_cli, tmp_path):
+    """The Mélange example plans one year: the cost table printed 'TCO over 1 years' (the workbook says 'year')."""
+    plan = tmp_path / "p.yaml"
+    plan.write_text(yaml.safe_dump({**ONE_GPU_ON_AN_OAM_BOARD, "horizon_years": 1}))
+    r = run_cli("optimize", plan, "--no-sensitivity", "--no-verify", "--no-cache")
+    assert r.code == 0, r.stderr
+    assert re.search(r"TCO over 1 year\b", r.stdout) and "1 years" not in r.stdout, r.stdout
+
+
+def _pool(key: str, stage: str, replicas: int, qps: float, pair_link_gb_s: float) -> dict:
+    return {"workload": "rag", "key": key, "stage": stage, "device": "h100-sxm", "precision": "fp8", "tp": 8, "pp": 1,
+            "ep": 1, "replicas": replicas, "qps": qps, "capacity_qps": qps, "ttft_p99_ms": 999.0 if stage == "prefill"
+            else None, "tpot_p99_ms": None if stage == "prefill" else 40.0, "e2e_p99_ms": None, "technique": "",
+            "kv_link_gb_s": 7.5 * qps, "pair_link_gb_s": pair_link_gb_s}
+
+
+def test_prefill_pools_of_different_receive_tiers_are_told_apart():
+    """examples/rag-disaggregated.yaml plans H100 tp8 prefill pools of three receive tiers (keys ...__rx800gbps,
+    __rx1600gbps, __rx3200gbps): the Deployments table printed three identical-looking 'prefill pool h100-sxm fp8
+    tp8 pp1' rows. The KV pairing link (pair_link_gb_s, the workbook's 'KV pairing link' column) tells them apart."""
+    from cli.common import stdout
+    from cli.optimize_cmd import render
+
+    deployments = [_pool("prefill__h100_sxm__fp8__tp8__pp1__rx800gbps", "prefill", 1, 0.94, 680.0),
+                   _pool("prefill__h100_sxm__fp8__tp8__pp1__rx3200gbps", "prefill", 18, 17.67, 2720.0),
+                   _pool("decode__h100_sxm__fp8__tp8__pp1", "decode", 3, 18.61, 2720.0)]
+    money = dict.fromkeys(("objective_usd", "capex_usd", "annual_opex_usd", "annual_power_usd", "annual_maintenance_usd",
+                           "annual_cloud_usd", "tco_usd", "npv_usd", "power_kw", "cost_per_million_output_tokens_usd"), 1.0)
+    data = {"plan_name": "rag", "status": "optimal", "status_detail": "proven optimal", "objective": "tco",
+            "solve_seconds": 0.1, "solver": "highs", "fleet": [], "deployments": deployments, "diagnostics": [],
+            "workloads": [{"name": "rag", "model": "llama-3.1-70b", "kind": "online", "qps": 18.61, "met": True,
+                           "cost_per_million_output_tokens_usd": 4.9, "slo_ttft_p99_ms": 1000.0,
+                           "slo_tpot_p99_ms": 50.0, "slo_e2e_p99_ms": None}],
+            "assumptions": {"horizon_years": 3}, "gpus_total": 176, "nodes_total": 22, **money}
+    with stdout.capture() as cap:
+        render(data)
+    text = cap.get()
+    assert "pairing" in text, text
+    rows = [line for line in text.splitlines() if "prefill pool" in line or "decode pool" in line]
+    assert len(rows) == 3 and rows[0].rstrip(" │").endswith("680") and rows[1].rstrip(" │").endswith("2,720"), rows
+
+
+def test_validate_counts_one_year_and_one_workload_in_the_singular(run_cli, tmp_path):
+    """`gpuplan validate` on a one-workload, one-year plan printed 'horizon 1 years, 1 workloads'."""
+    plan = tmp_path / "p.yaml"
+    plan.write_text(yaml.safe_dump({**ONE_GPU_ON_AN_OAM_BOARD, "horizon_years": 1}))
+    r = run_cli("validate", plan)
+    assert r.code == 0, r.stderr
+    assert "horizon 1 year, 1 workload" in " ".join(r.stdout.split()), r.stdout
+    r = run_cli("validate", EXAMPLES / "chat-fleet.yaml")
+    assert "horizon 3 years, 3 workloads" in " ".join(r.stdout.split()), r.stdout

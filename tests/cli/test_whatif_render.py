@@ -58,3 +58,18 @@ def test_a_scenario_the_simulator_finds_over_an_slo_is_named_under_the_table():
         _render(rows, None)
     (line,) = [x for x in cap.get().splitlines() if x.startswith("simulated over an SLO")]
     assert line.endswith(": capped")
+
+
+def test_a_scenario_without_a_fleet_names_the_binding_limit_not_a_missed_slo():
+    """Planner review 24: a power-cap variant below every fleet printed "chat MISSED" in the p99 column, as if the
+    workload had missed its SLO, and nothing of the power cap that binds (`gpuplan optimize` names it)."""
+    why = ("no fleet satisfies every constraint; max_power_kw = 14.00 kW binds: the smallest value that makes the "
+           "plan feasible (other limits kept) is 14.30 kW")
+    rows = [_row("base", "optimal", 471_198.0, 246.8, 14.3, {"b200": 7}),
+            {**_row("cap-14", "infeasible", 0.0, 0.0, 0.0, {}), "no_fleet_reason": why}]
+    with stdout.capture() as cap:
+        _render(rows, None)
+    text = " ".join(" ".join(c.strip() for c in line.split("│")) for line in cap.get().splitlines())
+    assert "MISSED" not in text
+    assert "no fleet: no fleet satisfies every constraint; max_power_kw = 14.00 kW binds" in " ".join(text.split())
+    assert "14.30 kW" in text

@@ -18,6 +18,7 @@ from optimizer.models.simulate import simulate
 from optimizer.models.speculative import accepted_tokens_per_step, speculative_cost
 from optimizer.models.techniques import ServingTechnique, workload_technique
 from optimizer.optimize import optimize_plan
+from optimizer.planning.candidates import model_candidates
 from optimizer.results.check import check_plan
 from workloads.load import resolve_catalog
 from workloads.spec import SLO, LengthDist, Plan, Workload
@@ -277,6 +278,24 @@ def test_optimizer_uses_speculation_only_where_it_pays(plain_chat):
                          CAT, PARAMS, compare_single_device=False)
     assert zero.objective_usd == plain_chat.objective_usd
     assert not any(d.key.endswith("__spec") for d in zero.deployments)
+
+
+def test_technique_note_costs_are_fleets_one_can_buy():
+    """Planner review 24: the ``technique`` note priced each side with servers amortised per GPU, a share of
+    a board no one sells (DeepSeek-R1 with MTP on B200: "cut its cost alone to $471,198 from $706,797", 12
+    GPUs at 1.5 boards, where the fleet without MTP is 2 boards, $942,396). Here 70B at 6 req/s on H100 SXM:
+    EAGLE needs 5 GPUs, plain replicas 12 (the note read $211,257 from $507,018); both are whole 8-GPU HGX
+    boards, each 8 × 27,839 + 50,000 = $272,712 capex + 3 × (10.2 kW × 0.7 × 1.3 × 8,760 h × $0.10 + 5 % of
+    capex) = $338,011.90 over 3 years: 1 board with EAGLE, 2 without."""
+    w = dict(name="chat", model="llama-3.1-70b", qps=6, prompt_tokens={"mean": 2000, "p99": 4000},
+             output_tokens={"mean": 300, "p99": 1000}, slo={"ttft_p99_ms": 2000, "tpot_p99_ms": 25},
+             precisions=["fp8"], speculative={"method": "eagle", "tokens": 3, "acceptance_rate": 0.8})
+    cset = model_candidates(Plan(name="x", allowed_devices=["h100-sxm"], workloads=[w]), CAT, PARAMS)
+    note = next(d.message for d in cset.diagnostics if d.code == "technique")
+    capex = 8 * 27_839 + 50_000
+    board_tco = capex + 3 * (10.2 * 0.7 * 1.3 * 8760 * 0.10 + 0.05 * capex)
+    assert note == (f"chat: speculative decoding cut its cost alone to ${board_tco:,.0f} from ${2 * board_tco:,.0f} "
+                    "with colocated replicas only (50.0% less)")
 
 
 def test_unsimulated_speculative_deployment_is_a_warning():

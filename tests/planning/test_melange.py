@@ -86,6 +86,20 @@ def test_melange_shipped_example_files():
     assert check_plan(result, plan) == []
 
 
+def test_a_capacity_table_plan_says_which_limits_objective_cloud_leaves_out():
+    """Objective cloud applies neither max_power_kw nor budget.capex_usd (README "Other plan fields"), and says so
+    with an info line each. A capacity-table plan, Mélange's own use, left both out silently: the table's candidate
+    set carried no diagnostics."""
+    plan = load_plan(EXAMPLES / "melange-example.yaml")
+    plan = plan.model_copy(update={"max_power_kw": 0.1,
+                                   "budget": plan.budget.model_copy(update={"capex_usd": 1000.0})})
+    catalog = resolve_catalog(plan, load_catalog(), "melange-example.yaml")
+    result = optimize_plan(plan, catalog, capacity_table=EXAMPLES / "melange-example.csv", sensitivity=False)
+    assert hourly(result) == pytest.approx(4.68, abs=1e-9)  # neither limit applied
+    codes = [d.code for d in result.diagnostics if d.level == "info"]
+    assert codes.count("power_cap_not_applied") == 1 and codes.count("capex_budget_not_applied") == 1, codes
+
+
 def test_request_rate_figure(tmp_path):
     """Plot 5 of the Mélange blog: A100 2.0 req/s at $3.67, A10G 0.364 at $1.01, 4.3 req/s.
 

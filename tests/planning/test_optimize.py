@@ -296,7 +296,7 @@ def test_candidates_of_another_objective_are_refused(chat):
     ({"options": {"time_limit_s": 0}}, "time limit must be a finite number of seconds > 0"),
     ({"options": {"gap": 1.5}}, "gap must be a fraction"),
     ({"options": {"time_limit_s": float("nan")}}, "time limit must be a finite"),
-    ({"n_buckets": 0}, "n_buckets must be >= 1"),
+    ({"n_buckets": 0}, r"n_buckets must be >= 1 \(got 0\); e.g. --n-buckets 4"),
 ])
 def test_bad_solver_options(chat, kwargs, message):
     from catalog.errors import SolverError

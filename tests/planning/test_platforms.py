@@ -13,6 +13,7 @@ import pytest
 from catalog import load_catalog
 from catalog.errors import CatalogError
 from optimizer.optimize import optimize_plan
+from optimizer.planning.diagnose import single_device_note
 from optimizer.planning.milp.problem import Demand, FleetProblem, Option, UnitTerms
 from optimizer.planning.milp.solve import solve_fleet
 from optimizer.results.check import check_plan
@@ -27,7 +28,7 @@ from optimizer.results.money import (
     finance_figures,
     fleet_money,
 )
-from optimizer.results.plan_result import SolveStatus
+from optimizer.results.plan_result import SingleDeviceBest, SolveStatus
 from workloads import parse_plan, resolve_catalog
 
 ZERO = LinearTerms(0.0, 0.0)
@@ -229,3 +230,12 @@ def test_n_plus_one_per_server_survives_losing_any_server(hgx_runs):
     short = replace(r, deployments=tuple(replace(d, replicas=d.replicas - 8 // (d.tp * d.pp))
                                          for d in r.deployments if d.replicas > 8 // (d.tp * d.pp)))
     assert any(v.startswith("N+1 per server") or v.startswith("capacity") for v in check_plan(short, plan))
+
+
+def test_single_device_note_counts_the_gpus_bought_not_those_in_use():
+    # Planner review 24: a 7-GPU need on an 8-GPU HGX board printed "the cheapest one-device fleet is 7 × b200 at
+    # $471,198" — the price of 8 GPUs (one board, bought whole), and the workbook's "all b200 (8 GPUs)" beside it.
+    board = single_device_note(SingleDeviceBest("b200", 471_198.164, gpus=7, nodes=1, gpus_installed=8), 471_198.164)
+    assert board.message == "the cheapest one-device fleet is 8 × b200 (7 in use) at $471,198, +0.0 % vs this plan"
+    pcie = single_device_note(SingleDeviceBest("l40s", 10_000.0, gpus=3, nodes=1, gpus_installed=3), 9_000.0)
+    assert pcie.message == "the cheapest one-device fleet is 3 × l40s at $10,000, +11.1 % vs this plan"

@@ -200,6 +200,7 @@ def test_a_plan_stopped_at_its_time_limit_gets_no_sensitivity_but_a_warning(monk
     assert result.status is SolveStatus.FEASIBLE and result.sensitivity is None
     [warning] = [d for d in result.diagnostics if d.code == "sensitivity_skipped"]
     assert warning.level == "warning" and "gap 5.0 %" in warning.message
+    assert "--time-limit-s" in warning.message  # the flag --help shows, not its hidden old name
 
 
 def _pid_or_hang(path: Path, x: int) -> int:

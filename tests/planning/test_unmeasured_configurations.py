@@ -282,3 +282,22 @@ def test_without_leave_out_bands_the_lowered_ratings_take_the_residual_constants
     assert (moe.low_factor, moe.high_factor) == (min(DATASHEET_ONLY_BAND[0], SAME_GENERATION_BAND[0], 0.9),
                                                  max(DATASHEET_ONLY_BAND[1], SAME_GENERATION_BAND[1], 1.1))
     assert structure_rating(own, mi300x, "vllm", params, moe=False, weight_only=False, pp=1) is own
+
+
+def test_a_plan_sized_at_a_confidence_is_not_told_to_plan_with_one():
+    """The rated-down warnings' first fix was "plan with --confidence 0.9 to size by that band" even for a plan with
+    confidence 0.9 already, which read as advice not taken; such a plan is told the confidence it keeps."""
+    from dataclasses import replace
+
+    from optimizer.planning.known_limits import pipeline_notes
+
+    for plan, cat, code in (_moe_plan("mi300x") + ("moe_unmeasured",), _plan("vllm") + ("engine_unmeasured",)):
+        r = optimize_plan(plan.model_copy(update={"confidence": 0.9}), cat, compare_single_device=False, verify=False,
+                          sensitivity=False)
+        (note,) = [n for n in r.diagnostics if n.code == code]
+        assert "keep the plan's confidence (0.9), which sizes it by that band" in note.message, note.message
+        assert "plan with --confidence" not in note.message
+    (staged,) = pipeline_notes([replace(r.deployments[0], pp=2)], load_params(None), 0.95)
+    assert "keep the plan's confidence (0.95), which sizes it by its band" in staged.message
+    (unset,) = pipeline_notes([replace(r.deployments[0], pp=2)], load_params(None))
+    assert "plan with --confidence 0.9 to size by its band" in unset.message

@@ -92,6 +92,20 @@ def test_a_scenario_without_a_fleet_is_not_a_zero_dollar_plan(tmp_path):
     assert [mc.cell(row=head + 1, column=c).value for c in (1, 3, 4)] == ["sample-1", "infeasible", None]
 
 
+def test_a_scenario_without_a_fleet_says_why_and_misses_no_slo(tmp_path):
+    # Planner review 24: a power cap below every fleet read "status infeasible" and "chat: SLOs met: no", as if the
+    # workload had missed its SLO; the binding limit was only in the scenario's plan diagnostics
+    why = ("no fleet satisfies every constraint; max_power_kw = 14.00 kW binds: the smallest value that makes the "
+           "plan feasible (other limits kept) is 14.30 kW")
+    capped = {**_infeasible("cap-14", overrides={"max_power_kw": 14}), "no_fleet_reason": why}
+    capped["workloads"] = [{"name": "chat", "qps": 1.0, "met": False, "ttft_p99_ms": None}]
+    rows = [{**_row("base", "base"), "no_fleet_reason": None}, capped]
+    wb = load_workbook(write_whatif_workbook(rows, tmp_path / "w.xlsx"))
+    lines = {r[0].value: [c.value for c in r[1:]] for r in wb["Scenarios"].iter_rows(min_row=2) if r[0].value}
+    assert lines["why no fleet"] == [None, why]
+    assert lines["chat: SLOs met"] == ["yes", None]
+
+
 def test_a_variant_with_another_objective_has_no_delta(tmp_path):
     # set: {objective: capex} on a tco base keeps the fleet; its objective is the capex ($380,000), the base's the
     # TCO ($471,198): the sheet showed "Δ objective vs base -$91,198 (-19.4 %)", a saving that is not one
