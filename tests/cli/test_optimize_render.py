@@ -50,7 +50,7 @@ def _pool(key: str, stage: str, replicas: int, qps: float, pair_link_gb_s: float
 
 
 def test_prefill_pools_of_different_receive_tiers_are_told_apart():
-    """examples/rag-disaggregated.yaml plans H100 tp8 prefill pools of three receive tiers (keys ...__rx800gbps,
+    """examples/rag-disaggregated.yaml planned H100 tp8 prefill pools of three receive tiers before the tie-break (...__rx800gbps,
     __rx1600gbps, __rx3200gbps): the Deployments table printed three identical-looking 'prefill pool h100-sxm fp8
     tp8 pp1' rows. The KV pairing link (pair_link_gb_s, the workbook's 'KV pairing link' column) tells them apart."""
     from cli.common import stdout
