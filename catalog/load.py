@@ -13,7 +13,15 @@ from pydantic import ValidationError
 from catalog.architecture import attention_params, parameter_counts
 from catalog.errors import CatalogError, suggest
 from catalog.files import format_validation_error, parse_yaml_text, read_json, read_yaml
-from catalog.schema import SOURCED_FIELDS, Device, Model, Platform, Precision, Source, cloud_instance_problem
+from catalog.schema import (
+    SOURCED_FIELDS,
+    Device,
+    Model,
+    Platform,
+    Precision,
+    Source,
+    cloud_instance_problem,
+)
 
 _OVERRIDE_SECTIONS = ("devices", "models", "platforms")
 

@@ -306,7 +306,7 @@ def _figures(ctx: Ctx, header: int) -> None:
          "$", styles.USD_CENTS, "TCO / average output tokens over the horizon", "cost_per_million_output_tokens_usd",
          bold=True)
     line("GPUs bought", Formula(f"={ref(fleet, ft, fc['installed'])}", sum(f.installed for f in r.fleet)), "GPUs",
-         styles.THOUSANDS, "see Fleet (whole servers: idle GPUs included)", "gpus_bought")
+         styles.THOUSANDS, "see Fleet (whole servers or cloud instances: idle GPUs included)", "gpus_bought")
     line("GPUs in use", Formula(f"={ref(fleet, ft, fc['gpus'])}", r.gpus_total), "GPUs",
          styles.THOUSANDS, "see Fleet (the plan's gpus_total)", "gpus_total")
     line("Servers", Formula(f"={ref(fleet, ft, fc['nodes'])}", r.nodes_total), "servers", styles.THOUSANDS,
