@@ -180,3 +180,39 @@ def test_workbook_counts_the_instances_with_a_live_formula(tmp_path):
     assert fleet["Cloud rental per year ($)"] == pytest.approx(4 * H100_USD_PER_GPU_YEAR, rel=1e-9)
     png = pdf_to_png(to_pdf(recalced, tmp_path / "pdf"), tmp_path / "png")
     assert png and all(math.isfinite(p.stat().st_size) and p.stat().st_size > 0 for p in png)
+
+
+def test_whatif_compares_renting_the_board_with_renting_one_gpu(tmp_path):
+    # A variant sets the rental unit: the base rents the HGX board whole (3 × 8 × $21,812.40 = $523,497.60), the
+    # variant one GPU ($65,437.20); the demand sweep at 2× still needs one GPU (≈59 req/s per GPU against 10).
+    from optimizer.whatif import ScenarioOptions, run_scenarios
+    from workloads.scenarios import load_scenarios
+
+    base = tmp_path / "one-h100.yaml"
+    base.write_text(ONE_GPU_PLAN)
+    path = tmp_path / "whatif.yaml"
+    path.write_text(yaml.safe_dump({
+        "base": str(base),
+        "variants": [{"name": "one-gpu-instances", "set": {"devices.h100-sxm.cloud_gpus_per_instance": 1}}],
+    }))
+    _, _, scenarios = load_scenarios(path, load_catalog())
+    rows = {r.scenario.name: r.to_json() for r in run_scenarios(scenarios, ScenarioOptions(), workers=1)}
+    assert rows["base"]["objective_usd"] == pytest.approx(3 * 8 * H100_USD_PER_GPU_YEAR, rel=1e-12)
+    assert rows["one-gpu-instances"]["objective_usd"] == pytest.approx(3 * H100_USD_PER_GPU_YEAR, rel=1e-12)
+
+
+def test_n_plus_one_node_keeps_whole_server_spares_in_instances():
+    # 2 req/s on 1-GPU replicas of 1 req/s, n+1-node on 8-GPU servers rented in 2-GPU instances: the spares are those
+    # one server can hold, ⌊8/1⌋ = 8 (no spread over servers of their own: each would rent a partly used instance),
+    # so 10 replicas, 10 GPUs in 5 instances at $10 a GPU = $100.
+    from optimizer.planning.milp.problem import spread_packings
+
+    unit = UnitTerms("d", 8, LinearTerms(10.0, 0.0), LinearTerms(0.0, 0.0), LinearTerms(10.0, 0.0),
+                     LinearTerms(0.7, 1.0), gpus_per_instance=2)
+    demand = Demand("w", (2.0,), n_plus_one=True, per_server=True)
+    option = Option("w", "k", "d", 1, (1.0,))
+    assert spread_packings(demand, option, unit) == ()
+    assert spread_packings(demand, option, UnitTerms(**{**unit.__dict__, "gpus_per_instance": 1})) != ()
+    s = solve_fleet(FleetProblem((demand,), (option,), {"d": unit}))
+    assert s.replicas == {("w", "k"): 10}
+    assert s.objective_usd == pytest.approx(100.0)
