@@ -170,7 +170,7 @@ class Device(Strict):
     cloud_gpus_per_instance: PositiveInt | None = Field(
         None, description="under objective cloud, the smallest instance the cloud price rents: GPUs are rented in "
         "multiples of it (1 = one at a time); the server's GPUs or a power of two dividing them "
-        "(catalog.load.check_cloud_instances). None = as the device is bought: a whole board or rack, else one card"
+        "(catalog.schema.cloud_instance_problem). None = as the device is bought: a whole board or rack, else one card"
     )
     consumer: bool = Field(
         False, description="consumer card whose licence restricts datacenter use (e.g. GeForce EULA); "

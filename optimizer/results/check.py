@@ -263,6 +263,10 @@ def _check_servers(r: PlanResult) -> list[str]:
         if f.fixed_size and f.installed != f.nodes * f.gpus_per_node:
             out.append(f"servers {f.device}: {f.installed} GPUs installed on {f.nodes} fixed-size servers of "
                        f"{f.gpus_per_node}")
+        cloud = r.assumptions is not None and r.assumptions.objective == "cloud"
+        if f.gpus_per_instance > 1 and (not cloud or f.fixed_size or f.gpus_per_node % f.gpus_per_instance):
+            out.append(f"servers {f.device}: instances of {f.gpus_per_instance} GPUs, but only a cloud rents "
+                       f"instances, each a slice of a server of {f.gpus_per_node}")
         rented = f.gpus_per_instance * -(-f.gpus // f.gpus_per_instance)
         if not f.fixed_size and f.installed != rented:
             out.append(f"servers {f.device}: {f.installed} GPUs installed, {f.gpus} in use in instances of "

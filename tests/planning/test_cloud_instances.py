@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import openpyxl
 import pytest
@@ -80,11 +81,13 @@ def test_checker_recomputes_the_instances_without_the_solver():
     plan, r = one_gpu_result(4)
     (f,) = r.fleet
     assert check_plan(r, plan) == []
-    from dataclasses import replace
     short = replace(r, fleet=(replace(f, gpus_installed=1),))
     assert any("1 GPUs installed, 1 in use in instances of 4 need 4" in v for v in check_plan(short, plan))
     # money follows the GPUs rented: the stated rental of 4 GPUs is not that of 1
     assert any(v.startswith("annual_cloud_usd") for v in check_plan(short, plan))
+    # instances are a cloud's: a bought fleet stating them is caught
+    bought = replace(r, assumptions=replace(r.assumptions, objective="tco"))
+    assert any("only a cloud rents instances" in v for v in check_plan(bought, plan))
 
 
 def test_milp_rounds_the_gpus_in_use_up_to_whole_instances():

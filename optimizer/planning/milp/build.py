@@ -54,7 +54,7 @@ class FleetModel:
     packings: dict[tuple[str, str], tuple[int, ...]] = field(default_factory=dict)  # spread q of an option
 
     def total(self, which: str) -> pulp.LpAffineExpression:
-        """Σ_d terms[d].per_gpu·bought[d] + terms[d].per_node·m[d] for a UnitTerms field (bought: :func:`gpus_bought`;
+        """Σ_d terms[d].per_gpu·rented[d] + terms[d].per_node·m[d] for a UnitTerms field (rented: :func:`gpus_rented`;
         on a fixed-size platform per_gpu is 0, its GPUs are in per_node)."""
         units = self.problem.units
         return pulp.lpSum(
