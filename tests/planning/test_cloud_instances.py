@@ -219,3 +219,18 @@ def test_n_plus_one_node_keeps_whole_server_spares_in_instances():
     s = solve_fleet(FleetProblem((demand,), (option,), {"d": unit}))
     assert s.replicas == {("w", "k"): 10}
     assert s.objective_usd == pytest.approx(100.0)
+
+
+def test_a_workload_alone_is_costed_per_gpu_in_use_at_amortised_prices():
+    # The split-or-whole choice and the bound cuts cost a workload alone with each server's $ spread over its GPUs:
+    # an 8-GPU board at $80 is $10 a GPU, so 3 GPUs in use cost $30 (not the $80 board), and instances of 2 are not
+    # rounded there either (a bound must not count another workload's share of an instance).
+    from optimizer.planning.milp.solve import solve_alone
+
+    board = UnitTerms("d", 8, LinearTerms(0.0, 80.0), LinearTerms(0.0, 80.0), LinearTerms(0.0, 0.0),
+                      LinearTerms(0.0, 1.0), fixed_size=True)
+    demand, options = Demand("w", (3.0,)), (Option("w", "k", "d", 1, (1.0,)),)
+    assert solve_alone(demand, options, {"d": board}, time_limit_s=5, gap=0).objective_usd == pytest.approx(30.0)
+    rented = UnitTerms("d", 8, LinearTerms(10.0, 0.0), LinearTerms(0.0, 0.0), LinearTerms(10.0, 0.0),
+                       LinearTerms(0.7, 1.0), gpus_per_instance=2)
+    assert solve_alone(demand, options, {"d": rented}, time_limit_s=5, gap=0).objective_usd == pytest.approx(30.0)

@@ -81,10 +81,15 @@ class UnitTerms:
         whole instances (gpus_per_instance · ⌈gpus_used / gpus_per_instance⌉)."""
         return installed_gpus(gpus_used, nodes, self.gpus_per_node, self.fixed_size, self.gpus_per_instance)
 
+    def rented_gpus(self, gpus_used: int) -> int:
+        """The GPUs the per-GPU terms apply to, as the MILP counts them (``milp.build.gpus_rented``): the GPUs in
+        use rounded up to whole instances (a fixed-size server's GPUs are in its per-server terms)."""
+        return self.gpus_per_instance * -(-gpus_used // self.gpus_per_instance)
+
     def figure(self, name: str, gpus_used: int, nodes: int) -> float:
         """A money or power figure (``objective_usd``, ``capex_usd``, ``annual_opex_usd``, ``power_kw``) of
-        ``gpus_used`` GPUs on ``nodes`` servers: per_gpu · GPUs bought + per_node · nodes."""
-        return getattr(self, name).at(self.installed_gpus(gpus_used, nodes), nodes)
+        ``gpus_used`` GPUs on ``nodes`` servers: per_gpu · :meth:`rented_gpus` + per_node · nodes."""
+        return getattr(self, name).at(self.rented_gpus(gpus_used), nodes)
 
 
 Stage = Literal["colocated", "prefill", "decode"]
@@ -282,9 +287,11 @@ def amortised_usd_per_replica(problem: FleetProblem, option: Option) -> float:
 
 
 def amortised_units(units: Mapping[str, UnitTerms]) -> dict[str, UnitTerms]:
-    """The units with each server's objective $ spread over its GPUs: c_gpu + c_node / gpus_per_node per GPU."""
+    """The units with each server's objective $ spread over its GPUs: c_gpu + c_node / gpus_per_node per GPU in use
+    (cloud instances too: no rounding, so a workload alone bounds its share of any fleet from below)."""
     return {d: replace(u, objective_usd=LinearTerms(u.objective_usd.per_gpu
-                                                    + u.objective_usd.per_node / u.gpus_per_node, 0.0))
+                                                    + u.objective_usd.per_node / u.gpus_per_node, 0.0),
+                       gpus_per_instance=1)
             for d, u in units.items()}
 
 
