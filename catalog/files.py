@@ -309,6 +309,9 @@ def format_validation_error(
         return f"{where}: {path}: required field is missing; add it"
     if kind in {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}:
         return f"{where}: {path}: {msg.lower()} (got {_value_repr(value)}); use a value in range"
+    if kind == "int_from_float" and isinstance(value, float) and math.isfinite(value):
+        return (f"{where}: {path}: must be a whole number (got {_value_repr(value)}); "
+                f"use {math.floor(value)} or {math.ceil(value)}")
     if kind == "finite_number" or (isinstance(value, float) and not math.isfinite(value)):
         return f"{where}: {path}: must be a finite number (got {_value_repr(value)})"
     if kind == "string_type" and isinstance(value, bool):  # `precisions: [on]`: YAML 1.1 reads on/off/yes/no as booleans

@@ -13,7 +13,15 @@ from pydantic import ValidationError
 from catalog.architecture import attention_params, parameter_counts
 from catalog.errors import CatalogError, suggest
 from catalog.files import format_validation_error, parse_yaml_text, read_json, read_yaml
-from catalog.schema import SOURCED_FIELDS, Device, Model, Platform, Precision, Source
+from catalog.schema import (
+    SOURCED_FIELDS,
+    Device,
+    Model,
+    Platform,
+    Precision,
+    Source,
+    cloud_instance_problem,
+)
 
 _OVERRIDE_SECTIONS = ("devices", "models", "platforms")
 
@@ -97,7 +105,7 @@ class Catalog:
             if new:
                 data["estimated"] = {**base.estimated, **new}
             devices[base.key] = _validate(Device, data, f"{where}: devices.{key}")
-        return replace(self, devices=devices)
+        return checked_cloud_instances(replace(self, devices=devices), where)
 
 
 def _checked_platforms(catalog: Catalog, where: str) -> Catalog:
@@ -112,6 +120,15 @@ def _checked_platforms(catalog: Catalog, where: str) -> Catalog:
                 raise CatalogError(f"{where}: device '{d}' is on two platforms ('{owner[d]}' and '{p.key}'); "
                                    "keep it on one")
             owner[d] = p.key
+    return checked_cloud_instances(catalog, where)
+
+
+def checked_cloud_instances(catalog: Catalog, where: str) -> Catalog:
+    """The catalog, once every device's ``cloud_gpus_per_instance`` is a slice of its server
+    (:func:`catalog.schema.cloud_instance_problem`)."""
+    for key, dev in catalog.devices.items():
+        if (problem := cloud_instance_problem(dev, catalog.platform_of(key))) is not None:
+            raise CatalogError(f"{where}: devices.{key}.{problem}")
     return catalog
 
 

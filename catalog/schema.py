@@ -167,6 +167,11 @@ class Device(Strict):
     gpus_per_node: PositiveInt
     purchase_usd: PositiveFloat | None = None
     cloud_usd_per_gpu_hour: PositiveFloat | None = None
+    cloud_gpus_per_instance: PositiveInt | None = Field(
+        None, description="under objective cloud, the smallest instance the cloud price rents: GPUs are rented in "
+        "multiples of it (1 = one at a time); the server's GPUs or a power of two dividing them "
+        "(catalog.schema.cloud_instance_problem). None = as the device is bought: a whole board or rack, else one card"
+    )
     consumer: bool = Field(
         False, description="consumer card whose licence restricts datacenter use (e.g. GeForce EULA); "
         "planned only when a plan lists it in allowed_devices"
@@ -504,6 +509,36 @@ class Platform(Strict):
     def fixed_size(self) -> bool:
         """A server is bought with all its GPUs (baseboard, rack), not filled slot by slot."""
         return self.kind in ("baseboard", "rack")
+
+
+def server_gpus(device: Device, platform: Platform | None) -> int:
+    """GPUs of the server a device is bought in: its platform's ``gpus_per_server``, else its own ``gpus_per_node``."""
+    return platform.gpus_per_server if platform is not None else device.gpus_per_node
+
+
+def cloud_instance_gpus(device: Device, platform: Platform | None) -> int:
+    """GPUs the cloud rents together under objective cloud: ``cloud_gpus_per_instance``, else as the device
+    is bought (a fixed-size board or rack whole, a PCIe card, cloud-host accelerator or device with no
+    platform one at a time)."""
+    if device.cloud_gpus_per_instance is not None:
+        return device.cloud_gpus_per_instance
+    return platform.gpus_per_server if platform is not None and platform.fixed_size else 1
+
+
+def cloud_instance_problem(device: Device, platform: Platform | None) -> str | None:
+    """Why the device's ``cloud_gpus_per_instance`` cannot be a rental unit, or None when it can.
+
+    An instance is a slice of one server: its GPUs are the server's (G) or a power of two dividing G.
+    Replicas have tp·pp·ep GPUs, powers of two, so each either divides the instance or is a multiple of
+    it, and a fleet using g GPUs rents exactly c·⌈g/c⌉ (every instance full but one).
+    """
+    c, g = device.cloud_gpus_per_instance, server_gpus(device, platform)
+    if c is None or c == g or (g % c == 0 and c & (c - 1) == 0):
+        return None
+    where = f"its platform {platform.key} holds {g}" if platform is not None else f"its gpus_per_node is {g}"
+    divisors = [d for d in range(1, g) if g % d == 0 and d & (d - 1) == 0]
+    return (f"cloud_gpus_per_instance {c} is not a rental unit of {device.key}: {where} GPUs, and an instance "
+            f"is the whole server or a power of two dividing it; use one of {', '.join(map(str, [*divisors, g]))}")
 
 
 class Precision(Strict):

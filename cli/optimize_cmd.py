@@ -182,13 +182,19 @@ def render(data: dict[str, Any]) -> None:
     if data["status"] not in ("optimal", "feasible"):
         return
     fleet_rows = []
+    cloud = data["objective"] == "cloud"
+    bought_col = "GPUs rented" if cloud else "GPUs bought"
     for f in data["fleet"]:
         bought = f.get("gpus_installed", f["gpus"])
         idle = f"{bought - f['gpus']} of {bought} idle" if bought > f["gpus"] else "none"
-        fleet_rows.append([f["device"], f.get("platform_name") or "server", f["gpus"], bought, idle, f["nodes"],
+        server = f.get("platform_name") or "server"
+        if cloud and not f.get("fixed_size"):
+            per = f.get("gpus_per_instance", 1)
+            server += " (rented by the GPU)" if per == 1 else f" (rented in {per}-GPU instances)"
+        fleet_rows.append([f["device"], server, f["gpus"], bought, idle, f["nodes"],
                            fmt(f["capex_usd"]), fmt(f["power_kw"], 1)])
-    cols = ["device", "server", "GPUs in use", "GPUs bought", "idle GPUs", "servers", "capex $", "power kW"]
-    stdout.print(table("Fleet", cols, fleet_rows, right={"GPUs in use", "GPUs bought", "servers", "capex $",
+    cols = ["device", "server", "GPUs in use", bought_col, "idle GPUs", "servers", "capex $", "power kW"]
+    stdout.print(table("Fleet", cols, fleet_rows, right={"GPUs in use", bought_col, "servers", "capex $",
                                                           "power kW"}))
     slo = {w["name"]: w for w in data["workloads"]}
     techniques = any(d.get("stage", "colocated") != "colocated" or d.get("technique") for d in data["deployments"])
@@ -232,7 +238,7 @@ def render(data: dict[str, Any]) -> None:
         [f"TCO over {plural(data['assumptions']['horizon_years'], 'year')}", fmt(data["tco_usd"])],
         ["NPV of costs", fmt(data["npv_usd"])],
         ["power (nameplate)", fmt(data["power_kw"], 1) + " kW"],
-        ["GPUs in use / bought / servers",
+        [f"GPUs in use / {'rented' if cloud else 'bought'} / servers",
          f"{data['gpus_total']} / {sum(f['gpus_installed'] for f in data['fleet'])} / {data['nodes_total']}"],
         ["$ per million output tokens (average volume)", fmt(data["cost_per_million_output_tokens_usd"], 3)],
         ["depreciation per year", fmt(data.get("annual_depreciation_usd"))],

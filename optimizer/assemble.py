@@ -58,7 +58,8 @@ def fleet_row(device: str, unit: UnitSpec, gpus: int, nodes: int, a: MoneyAssump
         capex_usd=capex_terms(p, a).at(installed, nodes), power_kw=power_kw_terms(p, a).at(installed, nodes),
         gpus_installed=installed, device_name=unit.device.name if unit.device is not None else "",
         platform=platform.key if platform else "", platform_name=platform.name if platform else "",
-        fixed_size=p.fixed_size, server_usd=p.server_usd, server_power_w=p.server_power_w,
+        fixed_size=p.fixed_size, gpus_per_instance=p.gpus_per_instance, server_usd=p.server_usd,
+        server_power_w=p.server_power_w,
         rack_units=p.rack_units, nic_gb_s_per_gpu=platform.nic_gb_s_per_gpu if platform else None,
     )
 

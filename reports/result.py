@@ -59,6 +59,7 @@ class FleetRow(_Loose, InstalledGpus):
     platform: str = ""
     platform_name: str = ""
     fixed_size: bool = False
+    gpus_per_instance: Annotated[int, Field(ge=1)] = 1
     server_usd: NonNeg | None = None
     server_power_w: NonNeg | None = None
     rack_units: NonNeg = 0.0

@@ -140,7 +140,8 @@ def _platform_rows(ctx: Ctx, row: int) -> int:
             sheet.put(row, col, float(value or 0.0), fmt, font=styles.INPUT_FONT, fill=styles.INPUT_FILL)
             define_name(ctx.wb, f"{prefix}_{s}", sheet.ws, row, col)
         devices = ", ".join(sorted({g.device for g in ctx.priced if g.platform == key}))
-        kind = "bought full" if f.fixed_size else "slots filled as needed"
+        kind = ("bought full" if f.fixed_size else f"rented in instances of {f.gpus_per_instance}"
+                if f.gpus_per_instance > 1 else "slots filled as needed")
         sheet.put(row, 5, f"{f.platform_name or key}: {f.gpus_per_node} GPUs per server ({kind}); {devices}",
                   font=styles.NOTE_FONT, wrap=True)
         row += 1

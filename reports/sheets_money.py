@@ -1,7 +1,10 @@
 """The Fleet (bill of materials) and Costs-by-year sheets: money as live formulas.
 
-Per device d on platform p (docs/plan-json.md); "bought" GPUs are the installed ones: on a
-fixed-size platform (HGX/OAM board, NVL72 rack) servers × GPUs per server, idle ones included:
+Per device d on platform p (docs/plan-json.md); "bought" GPUs are the installed (or rented) ones, bought
+in units of u GPUs ("GPUs per purchase"): on a fixed-size platform (HGX/OAM board, NVL72 rack), or a cloud
+instance of a whole server, u = GPUs per server and GPUs bought = servers × u, idle ones included; otherwise
+u = the cloud instance (cloud_gpus_per_instance, objective cloud) or 1 (cards one by one) and
+GPUs bought = ROUNDUP(GPUs in use / u) × u:
     GPU extended price  = GPUs bought × purchase_usd_d                              (0 when renting)
     servers and network = servers × (server_usd_p + network_usd_per_server)         (0 when renting)
     capex               = GPU extended price + servers and network
@@ -34,6 +37,7 @@ FLEET_COLUMNS: list[tuple[str, str, str]] = [
     ("gpus", "GPUs in use", styles.THOUSANDS),
     ("installed", "GPUs bought", styles.THOUSANDS),
     ("gpus_per_node", "GPUs per server", styles.THOUSANDS),
+    ("unit_gpus", "GPUs per purchase (server or instance)", styles.THOUSANDS),
     ("nodes", "Servers", styles.THOUSANDS),
     ("idle", "Idle GPUs", ""),
     ("unit", "Unit price ($ per GPU)", styles.USD),
@@ -83,12 +87,16 @@ def _row_cells(ctx: Ctx, f: FleetRow, row: int, L: dict[str, str]) -> tuple[dict
                      + a.colocation_usd_per_rack_month * f.nodes * rack / a.rack_units_per_rack) if buy else 0.0
     cloud = 0.0 if buy else g * rate * a.hours_per_year
     opex = power + maint + facility + cloud
+    unit_gpus = f.gpus_per_node if f.fixed_size else f.gpus_per_instance
+    installed = (f"={L['nodes']}{r}*{L['unit_gpus']}{r}" if f.fixed_size
+                 else f"=ROUNDUP({L['gpus']}{r}/{L['unit_gpus']}{r},0)*{L['unit_gpus']}{r}")
     cells = {
         "device": f.device,
         "product": f.platform_name or f.platform or "server",
         "gpus": f.gpus,
-        "installed": g,
+        "installed": Formula(installed, g),
         "gpus_per_node": f.gpus_per_node,
+        "unit_gpus": unit_gpus,
         "nodes": f.nodes,
         "idle": idle_text(f),
         "unit": Formula(f"=purchase_usd_{s}", purchase),
@@ -160,7 +168,8 @@ def build_fleet(ctx: Ctx) -> None:
     basis = "bought and run" if ctx.buy else "rented by the GPU-hour"
     title(sheet, "Fleet: bill of materials",
           f"Quantities are the optimizer's plan; prices and rates are formulas over Assumptions "
-          f"(fleet {basis}, {a.horizon_years}-year horizon). Boards and racks are bought whole: idle GPUs are paid for.")
+          f"(fleet {basis}, {a.horizon_years}-year horizon). Boards and racks are bought whole, and a cloud "
+          f"rents whole instances (GPUs per purchase): idle GPUs are paid for.")
     ctx.fleet_cols = {key: i for i, (key, _, _) in enumerate(FLEET_COLUMNS, start=1)}
     sheet.header(HEADER_ROW, 1, [h for _, h, _ in FLEET_COLUMNS])
     ctx.fleet_total_row = _block(ctx, list(ctx.result.fleet), FIRST_ROW, "FleetTable")

@@ -53,7 +53,10 @@ def order_text(fleet: list[FleetRow], rent: bool = False) -> str:
         product = f.platform_name or f"server of {f.gpus_per_node} GPUs"
         device = f"{f.device_name} ({f.device})" if f.device_name else f.device
         idle = f", {f.idle_gpus} of them idle" if f.idle_gpus > 0 else ""
-        parts.append(f"{f.nodes:,} × {product} with {f.installed:,} × {device}{idle}")
+        if rent and f.gpus_per_instance > 1 and not f.fixed_size:
+            parts.append(f"{f.installed:,} × {device} in cloud instances of {f.gpus_per_instance} GPUs{idle}")
+        else:
+            parts.append(f"{f.nodes:,} × {product} with {f.installed:,} × {device}{idle}")
     verb = "Rent" if rent else "Buy"
     return f"{verb} " + "; ".join(parts) + "." if parts else "Nothing to buy: the plan has no fleet."
 
@@ -126,8 +129,11 @@ def _risks(ctx: Ctx) -> list[tuple[str, str]]:
     for f in r.fleet:
         if f.idle_gpus > 0:
             row = ctx.fleet_row.get(f.device)
-            out.append((f"{f.idle_gpus} of {f.installed} {f.device} GPUs idle: boards are sold whole, so they are "
-                        "paid for (spare capacity).", f"Fleet!G{row}" if row else "Fleet"))
+            why = ("boards are sold whole" if f.fixed_size
+                   else f"the cloud rents instances of {f.gpus_per_instance} GPUs")
+            idle = get_column_letter(ctx.fleet_cols["idle"])
+            out.append((f"{f.idle_gpus} of {f.installed} {f.device} GPUs idle: {why}, so they are "
+                        "paid for (spare capacity).", f"Fleet!{idle}{row}" if row else "Fleet"))
     loads = [(d.qps / d.capacity_qps, i, d) for i, d in enumerate(r.deployments) if d.capacity_qps]
     if loads:
         share, i, d = max(loads, key=lambda t: (t[0], -t[1]))
@@ -168,7 +174,8 @@ def _words(ctx: Ctx, header: int) -> None:
             sheet.put(row, 1, line, font=styles.BOLD if bold else None, size=False)
             row += 1
 
-    fleet_cells = f"Fleet!A{FIRST_ROW}:F{max(ctx.fleet_total_row - 1, FIRST_ROW)}"
+    nodes = get_column_letter(ctx.fleet_cols["nodes"])
+    fleet_cells = f"Fleet!A{FIRST_ROW}:{nodes}{max(ctx.fleet_total_row - 1, FIRST_ROW)}"
     say(order_text(list(r.fleet), rent=not ctx.buy), fleet_cells, bold=True)
     horizon = '&horizon_years&" years"'
     cost_expect = (f"It costs {_money(r.capex_usd)} up front (capex) and {_money(r.tco_usd)} over "
@@ -299,7 +306,7 @@ def _figures(ctx: Ctx, header: int) -> None:
          "$", styles.USD_CENTS, "TCO / average output tokens over the horizon", "cost_per_million_output_tokens_usd",
          bold=True)
     line("GPUs bought", Formula(f"={ref(fleet, ft, fc['installed'])}", sum(f.installed for f in r.fleet)), "GPUs",
-         styles.THOUSANDS, "see Fleet (whole servers: idle GPUs included)", "gpus_bought")
+         styles.THOUSANDS, "see Fleet (whole servers or cloud instances: idle GPUs included)", "gpus_bought")
     line("GPUs in use", Formula(f"={ref(fleet, ft, fc['gpus'])}", r.gpus_total), "GPUs",
          styles.THOUSANDS, "see Fleet (the plan's gpus_total)", "gpus_total")
     line("Servers", Formula(f"={ref(fleet, ft, fc['nodes'])}", r.nodes_total), "servers", styles.THOUSANDS,

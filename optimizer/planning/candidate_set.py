@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from catalog.load import Catalog
-from catalog.schema import Device, Model, Platform, Precision
+from catalog.schema import Device, Model, Platform, Precision, cloud_instance_gpus, server_gpus
 from optimizer.models.configs import Configs, build_configs
 from optimizer.models.params import CalibrationParams
 from optimizer.planning.bucketing import problem_parts
@@ -188,14 +188,25 @@ def unit_price(dev: Device, platform: Platform | None, plan: Plan) -> UnitPrice:
     platform's server price / power (plans written before platforms); a device with no
     platform takes them or the defaults (``MoneyAssumptions``) and is sized by its own
     ``gpus_per_node``, cards bought one by one.
+
+    Under objective cloud the rental unit is the device's cloud instance, c =
+    ``catalog.schema.cloud_instance_gpus`` (default: as bought): c = the server's GPUs rents the server
+    whole (``fixed_size``); a smaller c rents GPUs in multiples of c (``gpus_per_instance``).
     """
+    whole = platform is not None and platform.fixed_size
+    instance = 1
+    if plan.objective == "cloud":
+        c = cloud_instance_gpus(dev, platform)
+        whole = c == server_gpus(dev, platform)
+        instance = 1 if whole else c
     if platform is None:
-        return UnitPrice(dev.purchase_usd, dev.cloud_usd_per_gpu_hour, dev.tdp_w, gpus_per_server=dev.gpus_per_node)
+        return UnitPrice(dev.purchase_usd, dev.cloud_usd_per_gpu_hour, dev.tdp_w, gpus_per_server=dev.gpus_per_node,
+                         fixed_size=whole and dev.gpus_per_node > 1, gpus_per_instance=instance)
     server_usd = platform.server_usd if plan.server_overhead_usd is None else plan.server_overhead_usd
     server_w = platform.server_power_w if plan.server_power_w is None else plan.server_power_w
     return UnitPrice(dev.purchase_usd, dev.cloud_usd_per_gpu_hour, dev.tdp_w, server_usd=server_usd,
                      server_power_w=server_w, gpus_per_server=platform.gpus_per_server,
-                     fixed_size=platform.fixed_size, rack_units=platform.rack_units)
+                     fixed_size=whole, rack_units=platform.rack_units, gpus_per_instance=instance)
 
 
 def catalog_units(plan: Plan, catalog: Catalog) -> dict[str, UnitSpec]:
@@ -248,7 +259,7 @@ def unit_terms(unit: UnitSpec, a: MoneyAssumptions) -> UnitTerms:
         objective_usd=terms(objective_terms), capex_usd=terms(capex_terms),
         annual_opex_usd=terms(annual_opex_terms), power_kw=terms(power_kw_terms),
         inventory_gpus=unit.inventory_gpus, allowed=unit.allowed,
-        fixed_size=p.fixed_size, full_servers_only=unit.full_servers_only,
+        fixed_size=p.fixed_size, full_servers_only=unit.full_servers_only, gpus_per_instance=p.gpus_per_instance,
     )
 
 

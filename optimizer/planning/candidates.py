@@ -218,8 +218,7 @@ def _combos(w: Workload, model: Model, catalog: Catalog, units: dict[str, UnitSp
         elif unit.inventory_gpus == 0:
             why = f"inventory of {key} is 0"
         elif below_one_server(unit):
-            why = (f"inventory of {key} ({unit.inventory_gpus} GPUs) is less than one server of "
-                   f"{unit.gpus_per_node}, which is bought whole")
+            why = f"inventory of {key} ({unit.inventory_gpus} GPUs) is less than {whole_unit(unit)}"
         elif missing := missing_figures(dev, plan):
             why = f"{key} has no {', '.join(missing)}; add it with --catalog or the plan's devices section"
         shardings = [(t, 1) for t in tp_degrees(dev, unit.gpus_per_node)]
@@ -238,12 +237,26 @@ def _combos(w: Workload, model: Model, catalog: Catalog, units: dict[str, UnitSp
     return todo, pruned
 
 
+def smallest_purchase_gpus(unit: UnitSpec) -> int:
+    """The fewest GPUs of the unit a fleet can buy (or rent): a server that comes whole (a fixed-size board or
+    rack, or any server under allow_partial_servers: false), else one cloud instance (``gpus_per_instance``,
+    1 for cards bought one by one)."""
+    return unit.gpus_per_node if unit.price.fixed_size or unit.full_servers_only else unit.price.gpus_per_instance
+
+
+def whole_unit(unit: UnitSpec) -> str:
+    """What the unit is bought in, for a message: 'one server of 8, which is bought whole' or 'one cloud
+    instance of 4 GPUs (cloud_gpus_per_instance)'."""
+    if smallest_purchase_gpus(unit) == unit.gpus_per_node:
+        return f"one server of {unit.gpus_per_node}, which is bought whole"
+    return f"one cloud instance of {unit.price.gpus_per_instance} GPUs (cloud_gpus_per_instance)"
+
+
 def below_one_server(unit: UnitSpec) -> bool:
-    """True when the unit's inventory (GPUs available) is short of one server that must be bought whole
-    (a fixed-size board or rack, or any server under allow_partial_servers: false): the MILP's
-    GPUs bought = servers · gpus_per_node ≤ inventory then forces 0 servers."""
+    """True when the unit's inventory (GPUs available) is short of the smallest purchase
+    (:func:`smallest_purchase_gpus`): the MILP's GPUs bought ≤ inventory then forces 0 of them."""
     n = unit.inventory_gpus
-    return n is not None and 0 < n < unit.gpus_per_node and (unit.price.fixed_size or unit.full_servers_only)
+    return n is not None and 0 < n < smallest_purchase_gpus(unit)
 
 
 def engine_reason(device: Device, engine: str | None) -> str | None:
@@ -561,9 +574,9 @@ def model_candidates(
         diagnostics.append(Diagnostic(
             "warning", "inventory_below_server",
             "inventory less than one server, which is bought whole (a fixed-size board or rack, or "
-            "allow_partial_servers: false), so not considered: "
-            + ", ".join(f"{k} ({units[k].inventory_gpus} of {units[k].gpus_per_node} GPUs)" for k in short)
-            + "; raise the inventory to a whole server or allow partial servers"))
+            "allow_partial_servers: false), or than one cloud instance (cloud_gpus_per_instance), so not considered: "
+            + ", ".join(f"{k} ({units[k].inventory_gpus} of {smallest_purchase_gpus(units[k])} GPUs)" for k in short)
+            + "; raise the inventory to a whole server (instance) or allow partial servers"))
     diagnostics += cloud_limit_notes(plan)
     allowed = tuple(plan.allowed_devices) if plan.allowed_devices is not None else None
     return CandidateSet(workloads, units, tuple(diagnostics), plan.objective, allowed)

@@ -134,7 +134,7 @@ def _resource(problem: FleetProblem, sol: FleetSolution, what: Minimise) -> floa
         return float(problem.units[d].installed_gpus(sol.gpus.get(d, 0), sol.nodes.get(d, 0)))
     field_name = {"objective": "objective_usd", "capex": "capex_usd", "annual_opex": "annual_opex_usd",
                   "power": "power_kw"}[what]
-    return sum(getattr(problem.units[d], field_name).at(g, sol.nodes[d]) for d, g in sol.gpus.items())
+    return sum(problem.units[d].figure(field_name, g, sol.nodes[d]) for d, g in sol.gpus.items())
 
 
 def _without_inventory(problem: FleetProblem, device: str | None = None) -> FleetProblem:

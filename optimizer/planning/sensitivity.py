@@ -112,7 +112,7 @@ def fleet_of(sol: FleetSolution) -> Fleet:
 
 def fleet_objective_usd(fleet: Fleet, problem: FleetProblem) -> float:
     """Σ_d objective terms of d at (gpus, nodes), under ``problem``'s unit terms."""
-    return sum(problem.units[d].objective_usd.at(g, n) for d, (g, n) in fleet.items())
+    return sum(problem.units[d].figure("objective_usd", g, n) for d, (g, n) in fleet.items())
 
 
 def fleet_rows(fleet: Fleet) -> tuple[FleetDeviceGpus, ...]:
@@ -258,7 +258,7 @@ def _many_task(i: int) -> FleetSolution:
 
 def main_device(fleet: Fleet, problem: FleetProblem) -> str:
     """The device with the largest share of the fleet's objective (ties: the key sorting first)."""
-    return min(fleet, key=lambda d: (-problem.units[d].objective_usd.at(*fleet[d]), d))
+    return min(fleet, key=lambda d: (-problem.units[d].figure("objective_usd", *fleet[d]), d))
 
 
 def analyse(plan: Plan, cset: CandidateSet, problem: FleetProblem, base: FleetSolution,

@@ -63,7 +63,7 @@ def single_device_shortlist(problem: FleetProblem, gap: float) -> FleetProblem:
             continue
         lower[d] = lo
         if gpus >= 0:
-            upper[d] = unit.objective_usd.at(gpus, -(-gpus // unit.gpus_per_node))
+            upper[d] = unit.figure("objective_usd", gpus, -(-gpus // unit.gpus_per_node))
     if not upper:
         return problem
     cutoff = min(upper.values()) / (1.0 - gap) * (1.0 + 1e-9)

@@ -22,7 +22,8 @@ own arithmetic rather than :mod:`optimizer.results.money` — and returns the vi
   load on both kinds of pool, TTFT predicted on the prefill pools, TPOT on the decode pools;
 - servers: the fleet's GPUs per device equal the deployments' replicas · tp · pp and fit in
   nodes · gpus_per_node, with tp ≤ gpus_per_node; a fixed-size platform installs
-  nodes · gpus_per_node GPUs; no server is partly used when the plan forbids it;
+  nodes · gpus_per_node GPUs, any other c·⌈gpus / c⌉ in instances of c = gpus_per_instance (a cloud
+  instance smaller than the server; 1: the GPUs in use); no server is partly used when the plan forbids it;
 - budgets and power: capex ≤ capex budget, opex ≤ annual budget, power ≤ max_power_kw,
   and (given the plan) GPUs ≤ inventory and only allowed devices;
 - money: every total of ``docs/plan-json.md`` recomputed from the fleet and assumptions,
@@ -262,8 +263,14 @@ def _check_servers(r: PlanResult) -> list[str]:
         if f.fixed_size and f.installed != f.nodes * f.gpus_per_node:
             out.append(f"servers {f.device}: {f.installed} GPUs installed on {f.nodes} fixed-size servers of "
                        f"{f.gpus_per_node}")
-        if not f.fixed_size and f.installed != f.gpus:
-            out.append(f"servers {f.device}: {f.installed} GPUs installed, {f.gpus} in use on a PCIe/cloud platform")
+        cloud = r.assumptions is not None and r.assumptions.objective == "cloud"
+        if f.gpus_per_instance > 1 and (not cloud or f.fixed_size or f.gpus_per_node % f.gpus_per_instance):
+            out.append(f"servers {f.device}: instances of {f.gpus_per_instance} GPUs, but only a cloud rents "
+                       f"instances, each a slice of a server of {f.gpus_per_node}")
+        rented = f.gpus_per_instance * -(-f.gpus // f.gpus_per_instance)
+        if not f.fixed_size and f.installed != rented:
+            out.append(f"servers {f.device}: {f.installed} GPUs installed, {f.gpus} in use in instances of "
+                       f"{f.gpus_per_instance} need {rented}")
         if full_only and f.gpus != f.nodes * f.gpus_per_node:
             out.append(f"servers {f.device}: {f.nodes * f.gpus_per_node - f.gpus} of {f.nodes * f.gpus_per_node} "
                        "GPUs idle, but the plan forbids partly used servers")

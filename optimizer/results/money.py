@@ -3,9 +3,11 @@
 Every total is linear in the fleet's installed GPUs and server counts, so each figure splits
 into a per-GPU coefficient (the device) and a per-server coefficient (its platform: server
 price and power, network, rack space). The MILP uses the coefficients; the result and the
-workbook use the totals. ``gpus_d`` below are GPUs *installed*: on a fixed-size platform
-(HGX/OAM board, NVL72 rack) nodes_d · gpus_per_server_d, idle ones included; on a PCIe
-chassis the cards in use::
+workbook use the totals. ``gpus_d`` below are GPUs *installed* (bought, or rented): on a fixed-size
+platform (HGX/OAM board, NVL72 rack) nodes_d · gpus_per_server_d, idle ones included; on a PCIe
+chassis the cards in use. Under objective cloud a device is rented in instances of c_d =
+``cloud_gpus_per_instance`` GPUs (``catalog.schema.cloud_instance_gpus``): c_d = gpus_per_server_d rents
+the server whole as above; a smaller c_d rents gpus_d = c_d · ⌈GPUs in use / c_d⌉ (c_d = 1: the GPUs in use)::
 
     capex_usd              = Σ_d gpus_d·purchase_usd_d + nodes_d·(server_usd_d + network_usd_per_server)  (cloud: 0)
     power_kw               = Σ_d (gpus_d·tdp_w_d + nodes_d·server_power_w_d) / 1000
@@ -145,7 +147,9 @@ class UnitPrice:
     """The figures of one device (or capacity-table unit) and its platform that money depends on.
 
     ``server_usd`` / ``server_power_w`` None = the plan's fallback (MoneyAssumptions).
-    ``fixed_size``: a server is bought with all its ``gpus_per_server`` GPUs (board, rack).
+    ``fixed_size``: a server is bought (or, under objective cloud, rented) with all its ``gpus_per_server``
+    GPUs (board, rack). ``gpus_per_instance``: otherwise, GPUs are bought or rented in multiples of it (a
+    cloud instance smaller than the server; 1 = one by one).
     """
 
     purchase_usd: float | None
@@ -156,6 +160,7 @@ class UnitPrice:
     gpus_per_server: int = 1
     fixed_size: bool = False
     rack_units: float = 0.0
+    gpus_per_instance: int = 1
 
     def server_usd_or(self, a: MoneyAssumptions) -> float:
         return a.server_overhead_usd if self.server_usd is None else self.server_usd
@@ -164,8 +169,17 @@ class UnitPrice:
         return a.server_power_w if self.server_power_w is None else self.server_power_w
 
     def installed_gpus(self, gpus_used: int, nodes: int) -> int:
-        """GPUs bought: nodes · gpus_per_server on a fixed-size platform, else the cards in use."""
-        return nodes * self.gpus_per_server if self.fixed_size else gpus_used
+        """GPUs bought: nodes · gpus_per_server on a fixed-size platform, else the GPUs in use rounded up to
+        whole instances, gpus_per_instance · ⌈gpus_used / gpus_per_instance⌉ (cards: the GPUs in use)."""
+        return installed_gpus(gpus_used, nodes, self.gpus_per_server, self.fixed_size, self.gpus_per_instance)
+
+
+def installed_gpus(gpus_used: int, nodes: int, gpus_per_server: int, fixed_size: bool, gpus_per_instance: int) -> int:
+    """GPUs bought or rented: nodes · gpus_per_server when the server comes whole (fixed size), else
+    gpus_per_instance · ⌈gpus_used / gpus_per_instance⌉."""
+    if fixed_size:
+        return nodes * gpus_per_server
+    return gpus_per_instance * -(-gpus_used // gpus_per_instance)
 
 
 @dataclass(frozen=True)
@@ -257,7 +271,8 @@ def bought_terms(terms: LinearTerms, price: UnitPrice) -> LinearTerms:
 
     Fixed-size platform: every server carries its gpus_per_server GPUs whether used or idle,
     so the per-GPU figure moves into the server's: (0, per_node + gpus_per_server · per_gpu).
-    PCIe and cloud hosts: unchanged (cards are bought one by one).
+    Otherwise unchanged: the per-GPU figure applies to the GPUs bought, one by one (PCIe, cloud hosts) or in
+    instances of gpus_per_instance (the MILP's instance count, ``milp.build.gpus_bought``).
     """
     if not price.fixed_size:
         return terms

@@ -67,9 +67,11 @@ class InstalledGpus:
 class FleetRow(InstalledGpus):
     """GPUs and servers of one device in the fleet, with the figures its money comes from.
 
-    ``gpus`` are the GPUs the deployments use; ``gpus_installed`` those bought (on a
-    fixed-size platform nodes · gpus_per_node, idle ones included). Money counts installed
-    GPUs and each server at its platform's ``server_usd`` / ``server_power_w``.
+    ``gpus`` are the GPUs the deployments use; ``gpus_installed`` those bought or rented (on a
+    fixed-size platform nodes · gpus_per_node, idle ones included; otherwise, in instances of
+    ``gpus_per_instance``, gpus_per_instance · ⌈gpus / gpus_per_instance⌉: a cloud instance smaller than the
+    server under objective cloud, 1 for cards bought one by one). Money counts installed GPUs and each
+    server at its platform's ``server_usd`` / ``server_power_w``.
     """
 
     device: str
@@ -88,6 +90,7 @@ class FleetRow(InstalledGpus):
     platform: str = ""
     platform_name: str = ""
     fixed_size: bool = False
+    gpus_per_instance: int = 1  # not fixed size: GPUs bought or rented in multiples of it
     server_usd: float | None = None  # None: assumptions.server_overhead_usd
     server_power_w: float | None = None  # None: assumptions.server_power_w
     rack_units: float = 0.0

@@ -129,8 +129,10 @@ def test_fleet_formulas_reference_assumptions(sample_wb):
     row = {h: ws.cell(row=5, column=i + 1).value for i, h in enumerate(header)}
     assert row["Device"] == "h100-sxm"
     assert row["Unit price ($ per GPU)"] == "=purchase_usd_h100_sxm"
-    # GPUs bought (D) × unit price (H); the HGX board's server price is its platform's named cell.
-    assert row["GPU extended price ($)"] == '=IF(objective="cloud",0,D5*H5)'
+    # GPUs bought (D) × unit price (I); the HGX board's server price is its platform's named cell.
+    assert row["GPU extended price ($)"] == '=IF(objective="cloud",0,D5*I5)'
+    # GPUs bought: the board's servers (G) × its GPUs per purchase (F), a live formula
+    assert row["GPUs bought"] == "=G5*F5" and row["GPUs per purchase (server or instance)"] == 8
     assert row["Server price ($ each)"] == "=server_usd_hgx_h100_8"
     assert "network_usd_per_server" in row["Servers and network ($)"]
     assert "tdp_w_h100_sxm" in row["IT power (kW)"] and "server_power_w_hgx_h100_8" in row["IT power (kW)"]

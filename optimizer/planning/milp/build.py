@@ -43,6 +43,7 @@ class FleetModel:
     n: dict[tuple[str, str], pulp.LpVariable] = field(default_factory=dict)
     x: dict[tuple[str, int, str], pulp.LpVariable] = field(default_factory=dict)
     m: dict[str, pulp.LpVariable] = field(default_factory=dict)
+    r: dict[str, pulp.LpVariable] = field(default_factory=dict)  # cloud instances (gpus_per_instance > 1)
     u: dict[tuple[str, str], pulp.LpVariable] = field(default_factory=dict)
     s: dict[tuple[str, int], pulp.LpVariable] = field(default_factory=dict)  # share served by the pools
     gpus: dict[str, pulp.LpAffineExpression] = field(default_factory=dict)
@@ -53,10 +54,11 @@ class FleetModel:
     packings: dict[tuple[str, str], tuple[int, ...]] = field(default_factory=dict)  # spread q of an option
 
     def total(self, which: str) -> pulp.LpAffineExpression:
-        """Σ_d terms[d].per_gpu·gpus[d] + terms[d].per_node·m[d] for a UnitTerms field."""
+        """Σ_d terms[d].per_gpu·rented[d] + terms[d].per_node·m[d] for a UnitTerms field (rented: :func:`gpus_rented`;
+        on a fixed-size platform per_gpu is 0, its GPUs are in per_node)."""
         units = self.problem.units
         return pulp.lpSum(
-            getattr(units[d], which).per_gpu * self.gpus[d] + getattr(units[d], which).per_node * self.m[d]
+            getattr(units[d], which).per_gpu * gpus_rented(self, d) + getattr(units[d], which).per_node * self.m[d]
             for d in self.m
         )
 
@@ -123,6 +125,8 @@ def define_variables(problem: FleetProblem) -> FleetModel:
         model.m[d] = prob.add_variable(f"m__{model.d_name[d]}", 0, math.ceil(gpu_ub[d] / per_node),
                                        cat=pulp.LpInteger)
         model.gpus[d] = pulp.LpAffineExpression([(v, g) for g, v in gpu_terms[d]])
+        if (c := problem.units[d].gpus_per_instance) > 1:
+            model.r[d] = prob.add_variable(f"r__{model.d_name[d]}", 0, math.ceil(gpu_ub[d] / c), cat=pulp.LpInteger)
     return model
 
 
@@ -316,11 +320,24 @@ def define_power_cap(model: FleetModel) -> None:
         model.prob += model.total("power_kw") <= cap, "max_power_kw"
 
 
+def define_instances(model: FleetModel) -> None:
+    """Cloud instances: gpus[d] ≤ c[d]·r[d] for a device rented in instances of c[d] GPUs (1 < c[d] < G[d]);
+    its per-GPU money is paid on the c[d]·r[d] GPUs rented (:func:`gpus_rented`). Named ``instances__{device}``."""
+    for d, r in model.r.items():
+        model.prob += model.gpus[d] <= model.problem.units[d].gpus_per_instance * r, f"instances__{model.d_name[d]}"
+
+
+def gpus_rented(model: FleetModel, d: str) -> pulp.LpAffineExpression:
+    """The GPUs device d's per-GPU terms apply to: c[d]·r[d] when rented in cloud instances, else gpus[d]."""
+    r = model.r.get(d)
+    return model.problem.units[d].gpus_per_instance * r if r is not None else model.gpus[d]
+
+
 def gpus_bought(model: FleetModel, d: str) -> pulp.LpAffineExpression:
-    """GPUs of device d bought: gpus[d], or gpus_per_node[d]·m[d] on a fixed-size platform (idle GPUs of a
-    board are bought too)."""
+    """GPUs of device d bought (or rented): gpus_per_node[d]·m[d] on a fixed-size platform (idle GPUs of a
+    board are bought too), c[d]·r[d] in cloud instances, else gpus[d]."""
     unit = model.problem.units[d]
-    return unit.gpus_per_node * model.m[d] if unit.fixed_size else model.gpus[d]
+    return unit.gpus_per_node * model.m[d] if unit.fixed_size else gpus_rented(model, d)
 
 
 def define_inventory(model: FleetModel) -> None:
@@ -411,6 +428,7 @@ def build_model(problem: FleetProblem, minimise: Minimise = "objective",
     define_demand(model)
     define_capacity(model)
     define_servers(model)
+    define_instances(model)
     define_min_replicas(model)
     define_n_plus_one(model)
     define_spread(model)

@@ -95,7 +95,7 @@ def pooled_fleet(problem: FleetProblem, plans: Mapping[str, WorkloadPlan], detai
         routed.update(p.routed_qps)
         spread.update(p.replicas_per_server)
     gpus, nodes = fleet_servers(problem, replicas, spread)
-    objective = float(sum(problem.units[d].objective_usd.at(g, nodes[d]) for d, g in gpus.items()))
+    objective = float(sum(problem.units[d].figure("objective_usd", g, nodes[d]) for d, g in gpus.items()))
     return FleetSolution(SolveStatus.FEASIBLE, detail, objective, None, 0.0, 0.0, "heuristic",
                          replicas, routed, gpus, nodes, replicas_per_server=spread)
 
@@ -123,7 +123,7 @@ def fleet_violations(problem: FleetProblem, sol: FleetSolution, tolerance: float
     caps = (("capex_usd", problem.limits.capex_usd), ("annual_opex_usd", problem.limits.annual_opex_usd),
             ("power_kw", problem.limits.power_kw))
     for name, cap in caps:
-        total = sum(getattr(units[d], name).at(g, sol.nodes[d]) for d, g in bought.items())
+        total = sum(units[d].figure(name, g, sol.nodes[d]) for d, g in bought.items())
         if cap is not None and total > cap * (1 + tolerance) + tolerance:
             out.append(f"{name} {total:,.2f} > {cap:,.2f}")
     return out
@@ -182,7 +182,7 @@ def restricted_problem(problem: FleetProblem, keep: frozenset[tuple[str, str]] =
 
 def fleet_cost_usd(units: Mapping[str, UnitTerms], gpus: Mapping[str, int]) -> float:
     """Σ_d c_gpu[d]·gpus[d] + c_node[d]·⌈gpus[d]/G[d]⌉: the objective of a fleet on whole servers."""
-    return sum(units[d].objective_usd.at(g, math.ceil(g / units[d].gpus_per_node)) for d, g in gpus.items() if g)
+    return sum(units[d].figure("objective_usd", g, math.ceil(g / units[d].gpus_per_node)) for d, g in gpus.items() if g)
 
 
 def placed_in_fleet(demand: Demand, options: tuple[Option, ...], units: Mapping[str, UnitTerms],

@@ -7,6 +7,7 @@ at the SLO), devices d (gpus_per_node G[d]). Variables::
     n[w,k] ∈ Z≥0      replicas of candidate k serving workload w
     x[w,b,k] ∈ [0,1]  share of bucket b of w routed to k      (only where μ[w,b,k] > 0)
     m[d] ∈ Z≥0        servers of device d
+    r[d] ∈ Z≥0        cloud instances of c[d] GPUs of device d (only where 1 < c[d] < G[d], objective cloud)
     u[w,k] ∈ {0,1}    k carries load of w                     (only for N+1 workloads)
     s[w,b] ∈ [0,1]    share of bucket b of w served by disaggregated prefill + decode pools
                       (only where w has both; candidates k then have a stage, see ``define_demand``)
@@ -18,7 +19,9 @@ and the GPUs of a device, gpus[d] = Σ_{w,k: d(k)=d} g[k]·n[w,k]. Every money a
 figure is linear in (gpus[d], m[d]) — see :mod:`optimizer.results.money` — so the objective is
 Σ_d c_gpu[d]·gpus[d] + c_node[d]·m[d]. On a fixed-size platform (HGX/OAM board, NVL72 rack)
 the GPUs are bought with the server, so c_gpu[d] = 0 and c_node[d] carries G[d] GPUs: a
-partly used server is allowed (unless the plan forbids it) and paid in full. Each constraint family has its builder below,
+partly used server is allowed (unless the plan forbids it) and paid in full. A device rented in cloud
+instances of c[d] GPUs (1 < c[d] < G[d]) pays c_gpu[d] per GPU rented, c[d]·r[d] ≥ gpus[d], instead of per
+GPU in use. Each constraint family has its builder below,
 documenting its maths; constraint names are built from domain keys in ``[a-z0-9_]`` joined
 by ``__`` (``capacity__chat__h100_sxm__fp8__tp4__pp1``).
 
@@ -46,7 +49,7 @@ from typing import Literal, TypeVar
 
 from catalog.names import slug
 from optimizer.planning.solver_options import SolverOptions  # noqa: F401 (re-exported)
-from optimizer.results.money import LinearTerms
+from optimizer.results.money import LinearTerms, installed_gpus
 from optimizer.results.plan_result import SolveStatus
 
 # ---------------------------------------------------------------------------------------
@@ -70,10 +73,23 @@ class UnitTerms:
     allowed: bool = True
     fixed_size: bool = False  # a server is bought with all its GPUs (board, rack); money terms are per server
     full_servers_only: bool = False  # the plan forbids partly used servers
+    # not fixed size: GPUs are bought in multiples of it (a cloud instance smaller than the server; 1 = one by one)
+    gpus_per_instance: int = 1
 
     def installed_gpus(self, gpus_used: int, nodes: int) -> int:
-        """GPUs bought: nodes · gpus_per_node on a fixed-size platform, else the GPUs in use."""
-        return nodes * self.gpus_per_node if self.fixed_size else gpus_used
+        """GPUs bought: nodes · gpus_per_node on a fixed-size platform, else the GPUs in use rounded up to
+        whole instances (gpus_per_instance · ⌈gpus_used / gpus_per_instance⌉)."""
+        return installed_gpus(gpus_used, nodes, self.gpus_per_node, self.fixed_size, self.gpus_per_instance)
+
+    def rented_gpus(self, gpus_used: int) -> int:
+        """The GPUs the per-GPU terms apply to, as the MILP counts them (``milp.build.gpus_rented``): the GPUs in
+        use rounded up to whole instances (a fixed-size server's GPUs are in its per-server terms)."""
+        return self.gpus_per_instance * -(-gpus_used // self.gpus_per_instance)
+
+    def figure(self, name: str, gpus_used: int, nodes: int) -> float:
+        """A money or power figure (``objective_usd``, ``capex_usd``, ``annual_opex_usd``, ``power_kw``) of
+        ``gpus_used`` GPUs on ``nodes`` servers: per_gpu · :meth:`rented_gpus` + per_node · nodes."""
+        return getattr(self, name).at(self.rented_gpus(gpus_used), nodes)
 
 
 Stage = Literal["colocated", "prefill", "decode"]
@@ -145,14 +161,16 @@ def spread_packings(demand: Demand, option: Option, unit: UnitTerms) -> tuple[in
     y = ⌈R/q⌉ servers of d. Exact for an even spread: a fleet with R replicas on y servers is
     spread q = ⌈R/y⌉. q = ⌊G/g⌋ is the shared placement itself (losing a server loses at most
     ⌊G/g⌋ of k anywhere), so it is not repeated; none on a plan that forbids partly used servers
-    (a server of its own with q·g < G GPUs in use is partly used) or when a server holds one replica.
+    (a server of its own with q·g < G GPUs in use is partly used), when a server holds one replica, or on a
+    device rented in cloud instances smaller than its server (each server of its own would rent a partly
+    used instance, which the instance count c·⌈gpus/c⌉ does not see).
     Servers of their own leave their idle slots idle (another deployment sharing them would need a
     packing check the MILP does not make), so a spread is chosen only where it is cheaper that way.
     The cap q ≤ MAX_SPREAD_REPLICAS_PER_SERVER only binds on servers of more than 8 GPUs (a 72-GPU
     rack): there a spread of more than 8 replicas per rack is not offered (the shared placement is),
     which may cost more but never loses the guarantee.
     """
-    if not (demand.n_plus_one and demand.per_server) or unit.full_servers_only:
+    if not (demand.n_plus_one and demand.per_server) or unit.full_servers_only or unit.gpus_per_instance > 1:
         return ()
     most = unit.gpus_per_node // option.gpus
     return tuple(range(1, min(most - 1, MAX_SPREAD_REPLICAS_PER_SERVER) + 1))
@@ -269,9 +287,11 @@ def amortised_usd_per_replica(problem: FleetProblem, option: Option) -> float:
 
 
 def amortised_units(units: Mapping[str, UnitTerms]) -> dict[str, UnitTerms]:
-    """The units with each server's objective $ spread over its GPUs: c_gpu + c_node / gpus_per_node per GPU."""
+    """The units with each server's objective $ spread over its GPUs: c_gpu + c_node / gpus_per_node per GPU in use
+    (cloud instances too: no rounding, so a workload alone bounds its share of any fleet from below)."""
     return {d: replace(u, objective_usd=LinearTerms(u.objective_usd.per_gpu
-                                                    + u.objective_usd.per_node / u.gpus_per_node, 0.0))
+                                                    + u.objective_usd.per_node / u.gpus_per_node, 0.0),
+                       gpus_per_instance=1)
             for d, u in units.items()}
 
 

@@ -203,7 +203,7 @@ def _with_replicas(problem: FleetProblem, sol: FleetSolution, replicas: dict[tup
     n+1-node options: ⌈n/q⌉ of their own, ``problem.fleet_servers``), the objective."""
     spread = {idx: q for idx, q in sol.replicas_per_server.items() if replicas.get(idx, 0) > 0}
     gpus, nodes = fleet_servers(problem, replicas, spread)
-    objective = float(sum(problem.units[d].objective_usd.at(g, nodes[d]) for d, g in gpus.items()))
+    objective = float(sum(problem.units[d].figure("objective_usd", g, nodes[d]) for d, g in gpus.items()))
     return replace(sol, status=SolveStatus.FEASIBLE, detail=detail, objective_usd=objective,
                    replicas={idx: n for idx, n in replicas.items() if n > 0}, gpus=gpus, nodes=nodes,
                    replicas_per_server=spread)

@@ -307,7 +307,8 @@ def extract(model: FleetModel, run: SolveRun, build_seconds: float, values: Any 
     :func:`~optimizer.planning.milp.problem.fleet_servers`).
     """
     stats = dict(n_variables=len(model.prob.variables()), n_constraints=len(model.prob.constraints()),
-                 n_integer_variables=len(model.n) + len(model.m) + len(model.u) + len(model.z) + len(model.y))
+                 n_integer_variables=len(model.n) + len(model.m) + len(model.r) + len(model.u) + len(model.z)
+                 + len(model.y))
     if not run.status.has_plan:
         return FleetSolution(run.status, run.detail, None, run.gap, run.solve_seconds, build_seconds, run.solver, **stats,
                              time_limited=run.time_limited)
@@ -319,7 +320,7 @@ def extract(model: FleetModel, run: SolveRun, build_seconds: float, values: Any 
                           {w: d.bucket_qps for w, d in model.demands.items()})
     spread = {(w, key): q for (w, key, q), z in model.z.items() if value(z) > 0.5 and replicas.get((w, key), 0) > 0}
     gpus, nodes = fleet_servers(model.problem, replicas, spread)
-    objective = float(sum(units[d].objective_usd.at(g, nodes[d]) for d, g in gpus.items()))
+    objective = float(sum(units[d].figure("objective_usd", g, nodes[d]) for d, g in gpus.items()))
     return FleetSolution(run.status, run.detail, objective, run.gap, run.solve_seconds, build_seconds,
                          run.solver, replicas, routed, gpus, nodes, **stats, bound_usd=run.bound,
                          time_limited=run.time_limited, replicas_per_server=spread)
