@@ -260,6 +260,9 @@ def _parse_measurements(path: Path, text: str, cat: Catalog) -> list[Measurement
             raise ModelError(f"{path}: line {line}: more fields than the header has columns")
         if not any((v or "").strip() for v in rec.values()):
             continue  # a spreadsheet's row of empty cells (,,,,) is a blank line
+        if (given := sum(v is not None for v in rec.values())) < len(header):  # a cut file ends in one
+            raise ModelError(f"{path}: line {line}: has {given} fields, the header has {len(header)} (a truncated "
+                             "or misaligned row); fix the commas (an empty cell is written ,,)")
         if [(rec[c] or "").strip() for c in header] == [c.strip() for c in header]:
             raise ModelError(f"{path}: line {line} repeats the header row (two CSV files pasted together?); "
                              "delete that line, or give each file to the command on its own")
