@@ -82,6 +82,13 @@ class Sweep(Strict):
 
     @model_validator(mode="after")
     def _check(self) -> Sweep:
+        uses = {"budget": ("from", "to", "steps"), "demand": ("multipliers",),
+                "price": ("from", "to", "steps", "device", "field")}
+        given = {"from" if f == "from_" else f for f in self.model_fields_set} - {"name", "kind"}
+        if stray := [f for f in ("from", "to", "steps", "multipliers", "device", "field")
+                     if f in given and f not in uses[self.kind]]:
+            raise ValueError(f"a {self.kind} sweep takes {', '.join(uses[self.kind])}; it would ignore "
+                             f"{', '.join(stray)}: remove {'it' if len(stray) == 1 else 'them'} (or change kind)")
         if self.kind == "demand":
             if not self.multipliers:
                 raise ValueError("a demand sweep needs multipliers: [1, 1.5, 2, ...]")
