@@ -38,7 +38,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from catalog.errors import WorkloadError, suggest
+from catalog.errors import GpuplanError, WorkloadError, suggest
 from catalog.files import MAX_PLAN_BYTES, format_validation_error, read_yaml
 from catalog.load import Catalog
 from catalog.schema import Device, Platform, Strict
@@ -404,4 +404,35 @@ def load_scenarios(path: Path | str, catalog: Catalog) -> tuple[ScenarioFile, di
             raise WorkloadError(f"{path}: uncertainty.prices: '{seen[name.lower()]}' and '{name}' name the same device "
                                 f"{name.lower()}; keep one entry")
         seen[name.lower()] = name
-    return spec, base_data, expand_scenarios(spec, base_data, catalog, str(path), base_where)
+    scenarios = expand_scenarios(spec, base_data, catalog, str(path), base_where)
+    if spec.uncertainty:
+        check_price_spreads(scenarios[0].plan, spec.uncertainty, catalog, str(path))
+    return spec, base_data, scenarios
+
+
+def with_price_multipliers(plan: Plan, prices: dict[str, float], catalog: Catalog) -> Plan:
+    """``plan`` with each device's purchase and cloud prices × its multiplier (over the plan's own overrides)."""
+    data = plan.model_dump(mode="python", by_alias=True)
+    devices = copy.deepcopy(data.get("devices") or {})
+    for key, mult in prices.items():
+        dev = catalog.device(key)
+        fields = devices.setdefault(dev.key, {})
+        for field in ("purchase_usd", "cloud_usd_per_gpu_hour"):
+            base_value = fields.get(field, getattr(dev, field))
+            if base_value is not None:
+                fields[field] = float(base_value) * mult
+    data["devices"] = devices
+    return Plan.model_validate(data)
+
+
+def check_price_spreads(base: Plan, uncertainty: Uncertainty, catalog: Catalog, path: str) -> None:
+    """Each device's prices × its spread's low and high are prices the catalog accepts (both ends, so
+    the answer does not depend on the draws a seed makes). A draw beyond the catalog's plausibility
+    bounds failed inside one Monte Carlo scenario, blamed on the plan's name."""
+    for key, spread in sorted(uncertainty.prices.items()):
+        for end, mult in (("low", spread.low), ("high", spread.high)):
+            try:
+                resolve_catalog(with_price_multipliers(base, {key: mult}, catalog), catalog, base.name)
+            except GpuplanError as e:
+                raise WorkloadError(f"{path}: uncertainty.prices.{key}: {end} {mult:g} × its prices is a price the "
+                                    f"catalog refuses ({e}); narrow low and high") from None
