@@ -189,12 +189,12 @@ def _number(value: str, path: Path, line: int, column: str, *, integer: bool = F
                          "write a plain decimal number such as 1234.5") from None
     if allow_inf and number == math.inf:
         return number
-    if not math.isfinite(number) or number < 0:
-        raise ModelError(f"{path}: line {line}: column '{column}': must be a finite number >= 0 (got {value!r})")
-    if integer:
-        if number != int(number) or number < 1:
+    if integer:  # the whole-number rule first: tp -1 read "must be >= 0", then tp 0 "must be >= 1"
+        if not math.isfinite(number) or number != int(number) or number < 1:
             raise ModelError(f"{path}: line {line}: column '{column}': must be a whole number >= 1 (got {value!r})")
         return int(number)
+    if not math.isfinite(number) or number < 0:
+        raise ModelError(f"{path}: line {line}: column '{column}': must be a finite number >= 0 (got {value!r})")
     return number
 
 
