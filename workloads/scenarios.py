@@ -147,6 +147,8 @@ class ScenarioFile(Strict):
     def _check(self) -> ScenarioFile:
         if (self.base is None) == (self.plan is None):
             raise ValueError("give exactly one of base (a plan file) or plan (an inline plan)")
+        if self.base is not None and not self.base.strip():  # read as the scenario file's own folder
+            raise ValueError("base is empty; give the plan file's path, e.g. base: chat-fleet.yaml")
         names = [v.name for v in self.variants] + [s.name for s in self.sweeps]
         dup = {n for n in names if names.count(n) > 1}
         if dup or "base" in names:
