@@ -225,6 +225,12 @@ def apply_override(data: dict[str, Any], path: str, value: Any, catalog: Catalog
         if split is None:
             raise WorkloadError(f"{where}: '{path}': write workloads.NAME.FIELD (workloads: {', '.join(map(str, names))})")
         name, field = split
+        nested = next(((n, name[len(str(n)) + 1:].split(".")[0]) for n in names if name.startswith(f"{n}.")
+                       and name[len(str(n)) + 1:].split(".")[0] in Workload.model_fields), None)
+        if name not in names and nested:  # workloads.chat.slo.ttft_p99_ms read as workload 'chat.slo'
+            whole = f"workloads.{nested[0]}.{nested[1]}"
+            raise WorkloadError(f"{where}: '{path}': a path ends at a workload's field; set it whole, {whole}: VALUE "
+                                f"(a mapping such as slo: {{...}} replaces the plan's: give every key it keeps)")
         if name not in names:
             raise WorkloadError(f"{where}: '{path}': no workload '{name}'{suggest(name, names)}; "
                                 f"workloads: {', '.join(map(str, names))}")
