@@ -261,8 +261,11 @@ def _parse_measurements(path: Path, text: str, cat: Catalog) -> list[Measurement
         if not any((v or "").strip() for v in rec.values()):
             continue  # a spreadsheet's row of empty cells (,,,,) is a blank line
         if (given := sum(v is not None for v in rec.values())) < len(header):  # a cut file ends in one
+            bare_cr = "\r" in text.replace("\r\n", "")  # a lone carriage return ends a CSV row mid-line
             raise ModelError(f"{path}: line {line}: has {given} fields, the header has {len(header)} (a truncated "
-                             "or misaligned row); fix the commas (an empty cell is written ,,)")
+                             "or misaligned row); " + ("the file holds a carriage return (\\r) inside a line, which "
+                                                       "ends a CSV row: remove it" if bare_cr else
+                                                       "fix the commas (an empty cell is written ,,)"))
         if [(rec[c] or "").strip() for c in header] == [c.strip() for c in header]:
             raise ModelError(f"{path}: line {line} repeats the header row (two CSV files pasted together?); "
                              "delete that line, or give each file to the command on its own")
