@@ -291,6 +291,10 @@ class Model(Strict):
     def _check(self) -> Model:
         if self.vision_params_b >= self.total_params_b:
             raise ValueError(f"vision_params_b {self.vision_params_b} must be below total_params_b {self.total_params_b}")
+        if (embedding_b := self.vocab_size * self.hidden_size / 1e9) > self.total_params_b:
+            raise ValueError(f"total_params_b {self.total_params_b:g} is below the input embedding alone (vocab_size "
+                             f"{self.vocab_size:,} × hidden_size {self.hidden_size:,} = {embedding_b:.3g} B "
+                             "parameters): check the unit, billions of parameters (llama-3.1-8b: 8.03)")
         if self.active_params_b > self.total_params_b * 1.0001:
             raise ValueError(
                 f"active_params_b {self.active_params_b} exceeds total_params_b {self.total_params_b}"

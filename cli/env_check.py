@@ -44,12 +44,12 @@ def check_environment(env: Mapping[str, str] | None = None) -> None:
     """Raise a one-line GpuplanError for the first ``GPUPLAN_*`` variable whose value is unreadable.
 
     Unset or empty means the default and is never an error. A near miss of a known name
-    (``GPUPLAN_WORKRES``, which would be ignored) is an error too, as a near-miss column of a
+    (``GPUPLAN_WORKRES``, ``gpuplan_workers``, which would be ignored) is an error too, as a near-miss column of a
     measurements file is; an unrelated ``GPUPLAN_*`` name is left alone."""
     env = os.environ if env is None else env
-    for name in sorted(env):
-        if name.startswith("GPUPLAN_") and name not in KNOWN and (
-                close := difflib.get_close_matches(name, KNOWN, n=1, cutoff=0.8)):
+    for name in sorted(env):  # case-blind: Linux reads gpuplan_workers and GPUPLAN_Workers as other names
+        if name.upper().startswith("GPUPLAN_") and name not in KNOWN and (
+                close := difflib.get_close_matches(name.upper(), KNOWN, n=1, cutoff=0.8)):
             raise GpuplanError(f"environment variable {name} is not one gpuplan reads (did you mean {close[0]}?); "
                                f"rename it to {close[0]}, or unset it")
     for name, (valid, ok) in _RULES.items():

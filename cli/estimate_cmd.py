@@ -178,6 +178,10 @@ def estimate(
         return
     if device is None:
         raise ModelError("give --device (one configuration) or --prefill-device and --decode-device (a pair)")
+    if pair_only := [flag for flag, given in (("--prefill-tp", prefill_tp), ("--decode-tp", decode_tp)) if given]:
+        raise ModelError(f"{' and '.join(pair_only)} {'applies' if len(pair_only) == 1 else 'apply'} to a "
+                         "disaggregated pair (--prefill-device and --decode-device), which this is not: "
+                         "use --tp for one configuration")
     if batch is not None and max_throughput:
         raise ModelError("--batch and --max-throughput exclude each other; give one")
     cat = load(catalog, model_config)

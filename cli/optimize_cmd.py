@@ -90,6 +90,12 @@ def optimize(
     cache_off(no_cache)
     options = SolverOptions(time_limit_s=aliased(time_limit_s, time_limit, SolverOptions().time_limit_s,
                                                  "--time-limit-s", "--time-limit"), gap=gap)
+    if capacity_table is not None and (model_only := [flag for flag, given in (
+            ("--params", params is not None), ("--n-buckets", n_buckets is not None or buckets is not None),
+            ("--verify", verify is True), ("--confidence", confidence is not None)) if given]):
+        raise WorkloadError(f"{' and '.join(model_only)} {'tunes' if len(model_only) == 1 else 'tune'} the performance "
+                            "model, which --capacity-table replaces (its rows give the buckets and the capacities at "
+                            f"the SLO): drop {'it' if len(model_only) == 1 else 'them'}, or plan without the table")
     n_buckets = aliased(n_buckets, buckets, DEFAULT_N_BUCKETS, "--n-buckets", "--buckets")
     inputs = (plan_path, capacity_table, params, catalog, model_config)
     outputs = plan_outputs([Output("--json", json_path, (".json",), stdout_ok=True),

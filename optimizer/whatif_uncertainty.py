@@ -14,7 +14,6 @@ Three steps, each a pure function of its inputs and the seed:
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from optimizer.planning.headroom import FidelityKey, fidelity_key
 from optimizer.results.plan_result import PlanResult
 from optimizer.results.provenance import Fidelity
 from optimizer.whatif_demand import scaled
-from workloads.scenarios import Scenario, Uncertainty
+from workloads.scenarios import Scenario, Uncertainty, with_price_multipliers
 from workloads.spec import Plan
 
 MODEL_ERROR_NOTE = "capacity of each device × a draw from its fidelity band (one draw per class per sample)"
@@ -70,21 +69,6 @@ def sample_uncertainty(uncertainty: Uncertainty, samples: int, seed: int) -> lis
     return draws
 
 
-def _with_prices(plan: Plan, prices: dict[str, float], catalog: Catalog) -> Plan:
-    """``plan`` with each device's purchase and cloud prices × its multiplier (over the plan's own overrides)."""
-    data = plan.model_dump(mode="python", by_alias=True)
-    devices = copy.deepcopy(data.get("devices") or {})
-    for key, mult in prices.items():
-        dev = catalog.device(key)
-        fields = devices.setdefault(dev.key, {})
-        for field in ("purchase_usd", "cloud_usd_per_gpu_hour"):
-            base_value = fields.get(field, getattr(dev, field))
-            if base_value is not None:
-                fields[field] = float(base_value) * mult
-    data["devices"] = devices
-    return Plan.model_validate(data)
-
-
 def uncertainty_scenarios(base: Plan, uncertainty: Uncertainty, samples: int, seed: int,
                           catalog: Catalog) -> list[Scenario]:
     """One min-cost scenario per draw (demand scaled, device prices multiplied)."""
@@ -92,7 +76,7 @@ def uncertainty_scenarios(base: Plan, uncertainty: Uncertainty, samples: int, se
     for i, (demand, prices) in enumerate(sample_uncertainty(uncertainty, samples, seed)):
         plan = scaled(base, demand)
         if prices:
-            plan = _with_prices(plan, prices, catalog)
+            plan = with_price_multipliers(plan, prices, catalog)
         out.append(Scenario(name=f"sample-{i + 1}", group="samples", level=demand, plan=plan,
                             overrides={"demand_multiplier": demand, **{f"price:{k}": v for k, v in prices.items()}}))
     return out

@@ -161,6 +161,26 @@ def _check_totals(ctx: Ctx) -> None:
                              "from another gpuplan version?)")
 
 
+def _check_loads(ctx: Ctx) -> None:
+    """A note for each deployment routed more than its capacity_qps or load on no replica, and each workload
+    whose deployments do not carry its qps (colocated + decode: every request passes one of them), as
+    ``check_plan`` would say of the solver's own result: a hand-edited file showed an overloaded fleet without a word."""
+    r = ctx.result
+    if r.status not in ("optimal", "feasible"):  # no plan: nothing is routed
+        return
+    for d in r.deployments:
+        if d.qps > 1e-9 and d.replicas == 0:
+            ctx.notes.append(f"deployment {d.workload}/{d.key}: {d.qps:.6g} req/s routed to 0 replicas")
+        elif d.capacity_qps is not None and d.qps > d.capacity_qps * (1 + 1e-6):
+            ctx.notes.append(f"deployment {d.workload}/{d.key}: {d.qps:.6g} req/s routed to a capacity of "
+                             f"{d.capacity_qps:.6g} req/s; the fleet does not carry it (a hand-edited file?)")
+    for w in r.workloads:
+        served = sum(d.qps for d in r.deployments if d.workload == w.name and d.stage != "prefill")
+        if not math.isclose(served, w.qps, rel_tol=1e-6, abs_tol=1e-9):
+            ctx.notes.append(f"workload {w.name}: its deployments carry {served:.6g} req/s of its {w.qps:.6g} "
+                             "(a hand-edited file?)")
+
+
 def build_fleet(ctx: Ctx) -> None:
     """One row per device with its money as formulas over Assumptions; a total row; the comparison fleet."""
     sheet = ctx.sheets["Fleet"]
@@ -176,6 +196,7 @@ def build_fleet(ctx: Ctx) -> None:
     if not ctx.result.fleet:
         sheet.put(FIRST_ROW, 2, f"No fleet: plan status is {ctx.result.status}.", font=styles.NOTE_FONT)
     _check_totals(ctx)
+    _check_loads(ctx)
     best = ctx.result.single_device_best
     if best is not None and best.fleet:
         row = ctx.fleet_total_row + 3

@@ -38,7 +38,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from catalog.errors import WorkloadError, suggest
+from catalog.errors import GpuplanError, WorkloadError, suggest
 from catalog.files import MAX_PLAN_BYTES, format_validation_error, read_yaml
 from catalog.load import Catalog
 from catalog.schema import Device, Platform, Strict
@@ -82,6 +82,13 @@ class Sweep(Strict):
 
     @model_validator(mode="after")
     def _check(self) -> Sweep:
+        uses = {"budget": ("from", "to", "steps"), "demand": ("multipliers",),
+                "price": ("from", "to", "steps", "device", "field")}
+        given = {"from" if f == "from_" else f for f in self.model_fields_set} - {"name", "kind"}
+        if stray := [f for f in ("from", "to", "steps", "multipliers", "device", "field")
+                     if f in given and f not in uses[self.kind]]:
+            raise ValueError(f"a {self.kind} sweep takes {', '.join(uses[self.kind])}; it would ignore "
+                             f"{', '.join(stray)}: remove {'it' if len(stray) == 1 else 'them'} (or change kind)")
         if self.kind == "demand":
             if not self.multipliers:
                 raise ValueError("a demand sweep needs multipliers: [1, 1.5, 2, ...]")
@@ -140,6 +147,8 @@ class ScenarioFile(Strict):
     def _check(self) -> ScenarioFile:
         if (self.base is None) == (self.plan is None):
             raise ValueError("give exactly one of base (a plan file) or plan (an inline plan)")
+        if self.base is not None and not self.base.strip():  # read as the scenario file's own folder
+            raise ValueError("base is empty; give the plan file's path, e.g. base: chat-fleet.yaml")
         names = [v.name for v in self.variants] + [s.name for s in self.sweeps]
         dup = {n for n in names if names.count(n) > 1}
         if dup or "base" in names:
@@ -216,6 +225,12 @@ def apply_override(data: dict[str, Any], path: str, value: Any, catalog: Catalog
         if split is None:
             raise WorkloadError(f"{where}: '{path}': write workloads.NAME.FIELD (workloads: {', '.join(map(str, names))})")
         name, field = split
+        nested = next(((n, name[len(str(n)) + 1:].split(".")[0]) for n in names if name.startswith(f"{n}.")
+                       and name[len(str(n)) + 1:].split(".")[0] in Workload.model_fields), None)
+        if name not in names and nested:  # workloads.chat.slo.ttft_p99_ms read as workload 'chat.slo'
+            whole = f"workloads.{nested[0]}.{nested[1]}"
+            raise WorkloadError(f"{where}: '{path}': a path ends at a workload's field; set it whole, {whole}: VALUE "
+                                f"(a mapping such as slo: {{...}} replaces the plan's: give every key it keeps)")
         if name not in names:
             raise WorkloadError(f"{where}: '{path}': no workload '{name}'{suggest(name, names)}; "
                                 f"workloads: {', '.join(map(str, names))}")
@@ -397,4 +412,35 @@ def load_scenarios(path: Path | str, catalog: Catalog) -> tuple[ScenarioFile, di
             raise WorkloadError(f"{path}: uncertainty.prices: '{seen[name.lower()]}' and '{name}' name the same device "
                                 f"{name.lower()}; keep one entry")
         seen[name.lower()] = name
-    return spec, base_data, expand_scenarios(spec, base_data, catalog, str(path), base_where)
+    scenarios = expand_scenarios(spec, base_data, catalog, str(path), base_where)
+    if spec.uncertainty:
+        check_price_spreads(scenarios[0].plan, spec.uncertainty, catalog, str(path))
+    return spec, base_data, scenarios
+
+
+def with_price_multipliers(plan: Plan, prices: dict[str, float], catalog: Catalog) -> Plan:
+    """``plan`` with each device's purchase and cloud prices × its multiplier (over the plan's own overrides)."""
+    data = plan.model_dump(mode="python", by_alias=True)
+    devices = copy.deepcopy(data.get("devices") or {})
+    for key, mult in prices.items():
+        dev = catalog.device(key)
+        fields = devices.setdefault(dev.key, {})
+        for field in ("purchase_usd", "cloud_usd_per_gpu_hour"):
+            base_value = fields.get(field, getattr(dev, field))
+            if base_value is not None:
+                fields[field] = float(base_value) * mult
+    data["devices"] = devices
+    return Plan.model_validate(data)
+
+
+def check_price_spreads(base: Plan, uncertainty: Uncertainty, catalog: Catalog, path: str) -> None:
+    """Each device's prices × its spread's low and high are prices the catalog accepts (both ends, so
+    the answer does not depend on the draws a seed makes). A draw beyond the catalog's plausibility
+    bounds failed inside one Monte Carlo scenario, blamed on the plan's name."""
+    for key, spread in sorted(uncertainty.prices.items()):
+        for end, mult in (("low", spread.low), ("high", spread.high)):
+            try:
+                resolve_catalog(with_price_multipliers(base, {key: mult}, catalog), catalog, base.name)
+            except GpuplanError as e:
+                raise WorkloadError(f"{path}: uncertainty.prices.{key}: {end} {mult:g} × its prices is a price the "
+                                    f"catalog refuses ({e}); narrow low and high") from None

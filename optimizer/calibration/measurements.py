@@ -189,12 +189,12 @@ def _number(value: str, path: Path, line: int, column: str, *, integer: bool = F
                          "write a plain decimal number such as 1234.5") from None
     if allow_inf and number == math.inf:
         return number
-    if not math.isfinite(number) or number < 0:
-        raise ModelError(f"{path}: line {line}: column '{column}': must be a finite number >= 0 (got {value!r})")
-    if integer:
-        if number != int(number) or number < 1:
+    if integer:  # the whole-number rule first: tp -1 read "must be >= 0", then tp 0 "must be >= 1"
+        if not math.isfinite(number) or number != int(number) or number < 1:
             raise ModelError(f"{path}: line {line}: column '{column}': must be a whole number >= 1 (got {value!r})")
         return int(number)
+    if not math.isfinite(number) or number < 0:
+        raise ModelError(f"{path}: line {line}: column '{column}': must be a finite number >= 0 (got {value!r})")
     return number
 
 
@@ -260,6 +260,12 @@ def _parse_measurements(path: Path, text: str, cat: Catalog) -> list[Measurement
             raise ModelError(f"{path}: line {line}: more fields than the header has columns")
         if not any((v or "").strip() for v in rec.values()):
             continue  # a spreadsheet's row of empty cells (,,,,) is a blank line
+        if (given := sum(v is not None for v in rec.values())) < len(header):  # a cut file ends in one
+            bare_cr = "\r" in text.replace("\r\n", "")  # a lone carriage return ends a CSV row mid-line
+            raise ModelError(f"{path}: line {line}: has {given} fields, the header has {len(header)} (a truncated "
+                             "or misaligned row); " + ("the file holds a carriage return (\\r) inside a line, which "
+                                                       "ends a CSV row: remove it" if bare_cr else
+                                                       "fix the commas (an empty cell is written ,,)"))
         if [(rec[c] or "").strip() for c in header] == [c.strip() for c in header]:
             raise ModelError(f"{path}: line {line} repeats the header row (two CSV files pasted together?); "
                              "delete that line, or give each file to the command on its own")

@@ -274,8 +274,8 @@ def check_against_plan(table: CapacityTable, plan: Plan, where: str = "plan") ->
         qps = plan.workload(name).request_rate_qps
         if abs(qps - tw.total_request_rate_qps) > 1e-9 * max(1.0, qps):
             raise CapacityTableError(
-                f"{table.path}: total_request_rate_qps of '{name}' is {tw.total_request_rate_qps:g} but {where} "
-                f"says qps {qps:g}; make them agree")
+                f"{table.path}: total_request_rate_qps of '{name}' is {tw.total_request_rate_qps:.15g} but {where} "
+                f"says qps {qps:.15g}; make them agree")  # 15 digits: 30.0000001 is not shown as 30
     for name in names:
         if name not in table.workloads:
             raise CapacityTableError(f"{table.path}: no rows for workload '{name}' of {where}; "

@@ -37,7 +37,9 @@ def test_the_first_bad_variable_is_named():
 
 @pytest.mark.parametrize(("name", "known"), [("GPUPLAN_WORKRES", "GPUPLAN_WORKERS"), ("GPUPLAN_WORKER", "GPUPLAN_WORKERS"),
                                              ("GPUPLAN_CACHE_MAX_MiB", "GPUPLAN_CACHE_MAX_MB"),
-                                             ("GPUPLAN_CACHEDIR", "GPUPLAN_CACHE_DIR")])
+                                             ("GPUPLAN_CACHEDIR", "GPUPLAN_CACHE_DIR"),
+                                             ("GPUPLAN_workers", "GPUPLAN_WORKERS"),  # round 24: names are
+                                             ("gpuplan_cache_dir", "GPUPLAN_CACHE_DIR")])  # case-sensitive
 def test_a_misspelt_variable_is_named_not_ignored(run_cli, monkeypatch, name, known):
     """GPUPLAN_WORKRES=2 ran with the default worker count and said nothing."""
     monkeypatch.setenv(name, "2")

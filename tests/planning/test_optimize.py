@@ -244,6 +244,20 @@ def test_n_plus_one_and_check(chat):
     assert all(d.replicas >= 2 for d in loaded)
 
 
+def test_a_workload_of_a_millionth_request_a_second_is_still_served():
+    # λ/μ ≈ 1e-6 / 4 is below the solver's feasibility tolerance: before the MILP's routed row the plan
+    # came back optimal at $0 with no fleet and the workload's SLOs "met".
+    plan = parse_plan({"name": "tiny", "workloads": [
+        {"name": "chat", "model": "llama-3.1-8b", "qps": 1e-6, "prompt_tokens": 512, "output_tokens": 128,
+         "slo": {"ttft_p99_ms": 2000, "tpot_p99_ms": 100}, "min_replicas": 0}]}, "tiny")
+    result = optimize_plan(plan, load_catalog(), options=SolverOptions())
+    assert result.status == SolveStatus.OPTIMAL
+    assert sum(d.replicas for d in result.deployments) == 1
+    assert sum(d.qps for d in result.deployments) == pytest.approx(1e-6)
+    assert result.capex_usd > 0
+    assert check_plan(result, plan) == []
+
+
 def test_check_plan_catches_tampering(chat_result):
     from dataclasses import replace
 

@@ -859,3 +859,22 @@ def test_melange_summary_says_its_capacities_are_the_users_table(melange_json):
     assert row[1] == "not simulated"
     note = next(v for v in row[2:] if v)
     assert "capacity table" in note and "analytic" not in note
+
+
+@pytest.mark.parametrize(("edit", "note"), [
+    # a deployment routed beyond its capacity: the sample's chat h100 row carries exactly its 27.37 req/s
+    (lambda d: d["deployments"][0].update(qps=30.0, capacity_qps=27.0),
+     "deployment chat/h100_sxm__fp8__tp2__pp1: 30 req/s routed to a capacity of 27 req/s"),
+    (lambda d: d["deployments"][1].update(replicas=0), "deployment chat/l40s__fp8__tp1__pp2: 12.6303 req/s routed to 0 replicas"),
+    (lambda d: d["workloads"][1].update(qps=300.0), "workload code-completion: its deployments carry 200 req/s of its 300"),
+])
+def test_report_cli_warns_when_the_fleet_does_not_carry_the_load(run_cli, tmp_path, edit, note):
+    # round 24: the report re-checked money only; an overloaded or unrouted hand-edited result gave a workbook
+    # without a word (as check_plan would say of the solver's own result)
+    data = load_sample()
+    edit(data)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(data))
+    r = run_cli("report", plan, "--out", tmp_path / "r.xlsx")
+    assert r.code == 0 and (tmp_path / "r.xlsx").is_file()
+    assert any(line.startswith(f"warning: {plan}: {note}") for line in r.stderr.splitlines()), r.stderr

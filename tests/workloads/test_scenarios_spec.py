@@ -122,7 +122,7 @@ def test_a_budget_sweep_on_a_cloud_plan_is_an_error(tmp_path):
 
 def test_uncertainty_prices_name_each_device_once(tmp_path):
     # two spellings of one device passed the existence check (each lower-cased is a key) and then each drew its own
-    # multiplier, applied one over the other (optimizer.whatif_uncertainty._with_prices): h100-sxm's price drawn
+    # multiplier, applied one over the other (workloads.scenarios.with_price_multipliers): h100-sxm's price drawn
     # as the product of two uniforms, not one (H100-SXM at 0.85-1.15 and h100-sxm at 0.85-1.15: 0.72-1.32)
     path = _write(tmp_path, {"uncertainty": {"prices": {"H100-SXM": {"low": 0.85, "high": 1.15},
                                                         "h100-sxm": {"low": 0.85, "high": 1.15}}}})

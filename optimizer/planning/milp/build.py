@@ -181,6 +181,11 @@ def define_capacity(model: FleetModel) -> None:
     replicas one server holds (n+1-node; :func:`~optimizer.planning.milp.problem.spare_replicas`;
     see :func:`define_n_plus_one`), ⌊G/g⌋ on shared servers or q spread (:func:`define_spread`):
     spare = ⌊G/g⌋·u − Σ_q (⌊G/g⌋ − q)·z[w,k,q]. Named ``capacity__{workload}__{candidate}``.
+
+    And Σ_b x[w,b,k] ≤ B[k]·n[w,k] (B[k]: the buckets k may carry), named ``routed__{workload}__{candidate}``:
+    a candidate without replicas carries nothing. The capacity row alone cannot say so when λ/μ is
+    below the solver's feasibility tolerance (1e-6): a workload of 1e-6 req/s, or a capacity-table
+    rate of 1e7 req/s, was routed to n = 0 and planned at $0 with every SLO "met".
     """
     for o in model.problem.options:
         idx = (o.workload, o.key)
@@ -196,6 +201,10 @@ def define_capacity(model: FleetModel) -> None:
             most = model.problem.units[o.device].gpus_per_node // o.gpus
             spare -= pulp.lpSum((most - q) * z for (w, key, q), z in spread_of(model, idx))
         model.prob += load + spare <= model.n[idx], f"capacity__{model.w_name[o.workload]}__{model.k_name[idx]}"
+        shares = [model.x[(o.workload, b, o.key)] for b in range(len(dem.bucket_qps)) if (o.workload, b, o.key) in model.x]
+        if shares:
+            model.prob += pulp.lpSum(shares) <= len(shares) * model.n[idx], \
+                f"routed__{model.w_name[o.workload]}__{model.k_name[idx]}"
 
 
 def define_servers(model: FleetModel) -> None:
