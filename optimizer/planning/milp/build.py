@@ -171,6 +171,11 @@ def define_demand(model: FleetModel) -> None:
                 model.prob += together == 1, f"demand__{wn}__b{b}"
 
 
+# λ/μ below which the capacity row cannot keep a candidate without replicas from carrying a bucket (HiGHS meets
+# rows to 1e-6): such options get the routed row of define_capacity. 100× the tolerance.
+ROUTED_ROW_BELOW = 1e-4
+
+
 def define_capacity(model: FleetModel) -> None:
     """Routed load fits the replicas at their SLO-safe rate.
 
@@ -185,7 +190,9 @@ def define_capacity(model: FleetModel) -> None:
     And Σ_b x[w,b,k] ≤ B[k]·n[w,k] (B[k]: the buckets k may carry), named ``routed__{workload}__{candidate}``:
     a candidate without replicas carries nothing. The capacity row alone cannot say so when λ/μ is
     below the solver's feasibility tolerance (1e-6): a workload of 1e-6 req/s, or a capacity-table
-    rate of 1e7 req/s, was routed to n = 0 and planned at $0 with every SLO "met".
+    rate of 1e7 req/s, was routed to n = 0 and planned at $0 with every SLO "met". The row is added
+    only where some bucket's λ/μ is below ROUTED_ROW_BELOW (elsewhere the capacity row says it, and a
+    row per option would grow every model).
     """
     for o in model.problem.options:
         idx = (o.workload, o.key)
@@ -202,7 +209,8 @@ def define_capacity(model: FleetModel) -> None:
             spare -= pulp.lpSum((most - q) * z for (w, key, q), z in spread_of(model, idx))
         model.prob += load + spare <= model.n[idx], f"capacity__{model.w_name[o.workload]}__{model.k_name[idx]}"
         shares = [model.x[(o.workload, b, o.key)] for b in range(len(dem.bucket_qps)) if (o.workload, b, o.key) in model.x]
-        if shares:
+        if shares and min(lam / mu for lam, mu in zip(dem.bucket_qps, o.capacity_qps, strict=True)
+                          if mu > 0) < ROUTED_ROW_BELOW:
             model.prob += pulp.lpSum(shares) <= len(shares) * model.n[idx], \
                 f"routed__{model.w_name[o.workload]}__{model.k_name[idx]}"
 
