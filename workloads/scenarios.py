@@ -36,7 +36,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from catalog.errors import GpuplanError, WorkloadError, suggest
 from catalog.files import MAX_PLAN_BYTES, format_validation_error, read_yaml
@@ -143,6 +151,16 @@ class ScenarioFile(Strict):
     sweeps: list[Sweep] = Field(default_factory=list)
     uncertainty: Uncertainty | None = None
 
+    @field_validator("variants", "sweeps", mode="before")
+    @classmethod
+    def _a_list(cls, value: Any, info: ValidationInfo) -> Any:
+        """``variants:`` left empty (YAML null) read as pydantic's 'Input should be a valid list'."""
+        if value is None:
+            example = ("variants (- {name: traffic-2x, set: {workloads.chat.qps: 80}})" if info.field_name == "variants"
+                       else "sweeps (- {name: growth, kind: demand, multipliers: [1, 1.5, 2]})")
+            raise ValueError(f"is empty; it takes a list of {example}, or leave {info.field_name} out")
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> ScenarioFile:
         if (self.base is None) == (self.plan is None):
@@ -205,9 +223,18 @@ def _set_keyed(data: dict[str, Any], path: str, value: Any, where: str, known: M
     if split is None:
         raise WorkloadError(f"{where}: '{path}': write {top}.KEY.FIELD, e.g. {example}")
     key, field = split[0].lower(), split[1]
+    editable = [f for f in cls.model_fields if f not in fixed]
+    owner, _, inner = key.partition(".")
+    if key not in known and owner in known and inner.split(".")[0] in cls.model_fields:
+        # devices.a10.ranges.purchase_usd read as device 'a10.ranges'
+        inner = inner.split(".")[0]
+        if inner in editable:
+            raise WorkloadError(f"{where}: '{path}': a path ends at a {what}'s field; set it whole, "
+                                f"{top}.{owner}.{inner}: VALUE")
+        raise WorkloadError(f"{where}: '{path}': a path ends at a {what}'s field, and {inner} is not one a "
+                            f"what-if sets; valid: {', '.join(editable)}")
     if key not in known:
         raise WorkloadError(f"{where}: '{path}': unknown {what} '{split[0]}'{suggest(key, known)}")
-    editable = [f for f in cls.model_fields if f not in fixed]
     if field not in editable:
         raise WorkloadError(f"{where}: '{path}': unknown {what} field '{field}'{suggest(field, editable)}; "
                             f"valid: {', '.join(editable)}")
@@ -406,12 +433,13 @@ def load_scenarios(path: Path | str, catalog: Catalog) -> tuple[ScenarioFile, di
         base_data = dict(spec.plan or {})
     seen: dict[str, str] = {}
     for name in (spec.uncertainty.prices if spec.uncertainty else {}):
-        if name.lower() not in catalog.devices:
-            raise WorkloadError(f"{path}: uncertainty.prices: unknown device '{name}'{suggest(name.lower(), catalog.devices)}")
-        if name.lower() in seen:  # each spelling would draw its own multiplier, applied one over the other
-            raise WorkloadError(f"{path}: uncertainty.prices: '{seen[name.lower()]}' and '{name}' name the same device "
-                                f"{name.lower()}; keep one entry")
-        seen[name.lower()] = name
+        key = plan_key(name)  # as a plan's devices: and catalog.device read it (h100_sxm, H100-SXM)
+        if key not in catalog.devices:
+            raise WorkloadError(f"{path}: uncertainty.prices: unknown device '{name}'{suggest(key, catalog.devices)}")
+        if key in seen:  # each spelling would draw its own multiplier, applied one over the other
+            raise WorkloadError(f"{path}: uncertainty.prices: '{seen[key]}' and '{name}' name the same device "
+                                f"{key}; keep one entry")
+        seen[key] = name
     scenarios = expand_scenarios(spec, base_data, catalog, str(path), base_where)
     if spec.uncertainty:
         check_price_spreads(scenarios[0].plan, spec.uncertainty, catalog, str(path))

@@ -8,7 +8,7 @@ import yaml
 from catalog import load_catalog
 from catalog.errors import WorkloadError
 from tests.conftest import EXAMPLES
-from workloads.scenarios import load_scenarios
+from workloads.scenarios import load_scenarios, with_price_multipliers
 
 
 def _write(tmp_path, body: dict):
@@ -129,3 +129,18 @@ def test_uncertainty_prices_name_each_device_once(tmp_path):
     with pytest.raises(WorkloadError, match=r"uncertainty.prices: 'H100-SXM' and 'h100-sxm' name the same device "
                                             r"h100-sxm; keep one entry"):
         load_scenarios(path, load_catalog())
+
+
+def test_uncertainty_prices_read_device_names_as_plans_do(tmp_path):
+    # a plan's devices: and catalog.device read h100_sxm as h100-sxm; uncertainty.prices called it an unknown device
+    cat = load_catalog()
+    path = _write(tmp_path, {"uncertainty": {"prices": {"h100_sxm": {"low": 0.5, "high": 0.5}}}})
+    _, _, scenarios = load_scenarios(path, cat)
+    drawn = with_price_multipliers(scenarios[0].plan, {"h100_sxm": 0.5}, cat)
+    assert drawn.devices["h100-sxm"]["purchase_usd"] == pytest.approx(0.5 * cat.devices["h100-sxm"].purchase_usd,
+                                                                      rel=1e-12)
+    both = _write(tmp_path, {"uncertainty": {"prices": {"h100_sxm": {"low": 0.85, "high": 1.15},
+                                                        "h100-sxm": {"low": 0.85, "high": 1.15}}}})
+    with pytest.raises(WorkloadError, match=r"uncertainty.prices: 'h100-sxm' and 'h100_sxm' name the same device "
+                                            r"h100-sxm; keep one entry"):
+        load_scenarios(both, cat)
