@@ -56,16 +56,17 @@ def calibrate(
     paths = resolve_measurement_paths(measurements or [], shipped, plan_ok=False)
     outputs = plan_outputs([Output("--out", out, (".yaml", ".yml"))], (*paths, params, catalog))
     cat = load(catalog)
-    rows_by_file = [(p.name, load_all([p], cat)) for p in paths]
+    rows_by_file = [(str(p), load_all([p], cat)) for p in paths]  # errors and notes name each path as given
     rows = [m for _, file_rows in rows_by_file for m in file_rows]
-    names = ", ".join(p.name for p in paths)
+    names = ", ".join(p.name for p in paths)  # the fit record's data_file, and the header of --out
     digest = hashlib.sha256(b"".join(read_bytes(p, "measurements", ModelError) for p in paths)).hexdigest()
     unused_note = unused_rows_note(rows_by_file)
     repeated_note = duplicate_rows_note(rows_by_file)
     start = load_params(params, cat) if params is not None else None
     try:
         fitted = fit_and_band(rows, cat, start=start, data_file=names, data_sha256=digest,
-                              online_weight=online_weight, bands=bands)
+                              online_weight=online_weight, bands=bands,
+                              where=", ".join(str(p) for p in paths))
     except ModelError as exc:  # no rows left to fit: the unusable rows may be why
         if unused_note is None:
             raise

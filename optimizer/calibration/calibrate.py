@@ -37,9 +37,10 @@ def structure_of(start: CalibrationParams | None) -> CalibrationParams | None:
 
 
 def calibrate(rows: Sequence[Measurement], cat: Catalog, *, start: CalibrationParams | None, data_file: str,
-              data_sha256: str, online_weight: float, bands: bool) -> CalibrationParams:
-    """Fitted parameters for ``rows``, with the fit record, coverage and (``bands``) error bands."""
-    fitted = fit_params(rows, cat, start=start, data_file=data_file, online_weight=online_weight)
+              data_sha256: str, online_weight: float, bands: bool, where: str = "") -> CalibrationParams:
+    """Fitted parameters for ``rows``, with the fit record, coverage and (``bands``) error bands; ``where`` names
+    the data in errors (``fit_params``)."""
+    fitted = fit_params(rows, cat, start=start, data_file=data_file, online_weight=online_weight, where=where)
     fitted = fitted.model_copy(update={"fit": fitted.fit.model_copy(update={"data_sha256": data_sha256}),
                                        "coverage": coverage(rows, cat)})
     if not bands:

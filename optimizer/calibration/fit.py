@@ -139,8 +139,11 @@ MOE_GLUE_START_BYTES = 8.0
 def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationParams | None = None,
                data_file: str = "", sweeps: int = 6, by_generation: bool = True,
                by_memory_type: bool = True, online_weight: float = 0.0,
-               optimizer: str = "polish") -> CalibrationParams:
+               optimizer: str = "polish", where: str = "") -> CalibrationParams:
     """Fit the factors to the offline rows of ``rows``; returns params with a FitRecord.
+
+    ``data_file`` is recorded in the FitRecord (the files' names); ``where`` names the data in errors (the
+    paths as the user gave them; default ``data_file``).
 
     ``optimizer`` (``search``): "coordinate" = ``fit_rounds`` coordinate searches of ``sweeps`` sweeps;
     "polish" (default) = each search followed by a least-squares polish of the continuous knobs
@@ -158,7 +161,7 @@ def fit_params(rows: Sequence[Measurement], cat: Catalog, start: CalibrationPara
     """
     usable = [m for m in rows if offline_skip_reason(m) is None]
     if not usable:
-        raise ModelError(f"{data_file or 'measurements'}: no offline max-throughput rows to fit "
+        raise ModelError(f"{where or data_file or 'measurements'}: no offline max-throughput rows to fit "
                          "(need scenario 'offline ...' rows with input_len, output_len, throughput_tok_s)")
     params = start or CalibrationParams()
     devices = [cat.devices[k] for k in sorted({m.device_key for m in usable})]  # type: ignore[index]

@@ -261,10 +261,10 @@ def test_calibrate_names_the_rows_it_could_not_use(run_cli, tmp_path):
     assert r.code == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["params"]["fit"]["rows_used"] == USER_ROWS.count("\n") - 1  # the six good rows
-    assert out["unused_rows"].startswith("1 row not used in the fit: mine.csv line 8: gpu_key 'H100-SMX': "
+    assert out["unused_rows"].startswith(f"1 row not used in the fit: {data} line 8: gpu_key 'H100-SMX': "
                                          "unknown device 'h100-smx' (did you mean 'h100-sxm'")
     r = run_cli("calibrate", str(tmp_path / "mine.csv"), "--out", str(tmp_path / "q.yaml"), "--no-bands")
-    assert r.code == 0 and "warning: 1 row not used in the fit: mine.csv line 8" in r.stderr
+    assert r.code == 0 and f"warning: 1 row not used in the fit: {data} line 8" in r.stderr
 
 
 def test_calibrate_names_a_row_given_twice(run_cli, tmp_path):
@@ -279,7 +279,7 @@ def test_calibrate_names_a_row_given_twice(run_cli, tmp_path):
     assert r.code == 0, r.stderr
     note = json.loads(r.stdout)["duplicate_rows"]
     assert note.startswith("2 rows repeat another in every column, so the fit counts it twice: "
-                           "mine.csv line 8 repeats mine.csv line 2; more.csv line 2 repeats mine.csv line 4")
+                           f"{data} line 8 repeats {data} line 2; {other} line 2 repeats {data} line 4")
     r = run_cli("calibrate", str(data), "--out", str(tmp_path / "q.yaml"), "--no-bands")
     assert r.code == 0 and "warning: 1 row repeats another in every column" in r.stderr
     plain = tmp_path / "plain.csv"
@@ -296,5 +296,5 @@ def test_calibrate_with_no_usable_row_says_why(run_cli, tmp_path):
     data.write_text(header + "\nH100-SMX,labB,llama-3.1-8b,BF16,offline,vllm,1,1,128,128,14500\n")
     r = run_cli("calibrate", str(data), "--out", str(tmp_path / "p.yaml"), "--no-bands")
     assert r.code == 1 and not (tmp_path / "p.yaml").exists()
-    assert "no offline max-throughput rows to fit" in r.stderr
-    assert "1 row not used in the fit: mine.csv line 2: gpu_key 'H100-SMX': unknown device 'h100-smx'" in r.stderr
+    assert f"{data}: no offline max-throughput rows to fit" in r.stderr
+    assert f"1 row not used in the fit: {data} line 2: gpu_key 'H100-SMX': unknown device 'h100-smx'" in r.stderr
