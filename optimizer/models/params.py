@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import AfterValidator, Field, ValidationError, model_validator
 
 from catalog.errors import ModelError, suggest
 from catalog.files import format_validation_error, parse_yaml_text, read_yaml
@@ -45,6 +45,22 @@ if TYPE_CHECKING:
     from catalog.load import Catalog
 
 Fraction = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+# The least share of its peak an efficiency factor may claim. The fit searches no efficiency below 0.02 (decode
+# attention; 0.05 and up for the others: optimizer.calibration.fit._global_knobs, class_overrides) and the shipped
+# fit's smallest is 0.11 (decode attention). A kernel at under 1 % of its datasheet rate makes the device slower
+# than one a hundredth its size; such a value is a slip (1e-300, or a share written per mille), and planned it
+# read as an SLO no fleet meets ('relax the SLO', TPOT 1.2e299 ms at compute_efficiency 1e-300), the file unnamed.
+MIN_EFFICIENCY = 0.01
+
+
+def _plausible_share(value: float) -> float:
+    if value < MIN_EFFICIENCY:
+        raise ValueError(f"{value:g} is below {MIN_EFFICIENCY:g}: an efficiency is the share of the device's peak a "
+                         f"kernel reaches (0.6 = 60 %), and `gpuplan calibrate` fits none below 0.02")
+    return value
+
+
+Efficiency = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False), AfterValidator(_plausible_share)]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 PARAMS_FILE = "calibration.yaml"
 Engine = Literal["trtllm", "vllm", "sglang"]
@@ -82,10 +98,10 @@ class FactorOverride(Strict):
     weight_only: bool | None = Field(None, description="true: only weight-only-quantized precisions (W4A16: "
                                      "the GEMM dequantizes every weight tile to 16 bit before its 16-bit MMA), "
                                      "false: only the others")
-    memory_bandwidth_efficiency: Fraction | None = None
-    compute_efficiency: Fraction | None = None
-    attention_efficiency: Fraction | None = None
-    moe_efficiency: Fraction | None = None
+    memory_bandwidth_efficiency: Efficiency | None = None
+    compute_efficiency: Efficiency | None = None
+    attention_efficiency: Efficiency | None = None
+    moe_efficiency: Efficiency | None = None
     step_overhead_ms: NonNeg | None = None
     sequence_overhead_us: NonNeg | None = None
     max_batch_sequences: int | None = Field(None, gt=0)
@@ -207,18 +223,18 @@ class FitRecord(Strict):
 class CalibrationParams(Strict):
     """Efficiency factors and overheads of the replica model (see ``optimizer.models.perf``)."""
 
-    memory_bandwidth_efficiency: Fraction = Field(
+    memory_bandwidth_efficiency: Efficiency = Field(
         0.8, description="achieved / peak memory bandwidth for decode reads (weights + KV)")
-    compute_efficiency: Fraction = Field(
+    compute_efficiency: Efficiency = Field(
         0.6, description="GEMMs: achieved / dense peak tensor FLOPS of the compute dtype (overrides by "
         "compute_dtype and engine)")
-    attention_efficiency: Fraction = Field(
+    attention_efficiency: Efficiency = Field(
         0.3, description="decode attention math: achieved / dense peak of the attention dtype")
-    prefill_attention_efficiency: Fraction | None = Field(
+    prefill_attention_efficiency: Efficiency | None = Field(
         None, description="context (prefill) attention math: achieved / dense peak of the attention dtype "
         "(FMHA context kernels, a different kernel from decode attention); None = attention_efficiency "
         "(parameter files fitted before it existed)")
-    moe_efficiency: Fraction = Field(
+    moe_efficiency: Efficiency = Field(
         1.0, description="routed-expert grouped GEMMs: share of compute_efficiency they reach (many "
         "small per-expert GEMMs; overrides by generation)")
     moe_tile_tokens: Annotated[float, Field(ge=1, le=512, allow_inf_nan=False)] = Field(
@@ -277,9 +293,9 @@ class CalibrationParams(Strict):
         "queueing into the engine, first-token detokenising and HTTP), added once to TTFT and to "
         "E2E, not to TPOT; fitted to the online-serving TTFT rows (0 = parameter files fitted "
         "before it existed)")
-    link_efficiency: Fraction = Field(
+    link_efficiency: Efficiency = Field(
         0.7, description="achieved / peak per-direction link bandwidth in all-reduce")
-    pcie_link_efficiency: Fraction | None = Field(
+    pcie_link_efficiency: Efficiency | None = Field(
         None, description="achieved / peak per-direction host-link (PCIe) bandwidth in all-reduce when the "
         "group spans more than the scale-up domain (NCCL rings through PCIe switches and the host, a different "
         "path from NVLink); None = link_efficiency (parameter files fitted before it existed)")
