@@ -243,7 +243,7 @@ def render(data: dict[str, Any]) -> None:
          + (f" ({data['annual_cloud_usd'] / HOURS_PER_YEAR:,.2f} / h)" if data["objective"] == "cloud" else "")],
         [f"TCO over {plural(data['assumptions']['horizon_years'], 'year')}", fmt(data["tco_usd"])],
         ["NPV of costs", fmt(data["npv_usd"])],
-        ["power (nameplate)", fmt(data["power_kw"], 1) + " kW"],
+        ["power (nameplate" + (", information only)" if cloud else ")"), fmt(data["power_kw"], 1) + " kW"],
         [f"GPUs in use / {'rented' if cloud else 'bought'} / servers",
          f"{data['gpus_total']} / {sum(f['gpus_installed'] for f in data['fleet'])} / {data['nodes_total']}"],
         ["$ per million output tokens (average volume)", fmt(data["cost_per_million_output_tokens_usd"], 3)],

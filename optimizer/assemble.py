@@ -64,6 +64,29 @@ def fleet_row(device: str, unit: UnitSpec, gpus: int, nodes: int, a: MoneyAssump
     )
 
 
+def cloud_host_power_note(fleet: tuple[FleetRow, ...], a: MoneyAssumptions) -> Diagnostic | None:
+    """Under objective cloud, where a device is rented in instances smaller than its host server (or cards one by
+    one), an info line saying what ``power_kw`` counts: each host server's ``server_power_w`` whole (a 1-GPU H100
+    instance counts its 8-GPU host's 4.6 kW), beside the rented share of the hosts,
+    Σ_d (gpus_d·tdp_w_d + gpus_d/gpus_per_node_d·server_power_w_d) / 1000; None when every host is rented whole.
+    The figure is information only under cloud (no power cost, no ``max_power_kw``), so it is labelled, not changed:
+    the JSON, the workbook's formulas and ``report``'s re-check keep one power formula for every objective."""
+    if a.objective != "cloud":
+        return None
+    partial = [f for f in fleet if f.gpus_installed < f.nodes * f.gpus_per_node]
+    if not partial:
+        return None
+    shared_kw = sum((f.gpus_installed * f.tdp_w + f.gpus_installed / f.gpus_per_node
+                     * (a.server_power_w if f.server_power_w is None else f.server_power_w)) / 1000 for f in fleet)
+    rows = "; ".join(f"{f.device}: {f.gpus_installed} rented GPU{'s' if f.gpus_installed != 1 else ''} on "
+                     f"{f.nodes} host{'s' if f.nodes != 1 else ''} of {f.gpus_per_node}" for f in partial)
+    return Diagnostic("info", "cloud_power_whole_hosts",
+                      f"power {sum(f.power_kw for f in fleet):,.1f} kW (nameplate) counts each host server's power "
+                      f"whole, though the instances rent part of it ({rows}); the rented share of the hosts is "
+                      f"{shared_kw:,.1f} kW. Under objective cloud power is information: it costs nothing here and "
+                      "max_power_kw is not applied")
+
+
 def assemble(
     plan: Plan,
     cset: CandidateSet,
@@ -110,6 +133,8 @@ def assemble(
         share = workload_tco_share_usd(gpus_by_device, fleet_figures, a)
         workloads.append(workload_row(wc, deps, share, a))
     tokens = sum(w.output_tokens_per_year for w in workloads)
+    if (power_note := cloud_host_power_note(fleet, a)) is not None:
+        diagnostics = [*diagnostics, power_note]
     stage = {(wc.workload.name, c.key): c.stage for wc in cset.workloads for c in wc.candidates}
     routing = tuple(Route(w, b, k, q, stage.get((w, k), "colocated")) for (w, b, k), q in sorted(sol.routed_qps.items()))
     return PlanResult(

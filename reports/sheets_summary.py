@@ -312,7 +312,9 @@ def _figures(ctx: Ctx, header: int) -> None:
     line("Servers", Formula(f"={ref(fleet, ft, fc['nodes'])}", r.nodes_total), "servers", styles.THOUSANDS,
          "see Fleet", "nodes_total")
     line("IT power", Formula(f"={ref(fleet, ft, fc['kw'])}", r.power_kw), "kW", styles.DEC1,
-         "nameplate: GPUs' TDP + server power", "power_kw")
+         "nameplate: GPUs' TDP + server power" + (", each host server whole; information only under objective "
+                                                  "cloud (no power cost, no power cap)" if r.objective == "cloud" else ""),
+         "power_kw")
     line("Status", r.status, "", None, r.status_detail)
     met = sum(1 for w in r.workloads if w.met)
     missed = [w.name for w in r.workloads if w.met is False]
