@@ -83,8 +83,8 @@ def cloud_host_power_note(fleet: tuple[FleetRow, ...], a: MoneyAssumptions) -> D
     return Diagnostic("info", "cloud_power_whole_hosts",
                       f"power {sum(f.power_kw for f in fleet):,.1f} kW (nameplate) counts each host server's power "
                       f"whole, though the instances rent part of it ({rows}); the rented share of the hosts is "
-                      f"{shared_kw:,.1f} kW. Under objective cloud power is information: it costs nothing here and "
-                      "max_power_kw is not applied")
+                      f"{shared_kw:,.1f} kW. Under objective cloud this power is shown for information only: it costs "
+                      "nothing and max_power_kw is not applied")
 
 
 def assemble(

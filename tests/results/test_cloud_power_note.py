@@ -26,7 +26,8 @@ def test_the_note_gives_the_rented_share_of_the_hosts():
     assert note is not None and note.level == "info" and note.code == "cloud_power_whole_hosts"
     assert note.message.startswith("power 15.5 kW (nameplate) counts each host server's power whole, though the "
                                    "instances rent part of it (h100-sxm: 1 rented GPU on 1 host of 8); the rented "
-                                   "share of the hosts is 11.5 kW. Under objective cloud power is information")
+                                   "share of the hosts is 11.5 kW. Under objective cloud this power is shown for "
+                                   "information only")
     assert "h200-sxm" not in note.message  # its host is rented whole
 
 
