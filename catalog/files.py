@@ -236,8 +236,20 @@ def read_yaml(path: Path | str, what: str, error: type[GpuplanError], limit: int
         raise error(f"{path}: YAML nesting too deep (over Python's recursion limit); a {what} file needs only a "
                     "few levels: flatten it") from None
     if not isinstance(data, dict):
-        raise error(f"{path}: expected a mapping of fields at the top level, got {type(data).__name__}")
+        raise error(f"{path}: expected a mapping of fields at the top level, got {_top_level_text(data)}; a {what} "
+                    "file is YAML lines of field: value")
     return data
+
+
+def _top_level_text(data: Any) -> str:
+    """What a YAML file that is not a mapping holds, in words (``NoneType`` and ``str`` said little)."""
+    if data is None:
+        return "nothing (only comments or blank lines)"
+    if isinstance(data, str):
+        return "a text value (a CSV, or a file of another format?)"
+    if isinstance(data, list):
+        return "a list"
+    return f"a single {type(data).__name__} value"
 
 
 def parse_yaml_text(text: str, where: str, error: type[GpuplanError], *, shipped: bool = False) -> Any:

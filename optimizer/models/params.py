@@ -499,6 +499,9 @@ def load_params(path: Path | str | None = None, catalog: Catalog | None = None) 
         return parse_params(parse_yaml_text(shipped.read_text("utf-8"), f"built-in {PARAMS_FILE}", ModelError,
                                             shipped=True),
                             f"built-in {PARAMS_FILE}")
+    if Path(path).suffix.lower() in (".csv", ".tsv"):  # a measurements file given as the fit read: 'not valid YAML'
+        raise ModelError(f"{path}: is a {Path(path).suffix[1:].upper()} file, not calibration parameters; fit it first "
+                         f"(`gpuplan calibrate {path} --out params.yaml`) and give --params the YAML it writes")
     data = read_yaml(path, "calibration parameters", ModelError)
     if "workloads" in data:  # 'name: unknown field; known fields: ...' did not say what the file was
         raise ModelError(f"{path}: is a plan file (it has workloads:), not calibration parameters; give --params "
