@@ -78,7 +78,7 @@ def whatif(
     """Solve every scenario of a what-if file and compare them."""
     # the optimizer (numpy, pulp, pydantic) loads when the command runs, not at `gpuplan --help`
     from optimizer.whatif import ScenarioOptions, check_backend, run_whatif
-    from reports.whatif_workbook import frontier_plot_bytes, whatif_workbook_bytes
+    from reports.whatif_workbook import frontier_plot_bytes, has_plan, whatif_workbook_bytes
     from workloads.scenarios import load_scenarios, read_scenario_file, scenario_inputs
 
     check_backend(backend)
@@ -116,6 +116,14 @@ def whatif(
     if not outputs.to_stdout("--json"):
         _render(rows, uncertainty)
     outputs.write(payloads)
+    compared = [r for r in rows if r["group"] != "samples"]  # the file's scenarios; Monte Carlo draws are no plan
+    if not any(has_plan(r) for r in compared):
+        # nothing to compare: a script must not read success. The files are written: their rows say why.
+        base = compared[0]
+        why = " ".join(str(base.get("no_fleet_reason") or base["status_detail"] or base["status"]).split())
+        sys.stderr.write(f"error: {path}: no scenario has a fleet (all {len(compared)}, the base included, are "
+                         f"infeasible or failed); {base['name']}: {why}\n")
+        raise typer.Exit(code=1)
 
 
 def _render(rows: list[dict[str, Any]], u: dict[str, Any] | None) -> None:

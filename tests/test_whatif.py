@@ -348,3 +348,30 @@ def test_a_budget_sweep_serves_a_workload_whose_length_tail_the_context_window_c
     assert base["status"] == "optimal" and len(levels) == 2
     assert all(r["status"] == "optimal" and r["demand_multiplier"] > 0 for r in levels)
     assert levels[0]["demand_multiplier"] < levels[1]["demand_multiplier"]
+
+
+ONE_L40S = {"name": "small", "allowed_devices": ["l40s"],
+            "workloads": [{"name": "chat", "model": "llama-3.1-8b", "qps": 1, "prompt_tokens": 512,
+                           "output_tokens": 128, "slo": {"tpot_p99_ms": 100}, "precisions": ["fp8"]}]}
+
+
+@pytest.mark.parametrize(("variant_cap_kw", "code"), [(0.2, 1), (100.0, 0)])
+def test_whatif_exits_1_when_no_scenario_has_a_fleet(run_cli, tmp_path, variant_cap_kw, code):
+    """Hostile round 24 W40/W41: every scenario infeasible exited 0, and a script read success. The rule: exit 1
+    when no scenario of the file (the base included; Monte Carlo draws are no scenario of it) has a fleet, after
+    writing the files, whose rows say why. One L40S in its server (1.85 kW) under max_power_kw 0.1 has no fleet; a
+    variant at 0.2 kW has none either (exit 1), one at 100 kW has (exit 0: a comparison with a plan in it)."""
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump({"plan": {**ONE_L40S, "max_power_kw": 0.1},
+                                    "variants": [{"name": "cap", "set": {"max_power_kw": variant_cap_kw}}]}))
+    js, out, png = tmp_path / "w.json", tmp_path / "w.xlsx", tmp_path / "w.png"
+    r = run_cli("whatif", str(path), "--json", str(js), "--out", str(out), "--plot", str(png), "--workers", "1")
+    assert r.code == code, r.stderr
+    statuses = [s["status"] for s in json.loads(js.read_text())["scenarios"]]  # written either way
+    assert out.stat().st_size > 0 and png.read_bytes()[:4] == b"\x89PNG"
+    if code:
+        assert statuses == ["infeasible", "infeasible"]
+        assert r.stderr.count("\n") == 1 and "no scenario has a fleet (all 2, the base included" in r.stderr
+        assert "max_power_kw = 0.10 kW binds" in r.stderr  # the base's reason, as its row says it
+    else:
+        assert statuses == ["infeasible", "optimal"] and "error" not in r.stderr
