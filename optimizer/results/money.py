@@ -179,6 +179,11 @@ def installed_gpus(gpus_used: int, nodes: int, gpus_per_server: int, fixed_size:
     gpus_per_instance · ⌈gpus_used / gpus_per_instance⌉."""
     if fixed_size:
         return nodes * gpus_per_server
+    return whole_instances_gpus(gpus_used, gpus_per_instance)
+
+
+def whole_instances_gpus(gpus_used: int, gpus_per_instance: int) -> int:
+    """gpus_per_instance · ⌈gpus_used / gpus_per_instance⌉: the GPUs of the whole instances that hold gpus_used."""
     return gpus_per_instance * -(-gpus_used // gpus_per_instance)
 
 

@@ -49,7 +49,7 @@ from typing import Literal, TypeVar
 
 from catalog.names import slug
 from optimizer.planning.solver_options import SolverOptions  # noqa: F401 (re-exported)
-from optimizer.results.money import LinearTerms, installed_gpus
+from optimizer.results.money import LinearTerms, installed_gpus, whole_instances_gpus
 from optimizer.results.plan_result import SolveStatus
 
 # ---------------------------------------------------------------------------------------
@@ -84,7 +84,7 @@ class UnitTerms:
     def rented_gpus(self, gpus_used: int) -> int:
         """The GPUs the per-GPU terms apply to, as the MILP counts them (``milp.build.gpus_rented``): the GPUs in
         use rounded up to whole instances (a fixed-size server's GPUs are in its per-server terms)."""
-        return self.gpus_per_instance * -(-gpus_used // self.gpus_per_instance)
+        return whole_instances_gpus(gpus_used, self.gpus_per_instance)
 
     def figure(self, name: str, gpus_used: int, nodes: int) -> float:
         """A money or power figure (``objective_usd``, ``capex_usd``, ``annual_opex_usd``, ``power_kw``) of

@@ -40,12 +40,10 @@ from optimizer.planning.milp.problem import (
 )
 from optimizer.planning.milp.solve import (
     CHILD_MIN_OPTIONS,
-    HiGHSWithHooks,
-    classify_run,
     extract,
     solve_fleet,
+    solve_tuned_highs,
     start_values,
-    stdout_silenced,
 )
 from optimizer.results.plan_result import SolveStatus
 
@@ -331,15 +329,8 @@ def resolve_fleet(problem: FleetProblem, *, start: FleetSolution | None, time_li
     model = build_model(problem)
     build_seconds = time.perf_counter() - t0
     first = start_values(model, start) if start is not None and start.status.has_plan else None
-    highs = HiGHSWithHooks(msg=False, timeLimit=max(time_limit_s - build_seconds, 0.1 * time_limit_s), gapRel=gap,
-                           threads=1, start=first, presolve="off", **RESOLVE_HIGHS_OPTIONS)
-    t1 = time.perf_counter()
-    try:
-        with stdout_silenced():
-            model.prob.solve(highs)
-    except pulp.PulpSolverError:
-        return solve_fleet(problem, time_limit_s=time_limit_s, gap=gap, solver=solver, start=start)
-    run = classify_run(model, "highs", time.perf_counter() - t1, time_limit_s)
-    if run.status == SolveStatus.ERROR:
+    run = solve_tuned_highs(model, time_limit_s=max(time_limit_s - build_seconds, 0.1 * time_limit_s), gap=gap,
+                            options=RESOLVE_HIGHS_OPTIONS, start=first, reported_limit_s=time_limit_s)
+    if run is None:
         return solve_fleet(problem, time_limit_s=time_limit_s, gap=gap, solver=solver, start=start)
     return extract(model, run, build_seconds)

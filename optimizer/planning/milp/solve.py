@@ -225,6 +225,27 @@ def solve_model(model: FleetModel, *, time_limit_s: float, gap: float, solver: s
     raise SolverError(f"no MILP solver could run ({last_error}); install highspy: pip install highspy")
 
 
+def solve_tuned_highs(model: FleetModel, *, time_limit_s: float, gap: float, options: Mapping[str, Any],
+                      start: Mapping[pulp.LpVariable, float] | None = None, presolve: bool = False,
+                      on_incumbent: Callable[[Any, float, float], None] | None = None,
+                      reported_limit_s: float | None = None) -> SolveRun | None:
+    """One HiGHS solve with extra HiGHS ``options`` (the re-solves' and the tie-break's settings), classified as
+    :func:`solve_model` does; None when HiGHS is not installed, PuLP raises, or the run ends in error (the caller
+    falls back to :func:`solve_model` / ``solve_fleet``, HiGHS's defaults then CBC)."""
+    if not pulp.HiGHS(msg=False).available():
+        return None
+    highs = HiGHSWithHooks(msg=False, timeLimit=time_limit_s, gapRel=gap, threads=1, start=start,
+                           on_incumbent=on_incumbent, presolve="on" if presolve else "off", **options)
+    t0 = time.perf_counter()
+    try:
+        with stdout_silenced():
+            model.prob.solve(highs)
+    except pulp.PulpSolverError:
+        return None
+    run = classify_run(model, "highs", time.perf_counter() - t0, reported_limit_s or time_limit_s)
+    return None if run.status == SolveStatus.ERROR else run
+
+
 def classify_run(model: FleetModel, solver: str, seconds: float, time_limit_s: float) -> SolveRun:
     """The :class:`SolveRun` of a finished solve of ``model``: its status from PuLP's ``status`` and
     ``sol_status`` (a HiGHS "Optimal" without an incumbent is no plan), with HiGHS's gap and bound;

@@ -40,13 +40,11 @@ from optimizer.planning.milp.resolve import RESOLVE_HIGHS_OPTIONS, cached_solve,
 from optimizer.planning.milp.solve import (
     CHILD_MIN_OPTIONS,
     DEADLINE_GRACE_S,
-    HiGHSWithHooks,
     SolveRun,
-    classify_run,
     extract,
     solve_model,
+    solve_tuned_highs,
     start_values,
-    stdout_silenced,
 )
 from optimizer.results.plan_result import Diagnostic, SolveStatus
 
@@ -124,18 +122,12 @@ def solve_tie_break(problem: FleetProblem, first: FleetSolution, *, time_limit_s
             report(extract(model, run, build_seconds, values))
     left_s = max(time_limit_s - build_seconds, TIE_BREAK_MIN_S)
     presolve = len(problem.options) >= PRESOLVE_MIN_OPTIONS
-    if solver == "highs" and pulp.HiGHS(msg=False).available():
-        highs = HiGHSWithHooks(msg=False, timeLimit=left_s, gapRel=0.0, threads=1, start=start, on_incumbent=on_incumbent,
-                               presolve="on" if presolve else "off", **TIE_BREAK_HIGHS_OPTIONS)
-        t1 = time.perf_counter()
-        try:
-            with stdout_silenced():
-                model.prob.solve(highs)
-            return extract(model, classify_run(model, "highs", time.perf_counter() - t1, time_limit_s), build_seconds)
-        except pulp.PulpSolverError:
-            pass  # solve_model below tries HiGHS with its defaults, then CBC
-    run = solve_model(model, time_limit_s=left_s, gap=0.0, solver=solver, reported_limit_s=time_limit_s,
-                      presolve=presolve, on_incumbent=on_incumbent, start=start)
+    run = solve_tuned_highs(model, time_limit_s=left_s, gap=0.0, options=TIE_BREAK_HIGHS_OPTIONS, start=start,
+                            presolve=presolve, on_incumbent=on_incumbent,
+                            reported_limit_s=time_limit_s) if solver == "highs" else None
+    if run is None:  # HiGHS with its defaults, then CBC
+        run = solve_model(model, time_limit_s=left_s, gap=0.0, solver=solver, reported_limit_s=time_limit_s,
+                          presolve=presolve, on_incumbent=on_incumbent, start=start)
     return extract(model, run, build_seconds)
 
 
