@@ -56,7 +56,7 @@ from cli import (
     simulate_cmd,
     whatif_cmd,
 )
-from cli.common import CatalogOpt, JsonOpt, ModelConfigOpt, ParamsOpt, clean
+from cli.common import CatalogOpt, JsonOpt, ModelConfigOpt, ParamsOpt, clean, error_line
 from cli.env_check import check_environment
 
 app = typer.Typer(
@@ -222,7 +222,7 @@ def _usage_line(exc: Any, argv: list[str]) -> str:
 
 
 def _fail(text: str) -> None:
-    sys.stderr.write(f"error: {clean(' '.join(str(text).split()))}\n")
+    error_line(text)
     sys.exit(1)
 
 

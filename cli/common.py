@@ -95,6 +95,11 @@ def clean(text: str) -> str:
                         else f"\\u{ord(m.group()):04x}", text)
 
 
+def error_line(text: str) -> None:
+    """The CLI's one error line on stderr: ``error: TEXT``, whitespace folded, control characters escaped."""
+    sys.stderr.write(f"error: {clean(' '.join(str(text).split()))}\n")
+
+
 def safe_console(**kwargs: Any) -> Console:
     """A rich Console whose string arguments go through :func:`clean` (tables are cleaned by :func:`table`)."""
     # rich loads when something is printed, not at `gpuplan --help`

@@ -32,6 +32,7 @@ from cli.common import (
     TimeLimitOpt,
     aliased,
     cache_off,
+    error_line,
     fmt,
     load,
     load_calibration,
@@ -129,7 +130,7 @@ def optimize(
         parts += [d["message"] for d in data["diagnostics"]
                   if d["level"] == "error" and d["message"] not in data["status_detail"]]
         text = "; ".join(" ".join(p.split()) for p in parts)
-        sys.stderr.write(f"error: {plan_path}: no fleet found ({data['status']}): {text}\n")
+        error_line(f"{plan_path}: no fleet found ({data['status']}): {text}")
         raise typer.Exit(code=1)
 
 

@@ -20,6 +20,7 @@ from cli.common import (
     TimeLimitOpt,
     aliased,
     cache_off,
+    error_line,
     fmt,
     load,
     load_calibration,
@@ -121,8 +122,8 @@ def whatif(
         # nothing to compare: a script must not read success. The files are written: their rows say why.
         base = compared[0]
         why = " ".join(str(base.get("no_fleet_reason") or base["status_detail"] or base["status"]).split())
-        sys.stderr.write(f"error: {path}: no scenario has a fleet (all {len(compared)}, the base included, are "
-                         f"infeasible or failed); {base['name']}: {why}\n")
+        error_line(f"{path}: no scenario has a fleet (all {len(compared)}, the base included, are infeasible or "
+                   f"failed); {base['name']}: {why}")
         raise typer.Exit(code=1)
 
 
