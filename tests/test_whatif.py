@@ -307,6 +307,12 @@ def test_a_scenario_whose_simulated_miss_cannot_be_re_sized_says_so(tmp_path):
     assert any(x.startswith("simulated over an SLO") and x.endswith(": base") for x in cap.get().splitlines())
 
 
+# one L40S card in an 8-slot PCIe server at 1 req/s (1.85 kW with its server)
+ONE_L40S = {"name": "small", "allowed_devices": ["l40s"],
+            "workloads": [{"name": "chat", "model": "llama-3.1-8b", "qps": 1, "prompt_tokens": 512,
+                           "output_tokens": 128, "slo": {"tpot_p99_ms": 100}, "precisions": ["fp8"]}]}
+
+
 def test_a_scenario_without_a_fleet_carries_the_binding_limit(tmp_path):
     """Planner review 24: DeepSeek-R1 under max_power_kw 14 (one B200 board draws 14.3 kW, one MI355X 14.7): the
     what-if row said only "no fleet satisfies every constraint"; `gpuplan optimize` adds the limit that binds and the
@@ -314,11 +320,8 @@ def test_a_scenario_without_a_fleet_carries_the_binding_limit(tmp_path):
     cheapest fleet is also the least power, so the smallest feasible cap is the base fleet's power."""
     from optimizer.whatif import ScenarioOptions, run_scenarios
 
-    plan = {"name": "small", "allowed_devices": ["l40s"],
-            "workloads": [{"name": "chat", "model": "llama-3.1-8b", "qps": 1, "prompt_tokens": 512,
-                           "output_tokens": 128, "slo": {"tpot_p99_ms": 100}, "precisions": ["fp8"]}]}
     path = tmp_path / "w.yaml"
-    path.write_text(yaml.safe_dump({"plan": plan, "variants": [{"name": "cap", "set": {"max_power_kw": 0.1}}]}))
+    path.write_text(yaml.safe_dump({"plan": ONE_L40S, "variants": [{"name": "cap", "set": {"max_power_kw": 0.1}}]}))
     _, _, scenarios = load_scenarios(path, load_catalog())
     base, cap = [r.to_json(with_plan=False) for r in run_scenarios(scenarios, ScenarioOptions(), workers=1)]
     assert base["no_fleet_reason"] is None and base["fleet"] == {"l40s": 1}
@@ -348,11 +351,6 @@ def test_a_budget_sweep_serves_a_workload_whose_length_tail_the_context_window_c
     assert base["status"] == "optimal" and len(levels) == 2
     assert all(r["status"] == "optimal" and r["demand_multiplier"] > 0 for r in levels)
     assert levels[0]["demand_multiplier"] < levels[1]["demand_multiplier"]
-
-
-ONE_L40S = {"name": "small", "allowed_devices": ["l40s"],
-            "workloads": [{"name": "chat", "model": "llama-3.1-8b", "qps": 1, "prompt_tokens": 512,
-                           "output_tokens": 128, "slo": {"tpot_p99_ms": 100}, "precisions": ["fp8"]}]}
 
 
 @pytest.mark.parametrize(("variant_cap_kw", "code"), [(0.2, 1), (100.0, 0)])
