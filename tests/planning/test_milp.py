@@ -55,14 +55,21 @@ def test_one_option_rounds_up_replicas():
     assert s.routed_qps == {("w", 0, "k"): pytest.approx(10.0)}
 
 
-def test_continuous_shares_mix_buckets_exactly():
-    # Mélange's toy example: 1 × A100 ($3.67) + 1 × A10G ($1.01) = $4.68/h (see test_melange.py).
-    p = FleetProblem(
+A100_CAPACITY = (20, 20, 40, 20)
+
+
+def melange_problem(a10g_capacity: tuple[float, ...]) -> FleetProblem:
+    """Mélange's toy example (see test_melange.py): 6, 3, 15, 6 req/s in four buckets; A10G $1.01/h, A100 $3.67/h."""
+    return FleetProblem(
         (Demand("w", (6.0, 3.0, 15.0, 6.0)),),
-        (Option("w", "a10g", "a10g", 1, (2, 1, 5, 2)), Option("w", "a100", "a100", 1, (20, 20, 40, 20))),
+        (Option("w", "a10g", "a10g", 1, a10g_capacity), Option("w", "a100", "a100", 1, A100_CAPACITY)),
         {"a10g": unit("a10g", 1.01), "a100": unit("a100", 3.67)},
     )
-    s = solve_fleet(p)
+
+
+def test_continuous_shares_mix_buckets_exactly():
+    # Mélange's toy example: 1 × A100 ($3.67) + 1 × A10G ($1.01) = $4.68/h (see test_melange.py).
+    s = solve_fleet(melange_problem((2, 1, 5, 2)))
     assert s.replicas == {("w", "a10g"): 1, ("w", "a100"): 1}
     assert s.objective_usd == pytest.approx(4.68)
     assert s.routed_qps[("w", 2, "a10g")] == pytest.approx(5.0)
@@ -73,16 +80,11 @@ def test_a_huge_capacity_in_one_bucket_is_not_free():
     # costs 6e-7 of an A10G, but any share of it needs one whole A10G; 1 × A100 alone needs 1.125 A100s,
     # so the optimum is still 1 × A10G + 1 × A100 = $4.68 (0 A10G: 2 × A100 = $7.34; 0 A100: 10 × A10G).
     # Without the routed row the solver sent bucket 0 to zero A10Gs: 1 × A100 at $3.67, overloaded.
-    p = FleetProblem(
-        (Demand("w", (6.0, 3.0, 15.0, 6.0)),),
-        (Option("w", "a10g", "a10g", 1, (1e7, 1, 5, 2)), Option("w", "a100", "a100", 1, (20, 20, 40, 20))),
-        {"a10g": unit("a10g", 1.01), "a100": unit("a100", 3.67)},
-    )
-    s = solve_fleet(p)
+    capacity = {"a10g": (1e7, 1, 5, 2), "a100": A100_CAPACITY}
+    s = solve_fleet(melange_problem(capacity["a10g"]))
     assert s.replicas == {("w", "a10g"): 1, ("w", "a100"): 1}
     assert s.objective_usd == pytest.approx(4.68)
-    load = {k: sum(q / c for (w, b, key), q in s.routed_qps.items() if key == k
-                   for c in [dict(a10g=(1e7, 1, 5, 2), a100=(20, 20, 40, 20))[k][b]]) for k in ("a10g", "a100")}
+    load = {k: sum(q / capacity[k][b] for (w, b, key), q in s.routed_qps.items() if key == k) for k in capacity}
     assert load["a100"] <= 1 + 1e-6 and load["a10g"] <= 1 + 1e-6  # check_plan's REL_TOL
     assert sum(s.routed_qps.values()) == pytest.approx(30.0)
 
