@@ -22,8 +22,8 @@ from optimizer.planning.milp.problem import (
     fleet_servers,
 )
 from optimizer.planning.milp.resolve import is_feasible
-from optimizer.planning.milp.solve import solve_fleet
 from optimizer.planning.milp.routing import balanced_routing
+from optimizer.planning.milp.solve import solve_fleet
 from optimizer.planning.milp.tiebreak import (
     TIE_BREAK_MIN_S,
     TIE_BREAK_TOLERANCE_USD,
@@ -122,6 +122,7 @@ def test_equal_cost_and_configurations_the_most_headroom_wins():
     assert is_feasible(p, out.solution)
     assert busiest_shares(p, out.solution) == {"w": pytest.approx(8 / 17.1, abs=1e-9)}
     assert out.note is not None and out.note.code == "tie_break"
+    assert "with 1 configuration, the one with the most headroom" in out.note.message
     assert "66.7% of its SLO-safe capacity → 46.8%" in out.note.message
     # from 1 × ep8 it stays: no other $180 plan has as much headroom, and nothing is said
     again = fewest_configurations(p, out.solution, time_limit_s=10.0)
@@ -251,3 +252,24 @@ def test_in_a_child_process_the_same_plan(monkeypatch):
     p = server_problem((4.0, 4.0), (1.0, 0.0))
     first = plan_of(p, {("w", "a"): 4, ("w", "b"): 2}, {("w", 0, "a"): 4.0, ("w", 1, "b"): 4.0})
     assert fewest_configurations(p, first, time_limit_s=10.0).solution.replicas == {("w", "b"): 4}
+
+
+def test_no_time_left_for_the_headroom_level_keeps_the_plan_and_says_so():
+    """The third level in what is left of the limit: below TIE_BREAK_MIN_S the plan is kept, with a warning."""
+    p = ep_problem()
+    first = plan_of(p, {("w", "ep4"): 2}, {("w", 0, "ep4"): 8.0})
+    out = tiebreak.most_headroom(p, first, time_limit_s=TIE_BREAK_MIN_S / 2)
+    assert out.solution is first
+    assert out.note is not None and (out.note.level, out.note.code) == ("warning", "tie_break_skipped")
+    assert "most headroom" in out.note.message and "1 configuration " in out.note.message
+    whole = fewest_configurations(p, first, time_limit_s=TIE_BREAK_MIN_S / 2)  # nothing left at all: the same
+    assert whole.solution is first and whole.note is not None and "most headroom" in whole.note.message
+
+
+def test_the_headroom_level_in_a_child_process_gives_the_same_plan(monkeypatch):
+    """From CHILD_MIN_OPTIONS options on the third level too runs in a forked child with a hard deadline."""
+    monkeypatch.setattr(tiebreak, "CHILD_MIN_OPTIONS", 0)
+    p = split_problem()
+    first = plan_of(p, {("w", "a"): 3, ("w", "b"): 1}, {("w", 0, "a"): 3.0, ("w", 1, "a"): 1.0, ("w", 1, "b"): 2.0})
+    out = fewest_configurations(p, first, time_limit_s=10.0)
+    assert out.solution.replicas == {("w", "a"): 2, ("w", "b"): 2} and is_feasible(p, out.solution)

@@ -245,12 +245,14 @@ def fewest_configurations(problem: FleetProblem, first: FleetSolution, *, time_l
     before = configurations(first)
     if first.status != SolveStatus.OPTIMAL:
         return TieBreak(first, Diagnostic("info", "tie_break_skipped",
-                                          f"no tie-break to the fewest configurations: the plan is not proven optimal, "
+                                          f"no tie-break to the fewest configurations and the most headroom: the plan "
+                                          f"is not proven optimal, "
                                           f"so there is no optimum to hold its cost to ({before} configurations)"))
     if before == 0:
         return TieBreak(first, None)
     if time_limit_s < TIE_BREAK_MIN_S:
-        return TieBreak(first, _skipped(before, f"no time was left of the solve stage's limit ({time_limit_s:.2f} s)"))
+        why = f"no time was left of the solve stage's limit ({max(time_limit_s, 0.0):.2f} s)"
+        return TieBreak(first, _skipped(before, why) if before > 1 else _headroom_skipped(before, why))
     deadline = time.perf_counter() + time_limit_s
     tie = _fewest(problem, first, time_limit_s=time_limit_s, solver=solver) if before > 1 else TieBreak(first, None)
     room = most_headroom(problem, tie.solution, time_limit_s=deadline - time.perf_counter(), solver=solver)
@@ -332,8 +334,8 @@ def most_headroom(problem: FleetProblem, plan: FleetSolution, *, time_limit_s: f
     how = f": {', '.join(moved[:3])}{' …' if len(moved) > 3 else ''}" if moved else ""
     unproven = "" if proven else "; its time limit stopped it before the most was proven"
     return TieBreak(_as_first(third, plan, seconds),
-                    Diagnostic("info", "tie_break", f"of the equally cheap plans with {configurations(third)} "
-                                                    f"configurations, the one with the most headroom{how}{unproven}"))
+                    Diagnostic("info", "tie_break", f"of the equally cheap plans with {_count(configurations(third))}, "
+                                                    f"the one with the most headroom{how}{unproven}"))
 
 
 def busiest_shares(problem: FleetProblem, sol: FleetSolution) -> dict[str, float]:
@@ -378,5 +380,9 @@ def _skipped(before: int, why: str) -> Diagnostic:
 
 def _headroom_skipped(count: int, why: str) -> Diagnostic:
     return Diagnostic("warning", "tie_break_skipped",
-                      f"the tie-break to the most headroom was skipped ({why}); the plan with {count} "
-                      f"configurations is kept as it was; a longer --time-limit-s leaves it room")
+                      f"the tie-break to the most headroom was skipped ({why}); the plan with {_count(count)} "
+                      f"is kept as it was; a longer --time-limit-s leaves it room")
+
+
+def _count(n: int) -> str:
+    return f"{n} configuration{'' if n == 1 else 's'}"
