@@ -12,7 +12,8 @@ from dataclasses import replace
 
 import pytest
 
-from optimizer.optimize import resize_solve
+from catalog import load_catalog
+from optimizer.optimize import optimize_plan, resize_solve
 from optimizer.planning.milp import tiebreak
 from optimizer.planning.milp.problem import (
     Demand,
@@ -35,6 +36,7 @@ from optimizer.results.plan_result import SolveStatus
 from tests.conftest import EXAMPLES, REPO
 from tests.planning.test_disk_cache import VARYING
 from tests.planning.test_milp import unit
+from workloads import parse_plan, resolve_catalog
 
 
 def server_problem(bucket_qps: tuple[float, ...], a_qps: tuple[float, ...]) -> FleetProblem:
@@ -127,6 +129,24 @@ def test_equal_cost_and_configurations_the_most_headroom_wins():
     # from 1 × ep8 it stays: no other $180 plan has as much headroom, and nothing is said
     again = fewest_configurations(p, out.solution, time_limit_s=10.0)
     assert again.solution.replicas == {("w", "ep8"): 1} and again.note is None
+
+
+def test_optimize_and_the_whatif_base_choose_the_same_roomier_plan():
+    """Planner review 24, N2: DeepSeek-R1 at 8 req/s on B200/B300 (its P01). `optimize` (from the one-device fleet)
+    chose 1 × fp4 ep8 and the what-if base (no one-device comparison: ``compare_single_device=False``) 2 × fp4 ep4,
+    both $471,198 on one 8-GPU board and one configuration; ep8 carries more (1 replica of 17.1 req/s against 2 of
+    6.0 on this catalog), so both now give 1 × ep8 at the same cost."""
+    plan = parse_plan({"name": "p01", "allowed_devices": ["b200", "b300"], "workloads": [{
+        "name": "chat", "model": "deepseek-r1", "qps": 8, "prompt_tokens": {"mean": 2048, "p99": 8192},
+        "output_tokens": {"mean": 1024, "p99": 4096}, "slo": {"ttft_p99_ms": 3000, "tpot_p99_ms": 50},
+        "precisions": ["fp8", "fp4"], "engine": ["trtllm", "sglang"]}]}, "test")
+    cat = resolve_catalog(plan, load_catalog(), "test")
+    runs = [optimize_plan(plan, cat, compare_single_device=single) for single in (True, False)]
+    for r in runs:
+        assert r.status == SolveStatus.OPTIMAL
+        assert [(d.key, d.replicas) for d in r.deployments] == [("b200__fp4__tp1__pp1__ep8", 1)]
+        assert r.deployments[0].qps / r.deployments[0].capacity_qps < 0.5  # 8 of 17.1 req/s
+    assert runs[0].objective_usd == pytest.approx(runs[1].objective_usd, abs=TIE_BREAK_TOLERANCE_USD)
 
 
 def test_more_headroom_never_costs_more():
