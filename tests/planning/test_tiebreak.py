@@ -30,6 +30,8 @@ from optimizer.planning.milp.tiebreak import (
     TIE_BREAK_TOLERANCE_USD,
     busiest_shares,
     fewest_configurations,
+    most_headroom,
+    on_bought_devices,
 )
 from optimizer.planning.solver_options import SolverOptions
 from optimizer.results.plan_result import SolveStatus
@@ -100,14 +102,17 @@ def test_a_mix_that_is_cheaper_stays_a_mix():
     assert out.solution.objective_usd == pytest.approx(20.0)
 
 
-def ep_problem(ep8_usd_per_gpu: float = 10.0) -> FleetProblem:
+def ep_problem(ep8_usd_per_gpu: float = 10.0, ep8_device: str = "d") -> FleetProblem:
     """Review 24's N2 in small: one bucket of 8 req/s; "ep4" is 4 GPUs serving 6 req/s, "ep8" 8 GPUs serving
-    17.1 req/s, on 8-GPU servers at $10 a GPU + $100 a server (ep8 on its own device e, at ``ep8_usd_per_gpu``).
-    One ep4 (6 req/s) is too few, so the optimum is 8 GPUs on one server: 2 × ep4 or 1 × ep8, $180 each at $10, one
-    configuration each. 2 × ep4 run at 8/12 = 66.7 % of their SLO-safe capacity, 1 × ep8 at 8/17.1 = 46.8 %."""
+    17.1 req/s, on 8-GPU servers at $10 a GPU + $100 a server (ep8 on the same device d, or on its own device
+    ``ep8_device`` at ``ep8_usd_per_gpu``). One ep4 (6 req/s) is too few, so the optimum is 8 GPUs on one server:
+    2 × ep4 or 1 × ep8, $180 each at $10, one configuration each. 2 × ep4 run at 8/12 = 66.7 % of their SLO-safe
+    capacity, 1 × ep8 at 8/17.1 = 46.8 %."""
+    units = {"d": unit("d", 10, gpn=8, obj_node=100)}
+    if ep8_device != "d":
+        units[ep8_device] = unit(ep8_device, ep8_usd_per_gpu, gpn=8, obj_node=100)
     return FleetProblem((Demand("w", (8.0,)),),
-                        (Option("w", "ep4", "d", 4, (6.0,)), Option("w", "ep8", "e", 8, (17.1,))),
-                        {"d": unit("d", 10, gpn=8, obj_node=100), "e": unit("e", ep8_usd_per_gpu, gpn=8, obj_node=100)})
+                        (Option("w", "ep4", "d", 4, (6.0,)), Option("w", "ep8", ep8_device, 8, (17.1,))), units)
 
 
 def test_equal_cost_and_configurations_the_most_headroom_wins():
@@ -131,6 +136,17 @@ def test_equal_cost_and_configurations_the_most_headroom_wins():
     assert again.solution.replicas == {("w", "ep8"): 1} and again.note is None
 
 
+def test_the_tie_break_looks_at_the_bought_devices_only():
+    """ep8 on another device e at the same $10 a GPU: 1 × ep8 on e costs the same $180, but a plan of other devices
+    costing the same to the cent is a coincidence of prices, not a tie of the same GPUs; the tie-break works on the
+    devices the first plan buys (``on_bought_devices``), so 2 × ep4 on d stays."""
+    p = ep_problem(ep8_device="e")
+    first = plan_of(p, {("w", "ep4"): 2}, {("w", 0, "ep4"): 8.0})
+    out = fewest_configurations(p, first, time_limit_s=10.0)
+    assert out.solution.replicas == {("w", "ep4"): 2} and out.note is None
+    assert [o.key for o in on_bought_devices(p, first).options] == ["ep4"]
+
+
 def test_optimize_and_the_whatif_base_choose_the_same_roomier_plan():
     """Planner review 24, N2: DeepSeek-R1 at 8 req/s on B200/B300 (its P01). `optimize` (from the one-device fleet)
     chose 1 × fp4 ep8 and the what-if base (no one-device comparison: ``compare_single_device=False``) 2 × fp4 ep4,
@@ -151,12 +167,14 @@ def test_optimize_and_the_whatif_base_choose_the_same_roomier_plan():
 
 def test_more_headroom_never_costs_more():
     """ep8 at $10.01 a GPU: 1 × ep8 costs 8 × $10.01 + $100 = $180.08, eight cents above 2 × ep4's $180: 2 × ep4
-    stays, however much roomier ep8 is."""
-    p = ep_problem(10.01)
+    stays, however much roomier ep8 is (the headroom level over every option, as on a plan that buys both
+    devices, and the whole tie-break, which looks at the bought device d only)."""
+    p = ep_problem(10.01, ep8_device="e")
     first = plan_of(p, {("w", "ep4"): 2}, {("w", 0, "ep4"): 8.0})
-    out = fewest_configurations(p, first, time_limit_s=10.0)
-    assert out.solution.replicas == {("w", "ep4"): 2} and out.note is None
-    assert out.solution.objective_usd == pytest.approx(180.0)
+    for out in (most_headroom(p, first, time_limit_s=10.0), fewest_configurations(p, first, time_limit_s=10.0)):
+        assert out.solution.replicas == {("w", "ep4"): 2} and out.note is None
+        assert out.solution.objective_usd == pytest.approx(180.0)
+    assert most_headroom(ep_problem(ep8_device="e"), first, time_limit_s=10.0).solution.replicas == {("w", "ep8"): 1}
 
 
 def split_problem() -> FleetProblem:

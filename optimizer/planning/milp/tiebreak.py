@@ -45,6 +45,12 @@ replicas as the second is the second plan (the routing is ``balanced_routing``'s
 is kept only if it passes the same re-check, has at most V* configurations and no less headroom (f[w]
 measured again by ``balanced_routing``).
 
+Both solves run on the options of the devices the first plan buys (``on_bought_devices``): ties come from what
+the objective does not price on the same GPUs (tiers, sharding, routing, placement), and a plan of other devices
+costing the same to the cent is a coincidence of prices. Over every option the tie-break cost 4× the main solve
+on a what-if budget sweep (its scenarios' larger fleets: 0.20 s against 0.05 s a scenario); on the bought devices
+half of it, with the same plans on 60 scenarios (docs/benchmarks.md, session 25).
+
 Only a proven-optimal plan is tie-broken (a time-limited one has no optimum to hold the cost to), and only
 in what is left of the solve stage's time limit; a tie-break stopped by it keeps the best plan it found
 (fewer configurations or more headroom, same cost), or the plan before it.
@@ -254,6 +260,7 @@ def fewest_configurations(problem: FleetProblem, first: FleetSolution, *, time_l
         why = f"no time was left of the solve stage's limit ({max(time_limit_s, 0.0):.2f} s)"
         return TieBreak(first, _skipped(before, why) if before > 1 else _headroom_skipped(before, why))
     deadline = time.perf_counter() + time_limit_s
+    problem = on_bought_devices(problem, first)
     tie = _fewest(problem, first, time_limit_s=time_limit_s, solver=solver) if before > 1 else TieBreak(first, None)
     room = most_headroom(problem, tie.solution, time_limit_s=deadline - time.perf_counter(), solver=solver)
     notes = [n for n in (tie.note, room.note) if n is not None]
@@ -263,6 +270,13 @@ def fewest_configurations(problem: FleetProblem, first: FleetSolution, *, time_l
     return TieBreak(room.solution, Diagnostic("warning" if warned else "info",
                                               "tie_break_skipped" if warned else "tie_break",
                                               "; ".join(n.message for n in notes)))
+
+
+def on_bought_devices(problem: FleetProblem, plan: FleetSolution) -> FleetProblem:
+    """``problem`` with only the options of the devices ``plan`` buys (every constraint kept: a plan of it is a plan
+    of ``problem``)."""
+    bought = {o.device for o in problem.options if plan.replicas.get((o.workload, o.key), 0) > 0}
+    return replace(problem, options=tuple(o for o in problem.options if o.device in bought))
 
 
 def _fewest(problem: FleetProblem, first: FleetSolution, *, time_limit_s: float, solver: str) -> TieBreak:
