@@ -17,7 +17,13 @@ import pytest
 from catalog import load_catalog
 from optimizer.planning import evaluate, screening
 from optimizer.planning.candidates import model_candidates
-from optimizer.planning.screening import NOT_EVALUATED, first_round, second_round, screen_rows, with_twins
+from optimizer.planning.screening import (
+    NOT_EVALUATED,
+    first_round,
+    screen_rows,
+    second_round,
+    with_twins,
+)
 from tests.conftest import EXAMPLES
 from workloads import load_plan, resolve_catalog
 
