@@ -59,6 +59,7 @@ from optimizer.planning.candidate_set import (
     cloud_limit_notes,
     cost_per_replica_usd,
 )
+from optimizer.planning.milp.problem import MAX_BUCKET_LOAD
 from optimizer.results.money import MoneyAssumptions, UnitPrice
 from workloads.spec import Plan
 
@@ -252,6 +253,15 @@ def _workload_of(path: str, name: str, rows: list[tuple[int, dict[str, str]]]) -
         capacity[u] = tuple(cap[(u, b)] for b in buckets)
     if total is None:  # unreachable: a workload has at least one row
         raise _err(path, None, None, f"workload '{name}' has no rows")
+    for (u, b), mu in cap.items():
+        lam = fraction[b][0] * total[0]
+        if mu > 0 and lam / mu > MAX_BUCKET_LOAD:  # the MILP would not route the bucket to it (carried_capacity)
+            row, rec = next((i, rec) for i, rec in rows
+                            if rec["unit"] == u and (rec["input_bucket"], rec["output_bucket"]) == b)
+            raise _err(path, row, "max_request_rate_qps", f"{rec['max_request_rate_qps'].strip()} req/s would take "
+                       f"{lam / mu:.3g} units of '{u}' "
+                       f"to carry bucket {b[0]}/{b[1]}'s {lam:g} req/s, more than {MAX_BUCKET_LOAD:,.0f}: check the "
+                       "unit (req/s, per unit), or write 0 if the unit cannot serve the bucket")
     return TableWorkload(name, total[0], tuple(buckets), fractions, capacity)
 
 
