@@ -61,7 +61,8 @@ from optimizer.planning.candidate_set import (
 )
 from optimizer.planning.milp.problem import MAX_BUCKET_LOAD
 from optimizer.results.money import MoneyAssumptions, UnitPrice
-from workloads.spec import Plan
+from optimizer.results.plan_result import Diagnostic
+from workloads.spec import Plan, plan_key
 
 REQUIRED = ("workload", "unit", "cost_usd_per_hour", "input_bucket", "output_bucket",
             "max_request_rate_qps", "bucket_fraction", "total_request_rate_qps")
@@ -339,4 +340,35 @@ def table_candidates(table: CapacityTable, plan: Plan, catalog: Catalog | None =
             ))
         workloads.append(WorkloadCandidates(w, w.model, buckets, tuple(cands)))
     allowed_list = tuple(plan.allowed_devices) if plan.allowed_devices is not None else None
-    return CandidateSet(tuple(workloads), units, cloud_limit_notes(plan), plan.objective, allowed_list)
+    notes = cloud_limit_notes(plan) + unapplied_inventory(plan, units) + unapplied_overrides(plan)
+    return CandidateSet(tuple(workloads), units, notes, plan.objective, allowed_list)
+
+
+def unapplied_overrides(plan: Plan) -> tuple[Diagnostic, ...]:
+    """A warning per plan ``devices:`` / ``platforms:`` entry whose fields a capacity table makes moot: its units
+    take their price, size and server from the table, and only ``tdp_w`` (power) from their device column."""
+    notes = []
+    for section, entries in (("devices", plan.devices), ("platforms", plan.platforms)):
+        for key, fields in entries.items():
+            if moot := [f for f in fields if not (section == "devices" and f == "tdp_w")]:
+                notes.append(Diagnostic("warning", "override_not_applied",
+                                        f"{section}.{key}: {', '.join(moot)} change nothing with --capacity-table: "
+                                        "its units take their price (cost_usd_per_hour), GPUs and servers from the "
+                                        "table (a unit's device column gives its tdp_w only)"))
+    return tuple(notes)
+
+
+def unapplied_inventory(plan: Plan, units: dict[str, UnitSpec]) -> tuple[Diagnostic, ...]:
+    """A warning per plan inventory entry that caps no unit: a unit is capped by the inventory of its ``device``
+    column (``inventory: {h100-sxm: 0}`` said nothing and capped nothing beside a unit named h100-sxm without one)."""
+    covered = {u.device.key for u in units.values() if u.device is not None}
+    notes = []
+    for key, gpus in plan.inventory.items():
+        if key in covered:
+            continue
+        named = [n for n in units if plan_key(n) == key]
+        why = (f"unit '{named[0]}' of the capacity table has no device column; give it device {key} to cap it"
+               if named else f"no unit of the capacity table has device {key} in its device column")
+        notes.append(Diagnostic("warning", "inventory_not_applied",
+                                f"inventory.{key} ({gpus:,} GPUs) limits nothing: {why}"))
+    return tuple(notes)
