@@ -112,6 +112,21 @@ class Measurement:
                 else f"{self.gpu_name} {self.model_name} {self.precision_name} tp{self.tp} [{self.source_group}]")
 
 
+def compute_ceiling_tok_s(cat: Catalog, keys: dict[str, str | None], gpus: int) -> float | None:
+    """Output tokens/s no group of ``gpus`` GPUs exceeds: gpus · peak / (2 · (active − embedding params)), the dense
+    peak of the row's precision (``Precision.compute_peak_tflops``); each output token runs every active weight
+    once in a GEMM (2 FLOPs a parameter; the input embedding is a lookup, the LM head only adds). None when a name
+    is unresolved or the device has no native peak for the precision (the row is skipped with that reason)."""
+    if not (keys["device"] and keys["model"] and keys["precision"]):
+        return None
+    model = cat.models[keys["model"]]
+    peak = cat.precisions[keys["precision"]].compute_peak_tflops(cat.devices[keys["device"]])
+    flops_per_token = 2.0 * (model.active_params_b * 1e9 - model.embedding_params)
+    if not peak or flops_per_token <= 0:
+        return None
+    return gpus * peak * 1e12 / flops_per_token
+
+
 def derive_engine(source_group: str, framework: str = "") -> str | None:
     """Serving engine of a row from its source group (or framework text); None = unknown."""
     text = source_group.lower()
@@ -321,6 +336,13 @@ def _parse_measurements(path: Path, text: str, cat: Catalog) -> list[Measurement
                              "throughput_tok_s_per_gpu empty)")
         if tput is not None and basis == "total" and inp and out:
             tput = tput * out / (inp + out)
+        if tput and sharding_why is None and (ceiling := compute_ceiling_tok_s(cat, keys, gpus)) is not None \
+                and tput > ceiling:
+            raise ModelError(f"{path}: line {line}: column 'throughput_tok_s': {rec['throughput_tok_s'].strip()} "
+                             f"output tokens/s is more than {gpus} × {keys['device']} can compute for "
+                             f"{keys['model']} at {keys['precision']}: at most {ceiling:,.0f} (every output token "
+                             "takes 2 FLOPs per active parameter beside the embeddings, at the dense peak); check "
+                             "the unit (tokens/s of the whole group) and the row's tp, pp and ep")
         rows.append(Measurement(
             row_id=(rec.get("row_id") or str(line)).strip(), line=line,
             source_group=(rec["source_group"] or "").strip(), scenario=(rec["scenario"] or "").strip(),
