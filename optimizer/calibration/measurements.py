@@ -230,8 +230,9 @@ def _check_header(path: Path, header: list[str]) -> None:
         if name in seen:
             raise ModelError(f"{path}: column '{name}' appears twice in the header; keep one")
         seen.add(name)
+        # compared in lower case: 'TP' beside 'tp' was taken as the user's own column, its values unread
         if (name not in KNOWN_COLUMNS and not OWN_LATENCY_COLUMN.fullmatch(name)
-                and (close := difflib.get_close_matches(name, KNOWN_COLUMNS, n=1, cutoff=0.8))):
+                and (close := difflib.get_close_matches(name.strip().lower(), KNOWN_COLUMNS, n=1, cutoff=0.8))):
             raise ModelError(f"{path}: unknown column '{name}' (did you mean '{close[0]}'?); rename it, "
                              "or give your own column a name unlike the known ones")
 
