@@ -180,13 +180,17 @@ class ScenarioFile(Strict):
     @model_validator(mode="after")
     def _check(self) -> ScenarioFile:
         if (self.base is None) == (self.plan is None):
-            raise ValueError("give exactly one of base (a plan file) or plan (an inline plan)")
+            # `base: ~` is YAML's null, not the home folder
+            tilde = " (`base: ~` alone is YAML's null: write the path, e.g. base: ~/plans/chat.yaml)" \
+                if self.base is None and "base" in self.model_fields_set else ""
+            raise ValueError(f"give exactly one of base (a plan file) or plan (an inline plan){tilde}")
         if self.base is not None and not self.base.strip():  # read as the scenario file's own folder
             raise ValueError("base is empty; give the plan file's path, e.g. base: chat-fleet.yaml")
         names = [v.name for v in self.variants] + [s.name for s in self.sweeps]
-        dup = {n for n in names if names.count(n) > 1}
-        if dup or "base" in names:
-            raise ValueError(f"scenario name '{(dup or {'base'}).pop()}' is used twice (or is 'base'); names must be unique")
+        if "base" in names:
+            raise ValueError("scenario name 'base' is the base plan's row; name the variant or sweep otherwise")
+        if dup := sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(f"scenario name '{dup[0]}' is used twice; names must be unique")
         return self
 
 
