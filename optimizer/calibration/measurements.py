@@ -187,6 +187,11 @@ def resolve_precision(cat: Catalog, name: str) -> str:
     return cat.precision(aliases.get(text, text)).key
 
 
+def _shown(value: str, most: int = 40) -> str:
+    """``value`` quoted for a message, cut to ``most`` characters (a 400-digit cell was echoed whole)."""
+    return repr(value) if len(value) <= most else f"{value[:most]!r}... ({len(value):,} characters)"
+
+
 def _number(value: str, path: Path, line: int, column: str, *, integer: bool = False,
             required: bool = False, allow_inf: bool = False) -> float | int | None:
     text = value.strip() if value is not None else ""
@@ -195,21 +200,21 @@ def _number(value: str, path: Path, line: int, column: str, *, integer: bool = F
             raise ModelError(f"{path}: line {line}: column '{column}' is empty; give a number")
         return None
     if has_separator(text):  # 28836,77 is 28836.77 in one locale and 2,883,677 in another
-        raise ModelError(f"{path}: line {line}: column '{column}': {value!r} has a separator; write a plain "
+        raise ModelError(f"{path}: line {line}: column '{column}': {_shown(value)} has a separator; write a plain "
                          "decimal number with a dot for decimals and no thousands separators, e.g. 28836.77")
     try:
         number = float(text)
     except ValueError:
-        raise ModelError(f"{path}: line {line}: column '{column}': not a number (got {value!r}); "
+        raise ModelError(f"{path}: line {line}: column '{column}': not a number (got {_shown(value)}); "
                          "write a plain decimal number such as 1234.5") from None
     if allow_inf and number == math.inf:
         return number
     if integer:  # the whole-number rule first: tp -1 read "must be >= 0", then tp 0 "must be >= 1"
         if not math.isfinite(number) or number != int(number) or number < 1:
-            raise ModelError(f"{path}: line {line}: column '{column}': must be a whole number >= 1 (got {value!r})")
+            raise ModelError(f"{path}: line {line}: column '{column}': must be a whole number >= 1 (got {_shown(value)})")
         return int(number)
     if not math.isfinite(number) or number < 0:
-        raise ModelError(f"{path}: line {line}: column '{column}': must be a finite number >= 0 (got {value!r})")
+        raise ModelError(f"{path}: line {line}: column '{column}': must be a finite number >= 0 (got {_shown(value)})")
     return number
 
 
