@@ -334,6 +334,17 @@ def format_validation_error(
     if kind == "string_type" and isinstance(value, int | float):  # `name: 2026`: YAML reads digits as a number
         return (f"{head}{_value_repr(value)} is a number, not text (YAML reads an unquoted "
                 "number so); write it in quotes, as you want it read")
+    if kind == "int_parsing" and isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            return f"{head}{value!r} is not a whole number; write it in digits"
+        if math.isfinite(number):
+            fix = (f"write {int(number)}" if number == int(number)
+                   else f"a whole number is due: use {math.floor(number)} or {math.ceil(number)}")
+            if "e" in value.lower():  # `1e6`: YAML 1.1 reads an exponent without a dot and a sign as text
+                return f"{head}{value!r} is text to YAML 1.1 (its numbers with an exponent need a dot and a sign); {fix}"
+            return f"{head}{value!r} is not a whole number; {fix}"
     if kind == "string_pattern_mismatch":
         pattern = (err.get("ctx") or {}).get("pattern", "")
         return f"{head}{_pattern_fix(str(value), pattern)}"
