@@ -163,7 +163,7 @@ def optimize_plan(
 def resize_solve(problem: FleetProblem, options: SolverOptions,
                  resolved: list[tuple[FleetSolution, Diagnostic | None]]) -> FleetSolution:
     """A re-size round's solve (``safeguards.verify_and_resize``): the decomposed MILP, the tie-break to the fewest
-    configurations in what is left of ``options.time_limit_s`` (as the main solve), the load spread by capacity;
+    configurations, then the most headroom, in what is left of ``options.time_limit_s`` (as the main solve), the load spread by capacity;
     the plan and the tie-break's note are appended to ``resolved``."""
     deadline = time.perf_counter() + options.time_limit_s
     sol = cached_solve("decomposed", problem, lambda: solve_decomposed(problem, **options.solve_kwargs),
@@ -216,8 +216,8 @@ def solve_stage(problem: FleetProblem, options: SolverOptions, *, compare_single
        workload's best options, ``solve_restricted``, with its gap against the full problem;
        from BOUNDS_MIN_OPTIONS options and two workloads on, ``solve_decomposed``: each
        workload alone, pooled, then the MILP started from that fleet).
-    3. A proven-optimal plan gives way to the equally cheap one with the fewest configurations
-       (``milp.tiebreak.fewest_configurations``) in what is left of the limit (skipped, with a
+    3. A proven-optimal plan gives way to the equally cheap one with the fewest configurations, then the most
+       headroom (``milp.tiebreak.fewest_configurations``) in what is left of the limit (skipped, with a
        warning, when nothing is left).
     4. A time-limited plan dearer than the one-device fleet, or none at all, gives way to it
        (:func:`one_device_fallback`); an infeasible plan is explained (``binding_limits``) in

@@ -13,8 +13,8 @@ Required columns
 
 - ``workload``: a workload name of the plan.
 - ``unit``: what one replica runs on — a device or a multi-GPU unit (``2xA100``).
-- ``cost_usd_per_hour``: rental price of one unit, > 0 (the plan's objective must be ``cloud``; a free
-  unit would make every fleet of it cost $0, an arbitrary answer).
+- ``cost_usd_per_hour``: rental price of one unit, > 0 and at most $1,000 per GPU-hour (the plan's
+  objective must be ``cloud``; a free unit would make every fleet of it cost $0, an arbitrary answer).
 - ``input_bucket``, ``output_bucket``: labels of the request-size bucket (e.g. ``0`` or
   ``1-25``); the pair identifies the bucket.
 - ``max_request_rate_qps``: the largest request rate (req/s) one unit sustains *within the
@@ -24,7 +24,7 @@ Required columns
 
 Optional columns
 
-- ``gpus`` (default 1): GPUs in one unit (one replica); ``gpus_per_node`` (default =
+- ``gpus`` (default 1, at most 1,024, as tp, pp and gpus_per_node): GPUs in one unit (one replica); ``gpus_per_node`` (default =
   ``gpus``): GPUs per server or cloud instance; ``device``: catalog key of the GPU (gives
   ``tdp_w`` for the power figures); ``precision``, ``tp``, ``pp``: how the unit serves, for
   the report (tp·pp = gpus; tp defaults to gpus / pp).
@@ -50,6 +50,7 @@ from catalog.errors import GpuplanError, suggest
 from catalog.files import has_separator, read_text
 from catalog.load import Catalog
 from catalog.names import slug
+from catalog.schema import DEVICE_CEILINGS
 from optimizer.planning.candidate_set import (
     BucketSpec,
     Candidate,
@@ -140,6 +141,17 @@ def _integer(path: str, row: int, col: str, text: str) -> int:
     return int(value)
 
 
+def _gpu_count(path: str, row: int, col: str, text: str) -> int:
+    """A unit's GPU count (gpus, gpus_per_node, tp, pp): a whole number from 1 to the catalog's ceiling of
+    GPUs per server (1,024; a larger figure is a slip, e.g. a rate typed in the wrong column)."""
+    value = _integer(path, row, col, text)
+    ceiling, example = DEVICE_CEILINGS["gpus_per_node"]
+    if value > ceiling:
+        raise _err(path, row, col, f"{value:,} GPUs is above the ceiling of {ceiling:,} ({example}); "
+                   "write the GPUs of one replica")
+    return value
+
+
 # Separators of a spreadsheet's other exports: a header read as one column holding one is a file saved so.
 OTHER_SEPARATORS = {";": "semicolons", "\t": "tabs", "|": "bars"}
 
@@ -204,18 +216,23 @@ def parse_capacity_table(text: str, path: str) -> CapacityTable:
 
 
 def _unit_of(path: str, i: int, rec: dict[str, str]) -> TableUnit:
-    gpus = _integer(path, i, "gpus", rec["gpus"]) if rec.get("gpus") else 1
-    per_node = _integer(path, i, "gpus_per_node", rec["gpus_per_node"]) if rec.get("gpus_per_node") else gpus
-    pp = _integer(path, i, "pp", rec["pp"]) if rec.get("pp") else 1
-    tp = _integer(path, i, "tp", rec["tp"]) if rec.get("tp") else max(gpus // pp, 1)
+    gpus = _gpu_count(path, i, "gpus", rec["gpus"]) if rec.get("gpus") else 1
+    per_node = _gpu_count(path, i, "gpus_per_node", rec["gpus_per_node"]) if rec.get("gpus_per_node") else gpus
+    pp = _gpu_count(path, i, "pp", rec["pp"]) if rec.get("pp") else 1
+    tp = _gpu_count(path, i, "tp", rec["tp"]) if rec.get("tp") else max(gpus // pp, 1)
     if tp * pp != gpus:
         raise _err(path, i, "tp", f"tp·pp = {tp}·{pp} = {tp * pp} differs from the unit's gpus ({gpus}); "
                    "a unit is one replica: make tp·pp equal gpus")
     if per_node % gpus and gpus % per_node:
         raise _err(path, i, "gpus_per_node", f"{per_node} GPUs per server cannot hold units of {gpus} GPUs "
                    "without waste; use a multiple or a divisor of gpus")
+    cost = _number(path, i, "cost_usd_per_hour", rec["cost_usd_per_hour"], positive=True)
+    ceiling, example = DEVICE_CEILINGS["cloud_usd_per_gpu_hour"]
+    if cost > ceiling * gpus:  # a purchase price or a yearly figure typed as an hourly one
+        raise _err(path, i, "cost_usd_per_hour", f"${cost:,.2f} an hour for {gpus} GPU(s) is above ${ceiling:,} "
+                   f"per GPU-hour ({example}); write the unit's hourly rental price")
     return TableUnit(
-        name=rec["unit"], cost_usd_per_hour=_number(path, i, "cost_usd_per_hour", rec["cost_usd_per_hour"], positive=True),
+        name=rec["unit"], cost_usd_per_hour=cost,
         gpus=gpus, gpus_per_node=max(per_node, gpus), device=rec.get("device") or None,
         precision=rec.get("precision") or "", tp=tp, pp=pp,
     )

@@ -156,6 +156,10 @@ GOOD = [HEADER, "w,A,1,1.0,0,0,2,0.5,4", "w,A,1,1.0,0,1,1,0.5,4"]
         (lambda r: r + ["w,B,1,1.0,0,0,2,0.5,4"], "unit 'B' has no row for bucket 0/1"),
         (lambda r: r[:2] + ["w,A,1,1.0,0,1,1,0.5"], "row 3: has 8 fields"),
         (lambda r: r[:1] + ["w,A,0,1.0,0,0,2,0.5,4"] + r[2:], "column gpus: must be > 0"),
+        # a rate or a price in the gpus column planned "tp1000000000"; a purchase price as an hourly one
+        (lambda r: [x.replace("w,A,1,1.0,", "w,A,1025,1.0,") for x in r], "column gpus: 1,025 GPUs is above the ceiling"),
+        (lambda r: [x.replace("w,A,1,1.0,", "w,A,2,2001,") for x in r],
+         "column cost_usd_per_hour: $2,001.00 an hour for 2 GPU(s) is above $1,000 per GPU-hour"),
         (lambda r: r[:1], "no data rows"),
         # 'A 1' and 'a-1' are both a_1 to the MILP: overlapping constraint names, a PuLP traceback
         (lambda r: [r[0], *(x.replace("w,A,", "w,A 1,") for x in r[1:]), *(x.replace("w,A,", "w,a-1,") for x in r[1:])],

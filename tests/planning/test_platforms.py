@@ -222,13 +222,14 @@ def test_n_plus_one_per_server_survives_losing_any_server(hgx_runs):
     assert check_plan(r, plan) == []  # includes the loss of any one server
     (f,) = r.fleet
     assert f.nodes >= 2  # one server down must leave enough: one server alone cannot be N+1
+    # a server lost takes the replicas it holds: ⌊8/g⌋ on shared boards, q when spread at most q per board of its own
+    per_server = {d.key: d.replicas_per_server or max(1, 8 // (d.tp * d.pp)) for d in r.deployments}
     for d in r.deployments:
-        g = d.tp * d.pp
-        lost = min(d.replicas, max(1, 8 // g))
+        lost = min(d.replicas, per_server[d.key])
         assert (d.replicas - lost) * d.capacity_qps / d.replicas >= d.qps * (1 - 1e-9)
     # the same fleet with one server fewer fails the check
-    short = replace(r, deployments=tuple(replace(d, replicas=d.replicas - 8 // (d.tp * d.pp))
-                                         for d in r.deployments if d.replicas > 8 // (d.tp * d.pp)))
+    short = replace(r, deployments=tuple(replace(d, replicas=d.replicas - per_server[d.key])
+                                         for d in r.deployments if d.replicas > per_server[d.key]))
     assert any(v.startswith("N+1 per server") or v.startswith("capacity") for v in check_plan(short, plan))
 
 

@@ -1,5 +1,6 @@
 """The tie-break among optimal fleets (``milp.tiebreak``): the equally cheap plan with the fewest
-configurations, then the one whose configurations sort first; never a dearer plan. Optima worked out on paper."""
+configurations, then the one with the most headroom, then the one whose configurations sort first; never a dearer
+plan. Optima worked out on paper."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from dataclasses import replace
 
 import pytest
 
-from optimizer.optimize import resize_solve
+from catalog import load_catalog
+from optimizer.optimize import optimize_plan, resize_solve
 from optimizer.planning.milp import tiebreak
 from optimizer.planning.milp.problem import (
     Demand,
@@ -21,10 +23,12 @@ from optimizer.planning.milp.problem import (
     fleet_servers,
 )
 from optimizer.planning.milp.resolve import is_feasible
+from optimizer.planning.milp.routing import balanced_routing
 from optimizer.planning.milp.solve import solve_fleet
 from optimizer.planning.milp.tiebreak import (
     TIE_BREAK_MIN_S,
     TIE_BREAK_TOLERANCE_USD,
+    busiest_shares,
     fewest_configurations,
 )
 from optimizer.planning.solver_options import SolverOptions
@@ -32,6 +36,7 @@ from optimizer.results.plan_result import SolveStatus
 from tests.conftest import EXAMPLES, REPO
 from tests.planning.test_disk_cache import VARYING
 from tests.planning.test_milp import unit
+from workloads import parse_plan, resolve_catalog
 
 
 def server_problem(bucket_qps: tuple[float, ...], a_qps: tuple[float, ...]) -> FleetProblem:
@@ -93,6 +98,104 @@ def test_a_mix_that_is_cheaper_stays_a_mix():
     out = fewest_configurations(p, first, time_limit_s=10.0)
     assert out.solution.replicas == first.replicas and out.note is None
     assert out.solution.objective_usd == pytest.approx(20.0)
+
+
+def ep_problem(ep8_usd_per_gpu: float = 10.0) -> FleetProblem:
+    """Review 24's N2 in small: one bucket of 8 req/s; "ep4" is 4 GPUs serving 6 req/s, "ep8" 8 GPUs serving
+    17.1 req/s, on 8-GPU servers at $10 a GPU + $100 a server (ep8 on its own device e, at ``ep8_usd_per_gpu``).
+    One ep4 (6 req/s) is too few, so the optimum is 8 GPUs on one server: 2 × ep4 or 1 × ep8, $180 each at $10, one
+    configuration each. 2 × ep4 run at 8/12 = 66.7 % of their SLO-safe capacity, 1 × ep8 at 8/17.1 = 46.8 %."""
+    return FleetProblem((Demand("w", (8.0,)),),
+                        (Option("w", "ep4", "d", 4, (6.0,)), Option("w", "ep8", "e", 8, (17.1,))),
+                        {"d": unit("d", 10, gpn=8, obj_node=100), "e": unit("e", ep8_usd_per_gpu, gpn=8, obj_node=100)})
+
+
+def test_equal_cost_and_configurations_the_most_headroom_wins():
+    """From 2 × ep4 (what the what-if base chose in review 24) the tie-break takes 1 × ep8: the same $180 and one
+    configuration, the busiest deployment at 46.8 % of its capacity instead of 66.7 % (ep4 sorts first, so key
+    order alone would keep 2 × ep4)."""
+    p = ep_problem()
+    first = plan_of(p, {("w", "ep4"): 2}, {("w", 0, "ep4"): 8.0})
+    assert first.objective_usd == pytest.approx(180.0)
+    out = fewest_configurations(p, first, time_limit_s=10.0)
+    assert out.solution.replicas == {("w", "ep8"): 1}
+    assert out.solution.objective_usd == pytest.approx(180.0, abs=TIE_BREAK_TOLERANCE_USD)
+    assert out.solution.status == SolveStatus.OPTIMAL and out.solution.bound_usd == first.bound_usd
+    assert is_feasible(p, out.solution)
+    assert busiest_shares(p, out.solution) == {"w": pytest.approx(8 / 17.1, abs=1e-9)}
+    assert out.note is not None and out.note.code == "tie_break"
+    assert "with 1 configuration, the one with the most headroom" in out.note.message
+    assert "66.7% of its SLO-safe capacity → 46.8%" in out.note.message
+    # from 1 × ep8 it stays: no other $180 plan has as much headroom, and nothing is said
+    again = fewest_configurations(p, out.solution, time_limit_s=10.0)
+    assert again.solution.replicas == {("w", "ep8"): 1} and again.note is None
+
+
+def test_optimize_and_the_whatif_base_choose_the_same_roomier_plan():
+    """Planner review 24, N2: DeepSeek-R1 at 8 req/s on B200/B300 (its P01). `optimize` (from the one-device fleet)
+    chose 1 × fp4 ep8 and the what-if base (no one-device comparison: ``compare_single_device=False``) 2 × fp4 ep4,
+    both $471,198 on one 8-GPU board and one configuration; ep8 carries more (1 replica of 17.1 req/s against 2 of
+    6.0 on this catalog), so both now give 1 × ep8 at the same cost."""
+    plan = parse_plan({"name": "p01", "allowed_devices": ["b200", "b300"], "workloads": [{
+        "name": "chat", "model": "deepseek-r1", "qps": 8, "prompt_tokens": {"mean": 2048, "p99": 8192},
+        "output_tokens": {"mean": 1024, "p99": 4096}, "slo": {"ttft_p99_ms": 3000, "tpot_p99_ms": 50},
+        "precisions": ["fp8", "fp4"], "engine": ["trtllm", "sglang"]}]}, "test")
+    cat = resolve_catalog(plan, load_catalog(), "test")
+    runs = [optimize_plan(plan, cat, compare_single_device=single) for single in (True, False)]
+    for r in runs:
+        assert r.status == SolveStatus.OPTIMAL
+        assert [(d.key, d.replicas) for d in r.deployments] == [("b200__fp4__tp1__pp1__ep8", 1)]
+        assert r.deployments[0].qps / r.deployments[0].capacity_qps < 0.5  # 8 of 17.1 req/s
+    assert runs[0].objective_usd == pytest.approx(runs[1].objective_usd, abs=TIE_BREAK_TOLERANCE_USD)
+
+
+def test_more_headroom_never_costs_more():
+    """ep8 at $10.01 a GPU: 1 × ep8 costs 8 × $10.01 + $100 = $180.08, eight cents above 2 × ep4's $180: 2 × ep4
+    stays, however much roomier ep8 is."""
+    p = ep_problem(10.01)
+    first = plan_of(p, {("w", "ep4"): 2}, {("w", 0, "ep4"): 8.0})
+    out = fewest_configurations(p, first, time_limit_s=10.0)
+    assert out.solution.replicas == {("w", "ep4"): 2} and out.note is None
+    assert out.solution.objective_usd == pytest.approx(180.0)
+
+
+def split_problem() -> FleetProblem:
+    """Buckets 3 + 3 req/s on 2-GPU replicas, 8-GPU servers at $10 a GPU + $100 a server: a serves (2, 1) req/s,
+    b (1, 2). Three replicas are too few (2a + 1b: a's rows need 1.5·x0 + 3·x1 ≤ 2 and b's 3·(1 − x0) + 1.5·(1 − x1)
+    ≤ 1, i.e. x0 ≥ 1.11), so the optimum is four replicas on one server, $180, in two configurations {a, b} (a or b
+    alone: 3/2 + 3/1 = 4.5 replicas' load > 4). Balanced, 2a + 2b run at 0.75 (bucket 0 on a, 1 on b: 1.5 of 2
+    replicas each); 3a + 1b at 0.9 (b takes t = 1.8 req/s of bucket 1: t/2 = (1.5 + 3 − t)/3)."""
+    return FleetProblem((Demand("w", (3.0, 3.0)),),
+                        (Option("w", "a", "d", 2, (2.0, 1.0)), Option("w", "b", "d", 2, (1.0, 2.0))),
+                        {"d": unit("d", 10, gpn=8, obj_node=100)})
+
+
+def test_the_same_configurations_split_for_the_most_headroom():
+    """Same GPUs, same configurations, same key order: 3a + 1b (busiest at 90 %) becomes 2a + 2b (75 %)."""
+    p = split_problem()
+    first = plan_of(p, {("w", "a"): 3, ("w", "b"): 1}, {("w", 0, "a"): 3.0, ("w", 1, "a"): 1.0, ("w", 1, "b"): 2.0})
+    assert busiest_shares(p, balanced_routing(p, first)) == {"w": pytest.approx(0.9, abs=1e-6)}
+    out = fewest_configurations(p, first, time_limit_s=10.0)
+    assert out.solution.replicas == {("w", "a"): 2, ("w", "b"): 2}
+    assert out.solution.objective_usd == pytest.approx(180.0, abs=TIE_BREAK_TOLERANCE_USD)
+    assert (out.solution.gpus, out.solution.nodes) == ({"d": 8}, {"d": 1})
+    assert busiest_shares(p, balanced_routing(p, out.solution)) == {"w": pytest.approx(0.75, abs=1e-6)}
+    assert out.note is not None and "90.0% of its SLO-safe capacity → 75.0%" in out.note.message
+
+
+def test_fewer_configurations_come_before_headroom():
+    """Buckets 4 + 4 req/s, one 8-GPU server at $10 a GPU + $100: a (8 GPUs, 8.8 req/s in either bucket) alone runs
+    at 4/8.8 + 4/8.8 = 90.9 %; b (4 GPUs, bucket 0 only, 8 req/s) + c (4 GPUs, bucket 1 only, 8 req/s) at 50 %,
+    both $180 (nothing on 4 GPUs serves both buckets). From b + c the tie-break takes a: one configuration beats
+    any headroom."""
+    p = FleetProblem((Demand("w", (4.0, 4.0)),),
+                     (Option("w", "a", "d", 8, (8.8, 8.8)), Option("w", "b", "d", 4, (8.0, 0.0)),
+                      Option("w", "c", "d", 4, (0.0, 8.0))),
+                     {"d": unit("d", 10, gpn=8, obj_node=100)})
+    first = plan_of(p, {("w", "b"): 1, ("w", "c"): 1}, {("w", 0, "b"): 4.0, ("w", 1, "c"): 4.0})
+    out = fewest_configurations(p, first, time_limit_s=10.0)
+    assert out.solution.replicas == {("w", "a"): 1}
+    assert out.solution.objective_usd == pytest.approx(180.0, abs=TIE_BREAK_TOLERANCE_USD)
 
 
 def test_no_time_left_keeps_the_first_plan_and_says_so():
@@ -169,3 +272,24 @@ def test_in_a_child_process_the_same_plan(monkeypatch):
     p = server_problem((4.0, 4.0), (1.0, 0.0))
     first = plan_of(p, {("w", "a"): 4, ("w", "b"): 2}, {("w", 0, "a"): 4.0, ("w", 1, "b"): 4.0})
     assert fewest_configurations(p, first, time_limit_s=10.0).solution.replicas == {("w", "b"): 4}
+
+
+def test_no_time_left_for_the_headroom_level_keeps_the_plan_and_says_so():
+    """The third level in what is left of the limit: below TIE_BREAK_MIN_S the plan is kept, with a warning."""
+    p = ep_problem()
+    first = plan_of(p, {("w", "ep4"): 2}, {("w", 0, "ep4"): 8.0})
+    out = tiebreak.most_headroom(p, first, time_limit_s=TIE_BREAK_MIN_S / 2)
+    assert out.solution is first
+    assert out.note is not None and (out.note.level, out.note.code) == ("warning", "tie_break_skipped")
+    assert "most headroom" in out.note.message and "1 configuration " in out.note.message
+    whole = fewest_configurations(p, first, time_limit_s=TIE_BREAK_MIN_S / 2)  # nothing left at all: the same
+    assert whole.solution is first and whole.note is not None and "most headroom" in whole.note.message
+
+
+def test_the_headroom_level_in_a_child_process_gives_the_same_plan(monkeypatch):
+    """From CHILD_MIN_OPTIONS options on the third level too runs in a forked child with a hard deadline."""
+    monkeypatch.setattr(tiebreak, "CHILD_MIN_OPTIONS", 0)
+    p = split_problem()
+    first = plan_of(p, {("w", "a"): 3, ("w", "b"): 1}, {("w", 0, "a"): 3.0, ("w", 1, "a"): 1.0, ("w", 1, "b"): 2.0})
+    out = fewest_configurations(p, first, time_limit_s=10.0)
+    assert out.solution.replicas == {("w", "a"): 2, ("w", "b"): 2} and is_feasible(p, out.solution)

@@ -456,6 +456,12 @@ def _scatter_capacity(c: Configs, idx: np.ndarray, sub: Capacity | None) -> Capa
     )
 
 
+def figure_classes(c: Configs) -> np.ndarray:
+    """Per configuration, the index of its class of configurations with the same figures (keys, devices
+    and precisions aside: bf16 and fp16 where a device runs both alike), which serve alike."""
+    return _distinct_rows(c, np.zeros(len(c), dtype=int))[1]
+
+
 def _distinct_rows(c: Configs, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(first, inverse): the first row of each distinct configuration by every array figure
     (keys, devices and precisions aside) and length set ``group``, in order, and for every row the

@@ -52,6 +52,8 @@ class FleetModel:
     a: dict[tuple[str, str], pulp.LpVariable] = field(default_factory=dict)  # replicas on shared servers
     ub: dict[tuple[str, str], int] = field(default_factory=dict)  # upper bound of n
     packings: dict[tuple[str, str], tuple[int, ...]] = field(default_factory=dict)  # spread q of an option
+    growth: dict[str, pulp.LpVariable] = field(default_factory=dict)  # α[w]: x routes α·λ (define_growth)
+    growth_cap: float = 1.0  # A: α[w] ≤ A (1: the fleet MILP itself, x routes λ)
 
     def total(self, which: str) -> pulp.LpAffineExpression:
         """Σ_d terms[d].per_gpu·rented[d] + terms[d].per_node·m[d] for a UnitTerms field (rented: :func:`gpus_rented`;
@@ -130,6 +132,27 @@ def define_variables(problem: FleetProblem) -> FleetModel:
     return model
 
 
+def define_growth(model: FleetModel, cap: float) -> None:
+    """The fleet MILP with every workload's load grown by α[w] ∈ [1, A] (A = ``cap``), for the headroom tie-break
+    (:mod:`~optimizer.planning.milp.tiebreak`). The routing rows carry α[w]·λ instead of λ: in every row below
+    x[w,b,k] (and s[w,b]) stands for α[w]·x' and α[w]·s', x' the shares of the load itself::
+
+        Σ_k x[w,b,k] (+ s[w,b]) = α[w]            (define_demand; the pool rows are homogeneous in x, s)
+        Σ_b λ[w,b]·x[w,b,k] / μ[w,b,k] + spare ≤ n[w,k]      (define_capacity, unchanged)
+        Σ_b x[w,b,k] ≤ B[k]·A·n[w,k],   x[w,b,k] ≤ A·u[w,k],   0 ≤ x, s ≤ A
+
+    Linear in (x, α, n): the largest α[w] is 1 / (w's least busiest share), the share Σ_b λ·x'/μ / (n − spare)
+    of w's busiest deployment under the best routing (what ``milp.routing.balanced_routing`` minimises).
+    x' = x/α[w] meets every row of the fleet MILP: the demand rows sum to 1, the capacity rows hold since
+    α ≥ 1 and n − spare ≥ 0, the others are homogeneous or looser; and any plan of the fleet MILP is a plan
+    here at α = 1. Named ``growth__{workload}``, one per workload with load."""
+    model.growth_cap = cap
+    for (w, _, _), x in model.x.items():
+        if w not in model.growth:
+            model.growth[w] = model.prob.add_variable(f"growth__{model.w_name[w]}", 1, cap)
+        x.upBound = cap
+
+
 def define_demand(model: FleetModel) -> None:
     """Every bucket is fully routed: Σ_k x[w,b,k] = 1 for every bucket with λ[w,b] > 0.
 
@@ -159,16 +182,17 @@ def define_demand(model: FleetModel) -> None:
                 continue
             pre, dec = shares.get((dem.workload, b, "prefill")), shares.get((dem.workload, b, "decode"))
             together = pulp.lpSum(shares.get((dem.workload, b, "colocated"), []))
+            whole = model.growth.get(dem.workload, 1)  # 1, or α[w] (define_growth)
             if pre and dec:
-                s = model.s[(dem.workload, b)] = model.prob.add_variable(f"s__{wn}__b{b}", 0, 1)
-                model.prob += together + s == 1, f"demand__{wn}__b{b}"
+                s = model.s[(dem.workload, b)] = model.prob.add_variable(f"s__{wn}__b{b}", 0, model.growth_cap)
+                model.prob += together + s == whole, f"demand__{wn}__b{b}"
                 model.prob += pulp.lpSum(pre) == s, f"demand_prefill__{wn}__b{b}"
                 model.prob += pulp.lpSum(dec) == s, f"demand_decode__{wn}__b{b}"
                 rows = pairing_rows(linked[(dem.workload, b, "prefill")], linked[(dem.workload, b, "decode")])
                 for j, (_, lhs, rhs) in enumerate(rows):
                     model.prob += pulp.lpSum(lhs) <= pulp.lpSum(rhs), f"pairing__{wn}__b{b}__t{j}"
             else:
-                model.prob += together == 1, f"demand__{wn}__b{b}"
+                model.prob += together == whole, f"demand__{wn}__b{b}"
 
 
 # λ/μ below which the capacity row cannot keep a candidate without replicas from carrying a bucket (HiGHS meets
@@ -211,7 +235,7 @@ def define_capacity(model: FleetModel) -> None:
         shares = [model.x[(o.workload, b, o.key)] for b in range(len(dem.bucket_qps)) if (o.workload, b, o.key) in model.x]
         if shares and min(lam / mu for lam, mu in zip(dem.bucket_qps, o.capacity_qps, strict=True)
                           if mu > 0) < ROUTED_ROW_BELOW:
-            model.prob += pulp.lpSum(shares) <= len(shares) * model.n[idx], \
+            model.prob += pulp.lpSum(shares) <= len(shares) * model.growth_cap * model.n[idx], \
                 f"routed__{model.w_name[o.workload]}__{model.k_name[idx]}"
 
 
@@ -313,7 +337,7 @@ def define_n_plus_one(model: FleetModel) -> None:
     for (w, b, key), x in model.x.items():
         u = model.u.get((w, key))
         if u is not None:
-            model.prob += x <= u, f"n_plus_one__{model.w_name[w]}__b{b}__{model.k_name[(w, key)]}"
+            model.prob += x <= model.growth_cap * u, f"n_plus_one__{model.w_name[w]}__b{b}__{model.k_name[(w, key)]}"
 
 
 def define_capex_budget(model: FleetModel) -> None:
@@ -439,9 +463,12 @@ def define_objective(model: FleetModel, minimise: Minimise = "objective") -> Non
 
 
 def build_model(problem: FleetProblem, minimise: Minimise = "objective",
-                workload_bounds_usd: Mapping[str, float] | None = None) -> FleetModel:
-    """The whole MILP: variables, one builder per constraint family, the objective."""
+                workload_bounds_usd: Mapping[str, float] | None = None, growth_cap: float | None = None) -> FleetModel:
+    """The whole MILP: variables, one builder per constraint family, the objective. ``growth_cap``: every
+    workload's load grown by α[w] ≤ growth_cap (:func:`define_growth`; the headroom tie-break)."""
     model = define_variables(problem)
+    if growth_cap is not None:
+        define_growth(model, growth_cap)
     define_demand(model)
     define_capacity(model)
     define_servers(model)
