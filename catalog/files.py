@@ -308,7 +308,9 @@ def format_validation_error(
     """One line for the first error of a pydantic ValidationError, with a fix where we know one."""
     err = exc.errors()[0]
     loc = [str(p) for p in err["loc"]]
-    path = ".".join(([prefix] if prefix else []) + loc) or "(top level)"
+    path = ".".join(([prefix] if prefix else []) + loc)
+    # a check of the whole mapping (loc empty) is named by ``where`` alone: "devices.a10: purchase_usd: ..."
+    head = f"{where}: {path}: " if path else f"{where}: "
     kind = err["type"]
     value = err.get("input")
     msg = err["msg"]
@@ -316,32 +318,45 @@ def format_validation_error(
         known = _fields_at(model, err["loc"][:-1]) if model else []
         hint = suggest(loc[-1], known) if known else ""
         more = f"; known fields: {', '.join(known)}" if known and not hint else ""
-        return f"{where}: {path}: unknown field{hint}{more}"
+        return f"{head}unknown field{hint}{more}"
     if kind == "missing":
-        return f"{where}: {path}: required field is missing; add it"
+        return f"{head}required field is missing; add it"
     if kind in {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}:
-        return f"{where}: {path}: {msg.lower()} (got {_value_repr(value)}); use a value in range"
+        return f"{head}{msg.lower()} (got {_value_repr(value)}); use a value in range"
     if kind == "int_from_float" and isinstance(value, float) and math.isfinite(value):
-        return (f"{where}: {path}: must be a whole number (got {_value_repr(value)}); "
+        return (f"{head}must be a whole number (got {_value_repr(value)}); "
                 f"use {math.floor(value)} or {math.ceil(value)}")
     if kind == "finite_number" or (isinstance(value, float) and not math.isfinite(value)):
-        return f"{where}: {path}: must be a finite number (got {_value_repr(value)})"
+        return f"{head}must be a finite number (got {_value_repr(value)})"
     if kind == "string_type" and isinstance(value, bool):  # `precisions: [on]`: YAML 1.1 reads on/off/yes/no as booleans
-        return (f"{where}: {path}: {str(value).lower()} is a yes/no value, not a name (YAML reads unquoted "
+        return (f"{head}{str(value).lower()} is a yes/no value, not a name (YAML reads unquoted "
                 "yes/no/on/off/true/false so); write the name, in quotes if it is one of those words")
     if kind == "string_type" and isinstance(value, int | float):  # `name: 2026`: YAML reads digits as a number
-        return (f"{where}: {path}: {_value_repr(value)} is a number, not text (YAML reads an unquoted "
+        return (f"{head}{_value_repr(value)} is a number, not text (YAML reads an unquoted "
                 "number so); write it in quotes, as you want it read")
+    if kind == "int_parsing" and isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            return f"{head}{value!r} is not a whole number; write it in digits"
+        if math.isfinite(number):
+            fix = (f"write {int(number)}" if number == int(number)
+                   else f"a whole number is due: use {math.floor(number)} or {math.ceil(number)}")
+            if "e" in value.lower():  # `1e6`: YAML 1.1 reads an exponent without a dot and a sign as text
+                return f"{head}{value!r} is text to YAML 1.1 (its numbers with an exponent need a dot and a sign); {fix}"
+            return f"{head}{value!r} is not a whole number; {fix}"
     if kind == "string_pattern_mismatch":
         pattern = (err.get("ctx") or {}).get("pattern", "")
-        return f"{where}: {path}: {_pattern_fix(str(value), pattern)}"
+        return f"{head}{_pattern_fix(str(value), pattern)}"
     if kind == "value_error":
         msg = msg.removeprefix("Value error, ")
+        if isinstance(value, bool):  # the yes/no checks (Strict, inventory) name the value themselves
+            return f"{head}{msg}"
         if isinstance(value, dict) and len(repr(value)) > 60:
             # a check across fields: its message names them and their values; a whole workload cut
             # at 60 characters ("(got {'name': 'a', 'model': ...)") would only hide the fix
-            return f"{where}: {path}: {msg}"
-    return f"{where}: {path}: {msg} (got {_value_repr(value)})"
+            return f"{head}{msg}"
+    return f"{head}{msg} (got {_value_repr(value)})"
 
 
 def _pattern_fix(value: str, pattern: str) -> str:

@@ -360,6 +360,20 @@ class Model(Strict):
         if ep > 1 and self.num_experts and ep > self.num_experts:
             return "ep", ep, (f"{self.key} has {self.num_experts} routed experts and each expert-parallel GPU "
                               f"holds whole experts; use ep <= {self.num_experts}")
+        if ep > 1 and tp > 1:
+            # ep is TensorRT-LLM's DEP (attention data-parallel over ep one-GPU ranks): every measured ep row and
+            # every planned ep candidate has tp 1. With tp > 1 the model would split each expert tp ways within
+            # ep groups, which no engine it names runs (vLLM and SGLang spread the experts over all tp·ep GPUs)
+            g = tp * ep
+            fixes = []
+            if not self.num_experts or g <= self.num_experts:
+                fixes.append(f"tp 1 and ep {g}")
+            if heads % g == 0 and (max_tp is None or g <= max_tp):
+                fixes.append(f"tp {g} without ep")
+            fix = (f"use {' or '.join(fixes)} (the same {g * pp} GPUs)" if fixes
+                   else "use tp 1 with ep, or tp without ep")
+            return "ep", ep, (f"expert parallelism is modelled with tp 1 (attention data-parallel over ep GPUs, "
+                              f"TensorRT-LLM's DEP, the layout measured and planned), not with tp {tp}; {fix}")
         return None
 
     @property

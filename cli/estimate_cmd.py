@@ -171,6 +171,9 @@ def estimate(
             them = ("it", "applies") if len(single) == 1 else ("them", "apply")
             raise ModelError(f"{' and '.join(single)} {them[1]} to one configuration (--device), not to a "
                              f"disaggregated pair: drop {them[0]}, or estimate each pool with --device")
+        if tp != 1 and prefill_tp is not None and decode_tp is not None:  # --tp is each pool's default only
+            raise ModelError(f"--tp {tp} applies to no pool: --prefill-tp and --decode-tp set both; drop --tp (or "
+                             "the pool tp that should take it)")
         _estimate_pair(model, precision, input_tokens, output_tokens, prefill_device, decode_device,
                        prefill_tp or tp, decode_tp or tp, pp, qps, SLO(ttft_p99_ms=ttft_p99_ms, tpot_p99_ms=tpot_p99_ms,
                                                                         e2e_p99_ms=e2e_p99_ms),

@@ -1,7 +1,7 @@
 """Scenario files: a base plan, named variants that override fields by dotted path, sweeps.
 
 ```yaml
-base: chat-fleet.yaml              # a plan file (relative to this file) ...
+base: chat-fleet.yaml              # a plan file (relative to this file; ~ is the home folder) ...
 # plan: {...}                      # ... or the plan inline
 variants:
   - name: traffic-2x
@@ -66,7 +66,23 @@ class Variant(Strict):
         """A variant changes at least one field (an empty one is the base again, under another name)."""
         if not value:
             raise ValueError("changes nothing; give the fields to change, e.g. set: {workloads.chat.qps: 80}")
+        seen: dict[str, str] = {}
+        for path in value:
+            if (first := seen.setdefault(_same_field(path), path)) != path:
+                raise ValueError(f"'{first}' and '{path}' set the same field (device and platform names are read "
+                                 "in any case, '_' as '-'); keep one")
         return value
+
+
+def _same_field(path: str) -> str:
+    """``path`` with its device or platform name as the plan reads it (``plan_key``): ``devices.A10.purchase_usd``
+    and ``devices.a10.purchase_usd`` set one field, and a set mapping holding both kept whichever came last."""
+    top = path.split(".", 1)[0]
+    if top == "inventory" and "." in path:
+        return f"inventory.{plan_key(path.split('.', 1)[1])}"
+    if top in ("devices", "platforms") and (split := _split_named(path, top)) is not None:
+        return f"{top}.{plan_key(split[0], device=top == 'devices')}.{split[1]}"
+    return path
 
 
 class Sweep(Strict):
@@ -164,13 +180,17 @@ class ScenarioFile(Strict):
     @model_validator(mode="after")
     def _check(self) -> ScenarioFile:
         if (self.base is None) == (self.plan is None):
-            raise ValueError("give exactly one of base (a plan file) or plan (an inline plan)")
+            # `base: ~` is YAML's null, not the home folder
+            tilde = " (`base: ~` alone is YAML's null: write the path, e.g. base: ~/plans/chat.yaml)" \
+                if self.base is None and "base" in self.model_fields_set else ""
+            raise ValueError(f"give exactly one of base (a plan file) or plan (an inline plan){tilde}")
         if self.base is not None and not self.base.strip():  # read as the scenario file's own folder
             raise ValueError("base is empty; give the plan file's path, e.g. base: chat-fleet.yaml")
         names = [v.name for v in self.variants] + [s.name for s in self.sweeps]
-        dup = {n for n in names if names.count(n) > 1}
-        if dup or "base" in names:
-            raise ValueError(f"scenario name '{(dup or {'base'}).pop()}' is used twice (or is 'base'); names must be unique")
+        if "base" in names:
+            raise ValueError("scenario name 'base' is the base plan's row; name the variant or sweep otherwise")
+        if dup := sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(f"scenario name '{dup[0]}' is used twice; names must be unique")
         return self
 
 
@@ -395,10 +415,15 @@ _SCENARIO_ONLY = ("base", "variants", "sweeps", "uncertainty")
 
 
 def base_plan_path(spec: ScenarioFile, path: Path | str) -> Path | None:
-    """The plan file ``base:`` names, relative to the scenario file; None for an inline plan."""
+    """The plan file ``base:`` names, relative to the scenario file; None for an inline plan. A leading ``~`` or
+    ``~user`` is the home folder, as a shell reads it (``base: ~/plans/chat.yaml``)."""
     if spec.base is None:
         return None
     base = Path(spec.base)
+    try:
+        base = base.expanduser()
+    except RuntimeError:  # no home folder to expand to (an unknown ~user): read as written, "not found" names it
+        pass
     return base if base.is_absolute() else Path(path).parent / base
 
 

@@ -10,7 +10,7 @@ import math
 from statistics import NormalDist
 from typing import Annotated, Literal, get_args
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from catalog.constants import HOURS_PER_YEAR, MAX_WORKLOADS, SECONDS_PER_HOUR, Z99
 from catalog.errors import suggest
@@ -353,6 +353,15 @@ class Workload(Strict):
         return self.request_rate_qps / self.peak_to_average_ratio * self.output_tokens.mean_tokens * SECONDS_PER_HOUR * HOURS_PER_YEAR
 
 
+def _gpus_not_yes_no(value):
+    """An inventory count that is no yes/no value: pydantic's int would read ``inventory: {a10: true}`` (YAML ``yes``,
+    ``on``) as 1 GPU."""
+    if isinstance(value, bool):
+        raise ValueError(f"{str(value).lower()} is a yes/no value, not a number of GPUs; write the GPUs you have "
+                         "(0 = none)")
+    return value
+
+
 def plan_key(name: str, *, device: bool = True) -> str:
     """A device key as ``catalog.Catalog.device`` looks it up (case, spaces and ``_`` / ``-`` do not matter), or a
     platform key as ``Catalog.platform`` does (case and spaces)."""
@@ -403,7 +412,9 @@ class Plan(Strict):
     server_power_w: NonNegFloat | None = Field(
         None, description="per server, overrides every platform's server_power_w; default the platform's"
     )
-    platforms: dict[str, dict[str, float | str | None]] = Field(
+    # bool and int first: pydantic's float would read `purchase_usd: true` as $1 and `cloud_gpus_per_instance: 0`
+    # as 0.0; kept as given, the catalog's Strict check refuses a yes/no value where a number is due
+    platforms: dict[str, dict[str, bool | int | float | str | None]] = Field(
         default_factory=dict, description="per-platform field overrides, e.g. {pcie-8: {gpus_per_server: 4}}"
     )
     allow_partial_servers: bool = Field(
@@ -414,9 +425,9 @@ class Plan(Strict):
     budget: Budget = Budget()
     max_power_kw: PositiveFloat | None = Field(
         None, description="nameplate IT power of your room (GPUs' TDP + servers); not applied under objective cloud")
-    inventory: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    inventory: dict[str, Annotated[int, BeforeValidator(_gpus_not_yes_no), Field(ge=0)]] = Field(default_factory=dict)
     allowed_devices: list[str] | None = None
-    devices: dict[str, dict[str, float | str | None]] = Field(
+    devices: dict[str, dict[str, bool | int | float | str | None]] = Field(
         default_factory=dict, description="per-device field overrides, e.g. a negotiated purchase_usd"
     )
     api_usd_per_million_output_tokens: PositiveFloat | None = None

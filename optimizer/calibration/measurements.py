@@ -112,6 +112,21 @@ class Measurement:
                 else f"{self.gpu_name} {self.model_name} {self.precision_name} tp{self.tp} [{self.source_group}]")
 
 
+def compute_ceiling_tok_s(cat: Catalog, keys: dict[str, str | None], gpus: int) -> float | None:
+    """Output tokens/s no group of ``gpus`` GPUs exceeds: gpus · peak / (2 · (active − embedding params)), the dense
+    peak of the row's precision (``Precision.compute_peak_tflops``); each output token runs every active weight
+    once in a GEMM (2 FLOPs a parameter; the input embedding is a lookup, the LM head only adds). None when a name
+    is unresolved or the device has no native peak for the precision (the row is skipped with that reason)."""
+    if not (keys["device"] and keys["model"] and keys["precision"]):
+        return None
+    model = cat.models[keys["model"]]
+    peak = cat.precisions[keys["precision"]].compute_peak_tflops(cat.devices[keys["device"]])
+    flops_per_token = 2.0 * (model.active_params_b * 1e9 - model.embedding_params)
+    if not peak or flops_per_token <= 0:
+        return None
+    return gpus * peak * 1e12 / flops_per_token
+
+
 def derive_engine(source_group: str, framework: str = "") -> str | None:
     """Serving engine of a row from its source group (or framework text); None = unknown."""
     text = source_group.lower()
@@ -172,6 +187,11 @@ def resolve_precision(cat: Catalog, name: str) -> str:
     return cat.precision(aliases.get(text, text)).key
 
 
+def _shown(value: str, most: int = 40) -> str:
+    """``value`` quoted for a message, cut to ``most`` characters (a 400-digit cell was echoed whole)."""
+    return repr(value) if len(value) <= most else f"{value[:most]!r}... ({len(value):,} characters)"
+
+
 def _number(value: str, path: Path, line: int, column: str, *, integer: bool = False,
             required: bool = False, allow_inf: bool = False) -> float | int | None:
     text = value.strip() if value is not None else ""
@@ -180,21 +200,21 @@ def _number(value: str, path: Path, line: int, column: str, *, integer: bool = F
             raise ModelError(f"{path}: line {line}: column '{column}' is empty; give a number")
         return None
     if has_separator(text):  # 28836,77 is 28836.77 in one locale and 2,883,677 in another
-        raise ModelError(f"{path}: line {line}: column '{column}': {value!r} has a separator; write a plain "
+        raise ModelError(f"{path}: line {line}: column '{column}': {_shown(value)} has a separator; write a plain "
                          "decimal number with a dot for decimals and no thousands separators, e.g. 28836.77")
     try:
         number = float(text)
     except ValueError:
-        raise ModelError(f"{path}: line {line}: column '{column}': not a number (got {value!r}); "
+        raise ModelError(f"{path}: line {line}: column '{column}': not a number (got {_shown(value)}); "
                          "write a plain decimal number such as 1234.5") from None
     if allow_inf and number == math.inf:
         return number
     if integer:  # the whole-number rule first: tp -1 read "must be >= 0", then tp 0 "must be >= 1"
         if not math.isfinite(number) or number != int(number) or number < 1:
-            raise ModelError(f"{path}: line {line}: column '{column}': must be a whole number >= 1 (got {value!r})")
+            raise ModelError(f"{path}: line {line}: column '{column}': must be a whole number >= 1 (got {_shown(value)})")
         return int(number)
     if not math.isfinite(number) or number < 0:
-        raise ModelError(f"{path}: line {line}: column '{column}': must be a finite number >= 0 (got {value!r})")
+        raise ModelError(f"{path}: line {line}: column '{column}': must be a finite number >= 0 (got {_shown(value)})")
     return number
 
 
@@ -208,6 +228,11 @@ def load_measurements(path: Path | str, cat: Catalog) -> list[Measurement]:
         raise ModelError(f"{path}: not a valid CSV file ({exc}); save it as plain comma-separated text") from None
 
 
+# Separators of a spreadsheet's other exports (a tab-separated file read as one column named 'row_id\tgpu_key...'
+# said "required column 'gpu_key' is missing").
+OTHER_SEPARATORS = {";": "semicolon", "\t": "tab", "|": "bar"}
+
+
 def _check_header(path: Path, header: list[str]) -> None:
     """A column named twice (the last copy would win silently) or a near-miss of a known column is an error."""
     seen: set[str] = set()
@@ -215,8 +240,9 @@ def _check_header(path: Path, header: list[str]) -> None:
         if name in seen:
             raise ModelError(f"{path}: column '{name}' appears twice in the header; keep one")
         seen.add(name)
+        # compared in lower case: 'TP' beside 'tp' was taken as the user's own column, its values unread
         if (name not in KNOWN_COLUMNS and not OWN_LATENCY_COLUMN.fullmatch(name)
-                and (close := difflib.get_close_matches(name, KNOWN_COLUMNS, n=1, cutoff=0.8))):
+                and (close := difflib.get_close_matches(name.strip().lower(), KNOWN_COLUMNS, n=1, cutoff=0.8))):
             raise ModelError(f"{path}: unknown column '{name}' (did you mean '{close[0]}'?); rename it, "
                              "or give your own column a name unlike the known ones")
 
@@ -245,9 +271,9 @@ def _parse_measurements(path: Path, text: str, cat: Catalog) -> list[Measurement
     header = reader.fieldnames or []
     if not header:
         raise ModelError(f"{path}: measurements file is empty; expected a CSV header with {', '.join(REQUIRED_COLUMNS)}")
-    if len(header) == 1 and ";" in header[0]:
-        raise ModelError(f"{path}: the header is one column holding ';' ({header[0][:60]!r}...): the file is "
-                         "semicolon-separated; save it as comma-separated CSV")
+    if len(header) == 1 and (sep := next((c for c in OTHER_SEPARATORS if c in header[0]), None)):
+        raise ModelError(f"{path}: the header is one column holding {sep!r} ({header[0][:60]!r}...): the file is "
+                         f"{OTHER_SEPARATORS[sep]}-separated; save it as comma-separated CSV")
     _check_header(path, header)
     for column in REQUIRED_COLUMNS:
         if column not in header:
@@ -321,6 +347,13 @@ def _parse_measurements(path: Path, text: str, cat: Catalog) -> list[Measurement
                              "throughput_tok_s_per_gpu empty)")
         if tput is not None and basis == "total" and inp and out:
             tput = tput * out / (inp + out)
+        if tput and sharding_why is None and (ceiling := compute_ceiling_tok_s(cat, keys, gpus)) is not None \
+                and tput > ceiling:
+            raise ModelError(f"{path}: line {line}: column 'throughput_tok_s': {rec['throughput_tok_s'].strip()} "
+                             f"output tokens/s is more than {gpus} × {keys['device']} can compute for "
+                             f"{keys['model']} at {keys['precision']}: at most {ceiling:,.0f} (every output token "
+                             "takes 2 FLOPs per active parameter beside the embeddings, at the dense peak); check "
+                             "the unit (tokens/s of the whole group) and the row's tp, pp and ep")
         rows.append(Measurement(
             row_id=(rec.get("row_id") or str(line)).strip(), line=line,
             source_group=(rec["source_group"] or "").strip(), scenario=(rec["scenario"] or "").strip(),

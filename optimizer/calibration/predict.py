@@ -104,7 +104,7 @@ class RowPrediction:
     metric: str  # e.g. "output_tokens_per_s", "ttft_mean_ms"
     measured: float
     predicted: float
-    detail: dict[str, float | int | str | None]
+    detail: dict[str, float | int | bool | str | None]
 
     @property
     def abs_pct_error(self) -> float:
@@ -184,8 +184,8 @@ def online_predictor(rows: Sequence[Measurement], cat: Catalog,
                 reasons[i] = c.reason[j] or "cannot run"
                 continue
             sat = bool(r.saturated[j])
-            detail: dict[str, float | int | str | None] = {
-                "qps": float(lam[j]), "utilization": round(float(r.utilization[j]), 3), "saturated": str(sat),
+            detail: dict[str, float | int | bool | str | None] = {
+                "qps": float(lam[j]), "utilization": round(float(r.utilization[j]), 3), "saturated": sat,
                 "running_batch": round(float(r.running_batch[j]), 1)}
             preds = []
             if sat:

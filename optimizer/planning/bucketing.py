@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from optimizer.planning.milp.problem import (
+    MAX_BUCKET_LOAD,
     Demand,
     FleetProblem,
     FleetSolution,
@@ -49,9 +50,23 @@ def problem_parts(wc) -> tuple[Demand, tuple[Option, ...]]:
     w = wc.workload
     demand = Demand(w.name, tuple(b.qps for b in wc.buckets), w.min_replicas, w.redundancy != "none",
                     per_server=w.redundancy == "n+1-node")
-    options = tuple(Option(w.name, c.key, c.device, c.gpus, c.capacity_qps, c.stage, c.pair_link_bytes_s)
-                    for c in wc.kept if any(mu > 0 for mu in c.capacity_qps))
-    return demand, options
+    options = []
+    for c in wc.kept:
+        caps = carried_capacity(demand.bucket_qps, c.capacity_qps)
+        if any(mu > 0 for mu in caps):
+            options.append(Option(w.name, c.key, c.device, c.gpus, caps, c.stage, c.pair_link_bytes_s))
+    return demand, tuple(options)
+
+
+def carried_capacity(bucket_qps: tuple[float, ...], capacity_qps: tuple[float, ...]) -> tuple[float, ...]:
+    """A candidate's capacity μ[b] per bucket as the MILP takes it: 0 (does not carry b) where λ[b]/μ[b] > MAX_BUCKET_LOAD.
+
+    The capacity row Σ_b (λ/μ)·x[b] ≤ n holds to HiGHS's tolerance (1e-6) on the share x: above λ/μ = 1e6 that
+    tolerance is a whole replica's load, so the row no longer counts replicas (a capacity-table rate of 1e-9 req/s,
+    λ/μ = 6e9, made HiGHS call a plan with a cheaper fleet infeasible and answer a dearer one "optimal"). Carrying
+    such a bucket alone would take more than a million replicas of the candidate."""
+    return tuple(0.0 if mu > 0 and lam / mu > MAX_BUCKET_LOAD else mu
+                 for lam, mu in zip(bucket_qps, capacity_qps, strict=True))
 
 
 def undominated_options(demand: Demand, options: tuple[Option, ...], units: dict[str, UnitTerms]) -> tuple[Option, ...]:

@@ -60,8 +60,10 @@ from optimizer.planning.candidate_set import (
     cloud_limit_notes,
     cost_per_replica_usd,
 )
+from optimizer.planning.milp.problem import MAX_BUCKET_LOAD
 from optimizer.results.money import MoneyAssumptions, UnitPrice
-from workloads.spec import Plan
+from optimizer.results.plan_result import Diagnostic
+from workloads.spec import Plan, plan_key
 
 REQUIRED = ("workload", "unit", "cost_usd_per_hour", "input_bucket", "output_bucket",
             "max_request_rate_qps", "bucket_fraction", "total_request_rate_qps")
@@ -150,6 +152,10 @@ def _gpu_count(path: str, row: int, col: str, text: str) -> int:
     return value
 
 
+# Separators of a spreadsheet's other exports: a header read as one column holding one is a file saved so.
+OTHER_SEPARATORS = {";": "semicolons", "\t": "tabs", "|": "bars"}
+
+
 def parse_capacity_table(text: str, path: str) -> CapacityTable:
     """Parse and check the CSV text of a capacity table (see the module docstring)."""
     # Comment lines become blank lines, so that reader.line_num stays the file's line number.
@@ -163,6 +169,9 @@ def parse_capacity_table(text: str, path: str) -> CapacityTable:
     if not header:
         raise _err(path, None, None, "empty capacity table; write a header row and one row per unit and bucket")
     header_row = reader.line_num
+    if len(header) == 1 and (sep := next((c for c in OTHER_SEPARATORS if c in header[0]), None)):
+        raise _err(path, header_row, None, f"the header is one column holding {sep!r}: the file is separated by "
+                   f"{OTHER_SEPARATORS[sep]}, a capacity table by commas; save it as comma-separated CSV")
     for h in header:
         if h not in REQUIRED and h not in OPTIONAL:
             raise _err(path, header_row, h, f"unknown column{suggest(h, REQUIRED + OPTIONAL)}; "
@@ -269,6 +278,15 @@ def _workload_of(path: str, name: str, rows: list[tuple[int, dict[str, str]]]) -
         capacity[u] = tuple(cap[(u, b)] for b in buckets)
     if total is None:  # unreachable: a workload has at least one row
         raise _err(path, None, None, f"workload '{name}' has no rows")
+    for (u, b), mu in cap.items():
+        lam = fraction[b][0] * total[0]
+        if mu > 0 and lam / mu > MAX_BUCKET_LOAD:  # the MILP would not route the bucket to it (carried_capacity)
+            row, rec = next((i, rec) for i, rec in rows
+                            if rec["unit"] == u and (rec["input_bucket"], rec["output_bucket"]) == b)
+            raise _err(path, row, "max_request_rate_qps", f"{rec['max_request_rate_qps'].strip()} req/s would take "
+                       f"{lam / mu:.3g} units of '{u}' "
+                       f"to carry bucket {b[0]}/{b[1]}'s {lam:g} req/s, more than {MAX_BUCKET_LOAD:,.0f}: check the "
+                       "unit (req/s, per unit), or write 0 if the unit cannot serve the bucket")
     return TableWorkload(name, total[0], tuple(buckets), fractions, capacity)
 
 
@@ -346,4 +364,35 @@ def table_candidates(table: CapacityTable, plan: Plan, catalog: Catalog | None =
             ))
         workloads.append(WorkloadCandidates(w, w.model, buckets, tuple(cands)))
     allowed_list = tuple(plan.allowed_devices) if plan.allowed_devices is not None else None
-    return CandidateSet(tuple(workloads), units, cloud_limit_notes(plan), plan.objective, allowed_list)
+    notes = cloud_limit_notes(plan) + unapplied_inventory(plan, units) + unapplied_overrides(plan)
+    return CandidateSet(tuple(workloads), units, notes, plan.objective, allowed_list)
+
+
+def unapplied_overrides(plan: Plan) -> tuple[Diagnostic, ...]:
+    """A warning per plan ``devices:`` / ``platforms:`` entry whose fields a capacity table makes moot: its units
+    take their price, size and server from the table, and only ``tdp_w`` (power) from their device column."""
+    notes = []
+    for section, entries in (("devices", plan.devices), ("platforms", plan.platforms)):
+        for key, fields in entries.items():
+            if moot := [f for f in fields if not (section == "devices" and f == "tdp_w")]:
+                notes.append(Diagnostic("warning", "override_not_applied",
+                                        f"{section}.{key}: {', '.join(moot)} change nothing with --capacity-table: "
+                                        "its units take their price (cost_usd_per_hour), GPUs and servers from the "
+                                        "table (a unit's device column gives its tdp_w only)"))
+    return tuple(notes)
+
+
+def unapplied_inventory(plan: Plan, units: dict[str, UnitSpec]) -> tuple[Diagnostic, ...]:
+    """A warning per plan inventory entry that caps no unit: a unit is capped by the inventory of its ``device``
+    column (``inventory: {h100-sxm: 0}`` said nothing and capped nothing beside a unit named h100-sxm without one)."""
+    covered = {u.device.key for u in units.values() if u.device is not None}
+    notes = []
+    for key, gpus in plan.inventory.items():
+        if key in covered:
+            continue
+        named = [n for n in units if plan_key(n) == key]
+        why = (f"unit '{named[0]}' of the capacity table has no device column; give it device {key} to cap it"
+               if named else f"no unit of the capacity table has device {key} in its device column")
+        notes.append(Diagnostic("warning", "inventory_not_applied",
+                                f"inventory.{key} ({gpus:,} GPUs) limits nothing: {why}"))
+    return tuple(notes)

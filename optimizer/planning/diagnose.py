@@ -35,15 +35,30 @@ METRIC_LABEL = {"ttft_p99_ms": "TTFT p99", "tpot_p99_ms": "TPOT p99", "e2e_p99_m
 
 
 def unservable(cset: CandidateSet) -> list[Diagnostic]:
-    """One error per workload bucket (with load) that no kept candidate has capacity for."""
+    """One error per workload bucket (with load) that no kept candidate has capacity for; buckets of one workload
+    failing for the same reason share one error, naming them all (a plan excluding every device said the same
+    reason once per bucket, four times in one line)."""
     out = []
     for wc in cset.workloads:
+        why: dict[str, list] = {}  # reason (without the bucket) -> its buckets, in bucket order
         for b in wc.buckets:
             served = {c.stage for c in wc.kept if c.capacity_qps[b.index] > 0}
             if b.qps <= 0 or "colocated" in served or {"prefill", "decode"} <= served:
                 continue
-            out.append(Diagnostic("error", "workload_unservable", _why_unservable(wc, b.index) + _pool_note(wc, served)))
+            why.setdefault(_why_unservable(wc, b.index) + _pool_note(wc, served), []).append(b)
+        for reason, buckets in why.items():
+            out.append(Diagnostic("error", "workload_unservable", f"{_where(wc, buckets)}: {reason}"))
     return out
+
+
+def _where(wc: WorkloadCandidates, buckets: list) -> str:
+    """"workload 'chat' (llama-3.1-8b)", with the buckets and their share of requests when it has several."""
+    where = f"workload '{wc.workload.name}' ({wc.model})"
+    if len(wc.buckets) > 1:
+        labels = ", ".join(str(b.label or b.index) for b in buckets)
+        where += (f", bucket{'s' if len(buckets) > 1 else ''} {labels} "
+                  f"({sum(b.fraction for b in buckets):.0%} of requests)")
+    return where
 
 
 def _pool_note(wc: WorkloadCandidates, served: set[str]) -> str:
@@ -61,12 +76,10 @@ def _pool_note(wc: WorkloadCandidates, served: set[str]) -> str:
 
 
 def _why_unservable(wc: WorkloadCandidates, bucket: int) -> str:
+    """Why no candidate serves ``bucket`` of ``wc`` (the message after its "workload ..., bucket ...: ")."""
     w = wc.workload
-    where = f"workload '{w.name}' ({wc.model})"
-    if len(wc.buckets) > 1:
-        where += f", bucket {wc.buckets[bucket].label or bucket} ({wc.buckets[bucket].fraction:.0%} of requests)"
     if not wc.candidates:
-        return f"{where}: no candidate at all; allow more devices or precisions"
+        return "no candidate at all; allow more devices or precisions"
     slo_limited = [c for c in wc.candidates
                    if c.pruned_reason is None or c.pruned_reason.startswith("no capacity at the SLO")]
     if not slo_limited:
@@ -74,10 +87,10 @@ def _why_unservable(wc: WorkloadCandidates, bucket: int) -> str:
         excluded = [c for c in wc.candidates if _excluded_by_plan(c.pruned_reason or "")]
         informative = [c for c in wc.candidates if c not in excluded]
         if not informative:
-            return f"{where}: every candidate is excluded by the plan: {_exclusions(excluded)}"
+            return f"every candidate is excluded by the plan: {_exclusions(excluded)}"
         example = max(informative, key=lambda c: (c.gpus, c.key))
         note = f"; {len(excluded)} more excluded by the plan (allowed_devices, inventory, prices)" if excluded else ""
-        return (f"{where}: every candidate is pruned; the largest, {example.key}: {example.pruned_reason}{note}")
+        return (f"every candidate is pruned; the largest, {example.key}: {example.pruned_reason}{note}")
     # Best p99 any candidate reaches (at near-zero load) against each SLO.
     parts = []
     for metric, label in METRIC_LABEL.items():
@@ -98,7 +111,7 @@ def _why_unservable(wc: WorkloadCandidates, bucket: int) -> str:
     if not parts:
         parts.append("no candidate meets the SLO at any load"
                      + (f" (limited by {', '.join(binding)})" if binding else ""))
-    return f"{where}: " + "; ".join(parts) + "; relax the SLO, allow faster devices or lower precisions"
+    return "; ".join(parts) + "; relax the SLO, allow faster devices or lower precisions"
 
 
 def _exclusions(excluded: list) -> str:

@@ -210,3 +210,22 @@ def test_inventory_spelled_in_capitals_limits_the_table_units(tmp_path):
     result = optimize_plan(parse_plan(data, "p"), load_catalog(), capacity_table=table)
     assert result.status.has_plan
     assert {f.device: f.gpus for f in result.fleet} == {"A10G": 12}
+
+
+def test_plan_limits_and_overrides_a_table_does_not_apply_are_named():
+    # A unit without a device column is capped by no inventory, and a plan's devices:/platforms: entries change no
+    # unit (the table prices them): `inventory: {a100-80gb-pcie: 0}` beside the shipped table (units A10G, A100-80GB,
+    # no device column) and a device price override left the $4.68/h answer as it was, without a word.
+    data = load_plan(EXAMPLES / "melange-example.yaml").model_dump(mode="json")
+    data["inventory"] = {"a100-80gb-pcie": 0}
+    data["devices"] = {"a10g": {"cloud_usd_per_gpu_hour": 0.01}}
+    data["platforms"] = {"pcie-8": {"server_usd": 1}}
+    plan = parse_plan(data, "p")
+    result = optimize_plan(plan, resolve_catalog(plan, load_catalog(), "p"),
+                           capacity_table=EXAMPLES / "melange-example.csv", sensitivity=False)
+    assert hourly(result) == pytest.approx(4.68, abs=1e-9)  # the table's prices and units, unlimited
+    said = {d.code: d.message for d in result.diagnostics if d.level == "warning"}
+    assert said["inventory_not_applied"] == ("inventory.a100-80gb-pcie (0 GPUs) limits nothing: no unit of the "
+                                             "capacity table has device a100-80gb-pcie in its device column")
+    overrides = [d.message for d in result.diagnostics if d.code == "override_not_applied"]
+    assert [m.split(":")[0] for m in overrides] == ["devices.a10g", "platforms.pcie-8"]

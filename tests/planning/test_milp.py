@@ -89,6 +89,26 @@ def test_a_huge_capacity_in_one_bucket_is_not_free():
     assert sum(s.routed_qps.values()) == pytest.approx(30.0)
 
 
+def test_a_tiny_capacity_in_one_bucket_does_not_break_the_solve():
+    # Mélange's example with the A10G's bucket-0 capacity 1e-9 req/s: λ/μ = 6e9 in its capacity row. On paper the
+    # optimum is unchanged, 1 × A10G + 1 × A100 = $4.68 (the A100 takes bucket 0 whole, as at capacity 0). With that
+    # coefficient HiGHS called the plan infeasible (no start) and, started from 2 × A100, answered $7.34 "optimal".
+    # The MILP's options (bucketing.problem_parts) carry a bucket only where λ/μ <= MAX_BUCKET_LOAD.
+    from optimizer.planning.bucketing import problem_parts
+
+    def candidate(key, caps):
+        return SimpleNamespace(key=key, device=key, gpus=1, capacity_qps=caps, stage="colocated",
+                               pair_link_bytes_s=None)
+    wc = SimpleNamespace(workload=SimpleNamespace(name="w", min_replicas=1, redundancy="none"),
+                         buckets=tuple(SimpleNamespace(qps=q) for q in (6.0, 3.0, 15.0, 6.0)),
+                         kept=(candidate("a10g", (1e-9, 1, 5, 2)), candidate("a100", A100_CAPACITY)))
+    demand, options = problem_parts(wc)
+    assert options[0].capacity_qps == (0.0, 1, 5, 2)
+    s = solve_fleet(FleetProblem((demand,), options, {"a10g": unit("a10g", 1.01), "a100": unit("a100", 3.67)}))
+    assert s.replicas == {("w", "a10g"): 1, ("w", "a100"): 1}
+    assert s.objective_usd == pytest.approx(4.68)
+
+
 def test_whole_servers_with_overhead():
     # 5 replicas of a tp2 candidate = 10 GPUs on 8-GPU servers → 2 servers: 10·$100 + 2·$50 = $1,100.
     p = FleetProblem((Demand("w", (9.0,)),), (Option("w", "k", "d", 2, (2.0,)),),

@@ -345,3 +345,18 @@ workloads:
     assert reasons["h100-sxm"] == "inventory of h100-sxm (4 GPUs) is less than one server of 8, which is bought whole"
     assert reasons["l40s"].startswith("inventory of l40s (1 GPUs)")
     assert not (reasons["b200"] or "").startswith("inventory")
+
+
+def test_buckets_failing_for_one_reason_share_one_message():
+    # Every device but h100-sxm disallowed and its inventory below one 4-GPU cloud instance: each of the workload's
+    # buckets failed for the same reason, and the error said it once per bucket (4 times, ~1,500 characters).
+    spec = {"name": "w", "model": "llama-3.1-8b", "qps": 3, "prompt_tokens": {"mean": 512, "p99": 2048},
+            "output_tokens": {"mean": 128, "p99": 512}, "slo": {"ttft_p99_ms": 2000, "tpot_p99_ms": 100}}
+    plan = parse_plan({"objective": "cloud", "allowed_devices": ["h100-sxm"], "inventory": {"h100-sxm": 3},
+                       "devices": {"h100-sxm": {"cloud_gpus_per_instance": 4}}, "workloads": [spec]}, "p")
+    r = optimize_plan(plan, resolve_catalog(plan, load_catalog(), "p"))
+    msgs = [d.message for d in r.diagnostics if d.code == "workload_unservable"]
+    assert len(msgs) == 1, msgs
+    assert re.match(r"workload 'w' \(llama-3\.1-8b\), buckets (\S+, ){3}\S+ \(100% of requests\): every candidate "
+                    r"is excluded by the plan: inventory of h100-sxm \(3 GPUs\) is less than one cloud instance", msgs[0])
+    assert msgs[0].count("inventory of h100-sxm") == 1

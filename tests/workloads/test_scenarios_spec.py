@@ -144,3 +144,19 @@ def test_uncertainty_prices_read_device_names_as_plans_do(tmp_path):
     with pytest.raises(WorkloadError, match=r"uncertainty.prices: 'h100-sxm' and 'h100_sxm' name the same device "
                                             r"h100-sxm; keep one entry"):
         load_scenarios(both, cat)
+
+
+def test_a_base_under_the_home_folder_is_read_as_a_shell_reads_it(tmp_path, monkeypatch):
+    """``base: ~/plans/chat.yaml`` is the home folder's plans/chat.yaml (Path.expanduser, as a shell expands an
+    unquoted ``~``); it was read as a folder named ``~`` beside the scenario file: 'plan file not found'."""
+    home = tmp_path / "home"
+    (home / "plans").mkdir(parents=True)
+    (home / "plans" / "chat.yaml").write_text((EXAMPLES / "chat-fleet.yaml").read_text())
+    monkeypatch.setenv("HOME", str(home))
+    where = tmp_path / "elsewhere"
+    where.mkdir()
+    path = where / "w.yaml"
+    path.write_text("base: ~/plans/chat.yaml\nvariants:\n  - {name: v, set: {workloads.chat.qps: 80}}\n")
+    _, _, scenarios = load_scenarios(path, load_catalog())
+    assert [s.name for s in scenarios] == ["base", "v"]
+    assert scenarios[0].plan.name == "chat-fleet"

@@ -146,6 +146,11 @@ def spare_replicas(demand: Demand, option: Option, gpus_per_node: int, replicas_
     return max(1, gpus_per_node // option.gpus)
 
 
+# λ/μ (replicas a candidate needs to carry a bucket alone) above which it does not carry that bucket: HiGHS meets the
+# share x of a bucket to 1e-6, one replica's load at λ/μ = 1e6 (``bucketing.carried_capacity``).
+MAX_BUCKET_LOAD = 1e6
+
+
 # The largest q of a spread placement (:func:`spread_packings`): bounds the MILP's binaries per option
 # (8-GPU servers need at most 7; a 72-GPU rack of 1-GPU replicas would need 71).
 MAX_SPREAD_REPLICAS_PER_SERVER = 8
