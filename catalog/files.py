@@ -267,6 +267,10 @@ def _yaml_error_text(exc: yaml.YAMLError) -> str:
     detail = " ".join(str(exc).split()).replace(' in "<unicode string>",', " at")
     if "'\\t'" in detail:
         detail += "; YAML indents with spaces, not tabs: replace the tab"
+    mark = getattr(exc, "problem_mark", None)
+    if getattr(exc, "problem", None) == "but found another document" and mark is not None:
+        return (f"the file holds more than one YAML document (another starts at line {mark.line + 1} with '---'); "
+                "keep one document per file")
     return detail
 
 
