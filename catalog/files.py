@@ -261,6 +261,20 @@ def parse_yaml_text(text: str, where: str, error: type[GpuplanError], *, shipped
         raise error(f"{where}: not valid YAML: {_yaml_error_text(exc)}") from None
 
 
+def _range_fix(kind: str, ctx: dict[str, Any]) -> str:
+    """The fix of a bound pydantic reports (``ctx``: gt, ge, lt or le): "use a value of at least 1", ..."""
+    bound = {"greater_than": "gt", "greater_than_equal": "ge", "less_than": "lt", "less_than_equal": "le"}[kind]
+    if bound not in ctx:
+        return "use a value in range"
+    limit = ctx[bound]
+    if isinstance(limit, float) and limit.is_integer() and abs(limit) < 1e15:
+        limit = int(limit)
+    shown = f"{limit:,}" if isinstance(limit, int) and not isinstance(limit, bool) else f"{limit:g}" \
+        if isinstance(limit, float) else str(limit)
+    return {"gt": f"use a value above {shown}", "ge": f"use a value of at least {shown}",
+            "lt": f"use a value below {shown}", "le": f"use a value of at most {shown}"}[bound]
+
+
 def _yaml_error_text(exc: yaml.YAMLError) -> str:
     """PyYAML's message on one line, without its ``in "<unicode string>",`` (the file is named
     already), and with the fix for a tab, which YAML never takes as indentation."""
@@ -326,7 +340,7 @@ def format_validation_error(
     if kind == "missing":
         return f"{head}required field is missing; add it"
     if kind in {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}:
-        return f"{head}{msg.lower()} (got {_value_repr(value)}); use a value in range"
+        return f"{head}{msg.lower()} (got {_value_repr(value)}); {_range_fix(kind, err.get('ctx') or {})}"
     if kind == "int_from_float" and isinstance(value, float) and math.isfinite(value):
         return (f"{head}must be a whole number (got {_value_repr(value)}); "
                 f"use {math.floor(value)} or {math.ceil(value)}")
