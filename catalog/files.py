@@ -222,6 +222,18 @@ def has_separator(text: str) -> bool:
     return True
 
 
+# Separators of a spreadsheet's other exports: a CSV header read as one column holding one was saved with it.
+OTHER_SEPARATORS = {";": "semicolon", "\t": "tab", "|": "bar"}
+
+
+def other_separator(header: list[str]) -> tuple[str, str] | None:
+    """(separator, its name) when a CSV ``header`` is one column holding a separator of OTHER_SEPARATORS (a
+    semicolon-, tab- or bar-separated file read as CSV), else None."""
+    if len(header) != 1:
+        return None
+    return next(((sep, name) for sep, name in OTHER_SEPARATORS.items() if sep in header[0]), None)
+
+
 def read_yaml(path: Path | str, what: str, error: type[GpuplanError], limit: int = MAX_FILE_BYTES) -> dict[str, Any]:
     """Parse a YAML (or JSON) file of at most ``limit`` bytes whose top level must be a mapping (a plan's
     readers give MAX_PLAN_BYTES)."""

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from catalog.errors import CatalogError, ModelError
-from catalog.files import has_separator, read_text
+from catalog.files import has_separator, other_separator, read_text
 from catalog.load import Catalog
 from workloads.spec import MAX_QPS
 
@@ -228,11 +228,6 @@ def load_measurements(path: Path | str, cat: Catalog) -> list[Measurement]:
         raise ModelError(f"{path}: not a valid CSV file ({exc}); save it as plain comma-separated text") from None
 
 
-# Separators of a spreadsheet's other exports (a tab-separated file read as one column named 'row_id\tgpu_key...'
-# said "required column 'gpu_key' is missing").
-OTHER_SEPARATORS = {";": "semicolon", "\t": "tab", "|": "bar"}
-
-
 def _check_header(path: Path, header: list[str]) -> None:
     """A column named twice (the last copy would win silently) or a near-miss of a known column is an error."""
     seen: set[str] = set()
@@ -271,9 +266,9 @@ def _parse_measurements(path: Path, text: str, cat: Catalog) -> list[Measurement
     header = reader.fieldnames or []
     if not header:
         raise ModelError(f"{path}: measurements file is empty; expected a CSV header with {', '.join(REQUIRED_COLUMNS)}")
-    if len(header) == 1 and (sep := next((c for c in OTHER_SEPARATORS if c in header[0]), None)):
-        raise ModelError(f"{path}: the header is one column holding {sep!r} ({header[0][:60]!r}...): the file is "
-                         f"{OTHER_SEPARATORS[sep]}-separated; save it as comma-separated CSV")
+    if other := other_separator(header):
+        raise ModelError(f"{path}: the header is one column holding {other[0]!r} ({header[0][:60]!r}...): the file is "
+                         f"{other[1]}-separated; save it as comma-separated CSV")
     _check_header(path, header)
     for column in REQUIRED_COLUMNS:
         if column not in header:

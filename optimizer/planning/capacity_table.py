@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from catalog.errors import GpuplanError, suggest
-from catalog.files import has_separator, read_text
+from catalog.files import has_separator, other_separator, read_text
 from catalog.load import Catalog
 from catalog.names import slug
 from catalog.schema import DEVICE_CEILINGS
@@ -152,10 +152,6 @@ def _gpu_count(path: str, row: int, col: str, text: str) -> int:
     return value
 
 
-# Separators of a spreadsheet's other exports: a header read as one column holding one is a file saved so.
-OTHER_SEPARATORS = {";": "semicolons", "\t": "tabs", "|": "bars"}
-
-
 def parse_capacity_table(text: str, path: str) -> CapacityTable:
     """Parse and check the CSV text of a capacity table (see the module docstring)."""
     # Comment lines become blank lines, so that reader.line_num stays the file's line number.
@@ -169,9 +165,9 @@ def parse_capacity_table(text: str, path: str) -> CapacityTable:
     if not header:
         raise _err(path, None, None, "empty capacity table; write a header row and one row per unit and bucket")
     header_row = reader.line_num
-    if len(header) == 1 and (sep := next((c for c in OTHER_SEPARATORS if c in header[0]), None)):
-        raise _err(path, header_row, None, f"the header is one column holding {sep!r}: the file is separated by "
-                   f"{OTHER_SEPARATORS[sep]}, a capacity table by commas; save it as comma-separated CSV")
+    if other := other_separator(header):
+        raise _err(path, header_row, None, f"the header is one column holding {other[0]!r}: the file is separated by "
+                   f"{other[1]}s, a capacity table by commas; save it as comma-separated CSV")
     for h in header:
         if h not in REQUIRED and h not in OPTIONAL:
             raise _err(path, header_row, h, f"unknown column{suggest(h, REQUIRED + OPTIONAL)}; "
