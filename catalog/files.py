@@ -27,7 +27,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from catalog.constants import MAX_WORKLOADS
-from catalog.errors import GpuplanError, suggest
+from catalog.errors import GpuplanError, figure, suggest
 from catalog.outputs import write_atomic  # noqa: F401 - re-exported: the one writing path
 
 MAX_FILE_BYTES = 20_000_000
@@ -279,10 +279,7 @@ def _range_fix(kind: str, ctx: dict[str, Any]) -> str:
     if bound not in ctx:
         return "use a value in range"
     limit = ctx[bound]
-    if isinstance(limit, float) and limit.is_integer() and abs(limit) < 1e15:
-        limit = int(limit)
-    shown = f"{limit:,}" if isinstance(limit, int) and not isinstance(limit, bool) else f"{limit:g}" \
-        if isinstance(limit, float) else str(limit)
+    shown = figure(limit) if isinstance(limit, int | float) and not isinstance(limit, bool) else str(limit)
     return {"gt": f"use a value above {shown}", "ge": f"use a value of at least {shown}",
             "lt": f"use a value below {shown}", "le": f"use a value of at most {shown}"}[bound]
 

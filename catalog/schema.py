@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from catalog.architecture import ParamCounts, attention_params, parameter_counts
+from catalog.errors import figure as _figure
 
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -32,14 +33,6 @@ PEAK_FIELD_BY_DTYPE: dict[str, str] = {
     "int8": "int8_tops",
     "fp4": "fp4_tflops",
 }
-
-
-def _figure(value: float) -> str:
-    """A figure for a message: 85,000,000 (whole, with separators) from 1,000 up, else 3.35; from 10^15 up
-    in powers of ten (1e+308, not 309 digits)."""
-    if value >= 1e15:
-        return f"{value:.3g}"
-    return f"{value:,.0f}" if value >= 1000 else f"{value:g}"
 
 
 def _elementwise_min(a, b):

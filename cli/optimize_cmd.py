@@ -241,7 +241,7 @@ def render(data: dict[str, Any]) -> None:
         ["  maintenance per year", fmt(data["annual_maintenance_usd"])],
         ["  colocation per year", fmt(data.get("annual_facility_usd", 0.0))],
         ["  cloud rental per year", fmt(data["annual_cloud_usd"])
-         + (f" ({data['annual_cloud_usd'] / HOURS_PER_YEAR:,.2f} / h)" if data["objective"] == "cloud" else "")],
+         + (f" ({data['annual_cloud_usd'] / HOURS_PER_YEAR:,.2f} / h)" if cloud else "")],
         [f"TCO over {plural(data['assumptions']['horizon_years'], 'year')}", fmt(data["tco_usd"])],
         ["NPV of costs", fmt(data["npv_usd"])],
         ["power (nameplate" + (", information only)" if cloud else ")"), fmt(data["power_kw"], 1) + " kW"],

@@ -170,7 +170,7 @@ def _check_loads(ctx: Ctx) -> None:
         return
     for d in r.deployments:
         if d.qps > 1e-9 and d.replicas == 0:
-            ctx.notes.append(f"deployment {d.workload}/{d.key}: {d.qps:.6g} req/s routed to 0 replicas")
+            ctx.notes.append(f"deployment {d.workload}/{d.key}: {d.qps:.6g} req/s routed to 0 replicas; the fleet does not carry it (a hand-edited file?)")
         elif d.capacity_qps is not None and d.qps > d.capacity_qps * (1 + 1e-6):
             ctx.notes.append(f"deployment {d.workload}/{d.key}: {d.qps:.6g} req/s routed to a capacity of "
                              f"{d.capacity_qps:.6g} req/s; the fleet does not carry it (a hand-edited file?)")

@@ -242,7 +242,7 @@ def _set_keyed(data: dict[str, Any], path: str, value: Any, where: str, known: M
     split = _split_named(path, top)
     if split is None:
         raise WorkloadError(f"{where}: '{path}': write {top}.KEY.FIELD, e.g. {example}")
-    key, field = split[0].lower(), split[1]
+    key, field = plan_key(split[0], device=top == "devices"), split[1]
     editable = [f for f in cls.model_fields if f not in fixed]
     owner, _, inner = key.partition(".")
     if key not in known and owner in known and inner.split(".")[0] in cls.model_fields:

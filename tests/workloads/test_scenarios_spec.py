@@ -103,6 +103,14 @@ def test_a_variant_overrides_the_base_entry_spelled_otherwise(tmp_path):
     assert by["v"].plan.inventory == {"h100-sxm": 16} and by["base"].plan.inventory == {"h100-sxm": 4}
 
 
+def test_a_set_path_reads_the_device_name_as_a_plan_does(tmp_path):
+    """`devices.H100_SXM.purchase_usd` names h100-sxm (case and '_' for '-' do not matter, as in a plan and in the
+    check that two spellings set one field); it said "unknown device 'h100_sxm'"."""
+    file = _write(tmp_path, {"variants": [{"name": "v", "set": {"devices.H100_SXM.purchase_usd": 20000}}]})
+    by = {s.name: s for s in load_scenarios(file, load_catalog())[2]}
+    assert by["v"].plan.devices["h100-sxm"]["purchase_usd"] == 20000
+
+
 def test_a_budget_sweep_on_a_cloud_plan_is_an_error(tmp_path):
     # objective cloud has capex 0 at any fleet size: every budget level "served" the search's ceiling, 1024x the
     # demand with a $834M rental under a $100,000 budget
