@@ -74,7 +74,9 @@ def round_down(value: float, digits: int = DEMAND_DIGITS) -> float:
 
 
 def sized_candidates(plan: Plan, cset: CandidateSet, catalog: Catalog, params: CalibrationParams) -> CandidateSet:
-    """``cset`` on ``plan``'s rates and limits, sized by its headroom policy as ``optimize_plan`` sizes it."""
+    """``cset`` on ``plan``'s rates and limits, sized by its headroom policy as ``optimize_plan`` sizes it; ``plan``'s
+    lengths cut to each model's context window first, as the candidates' were (``model_candidates``)."""
+    plan, _ = fit_plan_windows(plan, catalog)
     rebased = rebase_candidates(cset, plan)
     fidelity = fidelity_map(rebased, params, catalog)
     widened = candidate_fidelity(rebased, fidelity, params, catalog)
@@ -86,8 +88,6 @@ def max_share(plan: Plan, cset: CandidateSet, catalog: Catalog, params: Calibrat
               options: SolverOptions) -> tuple[SolveStatus, float, FleetSolution | None]:
     """(status, s, fleet): the MILP of the module docstring on ``cset``; s = t·S (0 unless status
     has a plan); the fleet serving s (routed loads at rates S·λ: :func:`fleet_at`)."""
-    # the lengths the candidates were computed on: cut to the model's context window (model_candidates does)
-    plan, _ = fit_plan_windows(plan, catalog)
     top = sized_candidates(scaled(plan, MAX_DEMAND_MULTIPLIER), cset, catalog, params)
     if unservable(top):
         return SolveStatus.INFEASIBLE, 0.0, None

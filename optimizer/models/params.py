@@ -56,11 +56,12 @@ MIN_EFFICIENCY = 0.01
 def _plausible_share(value: float) -> float:
     if value < MIN_EFFICIENCY:
         raise ValueError(f"{value:g} is below {MIN_EFFICIENCY:g}: an efficiency is the share of the device's peak a "
-                         f"kernel reaches (0.6 = 60 %), and `gpuplan calibrate` fits none below 0.02")
+                         f"kernel reaches (0.6 = 60 %), and `gpuplan calibrate` fits none below 0.02; write it as a share of 1, or "
+                         "refit it with `gpuplan calibrate`")
     return value
 
 
-Efficiency = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False), AfterValidator(_plausible_share)]
+Efficiency = Annotated[Fraction, AfterValidator(_plausible_share)]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 PARAMS_FILE = "calibration.yaml"
 Engine = Literal["trtllm", "vllm", "sglang"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from optimizer.planning.bucketing import ALONE_GAP, ALONE_TIME_LIMIT_S, problem_parts
-from optimizer.planning.milp.problem import FleetProblem, UnitTerms, uncovered_buckets
+from optimizer.planning.milp.problem import FleetProblem, UnitTerms
 from optimizer.planning.milp.resolve import cached_solve
 from optimizer.planning.milp.solve import solve_fleet
 from optimizer.results.plan_result import Diagnostic
@@ -28,8 +28,6 @@ def own_fleet_usd(wc, units: dict[str, UnitTerms]) -> float | None:
     if not options:
         return None
     own = FleetProblem((demand,), options, {o.device: units[o.device] for o in options})
-    if uncovered_buckets(own):
-        return None
     sol = cached_solve("own_fleet", own, lambda: solve_fleet(
         own, time_limit_s=ALONE_TIME_LIMIT_S, gap=ALONE_GAP, bounds=False), gap=ALONE_GAP)
     return sol.objective_usd if sol.status.has_plan else None

@@ -257,13 +257,13 @@ def _check_servers(r: PlanResult) -> list[str]:
         if f.gpus != g:
             out.append(f"servers {dev}: fleet has {f.gpus} GPUs, deployments use {g}")
     full_only = r.assumptions is not None and not r.assumptions.allow_partial_servers
+    cloud = r.assumptions is not None and r.assumptions.objective == "cloud"
     for f in r.fleet:
         if f.gpus > f.nodes * f.gpus_per_node:
             out.append(f"servers {f.device}: {f.gpus} GPUs do not fit {f.nodes} × {f.gpus_per_node}")
         if f.fixed_size and f.installed != f.nodes * f.gpus_per_node:
             out.append(f"servers {f.device}: {f.installed} GPUs installed on {f.nodes} fixed-size servers of "
                        f"{f.gpus_per_node}")
-        cloud = r.assumptions is not None and r.assumptions.objective == "cloud"
         if f.gpus_per_instance > 1 and (not cloud or f.fixed_size or f.gpus_per_node % f.gpus_per_instance):
             out.append(f"servers {f.device}: instances of {f.gpus_per_instance} GPUs, but only a cloud rents "
                        f"instances, each a slice of a server of {f.gpus_per_node}")
