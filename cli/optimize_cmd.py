@@ -124,13 +124,8 @@ def optimize(
         for shown in written:
             stdout.print(f"wrote {shown}", markup=False)
     if not result.status.has_plan:
-        # One line (the CLI's error contract), naming the plan file: the status detail, then
-        # each error diagnostic it does not already say (the binding limit and its fix).
-        parts = [data["status_detail"]]
-        parts += [d["message"] for d in data["diagnostics"]
-                  if d["level"] == "error" and d["message"] not in data["status_detail"]]
-        text = "; ".join(" ".join(p.split()) for p in parts)
-        error_line(f"{plan_path}: no fleet found ({data['status']}): {text}")
+        # One line (the CLI's error contract), naming the plan file and why (the binding limit and its fix)
+        error_line(f"{plan_path}: no fleet found ({data['status']}): {result.no_fleet_reason()}")
         raise typer.Exit(code=1)
 
 

@@ -40,10 +40,17 @@ def _progress_bar(total: int):
                     transient=True)
 
 
+def _no_fleet_why(row: dict[str, Any]) -> str:
+    """Why a scenario row has no fleet: its ``no_fleet_reason``, else its status detail or status."""
+    return str(row.get("no_fleet_reason") or row.get("status_detail") or row["status"])
+
+
 def _slo_text(row: dict[str, Any]) -> str:
-    if row["status"] not in ("optimal", "feasible"):
+    from reports.whatif_workbook import has_plan  # openpyxl: loaded by the command already
+
+    if not has_plan(row):
         # no fleet: its workloads' met = false is no SLO missed; say why instead (the limit that binds)
-        return f"no fleet: {row.get('no_fleet_reason') or row.get('status_detail') or row['status']}"
+        return f"no fleet: {_no_fleet_why(row)}"
     parts = []
     for w in row["workloads"]:
         if w.get("met") is None:
@@ -121,9 +128,8 @@ def whatif(
     if not any(has_plan(r) for r in compared):
         # nothing to compare: a script must not read success. The files are written: their rows say why.
         base = compared[0]
-        why = " ".join(str(base.get("no_fleet_reason") or base["status_detail"] or base["status"]).split())
         error_line(f"{path}: no scenario has a fleet (all {len(compared)}, the base included, are infeasible or "
-                   f"failed); {base['name']}: {why}")
+                   f"failed); {base['name']}: {_no_fleet_why(base)}")
         raise typer.Exit(code=1)
 
 

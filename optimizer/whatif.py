@@ -117,22 +117,11 @@ class ScenarioResult:
             # clear a miss (a budget or inventory bound, or the rounds spent), which the workloads' analytic met hides
             "simulation_verdict": r.verification.verdict if r.verification is not None else None,
             "workloads": [record_json(w, _ROW_WORKLOAD_KEYS) for w in r.workloads],
-            "no_fleet_reason": no_fleet_reason(r),
+            "no_fleet_reason": r.no_fleet_reason(),
         }
         if with_plan:
             row["plan"] = r.to_json()
         return row
-
-
-def no_fleet_reason(r: PlanResult) -> str | None:
-    """Why a scenario has no fleet, as ``gpuplan optimize`` says it on stderr: the status detail, then each error
-    diagnostic it does not already say (the binding limit and the smallest value that makes the plan feasible,
-    or the workload no configuration serves); None for a scenario with a fleet."""
-    if r.status.has_plan:
-        return None
-    parts = [r.status_detail] + [d.message for d in r.diagnostics
-                                 if d.level == "error" and d.message not in r.status_detail]
-    return "; ".join(" ".join(p.split()) for p in parts if p)
 
 
 _ROW_WORKLOAD_KEYS = ("name", "qps", "met", "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms",

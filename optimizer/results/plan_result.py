@@ -296,6 +296,17 @@ class PlanResult:
     sensitivity: Sensitivity | None = None
     verification: Verification | None = None
 
+    def no_fleet_reason(self) -> str | None:
+        """Why there is no fleet, on one line: the status detail, then each error diagnostic it does not already
+        say (the binding limit and the smallest value that makes the plan feasible, or the workload no
+        configuration serves); None when there is a fleet. What ``gpuplan optimize`` says on stderr and a what-if
+        row's ``no_fleet_reason``."""
+        if self.status.has_plan:
+            return None
+        parts = [self.status_detail] + [d.message for d in self.diagnostics
+                                        if d.level == "error" and d.message not in self.status_detail]
+        return "; ".join(" ".join(p.split()) for p in parts if p)
+
     def to_json(self) -> dict[str, Any]:
         """The plan as a JSON-ready dict with the keys of ``docs/plan-json.md`` (finite floats)."""
         out: dict[str, Any] = {
