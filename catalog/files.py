@@ -234,6 +234,12 @@ def other_separator(header: list[str]) -> tuple[str, str] | None:
     return next(((sep, name) for sep, name in OTHER_SEPARATORS.items() if sep in header[0]), None)
 
 
+def too_deep(syntax: str, what: str) -> str:
+    """The message for a file nested past Python's recursion limit (YAML, JSON or a parsed plan's fields)."""
+    return (f"{syntax} nesting too deep (over Python's recursion limit); a {what} file needs only a few levels: "
+            "flatten it")
+
+
 def read_yaml(path: Path | str, what: str, error: type[GpuplanError], limit: int = MAX_FILE_BYTES) -> dict[str, Any]:
     """Parse a YAML (or JSON) file of at most ``limit`` bytes whose top level must be a mapping (a plan's
     readers give MAX_PLAN_BYTES)."""
@@ -245,8 +251,7 @@ def read_yaml(path: Path | str, what: str, error: type[GpuplanError], limit: int
     except yaml.YAMLError as exc:
         raise error(f"{path}: not valid YAML: {_yaml_error_text(exc)}") from None
     except RecursionError:
-        raise error(f"{path}: YAML nesting too deep (over Python's recursion limit); a {what} file needs only a "
-                    "few levels: flatten it") from None
+        raise error(f"{path}: {too_deep('YAML', what)}") from None
     if not isinstance(data, dict):
         raise error(f"{path}: expected a mapping of fields at the top level, got {_top_level_text(data)}; a {what} "
                     "file is YAML lines of field: value")
@@ -320,8 +325,7 @@ def read_json(path: Path | str, what: str, error: type[GpuplanError], limit: int
     except ValueError as exc:
         raise error(f"{path}: {exc}") from None
     except RecursionError:
-        raise error(f"{path}: JSON nesting too deep (over Python's recursion limit); a {what} file needs only a "
-                    "few levels: flatten it") from None
+        raise error(f"{path}: {too_deep('JSON', what)}") from None
 
 
 def _value_repr(value: Any) -> str:

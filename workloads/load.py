@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from catalog.constants import MAX_WORKLOADS
 from catalog.errors import CatalogError, WorkloadError, suggest
-from catalog.files import MAX_PLAN_BYTES, format_validation_error, read_yaml
+from catalog.files import MAX_PLAN_BYTES, format_validation_error, read_yaml, too_deep
 from catalog.load import Catalog
 from catalog.schema import Model
 from workloads.spec import LengthDist, Plan, Workload
@@ -32,8 +32,7 @@ def parse_plan(data: dict[str, Any], where: str) -> Plan:
     except ValidationError as exc:
         raise WorkloadError(format_validation_error(where, exc, Plan)) from None
     except RecursionError:
-        raise WorkloadError(f"{where}: nesting too deep (over Python's recursion limit); a plan needs only a few "
-                            "levels: flatten it") from None
+        raise WorkloadError(f"{where}: {too_deep('field', 'plan')}") from None
 
 
 def load_plan(path: Path | str) -> Plan:

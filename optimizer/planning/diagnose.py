@@ -20,6 +20,7 @@ from dataclasses import replace
 from optimizer.planning import disk_cache
 from optimizer.planning.candidate_set import CandidateSet, WorkloadCandidates
 from optimizer.planning.milp.problem import (
+    MAX_BUCKET_LOAD,
     FleetProblem,
     FleetSolution,
     Limits,
@@ -29,7 +30,7 @@ from optimizer.planning.milp.problem import (
 from optimizer.planning.milp.resolve import cached_solve
 from optimizer.planning.milp.solve import solve_fleet
 from optimizer.results.latency_text import ms_text
-from optimizer.results.plan_result import Diagnostic, SingleDeviceBest, SolveStatus
+from optimizer.results.plan_result import Diagnostic, InstalledGpus, SingleDeviceBest, SolveStatus
 
 METRIC_LABEL = {"ttft_p99_ms": "TTFT p99", "tpot_p99_ms": "TPOT p99", "e2e_p99_ms": "E2E p99"}
 
@@ -42,13 +43,19 @@ def unservable(cset: CandidateSet) -> list[Diagnostic]:
     for wc in cset.workloads:
         why: dict[str, list] = {}  # reason (without the bucket) -> its buckets, in bucket order
         for b in wc.buckets:
-            served = {c.stage for c in wc.kept if c.capacity_qps[b.index] > 0}
+            served = {c.stage for c in wc.kept if _carries(b.qps, c.capacity_qps[b.index])}
             if b.qps <= 0 or "colocated" in served or {"prefill", "decode"} <= served:
                 continue
             why.setdefault(_why_unservable(wc, b.index) + _pool_note(wc, served), []).append(b)
         for reason, buckets in why.items():
             out.append(Diagnostic("error", "workload_unservable", f"{_where(wc, buckets)}: {reason}"))
     return out
+
+
+def _carries(bucket_qps: float, capacity_qps: float) -> bool:
+    """Whether the MILP routes a bucket of ``bucket_qps`` to a replica of ``capacity_qps``: capacity above 0 and
+    at most MAX_BUCKET_LOAD replicas' worth of load (``bucketing.carried_capacity``)."""
+    return capacity_qps > 0 and bucket_qps / capacity_qps <= MAX_BUCKET_LOAD
 
 
 def _where(wc: WorkloadCandidates, buckets: list) -> str:
@@ -80,6 +87,13 @@ def _why_unservable(wc: WorkloadCandidates, bucket: int) -> str:
     w = wc.workload
     if not wc.candidates:
         return "no candidate at all; allow more devices or precisions"
+    trickle = [c for c in wc.kept if c.capacity_qps[bucket] > 0]
+    if trickle:  # capacity, but too little to count: more than MAX_BUCKET_LOAD replicas (carried_capacity)
+        best = max(trickle, key=lambda c: (c.capacity_qps[bucket], c.key))
+        lam = wc.buckets[bucket].qps
+        return (f"the most any candidate carries is {best.capacity_qps[bucket]:.3g} req/s per replica ({best.key}) "
+                f"against {lam:g} req/s, more than {MAX_BUCKET_LOAD:,.0f} replicas; check the capacity figures "
+                f"or lower the request rate")
     slo_limited = [c for c in wc.candidates
                    if c.pruned_reason is None or c.pruned_reason.startswith("no capacity at the SLO")]
     if not slo_limited:
@@ -283,7 +297,7 @@ def single_device_note(best: SingleDeviceBest | None, objective_usd: float) -> D
     extra = best.objective_usd - objective_usd
     pct = 100.0 * extra / objective_usd if objective_usd > 0 else 0.0
     # the GPUs bought (what its cost pays for and what one orders), not those in use
-    bought = best.gpus if best.gpus_installed is None else best.gpus_installed
+    bought = InstalledGpus(best.gpus, best.gpus_installed).installed
     in_use = f" ({best.gpus} in use)" if bought != best.gpus else ""
     return Diagnostic("info", "single_device_best",
                       f"the cheapest one-device fleet is {bought} × {best.device}{in_use} at "

@@ -337,3 +337,22 @@ def test_limits_binding_only_together():
     assert [d.code for d in diags] == ["binding_combination"]
     assert "capex_usd >= $20 (now $15)" in diags[0].message
     assert "max_power_kw >= 2.00 kW (now 1.50 kW)" in diags[0].message
+
+
+def test_a_bucket_only_a_trickle_serves_is_named_unservable():
+    # One candidate with 1e-9 req/s in a bucket of 6 req/s: λ/μ = 6e9 > MAX_BUCKET_LOAD, so the MILP's options do not
+    # carry it (carried_capacity) and the plan is infeasible. diagnose.unservable used to look at the raw capacity
+    # (> 0: "served") and said nothing; it must name the bucket, the trickle and the replica count it would take.
+    from optimizer.planning.diagnose import unservable
+
+    cand = SimpleNamespace(key="a10g-tp1", device="a10g", gpus=1, capacity_qps=(1e-9,), stage="colocated",
+                           pruned_reason=None, floor_p99_ms=None, limited_by=("tpot",))
+    wc = SimpleNamespace(workload=SimpleNamespace(name="w", disaggregation="forbidden", is_batch=False, slo=None),
+                         model="m", buckets=(SimpleNamespace(index=0, qps=6.0, fraction=1.0, label=""),),
+                         kept=(cand,), candidates=(cand,))
+    (d,) = unservable(SimpleNamespace(workloads=(wc,)))
+    assert d.code == "workload_unservable"
+    assert "1e-09 req/s per replica (a10g-tp1) against 6 req/s, more than 1,000,000 replicas" in d.message
+    # A capacity the MILP carries (λ/μ = 6) is served: no error.
+    cand.capacity_qps = (1.0,)
+    assert unservable(SimpleNamespace(workloads=(wc,))) == []

@@ -176,6 +176,13 @@ class HiGHSWithHooks(pulp.HiGHS):
             return pulp.LpStatusOptimal, pulp.LpSolutionIntegerFeasible
 
 
+def _highs(time_limit_s: float, gap: float, *, on_incumbent: Callable[[Any, float, float], None] | None = None,
+           start: Mapping[pulp.LpVariable, float] | None = None, **options: Any) -> HiGHSWithHooks:
+    """HiGHS single-threaded, silent, with the time limit, relative gap, hooks and extra HiGHS ``options``."""
+    return HiGHSWithHooks(msg=False, timeLimit=time_limit_s, gapRel=gap, threads=1, on_incumbent=on_incumbent,
+                          start=start, **options)
+
+
 def _solver(name: str, time_limit_s: float, gap: float, presolve: bool = True,
             on_incumbent: Callable[[Any, float, float], None] | None = None,
             start: Mapping[pulp.LpVariable, float] | None = None, max_nodes: int | None = None) -> Any:
@@ -183,8 +190,7 @@ def _solver(name: str, time_limit_s: float, gap: float, presolve: bool = True,
         extra: dict[str, Any] = {} if presolve else {"presolve": "off"}
         if max_nodes is not None:  # a work limit: where HiGHS stops does not depend on the machine's load
             extra["mip_max_nodes"] = int(max_nodes)
-        return HiGHSWithHooks(msg=False, timeLimit=time_limit_s, gapRel=gap, threads=1, on_incumbent=on_incumbent,
-                              start=start, **extra)
+        return _highs(time_limit_s, gap, on_incumbent=on_incumbent, start=start, **extra)
     with warnings.catch_warnings():
         # PuLP 3.3 flags its bundled CBC as going away in 4.0; it is only our fallback.
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -234,8 +240,8 @@ def solve_tuned_highs(model: FleetModel, *, time_limit_s: float, gap: float, opt
     falls back to :func:`solve_model` / ``solve_fleet``, HiGHS's defaults then CBC)."""
     if not pulp.HiGHS(msg=False).available():
         return None
-    highs = HiGHSWithHooks(msg=False, timeLimit=time_limit_s, gapRel=gap, threads=1, start=start,
-                           on_incumbent=on_incumbent, presolve="on" if presolve else "off", **options)
+    highs = _highs(time_limit_s, gap, on_incumbent=on_incumbent, start=start,
+                   presolve="on" if presolve else "off", **options)
     t0 = time.perf_counter()
     try:
         with stdout_silenced():
