@@ -30,7 +30,7 @@ from optimizer.planning.milp.problem import (
 from optimizer.planning.milp.resolve import cached_solve
 from optimizer.planning.milp.solve import solve_fleet
 from optimizer.results.latency_text import ms_text
-from optimizer.results.plan_result import Diagnostic, InstalledGpus, SingleDeviceBest, SolveStatus
+from optimizer.results.plan_result import Diagnostic, SingleDeviceBest, SolveStatus
 
 METRIC_LABEL = {"ttft_p99_ms": "TTFT p99", "tpot_p99_ms": "TPOT p99", "e2e_p99_ms": "E2E p99"}
 
@@ -297,7 +297,7 @@ def single_device_note(best: SingleDeviceBest | None, objective_usd: float) -> D
     extra = best.objective_usd - objective_usd
     pct = 100.0 * extra / objective_usd if objective_usd > 0 else 0.0
     # the GPUs bought (what its cost pays for and what one orders), not those in use
-    bought = InstalledGpus(best.gpus, best.gpus_installed).installed
+    bought = best.installed
     in_use = f" ({best.gpus} in use)" if bought != best.gpus else ""
     return Diagnostic("info", "single_device_best",
                       f"the cheapest one-device fleet is {bought} × {best.device}{in_use} at "

@@ -230,7 +230,7 @@ class SourceRow:
 
 
 @dataclass(frozen=True)
-class SingleDeviceBest:
+class SingleDeviceBest(InstalledGpus):
     """The cheapest fleet of one device type (the comparison of the Summary): its counts are facts,
     its money is recomputed from them wherever prices change (the workbook's formulas)."""
 
