@@ -40,6 +40,7 @@ devices whose missing figure the objective or a limit needs (``Device.unusable_f
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated, Literal
@@ -343,10 +344,13 @@ class FinanceFigures:
 
 
 def annuity_payment_usd(principal_usd: float, rate: float, years: int) -> float:
-    """Equal yearly payment repaying ``principal_usd`` over ``years`` at ``rate``: P·r / (1 − (1+r)^−n); r = 0: P/n."""
+    """Equal yearly payment repaying ``principal_usd`` over ``years`` at ``rate``: P·r / (1 − (1+r)^−n); r = 0: P/n.
+
+    The denominator is computed as −expm1(−n·log1p(r)): written as 1 − (1+r)^−n it is 0 for r below the float
+    spacing at 1 (2.2e-16; 1 + r rounds to 1: a division by zero) and loses digits for r up to ~1e-8."""
     if rate == 0:
         return principal_usd / years
-    return principal_usd * rate / (1.0 - (1.0 + rate) ** -years)
+    return principal_usd * (rate / -math.expm1(-years * math.log1p(rate)))
 
 
 def finance_figures(capex_usd: float, a: MoneyAssumptions) -> FinanceFigures:
