@@ -315,6 +315,12 @@ class Workload(Strict):
             if used:
                 raise ValueError(f"{', '.join(used)} apply to online workloads (qps) only; the batch throughput "
                                  "model does not use them: drop them or give qps and an slo")
+            rate = self.request_rate_qps
+            if not rate <= MAX_QPS:  # a window of 1e-300 hours: the rate is inf, which no candidate serves
+                raise ValueError(f"tokens_per_day {self.tokens_per_day:g} within batch_window_hours "
+                                 f"{self.batch_window_hours:g} is {rate:.3g} requests/s of "
+                                 f"{self.output_tokens.mean_tokens:g} output tokens, above {MAX_QPS:,.0f}: "
+                                 "check the units (output tokens a day; a window in hours, e.g. 8)")
         elif self.batch_window_hours != BATCH_WINDOW_HOURS:
             raise ValueError(f"batch_window_hours ({self.batch_window_hours:g}) applies to batch workloads "
                              "(tokens_per_day) only; an online workload (qps) is served all day: drop it")

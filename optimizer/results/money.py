@@ -368,13 +368,16 @@ def finance_figures(capex_usd: float, a: MoneyAssumptions) -> FinanceFigures:
 def cost_per_million_output_tokens_usd(
     tco_usd: float, output_tokens_per_year: float, a: MoneyAssumptions
 ) -> float | None:
-    """tco_usd / (horizon_years · output_tokens_per_year / 1e6); None without output tokens.
+    """tco_usd / (horizon_years · output_tokens_per_year / 1e6); None without output tokens (or too few for a
+    finite figure: a volume of 1e-300 tokens a year is none to a float).
 
     ``output_tokens_per_year`` is the average volume (qps / peak_to_average_ratio), so a fleet
     sized for a peak it sees a fraction of the time costs more per token."""
-    if output_tokens_per_year <= 0:
+    millions = a.horizon_years * output_tokens_per_year / 1e6
+    if millions <= 0:  # none, or so few that the count underflows (tokens_per_day 5e-324)
         return None
-    return tco_usd / (a.horizon_years * output_tokens_per_year / 1e6)
+    cost = tco_usd / millions
+    return cost if math.isfinite(cost) else None
 
 
 def workload_tco_share_usd(

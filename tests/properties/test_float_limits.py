@@ -1,0 +1,33 @@
+"""Valid inputs at the limits of a float (hostile round 26): each ran into a division by zero or an empty list
+(exit 70, "internal error") where the figure underflowed to 0. They must plan, or simulate, like their limit."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import SMALL_PLAN, assert_no_traceback
+
+
+def _optimize(run_cli, tmp_path, plan: str) -> dict:
+    path, out = tmp_path / "p.yaml", tmp_path / "o.json"
+    path.write_text(plan)
+    r = run_cli("optimize", path, "--no-sensitivity", "--json", out)
+    assert r.code == 0, r.stderr
+    assert_no_traceback(r.stderr)
+    return json.loads(out.read_text())
+
+
+def test_a_lease_rate_below_the_float_spacing_plans_as_rate_zero(run_cli, tmp_path):
+    """lease_interest_rate 5e-324: 1 + r rounds to 1; the payment is capex / lease years (3, the horizon)."""
+    result = _optimize(run_cli, tmp_path, SMALL_PLAN + "finance: {lease_interest_rate: 4.9e-324}\n")
+    assert result["annual_lease_payment_usd"] == result["capex_usd"] / 3
+
+
+def test_a_batch_volume_that_underflows_has_no_cost_per_token(run_cli, tmp_path):
+    """tokens_per_day 5e-324: 5e-324 × 365 × 3 years / 1e6 is 0 million tokens; the cost per million is
+    undefined (None, as with no tokens), not a division by zero."""
+    plan = SMALL_PLAN.replace("    qps: 2\n", "    tokens_per_day: 4.9e-324\n").replace(
+        "    slo: {ttft_p99_ms: 3000}\n", "")
+    result = _optimize(run_cli, tmp_path, plan)
+    assert result["workloads"][0]["cost_per_million_output_tokens_usd"] is None
+    assert result["status"] == "optimal"
