@@ -31,3 +31,13 @@ def test_a_batch_volume_that_underflows_has_no_cost_per_token(run_cli, tmp_path)
     result = _optimize(run_cli, tmp_path, plan)
     assert result["workloads"][0]["cost_per_million_output_tokens_usd"] is None
     assert result["status"] == "optimal"
+
+
+def test_simulate_at_a_rate_whose_gaps_are_inf_says_so(run_cli):
+    """--qps 4.9e-324: 1/qps is inf, every arrival inf, and the event loop ran past its sentinel (IndexError)."""
+    r = run_cli("simulate", "--model", "llama-3.1-8b", "--device", "h100-sxm", "--precision", "fp8",
+                "--input-tokens", "512", "--output-tokens", "128", "--requests", "100", "--qps", "4.9e-324")
+    assert r.code == 1, r.stderr
+    assert_no_traceback(r.stderr)
+    assert r.stderr.strip() == ("error: request rate 4.94066e-324 req/s is so low that 100 arrivals pass the largest "
+                                "time a float holds (1.8e308 s); give a rate of at least 1e-300 req/s")
