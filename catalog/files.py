@@ -200,6 +200,10 @@ def read_text(path: Path | str, what: str, error: type[GpuplanError], limit: int
     path = Path(path)
     data = read_bytes(path, what, error, limit)
     if b"\x00" in data:
+        encoding = _wide_encoding(data)
+        if encoding:
+            raise error(f"{path}: is {encoding} text, expected a {what} file in UTF-8 text; save the {what} file "
+                        "as UTF-8")
         raise error(f"{path}: is a binary file, expected a {what} file in UTF-8 text")
     try:
         return data.decode("utf-8-sig")
@@ -208,6 +212,26 @@ def read_text(path: Path | str, what: str, error: type[GpuplanError], limit: int
             f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
             f"save the {what} file as UTF-8"
         ) from None
+
+
+def _wide_encoding(data: bytes) -> str | None:
+    """'UTF-16' or 'UTF-32' when ``data`` is text in one of them (what Windows calls "Unicode": Excel's "Unicode
+    Text", PowerShell 5's ``>``), told by its byte-order mark or, without one, by the zero bytes every ASCII
+    character brings (every other byte in UTF-16, three of four in UTF-32); else None."""
+    if data[:4] in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff"):
+        return "UTF-32"
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return "UTF-16"
+    head = data[:400]
+    head = head[:len(head) - len(head) % 4]
+    if len(head) < 8:
+        return None
+    for width, name in ((4, "UTF-32"), (2, "UTF-16")):
+        lanes = [head[i::width] for i in range(width)]
+        zero = [not lane.strip(b"\x00") for lane in lanes]
+        if sum(zero) == width - 1 and (zero[0] != zero[-1]):  # one lane of characters, the others all zeros
+            return name
+    return None
 
 
 def has_separator(text: str) -> bool:
