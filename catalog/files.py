@@ -372,8 +372,26 @@ def format_validation_error(
         return f"{head}unknown field{hint}{more}"
     if kind == "missing":
         return f"{head}required field is missing; add it"
+    if kind in {"greater_than", "greater_than_equal", "less_than", "less_than_equal"} and _non_finite(value):
+        return f"{head}must be a finite number (got {_value_repr(value)})"  # nan fails a bound too; say what it is
     if kind in {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}:
         return f"{head}{msg.lower()} (got {_value_repr(value)}); {_range_fix(kind, err.get('ctx') or {})}"
+    if kind == "string_too_long" and isinstance(value, str):
+        limit = (err.get("ctx") or {}).get("max_length")
+        return f"{head}{len(value):,} characters, more than the {limit} allowed; shorten it (got {_value_repr(value)})"
+    if kind == "literal_error":
+        return f"{head}{_value_repr(value)} is not a choice here; use {(err.get('ctx') or {}).get('expected', '?')}"
+    if kind in {"float_parsing", "int_parsing"} and isinstance(value, str) and _non_finite(value):
+        return f"{head}must be a finite number (got {_value_repr(value)})"
+    if kind in {"float_parsing", "int_parsing"} and isinstance(value, str) and not value.isascii():
+        try:  # Python reads '３' (fullwidth) and '٣' (Arabic-Indic) as 3; pydantic, rightly, does not
+            number = float(value)
+        except ValueError:
+            pass
+        else:
+            return f"{head}not a number in ASCII digits (got {_value_repr(value)}); write {number:g}"
+    if kind == "float_parsing" and isinstance(value, str):  # 'lots'; a date, which the loader leaves as text
+        return f"{head}not a number (got {_value_repr(value)}); write it in digits"
     if kind == "int_from_float" and isinstance(value, float) and math.isfinite(value):
         return (f"{head}must be a whole number (got {_value_repr(value)}); "
                 f"use {math.floor(value)} or {math.ceil(value)}")
@@ -408,6 +426,16 @@ def format_validation_error(
             # at 60 characters ("(got {'name': 'a', 'model': ...)") would only hide the fix
             return f"{head}{msg}"
     return f"{head}{msg} (got {_value_repr(value)})"
+
+
+def _non_finite(value: Any) -> bool:
+    """A float nan or ±inf, or text a float reads as one ('1e309', which YAML 1.1 leaves as text)."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return False
+    return isinstance(value, float) and not math.isfinite(value)
 
 
 def _pattern_fix(value: str, pattern: str) -> str:
