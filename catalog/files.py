@@ -110,6 +110,17 @@ StrictLoader.add_constructor("tag:yaml.org,2002:float", StrictLoader.construct_y
 StrictLoader.add_constructor("tag:yaml.org,2002:timestamp", StrictLoader.construct_yaml_timestamp)
 
 
+def _refuse_tag(loader: yaml.constructor.SafeConstructor, node: yaml.Node) -> Any:
+    """Raise on a YAML tag whose value is not what the text says: ``!!binary MzAw`` is the bytes b'300', which a
+    number field read as 300; ``!!set``, ``!!omap`` and ``!!pairs`` build collections no field takes."""
+    raise yaml.YAMLError(f"the YAML tag {node.tag.replace('tag:yaml.org,2002:', '!!')} at line {node.start_mark.line + 1} "
+                         "is not supported; write the value itself")
+
+
+for _tag in ("binary", "set", "omap", "pairs"):
+    StrictLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _refuse_tag)
+
+
 def _refuse_duplicate_keys(loader: yaml.constructor.SafeConstructor, node: yaml.Node) -> None:
     """Raise on a mapping key given twice (YAML 1.2 says keys are unique; PyYAML keeps the last one)."""
     if not isinstance(node, yaml.MappingNode):
