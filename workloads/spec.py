@@ -441,8 +441,11 @@ class Plan(Strict):
     confidence: Annotated[float, Field(ge=0.5, le=0.99)] | None = Field(
         None, description="size every deployment so it meets its SLOs with this probability under the "
         "performance model's error (its fidelity band); None = the point estimate")
-    target_utilization: Annotated[float, Field(gt=0, le=1)] = Field(
-        1.0, description="cap on routed load / capacity at the SLO of every deployment (1 = up to capacity)")
+    # at least 1 %: below it every deployment carries a hundredth of its capacity, and at 5e-324 the capacities
+    # underflowed to "no candidate can serve chat bucket 0", the field not named
+    target_utilization: Annotated[float, Field(ge=0.01, le=1, allow_inf_nan=False)] = Field(
+        1.0, description="cap on routed load / capacity at the SLO of every deployment (1 = up to capacity; at "
+        "least 0.01)")
     demand_quantile: Annotated[float, Field(ge=0.5, le=0.999)] = Field(
         0.5, description="size for this quantile of a lognormal demand forecast with median = the stated "
         "rates and sigma demand_sigma (0.5 = the stated rates)")
