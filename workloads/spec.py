@@ -12,7 +12,17 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from catalog.constants import HOURS_PER_YEAR, MAX_WORKLOADS, SECONDS_PER_HOUR, Z99
+from catalog.constants import (
+    HOURS_PER_YEAR,
+    MAX_COLOCATION_USD_PER_KW_MONTH,
+    MAX_COLOCATION_USD_PER_RACK_MONTH,
+    MAX_NETWORK_USD_PER_SERVER,
+    MAX_SERVER_POWER_W,
+    MAX_SERVER_USD,
+    MAX_WORKLOADS,
+    SECONDS_PER_HOUR,
+    Z99,
+)
 from catalog.errors import suggest
 from catalog.schema import Strict
 
@@ -383,10 +393,11 @@ class Budget(Strict):
 class Facility(Strict):
     """Optional facility costs: colocation by power or by rack space, network per server."""
 
-    colocation_usd_per_kw_month: NonNegFloat = Field(0.0, description="per kW of nameplate IT power, per month")
-    colocation_usd_per_rack_month: NonNegFloat = Field(0.0, description="per rack of rack_units_per_rack, per month")
+    colocation_usd_per_kw_month: Annotated[NonNegFloat, Field(le=MAX_COLOCATION_USD_PER_KW_MONTH)] = Field(0.0, description="per kW of nameplate IT power, per month")
+    colocation_usd_per_rack_month: Annotated[NonNegFloat, Field(le=MAX_COLOCATION_USD_PER_RACK_MONTH)] = Field(
+        0.0, description="per rack of rack_units_per_rack, per month")
     rack_units_per_rack: Annotated[int, Field(ge=1, le=100)] = 42
-    network_usd_per_server: NonNegFloat = Field(0.0, description="capex per server: switch ports, optics, cables")
+    network_usd_per_server: Annotated[NonNegFloat, Field(le=MAX_NETWORK_USD_PER_SERVER)] = Field(0.0, description="capex per server: switch ports, optics, cables")
 
 
 class Finance(Strict):
@@ -412,10 +423,10 @@ class Plan(Strict):
     power_utilization: Annotated[float, Field(gt=0, le=1)] = 0.7
     maintenance_fraction_per_year: Annotated[float, Field(ge=0, le=1)] = 0.05
     discount_rate: Annotated[float, Field(ge=0, le=1)] = 0.08
-    server_overhead_usd: NonNegFloat | None = Field(
+    server_overhead_usd: Annotated[NonNegFloat, Field(le=MAX_SERVER_USD)] | None = Field(
         None, description="per server, overrides every platform's server_usd (old plans); default the platform's"
     )
-    server_power_w: NonNegFloat | None = Field(
+    server_power_w: Annotated[NonNegFloat, Field(le=MAX_SERVER_POWER_W)] | None = Field(
         None, description="per server, overrides every platform's server_power_w; default the platform's"
     )
     # bool and int first: pydantic's float would read `purchase_usd: true` as $1 and `cloud_gpus_per_instance: 0`
