@@ -41,3 +41,16 @@ def test_simulate_at_a_rate_whose_gaps_are_inf_says_so(run_cli):
     assert_no_traceback(r.stderr)
     assert r.stderr.strip() == ("error: request rate 4.94066e-324 req/s is so low that 100 arrivals pass the largest "
                                 "time a float holds (1.8e308 s); give a rate of at least 1e-300 req/s")
+
+
+def test_catalog_devices_lists_a_device_priced_near_zero(run_cli, tmp_path):
+    """purchase_usd 5e-324 in a --catalog: `catalog devices` divided by purchase_usd / 1000, which is 0
+    (ZeroDivisionError); 1e-310 gave an inf ratio, which JSON cannot hold. The ratio is then none; at $3,200 the
+    A10's 600 GB/s is 187.5 GB/s per $1,000."""
+    for price, expected in (("4.9e-324", None), ("1.0e-310", None), ("3200", 187.5)):
+        cat = tmp_path / "c.yaml"
+        cat.write_text(f"devices:\n  - key: a10\n    purchase_usd: {price}\n")
+        r = run_cli("catalog", "devices", "--catalog", cat, "--json")
+        assert r.code == 0, r.stderr
+        row = next(d for d in json.loads(r.stdout) if d["key"] == "a10")
+        assert row["bandwidth_gb_s_per_1k_usd"] == expected
