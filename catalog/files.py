@@ -387,6 +387,13 @@ def format_validation_error(
         return f"{head}must be a finite number (got {_value_repr(value)})"  # nan fails a bound too; say what it is
     if kind in {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}:
         return f"{head}{msg.lower()} (got {_value_repr(value)}); {_range_fix(kind, err.get('ctx') or {})}"
+    if kind in {"model_type", "model_attributes_type", "dict_type", "list_type"} and value is None:
+        # `slo:` with nothing after it, or `slo: ~`: YAML's null, not an empty mapping
+        shape = "list" if kind == "list_type" else "mapping"
+        required = model is not None and _is_required(model, err["loc"])
+        return (f"{head}is empty (a key with nothing after it is YAML's null); give its {shape}"
+                + (" ({} for one with no fields)" if shape == "mapping" else "")
+                + ("" if required else ", or leave the key out for its default"))
     if kind == "string_too_long" and isinstance(value, str):
         limit = (err.get("ctx") or {}).get("max_length")
         return f"{head}{len(value):,} characters, more than the {limit} allowed; shorten it (got {_value_repr(value)})"
@@ -473,6 +480,21 @@ def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
             return []
         current = _model_in(field.annotation)
     return list(getattr(current, "model_fields", {}).keys()) if current is not None else []
+
+
+def _is_required(model: type[BaseModel], loc: tuple) -> bool:
+    """Whether the field a location names must be given (no default), best effort: False if it cannot tell."""
+    current: Any = model
+    for i, part in enumerate(loc):
+        if isinstance(part, int) or current is None:
+            continue
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            return False
+        if i == len(loc) - 1:
+            return field.is_required()
+        current = _model_in(field.annotation)
+    return False
 
 
 def _model_in(annotation: Any) -> Any:
