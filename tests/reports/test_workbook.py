@@ -395,6 +395,20 @@ def test_report_cli_warns_when_the_jsons_totals_are_not_its_rows(run_cli, tmp_pa
     assert unedited.code == 0 and unedited.stderr == ""
 
 
+def test_report_warning_names_a_huge_total_in_powers_of_ten(run_cli, tmp_path):
+    """Hostile round 26: capex_usd edited to 1.7e308 was printed as its 309 digits (with separators, ~400
+    characters); the rows still give $462,712."""
+    data = load_sample()
+    data["capex_usd"] = 1.7e308
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(data))
+    r = run_cli("report", plan, "--out", tmp_path / "r.xlsx")
+    assert r.code == 0, r.stderr
+    assert r.stderr.splitlines()[0] == (f"warning: {plan}: the plan result's capex_usd ($1.7e+308) is not what its "
+                                        "fleet rows and assumptions give ($462,712); this workbook's formulas use the "
+                                        "rows (a hand-edited file, or one from another gpuplan version?)")
+
+
 @pytest.mark.parametrize("mutate,needle", [
     (lambda d: d.pop("assumptions"), "assumptions: required field is missing"),
     (lambda d: d["fleet"][0].pop("gpus"), "fleet.0.gpus: required field is missing"),
