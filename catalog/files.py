@@ -228,19 +228,27 @@ def read_text(path: Path | str, what: str, error: type[GpuplanError], limit: int
 def _wide_encoding(data: bytes) -> str | None:
     """'UTF-16' or 'UTF-32' when ``data`` is text in one of them (what Windows calls "Unicode": Excel's "Unicode
     Text", PowerShell 5's ``>``), told by its byte-order mark or, without one, by the zero bytes every ASCII
-    character brings (every other byte in UTF-16, three of four in UTF-32); else None."""
+    character brings (every other byte in UTF-16, three of four in UTF-32), and confirmed by decoding it to text
+    without control characters, mostly ASCII; else None (a binary file that happens to start with FF FE)."""
     if data[:4] in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff"):
-        return "UTF-32"
-    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        return "UTF-16"
-    head = data[:400]
-    head = head[:len(head) - len(head) % 4]
-    if len(head) < 8:
-        return None
-    for width, name in ((4, "UTF-32"), (2, "UTF-16")):
-        lanes = [head[i::width] for i in range(width)]
-        zero = [not lane.strip(b"\x00") for lane in lanes]
-        if sum(zero) == width - 1 and (zero[0] != zero[-1]):  # one lane of characters, the others all zeros
+        guesses = [("UTF-32", "utf-32")]
+    elif data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        guesses = [("UTF-16", "utf-16")]
+    else:
+        head = data[:400]
+        head = head[:len(head) - len(head) % 4]
+        guesses = []
+        for width, name, codec in ((4, "UTF-32", "utf-32-{}"), (2, "UTF-16", "utf-16-{}")):
+            zero = [not head[i::width].strip(b"\x00") for i in range(width)]
+            if len(head) >= 8 and sum(zero) == width - 1 and zero[0] != zero[-1]:  # one lane of characters
+                guesses.append((name, codec.format("be" if zero[0] else "le")))
+    for name, codec in guesses:
+        try:
+            text = data.decode(codec)
+        except UnicodeDecodeError:
+            continue
+        # a plan, a table or a JSON file is mostly ASCII; bytes FF FE 00 01 ... read as UTF-16 are not
+        if not re.search(r"[\x00-\x08\x0b\x0e-\x1f\x7f]", text) and 2 * sum(c.isascii() for c in text) > len(text):
             return name
     return None
 
