@@ -20,6 +20,7 @@ import math
 import os
 import re
 import stat
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -286,7 +287,7 @@ def read_yaml(path: Path | str, what: str, error: type[GpuplanError], limit: int
     try:
         data = yaml.load(text, Loader=StrictLoader)  # noqa: S506 - SafeLoader subclass
     except yaml.YAMLError as exc:
-        raise error(f"{path}: not valid YAML: {_yaml_error_text(exc)}") from None
+        raise error(f"{path}: not valid YAML: {_yaml_error_text(exc, text)}") from None
     except RecursionError:
         raise error(f"{path}: YAML nesting too deep (over Python's recursion limit); a {what} file needs only a "
                     "few levels: flatten it") from None
@@ -313,7 +314,7 @@ def parse_yaml_text(text: str, where: str, error: type[GpuplanError], *, shipped
     try:
         return yaml.load(text, Loader=ShippedLoader if shipped else StrictLoader)  # noqa: S506 - safe constructors
     except yaml.YAMLError as exc:
-        raise error(f"{where}: not valid YAML: {_yaml_error_text(exc)}") from None
+        raise error(f"{where}: not valid YAML: {_yaml_error_text(exc, text)}") from None
 
 
 def _range_fix(kind: str, ctx: dict[str, Any]) -> str:
@@ -327,12 +328,25 @@ def _range_fix(kind: str, ctx: dict[str, Any]) -> str:
             "lt": f"use a value below {shown}", "le": f"use a value of at most {shown}"}[bound]
 
 
-def _yaml_error_text(exc: yaml.YAMLError) -> str:
+# Characters a web page, a word processor or a CJK keyboard puts where YAML needs a plain space or colon: YAML
+# reads them as text, so the error it gives names something else ("mapping values are not allowed here")
+_LOOKALIKES = re.compile("[\u00a0\u1680\u2000-\u200b\u202f\u205f\u3000\ufeff\uff1a]")
+
+
+def _yaml_error_text(exc: yaml.YAMLError, text: str | None = None) -> str:
     """PyYAML's message on one line, without its ``in "<unicode string>",`` (the file is named
-    already), and with the fix for a tab, which YAML never takes as indentation."""
+    already), and with the fix for a tab, which YAML never takes as indentation, or for the first
+    no-break space, other Unicode space or fullwidth colon in ``text`` (the file's text), which YAML reads as text."""
     detail = " ".join(str(exc).split()).replace(' in "<unicode string>",', " at")
     if "'\\t'" in detail:
         detail += "; YAML indents with spaces, not tabs: replace the tab"
+    elif text is not None and (odd := _LOOKALIKES.search(text.lstrip("\ufeff"))) is not None:
+        offset = odd.start() + len(text) - len(text.lstrip("\ufeff"))
+        line = text.count("\n", 0, offset) + 1
+        char = odd.group()
+        plain = "colon" if char == "\uff1a" else "space"
+        detail += (f"; line {line} holds U+{ord(char):04X} {unicodedata.name(char, 'a Unicode character')}, "
+                   f"which YAML reads as text: replace it with a plain {plain}")
     mark = getattr(exc, "problem_mark", None)
     if getattr(exc, "problem", None) == "but found another document" and mark is not None:
         return (f"the file holds more than one YAML document (another starts at line {mark.line + 1} with '---'); "
