@@ -433,8 +433,11 @@ def format_validation_error(
     if kind == "float_parsing" and isinstance(value, str):  # 'lots'; a date, which the loader leaves as text
         return f"{head}not a number (got {_value_repr(value)}); write it in digits"
     if kind == "int_from_float" and isinstance(value, float) and math.isfinite(value):
-        return (f"{head}must be a whole number (got {_value_repr(value)}); "
-                f"use {math.floor(value)} or {math.ceil(value)}")
+        low, high = _int_bounds(model, err["loc"]) if model is not None else (None, None)
+        # the two whole numbers either side, kept within the field's bounds (horizon_years 5e-324: not "0 or 1")
+        near = sorted({min(max(n, -math.inf if low is None else low), math.inf if high is None else high)
+                       for n in (math.floor(value), math.ceil(value))})
+        return f"{head}must be a whole number (got {_value_repr(value)}); use {' or '.join(map(str, near))}"
     if kind == "finite_number" or (isinstance(value, float) and not math.isfinite(value)):
         return f"{head}must be a finite number (got {_value_repr(value)})"
     if kind == "string_type" and isinstance(value, bool):  # `precisions: [on]`: YAML 1.1 reads on/off/yes/no as booleans
@@ -502,6 +505,34 @@ def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
             return []
         current = _model_in(field.annotation)
     return list(getattr(current, "model_fields", {}).keys()) if current is not None else []
+
+
+def _int_bounds(model: type[BaseModel], loc: tuple) -> tuple[int | None, int | None]:
+    """The whole-number bounds (ge / gt, le / lt) of the field a location names, best effort: (None, None)."""
+    current: Any = model
+    field = None
+    for part in loc:
+        if isinstance(part, int) or current is None:
+            continue
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            return None, None
+        current = _model_in(field.annotation)
+    low = high = None
+    metas = list(getattr(field, "metadata", None) or ())  # `Annotated[int, Field(ge=1)] | None`: inside the union
+    metas += [m for arg in getattr(getattr(field, "annotation", None), "__args__", ()) or ()
+              for m in getattr(arg, "__metadata__", ())]
+    metas = [inner for m in metas for inner in (getattr(m, "metadata", None) or [m])]  # a Field(...) holds its own
+    for meta in metas:
+        if getattr(meta, "ge", None) is not None:
+            low = math.ceil(meta.ge)
+        if getattr(meta, "gt", None) is not None:
+            low = math.floor(meta.gt) + 1
+        if getattr(meta, "le", None) is not None:
+            high = math.floor(meta.le)
+        if getattr(meta, "lt", None) is not None:
+            high = math.ceil(meta.lt) - 1
+    return low, high
 
 
 def _is_required(model: type[BaseModel], loc: tuple) -> bool:
