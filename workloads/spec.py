@@ -86,6 +86,9 @@ class LengthDist(Strict):
                 raise ValueError("histogram repeats a token length; merge the duplicate rows")
         elif self.mean is None:
             raise ValueError("give a number, {mean, p99} or {histogram: [[tokens, weight], ...]}")
+        elif self.mean is not None and self.mean < 1:  # before the p99 rules: mean 5e-324 made p99 "inf× the mean"
+            raise ValueError(f"{self.mean:g} tokens is less than one token; write lengths in tokens, not thousands "
+                             f"(512, not 0.5)")
         elif self.p99 is not None and self.p99 < self.mean:
             # enough digits to tell them apart (511.9999 against 512 printed as 'p99 (512) is below the mean (512)')
             p99, mean = f"{self.p99:g}", f"{self.mean:g}"
