@@ -159,7 +159,11 @@ def _check_totals(ctx: Ctx) -> None:
     r = ctx.result
     if not r.fleet:
         return
-    for key, rows_usd in (("capex_usd", sum(ctx.fleet_capex_usd.values())), ("tco_usd", sum(ctx.fleet_cost_usd.values()))):
+    capex, tco = sum(ctx.fleet_capex_usd.values()), sum(ctx.fleet_cost_usd.values())
+    # objective_usd: the capex under objective capex, else the TCO (a cloud fleet's TCO is its rent: no capex, no
+    # power of its own); an edited objective_usd of -5 was printed on the Summary without a word
+    for key, rows_usd in (("capex_usd", capex), ("tco_usd", tco),
+                          ("objective_usd", capex if r.objective == "capex" else tco)):
         stated = getattr(r, key)
         if stated is not None and not math.isclose(stated, rows_usd, rel_tol=1e-6, abs_tol=0.01):
             # figure(): a capex of 1.7e308 was printed as its 309 digits
