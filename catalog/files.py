@@ -20,6 +20,7 @@ import math
 import os
 import re
 import stat
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,17 @@ def _refuse_merge_keys(node: yaml.MappingNode) -> None:
 StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
 StrictLoader.add_constructor("tag:yaml.org,2002:float", StrictLoader.construct_yaml_float)
 StrictLoader.add_constructor("tag:yaml.org,2002:timestamp", StrictLoader.construct_yaml_timestamp)
+
+
+def _refuse_tag(loader: yaml.constructor.SafeConstructor, node: yaml.Node) -> Any:
+    """Raise on a YAML tag whose value is not what the text says: ``!!binary MzAw`` is the bytes b'300', which a
+    number field read as 300; ``!!set``, ``!!omap`` and ``!!pairs`` build collections no field takes."""
+    raise yaml.YAMLError(f"the YAML tag {node.tag.replace('tag:yaml.org,2002:', '!!')} at line {node.start_mark.line + 1} "
+                         "is not supported; write the value itself")
+
+
+for _tag in ("binary", "set", "omap", "pairs"):
+    StrictLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _refuse_tag)
 
 
 def _refuse_duplicate_keys(loader: yaml.constructor.SafeConstructor, node: yaml.Node) -> None:
@@ -200,6 +212,10 @@ def read_text(path: Path | str, what: str, error: type[GpuplanError], limit: int
     path = Path(path)
     data = read_bytes(path, what, error, limit)
     if b"\x00" in data:
+        encoding = _wide_encoding(data)
+        if encoding:
+            raise error(f"{path}: is {encoding} text, expected a {what} file in UTF-8 text; save the {what} file "
+                        "as UTF-8")
         raise error(f"{path}: is a binary file, expected a {what} file in UTF-8 text")
     try:
         return data.decode("utf-8-sig")
@@ -208,6 +224,34 @@ def read_text(path: Path | str, what: str, error: type[GpuplanError], limit: int
             f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
             f"save the {what} file as UTF-8"
         ) from None
+
+
+def _wide_encoding(data: bytes) -> str | None:
+    """'UTF-16' or 'UTF-32' when ``data`` is text in one of them (what Windows calls "Unicode": Excel's "Unicode
+    Text", PowerShell 5's ``>``), told by its byte-order mark or, without one, by the zero bytes every ASCII
+    character brings (every other byte in UTF-16, three of four in UTF-32), and confirmed by decoding it to text
+    without control characters, mostly ASCII; else None (a binary file that happens to start with FF FE)."""
+    if data[:4] in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff"):
+        guesses = [("UTF-32", "utf-32")]
+    elif data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        guesses = [("UTF-16", "utf-16")]
+    else:
+        head = data[:400]
+        head = head[:len(head) - len(head) % 4]
+        guesses = []
+        for width, name, codec in ((4, "UTF-32", "utf-32-{}"), (2, "UTF-16", "utf-16-{}")):
+            zero = [not head[i::width].strip(b"\x00") for i in range(width)]
+            if len(head) >= 8 and sum(zero) == width - 1 and zero[0] != zero[-1]:  # one lane of characters
+                guesses.append((name, codec.format("be" if zero[0] else "le")))
+    for name, codec in guesses:
+        try:
+            text = data.decode(codec)
+        except UnicodeDecodeError:
+            continue
+        # a plan, a table or a JSON file is mostly ASCII; bytes FF FE 00 01 ... read as UTF-16 are not
+        if not re.search(r"[\x00-\x08\x0b\x0e-\x1f\x7f]", text) and 2 * sum(c.isascii() for c in text) > len(text):
+            return name
+    return None
 
 
 def has_separator(text: str) -> bool:
@@ -249,7 +293,7 @@ def read_yaml(path: Path | str, what: str, error: type[GpuplanError], limit: int
     try:
         data = yaml.load(text, Loader=StrictLoader)  # noqa: S506 - SafeLoader subclass
     except yaml.YAMLError as exc:
-        raise error(f"{path}: not valid YAML: {_yaml_error_text(exc)}") from None
+        raise error(f"{path}: not valid YAML: {_yaml_error_text(exc, text)}") from None
     except RecursionError:
         raise error(f"{path}: {too_deep('YAML', what)}") from None
     if not isinstance(data, dict):
@@ -275,7 +319,7 @@ def parse_yaml_text(text: str, where: str, error: type[GpuplanError], *, shipped
     try:
         return yaml.load(text, Loader=ShippedLoader if shipped else StrictLoader)  # noqa: S506 - safe constructors
     except yaml.YAMLError as exc:
-        raise error(f"{where}: not valid YAML: {_yaml_error_text(exc)}") from None
+        raise error(f"{where}: not valid YAML: {_yaml_error_text(exc, text)}") from None
 
 
 def _range_fix(kind: str, ctx: dict[str, Any]) -> str:
@@ -289,12 +333,25 @@ def _range_fix(kind: str, ctx: dict[str, Any]) -> str:
             "lt": f"use a value below {shown}", "le": f"use a value of at most {shown}"}[bound]
 
 
-def _yaml_error_text(exc: yaml.YAMLError) -> str:
+# Characters a web page, a word processor or a CJK keyboard puts where YAML needs a plain space or colon: YAML
+# reads them as text, so the error it gives names something else ("mapping values are not allowed here")
+_LOOKALIKES = re.compile("[\u00a0\u1680\u2000-\u200b\u202f\u205f\u3000\ufeff\uff1a]")
+
+
+def _yaml_error_text(exc: yaml.YAMLError, text: str | None = None) -> str:
     """PyYAML's message on one line, without its ``in "<unicode string>",`` (the file is named
-    already), and with the fix for a tab, which YAML never takes as indentation."""
+    already), and with the fix for a tab, which YAML never takes as indentation, or for the first
+    no-break space, other Unicode space or fullwidth colon in ``text`` (the file's text), which YAML reads as text."""
     detail = " ".join(str(exc).split()).replace(' in "<unicode string>",', " at")
     if "'\\t'" in detail:
         detail += "; YAML indents with spaces, not tabs: replace the tab"
+    elif text is not None and (odd := _LOOKALIKES.search(text.lstrip("\ufeff"))) is not None:
+        offset = odd.start() + len(text) - len(text.lstrip("\ufeff"))
+        line = text.count("\n", 0, offset) + 1
+        char = odd.group()
+        plain = "colon" if char == "\uff1a" else "space"
+        detail += (f"; line {line} holds U+{ord(char):04X} {unicodedata.name(char, 'a Unicode character')}, "
+                   f"which YAML reads as text: replace it with a plain {plain}")
     mark = getattr(exc, "problem_mark", None)
     if getattr(exc, "problem", None) == "but found another document" and mark is not None:
         return (f"the file holds more than one YAML document (another starts at line {mark.line + 1} with '---'); "
@@ -352,11 +409,39 @@ def format_validation_error(
         return f"{head}unknown field{hint}{more}"
     if kind == "missing":
         return f"{head}required field is missing; add it"
+    if kind in {"greater_than", "greater_than_equal", "less_than", "less_than_equal"} and _non_finite(value):
+        return f"{head}must be a finite number (got {_value_repr(value)})"  # nan fails a bound too; say what it is
     if kind in {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}:
         return f"{head}{msg.lower()} (got {_value_repr(value)}); {_range_fix(kind, err.get('ctx') or {})}"
+    if kind in {"model_type", "model_attributes_type", "dict_type", "list_type"} and value is None:
+        # `slo:` with nothing after it, or `slo: ~`: YAML's null, not an empty mapping
+        shape = "list" if kind == "list_type" else "mapping"
+        required = model is not None and _is_required(model, err["loc"])
+        return (f"{head}is empty (a key with nothing after it is YAML's null); give its {shape}"
+                + (" ({} for one with no fields)" if shape == "mapping" else "")
+                + ("" if required else ", or leave the key out for its default"))
+    if kind == "string_too_long" and isinstance(value, str):
+        limit = (err.get("ctx") or {}).get("max_length")
+        return f"{head}{len(value):,} characters, more than the {limit} allowed; shorten it (got {_value_repr(value)})"
+    if kind == "literal_error":
+        return f"{head}{_value_repr(value)} is not a choice here; use {(err.get('ctx') or {}).get('expected', '?')}"
+    if kind in {"float_parsing", "int_parsing"} and isinstance(value, str) and _non_finite(value):
+        return f"{head}must be a finite number (got {_value_repr(value)})"
+    if kind in {"float_parsing", "int_parsing"} and isinstance(value, str) and not value.isascii():
+        try:  # Python reads '３' (fullwidth) and '٣' (Arabic-Indic) as 3; pydantic, rightly, does not
+            number = float(value)
+        except ValueError:
+            pass
+        else:
+            return f"{head}not a number in ASCII digits (got {_value_repr(value)}); write {number:g}"
+    if kind == "float_parsing" and isinstance(value, str):  # 'lots'; a date, which the loader leaves as text
+        return f"{head}not a number (got {_value_repr(value)}); write it in digits"
     if kind == "int_from_float" and isinstance(value, float) and math.isfinite(value):
-        return (f"{head}must be a whole number (got {_value_repr(value)}); "
-                f"use {math.floor(value)} or {math.ceil(value)}")
+        low, high = _int_bounds(model, err["loc"]) if model is not None else (None, None)
+        # the two whole numbers either side, kept within the field's bounds (horizon_years 5e-324: not "0 or 1")
+        near = sorted({min(max(n, -math.inf if low is None else low), math.inf if high is None else high)
+                       for n in (math.floor(value), math.ceil(value))})
+        return f"{head}must be a whole number (got {_value_repr(value)}); use {' or '.join(map(str, near))}"
     if kind == "finite_number" or (isinstance(value, float) and not math.isfinite(value)):
         return f"{head}must be a finite number (got {_value_repr(value)})"
     if kind == "string_type" and isinstance(value, bool):  # `precisions: [on]`: YAML 1.1 reads on/off/yes/no as booleans
@@ -390,6 +475,16 @@ def format_validation_error(
     return f"{head}{msg} (got {_value_repr(value)})"
 
 
+def _non_finite(value: Any) -> bool:
+    """A float nan or ±inf, or text a float reads as one ('1e309', which YAML 1.1 leaves as text)."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return False
+    return isinstance(value, float) and not math.isfinite(value)
+
+
 def _pattern_fix(value: str, pattern: str) -> str:
     """What a name pattern allows, in words, and a corrected name where one is easy to make."""
     upper = "A-Z" in pattern
@@ -414,6 +509,49 @@ def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
             return []
         current = _model_in(field.annotation)
     return list(getattr(current, "model_fields", {}).keys()) if current is not None else []
+
+
+def _int_bounds(model: type[BaseModel], loc: tuple) -> tuple[int | None, int | None]:
+    """The whole-number bounds (ge / gt, le / lt) of the field a location names, best effort: (None, None)."""
+    current: Any = model
+    field = None
+    for part in loc:
+        if isinstance(part, int) or current is None:
+            continue
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            return None, None
+        current = _model_in(field.annotation)
+    low = high = None
+    metas = list(getattr(field, "metadata", None) or ())  # `Annotated[int, Field(ge=1)] | None`: inside the union
+    metas += [m for arg in getattr(getattr(field, "annotation", None), "__args__", ()) or ()
+              for m in getattr(arg, "__metadata__", ())]
+    metas = [inner for m in metas for inner in (getattr(m, "metadata", None) or [m])]  # a Field(...) holds its own
+    for meta in metas:
+        if getattr(meta, "ge", None) is not None:
+            low = math.ceil(meta.ge)
+        if getattr(meta, "gt", None) is not None:
+            low = math.floor(meta.gt) + 1
+        if getattr(meta, "le", None) is not None:
+            high = math.floor(meta.le)
+        if getattr(meta, "lt", None) is not None:
+            high = math.ceil(meta.lt) - 1
+    return low, high
+
+
+def _is_required(model: type[BaseModel], loc: tuple) -> bool:
+    """Whether the field a location names must be given (no default), best effort: False if it cannot tell."""
+    current: Any = model
+    for i, part in enumerate(loc):
+        if isinstance(part, int) or current is None:
+            continue
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            return False
+        if i == len(loc) - 1:
+            return field.is_required()
+        current = _model_in(field.annotation)
+    return False
 
 
 def _model_in(annotation: Any) -> Any:

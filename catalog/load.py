@@ -178,11 +178,16 @@ def _merge_overrides(
     if not isinstance(entries, list):
         raise CatalogError(f"{path}: {section}: expected a list of entries, got {type(entries).__name__}")
     merged = dict(base)
+    seen: dict[str, int] = {}  # key -> index of its entry in this file
     for i, entry in enumerate(entries):
         where = f"{path}: {section}[{i}]"
         if not isinstance(entry, dict) or "key" not in entry:
             raise CatalogError(f"{where}: each entry needs a 'key' (an existing one to override, or a new one)")
         key = str(entry["key"])
+        if key in seen:  # each entry starts from the built-in figures: the later one silently undid the earlier
+            raise CatalogError(f"{where}.key: '{key}' is also {section}[{seen[key]}] of this file; give each key one "
+                               "entry, with every field you change")
+        seen[key] = i
         if key not in base and key.strip().lower() in base:
             raise CatalogError(f"{where}.key: keys are lowercase; '{key.strip().lower()}' already exists "
                                f"(write key: {key.strip().lower()} to override it, or pick a new lowercase key)")

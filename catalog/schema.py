@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from catalog.architecture import ParamCounts, attention_params, parameter_counts
+from catalog.constants import MAX_SERVER_POWER_W, MAX_SERVER_USD
 from catalog.errors import figure as _figure
 
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -495,8 +496,8 @@ class Platform(Strict):
     devices: list[str] = Field(min_length=1, description="device keys bought on this platform")
     gpus_per_server: Annotated[int, Field(gt=0, le=DEVICE_CEILINGS["gpus_per_node"][0], description=(
         "GPUs one server (board, rack, chassis) holds; at most the devices' gpus_per_node ceiling, 1,024"))]
-    server_usd: Annotated[float, Field(ge=0, allow_inf_nan=False)]
-    server_power_w: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    server_usd: Annotated[float, Field(ge=0, le=MAX_SERVER_USD, allow_inf_nan=False)]
+    server_power_w: Annotated[float, Field(ge=0, le=MAX_SERVER_POWER_W, allow_inf_nan=False)]
     nic_gb_s_per_gpu: Annotated[float, Field(ge=0, allow_inf_nan=False)]
     rack_units: Annotated[float, Field(ge=0, allow_inf_nan=False)]
     sources: dict[str, CitedSource]

@@ -116,12 +116,15 @@ def validate(
 
     paths = resolve_measurement_paths(paths or [], shipped)
     if all(p.suffix.lower() == ".csv" for p in paths):
-        validate_measurements(paths, catalog, params, json_out)
+        validate_measurements(paths, catalog, params, json_out, model_config)
         return
-    if len(paths) != 1:
-        from catalog.errors import GpuplanError
+    from catalog.errors import GpuplanError
 
+    if len(paths) != 1:
         raise GpuplanError("validate takes one plan .yaml file, or one or more measurements .csv files")
+    if params is not None:  # it was read by nothing: a plan's check uses no performance model
+        raise GpuplanError("--params applies to measurements .csv files (the model that predicts them); validate of "
+                           "a plan checks its fields and uses no performance model: drop --params (optimize takes it)")
     path = paths[0]
     plan_cmd.ensure_yaml(path)
     plan_cmd.validate_plan(path, catalog, model_config, json_out)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -38,9 +39,10 @@ def device_row(device: Device, weight_bytes: float | None) -> dict:
     row = device.model_dump(mode="json")
     bw_bytes = device.memory_bandwidth_tb_s * 1e12
     row["ridge_flop_per_byte"] = round(device.ridge_flop_per_byte, 1)
-    row["bandwidth_gb_s_per_1k_usd"] = (
-        round(device.memory_bandwidth_tb_s * 1000 / (device.purchase_usd / 1000), 2) if device.purchase_usd else None
-    )
+    # 1e6 · TB/s / $ (not GB/s / ($/1000): a price of 5e-324 made $/1000 zero, a ZeroDivisionError); None when the
+    # ratio is no finite number (a price of 1e-310 is $0 to the ratio, and JSON holds no inf)
+    per_1k = device.memory_bandwidth_tb_s * 1e6 / device.purchase_usd if device.purchase_usd else None
+    row["bandwidth_gb_s_per_1k_usd"] = round(per_1k, 2) if per_1k is not None and math.isfinite(per_1k) else None
     row["bandwidth_tb_s_per_kw"] = round(device.memory_bandwidth_tb_s / (device.tdp_w / 1000), 3) if device.tdp_w else None
     row["unusable_for"] = device.unusable_for()
     if weight_bytes is not None:

@@ -61,9 +61,11 @@ def load_all(paths: list[Path], cat) -> list:
     return [m for p in paths for m in load_measurements(p, cat)]
 
 
-def validate_measurements(paths: list[Path], catalog: Path | None, params: Path | None, json_out: bool) -> None:
-    """Predict every row of ``paths`` it can and print the errors (see ``optimizer.calibration.report``)."""
-    cat = load(catalog)
+def validate_measurements(paths: list[Path], catalog: Path | None, params: Path | None, json_out: bool,
+                          model_config: Path | None = None) -> None:
+    """Predict every row of ``paths`` it can and print the errors (see ``optimizer.calibration.report``); a
+    ``--model-config`` model is known to the rows as a catalog model is (it was read by nothing before)."""
+    cat = load(catalog, model_config)
     p = load_calibration(params, cat)
     result = validate(load_all(paths, cat), cat, p)
     path = ", ".join(str(p) for p in paths)

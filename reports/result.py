@@ -312,6 +312,17 @@ def _cross_check(result: PlanResult, where: str) -> None:
             raise PlanResultError(f"{where}: fleet[{i}].device: '{row.device}' has two fleet rows; "
                                   "keep one row per device")
         fleet[row.device] = row.gpus
+        if row.gpus_installed is not None:
+            # the workbook's Fleet sheet recomputes GPUs bought from these fields (whole servers of a fixed-size
+            # product, else whole purchases of gpus_per_instance): a row they disagree with gave a workbook whose
+            # formulas bought other GPUs than the file's totals, without a word (gpus edited to 1,000,000)
+            unit = row.gpus_per_node if row.fixed_size else row.gpus_per_instance
+            bought = row.nodes * row.gpus_per_node if row.fixed_size else math.ceil(row.gpus / unit) * unit
+            if bought != row.gpus_installed or row.gpus > row.gpus_installed:
+                rule = (f"nodes {row.nodes} × gpus_per_node {row.gpus_per_node}" if row.fixed_size else
+                        f"gpus {row.gpus:,} in whole purchases of {unit}")
+                raise PlanResultError(f"{where}: fleet[{i}]: gpus_installed {row.gpus_installed:,} is not the "
+                                      f"{bought:,} GPUs bought by {rule}; fix the row (a hand-edited file?)")
     names = {w.name for w in result.workloads}
     used: dict[str, int] = {}
     for i, d in enumerate(result.deployments):

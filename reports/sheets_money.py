@@ -25,6 +25,7 @@ import math
 
 from openpyxl.utils import get_column_letter
 
+from catalog.errors import figure
 from reports import styles
 from reports.context import FIRST_ROW, HEADER_ROW, Ctx, title
 from reports.result import FleetRow
@@ -146,6 +147,11 @@ def _block(ctx: Ctx, rows: list[FleetRow], first: int, table: str | None) -> int
     return row
 
 
+def _usd(value: float) -> str:
+    """Dollars for a note: whole with separators, from 10^15 up (or below -10^15) in powers of ten."""
+    return figure(value) if value >= 0 else "-" + figure(-value)
+
+
 def _check_totals(ctx: Ctx) -> None:
     """A note (Method sheet, and ``gpuplan report`` prints it) for each of the result's capex_usd and tco_usd that its
     fleet rows and assumptions do not give: every figure of the workbook is a formula over the rows, so a hand-edited
@@ -153,11 +159,16 @@ def _check_totals(ctx: Ctx) -> None:
     r = ctx.result
     if not r.fleet:
         return
-    for key, rows_usd in (("capex_usd", sum(ctx.fleet_capex_usd.values())), ("tco_usd", sum(ctx.fleet_cost_usd.values()))):
+    capex, tco = sum(ctx.fleet_capex_usd.values()), sum(ctx.fleet_cost_usd.values())
+    # objective_usd: the capex under objective capex, else the TCO (a cloud fleet's TCO is its rent: no capex, no
+    # power of its own); an edited objective_usd of -5 was printed on the Summary without a word
+    for key, rows_usd in (("capex_usd", capex), ("tco_usd", tco),
+                          ("objective_usd", capex if r.objective == "capex" else tco)):
         stated = getattr(r, key)
         if stated is not None and not math.isclose(stated, rows_usd, rel_tol=1e-6, abs_tol=0.01):
-            ctx.notes.append(f"the plan result's {key} (${stated:,.0f}) is not what its fleet rows and assumptions give "
-                             f"(${rows_usd:,.0f}); this workbook's formulas use the rows (a hand-edited file, or one "
+            # figure(): a capex of 1.7e308 was printed as its 309 digits
+            ctx.notes.append(f"the plan result's {key} (${_usd(stated)}) is not what its fleet rows and assumptions "
+                             f"give (${_usd(rows_usd)}); this workbook's formulas use the rows (a hand-edited file, or one "
                              "from another gpuplan version?)")
 
 

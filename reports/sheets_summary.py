@@ -356,7 +356,7 @@ def _figures(ctx: Ctx, header: int) -> None:
     line("Book value at the horizon", Formula("=capex_usd*MAX(0,1-horizon_years/depreciation_years)",
                                               r.residual_value_usd),
          "$", styles.USD, "capex × max(0, 1 − horizon / life): residual value", "residual_value_usd")
-    line("Lease payment", Formula("=IF(lease_interest_rate=0,capex_usd/lease_years,capex_usd*lease_interest_rate"
+    line("Lease payment", Formula("=IF(1+lease_interest_rate=1,capex_usd/lease_years,capex_usd*lease_interest_rate"
                                   "/(1-(1+lease_interest_rate)^(-lease_years)))", r.annual_lease_payment_usd),
          "$ per year", styles.USD, "annuity: capex × r / (1 − (1 + r)^−term)", "annual_lease_payment_usd")
     line("Lease payments in total", Formula("=lease_years*annual_lease_payment_usd", r.lease_total_usd),

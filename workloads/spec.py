@@ -12,7 +12,17 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from catalog.constants import HOURS_PER_YEAR, MAX_WORKLOADS, SECONDS_PER_HOUR, Z99
+from catalog.constants import (
+    HOURS_PER_YEAR,
+    MAX_COLOCATION_USD_PER_KW_MONTH,
+    MAX_COLOCATION_USD_PER_RACK_MONTH,
+    MAX_NETWORK_USD_PER_SERVER,
+    MAX_SERVER_POWER_W,
+    MAX_SERVER_USD,
+    MAX_WORKLOADS,
+    SECONDS_PER_HOUR,
+    Z99,
+)
 from catalog.errors import suggest
 from catalog.schema import Strict
 
@@ -76,6 +86,9 @@ class LengthDist(Strict):
                 raise ValueError("histogram repeats a token length; merge the duplicate rows")
         elif self.mean is None:
             raise ValueError("give a number, {mean, p99} or {histogram: [[tokens, weight], ...]}")
+        elif self.mean is not None and self.mean < 1:  # before the p99 rules: mean 5e-324 made p99 "inf× the mean"
+            raise ValueError(f"{self.mean:g} tokens is less than one token; write lengths in tokens, not thousands "
+                             f"(512, not 0.5)")
         elif self.p99 is not None and self.p99 < self.mean:
             # enough digits to tell them apart (511.9999 against 512 printed as 'p99 (512) is below the mean (512)')
             p99, mean = f"{self.p99:g}", f"{self.mean:g}"
@@ -315,6 +328,12 @@ class Workload(Strict):
             if used:
                 raise ValueError(f"{', '.join(used)} apply to online workloads (qps) only; the batch throughput "
                                  "model does not use them: drop them or give qps and an slo")
+            rate = self.request_rate_qps
+            if not rate <= MAX_QPS:  # a window of 1e-300 hours: the rate is inf, which no candidate serves
+                raise ValueError(f"tokens_per_day {self.tokens_per_day:g} within batch_window_hours "
+                                 f"{self.batch_window_hours:g} is {rate:.3g} requests/s of "
+                                 f"{self.output_tokens.mean_tokens:g} output tokens, above {MAX_QPS:,.0f}: "
+                                 "check the units (output tokens a day; a window in hours, e.g. 8)")
         elif self.batch_window_hours != BATCH_WINDOW_HOURS:
             raise ValueError(f"batch_window_hours ({self.batch_window_hours:g}) applies to batch workloads "
                              "(tokens_per_day) only; an online workload (qps) is served all day: drop it")
@@ -377,10 +396,11 @@ class Budget(Strict):
 class Facility(Strict):
     """Optional facility costs: colocation by power or by rack space, network per server."""
 
-    colocation_usd_per_kw_month: NonNegFloat = Field(0.0, description="per kW of nameplate IT power, per month")
-    colocation_usd_per_rack_month: NonNegFloat = Field(0.0, description="per rack of rack_units_per_rack, per month")
+    colocation_usd_per_kw_month: Annotated[NonNegFloat, Field(le=MAX_COLOCATION_USD_PER_KW_MONTH)] = Field(0.0, description="per kW of nameplate IT power, per month")
+    colocation_usd_per_rack_month: Annotated[NonNegFloat, Field(le=MAX_COLOCATION_USD_PER_RACK_MONTH)] = Field(
+        0.0, description="per rack of rack_units_per_rack, per month")
     rack_units_per_rack: Annotated[int, Field(ge=1, le=100)] = 42
-    network_usd_per_server: NonNegFloat = Field(0.0, description="capex per server: switch ports, optics, cables")
+    network_usd_per_server: Annotated[NonNegFloat, Field(le=MAX_NETWORK_USD_PER_SERVER)] = Field(0.0, description="capex per server: switch ports, optics, cables")
 
 
 class Finance(Strict):
@@ -406,10 +426,10 @@ class Plan(Strict):
     power_utilization: Annotated[float, Field(gt=0, le=1)] = 0.7
     maintenance_fraction_per_year: Annotated[float, Field(ge=0, le=1)] = 0.05
     discount_rate: Annotated[float, Field(ge=0, le=1)] = 0.08
-    server_overhead_usd: NonNegFloat | None = Field(
+    server_overhead_usd: Annotated[NonNegFloat, Field(le=MAX_SERVER_USD)] | None = Field(
         None, description="per server, overrides every platform's server_usd (old plans); default the platform's"
     )
-    server_power_w: NonNegFloat | None = Field(
+    server_power_w: Annotated[NonNegFloat, Field(le=MAX_SERVER_POWER_W)] | None = Field(
         None, description="per server, overrides every platform's server_power_w; default the platform's"
     )
     # bool and int first: pydantic's float would read `purchase_usd: true` as $1 and `cloud_gpus_per_instance: 0`
@@ -435,8 +455,11 @@ class Plan(Strict):
     confidence: Annotated[float, Field(ge=0.5, le=0.99)] | None = Field(
         None, description="size every deployment so it meets its SLOs with this probability under the "
         "performance model's error (its fidelity band); None = the point estimate")
-    target_utilization: Annotated[float, Field(gt=0, le=1)] = Field(
-        1.0, description="cap on routed load / capacity at the SLO of every deployment (1 = up to capacity)")
+    # at least 1 %: below it every deployment carries a hundredth of its capacity, and at 5e-324 the capacities
+    # underflowed to "no candidate can serve chat bucket 0", the field not named
+    target_utilization: Annotated[float, Field(ge=0.01, le=1, allow_inf_nan=False)] = Field(
+        1.0, description="cap on routed load / capacity at the SLO of every deployment (1 = up to capacity; at "
+        "least 0.01)")
     demand_quantile: Annotated[float, Field(ge=0.5, le=0.999)] = Field(
         0.5, description="size for this quantile of a lognormal demand forecast with median = the stated "
         "rates and sigma demand_sigma (0.5 = the stated rates)")

@@ -53,6 +53,7 @@ REQUIRED_COLUMNS = (
 # throughput_tok_s must be throughput_tok_s_per_gpu x tp·pp·ep within this share (the shipped rows: within
 # rounding of the per-GPU figure); beyond it one of them is per GPU and the other per group, or wrong
 PER_GPU_TOLERANCE = 0.02
+MEASURED_LATENCIES = ("ttft_mean_ms", "ttft_p99_ms", "tpot_mean_ms", "tpot_p99_ms", "e2e_latency_s")
 OPTIONAL_NUMERIC = (
     "concurrency_or_batch", "request_rate_qps", "ttft_mean_ms", "ttft_p99_ms",
     "tpot_mean_ms", "tpot_p99_ms", "e2e_latency_s",
@@ -333,6 +334,11 @@ def _parse_measurements(path: Path, text: str, cat: Catalog) -> list[Measurement
         tput = _number(rec["throughput_tok_s"], path, line, "throughput_tok_s")
         per_gpu = _number(rec.get("throughput_tok_s_per_gpu") or "", path, line, "throughput_tok_s_per_gpu")
         gpus = tp * pp * int(ep)
+        for col, value in (("throughput_tok_s", tput), ("throughput_tok_s_per_gpu", per_gpu),
+                           *((c, nums.get(c)) for c in MEASURED_LATENCIES)):
+            if value == 0:  # read as "not measured" (the row left out of the fit unsaid) or a 0 ms target
+                raise ModelError(f"{path}: line {line}: column '{col}': is 0 (got {_shown(rec[col])}); no run serves "
+                                 "at 0 tokens/s or in 0 ms: leave the cell empty where nothing was measured")
         # (a row whose tp/pp/ep cannot run is skipped with that reason instead: its GPU count is no count)
         if tput and per_gpu and sharding_why is None and abs(tput / (per_gpu * gpus) - 1.0) > PER_GPU_TOLERANCE:
             raise ModelError(f"{path}: line {line}: column 'throughput_tok_s': {tput:g} is not "

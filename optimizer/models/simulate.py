@@ -179,7 +179,11 @@ def simulate(
     if requests < 1:
         raise ModelError(f"requests must be >= 1 (got {requests})")
     rng = np.random.default_rng(seed)
-    arrivals = np.cumsum(rng.exponential(1.0 / qps, requests))
+    with np.errstate(over="ignore"):
+        arrivals = np.cumsum(rng.exponential(1.0 / qps, requests))
+    if not np.isfinite(arrivals[-1]):  # qps 5e-324: 1/qps is inf (1e-307: the sum of the gaps passes 1.8e308)
+        raise ModelError(f"request rate {qps:g} req/s is so low that {requests:,} arrivals pass the largest time a "
+                         "float holds (1.8e308 s); give a rate of at least 1e-300 req/s")
     prompts, outputs = sample_requests(fit_window(prompt, output, c.model.max_context_tokens), requests, rng)
     ranks = int(c.ep[index])
     cap_kv = float(c.kv_capacity_tokens[index]) / ranks - shared_prefix_tokens  # of one attention rank

@@ -32,6 +32,8 @@ own arithmetic rather than :mod:`optimizer.results.money` — and returns the vi
 
 from __future__ import annotations
 
+import math
+
 from optimizer.results.plan_result import PlanResult
 
 REL_TOL = 1e-6
@@ -344,7 +346,7 @@ def _check_money(r: PlanResult) -> list[str]:
     objective = {"tco": tco, "capex": capex, "cloud": a.horizon_years * annual_cloud}[a.objective]
     life = a.depreciation_years or a.horizon_years
     n, rate = a.lease_years or a.horizon_years, a.lease_interest_rate
-    payment = capex / n if rate == 0 else capex * rate / (1 - (1 + rate) ** -n)
+    payment = capex / n if rate == 0 else capex * (rate / -math.expm1(-n * math.log1p(rate)))  # 1-(1+r)^-n, exact
     expected = {
         "capex_usd": capex, "power_kw": power_kw, "annual_power_usd": annual_power,
         "annual_maintenance_usd": maintenance, "annual_facility_usd": facility, "annual_cloud_usd": annual_cloud,

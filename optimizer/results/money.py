@@ -40,6 +40,7 @@ devices whose missing figure the objective or a limit needs (``Device.unusable_f
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated, Literal
@@ -343,10 +344,13 @@ class FinanceFigures:
 
 
 def annuity_payment_usd(principal_usd: float, rate: float, years: int) -> float:
-    """Equal yearly payment repaying ``principal_usd`` over ``years`` at ``rate``: P·r / (1 − (1+r)^−n); r = 0: P/n."""
+    """Equal yearly payment repaying ``principal_usd`` over ``years`` at ``rate``: P·r / (1 − (1+r)^−n); r = 0: P/n.
+
+    The denominator is computed as −expm1(−n·log1p(r)): written as 1 − (1+r)^−n it is 0 for r below the float
+    spacing at 1 (2.2e-16; 1 + r rounds to 1: a division by zero) and loses digits for r up to ~1e-8."""
     if rate == 0:
         return principal_usd / years
-    return principal_usd * rate / (1.0 - (1.0 + rate) ** -years)
+    return principal_usd * (rate / -math.expm1(-years * math.log1p(rate)))
 
 
 def finance_figures(capex_usd: float, a: MoneyAssumptions) -> FinanceFigures:
@@ -364,13 +368,16 @@ def finance_figures(capex_usd: float, a: MoneyAssumptions) -> FinanceFigures:
 def cost_per_million_output_tokens_usd(
     tco_usd: float, output_tokens_per_year: float, a: MoneyAssumptions
 ) -> float | None:
-    """tco_usd / (horizon_years · output_tokens_per_year / 1e6); None without output tokens.
+    """tco_usd / (horizon_years · output_tokens_per_year / 1e6); None without output tokens (or too few for a
+    finite figure: a volume of 1e-300 tokens a year is none to a float).
 
     ``output_tokens_per_year`` is the average volume (qps / peak_to_average_ratio), so a fleet
     sized for a peak it sees a fraction of the time costs more per token."""
-    if output_tokens_per_year <= 0:
+    millions = a.horizon_years * output_tokens_per_year / 1e6
+    if millions <= 0:  # none, or so few that the count underflows (tokens_per_day 5e-324)
         return None
-    return tco_usd / (a.horizon_years * output_tokens_per_year / 1e6)
+    cost = tco_usd / millions
+    return cost if math.isfinite(cost) else None
 
 
 def workload_tco_share_usd(

@@ -56,3 +56,18 @@ def test_a_model_config_that_replaces_a_catalog_model_says_so(tmp_path):
     other.write_text(cfg.read_text().replace('"llama-3.1-8b"', '"my-llama"'))
     r = CliRunner().invoke(app, [*ESTIMATE, "--model-config", str(other)])
     assert r.exit_code == 0 and "replaces" not in r.stderr
+
+
+def test_validate_measurements_reads_the_model_config(run_cli):
+    """Hostile round 26: `validate M.csv --model-config config.json` read no config (the option was passed to the
+    plan check only), so a row of that model was dropped as an unknown model, without a word. With it read, the
+    row (my-8b, FP8, 1 × H100, 1,000/1,000 tokens, 3,000 tok/s) is predicted."""
+    from tests.conftest import TEST_DATA
+
+    r = run_cli("validate", TEST_DATA / "measurements-custom-model.csv", "--model-config",
+                TEST_DATA / "hfconfig-my-8b.json", "--json")
+    assert r.code == 0, r.stderr
+    import json
+
+    rows = json.loads(r.stdout)["rows"]
+    assert [(row["model"], row["measured"]) for row in rows] == [("my-8b", 3000.0)]

@@ -139,6 +139,16 @@ def test_finance_on_paper():
     assert annuity_payment_usd(90_000.0, 0.0, 3) == pytest.approx(30_000.0)
 
 
+def test_lease_at_a_rate_below_the_float_spacing_is_the_limit_not_a_division_by_zero():
+    """Hostile round 26: lease_interest_rate 5e-324 (also 1e-17) crashed optimize and whatif (exit 70,
+    ZeroDivisionError: 1 + r rounds to 1, so 1 − (1+r)^−n was 0). As r → 0 the annuity P·r / (1 − (1+r)^−n)
+    tends to P/n, and for small r it is P/n · (1 + r(n+1)/2 + O(r²)) (the series of r / (1 − e^(−n·ln(1+r))))."""
+    for rate in (5e-324, 1e-17, 1e-300):
+        assert annuity_payment_usd(90_000.0, rate, 3) == pytest.approx(30_000.0, rel=1e-15)
+    # r = 1e-9, n = 3: 30,000 × (1 + 2e-9) = 30,000.00006; the naive form loses about half of these digits
+    assert annuity_payment_usd(90_000.0, 1e-9, 3) == pytest.approx(30_000.00006, rel=1e-13)
+
+
 # ---------------------------------------------------------------- MILP
 
 

@@ -388,11 +388,41 @@ def test_report_cli_warns_when_the_jsons_totals_are_not_its_rows(run_cli, tmp_pa
     assert lines[0] == (f"warning: {plan}: the plan result's capex_usd ($462,712) is not what its fleet rows and "
                         "assumptions give ($382,712); this workbook's formulas use the rows (a hand-edited file, or "
                         "one from another gpuplan version?)")
-    assert "tco_usd ($709,375)" in lines[1] and len(lines) == 2
+    assert "tco_usd ($709,375)" in lines[1]
+    # objective tco: its objective_usd is the TCO, which the rows give otherwise as well (hostile round 26: an
+    # objective_usd edited to -5 was printed on the Summary without a word)
+    assert "objective_usd ($709,375)" in lines[2] and len(lines) == 3
     method = openpyxl.load_workbook(out)["Method"]
     assert any("capex_usd ($462,712)" in str(c.value) for row in method.iter_rows() for c in row)
     unedited = run_cli("report", SAMPLE, "--out", tmp_path / "s.xlsx")
     assert unedited.code == 0 and unedited.stderr == ""
+
+
+def test_report_warns_of_an_objective_its_rows_do_not_give(run_cli, tmp_path):
+    """Hostile round 26: objective_usd edited to -5 (capex and TCO untouched) was written without a word."""
+    data = load_sample()
+    data["objective_usd"] = -5.0
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(data))
+    r = run_cli("report", plan, "--out", tmp_path / "r.xlsx")
+    assert r.code == 0, r.stderr
+    assert r.stderr.splitlines() == [f"warning: {plan}: the plan result's objective_usd ($-5) is not what its fleet "
+                                     "rows and assumptions give ($709,375); this workbook's formulas use the rows (a "
+                                     "hand-edited file, or one from another gpuplan version?)"]
+
+
+def test_report_warning_names_a_huge_total_in_powers_of_ten(run_cli, tmp_path):
+    """Hostile round 26: capex_usd edited to 1.7e308 was printed as its 309 digits (with separators, ~400
+    characters); the rows still give $462,712."""
+    data = load_sample()
+    data["capex_usd"] = 1.7e308
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(data))
+    r = run_cli("report", plan, "--out", tmp_path / "r.xlsx")
+    assert r.code == 0, r.stderr
+    assert r.stderr.splitlines()[0] == (f"warning: {plan}: the plan result's capex_usd ($1.7e+308) is not what its "
+                                        "fleet rows and assumptions give ($462,712); this workbook's formulas use the "
+                                        "rows (a hand-edited file, or one from another gpuplan version?)")
 
 
 @pytest.mark.parametrize("mutate,needle", [
