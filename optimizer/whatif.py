@@ -118,6 +118,10 @@ class ScenarioResult:
             "simulation_verdict": r.verification.verdict if r.verification is not None else None,
             "workloads": [record_json(w, _ROW_WORKLOAD_KEYS) for w in r.workloads],
             "no_fleet_reason": r.no_fleet_reason(),
+            # the scenario's power cap (null: none, or objective cloud, where it is not applied): a budget level that
+            # leaves capex unspent is often held by it (planner review 26: $2.4 M bought what $2.0 M did at 87 of 90 kW)
+            "max_power_kw": (r.assumptions.max_power_kw if r.assumptions is not None and r.objective != "cloud"
+                             else None),
         }
         if with_plan:
             row["plan"] = r.to_json()
