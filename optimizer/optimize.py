@@ -12,7 +12,7 @@ when asked, its sensitivity (:mod:`optimizer.planning.safeguards`).
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from catalog.errors import SolverError
@@ -131,20 +131,24 @@ def optimize_plan(
                                      diagnose=diagnose, start=start, found=one_device)
     if (split := split_everywhere(raw)) is not None and sol.status in (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE):
         # whole or split was chosen per workload alone; the fleet's whole servers can make split cheaper
-        s_cset, s_fidelity, s_widened = sized_set(plan, split[0], model_params, catalog)
-        if not unservable(s_cset):
-            s_problem, s_found = fleet_problem(s_cset, plan), []
-            s_sol, s_single, s_notes = solve_stage(s_problem, options, compare_single_device=compare_single_device,
-                                                   diagnose=diagnose, found=s_found)
-            if split_is_cheaper(sol, s_sol):
-                s_notes.append(split_note(split[1], s_sol, sol))
-                cset, fidelity, widened, problem, one_device = s_cset, s_fidelity, s_widened, s_problem, s_found
-                sol, single, notes = s_sol, s_single, s_notes
-                diagnostics = window_notes + list(cset.diagnostics)
-            elif sol.status.has_plan and cheaper_single(s_single, single):
-                single = s_single
-                notes = [n for n in notes if n.code != "single_device_best"]
-                notes.append(single_device_note(single, sol.objective_usd or 0.0))
+        tried = split_stage(plan, split[0], model_params, catalog, options, compare_single_device, diagnose)
+        if tried is not None and split_is_cheaper(sol, tried.sol):
+            # a workload the split fleet serves from one configuration needs no size-aware routing: whole again
+            one = frozenset(n for n in split[1] if len({k for (w, k), r in tried.sol.replicas.items()
+                                                         if w == n and r > 0}) == 1)
+            if one and len(one) < len(split[1]) and (fewer := split_everywhere(raw, frozenset(split[1]) - one)):
+                mixed = split_stage(plan, fewer[0], model_params, catalog, options, compare_single_device, diagnose)
+                if mixed is not None and not split_is_cheaper(mixed.sol, tried.sol):
+                    tried, split = mixed, fewer
+            tried.notes.append(split_note(split[1], tried.sol, sol))
+            cset, fidelity, widened, problem, one_device = tried.cset, tried.fidelity, tried.widened, tried.problem, \
+                tried.found
+            sol, single, notes = tried.sol, tried.single, tried.notes
+            diagnostics = window_notes + list(cset.diagnostics)
+        elif tried is not None and sol.status.has_plan and cheaper_single(tried.single, single):
+            single = tried.single
+            notes = [n for n in notes if n.code != "single_device_best"]
+            notes.append(single_device_note(single, sol.objective_usd or 0.0))
     clock.lap("solve")
     verification = None
     if sol.status.has_plan and model_params is not None and (verify or (verify is None and verify_by_default(cset, sol))):
@@ -187,6 +191,33 @@ def sized_set(plan: Plan, cset: CandidateSet, model_params: CalibrationParams | 
     widened = candidate_fidelity(cset, fidelity, model_params, catalog)
     return (sized(cset, capacity_factors(plan, fidelity), demand_factor(plan),
                   candidate_capacity_factors(plan, fidelity, widened, cset)), fidelity, widened)
+
+
+@dataclass
+class SplitStage:
+    """The solve stage on a candidate set with some workloads split (``split_everywhere``), and what the plan's
+    result is then built from."""
+
+    cset: CandidateSet
+    fidelity: dict
+    widened: dict
+    problem: FleetProblem
+    found: list[FleetSolution]
+    sol: FleetSolution
+    single: SingleDeviceBest | None
+    notes: list[Diagnostic]
+
+
+def split_stage(plan: Plan, raw: CandidateSet, model_params: CalibrationParams | None, catalog: Catalog,
+                options: SolverOptions, compare_single_device: bool, diagnose: bool) -> SplitStage | None:
+    """``solve_stage`` on ``raw`` sized by the plan's policy; None when some workload is unservable there."""
+    cset, fidelity, widened = sized_set(plan, raw, model_params, catalog)
+    if unservable(cset):
+        return None
+    problem, found = fleet_problem(cset, plan), []
+    sol, single, notes = solve_stage(problem, options, compare_single_device=compare_single_device,
+                                     diagnose=diagnose, found=found)
+    return SplitStage(cset, fidelity, widened, problem, found, sol, single, notes)
 
 
 def split_is_cheaper(whole: FleetSolution, split: FleetSolution) -> bool:

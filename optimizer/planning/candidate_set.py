@@ -164,21 +164,22 @@ class CandidateSet:
         return next(wc for wc in self.workloads if wc.workload.name == name)
 
 
-def split_everywhere(cset: CandidateSet) -> tuple[CandidateSet, tuple[str, ...]] | None:
-    """``cset`` with every workload that has a split alternative split into its request-size buckets, and the
-    names of those workloads; None when none has.
+def split_everywhere(cset: CandidateSet, only: frozenset[str] | None = None
+                     ) -> tuple[CandidateSet, tuple[str, ...]] | None:
+    """``cset`` with every workload that has a split alternative (of ``only``, when given) split into its
+    request-size buckets, and the names of those workloads; None when none has.
 
     Whole or split is chosen per workload alone (``bucketing.choose_bucketing``: servers amortised per GPU, a tie
     served whole), which cannot see a fleet's whole servers: a split workload's buckets can fill GPUs a board
     bought for other workloads leaves idle. ``optimize_plan`` solves the fleet this way too and keeps the cheaper.
     The ``planned_whole`` notes of the workloads split here are dropped (a folded note naming one of them too).
     """
-    if not any(cset.split_alternatives):
+    alternatives = tuple(None if alt is None or only is not None and alt.workload.name not in only else alt
+                         for alt in cset.split_alternatives)
+    if not any(alternatives):
         return None
-    names = tuple(wc.workload.name for wc, alt in zip(cset.workloads, cset.split_alternatives, strict=True)
-                  if alt is not None)
-    workloads = tuple(wc if alt is None else alt
-                      for wc, alt in zip(cset.workloads, cset.split_alternatives, strict=True))
+    names = tuple(alt.workload.name for alt in alternatives if alt is not None)
+    workloads = tuple(wc if alt is None else alt for wc, alt in zip(cset.workloads, alternatives, strict=True))
 
     def stale(d: Diagnostic) -> bool:
         return d.code == "planned_whole" and any(
