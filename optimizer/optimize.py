@@ -32,6 +32,7 @@ from optimizer.planning.capacity_table import CapacityTable, load_capacity_table
 from optimizer.planning.context_window import fit_plan_windows
 from optimizer.planning.diagnose import (
     binding_limits,
+    lower_binding_notes,
     single_device_note,
     single_device_solution,
     unservable,
@@ -145,6 +146,8 @@ def optimize_plan(
                 tried.found
             sol, single, notes = tried.sol, tried.single, tried.notes
             diagnostics = window_notes + list(cset.diagnostics)
+        elif tried is not None and sol.status == SolveStatus.INFEASIBLE and tried.sol.status == SolveStatus.INFEASIBLE:
+            notes = lower_binding_notes(notes, tried.notes)  # the smaller value of a limit either way bucketed
         elif tried is not None and sol.status.has_plan and cheaper_single(tried.single, single):
             single = tried.single
             notes = [n for n in notes if n.code != "single_device_best"]

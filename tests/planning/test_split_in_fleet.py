@@ -79,3 +79,35 @@ def test_the_one_device_comparison_names_the_cheapest_one_device_fleet(result):
     _, r = result
     assert r.single_device_best.device == "mi355x"
     assert r.single_device_best.objective_usd == pytest.approx(SPLIT_USD, rel=1e-9)
+
+
+def test_an_infeasible_budget_names_the_smaller_value_either_bucketing_needs():
+    """Under a $740,000 capex budget neither fleet fits; the smallest budget that makes the plan feasible is the split
+    fleet's capex, 3 × (8 × 25,000 + 50,000) = $750,000, not the whole-bucketed fleet's 380,000 + 145,000 + 250,000 =
+    $775,000 (which `gpuplan optimize` named, though $760,000 already bought the split fleet)."""
+    plan = parse_plan({"name": "moe", **MONEY, "allowed_devices": ["b200", "mi300x", "mi355x"],
+                       "budget": {"capex_usd": 740_000}, "workloads": WORKLOADS}, "moe")
+    r = optimize_plan(plan, resolve_catalog(plan, load_catalog(), "moe"), verify=False)
+    assert str(r.status) == "infeasible"
+    (why,) = [d.message for d in r.diagnostics if d.code == "binding_capex_budget"]
+    assert why.endswith("the smallest value that makes the plan feasible (other limits kept) is $750,000")
+
+
+def test_binding_notes_of_two_bucketings_keep_the_smaller_value():
+    from optimizer.planning.diagnose import binding_need, lower_binding_notes
+    from optimizer.results.plan_result import Diagnostic
+
+    def note(code, field, value):
+        return Diagnostic("error", code, f"{field} = 1 binds: the smallest value that makes the plan feasible "
+                                         f"(other limits kept) is {value}")
+
+    whole = [note("binding_capex_budget", "budget.capex_usd", "$775,000"), note("binding_max_power_kw", "max_power_kw",
+                                                                                "40.10 kW")]
+    split = [note("binding_capex_budget", "budget.capex_usd", "$750,000"), note("binding_max_power_kw", "max_power_kw",
+                                                                                "44.10 kW")]
+    assert [binding_need(d) for d in whole] == [775_000.0, 40.1]
+    assert lower_binding_notes(whole, split) == [split[0], whole[1]]
+    combination = Diagnostic("error", "binding_combination", "no single limit is the cause; …")
+    inventory = note("binding_inventory__b200", "inventory.b200", "16 GPUs")
+    assert binding_need(inventory) == 16.0 and binding_need(combination) is None
+    assert lower_binding_notes([combination], [inventory]) == [inventory]
