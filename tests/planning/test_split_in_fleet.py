@@ -111,3 +111,25 @@ def test_binding_notes_of_two_bucketings_keep_the_smaller_value():
     inventory = note("binding_inventory__b200", "inventory.b200", "16 GPUs")
     assert binding_need(inventory) == 16.0 and binding_need(combination) is None
     assert lower_binding_notes([combination], [inventory]) == [inventory]
+
+
+def test_a_budget_level_serves_what_the_split_fleet_serves(tmp_path):
+    """The what-if budget level's most served demand was one MILP on the workloads as bucketed alone: $770,000
+    served 0.97× of the demand, while the base plan's split fleet (three MI355X boards, capex $750,000) serves all
+    of it. A level now takes the larger of the two bucketings' demands, so no level within the base fleet's capex
+    serves less than the base."""
+    import yaml
+
+    from optimizer.whatif import ScenarioOptions, run_scenarios
+    from workloads.scenarios import load_scenarios
+
+    path = tmp_path / "w.yaml"
+    plan = {"name": "moe", **MONEY, "allowed_devices": ["b200", "mi300x", "mi355x"], "workloads": WORKLOADS}
+    path.write_text(yaml.safe_dump({"plan": plan, "sweeps": [{"name": "budget", "kind": "budget",
+                                                              "from": 760_000, "to": 770_000, "steps": 2}]}))
+    _, _, scenarios = load_scenarios(path, load_catalog())
+    base, *levels = [r.to_json(with_plan=False) for r in run_scenarios(scenarios, ScenarioOptions(), workers=1)]
+    assert base["capex_usd"] == pytest.approx(750_000.0) and base["demand_multiplier"] == 1.0
+    for level in levels:
+        assert level["status"] == "optimal" and level["capex_usd"] <= level["level"]
+        assert level["demand_multiplier"] >= 1.0
