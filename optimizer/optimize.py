@@ -132,7 +132,10 @@ def optimize_plan(
                                      diagnose=diagnose, start=start, found=one_device)
     if (split := split_everywhere(raw)) is not None and sol.status in (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE):
         # whole or split was chosen per workload alone; the fleet's whole servers can make split cheaper
-        tried = split_stage(plan, split[0], model_params, catalog, options, compare_single_device, diagnose)
+        # without the one-device comparison (what-if scenarios) only a cheaper fleet matters: a cutoff prunes the rest
+        cutoff = (sol.objective_usd * (1 - SPLIT_TIE_RTOL) if not compare_single_device and sol.status.has_plan
+                  and sol.objective_usd is not None else None)
+        tried = split_stage(plan, split[0], model_params, catalog, options, compare_single_device, diagnose, cutoff)
         if tried is not None and split_is_cheaper(sol, tried.sol):
             # a workload the split fleet serves from one configuration needs no size-aware routing: whole again
             one = frozenset(n for n in split[1] if len({k for (w, k), r in tried.sol.replicas.items()
@@ -212,14 +215,20 @@ class SplitStage:
 
 
 def split_stage(plan: Plan, raw: CandidateSet, model_params: CalibrationParams | None, catalog: Catalog,
-                options: SolverOptions, compare_single_device: bool, diagnose: bool) -> SplitStage | None:
-    """``solve_stage`` on ``raw`` sized by the plan's policy; None when some workload is unservable there."""
+                options: SolverOptions, compare_single_device: bool, diagnose: bool, cutoff: float | None = None
+                ) -> SplitStage | None:
+    """``solve_stage`` on ``raw`` sized by the plan's policy; None when some workload is unservable there.
+
+    ``cutoff``: only a fleet whose objective is below it is looked for (``Limits.objective_usd``; none found reads
+    infeasible, and is not diagnosed); the stage's ``problem`` is the plan's, without it (re-sizing and sensitivity
+    re-solve it)."""
     cset, fidelity, widened = sized_set(plan, raw, model_params, catalog)
     if unservable(cset):
         return None
     problem, found = fleet_problem(cset, plan), []
-    sol, single, notes = solve_stage(problem, options, compare_single_device=compare_single_device,
-                                     diagnose=diagnose, found=found)
+    capped = problem if cutoff is None else replace(problem, limits=replace(problem.limits, objective_usd=cutoff))
+    sol, single, notes = solve_stage(capped, options, compare_single_device=compare_single_device,
+                                     diagnose=diagnose and cutoff is None, found=found)
     return SplitStage(cset, fidelity, widened, problem, found, sol, single, notes)
 
 

@@ -133,3 +133,25 @@ def test_a_budget_level_serves_what_the_split_fleet_serves(tmp_path):
     for level in levels:
         assert level["status"] == "optimal" and level["capex_usd"] <= level["level"]
         assert level["demand_multiplier"] >= 1.0
+
+
+def test_the_objective_cutoff_keeps_the_optimum_and_excludes_dearer_fleets():
+    """``Limits.objective_usd`` (the what-if split solve's cutoff): 10 req/s on x ($10 a GPU, 2 req/s a replica) or
+    y ($20, 5 req/s): the optimum is 2 y = $40 (5 x cost $50). A cutoff of $40 keeps it; $39.99 leaves no fleet."""
+    from dataclasses import replace
+
+    from optimizer.planning.milp.problem import Demand, FleetProblem, Limits, Option, UnitTerms
+    from optimizer.planning.milp.solve import solve_fleet
+    from optimizer.results.money import LinearTerms
+
+    def unit(device, usd):
+        zero = LinearTerms(0.0, 0.0)
+        return UnitTerms(device, 1, LinearTerms(usd, 0.0), LinearTerms(usd, 0.0), zero, zero)
+
+    problem = FleetProblem((Demand("w", (10.0,)),), (Option("w", "x1", "x", 1, (2.0,)), Option("w", "y1", "y", 1, (5.0,))),
+                           {"x": unit("x", 10.0), "y": unit("y", 20.0)}, Limits())
+    free = solve_fleet(problem)
+    assert free.objective_usd == pytest.approx(40.0) and free.gpus == {"y": 2}
+    kept = solve_fleet(replace(problem, limits=Limits(objective_usd=40.0)))
+    assert kept.objective_usd == pytest.approx(40.0) and kept.gpus == {"y": 2}
+    assert not solve_fleet(replace(problem, limits=Limits(objective_usd=39.99))).status.has_plan
