@@ -9,6 +9,7 @@ from typing import Any
 
 from cli.common import fmt, stdout, table
 from optimizer.results.latency_text import ms_text
+from optimizer.results.provenance import fleet_text
 
 
 def _band(f: dict[str, Any] | None, bases: list[str]) -> str:
@@ -88,7 +89,7 @@ def render_sensitivity(data: dict[str, Any]) -> None:
     base = s["base_objective_usd"]
     ru = s["runner_up"]
     if ru and ru["objective_usd"] is not None:
-        fleet = " + ".join(f"{f['gpus']} × {f['device']}" for f in ru["fleet"])
+        fleet = fleet_text((f["device"], f["gpus"], f.get("gpus_installed")) for f in ru["fleet"])
         stdout.print(f"runner-up without {ru['excluded_device']}: {fleet} at ${ru['objective_usd']:,.0f} "
                      f"(+${ru['difference_usd']:,.0f}, {100 * ru['difference_usd'] / base:+.1f} %)",
                      markup=False, highlight=False)

@@ -147,11 +147,12 @@ def _render(rows: list[dict[str, Any]], u: dict[str, Any] | None) -> None:
         # no fleet: its zeros are not a $0 plan (nor, for a min-cost scenario, one serving nothing at 1.00×)
         served = f"{r['demand_multiplier']:.2f}× ({r['served_qps']:,.1f} req/s)" if served_known(r) else "—"
         money = [fmt(r["objective_usd"]), fmt(r["capex_usd"])] if has_plan(r) else ["—", "—"]
-        t_rows.append([r["name"], r["status"], *money, fleet, served, _slo_text(r),
-                       fmt(r["power_kw"], 1) if has_plan(r) else "—"])
+        cap = r.get("max_power_kw")  # the power cap beside the power: what holds a budget level that buys no more
+        power = fmt(r["power_kw"], 1) + (f" / {fmt(cap, 1)}" if cap is not None else "") if has_plan(r) else "—"
+        t_rows.append([r["name"], r["status"], *money, fleet, served, _slo_text(r), power])
     stdout.print(table("What-if scenarios", ["scenario", "status", "objective $", "capex $", "fleet (GPUs in use)",
-                                             "served demand", "p99 vs SLO (ms)", "power kW"], t_rows,
-                       right={"objective $", "capex $", "power kW"}))
+                                             "served demand", "p99 vs SLO (ms)", "power kW (/ cap)"], t_rows,
+                       right={"objective $", "capex $", "power kW (/ cap)"}))
     unsimulated = [r["name"] for r in rows if has_plan(r) and not r.get("simulated", True) and r["group"] != "samples"]
     if unsimulated:
         stdout.print(f"not simulated (p99s of the analytic model alone; `gpuplan optimize` on the scenario's plan "

@@ -12,7 +12,7 @@ when asked, its sensitivity (:mod:`optimizer.planning.safeguards`).
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from catalog.errors import SolverError
@@ -20,12 +20,19 @@ from catalog.load import Catalog
 from optimizer.assemble import assemble
 from optimizer.models.params import CalibrationParams, load_params
 from optimizer.planning import disk_cache
-from optimizer.planning.candidate_set import CandidateSet, fleet_problem, rebase_candidates
+from optimizer.planning.bucketing import SPLIT_TIE_RTOL
+from optimizer.planning.candidate_set import (
+    CandidateSet,
+    fleet_problem,
+    rebase_candidates,
+    split_everywhere,
+)
 from optimizer.planning.candidates import model_candidates
 from optimizer.planning.capacity_table import CapacityTable, load_capacity_table, table_candidates
 from optimizer.planning.context_window import fit_plan_windows
 from optimizer.planning.diagnose import (
     binding_limits,
+    lower_binding_notes,
     single_device_note,
     single_device_solution,
     unservable,
@@ -110,12 +117,9 @@ def optimize_plan(
         raise SolverError(f"n_buckets must be >= 1 (got {n_buckets}); e.g. --n-buckets 4")
     clock = StageClock()
     plan, window_notes = fit_plan_windows(plan, catalog)
-    cset = plan_candidates(plan, catalog, params, capacity_table, n_buckets, candidates)
+    raw = plan_candidates(plan, catalog, params, capacity_table, n_buckets, candidates)
     model_params = None if capacity_table is not None else (params if params is not None else load_params(None))
-    fidelity = fidelity_map(cset, model_params, catalog)
-    widened = candidate_fidelity(cset, fidelity, model_params, catalog)
-    cset = sized(cset, capacity_factors(plan, fidelity), demand_factor(plan),
-                 candidate_capacity_factors(plan, fidelity, widened, cset))
+    cset, fidelity, widened = sized_set(plan, raw, model_params, catalog)
     clock.lap("candidates")
     problem = fleet_problem(cset, plan)
     diagnostics = window_notes + list(cset.diagnostics)
@@ -126,6 +130,31 @@ def optimize_plan(
     one_device: list[FleetSolution] = []  # every one-device plan solved: known plans of the sensitivity re-solves
     sol, single, notes = solve_stage(problem, options, compare_single_device=compare_single_device,
                                      diagnose=diagnose, start=start, found=one_device)
+    if (split := split_everywhere(raw)) is not None and sol.status in (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE):
+        # whole or split was chosen per workload alone; the fleet's whole servers can make split cheaper
+        # without the one-device comparison (what-if scenarios) only a cheaper fleet matters: a cutoff prunes the rest
+        cutoff = (sol.objective_usd * (1 - SPLIT_TIE_RTOL) if not compare_single_device and sol.status.has_plan
+                  and sol.objective_usd is not None else None)
+        tried = split_stage(plan, split[0], model_params, catalog, options, compare_single_device, diagnose, cutoff)
+        if tried is not None and split_is_cheaper(sol, tried.sol):
+            # a workload the split fleet serves from one configuration needs no size-aware routing: whole again
+            one = frozenset(n for n in split[1] if len({k for (w, k), r in tried.sol.replicas.items()
+                                                         if w == n and r > 0}) == 1)
+            if one and len(one) < len(split[1]) and (fewer := split_everywhere(raw, frozenset(split[1]) - one)):
+                mixed = split_stage(plan, fewer[0], model_params, catalog, options, compare_single_device, diagnose)
+                if mixed is not None and not split_is_cheaper(mixed.sol, tried.sol):
+                    tried, split = mixed, fewer
+            tried.notes.append(split_note(split[1], tried.sol, sol))
+            cset, fidelity, widened, problem, one_device = tried.cset, tried.fidelity, tried.widened, tried.problem, \
+                tried.found
+            sol, single, notes = tried.sol, tried.single, tried.notes
+            diagnostics = window_notes + list(cset.diagnostics)
+        elif tried is not None and sol.status == SolveStatus.INFEASIBLE and tried.sol.status == SolveStatus.INFEASIBLE:
+            notes = lower_binding_notes(notes, tried.notes)  # the smaller value of a limit either way bucketed
+        elif tried is not None and sol.status.has_plan and cheaper_single(tried.single, single):
+            single = tried.single
+            notes = [n for n in notes if n.code != "single_device_best"]
+            notes.append(single_device_note(single, sol.objective_usd or 0.0))
     clock.lap("solve")
     verification = None
     if sol.status.has_plan and model_params is not None and (verify or (verify is None and verify_by_default(cset, sol))):
@@ -158,6 +187,77 @@ def optimize_plan(
     elif sensitivity and sol.status.has_plan:
         result = replace(result, diagnostics=(*result.diagnostics, sensitivity_skipped(sol)))
     return clock.stamp(result)
+
+
+def sized_set(plan: Plan, cset: CandidateSet, model_params: CalibrationParams | None, catalog: Catalog
+              ) -> tuple[CandidateSet, dict, dict]:
+    """``cset`` sized by the plan's policy (capacities × the fidelity band's factor at its confidence and
+    target_utilization, rates × the demand quantile's factor), with the fidelity maps it was sized by."""
+    fidelity = fidelity_map(cset, model_params, catalog)
+    widened = candidate_fidelity(cset, fidelity, model_params, catalog)
+    return (sized(cset, capacity_factors(plan, fidelity), demand_factor(plan),
+                  candidate_capacity_factors(plan, fidelity, widened, cset)), fidelity, widened)
+
+
+@dataclass
+class SplitStage:
+    """The solve stage on a candidate set with some workloads split (``split_everywhere``), and what the plan's
+    result is then built from."""
+
+    cset: CandidateSet
+    fidelity: dict
+    widened: dict
+    problem: FleetProblem
+    found: list[FleetSolution]
+    sol: FleetSolution
+    single: SingleDeviceBest | None
+    notes: list[Diagnostic]
+
+
+def split_stage(plan: Plan, raw: CandidateSet, model_params: CalibrationParams | None, catalog: Catalog,
+                options: SolverOptions, compare_single_device: bool, diagnose: bool, cutoff: float | None = None
+                ) -> SplitStage | None:
+    """``solve_stage`` on ``raw`` sized by the plan's policy; None when some workload is unservable there.
+
+    ``cutoff``: only a fleet whose objective is below it is looked for (``Limits.objective_usd``; none found reads
+    infeasible, and is not diagnosed); the stage's ``problem`` is the plan's, without it (re-sizing and sensitivity
+    re-solve it)."""
+    cset, fidelity, widened = sized_set(plan, raw, model_params, catalog)
+    if unservable(cset):
+        return None
+    problem, found = fleet_problem(cset, plan), []
+    capped = problem if cutoff is None else replace(problem, limits=replace(problem.limits, objective_usd=cutoff))
+    sol, single, notes = solve_stage(capped, options, compare_single_device=compare_single_device,
+                                     diagnose=diagnose and cutoff is None, found=found)
+    return SplitStage(cset, fidelity, widened, problem, found, sol, single, notes)
+
+
+def split_is_cheaper(whole: FleetSolution, split: FleetSolution) -> bool:
+    """The fleet with the alternatives split (``split_everywhere``) is kept when it has a plan and ``whole`` has
+    none, or when it costs less by more than bucketing's ``SPLIT_TIE_RTOL`` (a tie stays whole, as alone)."""
+    if not split.status.has_plan or split.objective_usd is None:
+        return False
+    if not whole.status.has_plan or whole.objective_usd is None:
+        return True
+    return split.objective_usd < whole.objective_usd * (1 - SPLIT_TIE_RTOL)
+
+
+def cheaper_single(other: SingleDeviceBest | None, single: SingleDeviceBest | None) -> bool:
+    """Whether the one-device fleet of the other bucketing is cheaper than ``single`` (the comparison names the
+    cheapest one-device fleet the tool finds, whichever way its workloads are bucketed)."""
+    if other is None:
+        return False
+    return single is None or other.objective_usd < single.objective_usd * (1 - SPLIT_TIE_RTOL)
+
+
+def split_note(names: tuple[str, ...], split: FleetSolution, whole: FleetSolution) -> Diagnostic:
+    shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    than = (f"${whole.objective_usd:,.0f} with them planned whole" if whole.status.has_plan
+            and whole.objective_usd is not None else "no fleet with them planned whole")
+    return Diagnostic("info", "planned_split",
+                      f"{shown} split into request-size buckets, which alone cost no less than planned whole: the "
+                      f"fleet costs ${split.objective_usd:,.0f} against {than} (whole servers bought for other "
+                      "workloads carry the buckets)")
 
 
 def resize_solve(problem: FleetProblem, options: SolverOptions,

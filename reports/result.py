@@ -184,6 +184,7 @@ class RunnerUpDevice(_Loose):
     device: str
     gpus: Count
     nodes: Count
+    gpus_installed: Count | None = None  # None: a result written before it (read as gpus)
 
 
 class RunnerUp(_Loose):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from openpyxl.chart import BarChart, Reference
 
 from optimizer.models.fidelity import GENERATION_UNMEASURED_MARK
+from optimizer.results.provenance import fleet_text
 from reports import styles
 from reports.context import HEADER_ROW, Ctx, title
 from reports.xl import Formula
@@ -73,7 +74,7 @@ def build_sensitivity(ctx: Ctx) -> None:
     row += 1
     ru = s.runner_up
     if ru is not None:
-        fleet = " + ".join(f"{f.gpus} × {f.device}" for f in ru.fleet) or "none"
+        fleet = fleet_text((f.device, f.gpus, f.gpus_installed) for f in ru.fleet) or "none"
         sheet.put(row, 1, f"Cheapest fleet without {ru.excluded_device}")
         sheet.put(row, 2, fleet)
         row += 1

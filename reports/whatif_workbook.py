@@ -101,6 +101,7 @@ ROWS: list[tuple[str, str, str | None]] = [
     ("annual_opex_usd", "annual opex ($)", MONEY),
     ("tco_usd", "TCO ($)", MONEY),
     ("power_kw", "power (kW)", "#,##0.0"),
+    ("max_power_kw", "power cap, max_power_kw (kW)", "#,##0.0"),
     ("gpus_total", "GPUs", "#,##0"),
     ("demand_multiplier", "demand multiplier served", "0.00"),
     ("served_qps", "served demand (req/s)", "#,##0.0"),
@@ -164,6 +165,8 @@ def _scenario_columns(rows: Sequence[dict[str, Any]]) -> list[tuple[str, list[An
         ("note", [_same_as_base(r, base) for r in rows], None),
     ]
     for key, label, fmt in ROWS:
+        if key == "max_power_kw" and all(r.get(key) is None for r in rows):
+            continue  # no scenario has a power cap (or every one rents: cloud applies none)
         lines.append((label, [_cell(r, key) for r in rows], fmt))
     if any(r.get("no_fleet_reason") for r in rows):
         lines.append(("why no fleet", [r.get("no_fleet_reason") for r in rows], None))

@@ -329,6 +329,8 @@ def test_a_scenario_without_a_fleet_carries_the_binding_limit(tmp_path):
     assert cap["no_fleet_reason"] == (
         "no fleet satisfies every constraint; max_power_kw = 0.10 kW binds: the smallest value that makes the plan "
         f"feasible (other limits kept) is {base['power_kw']:.2f} kW")
+    # the row names the scenario's power cap (planner review 26), none for the base
+    assert cap["max_power_kw"] == 0.1 and base["max_power_kw"] is None
 
 
 def test_a_budget_sweep_serves_a_workload_whose_length_tail_the_context_window_cuts(tmp_path):

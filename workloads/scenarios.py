@@ -32,6 +32,7 @@ error.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -324,6 +325,22 @@ def apply_override(data: dict[str, Any], path: str, value: Any, catalog: Catalog
                         f"'{'.'.join(parts[1:])}'")
 
 
+_WORKLOAD_INDEX = re.compile(r"(?<![\w.])workloads\.(\d+)\.")
+
+
+def _by_name(message: str, data: dict[str, Any]) -> str:
+    """A scenario's validation error with each ``workloads.<i>.`` path written ``workloads.<name>.``, as its
+    ``set:`` paths address workloads (a set of ``workloads.chat.redundancy`` said ``workloads.0.redundancy``)."""
+    workloads = data.get("workloads") if isinstance(data.get("workloads"), list) else []
+
+    def name(m: re.Match[str]) -> str:
+        i = int(m.group(1))
+        w = workloads[i] if i < len(workloads) else None
+        return f"workloads.{w['name']}." if isinstance(w, dict) and isinstance(w.get("name"), str) else m.group(0)
+
+    return _WORKLOAD_INDEX.sub(name, message)
+
+
 def _scaled(data: dict[str, Any], multiplier: float) -> dict[str, Any]:
     out = copy.deepcopy(data)
     for w in out.get("workloads", []):
@@ -334,7 +351,10 @@ def _scaled(data: dict[str, Any], multiplier: float) -> dict[str, Any]:
 
 
 def _make(name: str, group: str, data: dict[str, Any], catalog: Catalog, where: str, **kw) -> Scenario:
-    plan = parse_plan(data, f"{where}: scenario '{name}'")
+    try:
+        plan = parse_plan(data, f"{where}: scenario '{name}'")
+    except WorkloadError as exc:
+        raise WorkloadError(_by_name(str(exc), data)) from None
     resolve_catalog(plan, catalog, f"{where}: scenario '{name}'")
     return Scenario(name=name, group=group, plan=plan, **kw)
 

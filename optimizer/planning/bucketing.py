@@ -120,25 +120,26 @@ def alone_usd(wc, units: dict[str, UnitTerms]) -> float | None:
     return sol.objective_usd if sol is not None and sol.status.has_plan else None
 
 
-def choose_bucketing(split, whole, units: dict[str, UnitTerms]) -> tuple[object, Diagnostic | None]:
+def choose_bucketing(split, whole, units: dict[str, UnitTerms]) -> tuple[object, Diagnostic | None, bool]:
     """``split`` when it is cheaper alone than ``whole`` (the workload as one bucket) by more than
     ``SPLIT_TIE_RTOL``, or the only one that can serve it; else ``whole``.
 
-    Returns the chosen WorkloadCandidates and, when whole wins by more than the tolerance or
-    split cannot serve the workload at all, an info diagnostic with both costs.
+    Returns the chosen WorkloadCandidates; when whole wins by more than the tolerance or
+    split cannot serve the workload at all, an info diagnostic with both costs; and whether split
+    serves the workload alone (``CandidateSet.split_alternatives`` keeps it for the fleet's second solve).
     """
     split_usd, whole_usd = alone_usd(split, units), alone_usd(whole, units)
     if whole_usd is None or (split_usd is not None and split_usd < whole_usd * (1 - SPLIT_TIE_RTOL)):
-        return split, None
+        return split, None, split_usd is not None
     if split_usd is not None and whole_usd >= split_usd * (1 - SPLIT_TIE_RTOL):
-        return whole, None  # a tie: splitting saves nothing
+        return whole, None, True  # a tie: splitting saves nothing
     name, n = split.workload.name, len(split.buckets)
     if split_usd is None:
         why = f"split into {n} request-size buckets no candidate serves every bucket"
     else:
         why = (f"alone it costs ${whole_usd:,.0f} whole vs ${split_usd:,.0f} split into {n} request-size "
                "buckets, where each bucket must meet the p99s on its own")
-    return whole, Diagnostic("info", "planned_whole", f"{name} is planned as one bucket: {why}")
+    return whole, Diagnostic("info", "planned_whole", f"{name} is planned as one bucket: {why}"), split_usd is not None
 
 
 # More notes than this are folded into one (a 500-workload plan would print hundreds).

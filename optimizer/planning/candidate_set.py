@@ -156,9 +156,37 @@ class CandidateSet:
     diagnostics: tuple[Diagnostic, ...] = field(default=())
     objective: str = ""  # the plan objective the set was computed for ("" = any)
     allowed_devices: tuple[str, ...] | None = None
+    # per workload (the order of ``workloads``), its candidates split into request-size buckets where it is planned
+    # whole and split can serve it alone, else None; () = none has (``split_everywhere``, ``optimize_plan``)
+    split_alternatives: tuple[WorkloadCandidates | None, ...] = ()
 
     def workload(self, name: str) -> WorkloadCandidates:
         return next(wc for wc in self.workloads if wc.workload.name == name)
+
+
+def split_everywhere(cset: CandidateSet, only: frozenset[str] | None = None
+                     ) -> tuple[CandidateSet, tuple[str, ...]] | None:
+    """``cset`` with every workload that has a split alternative (of ``only``, when given) split into its
+    request-size buckets, and the names of those workloads; None when none has.
+
+    Whole or split is chosen per workload alone (``bucketing.choose_bucketing``: servers amortised per GPU, a tie
+    served whole), which cannot see a fleet's whole servers: a split workload's buckets can fill GPUs a board
+    bought for other workloads leaves idle. ``optimize_plan`` solves the fleet this way too and keeps the cheaper.
+    The ``planned_whole`` notes of the workloads split here are dropped (a folded note naming one of them too).
+    """
+    alternatives = tuple(None if alt is None or only is not None and alt.workload.name not in only else alt
+                         for alt in cset.split_alternatives)
+    if not any(alternatives):
+        return None
+    names = tuple(alt.workload.name for alt in alternatives if alt is not None)
+    workloads = tuple(wc if alt is None else alt for wc, alt in zip(cset.workloads, alternatives, strict=True))
+
+    def stale(d: Diagnostic) -> bool:
+        return d.code == "planned_whole" and any(
+            d.message.startswith(f"{n} is planned as one bucket") or f" {n}," in f" {d.message}," for n in names)
+
+    diagnostics = tuple(d for d in cset.diagnostics if not stale(d))
+    return replace(cset, workloads=workloads, diagnostics=diagnostics, split_alternatives=()), names
 
 
 # ---------------------------------------------------------------------------------------
@@ -319,7 +347,13 @@ def rebase_candidates(cset: CandidateSet, plan: Plan) -> CandidateSet:
                                       old.engine, old.prefix_cache, old.speculative, old.disaggregation):
             raise ValueError(f"workload '{w.name}' changed its model, lengths, SLO, precisions, engine or serving "
                              "techniques; recompute the candidates")
-        rate = w.request_rate_qps
-        buckets = tuple(replace(b, qps=b.fraction * rate) for b in wc.buckets)
-        workloads.append(replace(wc, workload=w, buckets=buckets))
-    return replace(cset, workloads=tuple(workloads), units=units)
+        workloads.append(_at_rate(wc, w))
+    alternatives = tuple(None if alt is None else _at_rate(alt, plan.workload(alt.workload.name))
+                         for alt in cset.split_alternatives)
+    return replace(cset, workloads=tuple(workloads), units=units, split_alternatives=alternatives)
+
+
+def _at_rate(wc: WorkloadCandidates, w: Workload) -> WorkloadCandidates:
+    """``wc`` as workload ``w``'s: each bucket's rate its fraction × ``w``'s rate."""
+    rate = w.request_rate_qps
+    return replace(wc, workload=w, buckets=tuple(replace(b, qps=b.fraction * rate) for b in wc.buckets))

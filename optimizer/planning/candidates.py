@@ -546,6 +546,7 @@ def model_candidates(
     done: list[WorkloadCandidates | None] = [None] * len(plan.workloads)
     notes: list[Diagnostic | None] = [None] * len(plan.workloads)
     technique_notes: list[Diagnostic | None] = [None] * len(plan.workloads)
+    alternatives: list[WorkloadCandidates | None] = [None] * len(plan.workloads)  # CandidateSet.split_alternatives
     for start in range(0, len(groups), WORKLOADS_PER_BATCH):  # bounded memory for large plans
         batch = groups[start:start + WORKLOADS_PER_BATCH]
         firsts = [plan.workloads[g[0]] for g in batch]
@@ -559,7 +560,10 @@ def model_candidates(
                 w = plan.workloads[i]
                 wc = for_workload(split_wc, w)
                 if whole_wc is not None:  # split or whole: optimizer.planning.bucketing
-                    wc, notes[i] = choose_bucketing(wc, for_workload(whole_wc, w), terms)
+                    split = wc
+                    wc, notes[i], split_serves = choose_bucketing(split, for_workload(whole_wc, w), terms)
+                    if wc is not split and split_serves:
+                        alternatives[i] = renamed(split)
                 technique_notes[i] = technique_note(wc, terms)
                 done[i] = renamed(wc)
     workloads = tuple(wc for wc in done if wc is not None)
@@ -579,4 +583,6 @@ def model_candidates(
             + "; raise the inventory to a whole server (instance) or allow partial servers"))
     diagnostics += cloud_limit_notes(plan)
     allowed = tuple(plan.allowed_devices) if plan.allowed_devices is not None else None
-    return CandidateSet(workloads, units, tuple(diagnostics), plan.objective, allowed)
+    alternatives = [a for a, wc in zip(alternatives, done, strict=True) if wc is not None]  # aligned with workloads
+    split_alternatives = tuple(alternatives) if any(alternatives) else ()
+    return CandidateSet(workloads, units, tuple(diagnostics), plan.objective, allowed, split_alternatives)

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import replace
 
@@ -227,6 +228,34 @@ def binding_limits(problem: FleetProblem, *, time_limit_s: float, gap: float, so
             "no single limit is the cause; the limits are too tight together. Each alone needs "
             + "; ".join(parts) + f". The cheapest plan without limits costs ${sol_free.objective_usd or 0:,.0f}"
             + _gpu_text(sol_free) + "; raise several limits together"))
+    return out
+
+
+_NEED = re.compile(r"is \$?([\d,]+(?:\.\d+)?)(?: kW| GPUs)?$")
+
+
+def binding_need(d: Diagnostic) -> float | None:
+    """The smallest feasible value a ``binding_<limit>`` diagnostic of :func:`binding_limits` names (its ``_fmt``
+    figure read back), None for any other diagnostic."""
+    if not d.code.startswith("binding_") or d.code == "binding_combination":
+        return None
+    m = _NEED.search(d.message)
+    return float(m.group(1).replace(",", "")) if m else None
+
+
+def lower_binding_notes(a: list[Diagnostic], b: list[Diagnostic]) -> list[Diagnostic]:
+    """The notes of two infeasible solves of one plan (its workloads bucketed two ways), ``a``'s with each
+    ``binding_<limit>`` note that ``b`` also has replaced by the one naming the smaller feasible value, and ``b``'s
+    own single-limit notes added, in place of ``a``'s combination note when ``a`` has no single-limit note: the
+    smallest value of a limit that makes the plan feasible is the smaller of the two bucketings'."""
+    theirs = {d.code: d for d in b if binding_need(d) is not None}
+    out = []
+    for d in a:
+        other = theirs.pop(d.code, None)
+        need, other_need = binding_need(d), binding_need(other) if other is not None else None
+        out.append(other if need is not None and other_need is not None and other_need < need else d)
+    if theirs:
+        out = [d for d in out if d.code != "binding_combination"] + list(theirs.values())
     return out
 
 

@@ -115,8 +115,10 @@ def fleet_objective_usd(fleet: Fleet, problem: FleetProblem) -> float:
     return sum(problem.units[d].figure("objective_usd", g, n) for d, (g, n) in fleet.items())
 
 
-def fleet_rows(fleet: Fleet) -> tuple[FleetDeviceGpus, ...]:
-    return tuple(FleetDeviceGpus(d, g, n) for d, (g, n) in fleet.items())
+def fleet_rows(fleet: Fleet, problem: FleetProblem) -> tuple[FleetDeviceGpus, ...]:
+    """The fleet's rows with the GPUs bought (``UnitTerms.installed_gpus``: a board bought whole counts its idle
+    GPUs), which the fleet's objective pays for."""
+    return tuple(FleetDeviceGpus(d, g, n, problem.units[d].installed_gpus(g, n)) for d, (g, n) in fleet.items())
 
 
 # ---------------------------------------------------------------------------------------
@@ -281,7 +283,7 @@ def analyse(plan: Plan, cset: CandidateSet, problem: FleetProblem, base: FleetSo
     for d in fleet:
         without[d] = solve(without_device(problem, d))
     ru = without[main]
-    runner_up = RunnerUp(main, fleet_rows(fleet_of(ru)) if ru else (),
+    runner_up = RunnerUp(main, fleet_rows(fleet_of(ru), problem) if ru else (),
                          fleet_objective_usd(fleet_of(ru), problem) if ru else None,
                          fleet_objective_usd(fleet_of(ru), problem) - base_usd if ru else None)
 

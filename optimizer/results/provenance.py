@@ -6,6 +6,7 @@ code fill them, the JSON (``docs/plan-json.md``), the terminal and the workbook 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -30,11 +31,23 @@ class Fidelity:
 
 @dataclass(frozen=True)
 class FleetDeviceGpus:
-    """One device of an alternative fleet: GPUs and servers."""
+    """One device of an alternative fleet: GPUs in use, servers, and GPUs bought (``gpus_installed``: on a
+    board or rack bought whole nodes · GPUs per server, idle ones included; None in results written before it)."""
 
     device: str
     gpus: int
     nodes: int
+    gpus_installed: int | None = None
+
+
+def fleet_text(rows: Iterable[tuple[str, int, int | None]]) -> str:
+    """An alternative fleet in words from (device, GPUs in use, GPUs bought) rows: the GPUs bought, which its
+    cost pays for and one orders, and those in use when fewer ("24 × mi355x (21 in use) + 8 × mi300x")."""
+    parts = []
+    for device, gpus, installed in rows:
+        bought = gpus if installed is None else installed
+        parts.append(f"{bought} × {device}" + (f" ({gpus} in use)" if bought != gpus else ""))
+    return " + ".join(parts)
 
 
 @dataclass(frozen=True)

@@ -73,3 +73,20 @@ def test_a_scenario_without_a_fleet_names_the_binding_limit_not_a_missed_slo():
     assert "MISSED" not in text
     assert "no fleet: no fleet satisfies every constraint; max_power_kw = 14.00 kW binds" in " ".join(text.split())
     assert "14.30 kW" in text
+
+
+def test_the_power_column_shows_the_power_cap_that_holds_a_budget_level():
+    """Planner review 26: a $2.4 M budget level served 3.36× with $2.02 M of capex, as $2.0 M served 3.35×, and nothing
+    said why: its fleet drew 86.6 kW under the plan's 90 kW cap (one more board, 14.3 kW, would pass it)."""
+    rows = [{**_row("base", "optimal", 1_004_928.0, 80.0, 38.5, {"b200": 8}), "max_power_kw": 90.0},
+            {**_row("budget @ $2,400,000", "optimal", 2_587_004.0, 268.6, 86.6, {"b200": 32}, mode="max_demand",
+                    multiplier=3.358), "max_power_kw": 90.0},
+            {**_row("rent", "optimal", 900_000.0, 80.0, 52.3, {"b200": 8}), "max_power_kw": None}]
+    with stdout.capture() as cap:
+        _render(rows, None)
+    text = cap.get()
+    lines = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+             for line in text.splitlines() if line.startswith("│")}
+    assert lines["budget @ $2,400,000"][-1] == "86.6 / 90.0" and lines["base"][-1] == "38.5 / 90.0"
+    assert lines["rent"][-1] == "52.3"
+    assert "power kW (/ cap)" in text

@@ -329,3 +329,34 @@ def test_an_estimate_the_user_gives_with_the_price_is_still_swung(tmp_path):
     rows = [t for t in r.sensitivity.tornado if t.input.startswith("h100-sxm purchase_usd")]
     assert [t.input for t in rows] == ["h100-sxm purchase_usd (estimate ±25%)"]
     assert (rows[0].low_label, rows[0].high_label) == ("$15,750", "$26,250")
+
+
+def test_runner_up_counts_the_gpus_bought_beside_its_price():
+    """Planner review 26: the runner-up line printed "2 × mi300x at $189,469" for a fleet that buys a whole 8-GPU
+    MI300X board (the price of 8: 8 × 12,500 + 45,000 server, plus three years' opex), as review 24's F1 found for
+    the one-device fleet. Llama-3.1-8B at 20 req/s on L40S (2 cards) or MI300X: without L40S, 2 MI300X in use on
+    one board of 8."""
+    from cli.common import stdout
+    from cli.provenance_render import render_sensitivity
+    from reports.workbook import build_workbook
+
+    w = dict(CHAT8B, qps=20, precisions=["fp8"])
+    plan, cat = _plan(["l40s", "mi300x"], w)
+    r = optimize_plan(plan, cat, sensitivity=True, compare_single_device=False, verify=False)
+    ru = r.sensitivity.runner_up
+    assert [(f.device, f.gpus, f.nodes, f.gpus_installed) for f in ru.fleet] == [("mi300x", 2, 1, 8)]
+    # what the objective pays for, on paper: 8 GPUs and one server bought, their power and maintenance
+    mi = cat.devices["mi300x"]
+    a = MoneyAssumptions.from_plan(plan)
+    capex = 8 * mi.purchase_usd + 45_000.0  # oam-mi300x-8: server_usd 45,000, server_power_w 3,500
+    kw = (8 * mi.tdp_w + 3_500.0) / 1000
+    opex = kw * a.power_utilization * a.pue * 8760 * a.electricity_usd_per_kwh + capex * a.maintenance_fraction_per_year
+    assert ru.objective_usd == pytest.approx(capex + plan.horizon_years * opex, rel=1e-9)
+    data = r.to_json()
+    assert data["sensitivity"]["runner_up"]["fleet"][0]["gpus_installed"] == 8
+    with stdout.capture() as cap:
+        render_sensitivity(data)
+    assert "runner-up without l40s: 8 × mi300x (2 in use) at $" in " ".join(cap.get().split())
+    ws = build_workbook(data)["Sensitivity"]
+    cells = [c.value for row in ws.iter_rows() for c in row if isinstance(c.value, str)]
+    assert "8 × mi300x (2 in use)" in cells

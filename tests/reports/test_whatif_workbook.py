@@ -156,3 +156,15 @@ def test_older_whatif_rows_without_the_simulator_keys_still_make_a_workbook(tmp_
     wb = load_workbook(write_whatif_workbook([_row("base", "base"), newer], tmp_path / "w2.xlsx"))
     lines = {r[0].value: [c.value for c in r[1:]] for r in wb["Scenarios"].iter_rows(min_row=2) if r[0].value}
     assert lines["Simulator check"] == [None, "met"]
+
+
+def test_the_scenarios_sheet_shows_the_power_cap_beside_the_power(tmp_path):
+    # planner review 26: a budget level held by the plan's 90 kW power cap, not its budget, showed its power only
+    rows = [_row("base", "base"), _row("b @ $2.4M", "b", mode="max_demand", level=2.4e6), _row("rent")]
+    for r, cap in zip(rows, (90.0, 90.0, None), strict=True):
+        r["max_power_kw"] = cap
+    wb = load_workbook(write_whatif_workbook(rows, tmp_path / "w.xlsx"))
+    lines = {r[0].value: [c.value for c in r[1:]] for r in wb["Scenarios"].iter_rows(min_row=2) if r[0].value}
+    assert lines["power cap, max_power_kw (kW)"] == [90.0, 90.0, None]
+    wb = load_workbook(write_whatif_workbook([_row("base", "base")], tmp_path / "w2.xlsx"))
+    assert "power cap, max_power_kw (kW)" not in [r[0].value for r in wb["Scenarios"].iter_rows(min_row=2)]

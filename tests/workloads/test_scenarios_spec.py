@@ -63,7 +63,18 @@ def test_bad_paths_list_valid_fields(tmp_path, path, pattern):
 
 def test_override_value_validated_like_plan(tmp_path):
     file = _write(tmp_path, {"variants": [{"name": "v", "set": {"workloads.chat.qps": -3}}]})
-    with pytest.raises(WorkloadError, match=r"scenario 'v'.*workloads\.0\.qps: input should be greater than 0"):
+    # the path as the set wrote it, by the workload's name (planner review 26; it said workloads.0.qps)
+    with pytest.raises(WorkloadError, match=r"scenario 'v'.*workloads\.chat\.qps: input should be greater than 0"):
+        load_scenarios(file, load_catalog())
+
+
+def test_an_override_error_names_the_workload_the_set_named(tmp_path):
+    """Planner review 26: `workloads.llama70-chat.redundancy: null` said "workloads.0.redundancy: Input should be
+    'none', 'n+1' or 'n+1-node'": the index of the workload in the base file, a name the set never wrote. The chat
+    fleet's workloads are chat, code-completion, nightly-summaries: code-completion is the second."""
+    file = _write(tmp_path, {"variants": [{"name": "v", "set": {"workloads.code-completion.redundancy": None}}]})
+    with pytest.raises(WorkloadError, match=r"scenario 'v': workloads\.code-completion\.redundancy: Input should be "
+                                            r"'none', 'n\+1' or 'n\+1-node'"):
         load_scenarios(file, load_catalog())
 
 

@@ -361,6 +361,14 @@ def define_power_cap(model: FleetModel) -> None:
         model.prob += model.total("power_kw") <= cap, "max_power_kw"
 
 
+def define_objective_cap(model: FleetModel) -> None:
+    """Σ_d objective terms ≤ the cutoff (``Limits.objective_usd``): a fleet only counts below it. Named
+    ``objective_cap``."""
+    cap = model.problem.limits.objective_usd
+    if cap is not None:
+        model.prob += model.total("objective_usd") <= cap, "objective_cap"
+
+
 def define_instances(model: FleetModel) -> None:
     """Cloud instances: gpus[d] ≤ c[d]·r[d] for a device rented in instances of c[d] GPUs (1 < c[d] < G[d]);
     its per-GPU money is paid on the c[d]·r[d] GPUs rented (:func:`gpus_rented`). Named ``instances__{device}``."""
@@ -479,6 +487,7 @@ def build_model(problem: FleetProblem, minimise: Minimise = "objective",
     define_capex_budget(model)
     define_annual_budget(model)
     define_power_cap(model)
+    define_objective_cap(model)
     define_inventory(model)
     define_allowed_devices(model)
     define_workload_bounds(model, workload_bounds_usd or {})

@@ -213,6 +213,9 @@ class Limits:
     capex_usd: float | None = None
     annual_opex_usd: float | None = None
     power_kw: float | None = None
+    # a search cutoff, no plan limit: the minimised objective below it (optimize_plan's second, split solve only
+    # looks for a fleet cheaper than the first; build.define_objective_cap)
+    objective_usd: float | None = None
 
 
 @dataclass(frozen=True)
