@@ -73,8 +73,8 @@ def test_an_override_error_names_the_workload_the_set_named(tmp_path):
     'none', 'n+1' or 'n+1-node'": the index of the workload in the base file, a name the set never wrote. The chat
     fleet's workloads are chat, code-completion, nightly-summaries: code-completion is the second."""
     file = _write(tmp_path, {"variants": [{"name": "v", "set": {"workloads.code-completion.redundancy": None}}]})
-    with pytest.raises(WorkloadError, match=r"scenario 'v': workloads\.code-completion\.redundancy: Input should be "
-                                            r"'none', 'n\+1' or 'n\+1-node'"):
+    with pytest.raises(WorkloadError, match=r"scenario 'v': workloads\.code-completion\.redundancy: None is not a "
+                                            r"choice here; use 'none', 'n\+1' or 'n\+1-node'"):
         load_scenarios(file, load_catalog())
 
 
