@@ -15,13 +15,14 @@ import json
 import random
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pulp
 import pytest
 
 from catalog.errors import SolverError
 from optimizer.planning.milp.problem import Demand, FleetProblem, Option, UnitTerms
-from optimizer.planning.milp.solve import solve_fleet
+from optimizer.planning.milp.solve import classify_run, solve_fleet
 from optimizer.results.money import LinearTerms
 from optimizer.results.plan_result import SolveStatus
 from tests.conftest import EXAMPLES, REPO, assert_no_traceback
@@ -124,3 +125,23 @@ def test_json_to_stdout_is_pure_json_despite_the_highs_banner():
     data = json.loads(proc.stdout)
     assert data["status"] in ("optimal", "feasible")
     assert "HiGHS" not in proc.stdout and "Running HiGHS" not in proc.stderr
+
+
+def test_a_stop_without_a_solution_that_is_not_the_time_limit_is_not_called_the_time_limit():
+    # Hostile round 26: HiGHS stopping without a solution after 0.9 s of a 10 s limit (a price of 1e300) was reported
+    # "no solution found in 9.98 s (the time limit); raise --time-limit-s". classify_run reads HiGHS's own stop reason.
+    def run(stop: str):
+        info = SimpleNamespace(primal_solution_status=0, mip_gap=float("inf"), mip_dual_bound=float("-inf"))
+        highs = SimpleNamespace(getModelStatus=lambda: SimpleNamespace(name=stop), getInfo=lambda: info)
+        prob = SimpleNamespace(status=pulp.LpStatusNotSolved, sol_status=pulp.LpSolutionNoSolutionFound,
+                               solverModel=highs)
+        return classify_run(SimpleNamespace(prob=prob), "highs", 0.9, 10.0)
+
+    numeric = run("kSolveError")
+    assert numeric.status == SolveStatus.ERROR and not numeric.time_limited
+    assert numeric.detail == ("the solver stopped after 0.9 s of the 10 s limit without a solution (HiGHS status "
+                              "kSolveError); look for an extreme figure in the plan (a price, power or rate many orders "
+                              "of magnitude from the rest)")
+    for stop in ("kTimeLimit", "kInterrupt"):
+        timed = run(stop)
+        assert timed.time_limited and timed.detail == "no solution found in 10 s (the time limit); raise --time-limit-s"

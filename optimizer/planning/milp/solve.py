@@ -275,9 +275,21 @@ def classify_run(model: FleetModel, solver: str, seconds: float, time_limit_s: f
     if status == pulp.LpStatusInfeasible or sol == pulp.LpSolutionInfeasible:
         return SolveRun(SolveStatus.INFEASIBLE, "no fleet satisfies every constraint", None, seconds, solver)
     if status == pulp.LpStatusNotSolved:
+        stop = _highs_status(prob) if solver == "highs" else ""
+        if stop not in _TIME_STOPS:
+            # HiGHS gave up for another reason (numerical trouble, a work limit): naming the time limit sent users to
+            # raise it, after 0.9 s of a 10 s limit (hostile round 26: a price of 1e300)
+            return SolveRun(SolveStatus.ERROR, f"the solver stopped after {seconds:.2g} s of the {time_limit_s:g} s "
+                            f"limit without a solution (HiGHS status {stop}); look for an extreme figure in the plan "
+                            "(a price, power or rate many orders of magnitude from the rest)", None, seconds, solver)
         return SolveRun(SolveStatus.ERROR, f"no solution found in {time_limit_s:g} s (the time limit); "
                         "raise --time-limit-s", None, seconds, solver, time_limited=True)
     return SolveRun(SolveStatus.ERROR, f"solver status {pulp.LpStatus.get(status, status)}", None, seconds, solver)
+
+
+# HiGHS's stops that are the time limit: its own, an interrupt (PuLP's mapping of a stop without an incumbent), or
+# unknown (an older highspy, CBC): the message names the limit
+_TIME_STOPS = frozenset({"", "kTimeLimit", "kInterrupt"})
 
 
 def _highs_status(prob: pulp.LpProblem) -> str:
