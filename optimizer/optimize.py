@@ -128,20 +128,28 @@ def optimize_plan(
         clock.lap("solve")
         return clock.stamp(assemble(plan, cset, sol, diagnostics + missing, None, source))
     one_device: list[FleetSolution] = []  # every one-device plan solved: known plans of the sensitivity re-solves
+    solve_started = time.perf_counter()
     sol, single, notes = solve_stage(problem, options, compare_single_device=compare_single_device,
                                      diagnose=diagnose, start=start, found=one_device)
-    if (split := split_everywhere(raw)) is not None and sol.status in (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE):
+    split = split_everywhere(raw) if sol.status in (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE) else None
+    if split is not None and (split_options := time_left(options, solve_started)) is None:
+        notes.append(split_skipped(split[1], options))
+        split = None
+    if split is not None:
         # whole or split was chosen per workload alone; the fleet's whole servers can make split cheaper
         # without the one-device comparison (what-if scenarios) only a cheaper fleet matters: a cutoff prunes the rest
         cutoff = (sol.objective_usd * (1 - SPLIT_TIE_RTOL) if not compare_single_device and sol.status.has_plan
                   and sol.objective_usd is not None else None)
-        tried = split_stage(plan, split[0], model_params, catalog, options, compare_single_device, diagnose, cutoff)
+        tried = split_stage(plan, split[0], model_params, catalog, split_options, compare_single_device, diagnose,
+                            cutoff)
         if tried is not None and split_is_cheaper(sol, tried.sol):
             # a workload the split fleet serves from one configuration needs no size-aware routing: whole again
             one = frozenset(n for n in split[1] if len({k for (w, k), r in tried.sol.replicas.items()
                                                          if w == n and r > 0}) == 1)
-            if one and len(one) < len(split[1]) and (fewer := split_everywhere(raw, frozenset(split[1]) - one)):
-                mixed = split_stage(plan, fewer[0], model_params, catalog, options, compare_single_device, diagnose)
+            if (one and len(one) < len(split[1]) and (fewer := split_everywhere(raw, frozenset(split[1]) - one))
+                    and (revert_options := time_left(options, solve_started)) is not None):
+                mixed = split_stage(plan, fewer[0], model_params, catalog, revert_options, compare_single_device,
+                                    diagnose)
                 if mixed is not None and not split_is_cheaper(mixed.sol, tried.sol):
                     tried, split = mixed, fewer
             tried.notes.append(split_note(split[1], tried.sol, sol))
@@ -230,6 +238,26 @@ def split_stage(plan: Plan, raw: CandidateSet, model_params: CalibrationParams |
     sol, single, notes = solve_stage(capped, options, compare_single_device=compare_single_device,
                                      diagnose=diagnose and cutoff is None, found=found)
     return SplitStage(cset, fidelity, widened, problem, found, sol, single, notes)
+
+
+# The split solves run in what is left of the solve stage's time limit (--time-limit-s bounds the stage, not each
+# of its solves); with less than this share of it left they are not tried
+SPLIT_MIN_TIME_SHARE = 0.1
+
+
+def time_left(options: SolverOptions, started: float) -> SolverOptions | None:
+    """``options`` with the time limit cut to what is left of it since ``started`` (a perf_counter reading),
+    or None when less than ``SPLIT_MIN_TIME_SHARE`` of it is left."""
+    left = options.time_limit_s - (time.perf_counter() - started)
+    return replace(options, time_limit_s=left) if left >= SPLIT_MIN_TIME_SHARE * options.time_limit_s else None
+
+
+def split_skipped(names: tuple[str, ...], options: SolverOptions) -> Diagnostic:
+    shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    return Diagnostic("info", "split_skipped",
+                      f"{shown} (planned whole) not tried split into request-size buckets across the fleet: the first "
+                      f"solve used more than {1 - SPLIT_MIN_TIME_SHARE:.0%} of the {options.time_limit_s:g} s limit; "
+                      "raise --time-limit-s to try it (a split fleet can cost less where whole servers have idle GPUs)")
 
 
 def split_is_cheaper(whole: FleetSolution, split: FleetSolution) -> bool:

@@ -155,3 +155,26 @@ def test_the_objective_cutoff_keeps_the_optimum_and_excludes_dearer_fleets():
     kept = solve_fleet(replace(problem, limits=Limits(objective_usd=40.0)))
     assert kept.objective_usd == pytest.approx(40.0) and kept.gpus == {"y": 2}
     assert not solve_fleet(replace(problem, limits=Limits(objective_usd=39.99))).status.has_plan
+
+
+def test_the_split_solve_runs_in_what_is_left_of_the_time_limit(monkeypatch):
+    # --time-limit-s bounds the solve stage: the split solves get what the first solve left of it, and are skipped,
+    # with a note, when less than SPLIT_MIN_TIME_SHARE of it is left. Forced here by asking for all of it (share 1):
+    # the plan is then the whole-bucketed one, $1,004,927.84, and the note says how to get the split one.
+    import optimizer.optimize as oo
+    from optimizer.planning.solver_options import SolverOptions
+
+    monkeypatch.setattr(oo, "SPLIT_MIN_TIME_SHARE", 1.0)
+    plan = parse_plan({"name": "moe", **MONEY, "allowed_devices": ["b200", "mi300x", "mi355x"],
+                       "workloads": WORKLOADS}, "moe")
+    r = optimize_plan(plan, resolve_catalog(plan, load_catalog(), "moe"), verify=False, sensitivity=False)
+    assert r.objective_usd == pytest.approx(WHOLE_USD, rel=1e-9)
+    note = next(d.message for d in r.diagnostics if d.code == "split_skipped")
+    assert "not tried split into request-size buckets across the fleet" in note and "raise --time-limit-s" in note
+    assert not any(d.code == "planned_split" for d in r.diagnostics)
+    # what is left: the limit less the time since the stage started; None below the share
+    t = SolverOptions(time_limit_s=10.0)
+    monkeypatch.setattr(oo, "SPLIT_MIN_TIME_SHARE", 0.1)
+    monkeypatch.setattr(oo.time, "perf_counter", lambda: 100.0)
+    assert oo.time_left(t, 96.0).time_limit_s == pytest.approx(6.0)
+    assert oo.time_left(t, 90.5) is None  # 0.5 s left of 10: under 10 %
