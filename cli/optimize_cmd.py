@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
 from contextlib import nullcontext
 from pathlib import Path
@@ -224,6 +225,11 @@ def render(data: dict[str, Any]) -> None:
         cols.append("KV link load Gb/s")  # the KV traffic (workbook: "KV link load"), not the link's speed
         cols.append("KV pairing link Gb/s")  # a prefill pool's receive tier, a decode pool's link (workbook alike)
     stdout.print(table("Deployments", cols, dep_rows, right=set(cols[5 if techniques else 4:])))
+    if routes := split_routing_rows(data):
+        stdout.print(table("Request-size routing of the workloads split into buckets (a size-aware router sends "
+                           "each size to these deployments)",
+                           ["workload", "bucket", "tokens (prompt + output)", "share of requests", "deployment",
+                            "req/s"], routes, right={"share of requests", "req/s"}))
     w_rows = [[w["name"], w["model"], w["kind"], fmt(w["qps"], 2), "yes" if w["met"] else "NO",
                fmt(w["cost_per_million_output_tokens_usd"], 3)] for w in data["workloads"]]
     stdout.print(table("Workloads", ["workload", "model", "kind", "req/s", "SLOs met", "$ / M output tokens"],
@@ -252,6 +258,31 @@ def render(data: dict[str, Any]) -> None:
     render_sensitivity(data)
     for d in data["diagnostics"]:
         stdout.print(f"{d['level']}: {d['message']}", markup=False, highlight=False)
+
+
+_BUCKET_LABEL = re.compile(r"b\d+_(\d+)_(\d+)tok")
+
+
+def split_routing_rows(data: dict[str, Any]) -> list[list[Any]]:
+    """One row per (bucket, deployment) of each workload served in more than one bucket: the bucket's request sizes
+    (its label ``b<k>_<min>_<max>tok``: prompt + output tokens), its share of the workload's requests, the deployment
+    it is routed to and the req/s (``buckets[]`` and ``routing[]``); [] when every workload is served whole."""
+    buckets = {(b["workload"], b["bucket"]): b for b in data.get("buckets", [])}
+    split = {w for (w, _), b in buckets.items() if b.get("label") != "all"}
+    deployments = {(d["workload"], d["key"], d.get("stage", "colocated")): d for d in data["deployments"]}
+    rows = []
+    for r in data.get("routing", []):
+        if r["workload"] not in split or r["qps"] <= 0:
+            continue
+        b = buckets[(r["workload"], r["bucket"])]
+        m = _BUCKET_LABEL.fullmatch(b.get("label", ""))
+        sizes = f"{int(m[1]):,}–{int(m[2]):,}" if m else b.get("label", "")
+        d = deployments.get((r["workload"], r["key"], r.get("stage", "colocated")))
+        where = (f"{d['device']} {d['precision'] or ''} tp{d['tp']} pp{d['pp']}"
+                 + (f" ep{d['ep']}" if d.get("ep", 1) > 1 else "")
+                 + ("" if r.get("stage", "colocated") == "colocated" else f" ({r['stage']} pool)")) if d else r["key"]
+        rows.append([r["workload"], r["bucket"], sizes, f"{b['fraction']:.0%}", where, fmt(r["qps"], 2)])
+    return rows
 
 
 def register(app: typer.Typer) -> None:

@@ -84,3 +84,31 @@ def test_validate_counts_one_year_and_one_workload_in_the_singular(run_cli, tmp_
     assert "horizon 1 year, 1 workload" in " ".join(r.stdout.split()), r.stdout
     r = run_cli("validate", EXAMPLES / "chat-fleet.yaml")
     assert "horizon 3 years, 3 workloads" in " ".join(r.stdout.split()), r.stdout
+
+
+def test_a_split_workload_shows_which_request_sizes_go_where():
+    # Planner review 26: a workload split into request-size buckets needs a size-aware router, and only the JSON's
+    # buckets[] and routing[] said which sizes each deployment takes. One row per (bucket, deployment) routed.
+    from cli.optimize_cmd import split_routing_rows
+
+    dep = {"workload": "rag", "device": "mi355x", "precision": "fp4", "tp": 1, "pp": 1, "stage": "colocated"}
+    data = {
+        "buckets": [{"workload": "rag", "bucket": 0, "fraction": 0.5, "label": "b0_2377_6421tok"},
+                    {"workload": "rag", "bucket": 1, "fraction": 0.5, "label": "b1_6422_33573tok"},
+                    {"workload": "chat", "bucket": 0, "fraction": 1.0, "label": "all"}],
+        "deployments": [{**dep, "key": "a", "ep": 4}, {**dep, "key": "b", "ep": 2},
+                        {**dep, "workload": "chat", "key": "a", "ep": 4}],
+        "routing": [{"workload": "rag", "bucket": 0, "key": "a", "qps": 1.5, "stage": "colocated"},
+                    {"workload": "rag", "bucket": 1, "key": "b", "qps": 1.184, "stage": "colocated"},
+                    {"workload": "rag", "bucket": 1, "key": "a", "qps": 0.316, "stage": "colocated"},
+                    {"workload": "chat", "bucket": 0, "key": "a", "qps": 40.0, "stage": "colocated"}],
+    }
+    assert split_routing_rows(data) == [
+        ["rag", 0, "2,377–6,421", "50%", "mi355x fp4 tp1 pp1 ep4", "1.50"],
+        ["rag", 1, "6,422–33,573", "50%", "mi355x fp4 tp1 pp1 ep2", "1.18"],
+        ["rag", 1, "6,422–33,573", "50%", "mi355x fp4 tp1 pp1 ep4", "0.32"],
+    ]
+    # every workload whole: no table
+    data["buckets"] = [b for b in data["buckets"] if b["workload"] == "chat"]
+    data["routing"] = [r for r in data["routing"] if r["workload"] == "chat"]
+    assert split_routing_rows(data) == []
