@@ -49,6 +49,7 @@ from optimizer.planning.known_limits import (
     long_prompt_tpot_notes,
     measured_configuration_notes,
     pipeline_notes,
+    size_routing_notes,
     unmeasured_engine_notes,
     unmeasured_kernel_notes,
 )
@@ -185,7 +186,8 @@ def optimize_plan(
                  *unmeasured_engine_notes(result.deployments, model_params, catalog, plan.confidence),
                  *unmeasured_kernel_notes(plan, result.deployments, model_params, catalog),
                  *pipeline_notes(result.deployments, model_params, plan.confidence),
-                 *cross_stack_notes(result.deployments, catalog)]:
+                 *cross_stack_notes(result.deployments, catalog),
+                 *size_routing_notes(result.buckets, result.routing)]:
         result = replace(result, diagnostics=(*result.diagnostics, *known))
     clock.lap("verification")
     if sensitivity and sol.status is SolveStatus.OPTIMAL:

@@ -56,7 +56,7 @@ from optimizer.models.fidelity import (
 from optimizer.models.params import CalibrationParams, configuration_key
 from optimizer.models.techniques import uncached_prompt_tokens
 from optimizer.planning.headroom import FidelityKey, fidelity_key
-from optimizer.results.plan_result import Deployment, Diagnostic
+from optimizer.results.plan_result import BucketRow, Deployment, Diagnostic, Route
 from optimizer.results.provenance import Fidelity
 from workloads.spec import LengthDist, Plan, PrefixCache
 
@@ -308,3 +308,24 @@ def _named(deployments: Sequence[Deployment]) -> str:
 def _rated_datasheet_only(band: Fidelity | None) -> str:
     """The sentence a note gives a datasheet-only deployment's band (nothing without one)."""
     return f". Rated datasheet-only (80 % band ×{band.low_factor:.2f}–{band.high_factor:.2f})" if band else ""
+
+
+def size_routing_notes(buckets: Sequence[BucketRow], routing: Sequence[Route]) -> list[Diagnostic]:
+    """One ``size_aware_routing`` note naming the workloads whose request-size buckets go to different deployments:
+    the buckets are cut by prompt + output tokens (``lengths.split_buckets``, as Mélange cuts them), so serving the
+    plan needs a router that tells a request's size before its output exists (an output-length estimate); one that
+    routes by the prompt alone sends some long answers to the short-request deployments, which the plan does not
+    model."""
+    split = {b.workload for b in buckets if b.label != "all"}
+    targets: dict[str, set[tuple[str, str]]] = {}
+    for r in routing:
+        if r.workload in split and r.qps > 0:
+            targets.setdefault(r.workload, set()).add((r.key, r.stage))
+    names = sorted(w for w, t in targets.items() if len(t) > 1)
+    if not names:
+        return []
+    return [Diagnostic("info", "size_aware_routing",
+                       f"{', '.join(names)}: request sizes go to different deployments (the Request-size routing "
+                       "table); the buckets are cut by prompt + output tokens, so the router needs an estimate of "
+                       "each request's output length: routed by the prompt alone, long answers can land on the "
+                       "short-request deployments and their p99s are not what the plan predicts")]

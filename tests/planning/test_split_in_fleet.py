@@ -178,3 +178,21 @@ def test_the_split_solve_runs_in_what_is_left_of_the_time_limit(monkeypatch):
     monkeypatch.setattr(oo.time, "perf_counter", lambda: 100.0)
     assert oo.time_left(t, 96.0).time_limit_s == pytest.approx(6.0)
     assert oo.time_left(t, 90.5) is None  # 0.5 s left of 10: under 10 %
+
+
+def test_a_plan_routing_sizes_to_different_deployments_says_what_router_it_needs(result):
+    # The buckets are cut by prompt + output tokens (lengths.split_buckets): serving such a plan needs a router with an
+    # output-length estimate; by the prompt alone the plan's p99s do not hold. One note names the workloads whose
+    # buckets go to different deployments (qwen-assistant, maverick-rag and oss-chat here; R1 stays whole).
+    from optimizer.planning.known_limits import size_routing_notes
+    from optimizer.results.plan_result import BucketRow, Route
+
+    _, r = result
+    (note,) = [d.message for d in r.diagnostics if d.code == "size_aware_routing"]
+    assert note.startswith("maverick-rag, oss-chat, qwen-assistant: request sizes go to different deployments")
+    assert "r1-reasoning" not in note and "output length" in note
+    # split but every bucket on one deployment, or served whole: no note
+    buckets = [BucketRow("w", 0, 0.5, 1.0, label="b0_1_9tok"), BucketRow("w", 1, 0.5, 1.0, label="b1_9_99tok")]
+    assert size_routing_notes(buckets, [Route("w", 0, "a", 1.0), Route("w", 1, "a", 1.0)]) == []
+    assert len(size_routing_notes(buckets, [Route("w", 0, "a", 1.0), Route("w", 1, "b", 1.0)])) == 1
+    assert size_routing_notes([BucketRow("w", 0, 1.0, 2.0, label="all")], [Route("w", 0, "a", 2.0)]) == []
