@@ -14,7 +14,9 @@ from collections.abc import Iterable
 
 def figure(value: float) -> str:
     """A figure for a message: 85,000,000 (whole, with separators) from 1,000 up, else 3.35; from 10^15 up
-    in powers of ten (1e+308, not 309 digits)."""
+    in powers of ten (1e+308, not 309 digits); a negative value likewise, with its sign."""
+    if value < 0:
+        return "-" + figure(-value)
     if value >= 1e15:
         return f"{value:.3g}"
     return f"{value:,.0f}" if value >= 1000 else f"{value:g}"

@@ -147,11 +147,6 @@ def _block(ctx: Ctx, rows: list[FleetRow], first: int, table: str | None) -> int
     return row
 
 
-def _usd(value: float) -> str:
-    """Dollars for a note: whole with separators, from 10^15 up (or below -10^15) in powers of ten."""
-    return figure(value) if value >= 0 else "-" + figure(-value)
-
-
 def _check_totals(ctx: Ctx) -> None:
     """A note (Method sheet, and ``gpuplan report`` prints it) for each of the result's capex_usd and tco_usd that its
     fleet rows and assumptions do not give: every figure of the workbook is a formula over the rows, so a hand-edited
@@ -167,8 +162,8 @@ def _check_totals(ctx: Ctx) -> None:
         stated = getattr(r, key)
         if stated is not None and not math.isclose(stated, rows_usd, rel_tol=1e-6, abs_tol=0.01):
             # figure(): a capex of 1.7e308 was printed as its 309 digits
-            ctx.notes.append(f"the plan result's {key} (${_usd(stated)}) is not what its fleet rows and assumptions "
-                             f"give (${_usd(rows_usd)}); this workbook's formulas use the rows (a hand-edited file, or one "
+            ctx.notes.append(f"the plan result's {key} (${figure(stated)}) is not what its fleet rows and assumptions "
+                             f"give (${figure(rows_usd)}); this workbook's formulas use the rows (a hand-edited file, or one "
                              "from another gpuplan version?)")
 
 
@@ -181,7 +176,8 @@ def _check_loads(ctx: Ctx) -> None:
         return
     for d in r.deployments:
         if d.qps > 1e-9 and d.replicas == 0:
-            ctx.notes.append(f"deployment {d.workload}/{d.key}: {d.qps:.6g} req/s routed to 0 replicas; the fleet does not carry it (a hand-edited file?)")
+            ctx.notes.append(f"deployment {d.workload}/{d.key}: {d.qps:.6g} req/s routed to 0 replicas; the fleet "
+                             "does not carry it (a hand-edited file?)")
         elif d.capacity_qps is not None and d.qps > d.capacity_qps * (1 + 1e-6):
             ctx.notes.append(f"deployment {d.workload}/{d.key}: {d.qps:.6g} req/s routed to a capacity of "
                              f"{d.capacity_qps:.6g} req/s; the fleet does not carry it (a hand-edited file?)")

@@ -86,7 +86,7 @@ class LengthDist(Strict):
                 raise ValueError("histogram repeats a token length; merge the duplicate rows")
         elif self.mean is None:
             raise ValueError("give a number, {mean, p99} or {histogram: [[tokens, weight], ...]}")
-        elif self.mean is not None and self.mean < 1:  # before the p99 rules: mean 5e-324 made p99 "inf× the mean"
+        elif self.mean < 1:  # before the p99 rules: mean 5e-324 made p99 "inf× the mean"
             raise ValueError(f"{self.mean:g} tokens is less than one token; write lengths in tokens, not thousands "
                              f"(512, not 0.5)")
         elif self.p99 is not None and self.p99 < self.mean:
@@ -396,11 +396,13 @@ class Budget(Strict):
 class Facility(Strict):
     """Optional facility costs: colocation by power or by rack space, network per server."""
 
-    colocation_usd_per_kw_month: Annotated[NonNegFloat, Field(le=MAX_COLOCATION_USD_PER_KW_MONTH)] = Field(0.0, description="per kW of nameplate IT power, per month")
+    colocation_usd_per_kw_month: Annotated[NonNegFloat, Field(le=MAX_COLOCATION_USD_PER_KW_MONTH)] = Field(
+        0.0, description="per kW of nameplate IT power, per month")
     colocation_usd_per_rack_month: Annotated[NonNegFloat, Field(le=MAX_COLOCATION_USD_PER_RACK_MONTH)] = Field(
         0.0, description="per rack of rack_units_per_rack, per month")
     rack_units_per_rack: Annotated[int, Field(ge=1, le=100)] = 42
-    network_usd_per_server: Annotated[NonNegFloat, Field(le=MAX_NETWORK_USD_PER_SERVER)] = Field(0.0, description="capex per server: switch ports, optics, cables")
+    network_usd_per_server: Annotated[NonNegFloat, Field(le=MAX_NETWORK_USD_PER_SERVER)] = Field(
+        0.0, description="capex per server: switch ports, optics, cables")
 
 
 class Finance(Strict):

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import math
-import re
 import time
 from dataclasses import replace
 
@@ -31,7 +30,8 @@ from optimizer.planning.milp.problem import (
 from optimizer.planning.milp.resolve import cached_solve
 from optimizer.planning.milp.solve import solve_fleet
 from optimizer.results.latency_text import ms_text
-from optimizer.results.plan_result import Diagnostic, SingleDeviceBest, SolveStatus
+from optimizer.results.plan_result import BindingNote, Diagnostic, SingleDeviceBest, SolveStatus
+from optimizer.results.provenance import fleet_text
 
 METRIC_LABEL = {"ttft_p99_ms": "TTFT p99", "tpot_p99_ms": "TPOT p99", "e2e_p99_ms": "E2E p99"}
 
@@ -213,9 +213,9 @@ def binding_limits(problem: FleetProblem, *, time_limit_s: float, gap: float, so
         sol = within(relaxed, time_limit_s=time_limit_s, gap=gap, solver=solver, minimise=what)
         if sol.status.has_plan:
             need = _resource(relaxed, sol, what)
-            out.append(Diagnostic("error", f"binding_{code}",
-                                  f"{field_name} = {_fmt(value, unit)} binds: the smallest value that makes the plan "
-                                  f"feasible (other limits kept) is {_fmt(need, unit)}"))
+            out.append(BindingNote("error", f"binding_{code}",
+                                   f"{field_name} = {_fmt(value, unit)} binds: the smallest value that makes the plan "
+                                   f"feasible (other limits kept) is {_fmt(need, unit)}", need))
     if not out:
         # Each limit's own minimum with every limit dropped: what each needs at least.
         parts = []
@@ -231,16 +231,10 @@ def binding_limits(problem: FleetProblem, *, time_limit_s: float, gap: float, so
     return out
 
 
-_NEED = re.compile(r"is \$?([\d,]+(?:\.\d+)?)(?: kW| GPUs)?$")
-
-
 def binding_need(d: Diagnostic) -> float | None:
-    """The smallest feasible value a ``binding_<limit>`` diagnostic of :func:`binding_limits` names (its ``_fmt``
-    figure read back), None for any other diagnostic."""
-    if not d.code.startswith("binding_") or d.code == "binding_combination":
-        return None
-    m = _NEED.search(d.message)
-    return float(m.group(1).replace(",", "")) if m else None
+    """The smallest feasible value a ``binding_<limit>`` note of :func:`binding_limits` names, None for any other
+    diagnostic."""
+    return d.needed if isinstance(d, BindingNote) else None
 
 
 def lower_binding_notes(a: list[Diagnostic], b: list[Diagnostic]) -> list[Diagnostic]:
@@ -326,8 +320,6 @@ def single_device_note(best: SingleDeviceBest | None, objective_usd: float) -> D
     extra = best.objective_usd - objective_usd
     pct = 100.0 * extra / objective_usd if objective_usd > 0 else 0.0
     # the GPUs bought (what its cost pays for and what one orders), not those in use
-    bought = best.installed
-    in_use = f" ({best.gpus} in use)" if bought != best.gpus else ""
     return Diagnostic("info", "single_device_best",
-                      f"the cheapest one-device fleet is {bought} × {best.device}{in_use} at "
+                      f"the cheapest one-device fleet is {fleet_text([(best.device, best.gpus, best.installed)])} at "
                       f"${best.objective_usd:,.0f}, {pct:+.1f} % vs this plan")

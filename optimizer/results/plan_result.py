@@ -221,6 +221,14 @@ class Diagnostic:
 
 
 @dataclass(frozen=True)
+class BindingNote(Diagnostic):
+    """A ``binding_<limit>`` error (``diagnose.binding_limits``) with the smallest feasible value of the limit its
+    message names, kept as a number for comparing two solves' notes; its JSON is a Diagnostic's."""
+
+    needed: float = 0.0
+
+
+@dataclass(frozen=True)
 class SourceRow:
     device: str
     field: str
@@ -443,7 +451,7 @@ def _clean(row: dict[str, Any]) -> dict[str, Any]:
     return {k: (_num(v) if isinstance(v, float) else v) for k, v in row.items()}
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
+_FIELDS: dict[type, tuple[str, ...]] = {BindingNote: ("level", "code", "message")}
 
 
 def record_json(record: Any, keys: tuple[str, ...] | None = None) -> dict[str, Any]:

@@ -353,3 +353,11 @@ def test_a_figure_in_the_wrong_unit_is_refused_with_the_unit():
     d["fp8_tflops"] = 1_979.0
     d["purchase_usd"] = 300_000.0  # a whole 8-GPU server's price is still under the per-device ceiling
     assert Device.model_validate(d).purchase_usd == 300_000.0
+
+
+def test_a_figure_for_a_message_is_whole_with_separators_or_a_power_of_ten_either_sign():
+    # catalog.errors.figure: the one number format of messages (a hand-edited objective of -5, a capex of 1.7e308)
+    from catalog.errors import figure
+
+    assert [figure(v) for v in (3.35, 85_000_000, 1.7e308)] == ["3.35", "85,000,000", "1.7e+308"]
+    assert [figure(v) for v in (-5, -709_375.4, -1e300)] == ["-5", "-709,375", "-1e+300"]

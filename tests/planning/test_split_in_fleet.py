@@ -95,22 +95,24 @@ def test_an_infeasible_budget_names_the_smaller_value_either_bucketing_needs():
 
 def test_binding_notes_of_two_bucketings_keep_the_smaller_value():
     from optimizer.planning.diagnose import binding_need, lower_binding_notes
-    from optimizer.results.plan_result import Diagnostic
+    from optimizer.results.plan_result import BindingNote, Diagnostic, record_json
 
-    def note(code, field, value):
-        return Diagnostic("error", code, f"{field} = 1 binds: the smallest value that makes the plan feasible "
-                                         f"(other limits kept) is {value}")
+    def note(code, field, text, value):
+        return BindingNote("error", code, f"{field} = 1 binds: the smallest value that makes the plan feasible "
+                                          f"(other limits kept) is {text}", value)
 
-    whole = [note("binding_capex_budget", "budget.capex_usd", "$775,000"), note("binding_max_power_kw", "max_power_kw",
-                                                                                "40.10 kW")]
-    split = [note("binding_capex_budget", "budget.capex_usd", "$750,000"), note("binding_max_power_kw", "max_power_kw",
-                                                                                "44.10 kW")]
+    whole = [note("binding_capex_budget", "budget.capex_usd", "$775,000", 775_000.0),
+             note("binding_max_power_kw", "max_power_kw", "40.10 kW", 40.1)]
+    split = [note("binding_capex_budget", "budget.capex_usd", "$750,000", 750_000.0),
+             note("binding_max_power_kw", "max_power_kw", "44.10 kW", 44.1)]
     assert [binding_need(d) for d in whole] == [775_000.0, 40.1]
     assert lower_binding_notes(whole, split) == [split[0], whole[1]]
     combination = Diagnostic("error", "binding_combination", "no single limit is the cause; …")
-    inventory = note("binding_inventory__b200", "inventory.b200", "16 GPUs")
+    inventory = note("binding_inventory__b200", "inventory.b200", "16 GPUs", 16.0)
     assert binding_need(inventory) == 16.0 and binding_need(combination) is None
     assert lower_binding_notes([combination], [inventory]) == [inventory]
+    assert record_json(inventory) == {"level": "error", "code": "binding_inventory__b200",
+                                      "message": inventory.message}  # the JSON of any diagnostic
 
 
 def test_a_budget_level_serves_what_the_split_fleet_serves(tmp_path):
