@@ -20,7 +20,7 @@ from catalog.load import Catalog
 from optimizer.assemble import assemble
 from optimizer.models.params import CalibrationParams, load_params
 from optimizer.planning import disk_cache
-from optimizer.planning.bucketing import SPLIT_TIE_RTOL
+from optimizer.planning.bucketing import SPLIT_TIE_RTOL, names_text
 from optimizer.planning.candidate_set import (
     CandidateSet,
     fleet_problem,
@@ -255,7 +255,7 @@ def time_left(options: SolverOptions, started: float) -> SolverOptions | None:
 
 
 def split_skipped(names: tuple[str, ...], options: SolverOptions) -> Diagnostic:
-    shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    shown = names_text(names)
     return Diagnostic("info", "split_skipped",
                       f"{shown} (planned whole) not tried split into request-size buckets across the fleet: the first "
                       f"solve used more than {1 - SPLIT_MIN_TIME_SHARE:.0%} of the {options.time_limit_s:g} s limit; "
@@ -281,7 +281,7 @@ def cheaper_single(other: SingleDeviceBest | None, single: SingleDeviceBest | No
 
 
 def split_note(names: tuple[str, ...], split: FleetSolution, whole: FleetSolution) -> Diagnostic:
-    shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    shown = names_text(names)
     than = (f"${whole.objective_usd:,.0f} with them planned whole" if whole.status.has_plan
             and whole.objective_usd is not None else "no fleet with them planned whole")
     return Diagnostic("info", "planned_split",

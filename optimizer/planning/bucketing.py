@@ -146,12 +146,17 @@ def choose_bucketing(split, whole, units: dict[str, UnitTerms]) -> tuple[object,
 MAX_NOTES = 5
 
 
+def names_text(names: tuple[str, ...] | list[str], most: int = 10) -> str:
+    """Workload names for a note: the first ``most`` and "and N more" ("a, b and 3 more")."""
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
 def fold_notes(notes: list[Diagnostic]) -> list[Diagnostic]:
     """The ``planned_whole`` notes as they are, or one note naming the workloads when there are many."""
     if len(notes) <= MAX_NOTES:
         return notes
     names = [n.message.split(" is planned as one bucket", 1)[0] for n in notes]
-    shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    shown = names_text(names)
     return [Diagnostic("info", "planned_whole",
                        f"{len(notes)} workloads are planned as one bucket because splitting them into request-size "
                        f"buckets costs more alone (each bucket must meet the p99s on its own) or cannot be "
